@@ -1,0 +1,84 @@
+// bbkit.toml: the site's configuration, read once and validated completely.
+//
+// Lookup order: --config FILE, then $BBKIT_CONFIG, then /etc/bbkit/bbkit.toml. Unknown keys and
+// wrong types are errors naming the key and the line (ExitCode::config), as Slurm makes an
+// unknown burst_buffer.conf option fatal. This header does not include toml11: only config.cpp
+// does (it is slow to compile).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace bbkit {
+
+enum class Mode { standalone, slurm };
+
+// Slurm's maximum for burst-buffer timeouts; larger values are refused.
+constexpr unsigned max_timeout_seconds = 2073600;
+
+struct PoolConfig {
+    std::string name;
+    std::string path;              // absolute; holds bbkit's marker file
+    std::uint64_t capacity = 0;    // bytes, > 0
+    std::uint64_t granularity = 1; // bytes, >= 1, <= capacity
+};
+
+struct Timeouts {  // seconds; Slurm's defaults
+    unsigned stage_in = 86400;
+    unsigned stage_out = 86400;
+    unsigned other = 300;
+    unsigned validate = 5;
+};
+
+struct Limits {
+    unsigned stage_concurrency = 128;          // stagers per stage at once (Slurm 22.05: 128)
+    unsigned mover_threads = 8;                // I/O threads shared by all movers
+    std::optional<std::uint64_t> user_capacity; // bytes; absent = unlimited (standalone mode)
+};
+
+// burst_buffer.conf's Flags that bbkit honours.
+struct Flags {
+    bool enable_persistent = false;  // users (not only root) may create/destroy persistent buffers
+    bool private_data = false;       // users see only their own buffers
+    bool teardown_failure = false;   // tear down after a failed stage (standalone mode)
+};
+
+struct Config {
+    std::string source;  // the file it was read from ("" for built-in defaults)
+    std::string state_dir = "/var/lib/bbkit";
+    std::string state_owner = "root";
+    Mode mode = Mode::standalone;
+    std::string cluster = "main";
+    std::vector<std::string> directives{"BB_LUA", "DW", "BB"};  // without the leading '#'
+    std::optional<std::string> default_pool;
+    Flags flags;
+    std::vector<std::string> allow_users;  // names or numeric uids; exclusive with deny_users
+    std::vector<std::string> deny_users;
+    bool allow_root = false;
+    Timeouts timeouts;
+    Limits limits;
+    std::vector<PoolConfig> pools;
+    std::map<std::string, std::string> hooks;  // phase -> absolute path of an admin script
+
+    const PoolConfig* find_pool(const std::string& name) const;
+};
+
+// The hook phases [hooks] accepts.
+const std::vector<std::string>& hook_phases();
+
+// The file to read: `cli_path` when given, then $BBKIT_CONFIG, then /etc/bbkit/bbkit.toml.
+std::string locate_config(const std::optional<std::string>& cli_path);
+
+// Parses and validates TOML text; `source_name` appears in error messages.
+// Throws Error(config) naming the key and line of the first problem.
+Config parse_config(const std::string& text, const std::string& source_name);
+
+// Reads and parses a file; a missing or unreadable file is Error(config) naming it.
+Config load_config(const std::string& path);
+
+const char* to_string(Mode mode);
+
+}  // namespace bbkit

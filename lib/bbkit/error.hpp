@@ -1,0 +1,35 @@
+// Errors carry an exit code (sysexits.h) and a one-line message that is safe to show users.
+// The library throws them; each tool turns one into "bb-TOOL: message" and its exit code in
+// exactly one place.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace bbkit {
+
+enum class ExitCode : int {
+    ok = 0,
+    usage = 64,        // bad command line
+    data = 65,         // invalid directive, size or data
+    no_input = 66,     // no such buffer, pool, user or input file
+    unavailable = 69,  // pool draining or not mounted
+    software = 70,     // internal error
+    exists = 73,       // a different buffer already exists under that key
+    io = 74,           // I/O error while staging
+    temp_fail = 75,    // short of capacity now; retry later
+    no_perm = 77,      // permission denied
+    config = 78,       // configuration error
+};
+
+class Error : public std::runtime_error {
+public:
+    Error(ExitCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+    ExitCode code() const { return code_; }
+    int exit_status() const { return static_cast<int>(code_); }
+
+private:
+    ExitCode code_;
+};
+
+}  // namespace bbkit

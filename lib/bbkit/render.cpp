@@ -1,0 +1,258 @@
+#include "bbkit/render.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+namespace bbkit {
+namespace {
+
+using nlohmann::json;
+
+json location_json(const Location& where) {
+    return {{"line", where.line}, {"from", to_string(where.origin)}};
+}
+
+std::string location_text(const Location& where) {
+    return std::string(to_string(where.origin)) + " line " + std::to_string(where.line);
+}
+
+json with_location(json object, const Location& where) {
+    object.update(location_json(where));
+    return object;
+}
+
+json stage_json(const StageDirective& stage) {
+    return with_location({{"type", to_string(stage.type)},
+                          {"source", stage.source},
+                          {"destination", stage.destination},
+                          {"buffer", stage.buffer.empty() ? json() : json(stage.buffer)},
+                          {"unresolved", stage.unresolved}},
+                         stage.where);
+}
+
+// The buffer side of a stage line as users write it.
+std::string buffer_path(const std::string& buffer, const std::string& relative) {
+    std::string var = "$BB_JOB_DIR";
+    if (!buffer.empty()) {
+        var = "$DW_PERSISTENT_STRIPED_" + buffer;
+        for (char& c : var)
+            if (c == '-') c = '_';
+    }
+    return relative.empty() ? var : var + "/" + relative;
+}
+
+std::string stage_text(const char* direction, const StageDirective& stage, bool in) {
+    const std::string buffer_side =
+        buffer_path(stage.buffer, in ? stage.destination : stage.source);
+    const std::string& outside = in ? stage.source : stage.destination;
+    std::ostringstream out;
+    out << direction << ": " << to_string(stage.type) << ' '
+        << (in ? outside : buffer_side) << " -> " << (in ? buffer_side : outside) << "  ["
+        << location_text(stage.where) << "]" << (stage.unresolved ? " (symbols pending)" : "")
+        << '\n';
+    return out.str();
+}
+
+std::string toml_string(const std::string& s) {
+    std::string out = "\"";
+    for (unsigned char c : s) {
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += static_cast<char>(c);
+        } else if (c < 0x20 || c == 0x7f) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", c);
+            out += buf;
+        } else {
+            out += static_cast<char>(c);
+        }
+    }
+    return out + "\"";
+}
+
+std::string toml_array(const std::vector<std::string>& items) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + toml_string(items[i]);
+    return out + "]";
+}
+
+std::vector<std::string> flag_names(const Flags& flags) {
+    std::vector<std::string> names;
+    names.push_back(flags.enable_persistent ? "EnablePersistent" : "DisablePersistent");
+    if (flags.private_data) names.push_back("PrivateData");
+    if (flags.teardown_failure) names.push_back("TeardownFailure");
+    return names;
+}
+
+}  // namespace
+
+json size_json(const Size& size, std::uint64_t rounded) {
+    return {{"bytes", size.value},
+            {"nodes", size.nodes},
+            {"rounded", rounded},
+            {"text", format_size(size)},
+            {"rounded_text", size.nodes ? format_size(size) : format_size(rounded)}};
+}
+
+std::string size_text(const Size& size, std::uint64_t rounded) {
+    std::ostringstream out;
+    out << (size.nodes ? "nodes:   " : "bytes:   ") << size.value << '\n'
+        << "rounded: " << rounded << '\n'
+        << "text:    " << format_size(size) << '\n';
+    if (!size.nodes && rounded != size.value) out << "rounded text: " << format_size(rounded) << '\n';
+    return out.str();
+}
+
+json request_json(const Request& request) {
+    json out;
+    out["has_directive"] = request.has_directive;
+    if (request.job_buffer) {
+        const JobBufferRequest& b = *request.job_buffer;
+        out["job_buffer"] = with_location({{"pool", b.pool},
+                                           {"capacity", b.capacity},
+                                           {"allocated", b.allocated},
+                                           {"access", b.access},
+                                           {"type", b.type}},
+                                          b.where);
+    } else {
+        out["job_buffer"] = nullptr;
+    }
+    out["stage_in"] = json::array();
+    for (const StageDirective& s : request.stage_in) out["stage_in"].push_back(stage_json(s));
+    out["stage_out"] = json::array();
+    for (const StageDirective& s : request.stage_out) out["stage_out"].push_back(stage_json(s));
+    json persistent = {{"create", json::array()}, {"destroy", json::array()}, {"use", json::array()}};
+    for (const PersistentCreate& c : request.create)
+        persistent["create"].push_back(with_location({{"name", c.name},
+                                                      {"pool", c.pool},
+                                                      {"capacity", c.capacity},
+                                                      {"allocated", c.allocated},
+                                                      {"access", c.access},
+                                                      {"type", c.type}},
+                                                     c.where));
+    for (const PersistentDestroy& d : request.destroy)
+        persistent["destroy"].push_back(
+            with_location({{"name", d.name}, {"hurry", d.hurry}}, d.where));
+    for (const PersistentUse& u : request.use)
+        persistent["use"].push_back(with_location({{"name", u.name}}, u.where));
+    out["persistent"] = persistent;
+    out["swap"] = nullptr;  // swap requests are refused; the field stays for DataWarp tooling
+    out["warnings"] = json::array();
+    for (const Warning& w : request.warnings)
+        out["warnings"].push_back(with_location({{"message", w.message}}, w.where));
+    return out;
+}
+
+std::string request_text(const Request& request) {
+    std::ostringstream out;
+    if (!request.has_directive) out << "no burst-buffer directives\n";
+    if (request.job_buffer) {
+        const JobBufferRequest& b = *request.job_buffer;
+        out << "job buffer: pool " << b.pool << ", capacity " << format_size(b.capacity)
+            << ", allocated " << format_size(b.allocated) << " (" << b.access << ", " << b.type
+            << ")  [" << location_text(b.where) << "]\n";
+    } else if (request.has_directive) {
+        out << "job buffer: none (the stages run without space)\n";
+    }
+    for (const StageDirective& s : request.stage_in) out << stage_text("stage_in", s, true);
+    for (const StageDirective& s : request.stage_out) out << stage_text("stage_out", s, false);
+    for (const PersistentCreate& c : request.create)
+        out << "create_persistent: " << c.name << ", pool " << c.pool << ", capacity "
+            << format_size(c.capacity) << ", allocated " << format_size(c.allocated) << "  ["
+            << location_text(c.where) << "]\n";
+    for (const PersistentDestroy& d : request.destroy)
+        out << "destroy_persistent: " << d.name << (d.hurry ? " (hurry)" : "") << "  ["
+            << location_text(d.where) << "]\n";
+    for (const PersistentUse& u : request.use)
+        out << "use_persistent: " << u.name << "  [" << location_text(u.where) << "]\n";
+    for (const Warning& w : request.warnings)
+        out << "warning: " << location_text(w.where) << ": " << w.message << '\n';
+    return out.str();
+}
+
+json sources_json(const SourceTotals& totals) {
+    json skipped = json::array();
+    for (const Warning& w : totals.skipped)
+        skipped.push_back(with_location({{"message", w.message}}, w.where));
+    return {{"bytes", totals.bytes}, {"files", totals.files}, {"skipped", skipped}};
+}
+
+std::string sources_text(const SourceTotals& totals) {
+    std::ostringstream out;
+    out << "stage-in sources: " << totals.files << " entries, " << format_size(totals.bytes) << " ("
+        << totals.bytes << " bytes), all readable\n";
+    for (const Warning& w : totals.skipped)
+        out << "warning: " << location_text(w.where) << ": " << w.message << '\n';
+    return out.str();
+}
+
+json config_json(const Config& config) {
+    json pools = json::array();
+    for (const PoolConfig& p : config.pools)
+        pools.push_back({{"name", p.name},
+                         {"path", p.path},
+                         {"capacity", p.capacity},
+                         {"granularity", p.granularity}});
+    return {{"source", config.source},
+            {"state_dir", config.state_dir},
+            {"state_owner", config.state_owner},
+            {"mode", to_string(config.mode)},
+            {"cluster", config.cluster},
+            {"directives", config.directives},
+            {"default_pool", config.default_pool ? json(*config.default_pool) : json()},
+            {"flags", flag_names(config.flags)},
+            {"allow_users", config.allow_users},
+            {"deny_users", config.deny_users},
+            {"allow_root", config.allow_root},
+            {"timeouts",
+             {{"stage_in", config.timeouts.stage_in},
+              {"stage_out", config.timeouts.stage_out},
+              {"other", config.timeouts.other},
+              {"validate", config.timeouts.validate}}},
+            {"limits",
+             {{"stage_concurrency", config.limits.stage_concurrency},
+              {"mover_threads", config.limits.mover_threads},
+              {"user_capacity",
+               config.limits.user_capacity ? json(*config.limits.user_capacity) : json()}}},
+            {"pools", pools},
+            {"hooks", config.hooks}};
+}
+
+std::string config_text(const Config& config) {
+    std::ostringstream out;
+    out << "# effective configuration"
+        << (config.source.empty() ? "" : " read from " + config.source) << '\n'
+        << "state_dir = " << toml_string(config.state_dir) << '\n'
+        << "state_owner = " << toml_string(config.state_owner) << '\n'
+        << "mode = " << toml_string(to_string(config.mode)) << '\n'
+        << "cluster = " << toml_string(config.cluster) << '\n'
+        << "directives = " << toml_array(config.directives) << '\n';
+    if (config.default_pool) out << "default_pool = " << toml_string(*config.default_pool) << '\n';
+    out << "flags = " << toml_array(flag_names(config.flags)) << '\n'
+        << "allow_users = " << toml_array(config.allow_users) << '\n'
+        << "deny_users = " << toml_array(config.deny_users) << '\n'
+        << "allow_root = " << (config.allow_root ? "true" : "false") << "\n\n"
+        << "[timeouts]\n"
+        << "stage_in = " << config.timeouts.stage_in << '\n'
+        << "stage_out = " << config.timeouts.stage_out << '\n'
+        << "other = " << config.timeouts.other << '\n'
+        << "validate = " << config.timeouts.validate << "\n\n"
+        << "[limits]\n"
+        << "stage_concurrency = " << config.limits.stage_concurrency << '\n'
+        << "mover_threads = " << config.limits.mover_threads << '\n';
+    if (config.limits.user_capacity)
+        out << "user_capacity = " << toml_string(format_size(*config.limits.user_capacity)) << '\n';
+    for (const PoolConfig& p : config.pools)
+        out << "\n[[pool]]\n"
+            << "name = " << toml_string(p.name) << '\n'
+            << "path = " << toml_string(p.path) << '\n'
+            << "capacity = " << toml_string(format_size(p.capacity)) << '\n'
+            << "granularity = " << toml_string(format_size(p.granularity)) << '\n';
+    if (!config.hooks.empty()) {
+        out << "\n[hooks]\n";
+        for (const auto& [phase, path] : config.hooks) out << phase << " = " << toml_string(path) << '\n';
+    }
+    return out.str();
+}
+
+}  // namespace bbkit

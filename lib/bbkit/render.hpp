@@ -1,0 +1,30 @@
+// How bbkit shows its values: stable JSON for scripts and short text for people.
+// The JSON field names are documented in the man pages; change them only with them.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "bbkit/config.hpp"
+#include "bbkit/directive.hpp"
+#include "bbkit/size.hpp"
+#include "bbkit/sources.hpp"
+
+namespace bbkit {
+
+// bb-parse size: {"bytes", "nodes", "rounded", "text", "rounded_text"}.
+nlohmann::json size_json(const Size& size, std::uint64_t rounded);
+std::string size_text(const Size& size, std::uint64_t rounded);
+
+nlohmann::json request_json(const Request& request);
+std::string request_text(const Request& request);
+
+nlohmann::json sources_json(const SourceTotals& totals);
+std::string sources_text(const SourceTotals& totals);
+
+nlohmann::json config_json(const Config& config);
+// The effective configuration as TOML that bbkit reads back unchanged.
+std::string config_text(const Config& config);
+
+}  // namespace bbkit

@@ -1,0 +1,36 @@
+// The edge every bbkit tool shares: the common options, logging to stderr, and turning an
+// error into "bb-TOOL: message" plus its exit code, in this one place.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "bbkit/config.hpp"
+
+namespace bbkit {
+
+struct CommonOptions {
+    std::optional<std::string> config_path;
+    std::optional<std::string> state_dir;
+    int verbose = 0;
+    bool quiet = false;
+};
+
+// Adds --config, --state-dir (when `with_state_dir`), -v/--verbose, -q/--quiet and --version.
+void add_common_options(CLI::App& app, CommonOptions& options, bool with_state_dir);
+
+// Loads the configuration the options point at (--config, $BBKIT_CONFIG, /etc/bbkit/bbkit.toml)
+// and applies --state-dir / $BBKIT_STATE_DIR.
+Config load_effective_config(const CommonOptions& options);
+
+// Parses the command line and runs `body`; returns the process exit status. CLI11 errors exit
+// 64 (0 for --help/--version); bbkit::Error exits with its code; anything else exits 70.
+int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
+             const CommonOptions& options, const std::function<int()>& body);
+
+// Reads a whole file ("-" is standard input). Error(no_input) / Error(no_perm) name the path.
+std::string read_input_file(const std::string& path);
+
+}  // namespace bbkit

@@ -1,0 +1,81 @@
+#include "bbkit/user.hpp"
+
+#include <grp.h>
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "bbkit/error.hpp"
+
+namespace bbkit {
+namespace {
+
+bool all_digits(const std::string& s) {
+    if (s.empty() || s.size() > 10) return false;
+    for (char c : s)
+        if (c < '0' || c > '9') return false;
+    return true;
+}
+
+std::vector<gid_t> groups_of(const char* name, gid_t gid) {
+    int count = 32;
+    std::vector<gid_t> groups(static_cast<std::size_t>(count));
+    while (getgrouplist(name, gid, groups.data(), &count) < 0) {
+        groups.resize(static_cast<std::size_t>(count) * 2);
+        count = static_cast<int>(groups.size());
+    }
+    groups.resize(static_cast<std::size_t>(count));
+    return groups;
+}
+
+}  // namespace
+
+User lookup_user(const std::string& name_or_uid) {
+    std::vector<char> buf(16384);
+    passwd entry{};
+    passwd* found = nullptr;
+    int rc = 0;
+    if (all_digits(name_or_uid)) {
+        const unsigned long uid = std::stoul(name_or_uid);
+        rc = getpwuid_r(static_cast<uid_t>(uid), &entry, buf.data(), buf.size(), &found);
+    } else {
+        rc = getpwnam_r(name_or_uid.c_str(), &entry, buf.data(), buf.size(), &found);
+    }
+    if (rc != 0)
+        throw Error(ExitCode::software,
+                    "cannot look up user '" + name_or_uid + "': " + std::strerror(rc));
+    if (found == nullptr) throw Error(ExitCode::no_input, "no such user '" + name_or_uid + "'");
+    User user;
+    user.name = found->pw_name;
+    user.uid = found->pw_uid;
+    user.gid = found->pw_gid;
+    user.groups = groups_of(found->pw_name, found->pw_gid);
+    return user;
+}
+
+bool user_matches(const User& user, const std::string& candidate) {
+    if (all_digits(candidate)) return std::stoul(candidate) == user.uid;
+    return candidate == user.name;
+}
+
+void become_user(const User& user) {
+    auto fail = [&](const char* step) {
+        throw Error(ExitCode::no_perm, std::string("cannot become user '") + user.name +
+                                           "': " + step + ": " + std::strerror(errno));
+    };
+    if (getuid() == user.uid && geteuid() == user.uid && getgid() == user.gid &&
+        getegid() == user.gid && user.uid != 0)
+        return;  // already that user (e.g. bb-parse run by the submitting user)
+    if (setgroups(user.groups.size(), user.groups.data()) != 0) fail("setgroups");
+    if (setresgid(user.gid, user.gid, user.gid) != 0) fail("setresgid");
+    if (setresuid(user.uid, user.uid, user.uid) != 0) fail("setresuid");
+    // A partial drop must never go unnoticed: regaining root has to fail now.
+    if (user.uid != 0 && (setuid(0) == 0 || seteuid(0) == 0)) {
+        errno = EPERM;
+        fail("root could be regained");
+    }
+}
+
+}  // namespace bbkit

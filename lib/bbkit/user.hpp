@@ -1,0 +1,29 @@
+// Users as the system knows them, and the one way bbkit becomes one.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace bbkit {
+
+struct User {
+    std::string name;
+    uid_t uid = 0;
+    gid_t gid = 0;
+    std::vector<gid_t> groups;  // supplementary groups, primary included
+};
+
+// Looks up a user by name or numeric uid. Throws Error(no_input) when there is none.
+User lookup_user(const std::string& name_or_uid);
+
+// Whether `candidate` (a name or a numeric uid, as written in bbkit.toml) denotes `user`.
+bool user_matches(const User& user, const std::string& candidate);
+
+// Becomes `user` for good: setgroups, setresgid, setresuid, then verifies that root cannot be
+// regained. Throws Error(no_perm) and changes nothing observable when any step fails. Call it
+// only in a single-threaded process, before opening any user path.
+void become_user(const User& user);
+
+}  // namespace bbkit
