@@ -21,9 +21,9 @@ constexpr unsigned max_timeout_seconds = 2073600;
 
 struct PoolConfig {
     std::string name;
-    std::string path;              // absolute; holds bbkit's marker file
-    std::uint64_t capacity = 0;    // bytes, > 0
-    std::uint64_t granularity = 1; // bytes, >= 1, <= capacity
+    std::string path;               // absolute; holds bbkit's marker file
+    std::uint64_t capacity = 0;     // bytes, > 0
+    std::uint64_t granularity = 1;  // bytes, >= 1, <= capacity
 };
 
 struct Timeouts {  // seconds; Slurm's defaults
@@ -34,9 +34,9 @@ struct Timeouts {  // seconds; Slurm's defaults
 };
 
 struct Limits {
-    unsigned stage_concurrency = 128;          // stagers per stage at once (Slurm 22.05: 128)
-    unsigned mover_threads = 8;                // I/O threads shared by all movers
-    std::optional<std::uint64_t> user_capacity; // bytes; absent = unlimited (standalone mode)
+    unsigned stage_concurrency = 128;            // stagers per stage at once (Slurm 22.05: 128)
+    unsigned mover_threads = 8;                  // I/O threads shared by all movers
+    std::optional<std::uint64_t> user_capacity;  // bytes; absent = unlimited (standalone mode)
 };
 
 // burst_buffer.conf's Flags that bbkit honours.

@@ -23,8 +23,8 @@ struct JobContext {
     std::optional<std::string> job_id;
     std::optional<std::string> array_job_id;
     std::optional<std::string> array_task_id;
-    std::optional<std::string> user;     // name; its uid is looked up for the user checks
-    std::optional<unsigned> uid;         // when known without a passwd lookup
+    std::optional<std::string> user;  // name; its uid is looked up for the user checks
+    std::optional<unsigned> uid;      // when known without a passwd lookup
     std::optional<std::string> workdir;
     std::optional<std::string> job_name;
 };
@@ -39,9 +39,9 @@ struct Location {
 };
 
 struct JobBufferRequest {
-    std::string pool;             // resolved (default pool applied)
-    std::uint64_t capacity = 0;   // bytes requested
-    std::uint64_t allocated = 0;  // rounded up to the pool's granularity
+    std::string pool;                // resolved (default pool applied)
+    std::uint64_t capacity = 0;      // bytes requested
+    std::uint64_t allocated = 0;     // rounded up to the pool's granularity
     std::string access = "striped";  // striped | private (one directory either way)
     std::string type = "scratch";
     Location where;

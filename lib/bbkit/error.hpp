@@ -23,12 +23,12 @@ enum class ExitCode : int {
 };
 
 class Error : public std::runtime_error {
-public:
+  public:
     Error(ExitCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
     ExitCode code() const { return code_; }
     int exit_status() const { return static_cast<int>(code_); }
 
-private:
+  private:
     ExitCode code_;
 };
 

@@ -36,7 +36,8 @@ std::string buffer_path(const std::string& buffer, const std::string& relative) 
     if (!buffer.empty()) {
         var = "$DW_PERSISTENT_STRIPED_" + buffer;
         for (char& c : var)
-            if (c == '-') c = '_';
+            if (c == '-')
+                c = '_';
     }
     return relative.empty() ? var : var + "/" + relative;
 }
@@ -46,10 +47,9 @@ std::string stage_text(const char* direction, const StageDirective& stage, bool 
         buffer_path(stage.buffer, in ? stage.destination : stage.source);
     const std::string& outside = in ? stage.source : stage.destination;
     std::ostringstream out;
-    out << direction << ": " << to_string(stage.type) << ' '
-        << (in ? outside : buffer_side) << " -> " << (in ? buffer_side : outside) << "  ["
-        << location_text(stage.where) << "]" << (stage.unresolved ? " (symbols pending)" : "")
-        << '\n';
+    out << direction << ": " << to_string(stage.type) << ' ' << (in ? outside : buffer_side)
+        << " -> " << (in ? buffer_side : outside) << "  [" << location_text(stage.where) << "]"
+        << (stage.unresolved ? " (symbols pending)" : "") << '\n';
     return out.str();
 }
 
@@ -72,15 +72,18 @@ std::string toml_string(const std::string& s) {
 
 std::string toml_array(const std::vector<std::string>& items) {
     std::string out = "[";
-    for (std::size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + toml_string(items[i]);
+    for (std::size_t i = 0; i < items.size(); ++i)
+        out += (i ? ", " : "") + toml_string(items[i]);
     return out + "]";
 }
 
 std::vector<std::string> flag_names(const Flags& flags) {
     std::vector<std::string> names;
     names.push_back(flags.enable_persistent ? "EnablePersistent" : "DisablePersistent");
-    if (flags.private_data) names.push_back("PrivateData");
-    if (flags.teardown_failure) names.push_back("TeardownFailure");
+    if (flags.private_data)
+        names.push_back("PrivateData");
+    if (flags.teardown_failure)
+        names.push_back("TeardownFailure");
     return names;
 }
 
@@ -99,7 +102,8 @@ std::string size_text(const Size& size, std::uint64_t rounded) {
     out << (size.nodes ? "nodes:   " : "bytes:   ") << size.value << '\n'
         << "rounded: " << rounded << '\n'
         << "text:    " << format_size(size) << '\n';
-    if (!size.nodes && rounded != size.value) out << "rounded text: " << format_size(rounded) << '\n';
+    if (!size.nodes && rounded != size.value)
+        out << "rounded text: " << format_size(rounded) << '\n';
     return out.str();
 }
 
@@ -118,10 +122,13 @@ json request_json(const Request& request) {
         out["job_buffer"] = nullptr;
     }
     out["stage_in"] = json::array();
-    for (const StageDirective& s : request.stage_in) out["stage_in"].push_back(stage_json(s));
+    for (const StageDirective& s : request.stage_in)
+        out["stage_in"].push_back(stage_json(s));
     out["stage_out"] = json::array();
-    for (const StageDirective& s : request.stage_out) out["stage_out"].push_back(stage_json(s));
-    json persistent = {{"create", json::array()}, {"destroy", json::array()}, {"use", json::array()}};
+    for (const StageDirective& s : request.stage_out)
+        out["stage_out"].push_back(stage_json(s));
+    json persistent = {
+        {"create", json::array()}, {"destroy", json::array()}, {"use", json::array()}};
     for (const PersistentCreate& c : request.create)
         persistent["create"].push_back(with_location({{"name", c.name},
                                                       {"pool", c.pool},
@@ -145,7 +152,8 @@ json request_json(const Request& request) {
 
 std::string request_text(const Request& request) {
     std::ostringstream out;
-    if (!request.has_directive) out << "no burst-buffer directives\n";
+    if (!request.has_directive)
+        out << "no burst-buffer directives\n";
     if (request.job_buffer) {
         const JobBufferRequest& b = *request.job_buffer;
         out << "job buffer: pool " << b.pool << ", capacity " << format_size(b.capacity)
@@ -154,8 +162,10 @@ std::string request_text(const Request& request) {
     } else if (request.has_directive) {
         out << "job buffer: none (the stages run without space)\n";
     }
-    for (const StageDirective& s : request.stage_in) out << stage_text("stage_in", s, true);
-    for (const StageDirective& s : request.stage_out) out << stage_text("stage_out", s, false);
+    for (const StageDirective& s : request.stage_in)
+        out << stage_text("stage_in", s, true);
+    for (const StageDirective& s : request.stage_out)
+        out << stage_text("stage_out", s, false);
     for (const PersistentCreate& c : request.create)
         out << "create_persistent: " << c.name << ", pool " << c.pool << ", capacity "
             << format_size(c.capacity) << ", allocated " << format_size(c.allocated) << "  ["
@@ -179,8 +189,11 @@ json sources_json(const SourceTotals& totals) {
 
 std::string sources_text(const SourceTotals& totals) {
     std::ostringstream out;
-    out << "stage-in sources: " << totals.files << " entries, " << format_size(totals.bytes) << " ("
-        << totals.bytes << " bytes), all readable\n";
+    const std::string bytes = std::to_string(totals.bytes) + " bytes";
+    const std::string size = format_size(totals.bytes);
+    out << "stage-in sources: " << totals.files << " entries, "
+        << (size == std::to_string(totals.bytes) ? bytes : size + " (" + bytes + ")")
+        << ", all readable\n";
     for (const Warning& w : totals.skipped)
         out << "warning: " << location_text(w.where) << ": " << w.message << '\n';
     return out.str();
@@ -227,7 +240,8 @@ std::string config_text(const Config& config) {
         << "mode = " << toml_string(to_string(config.mode)) << '\n'
         << "cluster = " << toml_string(config.cluster) << '\n'
         << "directives = " << toml_array(config.directives) << '\n';
-    if (config.default_pool) out << "default_pool = " << toml_string(*config.default_pool) << '\n';
+    if (config.default_pool)
+        out << "default_pool = " << toml_string(*config.default_pool) << '\n';
     out << "flags = " << toml_array(flag_names(config.flags)) << '\n'
         << "allow_users = " << toml_array(config.allow_users) << '\n'
         << "deny_users = " << toml_array(config.deny_users) << '\n'
@@ -250,7 +264,8 @@ std::string config_text(const Config& config) {
             << "granularity = " << toml_string(format_size(p.granularity)) << '\n';
     if (!config.hooks.empty()) {
         out << "\n[hooks]\n";
-        for (const auto& [phase, path] : config.hooks) out << phase << " = " << toml_string(path) << '\n';
+        for (const auto& [phase, path] : config.hooks)
+            out << phase << " = " << toml_string(path) << '\n';
     }
     return out.str();
 }

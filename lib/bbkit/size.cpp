@@ -18,21 +18,22 @@ constexpr std::uint64_t kb = 1000ULL;
 
 // Largest first, IEC before SI at each magnitude: the order format_size tries them in.
 constexpr std::array<Unit, 10> print_units{{
-    {"PiB", kib * kib * kib * kib * kib},
-    {"PB", kb * kb * kb * kb * kb},
-    {"TiB", kib * kib * kib * kib},
-    {"TB", kb * kb * kb * kb},
-    {"GiB", kib * kib * kib},
-    {"GB", kb * kb * kb},
-    {"MiB", kib * kib},
-    {"MB", kb * kb},
+    {"PiB", kib* kib* kib* kib* kib},
+    {"PB", kb* kb* kb* kb* kb},
+    {"TiB", kib* kib* kib* kib},
+    {"TB", kb* kb* kb* kb},
+    {"GiB", kib* kib* kib},
+    {"GB", kb* kb* kb},
+    {"MiB", kib* kib},
+    {"MB", kb* kb},
     {"KiB", kib},
     {"KB", kb},
 }};
 
 std::string lower(std::string_view s) {
     std::string out(s);
-    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (char& c : out)
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return out;
 }
 
@@ -40,7 +41,8 @@ std::string lower(std::string_view s) {
 std::uint64_t suffix_factor(std::string_view token, std::string_view suffix, bool& nodes) {
     const std::string s = lower(suffix);
     nodes = false;
-    if (s.empty()) return 1;
+    if (s.empty())
+        return 1;
     if (s == "n" || s == "node" || s == "nodes") {
         nodes = true;
         return 1;
@@ -51,8 +53,10 @@ std::uint64_t suffix_factor(std::string_view token, std::string_view suffix, boo
     for (std::string_view letter : letters) {
         iec *= kib;
         si *= kb;
-        if (s == letter || s == std::string(letter) + "ib") return iec;
-        if (s == std::string(letter) + "b") return si;
+        if (s == letter || s == std::string(letter) + "ib")
+            return iec;
+        if (s == std::string(letter) + "b")
+            return si;
     }
     throw Error(ExitCode::data, "invalid size '" + std::string(token) + "': unknown unit '" +
                                     std::string(suffix) +
@@ -66,22 +70,28 @@ Size parse_size(std::string_view text) {
     auto fail = [&](const std::string& why) -> Error {
         return Error(ExitCode::data, "invalid size '" + token + "': " + why);
     };
-    if (text.empty()) throw fail("empty");
+    if (text.empty())
+        throw fail("empty");
     std::size_t i = 0;
-    if (text[0] == '-') throw fail("negative sizes are not allowed");
-    if (text[0] == '+') throw fail("a sign is not allowed");
+    if (text[0] == '-')
+        throw fail("negative sizes are not allowed");
+    if (text[0] == '+')
+        throw fail("a sign is not allowed");
     std::uint64_t number = 0;
     while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
         const std::uint64_t digit = static_cast<std::uint64_t>(text[i] - '0');
-        if (number > (max_size - digit) / 10) throw fail("too large (the limit is 2^63-1 bytes)");
+        if (number > (max_size - digit) / 10)
+            throw fail("too large (the limit is 2^63-1 bytes)");
         number = number * 10 + digit;
         ++i;
     }
-    if (i == 0) throw fail("it must start with a whole number");
+    if (i == 0)
+        throw fail("it must start with a whole number");
     const std::string_view suffix = text.substr(i);
     if (!suffix.empty()) {
         const char c = suffix[0];
-        if (c == '.' || c == ',') throw fail("decimals are not allowed (use a smaller unit)");
+        if (c == '.' || c == ',')
+            throw fail("decimals are not allowed (use a smaller unit)");
         if (std::isspace(static_cast<unsigned char>(c)))
             throw fail("no blank is allowed between the number and the unit");
         for (char ch : suffix)
@@ -90,37 +100,45 @@ Size parse_size(std::string_view text) {
     }
     bool nodes = false;
     const std::uint64_t factor = suffix_factor(text, suffix, nodes);
-    if (number == 0) throw fail("zero is not a size");
-    if (number > max_size / factor) throw fail("too large (the limit is 2^63-1 bytes)");
+    if (number == 0)
+        throw fail("zero is not a size");
+    if (number > max_size / factor)
+        throw fail("too large (the limit is 2^63-1 bytes)");
     return Size{number * factor, nodes};
 }
 
 std::uint64_t parse_capacity(std::string_view text) {
     const Size size = parse_size(text);
     if (size.nodes)
-        throw Error(ExitCode::data, "invalid capacity '" + std::string(text) +
-                                        "': a node count is not a capacity (give bytes, e.g. 100GiB)");
+        throw Error(ExitCode::data,
+                    "invalid capacity '" + std::string(text) +
+                        "': a node count is not a capacity (give bytes, e.g. 100GiB)");
     return size.value;
 }
 
 std::uint64_t round_up(std::uint64_t bytes, std::uint64_t granularity) {
-    if (granularity <= 1 || bytes % granularity == 0) return bytes;
+    if (granularity <= 1 || bytes % granularity == 0)
+        return bytes;
     const std::uint64_t granules = bytes / granularity + 1;
     if (granules > max_size / granularity)
-        throw Error(ExitCode::data, "size " + std::to_string(bytes) + " rounded up to granularity " +
+        throw Error(ExitCode::data, "size " + std::to_string(bytes) +
+                                        " rounded up to granularity " +
                                         std::to_string(granularity) + " exceeds 2^63-1 bytes");
     return granules * granularity;
 }
 
 std::string format_size(std::uint64_t bytes) {
-    if (bytes == 0) return "0";
+    if (bytes == 0)
+        return "0";
     for (const Unit& unit : print_units)
-        if (bytes % unit.factor == 0) return std::to_string(bytes / unit.factor) + std::string(unit.name);
+        if (bytes % unit.factor == 0)
+            return std::to_string(bytes / unit.factor) + std::string(unit.name);
     return std::to_string(bytes);
 }
 
 std::string format_size(const Size& size) {
-    if (size.nodes) return std::to_string(size.value) + "N";
+    if (size.nodes)
+        return std::to_string(size.value) + "N";
     return format_size(size.value);
 }
 

@@ -23,8 +23,10 @@ std::string where_text(const Location& where) {
 // The error for a failed system call on `path`, with the exit code its errno deserves.
 Error path_error(const Location& where, const std::string& path, const char* what, int err) {
     ExitCode code = ExitCode::io;
-    if (err == ENOENT || err == ENOTDIR) code = ExitCode::no_input;
-    if (err == EACCES || err == EPERM) code = ExitCode::no_perm;
+    if (err == ENOENT || err == ENOTDIR)
+        code = ExitCode::no_input;
+    if (err == EACCES || err == EPERM)
+        code = ExitCode::no_perm;
     return Error(code, where_text(where) + ": stage-in source '" + path + "': " + what + ": " +
                            std::strerror(err));
 }
@@ -47,14 +49,17 @@ void measure_tree(const Location& where, const std::string& root, SourceTotals& 
         pending.pop_back();
         require_readable(where, dir, true);
         std::unique_ptr<DIR, DirCloser> stream(opendir(dir.c_str()));
-        if (!stream) throw path_error(where, dir, "cannot open directory", errno);
+        if (!stream)
+            throw path_error(where, dir, "cannot open directory", errno);
         errno = 0;
         while (dirent* entry = readdir(stream.get())) {
             const std::string name = entry->d_name;
-            if (name == "." || name == "..") continue;
+            if (name == "." || name == "..")
+                continue;
             const std::string path = dir + "/" + name;
             struct stat st {};
-            if (lstat(path.c_str(), &st) != 0) throw path_error(where, path, "cannot stat", errno);
+            if (lstat(path.c_str(), &st) != 0)
+                throw path_error(where, path, "cannot stat", errno);
             ++totals.files;
             if (S_ISDIR(st.st_mode)) {
                 pending.push_back(path);
@@ -64,7 +69,8 @@ void measure_tree(const Location& where, const std::string& root, SourceTotals& 
             }
             errno = 0;
         }
-        if (errno != 0) throw path_error(where, dir, "cannot list directory", errno);
+        if (errno != 0)
+            throw path_error(where, dir, "cannot list directory", errno);
     }
 }
 
@@ -109,7 +115,8 @@ std::vector<std::string> split_list_line(const std::string& line, bool& ok) {
         } else if (c == '"') {
             quoted = in_word = true;
         } else if (c == ' ' || c == '\t') {
-            if (in_word) words.push_back(word);
+            if (in_word)
+                words.push_back(word);
             word.clear();
             in_word = false;
         } else {
@@ -118,7 +125,8 @@ std::vector<std::string> split_list_line(const std::string& line, bool& ok) {
         }
     }
     ok = !quoted;
-    if (in_word) words.push_back(word);
+    if (in_word)
+        words.push_back(word);
     return words;
 }
 
@@ -141,16 +149,19 @@ std::vector<SourceEntry> read_stage_list(const StageDirective& list) {
         if (line.find('\0') != std::string::npos)
             throw Error(ExitCode::data, context + ": NUL byte");
         const std::size_t first = line.find_first_not_of(" \t\r");
-        if (first == std::string::npos || line[first] == '#') continue;
+        if (first == std::string::npos || line[first] == '#')
+            continue;
         bool ok = true;
         const std::vector<std::string> words = split_list_line(line, ok);
-        if (!ok) throw Error(ExitCode::data, context + ": unterminated quote");
+        if (!ok)
+            throw Error(ExitCode::data, context + ": unterminated quote");
         if (words.size() != 2)
             throw Error(ExitCode::data, context + ": expected 'source destination'");
         SourceEntry entry;
         entry.source = words[0];
         if (entry.source.empty() || entry.source[0] != '/')
-            throw Error(ExitCode::data, context + ": source '" + entry.source + "' is not absolute");
+            throw Error(ExitCode::data,
+                        context + ": source '" + entry.source + "' is not absolute");
         std::string buffer;
         std::string relative;
         try {
@@ -161,10 +172,10 @@ std::vector<SourceEntry> read_stage_list(const StageDirective& list) {
         if (!buffer.empty())
             throw Error(ExitCode::data, context + ": list entries go to the job's buffer");
         const bool anchored = words[1][0] == '$';
-        entry.destination = anchored || list.destination.empty()
-                                ? relative
-                                : (relative.empty() ? list.destination
-                                                    : list.destination + "/" + relative);
+        entry.destination =
+            anchored || list.destination.empty()
+                ? relative
+                : (relative.empty() ? list.destination : list.destination + "/" + relative);
         struct stat st {};
         const bool is_dir = lstat(entry.source.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
         entry.type = is_dir ? StageType::directory : StageType::file;
@@ -178,9 +189,9 @@ SourceTotals measure_sources(const std::vector<StageDirective>& stage_in) {
     SourceTotals totals;
     for (const StageDirective& stage : stage_in) {
         if (stage.unresolved) {
-            totals.skipped.push_back(
-                {stage.where, "source '" + stage.source + "' not checked: it holds a symbol that is "
-                              "replaced only when the job is known"});
+            totals.skipped.push_back({stage.where, "source '" + stage.source +
+                                                       "' not checked: it holds a symbol that is "
+                                                       "replaced only when the job is known"});
             continue;
         }
         std::vector<SourceEntry> entries;
@@ -204,7 +215,8 @@ SourceTotals measure_sources(const std::vector<StageDirective>& stage_in) {
 namespace bbkit {
 
 void require_fits(std::uint64_t needed, std::uint64_t capacity) {
-    if (needed <= capacity) return;
+    if (needed <= capacity)
+        return;
     throw Error(ExitCode::data, "stage-in needs " + format_size(needed) + " (" +
                                     std::to_string(needed) + " bytes) but the buffer holds " +
                                     format_size(capacity) + " (request a larger capacity)");

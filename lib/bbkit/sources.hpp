@@ -12,7 +12,7 @@
 
 namespace bbkit {
 
-struct SourceEntry {  // one source to copy, after expanding type=list files
+struct SourceEntry {          // one source to copy, after expanding type=list files
     std::string source;       // absolute path outside the buffer
     std::string destination;  // relative to the buffer
     StageType type = StageType::file;

@@ -19,10 +19,14 @@ void setup_logging(const std::string& tool, const CommonOptions& options) {
     auto logger = spdlog::stderr_color_mt(tool);
     logger->set_pattern("%n: %^%l%$: %v");
     spdlog::level::level_enum level = spdlog::level::warn;
-    if (options.quiet) level = spdlog::level::err;
-    if (options.verbose == 1) level = spdlog::level::info;
-    if (options.verbose == 2) level = spdlog::level::debug;
-    if (options.verbose >= 3) level = spdlog::level::trace;
+    if (options.quiet)
+        level = spdlog::level::err;
+    if (options.verbose == 1)
+        level = spdlog::level::info;
+    if (options.verbose == 2)
+        level = spdlog::level::debug;
+    if (options.verbose >= 3)
+        level = spdlog::level::trace;
     logger->set_level(level);
     spdlog::set_default_logger(logger);
 }
@@ -34,8 +38,9 @@ void add_common_options(CLI::App& app, CommonOptions& options, bool with_state_d
     app.add_option("--config", options.config_path,
                    "Configuration file (default: $BBKIT_CONFIG, then /etc/bbkit/bbkit.toml)");
     if (with_state_dir)
-        app.add_option("--state-dir", options.state_dir,
-                       "State directory (default: $BBKIT_STATE_DIR, then state_dir of the configuration)");
+        app.add_option(
+            "--state-dir", options.state_dir,
+            "State directory (default: $BBKIT_STATE_DIR, then state_dir of the configuration)");
     app.add_flag("-v,--verbose", options.verbose, "More log output on stderr (repeatable)");
     app.add_flag("-q,--quiet", options.quiet, "Only errors on stderr");
 }
@@ -48,7 +53,8 @@ Config load_effective_config(const CommonOptions& options) {
         config.state_dir = env;
     }
     if (config.state_dir.empty() || config.state_dir[0] != '/')
-        throw Error(ExitCode::usage, "state directory '" + config.state_dir + "' is not an absolute path");
+        throw Error(ExitCode::usage,
+                    "state directory '" + config.state_dir + "' is not an absolute path");
     return config;
 }
 
@@ -83,11 +89,13 @@ std::string read_input_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) {
         const int err = errno;
-        const ExitCode code = (err == EACCES || err == EPERM) ? ExitCode::no_perm : ExitCode::no_input;
+        const ExitCode code =
+            (err == EACCES || err == EPERM) ? ExitCode::no_perm : ExitCode::no_input;
         throw Error(code, "cannot read '" + path + "': " + std::strerror(err));
     }
     data << in.rdbuf();
-    if (in.bad()) throw Error(ExitCode::io, "cannot read '" + path + "': read error");
+    if (in.bad())
+        throw Error(ExitCode::io, "cannot read '" + path + "': read error");
     return data.str();
 }
 

@@ -13,9 +13,11 @@ namespace bbkit {
 namespace {
 
 bool all_digits(const std::string& s) {
-    if (s.empty() || s.size() > 10) return false;
+    if (s.empty() || s.size() > 10)
+        return false;
     for (char c : s)
-        if (c < '0' || c > '9') return false;
+        if (c < '0' || c > '9')
+            return false;
     return true;
 }
 
@@ -46,7 +48,8 @@ User lookup_user(const std::string& name_or_uid) {
     if (rc != 0)
         throw Error(ExitCode::software,
                     "cannot look up user '" + name_or_uid + "': " + std::strerror(rc));
-    if (found == nullptr) throw Error(ExitCode::no_input, "no such user '" + name_or_uid + "'");
+    if (found == nullptr)
+        throw Error(ExitCode::no_input, "no such user '" + name_or_uid + "'");
     User user;
     user.name = found->pw_name;
     user.uid = found->pw_uid;
@@ -56,7 +59,8 @@ User lookup_user(const std::string& name_or_uid) {
 }
 
 bool user_matches(const User& user, const std::string& candidate) {
-    if (all_digits(candidate)) return std::stoul(candidate) == user.uid;
+    if (all_digits(candidate))
+        return std::stoul(candidate) == user.uid;
     return candidate == user.name;
 }
 
@@ -68,9 +72,12 @@ void become_user(const User& user) {
     if (getuid() == user.uid && geteuid() == user.uid && getgid() == user.gid &&
         getegid() == user.gid && user.uid != 0)
         return;  // already that user (e.g. bb-parse run by the submitting user)
-    if (setgroups(user.groups.size(), user.groups.data()) != 0) fail("setgroups");
-    if (setresgid(user.gid, user.gid, user.gid) != 0) fail("setresgid");
-    if (setresuid(user.uid, user.uid, user.uid) != 0) fail("setresuid");
+    if (setgroups(user.groups.size(), user.groups.data()) != 0)
+        fail("setgroups");
+    if (setresgid(user.gid, user.gid, user.gid) != 0)
+        fail("setresgid");
+    if (setresuid(user.uid, user.uid, user.uid) != 0)
+        fail("setresuid");
     // A partial drop must never go unnoticed: regaining root has to fail now.
     if (user.uid != 0 && (setuid(0) == 0 || seteuid(0) == 0)) {
         errno = EPERM;

@@ -158,6 +158,7 @@ TEST(Size, prints_node_counts_with_n) {
 }
 
 TEST(Size, printed_form_parses_back_to_the_same_bytes) {
-    for (std::uint64_t v : std::initializer_list<std::uint64_t>{1, 1000, 1024, 1000256000, 1200 * GiB, 7 * PiB, 123456789})
+    for (std::uint64_t v : std::initializer_list<std::uint64_t>{1, 1000, 1024, 1000256000,
+                                                                1200 * GiB, 7 * PiB, 123456789})
         EXPECT_EQ(parse_size(format_size(v)).value, v) << v;
 }

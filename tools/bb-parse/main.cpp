@@ -32,11 +32,14 @@ struct SizeOptions {
     bool json = false;
 };
 
-void print_json(const nlohmann::json& value) { std::cout << value.dump(2) << '\n'; }
+void print_json(const nlohmann::json& value) {
+    std::cout << value.dump(2) << '\n';
+}
 
 int run_size(const SizeOptions& options) {
     const Size size = parse_size(options.expression);
-    const std::uint64_t granularity = options.granularity ? parse_capacity(*options.granularity) : 1;
+    const std::uint64_t granularity =
+        options.granularity ? parse_capacity(*options.granularity) : 1;
     const std::uint64_t rounded = size.nodes ? size.value : round_up(size.value, granularity);
     if (options.json)
         print_json(size_json(size, rounded));
@@ -59,8 +62,9 @@ int run_config(const CommonOptions& common, bool json) {
 SourceTotals check_sources_as_user(const Request& request, const JobContext& job) {
     if (geteuid() == 0) {
         if (!job.user)
-            throw Error(ExitCode::usage, "--check-sources as root needs --user (sources are "
-                                         "checked with the job user's permissions)");
+            throw Error(ExitCode::usage,
+                        "--check-sources as root needs --user (sources are "
+                        "checked with the job user's permissions)");
         become_user(lookup_user(*job.user));
     } else if (job.user) {
         const User user = lookup_user(*job.user);
@@ -72,8 +76,10 @@ SourceTotals check_sources_as_user(const Request& request, const JobContext& job
     std::uint64_t into_job_buffer = 0;
     bool stages_into_job_buffer = false;
     for (const StageDirective& stage : request.stage_in)
-        if (stage.buffer.empty() && !stage.unresolved) stages_into_job_buffer = true;
-    if (stages_into_job_buffer) into_job_buffer = totals.bytes;
+        if (stage.buffer.empty() && !stage.unresolved)
+            stages_into_job_buffer = true;
+    if (stages_into_job_buffer)
+        into_job_buffer = totals.bytes;
     if (request.job_buffer && into_job_buffer > 0)
         require_fits(into_job_buffer, request.job_buffer->allocated);
     return totals;
@@ -81,27 +87,35 @@ SourceTotals check_sources_as_user(const Request& request, const JobContext& job
 
 int run_request(const CommonOptions& common, RequestOptions& options) {
     if (!options.script && !options.bb && !options.bbf)
-        throw Error(ExitCode::usage, "nothing to parse: give --script FILE, --bb TEXT or --bbf FILE");
+        throw Error(ExitCode::usage,
+                    "nothing to parse: give --script FILE, --bb TEXT or --bbf FILE");
     RequestText text;
-    if (options.script) text.script = read_input_file(*options.script);
-    if (options.bb) text.bb = *options.bb;
-    if (options.bbf) text.bbf = read_input_file(*options.bbf);
+    if (options.script)
+        text.script = read_input_file(*options.script);
+    if (options.bb)
+        text.bb = *options.bb;
+    if (options.bbf)
+        text.bbf = read_input_file(*options.bbf);
     const Config config = load_effective_config(common);
     const Request request = parse_request(text, config, options.job);
 
     if (options.emit_script) {
-        for (const std::string& line : canonical_lines(request, config)) std::cout << line << '\n';
+        for (const std::string& line : canonical_lines(request, config))
+            std::cout << line << '\n';
         return 0;
     }
     std::optional<SourceTotals> totals;
-    if (options.check_sources) totals = check_sources_as_user(request, options.job);
+    if (options.check_sources)
+        totals = check_sources_as_user(request, options.job);
     if (options.json) {
         nlohmann::json out = request_json(request);
-        if (totals) out["sources"] = sources_json(*totals);
+        if (totals)
+            out["sources"] = sources_json(*totals);
         print_json(out);
     } else {
         std::cout << request_text(request);
-        if (totals) std::cout << sources_text(*totals);
+        if (totals)
+            std::cout << sources_text(*totals);
     }
     return 0;
 }
@@ -120,7 +134,8 @@ int main(int argc, char** argv) {
     app.add_option("--bb", request.bb, "Directives or the short form, as sbatch --bb takes them");
     app.add_option("--bbf", request.bbf, "File of directives, as sbatch --bbf takes it");
     app.add_option("--job-id", request.job.job_id, "Job id (for %j and %A)");
-    app.add_option("--user", request.job.user, "Job user, name or uid (for %u and the user checks)");
+    app.add_option("--user", request.job.user,
+                   "Job user, name or uid (for %u and the user checks)");
     app.add_option("--array-job-id", request.job.array_job_id, "Array master job id (for %A)");
     app.add_option("--array-task-id", request.job.array_task_id, "Array task id (for %a and %b)");
     app.add_option("--workdir", request.job.workdir, "Job working directory (for %d)");
@@ -131,8 +146,10 @@ int main(int argc, char** argv) {
                  "Check, as the job's user, that every stage-in source is readable and fits");
 
     SizeOptions size;
-    CLI::App* size_cmd = app.add_subcommand("size", "Parse a size; print bytes, rounded bytes, form");
-    size_cmd->add_option("EXPR", size.expression, "Size such as 100GiB, 4GB, 1200 or 2N")->required();
+    CLI::App* size_cmd =
+        app.add_subcommand("size", "Parse a size; print bytes, rounded bytes, form");
+    size_cmd->add_option("EXPR", size.expression, "Size such as 100GiB, 4GB, 1200 or 2N")
+        ->required();
     size_cmd->add_option("--granularity", size.granularity, "Round up to a multiple of this size");
     size_cmd->add_flag("--json", size.json, "Print JSON: bytes, nodes, rounded, text");
 
@@ -141,8 +158,10 @@ int main(int argc, char** argv) {
     config_cmd->add_flag("--json", config_json_flag, "Print JSON");
 
     return run_tool("bb-parse", app, argc, argv, common, [&]() -> int {
-        if (*size_cmd) return run_size(size);
-        if (*config_cmd) return run_config(common, config_json_flag);
+        if (*size_cmd)
+            return run_size(size);
+        if (*config_cmd)
+            return run_config(common, config_json_flag);
         return run_request(common, request);
     });
 }

@@ -1,0 +1,572 @@
+#include "bbkit/config.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <toml.hpp>
+
+#include "bbkit/error.hpp"
+#include "bbkit/size.hpp"
+
+namespace bbkit {
+namespace {
+
+// std::map keeps keys sorted, so checks that walk a table report the same problem every run.
+using Value = toml::basic_value<toml::discard_comments, std::map, std::vector>;
+using Table = Value::table_type;
+
+constexpr const char* default_config_path = "/etc/bbkit/bbkit.toml";
+constexpr std::int64_t max_uid = 4294967294;  // (uid_t)-1 means "no uid" to the kernel
+constexpr unsigned max_stage_concurrency = 4096;
+constexpr unsigned max_mover_threads = 1024;
+
+// Keys and values are echoed in messages; a newline or NUL in them must not break the one line.
+std::string printable(const std::string& text) {
+    std::string out;
+    for (char c : text) {
+        if (!std::iscntrl(static_cast<unsigned char>(c))) {
+            out += c;
+            continue;
+        }
+        char escaped[8];
+        std::snprintf(escaped, sizeof escaped, "\\x%02x", static_cast<unsigned char>(c));
+        out += escaped;
+    }
+    return out;
+}
+
+[[noreturn]] void fail_at(const std::string& source, std::size_t line, const std::string& key,
+                          const std::string& why) {
+    std::string where = source;
+    if (line > 0)
+        where += ":" + std::to_string(line);
+    throw Error(ExitCode::config, printable(where + ": " + key + ": " + why));
+}
+
+// One value of the document with the dotted key ("pool[0].name") that names it in messages.
+class Field {
+  public:
+    Field(const std::string& source, const Value& value, std::string key)
+        : source_(&source), value_(&value), key_(std::move(key)) {}
+
+    const Value& value() const { return *value_; }
+    const std::string& key() const { return key_; }
+    std::size_t line() const { return value_->location().line(); }
+
+    [[noreturn]] void fail(const std::string& why) const { fail_at(*source_, line(), key_, why); }
+    // For a key that should be in this table but is not: the table's line is the best we have.
+    [[noreturn]] void fail_member(const std::string& name, const std::string& why) const {
+        fail_at(*source_, line(), member_key(name), why);
+    }
+
+    Field member(const std::string& name, const Value& value) const {
+        return Field(*source_, value, member_key(name));
+    }
+    Field item(std::size_t index, const Value& value) const {
+        return Field(*source_, value, key_ + "[" + std::to_string(index) + "]");
+    }
+
+  private:
+    std::string member_key(const std::string& name) const {
+        return key_.empty() ? name : key_ + "." + name;
+    }
+
+    const std::string* source_;
+    const Value* value_;
+    std::string key_;
+};
+
+const char* type_name(const Value& value) {
+    switch (value.type()) {
+        case toml::value_t::boolean:
+            return "a boolean";
+        case toml::value_t::integer:
+            return "an integer";
+        case toml::value_t::floating:
+            return "a float";
+        case toml::value_t::string:
+            return "a string";
+        case toml::value_t::offset_datetime:
+        case toml::value_t::local_datetime:
+            return "a date-time";
+        case toml::value_t::local_date:
+            return "a date";
+        case toml::value_t::local_time:
+            return "a time";
+        case toml::value_t::array:
+            return "an array";
+        case toml::value_t::table:
+            return "a table";
+        case toml::value_t::empty:
+            break;
+    }
+    return "nothing";
+}
+
+void expect_type(const Field& field, toml::value_t type, const std::string& expected) {
+    if (field.value().type() != type)
+        field.fail("expected " + expected + ", got " + type_name(field.value()));
+}
+
+const Table& table_of(const Field& field) {
+    expect_type(field, toml::value_t::table, "a table");
+    return field.value().as_table();
+}
+
+std::optional<Field> find(const Field& table, const std::string& name) {
+    const Table& members = table_of(table);
+    const auto it = members.find(name);
+    if (it == members.end())
+        return std::nullopt;
+    return table.member(name, it->second);
+}
+
+Field required(const Field& table, const std::string& name) {
+    if (auto field = find(table, name))
+        return *field;
+    table.fail_member(name, "missing (this key is required)");
+}
+
+std::vector<Field> items_of(const Field& field, const std::string& expected = "an array") {
+    expect_type(field, toml::value_t::array, expected);
+    std::vector<Field> items;
+    const auto& array = field.value().as_array();
+    for (std::size_t i = 0; i < array.size(); ++i)
+        items.push_back(field.item(i, array[i]));
+    return items;
+}
+
+std::string string_of(const Field& field, const std::string& expected = "a string") {
+    expect_type(field, toml::value_t::string, expected);
+    return field.value().as_string().str;
+}
+
+std::int64_t integer_of(const Field& field) {
+    expect_type(field, toml::value_t::integer, "an integer");
+    return field.value().as_integer();
+}
+
+bool boolean_of(const Field& field) {
+    expect_type(field, toml::value_t::boolean, "a boolean (true or false)");
+    return field.value().as_boolean();
+}
+
+std::string joined(const std::vector<std::string>& words) {
+    std::string out;
+    for (const std::string& word : words)
+        out += (out.empty() ? "" : ", ") + word;
+    return out;
+}
+
+// Reports the unknown key that comes first in the file, as a reader fixing them would meet it.
+void reject_unknown_keys(const Field& table, const std::vector<std::string>& known) {
+    std::optional<Field> first;
+    std::string first_name;
+    for (const auto& [name, value] : table_of(table)) {
+        if (std::find(known.begin(), known.end(), name) != known.end())
+            continue;
+        const Field field = table.member(name, value);
+        if (first && first->line() <= field.line())
+            continue;
+        first = field;
+        first_name = name;
+    }
+    if (first)
+        first->fail("unknown key '" + first_name + "' (known: " + joined(known) + ")");
+}
+
+template <typename T, typename Read>
+void read_if_present(const Field& table, const std::string& name, T& out, Read read) {
+    if (auto field = find(table, name))
+        out = read(*field);
+}
+
+std::string absolute_path_of(const Field& field) {
+    const std::string path = string_of(field, "a string (an absolute path)");
+    if (path.find('\0') != std::string::npos)
+        field.fail("a path cannot contain a NUL character");
+    if (path.empty() || path[0] != '/')
+        field.fail("'" + path + "' is not an absolute path");
+    return path;
+}
+
+// A pool's path is compared and joined with buffer names, so it must have one spelling.
+std::string pool_path_of(const Field& field) {
+    const std::string path = absolute_path_of(field);
+    if (path == "/")
+        field.fail("the root directory cannot be a pool");
+    if (path.back() == '/')
+        field.fail("'" + path + "' must not end with '/'");
+    std::istringstream parts(path.substr(1));
+    std::string part;
+    while (std::getline(parts, part, '/'))
+        if (part.empty() || part == "." || part == "..")
+            field.fail("'" + path + "' is not normalized (no '//', '.' or '..' components)");
+    return path;
+}
+
+bool is_name_char(char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+}
+
+// Cluster and pool names become parts of keys and directory names: a safe, short alphabet.
+std::string name_of(const Field& field) {
+    const std::string name = string_of(field);
+    if (name.empty())
+        field.fail("must not be empty");
+    for (char c : name)
+        if (!is_name_char(c))
+            field.fail("invalid character in '" + name + "' (use letters, digits, '_', '.', '-')");
+    return name;
+}
+
+std::string user_name_of(const Field& field) {
+    const std::string name = string_of(field);
+    if (name.empty())
+        field.fail("a user name must not be empty");
+    for (char c : name)
+        if (std::isspace(static_cast<unsigned char>(c)) ||
+            std::iscntrl(static_cast<unsigned char>(c)) || c == ':' || c == '/')
+            field.fail("'" + name + "' is not a valid user name");
+    return name;
+}
+
+std::uint64_t capacity_of(const Field& field) {
+    const std::string text = string_of(field, "a string (a size such as \"100GiB\")");
+    try {
+        return parse_capacity(text);
+    } catch (const Error& error) {
+        field.fail(error.what());
+    }
+}
+
+unsigned seconds_of(const Field& field) {
+    const std::int64_t seconds = integer_of(field);
+    if (seconds <= 0)
+        field.fail("must be a positive number of seconds, got " + std::to_string(seconds));
+    if (seconds > max_timeout_seconds)
+        field.fail(std::to_string(seconds) + " exceeds Slurm's maximum of " +
+                   std::to_string(max_timeout_seconds) + " seconds (24 days)");
+    return static_cast<unsigned>(seconds);
+}
+
+unsigned integer_between(const Field& field, unsigned low, unsigned high) {
+    const std::int64_t n = integer_of(field);
+    if (n < low || n > high)
+        field.fail("must be between " + std::to_string(low) + " and " + std::to_string(high) +
+                   ", got " + std::to_string(n));
+    return static_cast<unsigned>(n);
+}
+
+Mode mode_of(const Field& field) {
+    const std::string mode = string_of(field);
+    if (mode == "standalone")
+        return Mode::standalone;
+    if (mode == "slurm")
+        return Mode::slurm;
+    field.fail("must be \"standalone\" or \"slurm\", got '" + mode + "'");
+}
+
+void check_directive_word(const Field& field, const std::string& word) {
+    if (word.empty())
+        field.fail("a directive must not be empty");
+    if (word[0] == '#')
+        field.fail("write '" + word.substr(1) + "' without the leading '#'");
+    for (char c : word)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_')
+            field.fail("invalid character in '" + word + "' (use letters, digits and '_')");
+}
+
+std::vector<std::string> directives_of(const Field& field) {
+    std::vector<std::string> words;
+    for (const Field& item : items_of(field)) {
+        const std::string word = string_of(item);
+        check_directive_word(item, word);
+        if (std::find(words.begin(), words.end(), word) != words.end())
+            item.fail("duplicate directive '" + word + "'");
+        words.push_back(word);
+    }
+    if (words.empty())
+        field.fail("at least one directive is required");
+    return words;
+}
+
+std::string lower(std::string text) {
+    for (char& c : text)
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return text;
+}
+
+// Slurm compares burst_buffer.conf flags case-insensitively; we return the canonical spelling.
+std::string flag_of(const Field& field) {
+    static const std::vector<std::string> known{"DisablePersistent", "EnablePersistent",
+                                                "PrivateData", "TeardownFailure"};
+    const std::string flag = string_of(field);
+    for (const std::string& name : known)
+        if (lower(name) == lower(flag))
+            return name;
+    field.fail("unknown flag '" + flag + "' (known: " + joined(known) + ")");
+}
+
+Flags flags_of(const Field& field) {
+    Flags flags;
+    bool disable_persistent = false;
+    for (const Field& item : items_of(field)) {
+        const std::string flag = flag_of(item);
+        disable_persistent |= flag == "DisablePersistent";
+        flags.enable_persistent |= flag == "EnablePersistent";
+        flags.private_data |= flag == "PrivateData";
+        flags.teardown_failure |= flag == "TeardownFailure";
+        if (disable_persistent && flags.enable_persistent)
+            item.fail("EnablePersistent and DisablePersistent are exclusive");
+    }
+    return flags;
+}
+
+std::string uid_of(const Field& field) {
+    const std::int64_t uid = integer_of(field);
+    if (uid < 0 || uid > max_uid)
+        field.fail("a uid must be between 0 and " + std::to_string(max_uid) + ", got " +
+                   std::to_string(uid));
+    return std::to_string(uid);
+}
+
+std::vector<std::string> users_of(const Field& field) {
+    std::vector<std::string> users;
+    for (const Field& item : items_of(field)) {
+        const toml::value_t type = item.value().type();
+        if (type != toml::value_t::string && type != toml::value_t::integer)
+            item.fail(std::string("expected a user name or a uid, got ") + type_name(item.value()));
+        users.push_back(type == toml::value_t::integer ? uid_of(item) : user_name_of(item));
+    }
+    return users;
+}
+
+void read_identity(const Field& root, Config& config) {
+    read_if_present(root, "state_dir", config.state_dir, absolute_path_of);
+    read_if_present(root, "state_owner", config.state_owner, user_name_of);
+    read_if_present(root, "mode", config.mode, mode_of);
+    read_if_present(root, "cluster", config.cluster, name_of);
+    read_if_present(root, "directives", config.directives, directives_of);
+    read_if_present(root, "flags", config.flags, flags_of);
+}
+
+void read_access(const Field& root, Config& config) {
+    read_if_present(root, "allow_users", config.allow_users, users_of);
+    read_if_present(root, "deny_users", config.deny_users, users_of);
+    read_if_present(root, "allow_root", config.allow_root, boolean_of);
+    if (!config.allow_users.empty() && !config.deny_users.empty())
+        find(root, "deny_users")->fail("allow_users and deny_users are exclusive");
+}
+
+Timeouts timeouts_of(const Field& table) {
+    reject_unknown_keys(table, {"stage_in", "stage_out", "other", "validate"});
+    Timeouts timeouts;
+    read_if_present(table, "stage_in", timeouts.stage_in, seconds_of);
+    read_if_present(table, "stage_out", timeouts.stage_out, seconds_of);
+    read_if_present(table, "other", timeouts.other, seconds_of);
+    read_if_present(table, "validate", timeouts.validate, seconds_of);
+    return timeouts;
+}
+
+Limits limits_of(const Field& table) {
+    reject_unknown_keys(table, {"stage_concurrency", "mover_threads", "user_capacity"});
+    Limits limits;
+    if (auto field = find(table, "stage_concurrency"))
+        limits.stage_concurrency = integer_between(*field, 1, max_stage_concurrency);
+    if (auto field = find(table, "mover_threads"))
+        limits.mover_threads = integer_between(*field, 1, max_mover_threads);
+    read_if_present(table, "user_capacity", limits.user_capacity, capacity_of);
+    return limits;
+}
+
+// Whether one normalized absolute path is the other or lies beneath it.
+bool paths_overlap(const std::string& a, const std::string& b) {
+    const std::string& shorter = a.size() <= b.size() ? a : b;
+    const std::string& longer = a.size() <= b.size() ? b : a;
+    return longer.compare(0, shorter.size(), shorter) == 0 &&
+           (longer.size() == shorter.size() || longer[shorter.size()] == '/');
+}
+
+PoolConfig pool_of(const Field& table) {
+    reject_unknown_keys(table, {"name", "path", "capacity", "granularity"});
+    PoolConfig pool;
+    pool.name = name_of(required(table, "name"));
+    pool.path = pool_path_of(required(table, "path"));
+    pool.capacity = capacity_of(required(table, "capacity"));
+    if (auto field = find(table, "granularity")) {
+        pool.granularity = capacity_of(*field);
+        if (pool.granularity > pool.capacity)
+            field->fail(format_size(pool.granularity) + " exceeds the pool's capacity " +
+                        format_size(pool.capacity));
+    }
+    return pool;
+}
+
+std::vector<PoolConfig> pools_of(const Field& field) {
+    std::vector<PoolConfig> pools;
+    std::map<std::string, std::size_t> name_lines;
+    for (const Field& item : items_of(field, "an array of tables ([[pool]])")) {
+        pools.push_back(pool_of(item));
+        const Field name = required(item, "name");
+        const auto [first, inserted] = name_lines.emplace(pools.back().name, name.line());
+        if (!inserted)
+            name.fail("duplicate pool name '" + first->first + "' (first defined at line " +
+                      std::to_string(first->second) + ")");
+        // Two pools over the same directory tree would count the same space twice.
+        const PoolConfig& added = pools.back();
+        for (std::size_t i = 0; i + 1 < pools.size(); ++i)
+            if (paths_overlap(pools[i].path, added.path))
+                required(item, "path")
+                    .fail("'" + added.path + "' overlaps pool '" + pools[i].name + "' at '" +
+                          pools[i].path + "'");
+    }
+    return pools;
+}
+
+std::map<std::string, std::string> hooks_of(const Field& table) {
+    reject_unknown_keys(table, hook_phases());
+    std::map<std::string, std::string> hooks;
+    for (const auto& [phase, value] : table_of(table))
+        hooks[phase] = absolute_path_of(table.member(phase, value));
+    return hooks;
+}
+
+std::string default_pool_of(const Field& field, const std::vector<PoolConfig>& pools) {
+    const std::string name = string_of(field);
+    if (pools.empty())
+        field.fail("names pool '" + name + "' but no [[pool]] is configured");
+    std::vector<std::string> names;
+    for (const PoolConfig& pool : pools)
+        names.push_back(pool.name);
+    if (std::find(names.begin(), names.end(), name) == names.end())
+        field.fail("no pool named '" + name + "' (configured: " + joined(names) + ")");
+    return name;
+}
+
+Config config_of(const Field& root) {
+    reject_unknown_keys(
+        root, {"state_dir", "state_owner", "mode", "cluster", "directives", "default_pool", "flags",
+               "allow_users", "deny_users", "allow_root", "timeouts", "limits", "pool", "hooks"});
+    Config config;
+    read_identity(root, config);
+    read_access(root, config);
+    read_if_present(root, "timeouts", config.timeouts, timeouts_of);
+    read_if_present(root, "limits", config.limits, limits_of);
+    read_if_present(root, "pool", config.pools, pools_of);
+    read_if_present(root, "hooks", config.hooks, hooks_of);
+    if (auto field = find(root, "default_pool"))
+        config.default_pool = default_pool_of(*field, config.pools);
+    return config;
+}
+
+std::string without_trailing_period(std::string text) {
+    while (!text.empty() && (text.back() == '.' || text.back() == ' '))
+        text.pop_back();
+    return text;
+}
+
+// toml11 explains a syntax error over several lines: "[error] toml::parse_x: what", then a
+// source excerpt with "^--- hint" marks. Our messages are one line: keep the what and last hint.
+std::string one_line(const std::string& toml_message) {
+    static const std::regex summary_prefix(R"(^\[error\]\s*(toml::[A-Za-z_:]+:\s*)?)");
+    static const std::regex hint_line(R"(^\s*\|\s*[\^~]+-*\s+(.+)$)");
+    std::istringstream lines(toml_message);
+    std::string summary;
+    std::getline(lines, summary);
+    summary = without_trailing_period(std::regex_replace(summary, summary_prefix, ""));
+    std::string line;
+    std::string hint;
+    std::smatch match;
+    while (std::getline(lines, line))
+        if (std::regex_match(line, match, hint_line) && match[1] != "here")
+            hint = without_trailing_period(match[1]);
+    return hint.empty() ? summary : summary + " (" + hint + ")";
+}
+
+Value parse_toml(const std::string& text, const std::string& source) {
+    std::istringstream stream(text);
+    try {
+        return toml::parse<toml::discard_comments, std::map, std::vector>(stream, source);
+    } catch (const toml::exception& error) {
+        fail_at(source, error.location().line(), "invalid TOML", one_line(error.what()));
+    }
+}
+
+struct FileCloser {
+    void operator()(std::FILE* file) const { std::fclose(file); }
+};
+
+[[noreturn]] void cannot_read(const std::string& path, int error_number) {
+    throw Error(ExitCode::config,
+                path + ": cannot read configuration: " + std::strerror(error_number) +
+                    " (use --config FILE or set BBKIT_CONFIG)");
+}
+
+std::string file_text(const std::string& path) {
+    std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
+    if (!file)
+        cannot_read(path, errno);
+    std::string text;
+    char buffer[65536];
+    std::size_t count = 0;
+    while ((count = std::fread(buffer, 1, sizeof buffer, file.get())) > 0)
+        text.append(buffer, count);
+    if (std::ferror(file.get()))
+        cannot_read(path, errno);
+    return text;
+}
+
+}  // namespace
+
+const PoolConfig* Config::find_pool(const std::string& name) const {
+    for (const PoolConfig& pool : pools)
+        if (pool.name == name)
+            return &pool;
+    return nullptr;
+}
+
+const std::vector<std::string>& hook_phases() {
+    static const std::vector<std::string> phases{"setup",    "stage_in",  "pre_run",
+                                                 "post_run", "stage_out", "teardown"};
+    return phases;
+}
+
+std::string locate_config(const std::optional<std::string>& cli_path) {
+    if (cli_path)
+        return *cli_path;
+    const char* from_environment = std::getenv("BBKIT_CONFIG");
+    if (from_environment != nullptr && *from_environment != '\0')
+        return from_environment;
+    return default_config_path;
+}
+
+Config parse_config(const std::string& text, const std::string& source_name) {
+    const std::string source = source_name.empty() ? "<config>" : source_name;
+    const Value document = parse_toml(text, source);
+    Config config = config_of(Field(source, document, ""));
+    config.source = source_name;
+    return config;
+}
+
+Config load_config(const std::string& path) {
+    return parse_config(file_text(path), path);
+}
+
+const char* to_string(Mode mode) {
+    switch (mode) {
+        case Mode::standalone:
+            return "standalone";
+        case Mode::slurm:
+            return "slurm";
+    }
+    return "standalone";
+}
+
+}  // namespace bbkit

@@ -1,0 +1,986 @@
+#include "bbkit/directive.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <utility>
+
+#include "bbkit/error.hpp"
+#include "bbkit/size.hpp"
+#include "bbkit/user.hpp"
+
+namespace bbkit {
+
+const char* to_string(Origin origin) {
+    switch (origin) {
+        case Origin::script:
+            return "script";
+        case Origin::bb_option:
+            return "--bb";
+        case Origin::bbf_file:
+            return "--bbf";
+    }
+    return "?";
+}
+
+const char* to_string(StageType type) {
+    switch (type) {
+        case StageType::file:
+            return "file";
+        case StageType::directory:
+            return "directory";
+        case StageType::list:
+            return "list";
+    }
+    return "?";
+}
+
+namespace {
+
+constexpr std::size_t max_persistent_name = 64;
+// Slurm's %a for a job that is not part of an array (NO_VAL - 1).
+const char* const non_array_task_id = "4294967294";
+const char* const persistent_variable = "DW_PERSISTENT_STRIPED_";
+
+Error invalid(const std::string& why) {
+    return Error(ExitCode::data, why);
+}
+
+bool is_blank(char c) {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+    return s.compare(0, prefix.size(), prefix) == 0;
+}
+
+std::string trim(const std::string& s) {
+    std::size_t begin = 0;
+    std::size_t end = s.size();
+    while (begin < end && is_blank(s[begin]))
+        ++begin;
+    while (end > begin && is_blank(s[end - 1]))
+        --end;
+    return s.substr(begin, end - begin);
+}
+
+bool all_digits(const std::string& s) {
+    return !s.empty() &&
+           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The prefix `line` starts with ("#" + prefix + blank or end), or "" when none does.
+std::string match_prefix(const std::string& line, const std::vector<std::string>& prefixes) {
+    for (const std::string& prefix : prefixes) {
+        if (prefix.empty() || line.size() < prefix.size() + 1 || line[0] != '#' ||
+            line.compare(1, prefix.size(), prefix) != 0)
+            continue;
+        const std::size_t next = prefix.size() + 1;
+        if (next == line.size() || is_blank(line[next]))
+            return prefix;
+    }
+    return "";
+}
+
+// A directive continues on the next line when it ends with exactly one backslash; "\\" at the
+// end is Slurm's stop marker, not a continuation.
+bool continues(const std::string& body) {
+    const std::string t = trim(body);
+    const std::size_t n = t.size();
+    return n >= 1 && t[n - 1] == '\\' && (n < 2 || t[n - 2] != '\\');
+}
+
+std::string without_backslash(const std::string& body) {
+    const std::string t = trim(body);
+    return t.substr(0, t.size() - 1);
+}
+
+// ---- tokens ----------------------------------------------------------------------------------
+
+struct Token {
+    std::string key;  // the word itself when !has_value
+    std::string value;
+    bool has_value = false;
+};
+
+// Splits on blanks; double quotes group, `\"` is a literal quote. A `\\` pair is kept as two
+// characters so symbol replacement can see Slurm's stop marker.
+std::vector<Token> tokenize(const std::string& body) {
+    std::vector<Token> tokens;
+    std::size_t i = 0;
+    while (true) {
+        while (i < body.size() && is_blank(body[i]))
+            ++i;
+        if (i == body.size())
+            return tokens;
+        std::string text;
+        std::size_t eq = std::string::npos;
+        bool quoted = false;
+        for (; i < body.size() && (quoted || !is_blank(body[i])); ++i) {
+            const char c = body[i];
+            const char next = i + 1 < body.size() ? body[i + 1] : '\0';
+            if (c == '\\' && (next == '"' || next == '\\')) {
+                text += next == '"' ? "\"" : "\\\\";
+                ++i;
+            } else if (c == '"') {
+                quoted = !quoted;
+            } else {
+                if (c == '=' && !quoted && eq == std::string::npos)
+                    eq = text.size();
+                text += c;
+            }
+        }
+        if (quoted)
+            throw invalid("unterminated quote in '" + text + "'");
+        Token token;
+        if (eq == std::string::npos) {
+            token.key = text;
+        } else {
+            if (eq == 0)
+                throw invalid("'" + text + "' has no key before '='");
+            token.key = text.substr(0, eq);
+            token.value = text.substr(eq + 1);
+            token.has_value = true;
+        }
+        tokens.push_back(std::move(token));
+    }
+}
+
+// ---- symbols ---------------------------------------------------------------------------------
+
+struct Symbols {
+    explicit Symbols(const JobContext& context) : job(context) {}
+    const JobContext& job;
+    bool stopped = false;    // a `\\` was seen: the rest of the line is literal
+    std::string unresolved;  // the first symbol left as is, e.g. "%j"
+};
+
+std::optional<std::string> array_task(const JobContext& job) {
+    if (job.array_task_id)
+        return job.array_task_id;
+    if (job.job_id)
+        return std::string(non_array_task_id);
+    return std::nullopt;
+}
+
+// The replacement of %<symbol>; nullopt when the job context does not know it yet.
+std::optional<std::string> symbol_value(char symbol, const JobContext& job) {
+    switch (symbol) {
+        case 'A':
+            return job.array_job_id ? job.array_job_id : job.job_id;
+        case 'a':
+            return array_task(job);
+        case 'b': {
+            const std::optional<std::string> task = array_task(job);
+            if (!task || !all_digits(*task))
+                return std::nullopt;
+            return task->substr(task->size() - 1);  // n % 10 is its last decimal digit
+        }
+        case 'd':
+            return job.workdir;
+        case 'j':
+            return job.job_id;
+        case 'u':
+            return job.user;
+        case 'x':
+            return job.job_name;
+    }
+    return std::nullopt;
+}
+
+bool is_symbol(char c) {
+    return c != '\0' && std::string("Aabdjux").find(c) != std::string::npos;
+}
+
+std::string replace_symbols(const std::string& value, Symbols& symbols) {
+    if (symbols.stopped)
+        return value;
+    std::string out;
+    for (std::size_t i = 0; i < value.size(); ++i) {
+        const char c = value[i];
+        const char next = i + 1 < value.size() ? value[i + 1] : '\0';
+        if (c == '\\' && next == '\\') {
+            symbols.stopped = true;
+            return out + value.substr(i + 2);
+        }
+        if (c != '%' || next == '\0') {
+            out += c;
+            continue;
+        }
+        ++i;
+        if (next == '%') {
+            out += '%';
+            continue;
+        }
+        const std::optional<std::string> replacement =
+            is_symbol(next) ? symbol_value(next, symbols.job) : std::nullopt;
+        if (replacement) {
+            out += *replacement;
+            continue;
+        }
+        out += '%';
+        out += next;
+        if (is_symbol(next) && symbols.unresolved.empty())
+            symbols.unresolved = out.substr(out.size() - 2);
+    }
+    return out;
+}
+
+// ---- arguments -------------------------------------------------------------------------------
+
+// The key=value pairs and bare words after the command; what no handler takes is reported as
+// unknown (a warning, as Slurm ignores unknown options for compatibility).
+class Arguments {
+  public:
+    explicit Arguments(std::vector<Token> tokens) : tokens_(std::move(tokens)) {
+        for (std::size_t i = 0; i < tokens_.size(); ++i)
+            for (std::size_t j = 0; j < i; ++j)
+                if (tokens_[i].has_value && tokens_[j].has_value &&
+                    tokens_[i].key == tokens_[j].key)
+                    throw invalid("'" + tokens_[i].key + "=' is given twice");
+        taken_.assign(tokens_.size(), false);
+    }
+
+    std::optional<std::string> take(const std::string& key) {
+        for (std::size_t i = 0; i < tokens_.size(); ++i)
+            if (tokens_[i].has_value && tokens_[i].key == key) {
+                taken_[i] = true;
+                return tokens_[i].value;
+            }
+        return std::nullopt;
+    }
+
+    std::string require(const std::string& key, const std::string& command) {
+        std::optional<std::string> value = take(key);
+        if (!value)
+            throw invalid(command + " needs " + key + "=");
+        return *value;
+    }
+
+    bool take_word(const std::string& word) {
+        for (std::size_t i = 0; i < tokens_.size(); ++i)
+            if (!tokens_[i].has_value && tokens_[i].key == word) {
+                taken_[i] = true;
+                return true;
+            }
+        return false;
+    }
+
+    // DataWarp writes access_mode=, Slurm's lua examples access=; both mean the same.
+    std::optional<std::string> take_access() {
+        std::optional<std::string> access = take("access");
+        std::optional<std::string> mode = take("access_mode");
+        if (access && mode)
+            throw invalid("give access= or access_mode=, not both");
+        return access ? access : mode;
+    }
+
+    // Bare words nobody took: on a path-carrying line they are most likely the rest of an
+    // unquoted path with a blank, which must not silently shorten the path.
+    std::vector<std::string> stray_words() const {
+        std::vector<std::string> out;
+        for (std::size_t i = 0; i < tokens_.size(); ++i)
+            if (!taken_[i] && !tokens_[i].has_value)
+                out.push_back(tokens_[i].key);
+        return out;
+    }
+
+    std::vector<std::string> unknown() const {
+        std::vector<std::string> out;
+        for (std::size_t i = 0; i < tokens_.size(); ++i)
+            if (!taken_[i])
+                out.push_back(tokens_[i].key);
+        return out;
+    }
+
+  private:
+    std::vector<Token> tokens_;
+    std::vector<bool> taken_;
+};
+
+// ---- values ----------------------------------------------------------------------------------
+
+Error swap_refused() {
+    return invalid("swap is not supported: bbkit buffers are a directory, not swap space");
+}
+
+std::string check_type(const std::string& type) {
+    if (type == "scratch")
+        return type;
+    if (type == "cache")
+        throw invalid(
+            "type=cache is not supported: bbkit buffers are scratch space (stage files in and out "
+            "instead)");
+    throw invalid("unknown type '" + type + "' (bbkit buffers are type=scratch)");
+}
+
+// A comma-separated list of striped|private, duplicates dropped, order kept.
+std::string check_access(const std::string& access) {
+    std::vector<std::string> modes;
+    std::size_t begin = 0;
+    while (true) {
+        const std::size_t comma = access.find(',', begin);
+        const std::string mode = access.substr(begin, comma - begin);
+        if (mode != "striped" && mode != "private")
+            throw invalid("unsupported access mode '" + mode + "' in '" + access +
+                          "': a bbkit buffer is one directory (use striped or private)");
+        if (std::find(modes.begin(), modes.end(), mode) == modes.end())
+            modes.push_back(mode);
+        if (comma == std::string::npos)
+            break;
+        begin = comma + 1;
+    }
+    std::string out;
+    for (const std::string& mode : modes)
+        out += (out.empty() ? "" : ",") + mode;
+    return out;
+}
+
+void check_persistent_name(const std::string& name) {
+    const std::string what = "persistent buffer name '" + name + "' ";
+    if (name.empty() || name.size() > max_persistent_name)
+        throw invalid(what + "must be 1 to 64 characters long");
+    if (name.find('/') != std::string::npos || name.find("..") != std::string::npos)
+        throw invalid(what + "must not contain '/' or '..'");
+    for (char c : name)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-')
+            throw invalid(what + "may only hold letters, digits, '_', '.' and '-'");
+    if (std::isdigit(static_cast<unsigned char>(name[0])))
+        throw invalid(what +
+                      "must not start with a digit (numeric names are reserved for job "
+                      "buffers)");
+    if (name[0] == '.')
+        throw invalid(what + "must not start with '.'");
+}
+
+// The name as it appears in $DW_PERSISTENT_STRIPED_<name>: environment variable names cannot
+// hold '-' or '.'.
+std::string variable_form(std::string name) {
+    std::replace(name.begin(), name.end(), '-', '_');
+    std::replace(name.begin(), name.end(), '.', '_');
+    return name;
+}
+
+// The components of `path` without empty and "." ones; ".." is refused outright, because a
+// path that never climbs is safe without knowing what the symlinks below it are.
+std::vector<std::string> components(const std::string& path, const std::string& dotdot_error) {
+    std::vector<std::string> parts;
+    std::size_t begin = 0;
+    while (begin <= path.size()) {
+        std::size_t slash = path.find('/', begin);
+        if (slash == std::string::npos)
+            slash = path.size();
+        const std::string part = path.substr(begin, slash - begin);
+        if (part == "..")
+            throw invalid(dotdot_error);
+        if (!part.empty() && part != ".")
+            parts.push_back(part);
+        begin = slash + 1;
+    }
+    return parts;
+}
+
+std::string join(const std::vector<std::string>& parts) {
+    std::string out;
+    for (const std::string& part : parts)
+        out += (out.empty() ? "" : "/") + part;
+    return out;
+}
+
+// The variable prefixes that name the job's own buffer.
+bool strip_job_variable(const std::string& path, std::string& rest) {
+    static const char* const names[] = {"BB_JOB_DIR", "DW_JOB_STRIPED", "DW_JOB_PRIVATE"};
+    for (const char* name : names)
+        for (const std::string& prefix : {"$" + std::string(name), "${" + std::string(name) + "}"})
+            if (starts_with(path, prefix) &&
+                (path.size() == prefix.size() || path[prefix.size()] == '/')) {
+                rest = path.substr(prefix.size());
+                return true;
+            }
+    return false;
+}
+
+// $DW_PERSISTENT_STRIPED_<name> or ${DW_PERSISTENT_STRIPED_<name>}: sets `buffer` to <name>.
+bool strip_persistent_variable(const std::string& path, std::string& buffer, std::string& rest) {
+    const bool braced = starts_with(path, "${" + std::string(persistent_variable));
+    if (!braced && !starts_with(path, "$" + std::string(persistent_variable)))
+        return false;
+    const std::size_t begin = (braced ? 2 : 1) + std::string(persistent_variable).size();
+    const std::size_t end = path.find(braced ? '}' : '/', begin);
+    const std::string name = path.substr(begin, end == std::string::npos ? end : end - begin);
+    const bool valid = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+    });
+    const std::size_t after = end == std::string::npos ? path.size() : end + (braced ? 1 : 0);
+    if (!valid || (braced && end == std::string::npos) ||
+        (after < path.size() && path[after] != '/'))
+        return false;
+    buffer = name;
+    rest = path.substr(after);
+    return true;
+}
+
+std::string buffer_relative(const std::string& path, std::string& buffer, const std::string& role) {
+    const std::string what = role + " '" + path + "'";
+    if (path.empty())
+        throw invalid(role + " is empty");
+    std::string rest = path;
+    buffer.clear();
+    if (path[0] == '$') {
+        if (!strip_job_variable(path, rest) && !strip_persistent_variable(path, buffer, rest))
+            throw invalid(what +
+                          " starts with an unknown variable (use $BB_JOB_DIR, $DW_JOB_STRIPED, "
+                          "$DW_JOB_PRIVATE or $DW_PERSISTENT_STRIPED_<name>)");
+    } else if (path[0] == '/') {
+        throw invalid(what +
+                      " is outside the buffer (write it relative to the buffer or as "
+                      "$DW_JOB_STRIPED/…)");
+    }
+    return join(components(rest, what + " is outside the buffer ('..' is not allowed)"));
+}
+
+// An absolute path outside the buffer, lexically normalized. `workdir_pending` lets a path
+// start with an unreplaced %d: the working directory is absolute once it is known.
+std::string outside_path(const std::string& path, const std::string& role, bool workdir_pending) {
+    const std::string what = role + " '" + path + "'";
+    if (path.empty())
+        throw invalid(role + " is empty");
+    std::string head = "/";
+    std::string rest = path;
+    if (workdir_pending && starts_with(path, "%d") && (path.size() == 2 || path[2] == '/')) {
+        head = "%d/";
+        rest = path.substr(2);
+    } else if (path[0] != '/') {
+        throw invalid(what + " must be an absolute path (write %d/" + path +
+                      " for a path under the job's working directory)");
+    }
+    const std::string joined = join(components(rest, what + " must not contain '..'"));
+    if (joined.empty())
+        return head == "/" ? "/" : "%d";
+    return head + joined;
+}
+
+StageType parse_stage_type(const std::string& type) {
+    if (type == "file")
+        return StageType::file;
+    if (type == "directory")
+        return StageType::directory;
+    if (type == "list")
+        return StageType::list;
+    throw invalid("unknown stage type '" + type + "' (use file, directory or list)");
+}
+
+// ---- canonical lines -------------------------------------------------------------------------
+
+using Pairs = std::vector<std::pair<std::string, std::string>>;
+
+std::string quote(const std::string& value) {
+    if (!value.empty() && value.find_first_of(" \t\r\v\f\"\\") == std::string::npos)
+        return value;
+    std::string out = "\"";
+    for (char c : value)
+        out += c == '"' ? std::string("\\\"") : std::string(1, c);
+    return out + "\"";
+}
+
+// `resolved`: every '%' and "\\" in the values is literal, so a leading `\\` on the first value
+// holding one stops Slurm and bbkit from replacing anything when the line is read again.
+std::string directive_line(const std::string& prefix, const std::string& command, Pairs pairs,
+                           bool resolved) {
+    if (resolved)
+        for (auto& pair : pairs)
+            if (pair.second.find('%') != std::string::npos ||
+                pair.second.find("\\\\") != std::string::npos) {
+                pair.second = "\\\\" + pair.second;
+                break;
+            }
+    std::string line = "#" + prefix + (command.empty() ? "" : " " + command);
+    for (const auto& pair : pairs)
+        line += " " + pair.first + "=" + quote(pair.second);
+    return line;
+}
+
+std::string buffer_path(const std::string& relative, const std::string& buffer) {
+    const std::string root = buffer.empty()
+                                 ? "$BB_JOB_DIR"
+                                 : "$" + std::string(persistent_variable) + variable_form(buffer);
+    return relative.empty() ? root : root + "/" + relative;
+}
+
+// ---- the parser ------------------------------------------------------------------------------
+
+struct DirectiveLine {
+    Location where;
+    std::string body;  // the text after "#<prefix>"
+};
+
+struct Space {
+    std::string pool;
+    std::uint64_t capacity = 0;
+    std::uint64_t allocated = 0;
+};
+
+class Parser {
+  public:
+    Parser(const Config& config, const JobContext& job) : config_(config), job_(job) {}
+
+    Request run(const RequestText& text) {
+        resolve_user();
+        if (text.script)
+            read_lines(split_lines(*text.script, Origin::script), Origin::script);
+        if (text.bb)
+            read_bb(*text.bb);
+        if (text.bbf)
+            read_lines(split_lines(*text.bbf, Origin::bbf_file), Origin::bbf_file);
+        resolve_persistent_references();
+        check_user();
+        return request_;
+    }
+
+  private:
+    // Every error from a line becomes one line naming it: "script line 3: why".
+    void parse_directive(const DirectiveLine& line) {
+        try {
+            parse(line);
+        } catch (const Error& e) {
+            throw Error(e.code(), label(line.where) + ": " + e.what());
+        }
+    }
+
+    // "script line 3", or "--bb" alone when the --bb text is a single line.
+    std::string label(const Location& where) const {
+        if (where.origin == Origin::bb_option && bb_single_line_)
+            return "--bb";
+        return std::string(to_string(where.origin)) + " line " + std::to_string(where.line);
+    }
+
+    // In Slurm mode only Slurm's Directive counts, so bbkit reads what Slurm reads.
+    std::vector<std::string> accepted_prefixes() const {
+        if (config_.mode == Mode::slurm && !config_.directives.empty())
+            return {config_.directives[0]};
+        return config_.directives;
+    }
+
+    std::vector<std::string> split_lines(std::string text, Origin origin) {
+        while (!text.empty() && text.back() == '\0')
+            text.pop_back();  // Slurm's saved scripts
+        if (origin == Origin::bb_option)
+            bb_single_line_ = text.find('\n') == std::string::npos;
+        std::vector<std::string> lines;
+        std::size_t begin = 0;
+        while (begin <= text.size()) {
+            std::size_t end = text.find('\n', begin);
+            if (end == std::string::npos)
+                end = text.size();
+            lines.push_back(text.substr(begin, end - begin));
+            if (lines.back().find('\0') != std::string::npos)
+                throw invalid(label({origin, static_cast<int>(lines.size())}) + ": NUL byte");
+            begin = end + 1;
+        }
+        return lines;
+    }
+
+    // A script stops at its first non-comment line; --bb and --bbf text hold nothing else, so
+    // such a line there is an error.
+    void read_lines(const std::vector<std::string>& lines, Origin origin) {
+        for (std::size_t i = 0; i < lines.size(); ++i) {
+            const Location where{origin, static_cast<int>(i + 1)};
+            const std::string& line = lines[i];
+            if ((i == 0 && starts_with(line, "#!")) || trim(line).empty())
+                continue;
+            if (line[0] != '#') {
+                if (origin == Origin::script)
+                    return;
+                throw invalid(label(where) + ": not a burst-buffer directive");
+            }
+            const std::string prefix = match_prefix(line, accepted_prefixes());
+            if (prefix.empty()) {
+                warn_if_ignored_prefix(line, where);
+                continue;
+            }
+            std::string body = line.substr(prefix.size() + 1);
+            while (continues(body) && i + 1 < lines.size()) {
+                ++i;
+                body = without_backslash(body) + " " +
+                       continuation(lines[i], {origin, static_cast<int>(i + 1)});
+            }
+            if (continues(body))
+                body = without_backslash(body);  // nothing left to continue
+            parse_directive({where, body});
+        }
+    }
+
+    // The continued line without its comment marker (and prefix, if repeated there).
+    std::string continuation(const std::string& line, const Location& where) const {
+        if (line.empty() || line[0] != '#') {
+            if (where.origin == Origin::script)
+                throw invalid(label(where) +
+                              ": a continued directive must continue on a comment line");
+            return line;
+        }
+        const std::string prefix = match_prefix(line, config_.directives);
+        return line.substr(prefix.size() + 1);
+    }
+
+    void warn_if_ignored_prefix(const std::string& line, const Location& where) {
+        const std::string prefix = match_prefix(line, config_.directives);
+        if (prefix.empty())
+            return;  // an ordinary comment, e.g. #SBATCH
+        request_.warnings.push_back(
+            {where, "#" + prefix + " lines are not read in slurm mode (Slurm's Directive is #" +
+                        config_.directives[0] + ")"});
+    }
+
+    // --bb holds either directives (split at newlines and before each "#<prefix>") or
+    // DataWarp's short form.
+    void read_bb(const std::string& text) {
+        const std::vector<std::string> lines = split_lines(text, Origin::bb_option);
+        std::string words;
+        for (const std::string& line : lines)
+            words += line + " ";
+        words = trim(words);
+        if (words.empty())
+            return;
+        if (words[0] != '#')
+            return read_short_form(words);
+        std::vector<std::string> pieces;
+        for (const std::string& line : lines)
+            split_bb_line(line, pieces);
+        bb_single_line_ = pieces.size() == 1;
+        read_lines(pieces, Origin::bb_option);
+    }
+
+    void split_bb_line(const std::string& line, std::vector<std::string>& pieces) const {
+        const std::string t = trim(line);
+        std::size_t begin = 0;
+        for (std::size_t i = 1; i < t.size(); ++i)
+            if (t[i] == '#' && is_blank(t[i - 1]) &&
+                !match_prefix(t.substr(i), config_.directives).empty()) {
+                pieces.push_back(trim(t.substr(begin, i - begin)));
+                begin = i;
+            }
+        if (begin < t.size())
+            pieces.push_back(t.substr(begin));
+    }
+
+    // Slurm's datawarp plugin turns `capacity=1G access=striped` into a #DW jobdw line.
+    void read_short_form(const std::string& text) {
+        bb_single_line_ = true;
+        const Location where{Origin::bb_option, 1};
+        Pairs pairs;
+        try {
+            Arguments args(tokenize(text));
+            for (const std::string& key : args.unknown())
+                if (key != "capacity" && key != "access" && key != "type" && key != "pool" &&
+                    key != "swap")
+                    throw invalid("unknown option '" + key +
+                                  "' in the short form (use capacity=, access=, type=, pool=)");
+            if (args.take("swap"))
+                throw swap_refused();
+            if (auto capacity = args.take("capacity"))
+                pairs.emplace_back("capacity", format_size(parse_capacity(*capacity)));
+            if (auto access = args.take("access"))
+                pairs.emplace_back("access_mode", *access);
+            if (auto type = args.take("type"))
+                pairs.emplace_back("type", *type);
+            if (auto pool = args.take("pool"))
+                pairs.emplace_back("pool", *pool);
+            if (!args.unknown().empty())
+                throw invalid("'" + args.unknown()[0] + "' is not key=value");
+        } catch (const Error& e) {
+            throw Error(e.code(), label(where) + ": " + e.what());
+        }
+        const std::string line = directive_line("DW", "jobdw", pairs, false);
+        parse_directive({where, line.substr(3)});
+    }
+
+    void parse(const DirectiveLine& line) {
+        request_.has_directive = true;
+        std::vector<Token> tokens = tokenize(line.body);
+        Symbols symbols(job_);
+        for (Token& token : tokens)
+            if (token.has_value)
+                token.value = replace_symbols(token.value, symbols);
+        if (!symbols.unresolved.empty())
+            request_.warnings.push_back(
+                {line.where, symbols.unresolved +
+                                 " is not known yet; it is replaced when the job is submitted"});
+        std::string command;
+        if (!tokens.empty() && !tokens[0].has_value) {
+            command = tokens[0].key;
+            tokens.erase(tokens.begin());
+        }
+        Arguments args(std::move(tokens));
+        dispatch(command, args, line.where, !symbols.unresolved.empty());
+        if (command == "stage_in" || command == "stage_out")
+            for (const std::string& word : args.stray_words())
+                throw invalid("unexpected word '" + word +
+                              "' (quote a path that contains blanks: destination=\"a b\")");
+        for (const std::string& key : args.unknown())
+            request_.warnings.push_back({line.where, "unknown key '" + key + "' is ignored"});
+    }
+
+    void dispatch(const std::string& command, Arguments& args, const Location& where,
+                  bool unresolved) {
+        if (command.empty() || command == "jobdw")
+            return job_buffer(args, where, command.empty());
+        if (command == "stage_in" || command == "stage_out")
+            return stage(args, where, unresolved, command == "stage_in");
+        if (command == "persistentdw" || command == "use_persistent")
+            return use_persistent(args, where, command);
+        if (command == "create_persistent")
+            return create_persistent(args, where);
+        if (command == "destroy_persistent")
+            return destroy_persistent(args, where);
+        if (command == "swap")
+            throw swap_refused();
+        throw invalid("unknown command '" + command + "'");
+    }
+
+    void job_buffer(Arguments& args, const Location& where, bool implicit) {
+        const std::optional<std::string> capacity = args.take("capacity");
+        const std::optional<std::string> pool = args.take("pool");
+        const std::optional<std::string> access = args.take_access();
+        const std::optional<std::string> type = args.take("type");
+        if (args.take("swap"))
+            throw swap_refused();
+        if (!capacity) {
+            if (!implicit)
+                throw invalid("jobdw needs capacity=");
+            if (pool || access || type)
+                throw invalid("a job buffer needs capacity= (pool=, access= and type= need it)");
+            return;  // a bare directive: Slurm runs the stages without space
+        }
+        if (request_.job_buffer)
+            throw invalid("only one job buffer per job: one is already requested on " +
+                          label(request_.job_buffer->where));
+        const Space space = resolve_space(*capacity, pool);
+        JobBufferRequest buffer;
+        buffer.pool = space.pool;
+        buffer.capacity = space.capacity;
+        buffer.allocated = space.allocated;
+        buffer.access = check_access(access.value_or("striped"));
+        buffer.type = check_type(type.value_or("scratch"));
+        buffer.where = where;
+        request_.job_buffer = buffer;
+    }
+
+    Space resolve_space(const std::string& capacity, const std::optional<std::string>& pool) const {
+        Space space;
+        space.capacity = parse_capacity(capacity);
+        if (pool) {
+            space.pool = *pool;
+        } else if (config_.default_pool) {
+            space.pool = *config_.default_pool;
+        } else {
+            throw invalid("capacity requested but no pool given and no default_pool configured");
+        }
+        const PoolConfig* found = config_.find_pool(space.pool);
+        if (found == nullptr)
+            throw Error(ExitCode::no_input, "unknown pool '" + space.pool + "'");
+        space.allocated = round_up(space.capacity, found->granularity);
+        if (space.allocated > found->capacity)
+            throw invalid("capacity=" + capacity + " can never be satisfied: pool '" + space.pool +
+                          "' holds only " + format_size(found->capacity) + " in total");
+        return space;
+    }
+
+    void stage(Arguments& args, const Location& where, bool unresolved, bool in) {
+        const std::string command = in ? "stage_in" : "stage_out";
+        StageDirective s;
+        s.type = parse_stage_type(args.require("type", command));
+        const std::string source = args.require("source", command);
+        const std::string destination = args.require("destination", command);
+        const bool workdir_pending = !job_.workdir;
+        if (in) {
+            s.source = outside_path(source, "source", workdir_pending);
+            s.destination = buffer_relative(destination, s.buffer, "destination");
+        } else {
+            s.source = buffer_relative(source, s.buffer, "source");
+            s.destination = outside_path(destination, "destination", workdir_pending);
+        }
+        const std::string& inside = in ? s.destination : s.source;
+        if (s.type == StageType::file && inside.empty())
+            throw invalid(std::string(in ? "destination" : "source") +
+                          " of a type=file stage must name a file inside the buffer, not its root");
+        s.unresolved = unresolved;
+        s.where = where;
+        (in ? request_.stage_in : request_.stage_out).push_back(s);
+    }
+
+    void use_persistent(Arguments& args, const Location& where, const std::string& command) {
+        const std::string name = args.require("name", command);
+        check_persistent_name(name);
+        for (const PersistentUse& use : request_.use)
+            if (use.name == name)
+                return;  // naming it twice asks for nothing more
+        request_.use.push_back({name, where});
+    }
+
+    void create_persistent(Arguments& args, const Location& where) {
+        check_persistent_allowed(where, "create");
+        PersistentCreate create;
+        create.name = args.require("name", "create_persistent");
+        check_persistent_name(create.name);
+        for (const PersistentCreate& other : request_.create)
+            if (other.name == create.name)
+                throw invalid("persistent buffer '" + create.name + "' is already created on " +
+                              label(other.where));
+        const std::string capacity = args.require("capacity", "create_persistent");
+        const std::optional<std::string> access = args.take_access();
+        const Space space = resolve_space(capacity, args.take("pool"));
+        create.pool = space.pool;
+        create.capacity = space.capacity;
+        create.allocated = space.allocated;
+        create.access = check_access(access.value_or("striped"));
+        create.type = check_type(args.take("type").value_or("scratch"));
+        create.where = where;
+        request_.create.push_back(create);
+    }
+
+    void destroy_persistent(Arguments& args, const Location& where) {
+        check_persistent_allowed(where, "destroy");
+        PersistentDestroy destroy;
+        destroy.name = args.require("name", "destroy_persistent");
+        check_persistent_name(destroy.name);
+        destroy.hurry = args.take_word("hurry");
+        destroy.where = where;
+        request_.destroy.push_back(destroy);
+    }
+
+    void check_persistent_allowed(const Location& where, const std::string& verb) const {
+        if (where.origin == Origin::bb_option)
+            throw invalid("--bb cannot create or destroy persistent burst buffers");
+        if (user_ && user_->uid != 0 && !config_.flags.enable_persistent)
+            throw Error(ExitCode::no_perm, "user " + user_->name + " may not " + verb +
+                                               " persistent burst buffers (EnablePersistent is "
+                                               "not set)");
+    }
+
+    // $DW_PERSISTENT_STRIPED_<name> must name a buffer this request uses or creates.
+    void resolve_persistent_references() {
+        for (auto* stages : {&request_.stage_in, &request_.stage_out})
+            for (StageDirective& s : *stages)
+                if (!s.buffer.empty())
+                    s.buffer = persistent_named(s.buffer, s.where);
+    }
+
+    std::string persistent_named(const std::string& variable, const Location& where) const {
+        std::vector<std::string> names;
+        for (const PersistentUse& use : request_.use)
+            names.push_back(use.name);
+        for (const PersistentCreate& create : request_.create)
+            names.push_back(create.name);
+        std::string found;
+        for (const std::string& name : names) {
+            if (variable_form(name) != variable || name == found)
+                continue;
+            if (!found.empty())
+                throw invalid(label(where) + ": $" + persistent_variable + variable +
+                              " is ambiguous: it may name '" + found + "' or '" + name + "'");
+            found = name;
+        }
+        if (found.empty())
+            throw invalid(label(where) + ": $" + persistent_variable + variable +
+                          " names no persistent buffer this job uses (add persistentdw name=" +
+                          variable + ")");
+        return found;
+    }
+
+    void resolve_user() {
+        if (job_.uid) {
+            user_ = lookup_user(std::to_string(*job_.uid));
+            if (job_.user && !user_matches(*user_, *job_.user))
+                throw invalid("user '" + *job_.user + "' does not have uid " +
+                              std::to_string(*job_.uid));
+        } else if (job_.user) {
+            user_ = lookup_user(*job_.user);
+        }
+        if (user_ && !job_.user)
+            job_.user = user_->name;  // %u
+    }
+
+    void check_user() const {
+        if (!user_ || !request_.has_directive)
+            return;
+        const std::string who = "user " + user_->name + " may not use burst buffers";
+        if (user_->uid == 0 && !config_.allow_root)
+            throw Error(ExitCode::no_perm, who + " (allow_root = false)");
+        const auto matches = [&](const std::string& c) { return user_matches(*user_, c); };
+        const auto& allow = config_.allow_users;
+        if (!allow.empty() && std::none_of(allow.begin(), allow.end(), matches))
+            throw Error(ExitCode::no_perm, who + " (not in allow_users)");
+        const auto& deny = config_.deny_users;
+        if (std::any_of(deny.begin(), deny.end(), matches))
+            throw Error(ExitCode::no_perm, who + " (listed in deny_users)");
+    }
+
+    const Config& config_;
+    JobContext job_;
+    std::optional<User> user_;
+    Request request_;
+    bool bb_single_line_ = false;
+};
+
+}  // namespace
+
+Request parse_request(const RequestText& text, const Config& config, const JobContext& job) {
+    return Parser(config, job).run(text);
+}
+
+std::string buffer_relative_path(const std::string& path, std::string& buffer) {
+    return buffer_relative(path, buffer, "destination");
+}
+
+std::vector<std::string> canonical_lines(const Request& request, const Config& config) {
+    const std::string prefix = config.directives.empty() ? "BB_LUA" : config.directives[0];
+    const bool datawarp = prefix == "DW";
+    std::vector<std::string> lines;
+    if (const auto& b = request.job_buffer) {
+        const std::string capacity = format_size(b->capacity);
+        if (datawarp)
+            lines.push_back(directive_line(prefix, "jobdw",
+                                           {{"capacity", capacity},
+                                            {"pool", b->pool},
+                                            {"access_mode", b->access},
+                                            {"type", b->type}},
+                                           true));
+        else
+            lines.push_back(directive_line(prefix, "",
+                                           {{"pool", b->pool},
+                                            {"capacity", capacity},
+                                            {"access", b->access},
+                                            {"type", b->type}},
+                                           true));
+    }
+    for (const PersistentCreate& c : request.create)
+        lines.push_back(directive_line(prefix, "create_persistent",
+                                       {{"name", c.name},
+                                        {"capacity", format_size(c.capacity)},
+                                        {"access", c.access},
+                                        {"pool", c.pool},
+                                        {"type", c.type}},
+                                       true));
+    for (const PersistentUse& u : request.use)
+        lines.push_back(directive_line(prefix, datawarp ? "persistentdw" : "use_persistent",
+                                       {{"name", u.name}}, true));
+    for (const StageDirective& s : request.stage_in)
+        lines.push_back(directive_line(prefix, "stage_in",
+                                       {{"type", to_string(s.type)},
+                                        {"source", s.source},
+                                        {"destination", buffer_path(s.destination, s.buffer)}},
+                                       !s.unresolved));
+    for (const StageDirective& s : request.stage_out)
+        lines.push_back(directive_line(prefix, "stage_out",
+                                       {{"type", to_string(s.type)},
+                                        {"source", buffer_path(s.source, s.buffer)},
+                                        {"destination", s.destination}},
+                                       !s.unresolved));
+    for (const PersistentDestroy& d : request.destroy)
+        lines.push_back(directive_line(prefix, "destroy_persistent", {{"name", d.name}}, true) +
+                        (d.hurry ? " hurry" : ""));
+    if (lines.empty() && request.has_directive)
+        lines.push_back("#" + prefix);
+    return lines;
+}
+
+}  // namespace bbkit

@@ -1,0 +1,46 @@
+# Shared set-up for the command-line suites: the built tools on PATH, a scratch directory,
+# and a small valid configuration each test may extend.
+bats_load_library bats-support
+bats_load_library bats-assert
+bats_load_library bats-file
+
+: "${BBKIT_BUILD_DIR:?run the suites through ctest (it sets BBKIT_BUILD_DIR)}"
+: "${BBKIT_SOURCE_DIR:?run the suites through ctest (it sets BBKIT_SOURCE_DIR)}"
+
+PATH="$BBKIT_BUILD_DIR/bin:$PATH"
+export PATH
+unset BBKIT_CONFIG BBKIT_STATE_DIR
+
+# Writes $TEST_DIR/bbkit.toml with two pools and points BBKIT_CONFIG at it; extra TOML lines
+# given as arguments go before the pools.
+write_config() {
+  {
+    printf 'state_dir = "%s/state"\n' "$TEST_DIR"
+    printf 'default_pool = "nvme"\n'
+    printf 'allow_root = true\n'
+    for line in "$@"; do printf '%s\n' "$line"; done
+    printf '[[pool]]\nname = "nvme"\npath = "%s/nvme"\ncapacity = "100GiB"\ngranularity = "1GiB"\n' "$TEST_DIR"
+    printf '[[pool]]\nname = "small"\npath = "%s/small"\ncapacity = "4KiB"\ngranularity = "1KiB"\n' "$TEST_DIR"
+  } >"$TEST_DIR/bbkit.toml"
+  export BBKIT_CONFIG="$TEST_DIR/bbkit.toml"
+}
+
+common_setup() {
+  TEST_DIR=$(mktemp -d "${BATS_TMPDIR:-/tmp}/bbkit-cli.XXXXXX")
+  chmod 755 "$TEST_DIR"
+  export TEST_DIR
+  write_config
+}
+
+common_teardown() {
+  [ -n "${TEST_DIR:-}" ] && rm -rf "$TEST_DIR"
+}
+
+# Creates (once) an unprivileged user for permission tests; prints its name.
+test_user() {
+  local name=bbkit-test
+  if ! id "$name" >/dev/null 2>&1; then
+    useradd --system --no-create-home --shell /usr/sbin/nologin "$name" 2>/dev/null || id "$name" >/dev/null
+  fi
+  echo "$name"
+}

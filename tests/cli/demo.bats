@@ -1,0 +1,16 @@
+#!/usr/bin/env bats
+# The README's first command: the demo runs start to end on the built tree.
+
+load common
+
+@test "the demo runs the whole walk-through and cleans up after itself" {
+  before=$(ls -d /tmp/bbkit-demo.* 2>/dev/null | wc -l)
+  BBKIT_SKIP_BUILD=1 run "$BBKIT_SOURCE_DIR/scripts/demo"
+  assert_success
+  assert_output --partial "demo complete"
+  assert_output --partial "allocated 96MiB"
+  assert_output --partial "all readable"
+  assert_output --partial "exit status 65"
+  after=$(ls -d /tmp/bbkit-demo.* 2>/dev/null | wc -l)
+  [ "$before" -eq "$after" ]
+}

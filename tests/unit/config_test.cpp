@@ -1,0 +1,653 @@
+#include "bbkit/config.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "bbkit/error.hpp"
+
+namespace bbkit {
+namespace {
+
+constexpr std::uint64_t gib = 1024ULL * 1024 * 1024;
+
+// The message of the Error(config) that parsing `text` throws; fails the test if none is thrown.
+std::string config_error(const std::string& text) {
+    try {
+        parse_config(text, "t.toml");
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::config);
+        return error.what();
+    }
+    ADD_FAILURE() << "no error for:\n" << text;
+    return "";
+}
+
+::testing::AssertionResult starts_with(const std::string& text, const std::string& prefix) {
+    if (text.rfind(prefix, 0) == 0)
+        return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure()
+           << "'" << text << "' does not start with '" << prefix << "'";
+}
+
+// Lines 1-4 of a document: one valid pool named "a".
+const std::string pool_a = R"([[pool]]
+name = "a"
+path = "/bb/a"
+capacity = "1TiB"
+)";
+
+std::string example_path() {
+    return std::string(BBKIT_SOURCE_DIR) + "/share/bbkit/bbkit.toml.example";
+}
+
+std::string file_text(const std::string& path) {
+    std::ifstream in(path);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+// Restores $BBKIT_CONFIG after a test changes it.
+class EnvironmentGuard {
+  public:
+    EnvironmentGuard() {
+        if (const char* value = std::getenv("BBKIT_CONFIG"))
+            saved_ = value;
+    }
+    ~EnvironmentGuard() {
+        if (saved_)
+            setenv("BBKIT_CONFIG", saved_->c_str(), 1);
+        else
+            unsetenv("BBKIT_CONFIG");
+    }
+    EnvironmentGuard(const EnvironmentGuard&) = delete;
+    EnvironmentGuard& operator=(const EnvironmentGuard&) = delete;
+
+  private:
+    std::optional<std::string> saved_;
+};
+
+// --- defaults and a full document ---
+
+TEST(config, empty_text_gives_defaults) {
+    const Config config = parse_config("", "t.toml");
+    EXPECT_EQ(config.source, "t.toml");
+    EXPECT_EQ(config.state_dir, "/var/lib/bbkit");
+    EXPECT_EQ(config.state_owner, "root");
+    EXPECT_EQ(config.mode, Mode::standalone);
+    EXPECT_EQ(config.cluster, "main");
+    EXPECT_EQ(config.directives, (std::vector<std::string>{"BB_LUA", "DW", "BB"}));
+    EXPECT_FALSE(config.default_pool);
+    EXPECT_FALSE(config.flags.enable_persistent);
+    EXPECT_FALSE(config.flags.private_data);
+    EXPECT_FALSE(config.flags.teardown_failure);
+    EXPECT_TRUE(config.allow_users.empty());
+    EXPECT_TRUE(config.deny_users.empty());
+    EXPECT_FALSE(config.allow_root);
+    EXPECT_EQ(config.timeouts.stage_in, 86400u);
+    EXPECT_EQ(config.timeouts.stage_out, 86400u);
+    EXPECT_EQ(config.timeouts.other, 300u);
+    EXPECT_EQ(config.timeouts.validate, 5u);
+    EXPECT_EQ(config.limits.stage_concurrency, 128u);
+    EXPECT_EQ(config.limits.mover_threads, 8u);
+    EXPECT_FALSE(config.limits.user_capacity);
+    EXPECT_TRUE(config.pools.empty());
+    EXPECT_TRUE(config.hooks.empty());
+}
+
+TEST(config, reads_every_key) {
+    const Config config = parse_config(R"(
+state_dir = "/srv/bbkit"
+state_owner = "bbkit"
+mode = "slurm"
+cluster = "hpc-2.east"
+directives = ["BB_LUA", "DW"]
+default_pool = "ssd"
+flags = ["EnablePersistent", "PrivateData", "TeardownFailure"]
+allow_users = ["alice", 1001]
+allow_root = true
+[timeouts]
+stage_in = 100
+stage_out = 200
+other = 30
+validate = 2
+[limits]
+stage_concurrency = 16
+mover_threads = 4
+user_capacity = "10TiB"
+[[pool]]
+name = "nvme"
+path = "/bb/nvme"
+capacity = "5800GiB"
+granularity = "200GiB"
+[[pool]]
+name = "ssd"
+path = "/bb/ssd"
+capacity = "1000GB"
+[hooks]
+setup = "/etc/bbkit/setup.sh"
+teardown = "/etc/bbkit/teardown.sh"
+)",
+                                       "t.toml");
+    EXPECT_EQ(config.state_dir, "/srv/bbkit");
+    EXPECT_EQ(config.state_owner, "bbkit");
+    EXPECT_EQ(config.mode, Mode::slurm);
+    EXPECT_EQ(config.cluster, "hpc-2.east");
+    EXPECT_EQ(config.directives, (std::vector<std::string>{"BB_LUA", "DW"}));
+    EXPECT_EQ(config.default_pool, "ssd");
+    EXPECT_TRUE(config.flags.enable_persistent);
+    EXPECT_TRUE(config.flags.private_data);
+    EXPECT_TRUE(config.flags.teardown_failure);
+    EXPECT_EQ(config.allow_users, (std::vector<std::string>{"alice", "1001"}));
+    EXPECT_TRUE(config.allow_root);
+    EXPECT_EQ(config.timeouts.stage_in, 100u);
+    EXPECT_EQ(config.timeouts.stage_out, 200u);
+    EXPECT_EQ(config.timeouts.other, 30u);
+    EXPECT_EQ(config.timeouts.validate, 2u);
+    EXPECT_EQ(config.limits.stage_concurrency, 16u);
+    EXPECT_EQ(config.limits.mover_threads, 4u);
+    EXPECT_EQ(config.limits.user_capacity, 10 * 1024 * gib);
+    ASSERT_EQ(config.pools.size(), 2u);
+    EXPECT_EQ(config.pools[0].name, "nvme");
+    EXPECT_EQ(config.pools[0].path, "/bb/nvme");
+    EXPECT_EQ(config.pools[0].capacity, 5800 * gib);
+    EXPECT_EQ(config.pools[0].granularity, 200 * gib);
+    EXPECT_EQ(config.pools[1].capacity, 1000ULL * 1000 * 1000 * 1000);
+    EXPECT_EQ(config.hooks,
+              (std::map<std::string, std::string>{{"setup", "/etc/bbkit/setup.sh"},
+                                                  {"teardown", "/etc/bbkit/teardown.sh"}}));
+}
+
+TEST(config, no_pools_is_allowed) {
+    EXPECT_TRUE(parse_config("cluster = \"x\"\n", "t.toml").pools.empty());
+    EXPECT_TRUE(parse_config("pool = []\n", "t.toml").pools.empty());
+}
+
+TEST(config, find_pool_returns_the_pool_or_nullptr) {
+    const Config config = parse_config(pool_a, "t.toml");
+    ASSERT_NE(config.find_pool("a"), nullptr);
+    EXPECT_EQ(config.find_pool("a")->path, "/bb/a");
+    EXPECT_EQ(config.find_pool("b"), nullptr);
+}
+
+TEST(config, mode_prints_as_its_config_word) {
+    EXPECT_STREQ(to_string(Mode::standalone), "standalone");
+    EXPECT_STREQ(to_string(Mode::slurm), "slurm");
+}
+
+TEST(config, hook_phases_are_the_six_lifecycle_phases) {
+    EXPECT_EQ(hook_phases(), (std::vector<std::string>{"setup", "stage_in", "pre_run", "post_run",
+                                                       "stage_out", "teardown"}));
+}
+
+// --- unknown keys and types ---
+
+TEST(config, rejects_unknown_top_level_key_with_line) {
+    const std::string message = config_error("cluster = \"x\"\n\nfoo = 1\n");
+    EXPECT_TRUE(starts_with(message, "t.toml:3: foo: unknown key 'foo' (known: state_dir,"));
+}
+
+TEST(config, reports_the_first_unknown_key_in_file_order) {
+    EXPECT_TRUE(
+        starts_with(config_error("zzz = 1\naaa = 2\n"), "t.toml:1: zzz: unknown key 'zzz'"));
+}
+
+TEST(config, names_a_quoted_unknown_key_whole) {
+    EXPECT_TRUE(starts_with(config_error("[limits]\n\"a.b\" = 1\n"),
+                            "t.toml:2: limits.a.b: unknown key 'a.b'"));
+}
+
+TEST(config, rejects_unknown_key_in_timeouts_with_line) {
+    EXPECT_EQ(config_error("[timeouts]\nstage_in = 5\nstagein = 5\n"),
+              "t.toml:3: timeouts.stagein: unknown key 'stagein' (known: stage_in, stage_out, "
+              "other, validate)");
+}
+
+TEST(config, rejects_unknown_key_in_limits_with_line) {
+    EXPECT_TRUE(starts_with(config_error("[limits]\nthreads = 5\n"),
+                            "t.toml:2: limits.threads: unknown key 'threads'"));
+}
+
+TEST(config, rejects_unknown_key_in_pool_with_line) {
+    EXPECT_EQ(config_error(pool_a + "[[pool]]\nname = \"b\"\nsize = \"1G\"\n"),
+              "t.toml:7: pool[1].size: unknown key 'size' (known: name, path, capacity, "
+              "granularity)");
+}
+
+TEST(config, rejects_unknown_hook_phase_with_line) {
+    EXPECT_EQ(config_error("[hooks]\nsetup = \"/a\"\nprolog = \"/b\"\n"),
+              "t.toml:3: hooks.prolog: unknown key 'prolog' (known: setup, stage_in, pre_run, "
+              "post_run, stage_out, teardown)");
+}
+
+TEST(config, rejects_unknown_nested_table_with_line) {
+    EXPECT_TRUE(starts_with(config_error("[limits]\nmover_threads = 2\n[limits.extra]\nx = 1\n"),
+                            "t.toml:3: limits.extra: unknown key 'extra'"));
+}
+
+TEST(config, rejects_wrong_type_naming_expected_and_given) {
+    EXPECT_EQ(config_error("cluster = 5\n"),
+              "t.toml:1: cluster: expected a string, got an integer");
+    EXPECT_EQ(config_error("\nallow_root = \"yes\"\n"),
+              "t.toml:2: allow_root: expected a boolean (true or false), got a string");
+    EXPECT_EQ(config_error("[timeouts]\nother = 1.5\n"),
+              "t.toml:2: timeouts.other: expected an integer, got a float");
+    EXPECT_EQ(config_error("directives = \"BB\"\n"),
+              "t.toml:1: directives: expected an array, got a string");
+    EXPECT_EQ(config_error("timeouts = 5\n"),
+              "t.toml:1: timeouts: expected a table, got an integer");
+}
+
+TEST(config, rejects_capacity_given_as_a_number) {
+    EXPECT_EQ(config_error("[[pool]]\nname = \"a\"\npath = \"/bb/a\"\ncapacity = 1024\n"),
+              "t.toml:4: pool[0].capacity: expected a string (a size such as \"100GiB\"), got an "
+              "integer");
+}
+
+TEST(config, rejects_pool_written_as_a_single_table) {
+    EXPECT_EQ(config_error("[pool]\nname = \"a\"\n"),
+              "t.toml:1: pool: expected an array of tables ([[pool]]), got a table");
+}
+
+// --- TOML syntax ---
+
+TEST(config, collapses_toml_syntax_error_to_one_line_with_line) {
+    const std::string message = config_error("cluster = \"x\"\nstate_dir = \n");
+    EXPECT_TRUE(starts_with(message, "t.toml:2: invalid TOML: "));
+    EXPECT_EQ(message.find('\n'), std::string::npos);
+    EXPECT_EQ(message.find("toml::"), std::string::npos);
+    EXPECT_EQ(message.find("[error]"), std::string::npos);
+}
+
+TEST(config, reports_toml_duplicate_key_at_its_second_line) {
+    const std::string message = config_error("cluster = \"x\"\n\ncluster = \"y\"\n");
+    EXPECT_TRUE(starts_with(message, "t.toml:3: invalid TOML: "));
+    EXPECT_NE(message.find("already exists"), std::string::npos);
+    EXPECT_EQ(message.find('\n'), std::string::npos);
+}
+
+TEST(config, reports_trailing_garbage_with_line) {
+    const std::string message = config_error("[limits]\nmover_threads = 1 2\n");
+    EXPECT_TRUE(starts_with(message, "t.toml:2: invalid TOML: "));
+    EXPECT_EQ(message.find('\n'), std::string::npos);
+}
+
+TEST(config, escapes_control_characters_to_keep_messages_on_one_line) {
+    EXPECT_EQ(config_error("cluster = \"a\\nb\"\n"),
+              "t.toml:1: cluster: invalid character in 'a\\x0ab' (use letters, digits, '_', '.', "
+              "'-')");
+}
+
+// --- top-level keys ---
+
+TEST(config, rejects_relative_state_dir) {
+    EXPECT_EQ(config_error("state_dir = \"var/lib/bbkit\"\n"),
+              "t.toml:1: state_dir: 'var/lib/bbkit' is not an absolute path");
+}
+
+TEST(config, rejects_empty_state_owner) {
+    EXPECT_EQ(config_error("state_owner = \"\"\n"),
+              "t.toml:1: state_owner: a user name must not be empty");
+}
+
+TEST(config, rejects_unknown_mode) {
+    EXPECT_EQ(config_error("mode = \"Slurm\"\n"),
+              "t.toml:1: mode: must be \"standalone\" or \"slurm\", got 'Slurm'");
+}
+
+TEST(config, rejects_empty_cluster) {
+    EXPECT_EQ(config_error("cluster = \"\"\n"), "t.toml:1: cluster: must not be empty");
+}
+
+TEST(config, rejects_cluster_with_slash) {
+    EXPECT_EQ(config_error("cluster = \"a/b\"\n"),
+              "t.toml:1: cluster: invalid character in 'a/b' (use letters, digits, '_', '.', '-')");
+}
+
+TEST(config, rejects_directive_with_hash) {
+    EXPECT_EQ(config_error("directives = [\n  \"DW\",\n  \"#BB\",\n]\n"),
+              "t.toml:3: directives[1]: write 'BB' without the leading '#'");
+}
+
+TEST(config, rejects_duplicate_directive_with_line) {
+    EXPECT_EQ(config_error("directives = [\n  \"DW\",\n  \"BB\",\n  \"DW\",\n]\n"),
+              "t.toml:4: directives[2]: duplicate directive 'DW'");
+}
+
+TEST(config, rejects_empty_directive_list) {
+    EXPECT_EQ(config_error("\ndirectives = []\n"),
+              "t.toml:2: directives: at least one directive is required");
+}
+
+TEST(config, rejects_empty_or_odd_directive_word) {
+    EXPECT_EQ(config_error("directives = [\"\"]\n"),
+              "t.toml:1: directives[0]: a directive must not be empty");
+    EXPECT_EQ(config_error("directives = [\"B-B\"]\n"),
+              "t.toml:1: directives[0]: invalid character in 'B-B' (use letters, digits and '_')");
+    EXPECT_EQ(config_error("directives = [1]\n"),
+              "t.toml:1: directives[0]: expected a string, got an integer");
+}
+
+// --- flags ---
+
+TEST(config, matches_flags_case_insensitively) {
+    const Config config =
+        parse_config("flags = [\"enablepersistent\", \"PRIVATEDATA\"]\n", "t.toml");
+    EXPECT_TRUE(config.flags.enable_persistent);
+    EXPECT_TRUE(config.flags.private_data);
+    EXPECT_FALSE(config.flags.teardown_failure);
+}
+
+TEST(config, disable_persistent_is_the_default_and_accepted) {
+    EXPECT_FALSE(
+        parse_config("flags = [\"DisablePersistent\"]\n", "t.toml").flags.enable_persistent);
+    EXPECT_FALSE(parse_config("flags = []\n", "t.toml").flags.enable_persistent);
+}
+
+TEST(config, rejects_unknown_flag_with_line) {
+    EXPECT_EQ(config_error("flags = [\n  \"PrivateData\",\n  \"Persistent\",\n]\n"),
+              "t.toml:3: flags[1]: unknown flag 'Persistent' (known: DisablePersistent, "
+              "EnablePersistent, PrivateData, TeardownFailure)");
+}
+
+TEST(config, rejects_enable_and_disable_persistent_together) {
+    EXPECT_EQ(config_error("flags = [\n  \"DisablePersistent\",\n  \"enablepersistent\",\n]\n"),
+              "t.toml:3: flags[1]: EnablePersistent and DisablePersistent are exclusive");
+}
+
+// --- users ---
+
+TEST(config, stores_uids_as_decimal_strings) {
+    const Config config = parse_config("deny_users = [0, \"bob\", 4294967294]\n", "t.toml");
+    EXPECT_EQ(config.deny_users, (std::vector<std::string>{"0", "bob", "4294967294"}));
+}
+
+TEST(config, rejects_both_allow_and_deny_users) {
+    EXPECT_EQ(config_error("allow_users = [\"alice\"]\n\ndeny_users = [\"bob\"]\n"),
+              "t.toml:3: deny_users: allow_users and deny_users are exclusive");
+}
+
+TEST(config, accepts_allow_users_with_empty_deny_users) {
+    const Config config = parse_config("allow_users = [\"alice\"]\ndeny_users = []\n", "t.toml");
+    EXPECT_EQ(config.allow_users, (std::vector<std::string>{"alice"}));
+}
+
+TEST(config, rejects_negative_uid) {
+    EXPECT_EQ(config_error("allow_users = [\"a\", -1]\n"),
+              "t.toml:1: allow_users[1]: a uid must be between 0 and 4294967294, got -1");
+}
+
+TEST(config, rejects_user_of_wrong_type) {
+    EXPECT_EQ(config_error("allow_users = [1.5]\n"),
+              "t.toml:1: allow_users[0]: expected a user name or a uid, got a float");
+    EXPECT_EQ(config_error("deny_users = [\"\"]\n"),
+              "t.toml:1: deny_users[0]: a user name must not be empty");
+}
+
+// --- timeouts and limits ---
+
+TEST(config, rejects_timeout_over_cap_naming_it) {
+    EXPECT_EQ(config_error("[timeouts]\nstage_in = 10\nstage_out = 2073601\n"),
+              "t.toml:3: timeouts.stage_out: 2073601 exceeds Slurm's maximum of 2073600 seconds "
+              "(24 days)");
+}
+
+TEST(config, accepts_timeout_at_cap) {
+    EXPECT_EQ(parse_config("[timeouts]\nvalidate = 2073600\n", "t.toml").timeouts.validate,
+              max_timeout_seconds);
+}
+
+TEST(config, rejects_zero_or_negative_timeout) {
+    EXPECT_EQ(config_error("[timeouts]\nother = 0\n"),
+              "t.toml:2: timeouts.other: must be a positive number of seconds, got 0");
+    EXPECT_EQ(config_error("[timeouts]\n\nvalidate = -5\n"),
+              "t.toml:3: timeouts.validate: must be a positive number of seconds, got -5");
+}
+
+TEST(config, rejects_stage_concurrency_out_of_range) {
+    EXPECT_EQ(config_error("[limits]\nstage_concurrency = 0\n"),
+              "t.toml:2: limits.stage_concurrency: must be between 1 and 4096, got 0");
+    EXPECT_EQ(config_error("[limits]\nstage_concurrency = 4097\n"),
+              "t.toml:2: limits.stage_concurrency: must be between 1 and 4096, got 4097");
+    EXPECT_EQ(
+        parse_config("[limits]\nstage_concurrency = 4096\n", "t.toml").limits.stage_concurrency,
+        4096u);
+}
+
+TEST(config, rejects_mover_threads_out_of_range) {
+    EXPECT_EQ(config_error("[limits]\nmover_threads = 1025\n"),
+              "t.toml:2: limits.mover_threads: must be between 1 and 1024, got 1025");
+    EXPECT_EQ(config_error("[limits]\nmover_threads = 0\n"),
+              "t.toml:2: limits.mover_threads: must be between 1 and 1024, got 0");
+    EXPECT_EQ(parse_config("[limits]\nmover_threads = 1\n", "t.toml").limits.mover_threads, 1u);
+}
+
+TEST(config, rejects_node_count_as_user_capacity) {
+    EXPECT_TRUE(starts_with(config_error("[limits]\nuser_capacity = \"4N\"\n"),
+                            "t.toml:2: limits.user_capacity: invalid capacity '4N': a node count "
+                            "is not a capacity"));
+}
+
+// --- pools ---
+
+TEST(config, granularity_defaults_to_one_byte) {
+    EXPECT_EQ(parse_config(pool_a, "t.toml").pools.at(0).granularity, 1u);
+}
+
+TEST(config, rejects_duplicate_pool_names_naming_both_lines) {
+    EXPECT_EQ(
+        config_error(pool_a + "\n[[pool]]\npath = \"/bb/b\"\nname = \"a\"\ncapacity = \"1G\"\n"),
+        "t.toml:8: pool[1].name: duplicate pool name 'a' (first defined at line 2)");
+}
+
+TEST(config, rejects_pools_whose_paths_overlap) {
+    EXPECT_EQ(config_error(pool_a +
+                           "[[pool]]\nname = \"b\"\npath = \"/bb/a/inner\"\ncapacity = \"1G\"\n"),
+              "t.toml:7: pool[1].path: '/bb/a/inner' overlaps pool 'a' at '/bb/a'");
+    EXPECT_NO_THROW(parse_config(
+        pool_a + "[[pool]]\nname = \"b\"\npath = \"/bb/ab\"\ncapacity = \"1G\"\n", "t.toml"));
+}
+
+TEST(config, rejects_missing_pool_keys_at_the_pool_line) {
+    EXPECT_EQ(config_error(pool_a + "[[pool]]\nname = \"b\"\ncapacity = \"1G\"\n"),
+              "t.toml:5: pool[1].path: missing (this key is required)");
+    EXPECT_EQ(config_error("[[pool]]\npath = \"/bb/b\"\ncapacity = \"1G\"\n"),
+              "t.toml:1: pool[0].name: missing (this key is required)");
+    EXPECT_EQ(config_error("[[pool]]\nname = \"b\"\npath = \"/bb/b\"\n"),
+              "t.toml:1: pool[0].capacity: missing (this key is required)");
+}
+
+TEST(config, rejects_bad_pool_name) {
+    EXPECT_EQ(config_error("[[pool]]\nname = \"my pool\"\n"),
+              "t.toml:2: pool[0].name: invalid character in 'my pool' (use letters, digits, '_', "
+              "'.', '-')");
+}
+
+TEST(config, rejects_relative_pool_path) {
+    EXPECT_EQ(config_error("[[pool]]\nname = \"a\"\npath = \"bb/a\"\ncapacity = \"1G\"\n"),
+              "t.toml:3: pool[0].path: 'bb/a' is not an absolute path");
+}
+
+TEST(config, rejects_root_as_pool_path) {
+    EXPECT_EQ(config_error("[[pool]]\nname = \"a\"\npath = \"/\"\ncapacity = \"1G\"\n"),
+              "t.toml:3: pool[0].path: the root directory cannot be a pool");
+}
+
+TEST(config, rejects_pool_path_with_trailing_slash) {
+    EXPECT_EQ(config_error("[[pool]]\nname = \"a\"\npath = \"/bb/a/\"\ncapacity = \"1G\"\n"),
+              "t.toml:3: pool[0].path: '/bb/a/' must not end with '/'");
+}
+
+TEST(config, rejects_unnormalized_pool_path) {
+    for (const std::string path : {"/bb/../a", "/bb/./a", "/bb//a", "/..", "/."}) {
+        EXPECT_EQ(
+            config_error("[[pool]]\nname = \"a\"\npath = \"" + path + "\"\ncapacity = \"1G\"\n"),
+            "t.toml:3: pool[0].path: '" + path +
+                "' is not normalized (no '//', '.' or '..' components)");
+    }
+}
+
+TEST(config, accepts_dots_inside_path_components) {
+    const Config config = parse_config(
+        "[[pool]]\nname = \"a\"\npath = \"/bb/.a/b..c\"\ncapacity = \"1G\"\n", "t.toml");
+    EXPECT_EQ(config.pools.at(0).path, "/bb/.a/b..c");
+}
+
+TEST(config, rejects_node_count_capacity) {
+    EXPECT_TRUE(
+        starts_with(config_error("[[pool]]\nname = \"a\"\npath = \"/bb/a\"\ncapacity = \"4N\"\n"),
+                    "t.toml:4: pool[0].capacity: invalid capacity '4N': a node count is "
+                    "not a capacity"));
+}
+
+TEST(config, rejects_decimal_capacity_with_line) {
+    EXPECT_EQ(
+        config_error(pool_a + "[[pool]]\nname = \"b\"\npath = \"/bb/b\"\ncapacity = \"1.5G\"\n"),
+        "t.toml:8: pool[1].capacity: invalid size '1.5G': decimals are not allowed (use a "
+        "smaller unit)");
+}
+
+TEST(config, rejects_granularity_larger_than_capacity) {
+    EXPECT_EQ(config_error(pool_a + "granularity = \"2TiB\"\n"),
+              "t.toml:5: pool[0].granularity: 2TiB exceeds the pool's capacity 1TiB");
+}
+
+TEST(config, accepts_granularity_equal_to_capacity) {
+    EXPECT_EQ(
+        parse_config(pool_a + "granularity = \"1024GiB\"\n", "t.toml").pools.at(0).granularity,
+        1024 * gib);
+}
+
+TEST(config, rejects_node_count_granularity) {
+    EXPECT_TRUE(starts_with(config_error(pool_a + "granularity = \"2N\"\n"),
+                            "t.toml:5: pool[0].granularity: invalid capacity '2N'"));
+}
+
+// --- default_pool and hooks ---
+
+TEST(config, rejects_default_pool_naming_no_pool) {
+    EXPECT_EQ(config_error("default_pool = \"ssd\"\n" + pool_a),
+              "t.toml:1: default_pool: no pool named 'ssd' (configured: a)");
+}
+
+TEST(config, rejects_default_pool_without_pools) {
+    EXPECT_EQ(config_error("\ndefault_pool = \"a\"\n"),
+              "t.toml:2: default_pool: names pool 'a' but no [[pool]] is configured");
+}
+
+TEST(config, rejects_relative_hook_path) {
+    EXPECT_EQ(config_error("[hooks]\n\nstage_in = \"hooks/in.sh\"\n"),
+              "t.toml:3: hooks.stage_in: 'hooks/in.sh' is not an absolute path");
+}
+
+// --- locating and loading files ---
+
+TEST(config, locate_prefers_the_command_line) {
+    const EnvironmentGuard guard;
+    setenv("BBKIT_CONFIG", "/env/bbkit.toml", 1);
+    EXPECT_EQ(locate_config(std::string("/cli/bbkit.toml")), "/cli/bbkit.toml");
+}
+
+TEST(config, locate_uses_the_environment_then_etc) {
+    const EnvironmentGuard guard;
+    setenv("BBKIT_CONFIG", "/env/bbkit.toml", 1);
+    EXPECT_EQ(locate_config(std::nullopt), "/env/bbkit.toml");
+    setenv("BBKIT_CONFIG", "", 1);
+    EXPECT_EQ(locate_config(std::nullopt), "/etc/bbkit/bbkit.toml");
+    unsetenv("BBKIT_CONFIG");
+    EXPECT_EQ(locate_config(std::nullopt), "/etc/bbkit/bbkit.toml");
+}
+
+TEST(config, load_reports_missing_file_with_hint) {
+    try {
+        load_config("/nonexistent/bbkit.toml");
+        FAIL() << "no error";
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::config);
+        EXPECT_STREQ(error.what(),
+                     "/nonexistent/bbkit.toml: cannot read configuration: No such file or "
+                     "directory (use --config FILE or set BBKIT_CONFIG)");
+    }
+}
+
+TEST(config, load_reports_a_directory) {
+    try {
+        load_config("/");
+        FAIL() << "no error";
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::config);
+        EXPECT_TRUE(starts_with(error.what(), "/: cannot read configuration: Is a directory"));
+    }
+}
+
+TEST(config, load_names_the_file_in_errors_and_source) {
+    char path[] = "/tmp/bbkit_config_test_XXXXXX";
+    const int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    close(fd);
+    std::ofstream(path) << "cluster = \"c1\"\n";
+    EXPECT_EQ(load_config(path).source, path);
+    EXPECT_EQ(load_config(path).cluster, "c1");
+    std::ofstream(path) << "cluster = \"c1\"\nbogus = true\n";
+    try {
+        load_config(path);
+        ADD_FAILURE() << "no error";
+    } catch (const Error& error) {
+        EXPECT_TRUE(starts_with(error.what(), std::string(path) + ":2: bogus: unknown key"));
+    }
+    unlink(path);
+}
+
+// --- the shipped example ---
+
+TEST(config, example_file_parses_with_documented_defaults) {
+    const Config config = load_config(example_path());
+    const Config defaults;
+    EXPECT_EQ(config.state_dir, defaults.state_dir);
+    EXPECT_EQ(config.state_owner, defaults.state_owner);
+    EXPECT_EQ(config.mode, defaults.mode);
+    EXPECT_EQ(config.cluster, defaults.cluster);
+    EXPECT_EQ(config.directives, defaults.directives);
+    EXPECT_EQ(config.timeouts.stage_in, defaults.timeouts.stage_in);
+    EXPECT_EQ(config.timeouts.stage_out, defaults.timeouts.stage_out);
+    EXPECT_EQ(config.timeouts.other, defaults.timeouts.other);
+    EXPECT_EQ(config.timeouts.validate, defaults.timeouts.validate);
+    EXPECT_EQ(config.limits.stage_concurrency, defaults.limits.stage_concurrency);
+    EXPECT_EQ(config.limits.mover_threads, defaults.limits.mover_threads);
+    EXPECT_FALSE(config.limits.user_capacity);
+    EXPECT_FALSE(config.flags.enable_persistent);
+    EXPECT_FALSE(config.allow_root);
+    EXPECT_EQ(config.default_pool, "nvme");
+    ASSERT_EQ(config.pools.size(), 1u);
+    EXPECT_EQ(config.pools[0].granularity, 1u);
+}
+
+// The example's optional settings are written "#key = value"; uncommented, they must parse too.
+TEST(config, example_file_optional_settings_parse) {
+    const std::regex optional_setting(R"(^#([a-z\[]))", std::regex::multiline);
+    const std::string text = std::regex_replace(file_text(example_path()), optional_setting, "$1");
+    const Config config = parse_config(text, "example");
+    EXPECT_EQ(config.limits.user_capacity, 10 * 1024 * gib);
+    EXPECT_EQ(config.hooks.size(), hook_phases().size());
+}
+
+// The man page's EXAMPLE is the text between ".ft CR" and ".ft"; readers copy it, so it must load.
+TEST(config, man_page_example_parses) {
+    const std::string page = file_text(std::string(BBKIT_SOURCE_DIR) + "/man/man5/bbkit.toml.5");
+    const std::size_t begin = page.find(".ft CR\n");
+    const std::size_t end = page.find("\n.ft\n", begin);
+    ASSERT_NE(begin, std::string::npos);
+    ASSERT_NE(end, std::string::npos);
+    const std::size_t text_begin = begin + std::string(".ft CR\n").size();
+    const Config config = parse_config(page.substr(text_begin, end - text_begin), "bbkit.toml.5");
+    EXPECT_EQ(config.pools.size(), 2u);
+    EXPECT_EQ(config.deny_users, (std::vector<std::string>{"guest", "1500"}));
+}
+
+}  // namespace
+}  // namespace bbkit

@@ -1,0 +1,791 @@
+#include "bbkit/directive.hpp"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "bbkit/error.hpp"
+
+using bbkit::buffer_relative_path;
+using bbkit::canonical_lines;
+using bbkit::Config;
+using bbkit::Error;
+using bbkit::ExitCode;
+using bbkit::JobContext;
+using bbkit::Mode;
+using bbkit::Origin;
+using bbkit::parse_request;
+using bbkit::Request;
+using bbkit::RequestText;
+using bbkit::StageDirective;
+using bbkit::StageType;
+
+namespace {
+
+constexpr std::uint64_t KiB = 1024ULL;
+constexpr std::uint64_t GiB = KiB * KiB * KiB;
+
+Config test_config() {
+    Config config;
+    config.pools = {{"nvme", "/bb/nvme", 100 * GiB, GiB},
+                    {"small", "/bb/small", 4 * KiB, KiB},
+                    {"pool1", "/bb/pool1", 10000 * KiB, KiB}};
+    config.default_pool = "nvme";
+    return config;
+}
+
+RequestText script(const std::string& text) {
+    RequestText request;
+    request.script = text;
+    return request;
+}
+
+RequestText bb(const std::string& text) {
+    RequestText request;
+    request.bb = text;
+    return request;
+}
+
+RequestText bbf(const std::string& text) {
+    RequestText request;
+    request.bbf = text;
+    return request;
+}
+
+Request parse(const RequestText& text, const Config& config = test_config(),
+              const JobContext& job = {}) {
+    return parse_request(text, config, job);
+}
+
+Request parse_script(const std::string& text, const JobContext& job = {}) {
+    return parse(script(text), test_config(), job);
+}
+
+// The error parse() throws; fails the test when it throws none.
+Error error_of(const RequestText& text, const Config& config = test_config(),
+               const JobContext& job = {}) {
+    try {
+        parse(text, config, job);
+    } catch (const Error& e) {
+        return e;
+    }
+    ADD_FAILURE() << "accepted";
+    return Error(ExitCode::ok, "");
+}
+
+void expect_error(const RequestText& text, ExitCode code, const std::string& message,
+                  const Config& config = test_config(), const JobContext& job = {}) {
+    const Error e = error_of(text, config, job);
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos)
+        << "'" << e.what() << "' lacks '" << message << "'";
+}
+
+void expect_script_error(const std::string& text, const std::string& message,
+                         ExitCode code = ExitCode::data) {
+    expect_error(script(text), code, message);
+}
+
+JobContext job_with_user(const std::string& user) {
+    JobContext job;
+    job.user = user;
+    return job;
+}
+
+const std::string shebang = "#!/bin/bash\n";
+
+// ---- the guide's examples --------------------------------------------------------------------
+
+TEST(Directive, bare_lua_directive_only_asks_for_the_stages) {
+    const Request r = parse_script(shebang + "#BB_LUA\nsrun application.sh\n");
+    EXPECT_TRUE(r.has_directive);
+    EXPECT_FALSE(r.job_buffer);
+    EXPECT_TRUE(r.warnings.empty());
+}
+
+TEST(Directive, lua_pool_and_capacity_request_a_job_buffer) {
+    const Request r = parse_script(shebang + "#BB_LUA pool=pool1 capacity=1K\nsrun a.sh\n");
+    ASSERT_TRUE(r.job_buffer);
+    EXPECT_EQ(r.job_buffer->pool, "pool1");
+    EXPECT_EQ(r.job_buffer->capacity, KiB);
+    EXPECT_EQ(r.job_buffer->allocated, KiB);
+    EXPECT_EQ(r.job_buffer->access, "striped");
+    EXPECT_EQ(r.job_buffer->type, "scratch");
+    EXPECT_EQ(r.job_buffer->where.origin, Origin::script);
+    EXPECT_EQ(r.job_buffer->where.line, 2);
+}
+
+TEST(Directive, lua_capacity_is_rounded_up_to_the_pool_granularity) {
+    const Request r = parse_script("#BB_LUA pool=nvme capacity=100MiB access=private\n");
+    ASSERT_TRUE(r.job_buffer);
+    EXPECT_EQ(r.job_buffer->capacity, 100 * KiB * KiB);
+    EXPECT_EQ(r.job_buffer->allocated, GiB);
+    EXPECT_EQ(r.job_buffer->access, "private");
+}
+
+TEST(Directive, datawarp_jobdw_uses_the_default_pool_and_warns_about_unknown_keys) {
+    const Request r = parse_script(
+        shebang + "#DW jobdw type=scratch capacity=1GB access_mode=striped,private pfs=/scratch\n");
+    ASSERT_TRUE(r.job_buffer);
+    EXPECT_EQ(r.job_buffer->capacity, 1000000000u);
+    EXPECT_EQ(r.job_buffer->allocated, GiB);
+    EXPECT_EQ(r.job_buffer->pool, "nvme");
+    EXPECT_EQ(r.job_buffer->access, "striped,private");
+    ASSERT_EQ(r.warnings.size(), 1u);
+    EXPECT_EQ(r.warnings[0].where.line, 2);
+    EXPECT_NE(r.warnings[0].message.find("pfs"), std::string::npos);
+}
+
+TEST(Directive, guide_stage_in_to_an_absolute_destination_is_outside_the_buffer) {
+    expect_script_error(shebang +
+                            "#DW jobdw type=scratch capacity=1GB\n"
+                            "#DW stage_in type=file source=/tmp/a destination=/ss/file1\n",
+                        "script line 3: destination '/ss/file1' is outside the buffer");
+}
+
+TEST(Directive, guide_stage_lines_parse_when_written_inside_the_buffer) {
+    const Request r = parse_script(
+        shebang +
+        "#DW jobdw type=scratch capacity=1GB access_mode=striped,private pfs=/scratch\n"
+        "#DW stage_in type=file source=/tmp/a destination=$DW_JOB_STRIPED/ss/file1\n"
+        "#DW stage_out type=file destination=/tmp/b source=$DW_JOB_STRIPED/ss/file1\n"
+        "srun application.sh\n");
+    ASSERT_EQ(r.stage_in.size(), 1u);
+    EXPECT_EQ(r.stage_in[0].type, StageType::file);
+    EXPECT_EQ(r.stage_in[0].source, "/tmp/a");
+    EXPECT_EQ(r.stage_in[0].destination, "ss/file1");
+    EXPECT_EQ(r.stage_in[0].buffer, "");
+    EXPECT_EQ(r.stage_in[0].where.line, 3);
+    ASSERT_EQ(r.stage_out.size(), 1u);
+    EXPECT_EQ(r.stage_out[0].source, "ss/file1");
+    EXPECT_EQ(r.stage_out[0].destination, "/tmp/b");
+    EXPECT_FALSE(r.stage_out[0].unresolved);
+}
+
+TEST(Directive, guide_creates_two_persistent_buffers) {
+    const Request r =
+        parse_script(shebang +
+                     "#BB create_persistent name=alpha capacity=32GB access=striped type=scratch\n"
+                     "#BB create_persistent name=beta capacity=16GB access=striped type=scratch\n"
+                     "srun application.sh\n");
+    ASSERT_EQ(r.create.size(), 2u);
+    EXPECT_EQ(r.create[0].name, "alpha");
+    EXPECT_EQ(r.create[0].capacity, 32000000000u);
+    EXPECT_EQ(r.create[0].allocated, 30 * GiB);
+    EXPECT_EQ(r.create[0].pool, "nvme");
+    EXPECT_EQ(r.create[1].name, "beta");
+    EXPECT_EQ(r.create[1].where.line, 3);
+    EXPECT_FALSE(r.job_buffer);
+}
+
+TEST(Directive, guide_destroys_two_persistent_buffers_and_honours_hurry) {
+    const Request r = parse_script(shebang +
+                                   "#BB destroy_persistent name=alpha\n"
+                                   "#BB destroy_persistent name=beta hurry\n");
+    ASSERT_EQ(r.destroy.size(), 2u);
+    EXPECT_EQ(r.destroy[0].name, "alpha");
+    EXPECT_FALSE(r.destroy[0].hurry);
+    EXPECT_EQ(r.destroy[1].name, "beta");
+    EXPECT_TRUE(r.destroy[1].hurry);
+    EXPECT_TRUE(r.warnings.empty());
+}
+
+TEST(Directive, bb_short_form_is_translated_like_the_datawarp_plugin) {
+    Config config = test_config();
+    config.directives = {"BB_LUA"};  // the translation is read even without #DW
+    const Request r = parse(bb("capacity=1G access=striped type=scratch"), config);
+    ASSERT_TRUE(r.job_buffer);
+    EXPECT_EQ(r.job_buffer->capacity, GiB);
+    EXPECT_EQ(r.job_buffer->pool, "nvme");
+    EXPECT_EQ(r.job_buffer->access, "striped");
+    EXPECT_EQ(r.job_buffer->where.origin, Origin::bb_option);
+    EXPECT_EQ(r.job_buffer->where.line, 1);
+}
+
+TEST(Directive, bb_short_form_pool_is_passed_on) {
+    const Request r = parse(bb("capacity=2K pool=small"));
+    ASSERT_TRUE(r.job_buffer);
+    EXPECT_EQ(r.job_buffer->pool, "small");
+    EXPECT_EQ(r.job_buffer->allocated, 2 * KiB);
+}
+
+TEST(Directive, bb_short_form_refuses_swap_and_unknown_keys) {
+    expect_error(bb("capacity=1G swap=2G"), ExitCode::data, "--bb: swap is not supported");
+    expect_error(bb("capacity=1G nodes=2"), ExitCode::data, "--bb: unknown option 'nodes'");
+}
+
+TEST(Directive, bb_short_form_may_span_lines) {
+    EXPECT_EQ(parse(bb("capacity=2K\npool=small\n")).job_buffer->pool, "small");
+}
+
+TEST(Directive, bb_short_form_without_capacity_is_an_error) {
+    expect_error(bb("access=striped"), ExitCode::data, "--bb: jobdw needs capacity=");
+}
+
+TEST(Directive, bb_lua_text_is_read_as_a_directive) {
+    const Request r = parse(bb("#BB_LUA pool=pool1 capacity=1K"));
+    ASSERT_TRUE(r.job_buffer);
+    EXPECT_EQ(r.job_buffer->pool, "pool1");
+}
+
+TEST(Directive, bb_text_is_split_before_each_prefix) {
+    const Request r =
+        parse(bb("#BB_LUA capacity=1G #BB_LUA stage_in type=file source=/a destination=b"));
+    ASSERT_TRUE(r.job_buffer);
+    ASSERT_EQ(r.stage_in.size(), 1u);
+    EXPECT_EQ(r.stage_in[0].destination, "b");
+    EXPECT_EQ(r.stage_in[0].where.line, 2);
+    expect_error(bb("#BB_LUA capacity=1G\n#BB_LUA capacity=2G"), ExitCode::data,
+                 "--bb line 2: only one job buffer per job: one is already requested on --bb "
+                 "line 1");
+}
+
+TEST(Directive, bb_cannot_create_or_destroy_persistent_buffers) {
+    expect_error(bb("#BB create_persistent name=alpha capacity=1G"), ExitCode::data,
+                 "--bb: --bb cannot create or destroy persistent burst buffers");
+    expect_error(bb("#BB destroy_persistent name=alpha"), ExitCode::data,
+                 "--bb cannot create or destroy");
+}
+
+TEST(Directive, bbf_reads_every_line_and_refuses_other_text) {
+    const Request r =
+        parse(bbf("#BB_LUA capacity=1G\n\n# a comment\n#BB create_persistent "
+                  "name=p capacity=1G\n"));
+    ASSERT_TRUE(r.job_buffer);
+    ASSERT_EQ(r.create.size(), 1u);
+    EXPECT_EQ(r.create[0].where.origin, Origin::bbf_file);
+    EXPECT_EQ(r.create[0].where.line, 4);
+    expect_error(bbf("#BB_LUA capacity=1G\nsrun a.out\n"), ExitCode::data,
+                 "--bbf line 2: not a burst-buffer directive");
+}
+
+TEST(Directive, all_sources_are_read_in_order_with_their_origin) {
+    RequestText text = script("#BB_LUA capacity=1G\n");
+    text.bb = "#BB_LUA use_persistent name=shared";
+    text.bbf = "#BB_LUA stage_in type=file source=/a destination=b\n";
+    const Request r = parse(text);
+    EXPECT_EQ(r.job_buffer->where.origin, Origin::script);
+    EXPECT_EQ(r.use.at(0).where.origin, Origin::bb_option);
+    EXPECT_EQ(r.stage_in.at(0).where.origin, Origin::bbf_file);
+    EXPECT_EQ(std::string(bbkit::to_string(Origin::bbf_file)), "--bbf");
+}
+
+// ---- scanning --------------------------------------------------------------------------------
+
+TEST(Directive, scanning_stops_at_the_first_non_comment_line) {
+    const Request r = parse_script(shebang +
+                                   "#SBATCH -N1\n\n  \n#BB_LUA capacity=1G\necho hi\n"
+                                   "#BB_LUA stage_in type=nonsense\n");
+    ASSERT_TRUE(r.job_buffer);
+    EXPECT_EQ(r.job_buffer->where.line, 5);
+    EXPECT_TRUE(r.stage_in.empty());
+}
+
+TEST(Directive, a_prefix_must_end_at_a_blank) {
+    const Request r = parse_script("#BBX capacity=1G\n#BB_LUAX capacity=1G\n#DWjobdw\n");
+    EXPECT_FALSE(r.has_directive);
+    EXPECT_TRUE(parse_script("#BB_LUA\tcapacity=1G\n").job_buffer);
+}
+
+TEST(Directive, trailing_nul_bytes_are_ignored) {
+    const Request r = parse_script(std::string("#BB_LUA capacity=1G\nsrun a\n\0\0", 29));
+    EXPECT_TRUE(r.job_buffer);
+}
+
+TEST(Directive, an_inner_nul_byte_is_an_error_naming_the_line) {
+    expect_script_error(std::string("#!/bin/sh\n#BB_LUA\nsrun\0a\n", 24),
+                        "script line 3: NUL byte");
+}
+
+TEST(Directive, a_trailing_backslash_continues_the_directive) {
+    const Request r = parse_script(
+        "#!/bin/sh\n#BB_LUA stage_in type=file \\\n#   source=/data/in \\\n#BB_LUA destination=in\n"
+        "#BB_LUA capacity=1G\n");
+    ASSERT_EQ(r.stage_in.size(), 1u);
+    EXPECT_EQ(r.stage_in[0].source, "/data/in");
+    EXPECT_EQ(r.stage_in[0].destination, "in");
+    EXPECT_EQ(r.stage_in[0].where.line, 2);
+    EXPECT_EQ(r.job_buffer->where.line, 5);
+}
+
+TEST(Directive, a_continuation_must_stay_in_the_comment_block) {
+    expect_script_error("#BB_LUA capacity=1G \\\nsrun a.out\n",
+                        "script line 2: a continued directive must continue on a comment line");
+}
+
+TEST(Directive, a_double_backslash_at_the_end_does_not_continue) {
+    const Request r = parse_script(
+        "#BB_LUA stage_in type=file source=/a destination=b\\\\\n#BB_LUA capacity=1G\n");
+    ASSERT_EQ(r.stage_in.size(), 1u);
+    EXPECT_EQ(r.stage_in[0].destination, "b");
+    EXPECT_TRUE(r.job_buffer);
+}
+
+// ---- tokens and symbols ----------------------------------------------------------------------
+
+TEST(Directive, quoted_values_keep_blanks_and_escaped_quotes) {
+    const Request r = parse_script(
+        "#BB_LUA stage_in type=file source=\"/data/my file\" destination=\"say \\\"hi\\\"\"\n");
+    ASSERT_EQ(r.stage_in.size(), 1u);
+    EXPECT_EQ(r.stage_in[0].source, "/data/my file");
+    EXPECT_EQ(r.stage_in[0].destination, "say \"hi\"");
+}
+
+TEST(Directive, an_unterminated_quote_names_the_line) {
+    expect_script_error("#!/bin/sh\n#BB_LUA stage_in type=file source=\"/data/x destination=y\n",
+                        "script line 2: unterminated quote");
+}
+
+JobContext full_job() {
+    JobContext job;
+    job.job_id = "1234";
+    job.workdir = "/home/alice/run";
+    job.job_name = "sim";
+    job.user = "nobody";
+    return job;
+}
+
+// The stage_in source after replacement of `pattern` (placed under /in/).
+std::string replaced(const std::string& pattern, const JobContext& job) {
+    const Request r = parse_script(
+        "#BB_LUA stage_in type=file source=/in/" + pattern + " destination=out\n", job);
+    return r.stage_in.at(0).source;
+}
+
+TEST(Directive, each_symbol_is_replaced_from_the_job) {
+    JobContext job = full_job();
+    EXPECT_EQ(replaced("a%%b", job), "/in/a%b");
+    EXPECT_EQ(replaced("%j", job), "/in/1234");
+    EXPECT_EQ(replaced("%A", job), "/in/1234");
+    EXPECT_EQ(replaced("%a", job), "/in/4294967294");
+    EXPECT_EQ(replaced("%b", job), "/in/4");
+    EXPECT_EQ(replaced("%u", job), "/in/nobody");
+    EXPECT_EQ(replaced("%x", job), "/in/sim");
+    EXPECT_EQ(replaced("%d/f", job), "/in/home/alice/run/f");
+    job.array_job_id = "1200";
+    job.array_task_id = "17";
+    EXPECT_EQ(replaced("%A_%a_%b", job), "/in/1200_17_7");
+}
+
+TEST(Directive, workdir_symbol_gives_an_absolute_source) {
+    const Request r =
+        parse_script("#BB_LUA stage_in type=file source=%d/input destination=in\n", full_job());
+    EXPECT_EQ(r.stage_in.at(0).source, "/home/alice/run/input");
+}
+
+TEST(Directive, unknown_percent_sequences_stay_literally) {
+    EXPECT_EQ(replaced("100%q%", full_job()), "/in/100%q%");
+}
+
+TEST(Directive, unknown_symbols_stay_and_mark_the_stage_unresolved_with_one_warning) {
+    const Request r =
+        parse_script("#BB_LUA stage_out type=file source=%x.out destination=%d/out/%j_%x\n");
+    ASSERT_EQ(r.stage_out.size(), 1u);
+    EXPECT_TRUE(r.stage_out[0].unresolved);
+    EXPECT_EQ(r.stage_out[0].source, "%x.out");
+    EXPECT_EQ(r.stage_out[0].destination, "%d/out/%j_%x");
+    ASSERT_EQ(r.warnings.size(), 1u);
+    EXPECT_EQ(r.warnings[0].where.line, 1);
+    EXPECT_EQ(r.warnings[0].message,
+              "%x is not known yet; it is replaced when the job is submitted");
+}
+
+TEST(Directive, an_unresolved_relative_source_is_still_refused) {
+    expect_script_error("#BB_LUA stage_in type=file source=%u/x destination=in\n",
+                        "source '%u/x' must be an absolute path (write %d/%u/x");
+}
+
+TEST(Directive, a_double_backslash_stops_replacement_for_the_rest_of_the_line) {
+    const Request r = parse_script(
+        "#BB_LUA stage_out type=file source=%j destination=/out/\\\\%j/%x\n", full_job());
+    EXPECT_EQ(r.stage_out.at(0).source, "1234");
+    EXPECT_EQ(r.stage_out.at(0).destination, "/out/%j/%x");
+    EXPECT_FALSE(r.stage_out.at(0).unresolved);
+}
+
+TEST(Directive, job_name_cannot_inject_a_key) {
+    JobContext job = full_job();
+    job.job_name = "x destination=/etc";
+    const Request r =
+        parse_script("#BB_LUA stage_in type=file source=/in/%x destination=%x\n", job);
+    ASSERT_EQ(r.stage_in.size(), 1u);
+    EXPECT_EQ(r.stage_in[0].source, "/in/x destination=/etc");
+    EXPECT_EQ(r.stage_in[0].destination, "x destination=/etc");
+    EXPECT_TRUE(r.warnings.empty());
+}
+
+TEST(Directive, job_name_cannot_climb_out_of_the_buffer) {
+    JobContext job = full_job();
+    job.job_name = "../../etc";
+    expect_error(script("#BB_LUA stage_in type=file source=/a destination=%x/f\n"), ExitCode::data,
+                 "destination '../../etc/f' is outside the buffer", test_config(), job);
+}
+
+TEST(Directive, user_name_cannot_inject_a_key) {
+    // A name with blanks is no user: the lookup refuses it before any line is read.
+    expect_error(script("#BB_LUA stage_in type=file source=/home/%u destination=d\n"),
+                 ExitCode::no_input, "no such user", test_config(),
+                 job_with_user("nobody destination=/etc"));
+    const Request r = parse_script("#BB_LUA stage_in type=file source=/home/%u destination=d\n",
+                                   job_with_user("nobody"));
+    EXPECT_EQ(r.stage_in.at(0).source, "/home/nobody");
+}
+
+// ---- paths -----------------------------------------------------------------------------------
+
+TEST(Directive, destinations_may_not_climb_or_be_absolute) {
+    expect_script_error("#BB_LUA stage_in type=file source=/a destination=../x\n",
+                        "script line 1: destination '../x' is outside the buffer");
+    expect_script_error("#BB_LUA stage_in type=file source=/a destination=a/../b\n",
+                        "destination 'a/../b' is outside the buffer");
+    expect_script_error("#BB_LUA stage_in type=file source=/a destination=$BB_JOB_DIR/../x\n",
+                        "is outside the buffer");
+    expect_script_error("#BB_LUA stage_in type=file source=/a destination=/etc/passwd\n",
+                        "destination '/etc/passwd' is outside the buffer (write it relative to "
+                        "the buffer or as $DW_JOB_STRIPED/…)");
+    expect_script_error("#BB_LUA stage_out type=file source=/etc/shadow destination=/b\n",
+                        "source '/etc/shadow' is outside the buffer");
+}
+
+TEST(Directive, sources_and_outside_destinations_must_be_absolute_without_dotdot) {
+    expect_script_error("#BB_LUA stage_in type=file source=data/in destination=in\n",
+                        "source 'data/in' must be an absolute path (write %d/data/in");
+    expect_script_error("#BB_LUA stage_in type=file source=/a/../etc destination=in\n",
+                        "source '/a/../etc' must not contain '..'");
+    expect_script_error("#BB_LUA stage_out type=file source=out destination=/x/../y\n",
+                        "destination '/x/../y' must not contain '..'");
+}
+
+TEST(Directive, paths_are_lexically_normalized) {
+    const Request r = parse_script(
+        "#BB_LUA stage_in type=directory source=/data//./in/ destination=./a//b/\n"
+        "#BB_LUA stage_out type=directory source=$BB_JOB_DIR destination=/out/./x/\n");
+    EXPECT_EQ(r.stage_in.at(0).source, "/data/in");
+    EXPECT_EQ(r.stage_in.at(0).destination, "a/b");
+    EXPECT_EQ(r.stage_out.at(0).source, "");
+    EXPECT_EQ(r.stage_out.at(0).destination, "/out/x");
+}
+
+TEST(Directive, a_file_stage_needs_a_file_inside_the_buffer) {
+    expect_script_error("#BB_LUA stage_in type=file source=/a destination=$DW_JOB_STRIPED\n",
+                        "must name a file inside the buffer, not its root");
+}
+
+TEST(Directive, buffer_relative_path_accepts_the_buffer_variables) {
+    std::string buffer = "x";
+    EXPECT_EQ(buffer_relative_path("a/b", buffer), "a/b");
+    EXPECT_EQ(buffer, "");
+    EXPECT_EQ(buffer_relative_path("$BB_JOB_DIR/a", buffer), "a");
+    EXPECT_EQ(buffer_relative_path("${BB_JOB_DIR}/a", buffer), "a");
+    EXPECT_EQ(buffer_relative_path("$DW_JOB_STRIPED", buffer), "");
+    EXPECT_EQ(buffer_relative_path("$DW_JOB_PRIVATE/x/", buffer), "x");
+    EXPECT_EQ(buffer_relative_path("$DW_PERSISTENT_STRIPED_my_data/in", buffer), "in");
+    EXPECT_EQ(buffer, "my_data");
+    EXPECT_THROW(buffer_relative_path("$DW_JOB_STRIPEDX/a", buffer), Error);
+    EXPECT_THROW(buffer_relative_path("$HOME/a", buffer), Error);
+    EXPECT_THROW(buffer_relative_path("", buffer), Error);
+}
+
+TEST(Directive, persistent_variable_names_a_used_persistent_buffer) {
+    const Request r = parse_script(
+        "#DW persistentdw name=my-data\n"
+        "#DW stage_in type=list source=/lists/in.txt "
+        "destination=$DW_PERSISTENT_STRIPED_my_data/in\n");
+    ASSERT_EQ(r.stage_in.size(), 1u);
+    EXPECT_EQ(r.stage_in[0].type, StageType::list);
+    EXPECT_EQ(r.stage_in[0].buffer, "my-data");
+    EXPECT_EQ(r.stage_in[0].destination, "in");
+}
+
+TEST(Directive, persistent_variable_must_name_a_buffer_of_the_request) {
+    expect_script_error(
+        "#BB_LUA capacity=1G\n"
+        "#DW stage_in type=file source=/a destination=$DW_PERSISTENT_STRIPED_other/in\n",
+        "script line 2: $DW_PERSISTENT_STRIPED_other names no persistent buffer");
+}
+
+// ---- sizes, pools, types ---------------------------------------------------------------------
+
+TEST(Directive, node_count_capacity_is_refused) {
+    expect_script_error("#DW jobdw capacity=2N\n", "script line 1: invalid capacity '2N'");
+}
+
+TEST(Directive, decimal_capacity_names_line_and_token) {
+    expect_script_error(shebang + "\n#BB_LUA capacity=1.5G\n",
+                        "script line 3: invalid size '1.5G': decimals are not allowed (use a "
+                        "smaller unit)");
+}
+
+TEST(Directive, type_cache_is_refused_with_the_reason) {
+    expect_script_error("#DW jobdw capacity=1G type=cache\n",
+                        "script line 1: type=cache is not supported: bbkit buffers are scratch "
+                        "space (stage files in and out instead)");
+    expect_script_error("#DW jobdw capacity=1G type=other\n", "unknown type 'other'");
+}
+
+TEST(Directive, unsupported_access_modes_are_refused) {
+    expect_script_error("#BB_LUA capacity=1G access=ldbalance\n", "access mode 'ldbalance'");
+    EXPECT_EQ(
+        parse_script("#DW jobdw capacity=1G access_mode=private,private\n").job_buffer->access,
+        "private");
+}
+
+TEST(Directive, swap_is_refused_in_every_dialect) {
+    expect_script_error("#DW swap 10GiB\n",
+                        "script line 1: swap is not supported: bbkit buffers are a directory, not "
+                        "swap space");
+    expect_script_error("#BB_LUA capacity=1G swap=1G\n", "swap is not supported");
+}
+
+TEST(Directive, unknown_command_is_an_error) {
+    expect_script_error("#!/bin/sh\n#BB_LUA frobnicate x=1\n",
+                        "script line 2: unknown command 'frobnicate'");
+}
+
+TEST(Directive, a_second_job_buffer_names_both_lines) {
+    expect_script_error("#BB_LUA capacity=1G\n#SBATCH -N1\n#DW jobdw capacity=2G\n",
+                        "script line 3: only one job buffer per job: one is already requested on "
+                        "script line 1");
+}
+
+TEST(Directive, jobdw_needs_a_capacity) {
+    expect_script_error("#DW jobdw pool=nvme\n", "script line 1: jobdw needs capacity=");
+    expect_script_error("#BB_LUA pool=nvme\n", "script line 1: a job buffer needs capacity=");
+}
+
+TEST(Directive, unknown_pool_is_no_input) {
+    expect_script_error("#BB_LUA pool=ssd capacity=1G\n", "script line 1: unknown pool 'ssd'",
+                        ExitCode::no_input);
+}
+
+TEST(Directive, capacity_without_pool_needs_a_default_pool) {
+    Config config = test_config();
+    config.default_pool.reset();
+    expect_error(script("#BB_LUA capacity=1G\n"), ExitCode::data,
+                 "capacity requested but no pool given and no default_pool configured", config);
+}
+
+TEST(Directive, capacity_larger_than_the_pool_can_never_be_satisfied) {
+    expect_script_error("#BB_LUA pool=small capacity=5K\n",
+                        "script line 1: capacity=5K can never be satisfied: pool 'small' holds "
+                        "only 4KiB in total");
+    // 3.5KiB rounds up to 4KiB: it still fits.
+    EXPECT_EQ(parse_script("#BB_LUA pool=small capacity=3584\n").job_buffer->allocated, 4 * KiB);
+}
+
+TEST(Directive, a_key_given_twice_is_an_error) {
+    expect_script_error("#BB_LUA capacity=1G capacity=2G\n", "'capacity=' is given twice");
+}
+
+TEST(Directive, stage_lines_name_their_missing_key) {
+    expect_script_error("#BB_LUA stage_in type=file source=/a\n",
+                        "script line 1: stage_in needs destination=");
+    expect_script_error("#BB_LUA stage_out source=a destination=/b\n", "stage_out needs type=");
+    expect_script_error("#BB_LUA stage_out type=fifo source=a destination=/b\n",
+                        "unknown stage type 'fifo'");
+}
+
+// ---- persistent buffers ----------------------------------------------------------------------
+
+TEST(Directive, persistent_names_follow_slurms_rules) {
+    expect_script_error("#BB create_persistent name=1abc capacity=1G\n",
+                        "must not start with a digit");
+    expect_script_error("#BB destroy_persistent name=a/b\n", "must not contain '/' or '..'");
+    expect_script_error("#DW persistentdw name=a..b\n", "must not contain '/' or '..'");
+    expect_script_error("#DW persistentdw name=..\n", "must not contain '/' or '..'");
+    expect_script_error("#DW persistentdw name=.hidden\n", "must not start with '.'");
+    expect_script_error("#DW persistentdw name=" + std::string(65, 'a') + "\n", "1 to 64");
+    expect_script_error("#DW persistentdw name=a$b\n", "may only hold");
+    EXPECT_EQ(parse_script("#BB_LUA use_persistent name=Run_1.v-2\n").use.at(0).name, "Run_1.v-2");
+}
+
+TEST(Directive, persistent_create_needs_enable_persistent_for_ordinary_users) {
+    const std::string text = "#BB create_persistent name=alpha capacity=1G\n";
+    expect_error(script(text), ExitCode::no_perm,
+                 "script line 1: user nobody may not create persistent burst buffers "
+                 "(EnablePersistent is not set)",
+                 test_config(), job_with_user("nobody"));
+    expect_error(script("#BB destroy_persistent name=alpha\n"), ExitCode::no_perm,
+                 "may not destroy persistent", test_config(), job_with_user("nobody"));
+    Config config = test_config();
+    config.flags.enable_persistent = true;
+    EXPECT_EQ(parse(script(text), config, job_with_user("nobody")).create.size(), 1u);
+    config = test_config();
+    config.allow_root = true;
+    EXPECT_EQ(parse(script(text), config, job_with_user("root")).create.size(), 1u);
+}
+
+// ---- users -----------------------------------------------------------------------------------
+
+TEST(Directive, root_is_refused_unless_allowed) {
+    const RequestText text = script("#BB_LUA capacity=1G\n");
+    expect_error(text, ExitCode::no_perm,
+                 "user root may not use burst buffers (allow_root = false)", test_config(),
+                 job_with_user("root"));
+    JobContext by_uid;
+    by_uid.uid = 0;
+    expect_error(text, ExitCode::no_perm, "(allow_root = false)", test_config(), by_uid);
+    Config config = test_config();
+    config.allow_root = true;
+    EXPECT_TRUE(parse(text, config, by_uid).job_buffer);
+}
+
+TEST(Directive, root_without_a_directive_is_not_refused) {
+    EXPECT_FALSE(parse(script("echo hi\n"), test_config(), job_with_user("root")).has_directive);
+}
+
+TEST(Directive, allow_users_and_deny_users_are_enforced) {
+    const RequestText text = script("#BB_LUA capacity=1G\n");
+    Config config = test_config();
+    config.allow_users = {"alice", "0"};
+    expect_error(text, ExitCode::no_perm,
+                 "user nobody may not use burst buffers (not in allow_users)", config,
+                 job_with_user("nobody"));
+    config.allow_users = {"65534"};
+    EXPECT_TRUE(parse(text, config, job_with_user("nobody")).job_buffer);
+    config = test_config();
+    config.deny_users = {"nobody"};
+    expect_error(text, ExitCode::no_perm, "(listed in deny_users)", config,
+                 job_with_user("nobody"));
+}
+
+TEST(Directive, unknown_user_is_no_input) {
+    expect_error(script("#BB_LUA\n"), ExitCode::no_input, "no such user", test_config(),
+                 job_with_user("no-such-user-bbkit"));
+}
+
+TEST(Directive, uid_gives_the_user_name_for_percent_u) {
+    JobContext job;
+    job.uid = 65534;
+    const Request r =
+        parse_script("#BB_LUA stage_in type=file source=/home/%u destination=d\n", job);
+    EXPECT_EQ(r.stage_in.at(0).source, "/home/nobody");
+}
+
+// ---- slurm mode ------------------------------------------------------------------------------
+
+TEST(Directive, slurm_mode_reads_only_slurms_directive) {
+    Config config = test_config();
+    config.mode = Mode::slurm;
+    const Request r = parse(script("#DW jobdw capacity=1G\n#BB_LUA stage_in type=file "
+                                   "source=/a destination=b\n"),
+                            config);
+    EXPECT_FALSE(r.job_buffer);
+    EXPECT_EQ(r.stage_in.size(), 1u);
+    ASSERT_EQ(r.warnings.size(), 1u);
+    EXPECT_EQ(r.warnings[0].where.line, 1);
+    EXPECT_NE(r.warnings[0].message.find("slurm mode"), std::string::npos);
+    config.mode = Mode::standalone;
+    EXPECT_TRUE(parse(script("#DW jobdw capacity=1G\n"), config).job_buffer);
+}
+
+// ---- canonical lines -------------------------------------------------------------------------
+
+// Request equality without locations and warnings (the canonical form drops unknown keys).
+void expect_same_request(const Request& a, const Request& b) {
+    EXPECT_EQ(a.has_directive, b.has_directive);
+    ASSERT_EQ(a.job_buffer.has_value(), b.job_buffer.has_value());
+    if (a.job_buffer) {
+        EXPECT_EQ(a.job_buffer->pool, b.job_buffer->pool);
+        EXPECT_EQ(a.job_buffer->capacity, b.job_buffer->capacity);
+        EXPECT_EQ(a.job_buffer->allocated, b.job_buffer->allocated);
+        EXPECT_EQ(a.job_buffer->access, b.job_buffer->access);
+        EXPECT_EQ(a.job_buffer->type, b.job_buffer->type);
+    }
+    const auto same_stages = [](const std::vector<StageDirective>& x,
+                                const std::vector<StageDirective>& y) {
+        ASSERT_EQ(x.size(), y.size());
+        for (std::size_t i = 0; i < x.size(); ++i) {
+            EXPECT_EQ(x[i].type, y[i].type);
+            EXPECT_EQ(x[i].source, y[i].source);
+            EXPECT_EQ(x[i].destination, y[i].destination);
+            EXPECT_EQ(x[i].buffer, y[i].buffer);
+            EXPECT_EQ(x[i].unresolved, y[i].unresolved);
+        }
+    };
+    same_stages(a.stage_in, b.stage_in);
+    same_stages(a.stage_out, b.stage_out);
+    ASSERT_EQ(a.create.size(), b.create.size());
+    for (std::size_t i = 0; i < a.create.size(); ++i) {
+        EXPECT_EQ(a.create[i].name, b.create[i].name);
+        EXPECT_EQ(a.create[i].pool, b.create[i].pool);
+        EXPECT_EQ(a.create[i].capacity, b.create[i].capacity);
+        EXPECT_EQ(a.create[i].access, b.create[i].access);
+    }
+    ASSERT_EQ(a.destroy.size(), b.destroy.size());
+    for (std::size_t i = 0; i < a.destroy.size(); ++i) {
+        EXPECT_EQ(a.destroy[i].name, b.destroy[i].name);
+        EXPECT_EQ(a.destroy[i].hurry, b.destroy[i].hurry);
+    }
+    ASSERT_EQ(a.use.size(), b.use.size());
+    for (std::size_t i = 0; i < a.use.size(); ++i)
+        EXPECT_EQ(a.use[i].name, b.use[i].name);
+}
+
+std::string joined(const std::vector<std::string>& lines) {
+    std::string out;
+    for (const std::string& line : lines)
+        out += line + "\n";
+    return out;
+}
+
+const std::string rich_script =
+    "#!/bin/bash\n"
+    "#DW jobdw capacity=1GB access_mode=striped,private pool=nvme pfs=/x\n"
+    "#DW persistentdw name=shared-set\n"
+    "#BB create_persistent name=alpha capacity=32GB\n"
+    "#BB destroy_persistent name=old hurry\n"
+    "#DW stage_in type=directory source=\"/data/my %% dir\" destination=in\n"
+    "#DW stage_in type=list source=/lists/%x destination=$DW_PERSISTENT_STRIPED_shared_set/l\n"
+    "#DW stage_in type=file source=/q/\\\"quoted\\\" destination=\"a b/c\"\n"
+    "#DW stage_out type=file source=out/%j.dat destination=%d/results/%j\n";
+
+TEST(Directive, canonical_lines_read_back_as_the_same_request) {
+    for (const char* prefix : {"BB_LUA", "DW", "BB"}) {
+        Config config = test_config();
+        config.directives = {prefix, "DW", "BB"};
+        JobContext job;
+        job.job_name = "run 1";
+        const Request first = parse(script(rich_script), config, job);
+        EXPECT_TRUE(first.stage_out.at(0).unresolved);
+        const Request again = parse(script(joined(canonical_lines(first, config))), config, job);
+        expect_same_request(first, again);
+        EXPECT_EQ(again.stage_in.at(0).source, "/data/my % dir");
+    }
+}
+
+TEST(Directive, canonical_lines_use_the_first_directive_and_its_dialect) {
+    const Request r = parse_script(
+        "#BB_LUA pool=nvme capacity=1G\n#BB_LUA stage_in type=file source=\"/a b\" "
+        "destination=x\n");
+    Config config = test_config();
+    const std::vector<std::string> lua = canonical_lines(r, config);
+    ASSERT_EQ(lua.size(), 2u);
+    EXPECT_EQ(lua[0], "#BB_LUA pool=nvme capacity=1GiB access=striped type=scratch");
+    EXPECT_EQ(lua[1], "#BB_LUA stage_in type=file source=\"/a b\" destination=$BB_JOB_DIR/x");
+    config.directives = {"DW"};
+    EXPECT_EQ(canonical_lines(r, config)[0],
+              "#DW jobdw capacity=1GiB pool=nvme access_mode=striped type=scratch");
+    EXPECT_EQ(canonical_lines(parse_script("#BB_LUA\n"), test_config()),
+              std::vector<std::string>{"#BB_LUA"});
+}
+
+TEST(Directive, canonical_lines_keep_literal_percent_signs_literal) {
+    JobContext job = full_job();
+    const Request r =
+        parse_script("#BB_LUA stage_in type=file source=/in/%%j destination=%j\n", job);
+    EXPECT_EQ(r.stage_in.at(0).source, "/in/%j");
+    const Request again =
+        parse(script(joined(canonical_lines(r, test_config()))), test_config(), job);
+    EXPECT_EQ(again.stage_in.at(0).source, "/in/%j");
+    EXPECT_EQ(again.stage_in.at(0).destination, "1234");
+}
+
+}  // namespace
+
+TEST(Directive, stray_word_on_a_stage_line_is_an_error_not_a_shorter_path) {
+    expect_script_error(shebang +
+                            "#BB_LUA capacity=1G\n"
+                            "#BB_LUA stage_in type=file source=/tmp/a destination=my file\n",
+                        "script line 3: unexpected word 'file'");
+}
