@@ -1,0 +1,112 @@
+#include "bbkit/fsops.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "bbkit/error.hpp"
+
+namespace bbkit {
+namespace {
+
+[[noreturn]] void fail(const std::string& what, const std::string& path, int err) {
+    throw Error(ExitCode::io, "cannot " + what + " " + path + ": " + std::strerror(err) +
+                                  " (check free space and permissions)");
+}
+
+std::string parent_of(const std::string& path) {
+    const auto slash = path.rfind('/');
+    if (slash == std::string::npos)
+        return ".";
+    return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// Unique per process and call, so concurrent writers of one file never share a temporary.
+std::string temporary_name(const std::string& path) {
+    static std::mt19937_64 random{std::random_device{}()};
+    return path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(random() % 1000000007);
+}
+
+void write_all(int fd, const std::string& data, const std::string& path) {
+    std::size_t done = 0;
+    while (done < data.size()) {
+        const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            fail("write", path, errno);
+        done += static_cast<std::size_t>(n);
+    }
+}
+
+// Removes the temporary file unless the rename consumed it.
+class TemporaryFile {
+  public:
+    explicit TemporaryFile(std::string path) : path_(std::move(path)) {}
+    TemporaryFile(const TemporaryFile&) = delete;
+    TemporaryFile& operator=(const TemporaryFile&) = delete;
+    ~TemporaryFile() {
+        if (!path_.empty())
+            ::unlink(path_.c_str());
+    }
+    const std::string& path() const { return path_; }
+    void keep() { path_.clear(); }
+
+  private:
+    std::string path_;
+};
+
+}  // namespace
+
+Fd& Fd::operator=(Fd&& other) noexcept {
+    if (this != &other)
+        reset(other.release());
+    return *this;
+}
+
+int Fd::release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+}
+
+void Fd::reset(int fd) {
+    // close() is not retried on EINTR: on Linux the descriptor is gone either way.
+    if (fd_ >= 0)
+        ::close(fd_);
+    fd_ = fd;
+}
+
+void fsync_dir(const std::string& dir) {
+    const Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd)
+        fail("open directory", dir, errno);
+    if (::fsync(fd.get()) != 0)
+        fail("fsync directory", dir, errno);
+}
+
+void write_file_atomically(const std::string& path, const std::string& data, mode_t mode) {
+    TemporaryFile temporary(temporary_name(path));
+    {
+        const Fd fd(::open(temporary.path().c_str(),
+                           O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+        if (!fd)
+            fail("create", temporary.path(), errno);
+        // fchmod, not the open mode: the umask must not change what readers are allowed.
+        if (::fchmod(fd.get(), mode) != 0)
+            fail("set the mode of", temporary.path(), errno);
+        write_all(fd.get(), data, temporary.path());
+        if (::fsync(fd.get()) != 0)
+            fail("fsync", temporary.path(), errno);
+    }
+    if (::rename(temporary.path().c_str(), path.c_str()) != 0)
+        fail("rename " + temporary.path() + " to", path, errno);
+    temporary.keep();
+    fsync_dir(parent_of(path));
+}
+
+}  // namespace bbkit

@@ -1,0 +1,40 @@
+// File operations that must survive a crash at any instant: owned descriptors and atomic
+// replacement of small files (pools.json, env files).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+namespace bbkit {
+
+// An owned file descriptor: closed exactly once, never leaked by an exception.
+class Fd {
+  public:
+    Fd() = default;
+    explicit Fd(int fd) : fd_(fd) {}
+    Fd(Fd&& other) noexcept : fd_(other.release()) {}
+    Fd& operator=(Fd&& other) noexcept;
+    Fd(const Fd&) = delete;
+    Fd& operator=(const Fd&) = delete;
+    ~Fd() { reset(); }
+
+    int get() const { return fd_; }
+    explicit operator bool() const { return fd_ >= 0; }
+    int release();
+    void reset(int fd = -1);
+
+  private:
+    int fd_ = -1;
+};
+
+// Replaces `path` with `data`: a temporary file in the same directory is written with `mode`,
+// fsync'd and renamed over `path`, then the directory is fsync'd. Readers see the old or the
+// new content, never a mix; after return the new content survives a power cut.
+// Throws Error(io) naming the path.
+void write_file_atomically(const std::string& path, const std::string& data, mode_t mode);
+
+// Makes the directory entries of `dir` (creations, renames) durable. Throws Error(io).
+void fsync_dir(const std::string& dir);
+
+}  // namespace bbkit

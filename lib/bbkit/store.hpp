@@ -1,0 +1,173 @@
+// The state directory: one owner, a lock, and a SQLite database (state.db) holding buffers,
+// pools, queues and history. Every write happens inside a WriteTransaction, which holds
+// <state>/lock (flock) and a SQLite write transaction; readers take a ReadSnapshot and never
+// wait for writers. A kill -9 at any instant leaves the last committed state.
+//
+// Layout: lock, state.db (+ -wal, -shm), env/ public/ run/ trash/ progress/ log/ quarantine/.
+// Open a StateStore after fork(), never before: a SQLite connection must not cross a fork.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bbkit/buffer.hpp"
+#include "bbkit/config.hpp"
+
+namespace bbkit {
+
+// The newest state.db schema this build knows. An older database is migrated on open; a newer
+// one is refused with Error(config) asking to upgrade bbkit.
+int state_schema_version();
+
+struct StoreOptions {
+    // How long a writer waits for <state>/lock before Error(temp_fail) naming the holder.
+    std::chrono::milliseconds lock_timeout{10000};
+};
+
+struct PoolRecord {
+    std::string name;
+    std::string path;
+    std::string uuid;  // from the pool's .bbkit-pool marker
+    bool draining = false;
+};
+
+struct QueueEntry {
+    std::int64_t seq = 0;  // FIFO order within a pool
+    std::string pool;
+    std::string key;  // BufferKey::str() of the request
+    std::uint64_t requested_bytes = 0;
+    ProcessId waiter;
+    TimePoint enqueued{};
+};
+
+struct HistoryEntry {
+    std::string key;
+    std::optional<BufferState> from;  // none for the record's creation
+    BufferState to = BufferState::allocating;
+    TimePoint time{};
+    std::string who;  // the WriteTransaction's holder, e.g. "bb-pool alloc"
+    std::string reason;
+};
+
+struct BufferFilter {
+    bool live_only = false;  // not complete or deleted
+    std::optional<std::string> pool;
+    std::optional<uid_t> uid;
+    std::optional<BufferState> state;
+};
+
+class StateStore {
+  public:
+    // Opens config.state_dir, creating it (mode 0700) and its subdirectories when missing, and
+    // state.db with the current schema. The directory must be owned by config.state_owner and
+    // be neither readable nor writable by group or others (search permission alone is allowed,
+    // so that non-owners can reach public/): otherwise Error(no_perm) naming it and the fix.
+    // The caller must be the owner or root. A corrupt state.db is Error(config).
+    explicit StateStore(const Config& config, StoreOptions options = {});
+    ~StateStore();
+    StateStore(const StateStore&) = delete;
+    StateStore& operator=(const StateStore&) = delete;
+
+    const std::string& dir() const;
+    std::string path(const std::string& relative) const;  // dir() + "/" + relative
+
+    struct Impl;  // store.cpp's; public only so that its helpers can name it
+
+  private:
+    std::unique_ptr<Impl> impl_;
+    friend class Transaction;
+    friend class WriteTransaction;
+    friend class ReadSnapshot;
+};
+
+// Reads, common to both kinds of transaction. One transaction per StateStore at a time.
+class Transaction {
+  public:
+    Transaction(const Transaction&) = delete;
+    Transaction& operator=(const Transaction&) = delete;
+
+    std::optional<Buffer> find_buffer(const BufferKey& key);
+    Buffer get_buffer(const BufferKey& key);  // Error(no_input) when there is none
+    // The highest incarnation of that job, live or not.
+    std::optional<Buffer> latest_job_buffer(const std::string& cluster, std::uint64_t job_id);
+    std::uint32_t next_incarnation(const std::string& cluster, std::uint64_t job_id);
+    std::vector<Buffer> list_buffers(const BufferFilter& filter = {});
+    std::map<BufferState, std::size_t> count_by_state();
+
+    // Derived from the buffer rows of this snapshot, never kept as counters.
+    std::uint64_t used_bytes(const std::string& pool);   // states that hold_space()
+    std::uint64_t trash_bytes(const std::string& pool);  // final, not yet reaped
+    std::uint64_t used_bytes_of_user(uid_t uid);         // all pools, states that hold space
+
+    std::optional<PoolRecord> find_pool(const std::string& name);
+    std::vector<PoolRecord> list_pools();
+
+    std::vector<QueueEntry> queue(const std::string& pool);  // FIFO order
+    std::optional<QueueEntry> queue_head(const std::string& pool);
+    std::optional<std::size_t> queue_position(const std::string& key);  // 1 = head
+    std::size_t queue_length(const std::string& pool);
+
+    std::vector<HistoryEntry> history(const BufferKey& key);  // oldest first
+
+  protected:
+    explicit Transaction(StateStore& store);
+    ~Transaction() = default;
+    StateStore::Impl& impl_;
+};
+
+// A consistent snapshot (a deferred SQLite read transaction in WAL mode): takes no flock and
+// never waits for a writer.
+class ReadSnapshot : public Transaction {
+  public:
+    explicit ReadSnapshot(StateStore& store);
+    ~ReadSnapshot();
+};
+
+// Holds <state>/lock (bounded wait; Error(temp_fail) "state directory ... is locked by pid N
+// (who) since T") and a SQLite write transaction. Nothing is visible to others until commit();
+// the destructor rolls back an uncommitted transaction. The lock is released after commit.
+class WriteTransaction : public Transaction {
+  public:
+    // `who` names the holder in lock messages and history: "bb-pool alloc".
+    WriteTransaction(StateStore& store, std::string who);
+    ~WriteTransaction();
+    void commit();
+
+    // Inserts a new record in state pending or allocating (its creation is recorded in
+    // history). Error(exists) when that key has a record (a live one, for persistent names).
+    void insert_buffer(Buffer& buffer);
+    // Rewrites the record's fields except key, state, creation and transition times.
+    // Error(software) if buffer.state differs from the stored state: use transition().
+    void update_buffer(const Buffer& buffer);
+    // check_transition(), then the new state, reason, message and entry time, plus a history
+    // row. Error(no_input) for an unknown key, Error(data) for an illegal transition.
+    Buffer transition(const BufferKey& key, BufferState to, const std::string& reason = "",
+                      const std::string& message = "");
+    // The buffer's directory has left trash/: its space stops counting. Only for final states.
+    void mark_reaped(const BufferKey& key);
+
+    // Inserts or updates (path, uuid) a pool; the draining flag of an existing row is kept.
+    void put_pool(const PoolRecord& pool);
+    void set_draining(const std::string& pool, bool draining);  // Error(no_input) if unknown
+
+    // Appends to the pool's FIFO. Error(exists) when that key is already queued.
+    QueueEntry enqueue(const std::string& pool, const std::string& key,
+                       std::uint64_t requested_bytes, const ProcessId& waiter);
+    bool dequeue(const std::string& key);  // false when it was not queued
+    std::vector<QueueEntry> drop_dead_waiters();
+
+    const std::string& who() const { return who_; }
+
+  private:
+    std::string who_;
+    bool committed_ = false;
+};
+
+}  // namespace bbkit

@@ -1,0 +1,126 @@
+#include "bbkit/fsops.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "bbkit/error.hpp"
+
+namespace bbkit {
+namespace {
+
+class FsopsTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        char pattern[] = "/tmp/bbkit-fsops-XXXXXX";
+        ASSERT_NE(mkdtemp(pattern), nullptr);
+        dir_ = pattern;
+    }
+    void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
+
+    std::string read(const std::string& path) {
+        std::ifstream in(path);
+        std::stringstream text;
+        text << in.rdbuf();
+        return text.str();
+    }
+    std::vector<std::string> entries() {
+        std::vector<std::string> names;
+        DIR* d = opendir(dir_.c_str());
+        while (dirent* e = readdir(d))
+            if (e->d_name[0] != '.')
+                names.push_back(e->d_name);
+        closedir(d);
+        return names;
+    }
+
+    std::string dir_;
+};
+
+TEST_F(FsopsTest, writes_content_with_the_mode_whatever_the_umask) {
+    const mode_t old = umask(077);
+    write_file_atomically(dir_ + "/pools.json", "{\"pools\":[]}\n", 0644);
+    umask(old);
+    EXPECT_EQ(read(dir_ + "/pools.json"), "{\"pools\":[]}\n");
+    struct stat st {};
+    ASSERT_EQ(stat((dir_ + "/pools.json").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0644u);
+}
+
+TEST_F(FsopsTest, replaces_an_existing_file_and_leaves_no_temporary) {
+    write_file_atomically(dir_ + "/a.env", "OLD=1\n", 0600);
+    write_file_atomically(dir_ + "/a.env", "NEW=2\n", 0600);
+    EXPECT_EQ(read(dir_ + "/a.env"), "NEW=2\n");
+    EXPECT_EQ(entries(), std::vector<std::string>{"a.env"});
+}
+
+TEST_F(FsopsTest, writes_empty_and_large_files) {
+    write_file_atomically(dir_ + "/empty", "", 0600);
+    EXPECT_EQ(read(dir_ + "/empty"), "");
+    const std::string big(3 * 1024 * 1024 + 7, 'x');
+    write_file_atomically(dir_ + "/big", big, 0600);
+    EXPECT_EQ(read(dir_ + "/big"), big);
+}
+
+TEST_F(FsopsTest, failure_names_the_path_and_leaves_nothing) {
+    try {
+        write_file_atomically(dir_ + "/missing/pools.json", "x", 0644);
+        FAIL() << "no error";
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::io);
+        EXPECT_NE(std::string(error.what()).find(dir_ + "/missing/pools.json"), std::string::npos)
+            << error.what();
+    }
+    EXPECT_TRUE(entries().empty());
+}
+
+TEST_F(FsopsTest, rename_over_a_directory_fails_and_removes_the_temporary) {
+    ASSERT_EQ(mkdir((dir_ + "/target").c_str(), 0700), 0);
+    EXPECT_THROW(write_file_atomically(dir_ + "/target", "x", 0600), Error);
+    EXPECT_EQ(entries(), std::vector<std::string>{"target"});
+}
+
+TEST_F(FsopsTest, fsync_dir_of_a_missing_directory_is_an_io_error) {
+    EXPECT_NO_THROW(fsync_dir(dir_));
+    try {
+        fsync_dir(dir_ + "/nope");
+        FAIL() << "no error";
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::io);
+    }
+}
+
+TEST(Fd, closes_once_and_moves) {
+    int raw = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(raw, 0);
+    {
+        Fd fd(raw);
+        Fd moved(std::move(fd));
+        EXPECT_FALSE(fd);
+        EXPECT_EQ(moved.get(), raw);
+        Fd assigned;
+        assigned = std::move(moved);
+        EXPECT_EQ(assigned.get(), raw);
+        EXPECT_NE(fcntl(raw, F_GETFD), -1);
+    }
+    EXPECT_EQ(fcntl(raw, F_GETFD), -1);  // closed when the last owner went away
+}
+
+TEST(Fd, release_gives_up_ownership) {
+    int raw = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    {
+        Fd fd(raw);
+        EXPECT_EQ(fd.release(), raw);
+    }
+    EXPECT_NE(fcntl(raw, F_GETFD), -1);
+    close(raw);
+}
+
+}  // namespace
+}  // namespace bbkit
