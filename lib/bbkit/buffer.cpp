@@ -219,16 +219,22 @@ BufferKey parse_buffer_key(const std::string& text) {
 }
 
 void check_persistent_name(const std::string& name) {
+    const std::string what = "invalid persistent buffer name '" + name + "': ";
+    if (name.empty() || name.size() > 64)
+        throw Error(ExitCode::data, what + "it must be 1 to 64 characters long");
     const bool valid_chars = std::all_of(name.begin(), name.end(), [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
     });
-    if (name.empty() || name.size() > 64 || !valid_chars)
-        throw Error(ExitCode::data, "invalid persistent buffer name '" + name +
-                                        "' (use 1 to 64 letters, digits, '_' or '-')");
-    if (all_digits(name))
-        throw Error(ExitCode::data, "invalid persistent buffer name '" + name +
-                                        "': it must not be all digits (Slurm reads that as a "
-                                        "job id)");
+    // No '/', '.' or '..': the name is a directory name under persistent/ and a file name
+    // under env/ and run/.
+    if (!valid_chars)
+        throw Error(ExitCode::data, what + "use only letters, digits, '_' and '-'");
+    if (std::isdigit(static_cast<unsigned char>(name[0])))
+        throw Error(ExitCode::data,
+                    what + "it must not start with a digit (numeric names are reserved for job "
+                           "buffers)");
+    if (name[0] == '-')
+        throw Error(ExitCode::data, what + "it must not start with '-'");
 }
 
 ProcessId ProcessId::self() {

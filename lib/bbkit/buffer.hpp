@@ -88,8 +88,9 @@ struct BufferKey {
 // Inverse of BufferKey::str(). Throws Error(data) naming `text`.
 BufferKey parse_buffer_key(const std::string& text);
 
-// Persistent names: letters, digits, '_' and '-', 1 to 64 characters, not all digits (Slurm
-// reads an all-digit name as a job id). Throws Error(data) naming the name.
+// Persistent names: 1 to 64 letters, digits, '_' and '-', not starting with a digit (Slurm
+// reserves numeric names for job buffers) or '-'. Throws Error(data) naming the name. The one
+// rule for every tool and the directive parser.
 void check_persistent_name(const std::string& name);
 
 // A process, named so that a reused pid is never mistaken for it.

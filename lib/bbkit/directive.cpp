@@ -1,5 +1,7 @@
 #include "bbkit/directive.hpp"
 
+#include "bbkit/buffer.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <utility>
@@ -36,7 +38,6 @@ const char* to_string(StageType type) {
 
 namespace {
 
-constexpr std::size_t max_persistent_name = 64;
 // Slurm's %a for a job that is not part of an array (NO_VAL - 1).
 const char* const non_array_task_id = "4294967294";
 const char* const persistent_variable = "DW_PERSISTENT_STRIPED_";
@@ -333,23 +334,6 @@ std::string check_access(const std::string& access) {
     for (const std::string& mode : modes)
         out += (out.empty() ? "" : ",") + mode;
     return out;
-}
-
-void check_persistent_name(const std::string& name) {
-    const std::string what = "persistent buffer name '" + name + "' ";
-    if (name.empty() || name.size() > max_persistent_name)
-        throw invalid(what + "must be 1 to 64 characters long");
-    if (name.find('/') != std::string::npos || name.find("..") != std::string::npos)
-        throw invalid(what + "must not contain '/' or '..'");
-    for (char c : name)
-        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-')
-            throw invalid(what + "may only hold letters, digits, '_', '.' and '-'");
-    if (std::isdigit(static_cast<unsigned char>(name[0])))
-        throw invalid(what +
-                      "must not start with a digit (numeric names are reserved for job "
-                      "buffers)");
-    if (name[0] == '.')
-        throw invalid(what + "must not start with '.'");
 }
 
 // The name as it appears in $DW_PERSISTENT_STRIPED_<name>: environment variable names cannot

@@ -590,13 +590,14 @@ TEST(Directive, stage_lines_name_their_missing_key) {
 TEST(Directive, persistent_names_follow_slurms_rules) {
     expect_script_error("#BB create_persistent name=1abc capacity=1G\n",
                         "must not start with a digit");
-    expect_script_error("#BB destroy_persistent name=a/b\n", "must not contain '/' or '..'");
-    expect_script_error("#DW persistentdw name=a..b\n", "must not contain '/' or '..'");
-    expect_script_error("#DW persistentdw name=..\n", "must not contain '/' or '..'");
-    expect_script_error("#DW persistentdw name=.hidden\n", "must not start with '.'");
+    expect_script_error("#BB destroy_persistent name=a/b\n", "use only letters, digits");
+    expect_script_error("#DW persistentdw name=a..b\n", "use only letters, digits");
+    expect_script_error("#DW persistentdw name=..\n", "use only letters, digits");
+    expect_script_error("#DW persistentdw name=.hidden\n", "use only letters, digits");
+    expect_script_error("#DW persistentdw name=-x\n", "must not start with '-'");
     expect_script_error("#DW persistentdw name=" + std::string(65, 'a') + "\n", "1 to 64");
-    expect_script_error("#DW persistentdw name=a$b\n", "may only hold");
-    EXPECT_EQ(parse_script("#BB_LUA use_persistent name=Run_1.v-2\n").use.at(0).name, "Run_1.v-2");
+    expect_script_error("#DW persistentdw name=a$b\n", "use only letters, digits");
+    EXPECT_EQ(parse_script("#BB_LUA use_persistent name=Run_1-v2\n").use.at(0).name, "Run_1-v2");
 }
 
 TEST(Directive, persistent_create_needs_enable_persistent_for_ordinary_users) {
