@@ -270,4 +270,80 @@ std::string config_text(const Config& config) {
     return out.str();
 }
 
+std::string pool_list_text(const std::vector<PoolStatus>& pools) {
+    std::ostringstream out;
+    char line[512];
+    std::snprintf(line, sizeof line, "%-16s %10s %10s %10s %10s %10s %6s  %s\n", "POOL", "TOTAL", "USED",
+                  "TRASH", "FREE", "GRAN", "QUEUED", "STATE");
+    out << line;
+    for (const PoolStatus& p : pools) {
+        const char* state = !p.initialized ? "uninitialised" : p.draining ? "draining" : "up";
+        std::snprintf(line, sizeof line, "%-16s %10s %10s %10s %10s %10s %6zu  %s\n", p.name.c_str(),
+                      format_size(p.total).c_str(), format_size(p.used).c_str(),
+                      format_size(p.trash).c_str(), format_size(p.free).c_str(),
+                      format_size(p.granularity).c_str(), p.queued, state);
+        out << line;
+    }
+    return out.str();
+}
+
+json alloc_json(const AllocResult& result) {
+    const Buffer& b = result.buffer;
+    json out = {{"key", b.key.str()},
+                {"pool", b.pool},
+                {"user", b.user},
+                {"uid", b.uid},
+                {"requested", b.requested_bytes},
+                {"allocated", b.allocated_bytes},
+                {"path", result.path},
+                {"state", to_string(b.state)},
+                {"existed", result.already_existed}};
+    if (b.key.kind() == BufferKind::job) {
+        out["job_id"] = b.key.job_id;
+        out["incarnation"] = b.key.incarnation;
+    } else {
+        out["name"] = b.key.name;
+    }
+    return out;
+}
+
+std::string alloc_text(const AllocResult& result) {
+    const Buffer& b = result.buffer;
+    std::ostringstream out;
+    out << (result.already_existed ? "already allocated: " : "allocated: ") << b.key.str() << " "
+        << format_size(b.allocated_bytes) << " in pool " << b.pool << " for " << b.user << " at "
+        << result.path << '\n';
+    return out.str();
+}
+
+json findings_json(const std::vector<Finding>& findings) {
+    json out = json::array();
+    for (const Finding& f : findings)
+        out.push_back({{"kind", f.kind},
+                       {"pool", f.pool},
+                       {"subject", f.subject},
+                       {"detail", f.detail},
+                       {"repaired", f.repaired}});
+    return out;
+}
+
+std::string findings_text(const std::vector<Finding>& findings) {
+    if (findings.empty()) return "no findings\n";
+    std::ostringstream out;
+    for (const Finding& f : findings)
+        out << f.kind << ": " << (f.pool.empty() ? "" : "pool " + f.pool + ": ") << f.subject
+            << (f.detail.empty() ? "" : ": " + f.detail) << (f.repaired ? " [repaired]" : "") << '\n';
+    return out.str();
+}
+
+json teardown_json(const TeardownResult& result) {
+    return {{"found", result.found}, {"key", result.key}, {"reaped", result.reaped}, {"note", result.note}};
+}
+
+std::string teardown_text(const TeardownResult& result) {
+    if (!result.found) return "note: " + result.note + "\n";
+    return "torn down: " + result.key +
+           (result.reaped ? " (space released)\n" : " (in trash until bb-pool reap; space still charged)\n");
+}
+
 }  // namespace bbkit

@@ -7,6 +7,10 @@
 #include <string>
 
 #include "bbkit/config.hpp"
+#include "bbkit/pool.hpp"
+#include "bbkit/recovery.hpp"
+#include "bbkit/status.hpp"
+#include "bbkit/teardown.hpp"
 #include "bbkit/directive.hpp"
 #include "bbkit/size.hpp"
 #include "bbkit/sources.hpp"
@@ -26,5 +30,19 @@ std::string sources_text(const SourceTotals& totals);
 nlohmann::json config_json(const Config& config);
 // The effective configuration as TOML that bbkit reads back unchanged.
 std::string config_text(const Config& config);
+
+// bb-pool list / show: one row per pool.
+std::string pool_list_text(const std::vector<PoolStatus>& pools);
+
+// bb-pool alloc: {"key", "job_id" | "name", "incarnation", "pool", "user", "requested",
+// "allocated", "path", "state", "existed"}.
+nlohmann::json alloc_json(const AllocResult& result);
+std::string alloc_text(const AllocResult& result);
+
+nlohmann::json findings_json(const std::vector<Finding>& findings);
+std::string findings_text(const std::vector<Finding>& findings);
+
+nlohmann::json teardown_json(const TeardownResult& result);
+std::string teardown_text(const TeardownResult& result);
 
 }  // namespace bbkit

@@ -668,6 +668,8 @@ std::vector<Buffer> Transaction::list_buffers(const BufferFilter& filter) {
         sql += " AND uid = ?2";
     if (filter.state)
         sql += " AND state = ?3";
+    if (filter.in_trash_only)
+        sql += " AND reaped = 0 AND state IN ('complete', 'deleted')";
     sql += " ORDER BY id";
     Query q = impl_.query(sql);
     if (filter.pool)
@@ -785,6 +787,19 @@ std::vector<HistoryEntry> Transaction::history(const BufferKey& key) {
     }
     return entries;
 }
+
+// ---- read-only queries added for status views (lib/bbkit/status.*) -------------------------
+
+std::uint64_t Transaction::persistent_used_bytes(const std::string& pool) {
+    Query q = impl_.query(std::string("SELECT COALESCE(SUM(allocated_bytes), 0) FROM buffers"
+                                      " WHERE pool = ?1 AND name IS NOT NULL AND state IN ") +
+                          holding_states);
+    q.bind(1, pool);
+    q.step();
+    return q.unsigned_integer(0);
+}
+
+// ---- end of status additions ----------------------------------------------------------------
 
 // ---- transactions ---------------------------------------------------------------------------
 

@@ -61,6 +61,7 @@ struct BufferFilter {
     std::optional<std::string> pool;
     std::optional<uid_t> uid;
     std::optional<BufferState> state;
+    bool in_trash_only = false;  // final but not yet reaped: what the reaper works through
 };
 
 class StateStore {
@@ -115,6 +116,12 @@ class Transaction {
     std::size_t queue_length(const std::string& pool);
 
     std::vector<HistoryEntry> history(const BufferKey& key);  // oldest first
+
+    // ---- read-only queries added for status views (lib/bbkit/status.*) ----
+    // The part of used_bytes(pool) held by persistent buffers: Slurm does not own that space,
+    // so slurm_bb_pools leaves it out of the pool's quantity.
+    std::uint64_t persistent_used_bytes(const std::string& pool);
+    // ---- end of status additions ----
 
   protected:
     explicit Transaction(StateStore& store);

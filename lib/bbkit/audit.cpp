@@ -1,0 +1,52 @@
+#include "bbkit/audit.hpp"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+
+#include "bbkit/fsops.hpp"
+
+namespace bbkit {
+namespace {
+
+std::string now_iso8601() {
+    const auto now = std::chrono::system_clock::now();
+    const std::time_t t = std::chrono::system_clock::to_time_t(now);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+// Newlines would let a value forge a line of its own.
+std::string one_line(std::string text) {
+    for (char& c : text)
+        if (c == '\n' || c == '\r' || c == '\0') c = ' ';
+    return text;
+}
+
+}  // namespace
+
+void audit(const std::string& state_dir, const std::string& tool, const std::string& action,
+           const std::string& details) {
+    const std::string path = state_dir + "/log/audit.log";
+    const int raw = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (raw < 0) {
+        spdlog::warn("cannot write the audit log {}: {}", path, std::strerror(errno));
+        return;
+    }
+    Fd fd(raw);
+    const std::string line = now_iso8601() + " uid=" + std::to_string(getuid()) +
+                             " pid=" + std::to_string(getpid()) + " tool=" + tool +
+                             " action=" + action + " " + one_line(details) + "\n";
+    if (write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+        spdlog::warn("cannot write the audit log {}: {}", path, std::strerror(errno));
+}
+
+}  // namespace bbkit

@@ -1,0 +1,14 @@
+// log/audit.log: one line per privileged action (alloc, teardown, repair, drain, persistent
+// create/destroy): when, who (uid, user, pid, tool), what, and on which buffer or pool.
+#pragma once
+
+#include <string>
+
+namespace bbkit {
+
+// Appends one line with a single write(2) to <state_dir>/log/audit.log (O_APPEND, so
+// concurrent writers never interleave within a line). Failing to audit is logged, not fatal.
+void audit(const std::string& state_dir, const std::string& tool, const std::string& action,
+           const std::string& details);
+
+}  // namespace bbkit

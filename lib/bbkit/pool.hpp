@@ -1,0 +1,119 @@
+// Capacity pools: initialising them, draining them, and reserving space for a buffer with
+// the crash protocol of DESIGN.md (record `allocating` -> directory -> `allocated`).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bbkit/buffer.hpp"
+#include "bbkit/config.hpp"
+#include "bbkit/directive.hpp"
+#include "bbkit/pool_dir.hpp"
+#include "bbkit/store.hpp"
+#include "bbkit/user.hpp"
+
+namespace bbkit {
+
+// The pool's configuration, or Error(no_input) "unknown pool".
+const PoolConfig& configured_pool(const Config& config, const std::string& name);
+
+// Writes the pool's marker and subdirectories and records the pool (name, path, UUID).
+// Idempotent. Error(unavailable) when the directory is missing.
+PoolMarker init_pool(StateStore& store, const Config& config, const std::string& name,
+                     const std::string& tool);
+
+// Opens the pool's directory and checks it against the recorded marker (see PoolDir::open);
+// Error(unavailable) "... is not initialised (run bb-pool init P)" before bb-pool init.
+PoolDir open_pool(Transaction& txn, const Config& config, const std::string& name);
+
+// No new allocations while draining (Error(unavailable)); existing buffers are untouched.
+void set_draining(StateStore& store, const Config& config, const std::string& name, bool draining,
+                  const std::string& tool);
+
+struct AllocRequest {
+    std::optional<std::uint64_t> job_id;        // a job buffer, or
+    std::optional<std::string> persistent_name;  // a persistent buffer
+    User user;                                   // the job's user / the persistent owner
+    std::string pool;
+    std::uint64_t capacity = 0;  // bytes requested; rounded up to the pool's granularity
+    std::string access = "striped";
+    std::string type = "scratch";
+    std::string staging = "{}";              // the parsed request (JSON text), for bb-stage
+    std::vector<std::string> uses_persistent;  // persistent buffers the job uses
+    std::optional<TimePoint> expires;          // persistent buffers
+    // Standalone mode, short of space: join the pool's FIFO queue and wait this long.
+    std::optional<std::chrono::milliseconds> wait;
+};
+
+// A job buffer request from a parsed job request: pool and capacity from its job buffer line,
+// the staging lines and persistent uses recorded. Error(data) when it asks for no space.
+AllocRequest job_alloc_request(const Request& request, std::uint64_t job_id, const User& user);
+
+// What bb-pool alloc was told, before it is checked. The values go through the directive
+// parser, so a size, pool, access or type from the command line obeys the same rules as one
+// in a job script.
+struct AllocCommand {
+    std::optional<std::uint64_t> job_id;
+    std::optional<std::string> persistent;
+    std::optional<std::string> user;   // job buffers: the job's user (required)
+    std::optional<std::string> owner;  // persistent buffers: the owner (default root)
+    std::optional<std::string> pool;
+    std::optional<std::string> capacity;
+    std::optional<std::string> access;
+    std::optional<std::string> type;
+    std::optional<std::string> expires;  // YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS, local time
+    RequestText text;                    // --script / --bb: the job's directives
+    JobContext job;                      // symbols for the directives
+    std::optional<std::chrono::milliseconds> wait;
+};
+
+AllocRequest build_alloc_request(const Config& config, const AllocCommand& command);
+
+// YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS] in local time; Error(usage) naming the text otherwise.
+TimePoint parse_local_time(const std::string& text);
+
+struct AllocResult {
+    Buffer buffer;
+    std::string path;           // absolute directory
+    bool already_existed = false;  // an identical live buffer was returned (idempotent)
+};
+
+// Reserves the rounded capacity and creates the buffer's directory, owned by the user, mode
+// 0700. An identical request for a live buffer returns it; a different one is Error(exists);
+// a request after the buffer ended starts a new incarnation. Standalone mode, short of space:
+// Error(temp_fail) with reason BurstBufferResources, or with `wait` the FIFO queue. Slurm
+// mode never refuses for capacity (Slurm decided): an over-commit is logged and left to check.
+// Larger than the pool's total: Error(data) "can never be satisfied". Draining or unmounted:
+// Error(unavailable). Over limits.user_capacity (standalone): Error(temp_fail).
+AllocResult allocate(StateStore& store, const Config& config, const AllocRequest& request,
+                     const std::string& tool);
+
+// The persistent buffers a job uses, as (name, absolute path): each must exist, be allocated
+// and belong to the user (root may use any). Error(no_input) / Error(no_perm) otherwise.
+std::vector<std::pair<std::string, std::string>> resolve_persistent_uses(
+    Transaction& txn, const Config& config, uid_t uid, const std::string& user,
+    const std::vector<std::string>& names);
+
+// The last step of the alloc protocol, once the directory exists: `allocating` ->
+// `allocated`, use counts of the persistent buffers used, the env file, pools.json. Also how
+// recover rolls an interrupted allocation forward.
+Buffer complete_allocation(StateStore& store, const Config& config, const BufferKey& key,
+                           const std::vector<std::pair<std::string, std::string>>& uses,
+                           const std::string& tool);
+
+// The KEY=VALUE lines of a buffer's job environment: BB_JOB_DIR, DW_JOB_STRIPED,
+// DW_JOB_PRIVATE, and DW_PERSISTENT_STRIPED_<name> for each persistent buffer used ('-' in
+// names becomes '_'). Values are checked: no newline or NUL.
+std::string job_environment(const std::string& buffer_path,
+                            const std::vector<std::pair<std::string, std::string>>& persistent);
+
+// <state>/env/<key>.env.
+std::string env_file_path(const StateStore& store, const BufferKey& key);
+
+// Where a buffer's directory goes in trash/: unique per record, even for a reused name.
+std::string trash_name(const Buffer& buffer);
+
+}  // namespace bbkit

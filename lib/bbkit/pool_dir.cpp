@@ -1,0 +1,345 @@
+#include "bbkit/pool_dir.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "bbkit/error.hpp"
+
+namespace bbkit {
+namespace {
+
+constexpr mode_t traversable = 0711;  // users reach their own buffer, but cannot list others
+constexpr mode_t private_dir = 0700;
+// Deeper than this, a directory being removed is first moved up into trash/ as a piece of its
+// own, so removal never needs more than this many descriptors at once.
+constexpr int max_removal_depth = 64;
+
+Error system_error(ExitCode code, const std::string& what, int err) {
+    return Error(code, what + ": " + std::strerror(err));
+}
+
+Error io_error(const std::string& what, int err) {
+    return system_error(err == ENOENT ? ExitCode::no_input : ExitCode::io, what, err);
+}
+
+std::string new_uuid() {
+    std::ifstream in("/proc/sys/kernel/random/uuid");
+    std::string uuid;
+    if (!(in >> uuid) || uuid.size() != 36)
+        throw Error(ExitCode::software, "cannot make a pool UUID: /proc/sys/kernel/random/uuid");
+    return uuid;
+}
+
+std::optional<PoolMarker> read_marker(int rootfd, const std::string& pool_path) {
+    const int fd = openat(rootfd, PoolDir::marker_file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return std::nullopt;
+        throw io_error("cannot read " + pool_path + "/" + PoolDir::marker_file, errno);
+    }
+    Fd owned(fd);
+    char buf[512];
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0) throw io_error("cannot read " + pool_path + "/" + PoolDir::marker_file, errno);
+    std::istringstream text(std::string(buf, static_cast<std::size_t>(n)));
+    PoolMarker marker;
+    std::string line;
+    while (std::getline(text, line)) {
+        if (line.rfind("name=", 0) == 0) marker.name = line.substr(5);
+        if (line.rfind("uuid=", 0) == 0) marker.uuid = line.substr(5);
+    }
+    return marker;
+}
+
+// Root-owned and writable only by its owner: nobody else may rename or replace what is in it.
+void check_owned_by_root(int fd, const std::string& path) {
+    struct stat st {};
+    if (fstat(fd, &st) != 0) throw io_error("cannot stat " + path, errno);
+    if (!S_ISDIR(st.st_mode)) throw Error(ExitCode::no_perm, path + " is not a directory");
+    if (st.st_uid != 0)
+        throw Error(ExitCode::no_perm, "pool directory " + path + " is owned by uid " +
+                                           std::to_string(st.st_uid) +
+                                           ", not root (chown root " + path + ")");
+    if (st.st_mode & (S_IWGRP | S_IWOTH))
+        throw Error(ExitCode::no_perm, "pool directory " + path +
+                                           " is writable by group or others (chmod go-w " + path +
+                                           ")");
+}
+
+Fd open_root(const std::string& path) {
+    const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            throw Error(ExitCode::unavailable,
+                        "pool directory " + path + " does not exist (not mounted?)");
+        throw io_error("cannot open pool directory " + path, errno);
+    }
+    return Fd(fd);
+}
+
+// Creates (if missing) a root-owned subdirectory with `mode` and opens it.
+Fd make_subdir(int rootfd, const std::string& pool_path, const char* name, mode_t mode) {
+    if (mkdirat(rootfd, name, mode) != 0 && errno != EEXIST)
+        throw io_error("cannot create " + pool_path + "/" + name, errno);
+    Fd fd = open_beneath(rootfd, name, O_RDONLY | O_DIRECTORY, pool_path + "/" + name);
+    if (fchown(fd.get(), 0, 0) != 0 || fchmod(fd.get(), mode) != 0)
+        throw io_error("cannot set owner and mode of " + pool_path + "/" + name, errno);
+    return fd;
+}
+
+void fsync_fd(int fd, const std::string& what) {
+    if (fsync(fd) != 0) throw io_error("cannot sync " + what, errno);
+}
+
+// Splits "job/42.1" into its two parts; anything else is a programming error.
+std::pair<std::string, std::string> split_directory(const std::string& directory) {
+    const std::size_t slash = directory.find('/');
+    if (slash == std::string::npos || directory.find('/', slash + 1) != std::string::npos)
+        throw Error(ExitCode::software, "bad buffer directory '" + directory + "'");
+    return {directory.substr(0, slash), directory.substr(slash + 1)};
+}
+
+struct DirStream {
+    DIR* dir = nullptr;
+    explicit DirStream(int fd) {
+        const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (copy >= 0) dir = fdopendir(copy);
+        if (!dir && copy >= 0) close(copy);
+    }
+    ~DirStream() {
+        if (dir) closedir(dir);
+    }
+    DirStream(const DirStream&) = delete;
+    DirStream& operator=(const DirStream&) = delete;
+};
+
+std::vector<std::string> entries_of(int fd, const std::string& what) {
+    DirStream stream(fd);
+    if (!stream.dir) throw io_error("cannot list " + what, errno);
+    rewinddir(stream.dir);
+    std::vector<std::string> names;
+    while (dirent* entry = readdir(stream.dir)) {
+        const std::string name = entry->d_name;
+        if (name != "." && name != "..") names.push_back(name);
+    }
+    return names;
+}
+
+}  // namespace
+
+Fd open_beneath(int dirfd, const std::string& relative, int flags, const std::string& what,
+                mode_t mode) {
+    open_how how{};
+    how.flags = static_cast<std::uint64_t>(flags | O_CLOEXEC | O_NOFOLLOW);
+    how.mode = (flags & O_CREAT) ? mode : 0;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS;
+    const long fd = syscall(SYS_openat2, dirfd, relative.c_str(), &how, sizeof how);
+    if (fd < 0) {
+        const int err = errno;
+        if (err == ELOOP || err == EXDEV)
+            throw Error(ExitCode::no_perm,
+                        "refusing " + what + ": a symlink or mount point is in the way");
+        throw io_error("cannot open " + what, err);
+    }
+    return Fd(static_cast<int>(fd));
+}
+
+PoolMarker PoolDir::init(const PoolConfig& pool) {
+    Fd root = open_root(pool.path);
+    check_owned_by_root(root.get(), pool.path);
+    std::optional<PoolMarker> marker = read_marker(root.get(), pool.path);
+    if (marker && marker->name != pool.name)
+        throw Error(ExitCode::exists, pool.path + " already holds pool '" + marker->name +
+                                          "' (its marker " + pool.path + "/" + marker_file + ")");
+    make_subdir(root.get(), pool.path, "job", traversable);
+    make_subdir(root.get(), pool.path, "persistent", traversable);
+    make_subdir(root.get(), pool.path, "trash", private_dir);
+    make_subdir(root.get(), pool.path, "quarantine", private_dir);
+    if (!marker) {
+        marker = PoolMarker{pool.name, new_uuid()};
+        write_file_atomically(pool.path + "/" + marker_file,
+                              "name=" + marker->name + "\nuuid=" + marker->uuid + "\n", 0644);
+    }
+    fsync_fd(root.get(), pool.path);
+    return *marker;
+}
+
+PoolDir PoolDir::open(const PoolConfig& pool, const std::optional<std::string>& expected_uuid) {
+    PoolDir dir;
+    dir.path_ = pool.path;
+    dir.root_ = open_root(pool.path);
+    std::optional<PoolMarker> marker = read_marker(dir.root_.get(), pool.path);
+    if (!marker)
+        throw Error(ExitCode::unavailable, "pool '" + pool.name + "' at " + pool.path +
+                                               " has no " + marker_file +
+                                               " marker (not mounted? run bb-pool init " +
+                                               pool.name + " on a new pool)");
+    if (marker->name != pool.name || (expected_uuid && marker->uuid != *expected_uuid))
+        throw Error(ExitCode::unavailable,
+                    "pool '" + pool.name + "' at " + pool.path + " holds the marker of another pool ('" +
+                        marker->name + "' " + marker->uuid + ") (not mounted, or the wrong file system?)");
+    dir.marker_ = *marker;
+    check_owned_by_root(dir.root_.get(), pool.path);
+    dir.job_ = open_beneath(dir.root_.get(), "job", O_RDONLY | O_DIRECTORY, pool.path + "/job");
+    check_owned_by_root(dir.job_.get(), pool.path + "/job");
+    dir.persistent_ = open_beneath(dir.root_.get(), "persistent", O_RDONLY | O_DIRECTORY,
+                                   pool.path + "/persistent");
+    check_owned_by_root(dir.persistent_.get(), pool.path + "/persistent");
+    dir.trash_ = make_subdir(dir.root_.get(), pool.path, "trash", private_dir);
+    dir.quarantine_ = make_subdir(dir.root_.get(), pool.path, "quarantine", private_dir);
+    return dir;
+}
+
+int PoolDir::subdir_fd(const std::string& subdir) const {
+    if (subdir == "job") return job_.get();
+    if (subdir == "persistent") return persistent_.get();
+    if (subdir == "trash") return trash_.get();
+    if (subdir == "quarantine") return quarantine_.get();
+    throw Error(ExitCode::software, "no pool subdirectory '" + subdir + "'");
+}
+
+void PoolDir::create_buffer_dir(const std::string& directory, uid_t uid, gid_t gid) {
+    const auto [subdir, name] = split_directory(directory);
+    const int parent = subdir_fd(subdir);
+    const std::string what = path_ + "/" + directory;
+    if (mkdirat(parent, name.c_str(), private_dir) != 0 && errno != EEXIST)
+        throw io_error("cannot create buffer directory " + what, errno);
+    Fd fd;
+    try {
+        fd = open_beneath(parent, name, O_RDONLY | O_DIRECTORY, what);
+    } catch (const Error& e) {
+        throw Error(ExitCode::exists, what + " exists and is not a directory: " + e.what());
+    }
+    if (fchown(fd.get(), uid, gid) != 0 || fchmod(fd.get(), private_dir) != 0)
+        throw io_error("cannot hand " + what + " to uid " + std::to_string(uid), errno);
+    fsync_fd(fd.get(), what);
+    fsync_fd(parent, path_ + "/" + subdir);
+}
+
+bool PoolDir::exists(const std::string& directory) const {
+    const auto [subdir, name] = split_directory(directory);
+    struct stat st {};
+    return fstatat(subdir_fd(subdir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+bool PoolDir::move_to_trash(const std::string& directory, const std::string& trash_name) {
+    const auto [subdir, name] = split_directory(directory);
+    const int parent = subdir_fd(subdir);
+    if (renameat2(parent, name.c_str(), trash_.get(), trash_name.c_str(), RENAME_NOREPLACE) != 0) {
+        if (errno == ENOENT) return false;
+        throw io_error("cannot move " + path_ + "/" + directory + " to trash", errno);
+    }
+    fsync_fd(trash_.get(), path_ + "/trash");
+    fsync_fd(parent, path_ + "/" + subdir);
+    return true;
+}
+
+namespace {
+
+struct Remover {
+    int trash_fd;
+    std::string piece_prefix;  // trash name + ".piece"
+    std::chrono::steady_clock::time_point deadline;
+    unsigned long pieces = 0;
+    unsigned long visited = 0;
+
+    bool out_of_time() {
+        return (++visited % 256) == 0 && std::chrono::steady_clock::now() >= deadline;
+    }
+
+    // Empties the directory `fd`; returns false when the deadline stopped it.
+    bool empty_dir(int fd, int depth, const std::string& what) {
+        for (const std::string& name : entries_of(fd, what)) {
+            if (out_of_time()) return false;
+            struct stat st {};
+            if (fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+                if (errno == ENOENT) continue;
+                throw io_error("cannot stat " + what + "/" + name, errno);
+            }
+            if (S_ISDIR(st.st_mode)) {
+                if (depth >= max_removal_depth) {
+                    const std::string piece = piece_prefix + std::to_string(++pieces) + "." +
+                                              std::to_string(st.st_ino);
+                    if (renameat(fd, name.c_str(), trash_fd, piece.c_str()) != 0)
+                        throw io_error("cannot move " + what + "/" + name + " up", errno);
+                    continue;
+                }
+                const int child = openat(fd, name.c_str(),
+                                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (child < 0) throw io_error("cannot open " + what + "/" + name, errno);
+                Fd owned(child);
+                if (!empty_dir(child, depth + 1, what + "/" + name)) return false;
+                if (unlinkat(fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
+                    throw io_error("cannot remove " + what + "/" + name, errno);
+            } else if (unlinkat(fd, name.c_str(), 0) != 0 && errno != ENOENT) {
+                throw io_error("cannot remove " + what + "/" + name, errno);
+            }
+        }
+        return true;
+    }
+
+    // Removes trash/<name>, a directory or anything else; true when it is gone.
+    bool remove(const std::string& name, const std::string& what) {
+        struct stat st {};
+        if (fstatat(trash_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno == ENOENT) return true;
+            throw io_error("cannot stat " + what, errno);
+        }
+        if (S_ISDIR(st.st_mode)) {
+            const int fd = openat(trash_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (fd < 0) throw io_error("cannot open " + what, errno);
+            Fd owned(fd);
+            // A user may still hold write access through an open descriptor; take it away.
+            fchmod(fd, private_dir);
+            if (!empty_dir(fd, 1, what)) return false;
+            if (unlinkat(trash_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
+                throw io_error("cannot remove " + what, errno);
+        } else if (unlinkat(trash_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
+            throw io_error("cannot remove " + what, errno);
+        }
+        return true;
+    }
+};
+
+}  // namespace
+
+bool PoolDir::remove_from_trash(const std::string& trash_name,
+                                std::chrono::steady_clock::time_point deadline) {
+    Remover remover{trash_.get(), trash_name + ".piece", deadline};
+    if (!remover.remove(trash_name, path_ + "/trash/" + trash_name)) return false;
+    // Pieces moved up from deep trees; removing one may move up more, so loop until none.
+    for (;;) {
+        bool found = false;
+        for (const std::string& name : entries_of(trash_.get(), path_ + "/trash")) {
+            if (name.rfind(remover.piece_prefix, 0) != 0) continue;
+            found = true;
+            if (!remover.remove(name, path_ + "/trash/" + name)) return false;
+        }
+        if (!found) break;
+    }
+    fsync_fd(trash_.get(), path_ + "/trash");
+    return true;
+}
+
+void PoolDir::quarantine(const std::string& relative, const std::string& name) {
+    const auto [subdir, entry] = split_directory(relative);
+    if (renameat2(subdir_fd(subdir), entry.c_str(), quarantine_.get(), name.c_str(),
+                  RENAME_NOREPLACE) != 0)
+        throw io_error("cannot move " + path_ + "/" + relative + " to quarantine", errno);
+    fsync_fd(quarantine_.get(), path_ + "/quarantine");
+    fsync_fd(subdir_fd(subdir), path_ + "/" + subdir);
+}
+
+std::vector<std::string> PoolDir::list(const std::string& subdir) const {
+    return entries_of(subdir_fd(subdir), path_ + "/" + subdir);
+}
+
+}  // namespace bbkit

@@ -1,0 +1,81 @@
+// A pool on disk: its root, the marker that proves it is the right file system, and the only
+// code that creates, moves and removes buffer directories.
+//
+// Everything below a pool root is reached through descriptors with openat2(RESOLVE_BENEATH |
+// RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV): users own their buffer directories and may plant
+// symlinks in them, so no path is ever resolved by name from the root, and ownership is set
+// with fchown on an open descriptor, never by path.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bbkit/config.hpp"
+#include "bbkit/fsops.hpp"
+
+namespace bbkit {
+
+// Opens `relative` beneath the directory `dirfd` without following any symlink or leaving the
+// file system. Throws Error naming `what` (io, or no_input for ENOENT).
+Fd open_beneath(int dirfd, const std::string& relative, int flags, const std::string& what,
+                mode_t mode = 0);
+
+struct PoolMarker {
+    std::string name;
+    std::string uuid;
+};
+
+class PoolDir {
+  public:
+    static constexpr const char* marker_file = ".bbkit-pool";
+
+    // Writes the marker (name and a new UUID) into an existing root-owned directory and
+    // creates job/, persistent/, trash/ and quarantine/. Idempotent: an existing marker of
+    // the same pool is kept; one naming another pool is Error(exists).
+    static PoolMarker init(const PoolConfig& pool);
+
+    // Opens a pool and checks it: the marker must exist and name this pool (and carry
+    // `expected_uuid` when given), else Error(unavailable) "... not mounted?"; the root, job/
+    // and persistent/ must be root-owned directories not writable by group or others, else
+    // Error(no_perm) naming the directory.
+    static PoolDir open(const PoolConfig& pool, const std::optional<std::string>& expected_uuid);
+
+    const PoolMarker& marker() const { return marker_; }
+    const std::string& path() const { return path_; }
+
+    // Creates `directory` ("job/42.1" or "persistent/alpha") owned by uid:gid, mode 0700, and
+    // makes the entry durable. An existing directory (a crash rolled forward) is re-owned; a
+    // non-directory in its place is Error(exists).
+    void create_buffer_dir(const std::string& directory, uid_t uid, gid_t gid);
+    bool exists(const std::string& directory) const;
+
+    // Renames `directory` to trash/<trash_name> (the entry itself: a symlink planted in its
+    // place is moved, never followed) and makes both entries durable. Returns false when the
+    // directory was already gone.
+    bool move_to_trash(const std::string& directory, const std::string& trash_name);
+
+    // Removes trash/<trash_name> (and the pieces it was split into) without following
+    // symlinks, until `deadline`. Returns true when nothing of it is left.
+    bool remove_from_trash(const std::string& trash_name,
+                           std::chrono::steady_clock::time_point deadline);
+
+    // Moves `relative` (e.g. "job/17.2") aside into quarantine/<name>; never deletes.
+    void quarantine(const std::string& relative, const std::string& name);
+
+    // The entry names of job/, persistent/ or trash/.
+    std::vector<std::string> list(const std::string& subdir) const;
+
+  private:
+    PoolDir() = default;
+    int subdir_fd(const std::string& subdir) const;
+
+    std::string path_;
+    PoolMarker marker_;
+    Fd root_, job_, persistent_, trash_, quarantine_;
+};
+
+}  // namespace bbkit

@@ -1,0 +1,307 @@
+#include "bbkit/recovery.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "bbkit/audit.hpp"
+#include "bbkit/error.hpp"
+#include "bbkit/pool.hpp"
+#include "bbkit/run_lock.hpp"
+#include "bbkit/size.hpp"
+#include "bbkit/status.hpp"
+#include "bbkit/teardown.hpp"
+
+namespace bbkit {
+namespace {
+
+// Nobody works on this buffer any more: its run lock is free and its recorded holder is dead.
+bool owner_dead(const Config& config, const Buffer& b) {
+    if (b.run_lock_holder && b.run_lock_holder->alive()) return false;
+    return !RunLock::holder(config.state_dir, b.key.str());
+}
+
+std::vector<std::string> persistent_names(const Buffer& b) {
+    std::vector<std::string> names;
+    const nlohmann::json staging = nlohmann::json::parse(b.staging, nullptr, false);
+    if (!staging.is_object() || !staging.contains("persistent")) return names;
+    const nlohmann::json& uses = staging["persistent"].value("use", nlohmann::json::array());
+    for (const auto& use : uses)
+        if (use.is_object() && use.contains("name") && use["name"].is_string())
+            names.push_back(use["name"].get<std::string>());
+    return names;
+}
+
+void close_record(StateStore& store, const Config& config, const BufferKey& key, const std::string& why,
+                  const std::string& tool) {
+    WriteTransaction txn(store, tool);
+    Buffer b = txn.get_buffer(key);
+    if (b.state == BufferState::pending) {
+        txn.dequeue(key.str());
+    } else if (key.kind() == BufferKind::job && b.state != BufferState::teardown &&
+               b.state != BufferState::allocating) {
+        txn.transition(key, BufferState::teardown, "BurstBufferOperation", why);
+    } else if (key.kind() == BufferKind::persistent && b.state == BufferState::allocated) {
+        txn.transition(key, BufferState::deleting, "BurstBufferOperation", why);
+    }
+    txn.transition(key, key.kind() == BufferKind::job ? BufferState::complete : BufferState::deleted,
+                   "BurstBufferOperation", why);
+    txn.mark_reaped(key);
+    publish(txn, store, config);
+    txn.commit();
+}
+
+std::string recover_allocating(StateStore& store, const Config& config, const Buffer& b,
+                               const std::string& tool) {
+    std::optional<PoolDir> dir;
+    {
+        ReadSnapshot snapshot(store);
+        dir.emplace(open_pool(snapshot, config, b.pool));
+    }
+    if (!dir->exists(b.directory)) {
+        close_record(store, config, b.key, "allocation interrupted before its directory existed", tool);
+        return b.key.str() + ": allocating -> rolled back (no directory)";
+    }
+    dir->create_buffer_dir(b.directory, b.uid, b.gid);  // re-own: the crash may have come first
+    std::vector<std::pair<std::string, std::string>> uses;
+    {
+        ReadSnapshot snapshot(store);
+        uses = resolve_persistent_uses(snapshot, config, b.uid, b.user, persistent_names(b));
+    }
+    complete_allocation(store, config, b.key, uses, tool);
+    return b.key.str() + ": allocating -> allocated (rolled forward)";
+}
+
+std::string mark_interrupted(StateStore& store, const Config& config, const Buffer& b,
+                             const std::string& tool) {
+    const std::string message = std::string(b.state == BufferState::staging_in ? "stage-in" : "stage-out") +
+                                " interrupted: the stager died (run bb-stage again to resume)";
+    if (b.message == message) return "";
+    WriteTransaction txn(store, tool);
+    txn.transition(b.key, b.state, "BurstBufferOperation", message);
+    Buffer updated = txn.get_buffer(b.key);
+    updated.run_lock_holder.reset();
+    txn.update_buffer(updated);
+    publish(txn, store, config);
+    txn.commit();
+    return b.key.str() + ": " + to_string(b.state) + " marked interrupted (data kept)";
+}
+
+std::string finish_ending(StateStore& store, const Config& config, const Buffer& b, const std::string& tool) {
+    if (b.state == BufferState::teardown_fail) {
+        WriteTransaction txn(store, tool);
+        txn.transition(b.key, BufferState::teardown, "", "retried by recover");
+        txn.commit();
+    }
+    TeardownOptions options;
+    options.hurry = true;
+    finish_teardown(store, config, b.key, options, tool);
+    return b.key.str() + ": " + to_string(b.state) + " -> finished";
+}
+
+}  // namespace
+
+std::vector<std::string> recover(StateStore& store, const Config& config,
+                                 std::chrono::milliseconds reap_budget, const std::string& tool) {
+    std::vector<std::string> actions;
+    std::vector<Buffer> live;
+    {
+        ReadSnapshot snapshot(store);
+        BufferFilter filter;
+        filter.live_only = true;
+        live = snapshot.list_buffers(filter);
+    }
+    for (const Buffer& b : live) {
+        if (!owner_dead(config, b)) continue;
+        try {
+            std::string action;
+            switch (b.state) {
+                case BufferState::pending:
+                    close_record(store, config, b.key, "the waiting process died", tool);
+                    action = b.key.str() + ": pending -> dropped from the queue (waiter died)";
+                    break;
+                case BufferState::allocating:
+                    action = recover_allocating(store, config, b, tool);
+                    break;
+                case BufferState::staging_in:
+                case BufferState::staging_out:
+                    action = mark_interrupted(store, config, b, tool);
+                    break;
+                case BufferState::teardown:
+                case BufferState::teardown_fail:
+                case BufferState::deleting:
+                    action = finish_ending(store, config, b, tool);
+                    break;
+                default:
+                    break;
+            }
+            if (!action.empty()) actions.push_back(action);
+        } catch (const Error& e) {
+            actions.push_back(b.key.str() + ": not recovered: " + e.what());
+        }
+    }
+    {
+        WriteTransaction txn(store, tool);
+        for (const QueueEntry& dropped : txn.drop_dead_waiters())
+            actions.push_back(dropped.key + ": dead waiter pid " + std::to_string(dropped.waiter.pid) +
+                              " left the queue");
+        publish(txn, store, config);
+        txn.commit();
+    }
+    const ReapResult reaped = reap(store, config, reap_budget, tool);
+    if (reaped.reaped)
+        actions.push_back("reaped " + std::to_string(reaped.reaped) + " buffer(s), released " +
+                          format_size(reaped.bytes_released));
+    if (reaped.remaining)
+        actions.push_back(std::to_string(reaped.remaining) + " buffer(s) still in trash (run bb-pool reap)");
+    if (!actions.empty()) audit(config.state_dir, tool, "recover", std::to_string(actions.size()) + " action(s)");
+    return actions;
+}
+
+std::vector<Finding> check(StateStore& store, const Config& config, bool repair, const std::string& tool) {
+    std::vector<Finding> findings;
+    if (repair) {
+        for (const std::string& action : recover(store, config, std::chrono::seconds(5), tool))
+            findings.push_back({"interrupted", "", action, "", true});
+    }
+    std::vector<Buffer> live, trashed;
+    std::map<std::string, std::optional<PoolDir>> dirs;
+    std::vector<PoolStatus> pools;
+    std::vector<QueueEntry> stale;
+    {
+        ReadSnapshot snapshot(store);
+        BufferFilter filter;
+        filter.live_only = true;
+        live = snapshot.list_buffers(filter);
+        filter = BufferFilter{};
+        filter.in_trash_only = true;
+        trashed = snapshot.list_buffers(filter);
+        pools = pool_status(snapshot, config);
+        for (const PoolConfig& pool : config.pools) {
+            try {
+                dirs[pool.name].emplace(open_pool(snapshot, config, pool.name));
+            } catch (const Error& e) {
+                dirs[pool.name];
+                findings.push_back({"pool-unavailable", pool.name, pool.path, e.what(), false});
+            }
+            for (const QueueEntry& entry : snapshot.queue(pool.name))
+                if (!entry.waiter.alive()) stale.push_back(entry);
+        }
+    }
+    const auto now = std::chrono::system_clock::now();
+    for (const PoolStatus& pool : pools)
+        if (pool.used + pool.trash > pool.total)
+            findings.push_back({"over-commit", pool.name, pool.name,
+                                "used " + format_size(pool.used) + " + trash " + format_size(pool.trash) +
+                                    " exceeds " + format_size(pool.total),
+                                false});
+    for (const QueueEntry& entry : stale)
+        findings.push_back({"stale-queue", entry.pool, entry.key,
+                            "waiter pid " + std::to_string(entry.waiter.pid) + " is gone", false});
+
+    std::map<std::string, std::set<std::string>> expected_dirs;    // pool -> "job/42.1"
+    std::map<std::string, std::set<std::string>> expected_trash;  // pool -> trash names
+    for (const Buffer& b : live) {
+        if (b.state == BufferState::pending) continue;
+        expected_dirs[b.pool].insert(b.directory);
+        const bool in_flight = !owner_dead(config, b);
+        if (b.key.kind() == BufferKind::persistent && b.expires && *b.expires < now)
+            findings.push_back({"expired-persistent", b.pool, b.key.str(), "expired; destroy it with bb-teardown --persistent " + b.key.name, false});
+        const bool ending = b.state == BufferState::teardown || b.state == BufferState::deleting ||
+                            b.state == BufferState::teardown_fail;
+        if (!in_flight && (b.state == BufferState::allocating || ending))
+            findings.push_back({"interrupted", b.pool, b.key.str(), std::string(to_string(b.state)) + " with no live owner (run bb-pool recover)", false});
+        std::optional<PoolDir>& dir = dirs[b.pool];
+        if (!dir || in_flight || b.state == BufferState::allocating || ending) continue;
+        if (!dir->exists(b.directory)) {
+            Finding f{"missing-directory", b.pool, b.key.str(), dir->path() + "/" + b.directory + " is gone", false};
+            if (repair) {
+                close_record(store, config, b.key, "repair: its directory was gone", tool);
+                audit(config.state_dir, tool, "repair", "closed buffer=" + b.key.str() + " (directory missing)");
+                f.repaired = true;
+            }
+            findings.push_back(f);
+        }
+    }
+    for (const Buffer& b : trashed) {
+        expected_trash[b.pool].insert(trash_name(b));
+        std::optional<PoolDir>& dir = dirs[b.pool];
+        if (dir && !dir->exists("trash/" + trash_name(b))) {
+            Finding f{"reaped-unrecorded", b.pool, b.key.str(), "its trash entry is gone but the space is still charged", false};
+            if (repair) {
+                WriteTransaction txn(store, tool);
+                txn.mark_reaped(b.key);
+                publish(txn, store, config);
+                txn.commit();
+                f.repaired = true;
+            }
+            findings.push_back(f);
+        }
+    }
+    // Candidates first; they are confirmed against a fresh read, under the state lock when
+    // repairing, because an alloc commits its record before it creates the directory.
+    struct Candidate {
+        std::string pool, subdir, name;
+    };
+    std::vector<Candidate> candidates;
+    for (auto& [pool, dir] : dirs) {
+        if (!dir) continue;
+        for (const std::string subdir : {"job", "persistent", "trash"})
+            for (const std::string& name : dir->list(subdir))
+                candidates.push_back({pool, subdir, name});
+    }
+    std::optional<WriteTransaction> lock;
+    if (repair) lock.emplace(store, tool);
+    std::optional<ReadSnapshot> fresh;
+    if (!repair) fresh.emplace(store);
+    Transaction& txn = repair ? static_cast<Transaction&>(*lock) : static_cast<Transaction&>(*fresh);
+    expected_dirs.clear();
+    expected_trash.clear();
+    BufferFilter filter;
+    filter.live_only = true;
+    for (const Buffer& b : txn.list_buffers(filter)) expected_dirs[b.pool].insert(b.directory);
+    filter = BufferFilter{};
+    filter.in_trash_only = true;
+    for (const Buffer& b : txn.list_buffers(filter)) expected_trash[b.pool].insert(trash_name(b));
+    const std::string stamp =
+        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count());
+    for (const Candidate& c : candidates) {
+        const std::string relative = c.subdir + "/" + c.name;
+        bool known = false;
+        if (c.subdir == "trash") {
+            for (const std::string& t : expected_trash[c.pool])
+                if (c.name == t || c.name.rfind(t + ".piece", 0) == 0) known = true;
+        } else {
+            known = expected_dirs[c.pool].count(relative) > 0;
+        }
+        if (known) continue;
+        PoolDir& dir = *dirs[c.pool];
+        Finding f{c.subdir == "trash" ? "orphan-trash" : "orphan-directory", c.pool, relative,
+                  dir.path() + "/" + relative + " has no record", false};
+        if (repair) {
+            const std::string aside = c.subdir + "." + c.name + "." + stamp;
+            dir.quarantine(relative, aside);
+            audit(config.state_dir, tool, "repair",
+                  "quarantined " + dir.path() + "/" + relative + " as quarantine/" + aside);
+            f.repaired = true;
+            f.detail += " (moved to quarantine/" + aside + ")";
+        }
+        findings.push_back(f);
+    }
+    if (repair) {
+        lock->commit();
+    }
+    if (repair && !stale.empty()) {
+        WriteTransaction txn(store, tool);
+        txn.drop_dead_waiters();
+        publish(txn, store, config);
+        txn.commit();
+        for (Finding& f : findings)
+            if (f.kind == "stale-queue") f.repaired = true;
+    }
+    return findings;
+}
+
+}  // namespace bbkit

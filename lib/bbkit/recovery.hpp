@@ -1,0 +1,39 @@
+// After a crash, a reboot or at any time: recover finishes or undoes what dead processes left
+// half done; check compares the records with the pool directories; repair quarantines what
+// does not belong (it moves things aside and records it, and never deletes).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "bbkit/config.hpp"
+#include "bbkit/store.hpp"
+
+namespace bbkit {
+
+// recover's per-state table (printed in bbkit(7)): for buffers whose owner died (free run lock
+// and dead recorded holder), `pending` leaves the queue, `allocating` is rolled forward when
+// its directory exists and back when not, `staging-in`/`staging-out` are marked interrupted
+// (data kept; a rerun resumes), `teardown`/`deleting`/`teardown-fail` are finished; dead
+// waiters leave the queue and trash/ is reaped within `reap_budget`. Never replays Slurm's
+// own restart rules. Returns one line per action.
+std::vector<std::string> recover(StateStore& store, const Config& config,
+                                 std::chrono::milliseconds reap_budget, const std::string& tool);
+
+struct Finding {
+    std::string kind;    // orphan-directory, missing-directory, orphan-trash, reaped-unrecorded,
+                         // interrupted, over-commit, expired-persistent, stale-queue,
+                         // pool-unavailable
+    std::string pool;
+    std::string subject;  // a buffer key, or a path relative to the pool
+    std::string detail;
+    bool repaired = false;
+};
+
+// Lists every inconsistency; with `repair`, quarantines orphan directories and trash entries,
+// closes records whose directory is gone, runs recover for interrupted operations, and
+// records each repair in the audit log.
+std::vector<Finding> check(StateStore& store, const Config& config, bool repair, const std::string& tool);
+
+}  // namespace bbkit

@@ -1,0 +1,42 @@
+// run/<key>.lock: held (flock) by the one process staging or tearing down a buffer. The file
+// names its holder (pid and start time) so that a teardown can stop a live stager through a
+// pidfd, and never signals a process that merely reuses the pid of a dead one.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "bbkit/buffer.hpp"
+#include "bbkit/fsops.hpp"
+
+namespace bbkit {
+
+class RunLock {
+  public:
+    // Takes <state_dir>/run/<key>.lock without waiting; nullopt when another process holds it.
+    static std::optional<RunLock> try_acquire(const std::string& state_dir, const std::string& key);
+    // Waits up to `timeout`; Error(temp_fail) naming the holder when it does not get the lock.
+    static RunLock acquire(const std::string& state_dir, const std::string& key,
+                           std::chrono::milliseconds timeout);
+    // The process holding the lock now, if any.
+    static std::optional<ProcessId> holder(const std::string& state_dir, const std::string& key);
+    // Removes the lock file of a buffer that is over (only when nobody holds it).
+    static void remove(const std::string& state_dir, const std::string& key);
+
+    RunLock(RunLock&&) = default;
+    RunLock& operator=(RunLock&&) = default;
+
+  private:
+    explicit RunLock(Fd fd) : fd_(std::move(fd)) {}
+    Fd fd_;
+};
+
+// Stops `process` if it still is that process: SIGTERM through a pidfd, up to `grace` for it
+// to exit, then SIGKILL. Returns false when it was already gone.
+bool stop_process(const ProcessId& process, std::chrono::milliseconds grace);
+
+// Waits up to `timeout` for `process` to exit on its own; true when it is gone.
+bool wait_for_exit(const ProcessId& process, std::chrono::milliseconds timeout);
+
+}  // namespace bbkit

@@ -1,0 +1,976 @@
+#include "bbkit/status.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "bbkit/error.hpp"
+#include "bbkit/fsops.hpp"
+#include "bbkit/size.hpp"
+
+namespace bbkit {
+namespace {
+
+using nlohmann::json;
+
+std::uint64_t free_bytes(std::uint64_t total, std::uint64_t used, std::uint64_t trash) {
+    const std::uint64_t taken = used + trash;  // both <= max_size, so no overflow
+    return taken >= total ? 0 : total - taken;
+}
+
+double to_seconds(TimePoint time) {
+    return std::chrono::duration<double>(time.time_since_epoch()).count();
+}
+
+TimePoint from_seconds(double seconds) {
+    return TimePoint(
+        std::chrono::duration_cast<TimePoint::duration>(std::chrono::duration<double>(seconds)));
+}
+
+// Job id, or the persistent buffer's name: what Slurm shows as JobID= or Name=.
+std::string token_of(const Buffer& buffer) {
+    return buffer.key.kind() == BufferKind::job ? std::to_string(buffer.key.job_id)
+                                                : buffer.key.name;
+}
+
+std::string user_of(const Buffer& buffer) {
+    const std::string name = buffer.user.empty() ? std::to_string(buffer.uid) : buffer.user;
+    return name + "(" + std::to_string(buffer.uid) + ")";
+}
+
+std::string joined(const std::vector<std::string>& items, const char* separator) {
+    std::string out;
+    for (std::size_t i = 0; i < items.size(); ++i)
+        out += (i ? separator : "") + items[i];
+    return out;
+}
+
+// Slurm's order of burst_buffer.conf flags.
+std::vector<std::string> flag_names(const Flags& flags) {
+    std::vector<std::string> names;
+    names.push_back(flags.enable_persistent ? "EnablePersistent" : "DisablePersistent");
+    if (flags.private_data)
+        names.push_back("PrivateData");
+    if (flags.teardown_failure)
+        names.push_back("TeardownFailure");
+    return names;
+}
+
+// Right-aligned columns separated by one space, as dwstat prints them.
+std::string table(const std::vector<std::string>& headers,
+                  const std::vector<std::vector<std::string>>& rows) {
+    std::vector<std::size_t> widths;
+    for (const std::string& header : headers)
+        widths.push_back(header.size());
+    for (const auto& row : rows)
+        for (std::size_t i = 0; i < row.size() && i < widths.size(); ++i)
+            widths[i] = std::max(widths[i], row[i].size());
+    auto line = [&](const std::vector<std::string>& cells) {
+        std::string out;
+        for (std::size_t i = 0; i < cells.size(); ++i) {
+            if (i)
+                out += ' ';
+            out += std::string(widths[i] - cells[i].size(), ' ') + cells[i];
+        }
+        return out + "\n";
+    };
+    std::string out = line(headers);
+    for (const auto& row : rows)
+        out += line(row);
+    return out;
+}
+
+// A small file's content; nullopt when it does not exist. Error(no_perm) / Error(io) otherwise.
+std::optional<std::string> read_optional_file(const std::string& path, const std::string& hint) {
+    const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!fd) {
+        const int err = errno;
+        if (err == ENOENT)
+            return std::nullopt;
+        const ExitCode code = (err == EACCES || err == EPERM) ? ExitCode::no_perm : ExitCode::io;
+        throw Error(code, "cannot read " + path + ": " + std::strerror(err) + hint);
+    }
+    std::string data;
+    char chunk[65536];
+    for (;;) {
+        const ssize_t n = ::read(fd.get(), chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            throw Error(ExitCode::io, "cannot read " + path + ": " + std::strerror(errno));
+        if (n == 0)
+            break;
+        data.append(chunk, static_cast<std::size_t>(n));
+    }
+    return data;
+}
+
+json parse_published(const std::string& text) {
+    json value = json::parse(text, nullptr, false);
+    if (value.is_discarded() || !value.is_array())
+        throw Error(ExitCode::data,
+                    "not a JSON array (the owner rewrites it at the next change; run bb-stat "
+                    "as the owner meanwhile)");
+    return value;
+}
+
+bool same_file(const std::string& path, const std::string& data, mode_t mode,
+               std::optional<uid_t> uid) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & 07777) != mode)
+        return false;
+    if (uid && st.st_uid != *uid)
+        return false;
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream content;
+    content << in.rdbuf();
+    return in && content.str() == data;
+}
+
+// Rewriting an unchanged file costs two fsyncs; with one file per user that adds up.
+void write_if_changed(const std::string& path, const std::string& data, mode_t mode) {
+    if (!same_file(path, data, mode, std::nullopt))
+        write_file_atomically(path, data, mode);
+}
+
+void write_owned_if_changed(const std::string& path, const std::string& data, uid_t uid,
+                            gid_t gid) {
+    // Only root can give a file away; a non-root owner keeps it (the user cannot read it then,
+    // which fails closed rather than showing one user's buffers to another).
+    const bool can_chown = geteuid() == 0 || geteuid() == uid;
+    if (!can_chown) {
+        spdlog::warn("cannot give {} to uid {}: the state directory's owner is not root", path,
+                     uid);
+        write_if_changed(path, data, 0600);
+        return;
+    }
+    if (!same_file(path, data, 0600, uid))
+        write_file_atomically_owned(path, data, 0600, uid, gid);
+}
+
+void remove_file(const std::string& path) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+        throw Error(ExitCode::io, "cannot remove " + path + ": " + std::strerror(errno));
+}
+
+// The uids of public/buffers.<uid>.json files.
+std::vector<uid_t> user_files(const std::string& dir) {
+    std::vector<uid_t> uids;
+    std::unique_ptr<DIR, int (*)(DIR*)> handle(::opendir(dir.c_str()), &::closedir);
+    if (!handle)
+        throw Error(ExitCode::io, "cannot list " + dir + ": " + std::strerror(errno));
+    while (const dirent* entry = ::readdir(handle.get())) {
+        const std::string name = entry->d_name;
+        const std::string prefix = "buffers.", suffix = ".json";
+        if (name.size() <= prefix.size() + suffix.size() ||
+            name.compare(0, prefix.size(), prefix) ||
+            name.compare(name.size() - suffix.size(), suffix.size(), suffix))
+            continue;
+        const std::string digits =
+            name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+        if (digits.size() > 10 ||
+            !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+            continue;
+        uids.push_back(static_cast<uid_t>(std::stoull(digits)));
+    }
+    return uids;
+}
+
+std::string user_file(const std::string& public_dir, uid_t uid) {
+    return public_dir + "/buffers." + std::to_string(uid) + ".json";
+}
+
+std::string unique_temporary(const std::string& path) {
+    static std::mt19937_64 random{std::random_device{}()};
+    return path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(random() % 1000000007);
+}
+
+std::uint64_t json_uint(const json& object, const char* key) {
+    const auto it = object.find(key);
+    if (it == object.end() || !it->is_number_unsigned())
+        throw Error(ExitCode::data,
+                    std::string("field '") + key + "' is not a non-negative integer");
+    return it->get<std::uint64_t>();
+}
+
+std::string json_string(const json& object, const char* key) {
+    const auto it = object.find(key);
+    if (it == object.end() || !it->is_string())
+        throw Error(ExitCode::data, std::string("field '") + key + "' is not a string");
+    return it->get<std::string>();
+}
+
+std::string seconds_text(double seconds) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3fs", seconds);
+    return text;
+}
+
+struct Phase {
+    BufferState state;
+    TimePoint entered;
+    double seconds;  // until the next phase, or until now for the current one
+};
+
+std::vector<Phase> phases_of(const Buffer& buffer, TimePoint now) {
+    std::vector<Phase> phases;
+    for (const auto& [state, time] : buffer.entered)
+        phases.push_back({state, time, 0});
+    std::stable_sort(phases.begin(), phases.end(),
+                     [](const Phase& a, const Phase& b) { return a.entered < b.entered; });
+    for (std::size_t i = 0; i < phases.size(); ++i) {
+        const TimePoint end = i + 1 < phases.size()       ? phases[i + 1].entered
+                              : is_final(phases[i].state) ? phases[i].entered
+                                                          : now;
+        phases[i].seconds =
+            std::max(0.0, std::chrono::duration<double>(end - phases[i].entered).count());
+    }
+    return phases;
+}
+
+std::string escape_label(const std::string& value) {
+    std::string out;
+    for (char c : value) {
+        if (c == '\\' || c == '"')
+            out += '\\';
+        if (c == '\n') {
+            out += "\\n";
+            continue;
+        }
+        out += c;
+    }
+    return out;
+}
+
+bool is_active(BufferState state) {
+    return state == BufferState::pre_run || state == BufferState::running ||
+           state == BufferState::post_run;
+}
+
+}  // namespace
+
+// ---- reading ------------------------------------------------------------------------------
+
+std::vector<PoolStatus> pool_status(Transaction& txn, const Config& config) {
+    std::vector<PoolStatus> pools;
+    for (const PoolConfig& configured : config.pools) {
+        PoolStatus pool;
+        pool.name = configured.name;
+        pool.path = configured.path;
+        pool.total = configured.capacity;
+        pool.granularity = configured.granularity;
+        if (const auto record = txn.find_pool(configured.name)) {
+            pool.initialized = true;
+            pool.draining = record->draining;
+        }
+        pool.used = txn.used_bytes(configured.name);
+        pool.trash = txn.trash_bytes(configured.name);
+        pool.persistent = txn.persistent_used_bytes(configured.name);
+        pool.queued = txn.queue_length(configured.name);
+        pool.free = free_bytes(pool.total, pool.used, pool.trash);
+        pools.push_back(std::move(pool));
+    }
+    return pools;
+}
+
+namespace {
+
+BufferStatus status_of(Transaction& txn, const Config& config, Buffer buffer) {
+    BufferStatus status;
+    const PoolConfig* pool = config.find_pool(buffer.pool);
+    status.path = (pool ? pool->path : std::string("(unknown pool)")) + "/" + buffer.directory;
+    if (buffer.state == BufferState::pending)
+        status.queue_position = txn.queue_position(buffer.key.str());
+    status.buffer = std::move(buffer);
+    return status;
+}
+
+}  // namespace
+
+StatusSnapshot read_status(Transaction& txn, const Config& config) {
+    StatusSnapshot snapshot;
+    snapshot.pools = pool_status(txn, config);
+    BufferFilter live;
+    live.live_only = true;
+    for (Buffer& buffer : txn.list_buffers(live))
+        snapshot.buffers.push_back(status_of(txn, config, std::move(buffer)));
+    snapshot.counts = txn.count_by_state();
+    return snapshot;
+}
+
+StatusSnapshot read_public_status(const Config& config, uid_t uid) {
+    const std::string dir = config.state_dir + "/public";
+    const std::string hint =
+        " (ask the administrator to make " + config.state_dir + " searchable: chmod 0711)";
+    StatusSnapshot snapshot;
+    const std::string pools_path = dir + "/pools.json";
+    const auto pools = read_optional_file(pools_path, hint);
+    if (!pools)
+        throw Error(ExitCode::unavailable, "no status published in " + dir +
+                                               " yet (bb-pool init publishes it, as the "
+                                               "state directory's owner)");
+    try {
+        for (const json& pool : parse_published(*pools))
+            snapshot.pools.push_back(pool_status_from_json(pool));
+    } catch (const Error& error) {
+        throw Error(ExitCode::data, "cannot read " + pools_path + ": " + error.what());
+    }
+
+    const std::string buffers_path =
+        config.flags.private_data ? user_file(dir, uid) : dir + "/buffers.json";
+    if (const auto buffers = read_optional_file(buffers_path, "")) {
+        try {
+            for (const json& item : parse_published(*buffers)) {
+                BufferStatus status = buffer_status_from_json(item);
+                // The file is ours under PrivateData; checking again costs nothing.
+                if (config.flags.private_data && status.buffer.uid != uid)
+                    continue;
+                snapshot.buffers.push_back(std::move(status));
+            }
+        } catch (const Error& error) {
+            throw Error(ExitCode::data, "cannot read " + buffers_path + ": " + error.what());
+        }
+    }
+    for (const BufferStatus& status : snapshot.buffers)
+        ++snapshot.counts[status.buffer.state];
+    return snapshot;
+}
+
+std::optional<StagingProgress> read_progress(const std::string& state_dir, const BufferKey& key) {
+    std::optional<std::string> text;
+    try {
+        text = read_optional_file(state_dir + "/progress/" + key.str(), "");
+    } catch (const Error&) {
+        return std::nullopt;  // progress is a hint; an unreadable file shows as none
+    }
+    if (!text)
+        return std::nullopt;
+    const json value = json::parse(*text, nullptr, false);
+    if (value.is_discarded() || !value.is_object())
+        return std::nullopt;
+    try {
+        StagingProgress progress;
+        progress.files_done = json_uint(value, "files_done");
+        progress.files_total = json_uint(value, "files_total");
+        progress.bytes_done = json_uint(value, "bytes_done");
+        progress.bytes_total = json_uint(value, "bytes_total");
+        return progress;
+    } catch (const Error&) {
+        return std::nullopt;
+    }
+}
+
+JobStatus job_status(Transaction& txn, const Config& config, std::uint64_t job_id) {
+    std::optional<Buffer> buffer = txn.latest_job_buffer(config.cluster, job_id);
+    if (!buffer)
+        throw Error(ExitCode::no_input, "no burst buffer for job " + std::to_string(job_id));
+    JobStatus job;
+    job.progress = read_progress(config.state_dir, buffer->key);
+    job.status = status_of(txn, config, std::move(*buffer));
+    return job;
+}
+
+JobStatus job_status(const StatusSnapshot& snapshot, const Config& config, std::uint64_t job_id) {
+    const BufferStatus* found = nullptr;
+    for (const BufferStatus& status : snapshot.buffers) {
+        const BufferKey& key = status.buffer.key;
+        if (key.kind() == BufferKind::job && key.cluster == config.cluster &&
+            key.job_id == job_id && (!found || key.incarnation > found->buffer.key.incarnation))
+            found = &status;
+    }
+    if (!found)
+        throw Error(ExitCode::no_input, "no burst buffer for job " + std::to_string(job_id));
+    return JobStatus{*found, std::nullopt};
+}
+
+std::string slurm_reason(const Buffer& buffer) {
+    if (!buffer.reason.empty())
+        return buffer.reason;
+    switch (buffer.state) {
+        case BufferState::pending:
+            return "BurstBufferResources";
+        case BufferState::staging_in:
+        case BufferState::staged_in:
+            return "BurstBufferStageIn";
+        default:
+            return "None";
+    }
+}
+
+// ---- Slurm's pools ------------------------------------------------------------------------
+
+std::string slurm_pools_json(const std::vector<PoolStatus>& pools) {
+    json list = json::array();
+    for (const PoolStatus& pool : pools) {
+        const std::uint64_t granularity = std::max<std::uint64_t>(pool.granularity, 1);
+        // Slurm owns only job buffers: persistent buffers and trash are not its to hand out.
+        const std::uint64_t quantity =
+            free_bytes(pool.total, pool.persistent, pool.trash) / granularity;
+        const std::uint64_t free =
+            pool.draining || !pool.initialized
+                ? 0
+                : free_bytes(pool.total, pool.used, pool.trash) / granularity;
+        list.push_back({{"id", pool.name},
+                        {"quantity", quantity},
+                        {"granularity", granularity},
+                        {"free", std::min(free, quantity)}});
+    }
+    return json{{"pools", list}}.dump();
+}
+
+std::string slurm_pools_json(Transaction& txn, const Config& config) {
+    return slurm_pools_json(pool_status(txn, config));
+}
+
+// ---- publishing ---------------------------------------------------------------------------
+
+void write_file_atomically_owned(const std::string& path, const std::string& data, mode_t mode,
+                                 uid_t uid, gid_t gid) {
+    const std::string temporary = unique_temporary(path);
+    struct Cleanup {
+        const std::string& path;
+        bool armed = true;
+        ~Cleanup() {
+            if (armed)
+                ::unlink(path.c_str());
+        }
+    } cleanup{temporary};
+    {
+        const Fd fd(
+            ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+        if (!fd)
+            throw Error(ExitCode::io, "cannot create " + temporary + ": " + std::strerror(errno));
+        // On the descriptor, before the rename: the file never appears with the wrong owner.
+        if (::fchown(fd.get(), uid, gid) != 0)
+            throw Error(ExitCode::no_perm, "cannot give " + temporary + " to uid " +
+                                               std::to_string(uid) + ": " + std::strerror(errno));
+        if (::fchmod(fd.get(), mode) != 0)
+            throw Error(ExitCode::io,
+                        "cannot set the mode of " + temporary + ": " + std::strerror(errno));
+        std::size_t done = 0;
+        while (done < data.size()) {
+            const ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0)
+                throw Error(ExitCode::io,
+                            "cannot write " + temporary + ": " + std::strerror(errno));
+            done += static_cast<std::size_t>(n);
+        }
+        if (::fsync(fd.get()) != 0)
+            throw Error(ExitCode::io, "cannot fsync " + temporary + ": " + std::strerror(errno));
+    }
+    if (::rename(temporary.c_str(), path.c_str()) != 0)
+        throw Error(ExitCode::io,
+                    "cannot rename " + temporary + " to " + path + ": " + std::strerror(errno));
+    cleanup.armed = false;
+    const auto slash = path.rfind('/');
+    fsync_dir(slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash));
+}
+
+void publish(Transaction& txn, const StateStore& store, const Config& config) {
+    const StatusSnapshot snapshot = read_status(txn, config);
+    write_if_changed(store.path("pools.json"), slurm_pools_json(snapshot.pools) + "\n", 0644);
+
+    json pools = json::array();
+    for (const PoolStatus& pool : snapshot.pools)
+        pools.push_back(pool_status_json(pool));
+    const std::string dir = store.path("public");
+    write_if_changed(dir + "/pools.json", pools.dump(2) + "\n", 0644);
+
+    if (!config.flags.private_data) {
+        json buffers = json::array();
+        for (const BufferStatus& status : snapshot.buffers)
+            buffers.push_back(buffer_status_json(status));
+        write_if_changed(dir + "/buffers.json", buffers.dump(2) + "\n", 0644);
+        for (uid_t uid : user_files(dir))
+            remove_file(user_file(dir, uid));
+        return;
+    }
+    // A shared file left from before PrivateData was set would show everyone's buffers.
+    remove_file(dir + "/buffers.json");
+    std::map<uid_t, std::pair<gid_t, json>> by_user;
+    for (const BufferStatus& status : snapshot.buffers) {
+        auto& [gid, list] = by_user[status.buffer.uid];
+        gid = status.buffer.gid;
+        if (list.is_null())
+            list = json::array();
+        list.push_back(buffer_status_json(status));
+    }
+    for (const auto& [uid, entry] : by_user)
+        write_owned_if_changed(user_file(dir, uid), entry.second.dump(2) + "\n", uid, entry.first);
+    // A user without live buffers has no file: readers take a missing file as none.
+    for (uid_t uid : user_files(dir))
+        if (by_user.count(uid) == 0)
+            remove_file(user_file(dir, uid));
+}
+
+// ---- JSON ---------------------------------------------------------------------------------
+
+std::string slurm_time(TimePoint time) {
+    const std::time_t seconds = std::chrono::system_clock::to_time_t(time);
+    std::tm tm{};
+    localtime_r(&seconds, &tm);
+    char text[32];
+    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm);
+    return text;
+}
+
+json pool_status_json(const PoolStatus& pool) {
+    return {{"name", pool.name},
+            {"path", pool.path},
+            {"total", pool.total},
+            {"used", pool.used},
+            {"trash", pool.trash},
+            {"free", pool.free},
+            {"granularity", pool.granularity},
+            {"persistent", pool.persistent},
+            {"queued", pool.queued},
+            {"draining", pool.draining},
+            {"initialized", pool.initialized}};
+}
+
+PoolStatus pool_status_from_json(const json& value) {
+    if (!value.is_object())
+        throw Error(ExitCode::data, "a pool is not a JSON object");
+    PoolStatus pool;
+    pool.name = json_string(value, "name");
+    pool.path = json_string(value, "path");
+    pool.total = json_uint(value, "total");
+    pool.used = json_uint(value, "used");
+    pool.trash = json_uint(value, "trash");
+    pool.free = json_uint(value, "free");
+    pool.granularity = json_uint(value, "granularity");
+    pool.persistent = json_uint(value, "persistent");
+    pool.queued = static_cast<std::size_t>(json_uint(value, "queued"));
+    pool.draining = value.value("draining", false);
+    pool.initialized = value.value("initialized", false);
+    return pool;
+}
+
+json buffer_status_json(const BufferStatus& status) {
+    const Buffer& b = status.buffer;
+    const bool job = b.key.kind() == BufferKind::job;
+    json entered = json::object();
+    for (const auto& [state, time] : b.entered)
+        entered[to_string(state)] = to_seconds(time);
+    return {{"key", b.key.str()},
+            {"cluster", b.key.cluster},
+            {"job_id", job ? json(b.key.job_id) : json()},
+            {"incarnation", job ? json(b.key.incarnation) : json()},
+            {"name", job ? json() : json(b.key.name)},
+            {"pool", b.pool},
+            {"state", to_string(b.state)},
+            {"reason", slurm_reason(b)},
+            {"message", b.message},
+            {"requested", b.requested_bytes},
+            {"allocated", b.allocated_bytes},
+            {"uid", b.uid},
+            {"gid", b.gid},
+            {"user", b.user},
+            {"owner", b.owner.empty() ? json() : json(b.owner)},
+            {"directory", b.directory},
+            {"path", status.path},
+            {"access", b.access},
+            {"type", b.type},
+            {"created", to_seconds(b.created)},
+            {"entered", entered},
+            {"expires", b.expires ? json(to_seconds(*b.expires)) : json()},
+            {"use_count", b.use_count},
+            {"queue_position", status.queue_position ? json(*status.queue_position) : json()}};
+}
+
+BufferStatus buffer_status_from_json(const json& value) {
+    if (!value.is_object())
+        throw Error(ExitCode::data, "a buffer is not a JSON object");
+    BufferStatus status;
+    Buffer& b = status.buffer;
+    b.key = parse_buffer_key(json_string(value, "key"));
+    b.pool = json_string(value, "pool");
+    b.state = parse_buffer_state(json_string(value, "state"));
+    b.reason = json_string(value, "reason");
+    b.message = json_string(value, "message");
+    b.requested_bytes = json_uint(value, "requested");
+    b.allocated_bytes = json_uint(value, "allocated");
+    b.uid = static_cast<uid_t>(json_uint(value, "uid"));
+    b.gid = static_cast<gid_t>(json_uint(value, "gid"));
+    b.user = json_string(value, "user");
+    if (value.contains("owner") && value["owner"].is_string())
+        b.owner = value["owner"].get<std::string>();
+    b.directory = json_string(value, "directory");
+    status.path = json_string(value, "path");
+    b.access = json_string(value, "access");
+    b.type = json_string(value, "type");
+    if (!value.contains("created") || !value["created"].is_number())
+        throw Error(ExitCode::data, "field 'created' is not a number");
+    b.created = from_seconds(value["created"].get<double>());
+    if (value.contains("entered") && value["entered"].is_object())
+        for (const auto& [state, time] : value["entered"].items())
+            if (time.is_number())
+                b.entered[parse_buffer_state(state)] = from_seconds(time.get<double>());
+    if (value.contains("expires") && value["expires"].is_number())
+        b.expires = from_seconds(value["expires"].get<double>());
+    b.use_count = static_cast<std::uint32_t>(json_uint(value, "use_count"));
+    if (value.contains("queue_position") && value["queue_position"].is_number_unsigned())
+        status.queue_position = value["queue_position"].get<std::size_t>();
+    return status;
+}
+
+// ---- dwstat -------------------------------------------------------------------------------
+
+std::string dwstat_state(const Buffer& buffer) {
+    const BufferState s = buffer.state;
+    const bool ending = s == BufferState::teardown || s == BufferState::teardown_fail ||
+                        s == BufferState::deleting || is_final(s);
+    std::string flags = "-----";
+    if (s != BufferState::pending)
+        flags[0] = 'C';
+    if (holds_space(s) && !ending)
+        flags[1] = 'A';
+    if (ending)
+        flags[2] = 'D';
+    if (s == BufferState::teardown_fail)
+        flags[3] = 'T';
+    if (buffer.reason == "BurstBufferOperation")
+        flags[4] = 'F';
+    return flags;
+}
+
+std::string pools_table(const std::vector<PoolStatus>& pools) {
+    std::vector<std::vector<std::string>> rows;
+    for (const PoolStatus& pool : pools)
+        rows.push_back({pool.name, "bytes", format_size(pool.total), format_size(pool.free),
+                        format_size(pool.granularity)});
+    return table({"pool", "units", "quantity", "free", "gran"}, rows);
+}
+
+namespace {
+
+std::string expiration_of(const Buffer& buffer) {
+    return buffer.expires ? slurm_time(*buffer.expires) : "never";
+}
+
+std::string access_type_of(const Buffer& buffer) {
+    return buffer.access == "private" ? "private" : "stripe";
+}
+
+std::string type_of(const Buffer& buffer) {
+    return buffer.type.empty() ? "scratch" : buffer.type;
+}
+
+std::uint32_t activations_of(const Buffer& buffer) {
+    if (buffer.key.kind() == BufferKind::persistent)
+        return buffer.use_count;
+    return is_active(buffer.state) ? 1 : 0;
+}
+
+}  // namespace
+
+std::string sessions_table(const std::vector<BufferStatus>& buffers) {
+    std::vector<std::vector<std::string>> rows;
+    std::size_t id = 0;
+    for (const BufferStatus& status : buffers) {
+        const Buffer& b = status.buffer;
+        rows.push_back({std::to_string(++id), dwstat_state(b), token_of(b), "bbkit",
+                        std::to_string(b.uid), slurm_time(b.created), expiration_of(b), "0"});
+    }
+    return table({"sess", "state", "token", "creator", "owner", "created", "expiration", "nodes"},
+                 rows);
+}
+
+std::string instances_table(const std::vector<BufferStatus>& buffers) {
+    std::vector<std::vector<std::string>> rows;
+    std::size_t id = 0;
+    for (const BufferStatus& status : buffers) {
+        const Buffer& b = status.buffer;
+        ++id;
+        rows.push_back({std::to_string(id), dwstat_state(b), std::to_string(id),
+                        format_size(b.allocated_bytes), "0", slurm_time(b.created),
+                        expiration_of(b), "true", token_of(b),
+                        b.key.kind() == BufferKind::persistent ? "true" : "false", "1"});
+    }
+    return table({"inst", "state", "sess", "bytes", "nodes", "created", "expiration", "intact",
+                  "label", "public", "confs"},
+                 rows);
+}
+
+std::string configurations_table(const std::vector<BufferStatus>& buffers) {
+    std::vector<std::vector<std::string>> rows;
+    std::size_t id = 0;
+    for (const BufferStatus& status : buffers) {
+        const Buffer& b = status.buffer;
+        ++id;
+        rows.push_back({std::to_string(id), dwstat_state(b), std::to_string(id), type_of(b),
+                        access_type_of(b), std::to_string(activations_of(b))});
+    }
+    return table({"conf", "state", "inst", "type", "access_type", "activs"}, rows);
+}
+
+json sessions_json(const std::vector<BufferStatus>& buffers) {
+    json list = json::array();
+    std::size_t id = 0;
+    for (const BufferStatus& status : buffers) {
+        const Buffer& b = status.buffer;
+        list.push_back({{"sess", ++id},
+                        {"state", dwstat_state(b)},
+                        {"token", token_of(b)},
+                        {"key", b.key.str()},
+                        {"creator", "bbkit"},
+                        {"owner", b.uid},
+                        {"created", slurm_time(b.created)},
+                        {"expiration", b.expires ? json(slurm_time(*b.expires)) : json()},
+                        {"nodes", 0}});
+    }
+    return list;
+}
+
+json instances_json(const std::vector<BufferStatus>& buffers) {
+    json list = json::array();
+    std::size_t id = 0;
+    for (const BufferStatus& status : buffers) {
+        const Buffer& b = status.buffer;
+        ++id;
+        list.push_back({{"inst", id},
+                        {"state", dwstat_state(b)},
+                        {"sess", id},
+                        {"bytes", b.allocated_bytes},
+                        {"nodes", 0},
+                        {"created", slurm_time(b.created)},
+                        {"expiration", b.expires ? json(slurm_time(*b.expires)) : json()},
+                        {"intact", true},
+                        {"label", token_of(b)},
+                        {"public", b.key.kind() == BufferKind::persistent},
+                        {"confs", 1}});
+    }
+    return list;
+}
+
+json configurations_json(const std::vector<BufferStatus>& buffers) {
+    json list = json::array();
+    std::size_t id = 0;
+    for (const BufferStatus& status : buffers) {
+        const Buffer& b = status.buffer;
+        ++id;
+        list.push_back({{"conf", id},
+                        {"state", dwstat_state(b)},
+                        {"inst", id},
+                        {"type", type_of(b)},
+                        {"access_type", access_type_of(b)},
+                        {"activs", activations_of(b)}});
+    }
+    return list;
+}
+
+// ---- scontrol show burst ------------------------------------------------------------------
+
+namespace {
+
+// Buffers Slurm lists under "Allocated Buffers:": those holding space, newest first.
+std::vector<const Buffer*> allocated_buffers(const StatusSnapshot& snapshot) {
+    std::vector<const Buffer*> buffers;
+    for (const BufferStatus& status : snapshot.buffers)
+        if (holds_space(status.buffer.state))
+            buffers.push_back(&status.buffer);
+    std::stable_sort(buffers.begin(), buffers.end(),
+                     [](const Buffer* a, const Buffer* b) { return a->created > b->created; });
+    return buffers;
+}
+
+struct UserUse {
+    std::string name;
+    std::uint64_t used = 0;
+};
+
+// Summed across pools, as Slurm does.
+std::map<uid_t, UserUse> use_by_user(const std::vector<const Buffer*>& buffers) {
+    std::map<uid_t, UserUse> users;
+    for (const Buffer* b : buffers) {
+        UserUse& use = users[b->uid];
+        use.name = b->user.empty() ? std::to_string(b->uid) : b->user;
+        use.used += b->allocated_bytes;
+    }
+    return users;
+}
+
+}  // namespace
+
+std::string burst_text(const StatusSnapshot& snapshot, const Config& config) {
+    std::string out = "Name=bbkit DefaultPool=" + config.default_pool.value_or("(null)") +
+                      " Granularity=1 TotalSpace=0 FreeSpace=0 UsedSpace=0\n";
+    for (std::size_t i = 0; i < snapshot.pools.size(); ++i) {
+        const PoolStatus& pool = snapshot.pools[i];
+        out += "  PoolName[" + std::to_string(i) + "]=" + pool.name +
+               " Granularity=" + format_size(pool.granularity) +
+               " TotalSpace=" + format_size(pool.total) + " FreeSpace=" + format_size(pool.free) +
+               " UsedSpace=" + format_size(pool.used) + "\n";
+    }
+    out += "  Flags=" + joined(flag_names(config.flags), ",") + "\n";
+    const Timeouts& t = config.timeouts;
+    out += "  StageInTimeout=" + std::to_string(t.stage_in) +
+           " StageOutTimeout=" + std::to_string(t.stage_out) +
+           " ValidateTimeout=" + std::to_string(t.validate) +
+           " OtherTimeout=" + std::to_string(t.other) + "\n";
+    if (!config.allow_users.empty())
+        out += "  AllowUsers=" + joined(config.allow_users, ",") + "\n";
+    else if (!config.deny_users.empty())
+        out += "  DenyUsers=" + joined(config.deny_users, ",") + "\n";
+    out += "  GetSysState=(null)\n  GetSysStatus=(null)\n";
+
+    const std::vector<const Buffer*> buffers = allocated_buffers(snapshot);
+    if (!buffers.empty())
+        out += "  Allocated Buffers:\n";
+    for (const Buffer* b : buffers)
+        out += std::string("    ") + (b->key.kind() == BufferKind::job ? "JobID=" : "Name=") +
+               token_of(*b) + " CreateTime=" + slurm_time(b->created) + " Pool=" + b->pool +
+               " Size=" + format_size(b->allocated_bytes) + " State=" + to_string(b->state) +
+               " UserID=" + user_of(*b) + "\n";
+    const auto users = use_by_user(buffers);
+    if (!users.empty())
+        out += "  Per User Buffer Use:\n";
+    for (const auto& [uid, use] : users)
+        out += "    UserID=" + use.name + "(" + std::to_string(uid) +
+               ") Used=" + format_size(use.used) + "\n";
+    return out;
+}
+
+json burst_json(const StatusSnapshot& snapshot, const Config& config) {
+    json pools = json::array();
+    for (const PoolStatus& pool : snapshot.pools)
+        pools.push_back({{"name", pool.name},
+                         {"granularity", pool.granularity},
+                         {"total", pool.total},
+                         {"free", pool.free},
+                         {"used", pool.used}});
+    const std::vector<const Buffer*> allocated = allocated_buffers(snapshot);
+    json buffers = json::array();
+    for (const Buffer* b : allocated) {
+        const bool job = b->key.kind() == BufferKind::job;
+        buffers.push_back({{"job_id", job ? json(b->key.job_id) : json()},
+                           {"name", job ? json() : json(b->key.name)},
+                           {"created", slurm_time(b->created)},
+                           {"pool", b->pool},
+                           {"size", b->allocated_bytes},
+                           {"state", to_string(b->state)},
+                           {"user", b->user},
+                           {"uid", b->uid}});
+    }
+    json users = json::array();
+    for (const auto& [uid, use] : use_by_user(allocated))
+        users.push_back({{"user", use.name}, {"uid", uid}, {"used", use.used}});
+    const Timeouts& t = config.timeouts;
+    return {{"name", "bbkit"},
+            {"default_pool", config.default_pool ? json(*config.default_pool) : json()},
+            {"pools", pools},
+            {"flags", flag_names(config.flags)},
+            {"timeouts",
+             {{"stage_in", t.stage_in},
+              {"stage_out", t.stage_out},
+              {"validate", t.validate},
+              {"other", t.other}}},
+            {"allow_users", config.allow_users},
+            {"deny_users", config.deny_users},
+            {"buffers", buffers},
+            {"users", users}};
+}
+
+// ---- bb-stat job --------------------------------------------------------------------------
+
+std::string job_text(const JobStatus& job, TimePoint now) {
+    const Buffer& b = job.status.buffer;
+    std::ostringstream out;
+    auto field = [&](const std::string& name, const std::string& value) {
+        out << name << ':' << std::string(name.size() < 11 ? 11 - name.size() : 1, ' ') << value
+            << '\n';
+    };
+    field("job", token_of(b));
+    field("buffer", b.key.str());
+    field("state", to_string(b.state));
+    field("reason", slurm_reason(b));
+    if (!b.message.empty())
+        field("message", b.message);
+    if (job.status.queue_position)
+        field("queue", std::to_string(*job.status.queue_position));
+    field("pool", b.pool);
+    field("requested", format_size(b.requested_bytes));
+    field("allocated", format_size(b.allocated_bytes));
+    field("directory", job.status.path);
+    field("user", user_of(b));
+    field("created", slurm_time(b.created));
+    if (job.progress) {
+        const StagingProgress& p = *job.progress;
+        field("progress", std::to_string(p.files_done) + "/" + std::to_string(p.files_total) +
+                              " files, " + format_size(p.bytes_done) + "/" +
+                              format_size(p.bytes_total) + " bytes");
+    }
+    out << "phases:\n";
+    for (const Phase& phase : phases_of(b, now)) {
+        const std::string name = to_string(phase.state);
+        out << "  " << name << std::string(name.size() < 14 ? 14 - name.size() : 1, ' ')
+            << slurm_time(phase.entered) << "  " << seconds_text(phase.seconds) << '\n';
+    }
+    return out.str();
+}
+
+json job_json(const JobStatus& job, TimePoint now) {
+    json out = buffer_status_json(job.status);
+    if (job.progress)
+        out["progress"] = {{"files_done", job.progress->files_done},
+                           {"files_total", job.progress->files_total},
+                           {"bytes_done", job.progress->bytes_done},
+                           {"bytes_total", job.progress->bytes_total}};
+    else
+        out["progress"] = nullptr;
+    json phases = json::array();
+    for (const Phase& phase : phases_of(job.status.buffer, now))
+        phases.push_back({{"state", to_string(phase.state)},
+                          {"entered", to_seconds(phase.entered)},
+                          {"seconds", phase.seconds}});
+    out["phases"] = phases;
+    return out;
+}
+
+// ---- Prometheus ---------------------------------------------------------------------------
+
+std::string prometheus_text(const StatusSnapshot& snapshot) {
+    std::ostringstream out;
+    out << "# HELP bbkit_pool_bytes Burst buffer pool space in bytes, by kind.\n"
+        << "# TYPE bbkit_pool_bytes gauge\n";
+    for (const PoolStatus& pool : snapshot.pools) {
+        const std::string label = "{pool=\"" + escape_label(pool.name) + "\",kind=\"";
+        out << "bbkit_pool_bytes" << label << "total\"} " << pool.total << '\n'
+            << "bbkit_pool_bytes" << label << "used\"} " << pool.used << '\n'
+            << "bbkit_pool_bytes" << label << "trash\"} " << pool.trash << '\n'
+            << "bbkit_pool_bytes" << label << "free\"} " << pool.free << '\n';
+    }
+    out << "# HELP bbkit_buffers Burst buffers by state.\n"
+        << "# TYPE bbkit_buffers gauge\n";
+    for (BufferState state : all_buffer_states()) {
+        const auto it = snapshot.counts.find(state);
+        out << "bbkit_buffers{state=\"" << to_string(state) << "\"} "
+            << (it == snapshot.counts.end() ? 0 : it->second) << '\n';
+    }
+    out << "# HELP bbkit_pool_queue_length Requests waiting in the pool's queue.\n"
+        << "# TYPE bbkit_pool_queue_length gauge\n";
+    for (const PoolStatus& pool : snapshot.pools)
+        out << "bbkit_pool_queue_length{pool=\"" << escape_label(pool.name) << "\"} " << pool.queued
+            << '\n';
+    out << "# HELP bbkit_pool_draining 1 while the pool is draining, else 0.\n"
+        << "# TYPE bbkit_pool_draining gauge\n";
+    for (const PoolStatus& pool : snapshot.pools)
+        out << "bbkit_pool_draining{pool=\"" << escape_label(pool.name) << "\"} "
+            << (pool.draining ? 1 : 0) << '\n';
+    return out.str();
+}
+
+}  // namespace bbkit

@@ -1,0 +1,139 @@
+// What bb-stat, bb-pool list and Slurm's slurm_bb_pools see: pool and buffer status computed
+// from one transaction, the snapshots published for readers who may not open the database,
+// and their renderings (dwstat tables, `scontrol show burst`, JSON, Prometheus text).
+//
+// The JSON field names are documented in bb-stat(1); change them only with it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bbkit/buffer.hpp"
+#include "bbkit/config.hpp"
+#include "bbkit/store.hpp"
+
+namespace bbkit {
+
+// One configured pool, in bytes. free is the real free space (it stays so while draining:
+// only the Slurm JSON reports 0 then).
+struct PoolStatus {
+    std::string name;
+    std::string path;
+    std::uint64_t total = 0;
+    std::uint64_t used = 0;   // buffers that hold space (Transaction::used_bytes)
+    std::uint64_t trash = 0;  // torn down, waiting for the reaper (Transaction::trash_bytes)
+    std::uint64_t free = 0;   // max(0, total - used - trash)
+    std::uint64_t granularity = 1;
+    std::uint64_t persistent = 0;  // the part of `used` held by persistent buffers
+    std::size_t queued = 0;
+    bool draining = false;
+    bool initialized = false;  // bb-pool init has recorded it in the state database
+};
+
+// A buffer as status views show it.
+struct BufferStatus {
+    Buffer buffer;
+    std::string path;                           // absolute: pool path + "/" + directory
+    std::optional<std::size_t> queue_position;  // pending buffers: 1 = head of the queue
+};
+
+// Everything the views render; read from the database (owner) or from public/ (others).
+struct StatusSnapshot {
+    std::vector<PoolStatus> pools;      // configuration order
+    std::vector<BufferStatus> buffers;  // live buffers (not complete or deleted), oldest first
+    std::map<BufferState, std::size_t> counts;  // buffers per state
+};
+
+// Staging progress, written by the stager to <state>/progress/<key> (not in the database).
+struct StagingProgress {
+    std::uint64_t files_done = 0;
+    std::uint64_t files_total = 0;
+    std::uint64_t bytes_done = 0;
+    std::uint64_t bytes_total = 0;
+};
+
+// One job's buffer with what `bb-stat job ID` adds to it.
+struct JobStatus {
+    BufferStatus status;
+    std::optional<StagingProgress> progress;
+};
+
+// Per configured pool, in configuration order.
+std::vector<PoolStatus> pool_status(Transaction& txn, const Config& config);
+// Pools, live buffers and counts of all records, from one snapshot.
+StatusSnapshot read_status(Transaction& txn, const Config& config);
+// What a user who is not the state directory's owner may see: public/pools.json and their
+// buffers (everyone's without PrivateData). Error(unavailable) when nothing was published yet,
+// Error(no_perm) when a file exists but may not be read.
+StatusSnapshot read_public_status(const Config& config, uid_t uid);
+
+// The newest incarnation of `job_id` in `cluster`, with staging progress (progress only when
+// `state_dir` is given and readable). Error(no_input) "no burst buffer for job N".
+JobStatus job_status(Transaction& txn, const Config& config, std::uint64_t job_id);
+JobStatus job_status(const StatusSnapshot& snapshot, const Config& config, std::uint64_t job_id);
+
+// <state>/progress/<key>; nullopt when absent, unreadable or not the expected JSON object.
+std::optional<StagingProgress> read_progress(const std::string& state_dir, const BufferKey& key);
+
+// Slurm's reason for a buffer: the recorded one (BurstBufferOperation after a failure), else
+// BurstBufferResources while pending, BurstBufferStageIn while staging in, else "None".
+std::string slurm_reason(const Buffer& buffer);
+
+// Exactly what Slurm 22.05's slurm_bb_pools expects: {"pools":[{"id","quantity","granularity",
+// "free"}]}, integers only, counted in granules. quantity = floor((total - persistent - trash)
+// / granularity), free = floor((total - used - trash) / granularity), both clamped at 0, and
+// free = 0 while the pool drains or before bb-pool init. With no pools: {"pools":[]}.
+std::string slurm_pools_json(const std::vector<PoolStatus>& pools);
+std::string slurm_pools_json(Transaction& txn, const Config& config);
+
+// Rewrites <state>/pools.json (0644) and public/: pools.json (0644), and the buffers either
+// as public/buffers.json (0644) or, with PrivateData, as public/buffers.<uid>.json (0600, owned
+// by that uid) with no shared file. Files whose content is unchanged are not rewritten.
+// Writers call it inside each write transaction, before commit. Throws Error(io).
+void publish(Transaction& txn, const StateStore& store, const Config& config);
+
+// Like write_file_atomically, but the file is fchown'd to `uid`:`gid` before it is renamed
+// into place, so it is never visible with the wrong owner. Throws Error(io) / Error(no_perm).
+void write_file_atomically_owned(const std::string& path, const std::string& data, mode_t mode,
+                                 uid_t uid, gid_t gid);
+
+// ---- renderings ----------------------------------------------------------------------------
+
+// Slurm's time form in local time: 2021-08-11T10:13:38.
+std::string slurm_time(TimePoint time);
+
+nlohmann::json pool_status_json(const PoolStatus& pool);
+PoolStatus pool_status_from_json(const nlohmann::json& json);  // Error(data) when malformed
+nlohmann::json buffer_status_json(const BufferStatus& status);
+BufferStatus buffer_status_from_json(const nlohmann::json& json);  // Error(data) when malformed
+
+// dwstat's tables: right-aligned columns, sizes in Slurm's printed form.
+std::string pools_table(const std::vector<PoolStatus>& pools);
+std::string sessions_table(const std::vector<BufferStatus>& buffers);
+std::string instances_table(const std::vector<BufferStatus>& buffers);
+std::string configurations_table(const std::vector<BufferStatus>& buffers);
+nlohmann::json sessions_json(const std::vector<BufferStatus>& buffers);
+nlohmann::json instances_json(const std::vector<BufferStatus>& buffers);
+nlohmann::json configurations_json(const std::vector<BufferStatus>& buffers);
+// dwstat's state flags, e.g. "CA---" (see bb-stat(1)).
+std::string dwstat_state(const Buffer& buffer);
+
+// `scontrol show burst` of the lua plugin, byte for byte, with Name=bbkit.
+std::string burst_text(const StatusSnapshot& snapshot, const Config& config);
+nlohmann::json burst_json(const StatusSnapshot& snapshot, const Config& config);
+
+// `bb-stat job ID`; `now` ends the current phase's duration.
+std::string job_text(const JobStatus& job, TimePoint now);
+nlohmann::json job_json(const JobStatus& job, TimePoint now);
+
+// The text exposition format for node_exporter's textfile collector.
+std::string prometheus_text(const StatusSnapshot& snapshot);
+
+}  // namespace bbkit

@@ -1,0 +1,224 @@
+#include "bbkit/teardown.hpp"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "bbkit/audit.hpp"
+#include "bbkit/error.hpp"
+#include "bbkit/pool.hpp"
+#include "bbkit/run_lock.hpp"
+#include "bbkit/size.hpp"
+#include "bbkit/status.hpp"
+
+namespace bbkit {
+namespace {
+
+constexpr auto alloc_in_flight_wait = std::chrono::seconds(10);
+constexpr auto run_lock_wait = std::chrono::seconds(10);
+
+BufferState end_state(const BufferKey& key) {
+    return key.kind() == BufferKind::job ? BufferState::complete : BufferState::deleted;
+}
+
+BufferState ending_state(const BufferKey& key) {
+    return key.kind() == BufferKind::job ? BufferState::teardown : BufferState::deleting;
+}
+
+// The persistent buffers a job's recorded request uses.
+std::vector<std::string> persistent_uses(const Buffer& b) {
+    std::vector<std::string> names;
+    const nlohmann::json staging = nlohmann::json::parse(b.staging, nullptr, false);
+    if (staging.is_discarded() || !staging.is_object()) return names;
+    const auto persistent = staging.find("persistent");
+    if (persistent == staging.end() || !persistent->is_object()) return names;
+    const auto uses = persistent->find("use");
+    if (uses == persistent->end() || !uses->is_array()) return names;
+    for (const auto& use : *uses)
+        if (use.is_object() && use.contains("name") && use["name"].is_string())
+            names.push_back(use["name"].get<std::string>());
+    return names;
+}
+
+bool holder_alive(const Buffer& b) { return b.run_lock_holder && b.run_lock_holder->alive(); }
+
+// Stops whoever stages this buffer: waits for it unless hurrying, then TERM, then KILL.
+void stop_stager(const Config& config, const BufferKey& key, const TeardownOptions& options) {
+    const std::optional<ProcessId> holder = RunLock::holder(config.state_dir, key.str());
+    if (!holder || *holder == ProcessId::self()) return;
+    if (!options.hurry && wait_for_exit(*holder, std::chrono::seconds(config.timeouts.other / 2)))
+        return;
+    spdlog::info("stopping pid {} that holds buffer {}", holder->pid, key.str());
+    stop_process(*holder, options.hurry ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(5000));
+}
+
+// Removes one buffer's directory from trash/ within `deadline`; releases its space when done.
+bool reap_one(StateStore& store, const Config& config, const Buffer& b, PoolDir& dir,
+              std::chrono::steady_clock::time_point deadline, const std::string& tool) {
+    if (!dir.remove_from_trash(trash_name(b), deadline)) return false;
+    WriteTransaction txn(store, tool);
+    txn.mark_reaped(b.key);
+    publish(txn, store, config);
+    txn.commit();
+    return true;
+}
+
+}  // namespace
+
+void finish_teardown(StateStore& store, const Config& config, const BufferKey& key,
+                     const TeardownOptions& options, const std::string& tool) {
+    stop_stager(config, key, options);
+    RunLock lock = RunLock::acquire(config.state_dir, key.str(), run_lock_wait);
+    Buffer b;
+    std::optional<PoolDir> dir;
+    {
+        ReadSnapshot snapshot(store);
+        b = snapshot.get_buffer(key);
+    }
+    try {
+        {
+            ReadSnapshot snapshot(store);
+            dir.emplace(open_pool(snapshot, config, b.pool));
+        }
+        if (!dir->move_to_trash(b.directory, trash_name(b)))
+            spdlog::info("buffer {}: directory {}/{} was already gone", key.str(), dir->path(), b.directory);
+    } catch (const Error& e) {
+        WriteTransaction txn(store, tool);
+        if (key.kind() == BufferKind::job)
+            txn.transition(key, BufferState::teardown_fail, "BurstBufferOperation", e.what());
+        publish(txn, store, config);
+        txn.commit();
+        audit(config.state_dir, tool, "teardown-fail", "buffer=" + key.str() + " error=" + e.what());
+        throw Error(e.code(), "teardown of buffer " + key.str() + " failed: " + e.what() +
+                                  " (the space stays charged; fix the cause and run bb-teardown again)");
+    }
+    {
+        WriteTransaction txn(store, tool);
+        b = txn.transition(key, end_state(key));
+        b.run_lock_holder.reset();
+        txn.update_buffer(b);
+        for (const std::string& name : persistent_uses(b)) {
+            std::optional<Buffer> p = txn.find_buffer(BufferKey::persistent(config.cluster, name));
+            if (p && p->use_count > 0 && !is_final(p->state)) {
+                --p->use_count;
+                txn.update_buffer(*p);
+            }
+        }
+        publish(txn, store, config);
+        txn.commit();
+    }
+    unlink(env_file_path(store, key).c_str());
+    audit(config.state_dir, tool, key.kind() == BufferKind::job ? "teardown" : "destroy",
+          "buffer=" + key.str() + " pool=" + b.pool + " bytes=" + std::to_string(b.allocated_bytes));
+    try {
+        reap_one(store, config, b, *dir, std::chrono::steady_clock::now() + options.reap_budget, tool);
+    } catch (const Error& e) {
+        spdlog::warn("buffer {} stays in trash for the reaper: {}", key.str(), e.what());
+    }
+}
+
+TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64_t job_id,
+                            const TeardownOptions& options, const std::string& tool) {
+    const std::string job = "job " + std::to_string(job_id);
+    const auto give_up = std::chrono::steady_clock::now() + alloc_in_flight_wait;
+    BufferKey key;
+    for (;;) {
+        WriteTransaction txn(store, tool);
+        const std::optional<Buffer> b = txn.latest_job_buffer(config.cluster, job_id);
+        if (!b) return TeardownResult{false, "", false, job + " has no burst buffer"};
+        key = b->key;
+        if (is_final(b->state))
+            return TeardownResult{false, key.str(), b->reaped, job + "'s burst buffer is already torn down"};
+        if (b->state == BufferState::pending) {  // still queued: it never held space
+            txn.dequeue(key.str());
+            txn.transition(key, BufferState::complete, "", "cancelled while waiting for space");
+            txn.mark_reaped(key);
+            publish(txn, store, config);
+            txn.commit();
+            audit(config.state_dir, tool, "teardown", "buffer=" + key.str() + " (queued)");
+            return TeardownResult{true, key.str(), true, job + " left the queue"};
+        }
+        if (b->state == BufferState::allocating && holder_alive(*b) &&
+            std::chrono::steady_clock::now() < give_up) {
+            txn.commit();  // let the allocation finish first: its directory must not be orphaned
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            continue;
+        }
+        if (b->state != BufferState::teardown) txn.transition(key, BufferState::teardown);
+        publish(txn, store, config);
+        txn.commit();
+        break;
+    }
+    finish_teardown(store, config, key, options, tool);
+    ReadSnapshot snapshot(store);
+    return TeardownResult{true, key.str(), snapshot.get_buffer(key).reaped, ""};
+}
+
+TeardownResult teardown_persistent(StateStore& store, const Config& config, const std::string& name,
+                                   const TeardownOptions& options, const std::string& tool) {
+    const BufferKey key = BufferKey::persistent(config.cluster, name);
+    {
+        WriteTransaction txn(store, tool);
+        const std::optional<Buffer> b = txn.find_buffer(key);
+        if (!b || is_final(b->state))
+            return TeardownResult{false, key.str(), false, "persistent buffer '" + name + "' does not exist"};
+        if (b->use_count > 0 && !options.force)
+            throw Error(ExitCode::exists, "persistent buffer '" + name + "' is used by " +
+                                              std::to_string(b->use_count) + " job(s) (use --force)");
+        if (b->state == BufferState::allocating && holder_alive(*b))
+            throw Error(ExitCode::temp_fail, "persistent buffer '" + name + "' is being created (retry later)");
+        if (b->state != BufferState::deleting) txn.transition(key, ending_state(key));
+        publish(txn, store, config);
+        txn.commit();
+    }
+    finish_teardown(store, config, key, options, tool);
+    ReadSnapshot snapshot(store);
+    return TeardownResult{true, key.str(), snapshot.get_buffer(key).reaped, ""};
+}
+
+ReapResult reap(StateStore& store, const Config& config, std::chrono::milliseconds budget,
+                const std::string& tool) {
+    const auto deadline = std::chrono::steady_clock::now() + budget;
+    ReapResult result;
+    std::vector<Buffer> waiting;
+    std::map<std::string, std::optional<PoolDir>> pools;
+    {
+        ReadSnapshot snapshot(store);
+        BufferFilter filter;
+        filter.in_trash_only = true;
+        waiting = snapshot.list_buffers(filter);
+        for (const Buffer& b : waiting) {
+            if (pools.count(b.pool)) continue;
+            try {
+                pools[b.pool].emplace(open_pool(snapshot, config, b.pool));
+            } catch (const Error& e) {
+                spdlog::warn("cannot reap in pool {}: {}", b.pool, e.what());
+                pools[b.pool];
+            }
+        }
+    }
+    for (const Buffer& b : waiting) {
+        std::optional<PoolDir>& dir = pools[b.pool];
+        bool done = false;
+        if (dir && std::chrono::steady_clock::now() < deadline) {
+            try {
+                done = reap_one(store, config, b, *dir, deadline, tool);
+            } catch (const Error& e) {
+                spdlog::warn("cannot reap buffer {}: {}", b.key.str(), e.what());
+            }
+        }
+        if (done) {
+            ++result.reaped;
+            result.bytes_released += b.allocated_bytes;
+        } else {
+            ++result.remaining;
+        }
+    }
+    return result;
+}
+
+}  // namespace bbkit

@@ -1,0 +1,55 @@
+// Ending buffers: teardown (stop the stager, move the directory into the pool's trash/,
+// record the end) and the reaper that empties trash/ and only then releases the space.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "bbkit/config.hpp"
+#include "bbkit/store.hpp"
+
+namespace bbkit {
+
+struct TeardownResult {
+    bool found = false;      // false: unknown or already torn down (a note, exit 0)
+    std::string key;
+    bool reaped = false;     // the directory is gone and its space released already
+    std::string note;
+};
+
+struct TeardownOptions {
+    bool hurry = false;  // do not wait for a running stager: stop it now
+    bool force = false;  // persistent buffers: destroy even while jobs use it
+    // How long teardown may spend reaping before it leaves the rest to bb-pool reap.
+    std::chrono::milliseconds reap_budget{2000};
+};
+
+// Tears down the newest incarnation of a job's buffer. Commits `teardown`, stops a live
+// stager through a pidfd, renames the directory into trash/ (never following a symlink),
+// commits `complete`, then reaps within the budget. A rename that fails leaves `teardown-fail`
+// (still charged) and throws. Unknown or already ended: found = false.
+TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64_t job_id,
+                            const TeardownOptions& options, const std::string& tool);
+
+// The same for a persistent buffer (`deleting` -> `deleted`); in use: Error(exists) unless
+// `force`.
+TeardownResult teardown_persistent(StateStore& store, const Config& config, const std::string& name,
+                                   const TeardownOptions& options, const std::string& tool);
+
+// Finishes a buffer found in `teardown` or `teardown-fail` (recover uses it).
+void finish_teardown(StateStore& store, const Config& config, const BufferKey& key,
+                     const TeardownOptions& options, const std::string& tool);
+
+struct ReapResult {
+    std::size_t reaped = 0;     // directories removed and released
+    std::size_t remaining = 0;  // still in trash/ when the budget ran out or removal failed
+    std::uint64_t bytes_released = 0;
+};
+
+// Empties trash/ of every pool until `budget` is spent; the space of a buffer is released
+// only once its directory is gone.
+ReapResult reap(StateStore& store, const Config& config, std::chrono::milliseconds budget,
+                const std::string& tool);
+
+}  // namespace bbkit

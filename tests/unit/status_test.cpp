@@ -1,0 +1,509 @@
+#include "bbkit/status.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "bbkit/error.hpp"
+
+namespace bbkit {
+namespace {
+
+using S = BufferState;
+constexpr std::uint64_t kib = 1024;
+constexpr std::uint64_t gib = 1024ULL * 1024 * 1024;
+
+// 2021-08-11T10:13:38 UTC, the guide's first CreateTime.
+TimePoint at(std::time_t seconds) {
+    return std::chrono::system_clock::from_time_t(seconds);
+}
+constexpr std::time_t t_169504 = 1628676818;
+constexpr std::time_t t_169502 = 1628676726;  // 10:12:06
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream out;
+    out << in.rdbuf();
+    return out.str();
+}
+
+struct stat stat_of(const std::string& path) {
+    struct stat st {};
+    EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path;
+    return st;
+}
+
+PoolStatus pool(std::string name, std::uint64_t total, std::uint64_t granularity,
+                std::uint64_t used = 0, std::uint64_t trash = 0, std::uint64_t persistent = 0) {
+    PoolStatus p;
+    p.name = std::move(name);
+    p.path = "/bb/" + p.name;
+    p.total = total;
+    p.granularity = granularity;
+    p.used = used;
+    p.trash = trash;
+    p.persistent = persistent;
+    p.free = used + trash >= total ? 0 : total - used - trash;
+    p.initialized = true;
+    return p;
+}
+
+class StatusTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        // Slurm prints local time; the expected layouts are in UTC.
+        ::setenv("TZ", "UTC", 1);
+        ::tzset();
+        char pattern[] = "/tmp/bbkit-status-XXXXXX";
+        ASSERT_NE(mkdtemp(pattern), nullptr);
+        root_ = pattern;
+        config_.state_dir = root_ + "/state";
+        config_.state_owner = geteuid() == 0 ? "root" : std::to_string(geteuid());
+        config_.pools = {{"pool1", "/bb/pool1", 10000 * kib, kib},
+                         {"pool2", "/bb/pool2", 10, 2},
+                         {"pool3", "/bb/pool3", 4, 1},
+                         {"pool4", "/bb/pool4", 5000000000ULL, 1}};
+    }
+    void TearDown() override { std::system(("rm -rf '" + root_ + "'").c_str()); }
+
+    std::unique_ptr<StateStore> open_store() {
+        auto store = std::make_unique<StateStore>(config_);
+        WriteTransaction txn(*store, "test");
+        for (const PoolConfig& p : config_.pools)
+            txn.put_pool({p.name, p.path, "uuid-" + p.name, false});
+        txn.commit();
+        return store;
+    }
+
+    static Buffer job(std::uint64_t id, const std::string& pool, std::uint64_t bytes, uid_t uid,
+                      const std::string& user, std::time_t created) {
+        Buffer b = Buffer::for_key(BufferKey::job("main", id, 1));
+        b.pool = pool;
+        b.requested_bytes = bytes;
+        b.allocated_bytes = bytes;
+        b.uid = uid;
+        b.gid = uid;
+        b.user = user;
+        b.state = S::allocating;
+        b.created = at(created);
+        return b;
+    }
+
+    // Inserts as allocating and moves to allocated, as bb-pool alloc does.
+    static void allocate(WriteTransaction& txn, Buffer b) {
+        txn.insert_buffer(b);
+        txn.transition(b.key, S::allocated);
+    }
+
+    std::string root_;
+    Config config_;
+};
+
+// ---- slurm_pools_json ---------------------------------------------------------------------
+
+TEST(SlurmPoolsJson, counts_quantity_and_free_in_granules) {
+    // 10000 bytes in 1 KiB granules: 9 whole granules, the rest is never offered.
+    EXPECT_EQ(slurm_pools_json({pool("p", 10000, 1024)}),
+              R"({"pools":[{"free":9,"granularity":1024,"id":"p","quantity":9}]})");
+}
+
+TEST(SlurmPoolsJson, leaves_persistent_buffers_and_trash_out_of_quantity) {
+    // used 3 KiB of which 1 KiB persistent, 1 KiB trash: quantity (10000-1024-1024)/1024 = 7,
+    // free (10000-3072-1024)/1024 = 5.
+    EXPECT_EQ(slurm_pools_json({pool("p", 10000, 1024, 3 * kib, kib, kib)}),
+              R"({"pools":[{"free":5,"granularity":1024,"id":"p","quantity":7}]})");
+}
+
+TEST(SlurmPoolsJson, free_is_zero_while_draining_and_before_init) {
+    PoolStatus draining = pool("d", 4 * kib, kib);
+    draining.draining = true;
+    PoolStatus fresh = pool("f", 4 * kib, kib);
+    fresh.initialized = false;
+    EXPECT_EQ(slurm_pools_json({draining, fresh}),
+              R"({"pools":[{"free":0,"granularity":1024,"id":"d","quantity":4},)"
+              R"({"free":0,"granularity":1024,"id":"f","quantity":4}]})");
+}
+
+TEST(SlurmPoolsJson, over_commit_clamps_at_zero) {
+    EXPECT_EQ(slurm_pools_json({pool("p", 4 * kib, kib, 5 * kib, kib, 5 * kib)}),
+              R"({"pools":[{"free":0,"granularity":1024,"id":"p","quantity":0}]})");
+}
+
+TEST(SlurmPoolsJson, no_pools_is_an_object_with_an_empty_list) {
+    EXPECT_EQ(slurm_pools_json({}), R"({"pools":[]})");
+}
+
+TEST(SlurmPoolsJson, large_pools_stay_integers) {
+    const std::string text = slurm_pools_json({pool("nvme", 5800 * gib, 200 * gib, 1600 * gib)});
+    EXPECT_EQ(text,
+              R"({"pools":[{"free":21,"granularity":214748364800,"id":"nvme","quantity":29}]})");
+    EXPECT_EQ(text.find('.'), std::string::npos);
+}
+
+// ---- scontrol show burst ------------------------------------------------------------------
+
+TEST_F(StatusTest, burst_matches_the_guides_lua_example_byte_for_byte) {
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(169502, "pool4", 1000000000, 1017, "marshall", t_169502));
+        allocate(txn, job(169504, "pool1", 250 * kib, 1017, "marshall", t_169504));
+        txn.commit();
+    }
+    ReadSnapshot txn(*store);
+    const std::string expected =
+        "Name=bbkit DefaultPool=(null) Granularity=1 TotalSpace=0 FreeSpace=0 UsedSpace=0\n"
+        "  PoolName[0]=pool1 Granularity=1KiB TotalSpace=10000KiB FreeSpace=9750KiB "
+        "UsedSpace=250KiB\n"
+        "  PoolName[1]=pool2 Granularity=2 TotalSpace=10 FreeSpace=10 UsedSpace=0\n"
+        "  PoolName[2]=pool3 Granularity=1 TotalSpace=4 FreeSpace=4 UsedSpace=0\n"
+        "  PoolName[3]=pool4 Granularity=1 TotalSpace=5GB FreeSpace=4GB UsedSpace=1GB\n"
+        "  Flags=DisablePersistent\n"
+        "  StageInTimeout=86400 StageOutTimeout=86400 ValidateTimeout=5 OtherTimeout=300\n"
+        "  GetSysState=(null)\n"
+        "  GetSysStatus=(null)\n"
+        "  Allocated Buffers:\n"
+        "    JobID=169504 CreateTime=2021-08-11T10:13:38 Pool=pool1 Size=250KiB State=allocated "
+        "UserID=marshall(1017)\n"
+        "    JobID=169502 CreateTime=2021-08-11T10:12:06 Pool=pool4 Size=1GB State=allocated "
+        "UserID=marshall(1017)\n"
+        "  Per User Buffer Use:\n"
+        "    UserID=marshall(1017) Used=1000256KB\n";
+    EXPECT_EQ(burst_text(read_status(txn, config_), config_), expected);
+}
+
+TEST_F(StatusTest, burst_without_buffers_has_no_buffer_sections) {
+    config_.default_pool = "pool1";
+    config_.flags.private_data = true;
+    config_.flags.teardown_failure = true;
+    config_.deny_users = {"eve", "1234"};
+    config_.timeouts = {300, 300, 120, 5};
+    config_.pools.resize(1);
+    auto store = open_store();
+    ReadSnapshot txn(*store);
+    EXPECT_EQ(burst_text(read_status(txn, config_), config_),
+              "Name=bbkit DefaultPool=pool1 Granularity=1 TotalSpace=0 FreeSpace=0 UsedSpace=0\n"
+              "  PoolName[0]=pool1 Granularity=1KiB TotalSpace=10000KiB FreeSpace=10000KiB "
+              "UsedSpace=0\n"
+              "  Flags=DisablePersistent,PrivateData,TeardownFailure\n"
+              "  StageInTimeout=300 StageOutTimeout=300 ValidateTimeout=5 OtherTimeout=120\n"
+              "  DenyUsers=eve,1234\n"
+              "  GetSysState=(null)\n"
+              "  GetSysStatus=(null)\n");
+}
+
+TEST_F(StatusTest, burst_lists_persistent_buffers_by_name_and_skips_pending_ones) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        Buffer alpha = Buffer::for_key(BufferKey::persistent("main", "alpha"));
+        alpha.pool = "pool1";
+        alpha.requested_bytes = alpha.allocated_bytes = 2 * kib;
+        alpha.uid = 0;
+        alpha.user = "root";
+        alpha.owner = "root";
+        alpha.state = S::allocating;
+        alpha.created = at(t_169502);
+        allocate(txn, alpha);
+        Buffer waiting = job(7, "pool1", 20000 * kib, 1017, "marshall", t_169504);
+        waiting.state = S::pending;
+        txn.insert_buffer(waiting);
+        txn.commit();
+    }
+    ReadSnapshot txn(*store);
+    const std::string text = burst_text(read_status(txn, config_), config_);
+    EXPECT_NE(text.find("  Allocated Buffers:\n"
+                        "    Name=alpha CreateTime=2021-08-11T10:12:06 Pool=pool1 Size=2KiB "
+                        "State=allocated UserID=root(0)\n"
+                        "  Per User Buffer Use:\n"
+                        "    UserID=root(0) Used=2KiB\n"),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(text.find("JobID=7"), std::string::npos);
+}
+
+// ---- pools and dwstat tables --------------------------------------------------------------
+
+TEST_F(StatusTest, pool_status_derives_used_trash_and_free) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", 100 * kib, 1017, "marshall", t_169502));
+        allocate(txn, job(2, "pool1", 50 * kib, 1017, "marshall", t_169504));
+        txn.transition(BufferKey::job("main", 2, 1), S::teardown);
+        txn.transition(BufferKey::job("main", 2, 1), S::complete);  // in trash/ until reaped
+        txn.set_draining("pool1", true);
+        txn.commit();
+    }
+    ReadSnapshot txn(*store);
+    const std::vector<PoolStatus> pools = pool_status(txn, config_);
+    ASSERT_EQ(pools.size(), 1u);
+    EXPECT_EQ(pools[0].used, 100 * kib);
+    EXPECT_EQ(pools[0].trash, 50 * kib);
+    EXPECT_EQ(pools[0].free, 9850 * kib);  // the real free space, even while draining
+    EXPECT_TRUE(pools[0].draining);
+    EXPECT_TRUE(pools[0].initialized);
+    EXPECT_EQ(slurm_pools_json(pools),
+              R"({"pools":[{"free":0,"granularity":1024,"id":"pool1","quantity":9950}]})");
+}
+
+TEST(PoolsTable, is_right_aligned_with_slurm_sizes) {
+    EXPECT_EQ(pools_table({pool("wlm_pool", 5800 * gib, gib, 1200 * gib), pool("p", 10, 2)}),
+              "    pool units quantity    free gran\n"
+              "wlm_pool bytes  5800GiB 4600GiB 1GiB\n"
+              "       p bytes       10      10    2\n");
+}
+
+TEST(PoolsTable, without_pools_prints_the_header) {
+    EXPECT_EQ(pools_table({}), "pool units quantity free gran\n");
+}
+
+TEST_F(StatusTest, dwstat_tables_have_one_row_per_live_buffer) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(832, "pool1", 4 * kib, 12345, "tester", t_169502));
+        txn.commit();
+    }
+    ReadSnapshot txn(*store);
+    const StatusSnapshot snapshot = read_status(txn, config_);
+    EXPECT_EQ(sessions_table(snapshot.buffers),
+              "sess state token creator owner             created expiration nodes\n"
+              "   1 CA---   832   bbkit 12345 2021-08-11T10:12:06      never     0\n");
+    EXPECT_EQ(configurations_table(snapshot.buffers),
+              "conf state inst    type access_type activs\n"
+              "   1 CA---    1 scratch      stripe      0\n");
+    EXPECT_NE(instances_table(snapshot.buffers).find("4KiB"), std::string::npos);
+    EXPECT_EQ(instances_json(snapshot.buffers)[0]["bytes"], 4 * kib);
+}
+
+TEST(DwstatState, flags_follow_the_lifecycle) {
+    Buffer b = Buffer::for_key(BufferKey::job("main", 1, 1));
+    b.state = S::pending;
+    EXPECT_EQ(dwstat_state(b), "-----");
+    b.state = S::running;
+    EXPECT_EQ(dwstat_state(b), "CA---");
+    b.state = S::teardown_fail;
+    EXPECT_EQ(dwstat_state(b), "C-DT-");
+    b.state = S::staging_in;
+    b.reason = "BurstBufferOperation";
+    EXPECT_EQ(dwstat_state(b), "CA--F");
+}
+
+// ---- bb-stat job --------------------------------------------------------------------------
+
+TEST_F(StatusTest, job_shows_queue_position_reason_and_directory) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", 9000 * kib, 1017, "marshall", t_169502));
+        Buffer waiting = job(2, "pool1", 2000 * kib, 1017, "marshall", t_169504);
+        waiting.state = S::pending;
+        txn.insert_buffer(waiting);
+        txn.enqueue("pool1", waiting.key.str(), waiting.requested_bytes, ProcessId::self());
+        txn.commit();
+    }
+    ReadSnapshot txn(*store);
+    const JobStatus job = job_status(txn, config_, 2);
+    EXPECT_EQ(job.status.queue_position, std::optional<std::size_t>(1));
+    EXPECT_EQ(job.status.path, "/bb/pool1/job/2.1");
+    const std::string text = job_text(job, at(t_169504 + 2));
+    EXPECT_NE(text.find("reason:     BurstBufferResources\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("queue:      1\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("  pending       2021-08-11T10:13:38  2.000s\n"), std::string::npos)
+        << text;
+    const nlohmann::json json = job_json(job, at(t_169504 + 2));
+    EXPECT_EQ(json["reason"], "BurstBufferResources");
+    EXPECT_EQ(json["phases"][0]["seconds"], 2.0);
+    EXPECT_TRUE(json["progress"].is_null());
+
+    try {
+        job_status(txn, config_, 3);
+        FAIL() << "job 3 has no buffer";
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::no_input);
+        EXPECT_STREQ(error.what(), "no burst buffer for job 3");
+    }
+}
+
+TEST_F(StatusTest, job_reports_failures_and_staging_progress) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    const BufferKey key = BufferKey::job("main", 5, 1);
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(5, "pool1", kib, 1017, "marshall", t_169502));
+        txn.transition(key, S::staging_in);
+        txn.commit();
+    }
+    const std::string progress = config_.state_dir + "/progress/" + key.str();
+    {
+        ReadSnapshot txn(*store);
+        EXPECT_EQ(slurm_reason(job_status(txn, config_, 5).status.buffer), "BurstBufferStageIn");
+    }
+    std::ofstream(progress) << "{\"files_done\": 3, \"files_total\": 10, \"bytes_done\": 1024,"
+                               " \"bytes_total\": 4096}";
+    {
+        ReadSnapshot txn(*store);
+        const JobStatus job = job_status(txn, config_, 5);
+        ASSERT_TRUE(job.progress);
+        EXPECT_EQ(job.progress->files_total, 10u);
+        EXPECT_NE(job_text(job, at(t_169504)).find("progress:   3/10 files, 1KiB/4KiB bytes\n"),
+                  std::string::npos);
+    }
+    for (const char* garbage : {"", "{", "[]", "{\"files_done\": -1}", "{\"files_done\": \"3\"}"}) {
+        std::ofstream(progress) << garbage;
+        EXPECT_FALSE(read_progress(config_.state_dir, key)) << garbage;
+    }
+    {
+        WriteTransaction txn(*store, "test");
+        txn.transition(key, S::staging_in, "BurstBufferOperation", "source /x: No such file");
+        txn.commit();
+    }
+    ReadSnapshot txn(*store);
+    const JobStatus job = job_status(txn, config_, 5);
+    const std::string text = job_text(job, at(t_169504));
+    EXPECT_NE(text.find("reason:     BurstBufferOperation\nmessage:    source /x: No such file\n"),
+              std::string::npos)
+        << text;
+}
+
+// ---- publish and public/ ------------------------------------------------------------------
+
+TEST_F(StatusTest, publish_writes_pools_json_and_a_shared_buffers_file) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", 100 * kib, 1017, "marshall", t_169502));
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    const std::string dir = config_.state_dir;
+    EXPECT_EQ(read_file(dir + "/pools.json"),
+              R"({"pools":[{"free":9900,"granularity":1024,"id":"pool1","quantity":10000}]})"
+              "\n");
+    EXPECT_EQ(stat_of(dir + "/pools.json").st_mode & 07777, 0644u);
+    EXPECT_EQ(stat_of(dir + "/public/pools.json").st_mode & 07777, 0644u);
+    EXPECT_EQ(stat_of(dir + "/public/buffers.json").st_mode & 07777, 0644u);
+
+    const StatusSnapshot seen = read_public_status(config_, 4242);
+    ASSERT_EQ(seen.pools.size(), 1u);
+    EXPECT_EQ(seen.pools[0].used, 100 * kib);
+    ASSERT_EQ(seen.buffers.size(), 1u);
+    EXPECT_EQ(seen.buffers[0].buffer.key.str(), "main.1.1");
+    EXPECT_EQ(seen.buffers[0].buffer.created, at(t_169502));
+    EXPECT_EQ(seen.buffers[0].path, "/bb/pool1/job/1.1");
+    EXPECT_EQ(job_status(seen, config_, 1).status.buffer.state, S::allocated);
+}
+
+TEST_F(StatusTest, publish_with_private_data_writes_one_file_per_user) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "giving files to other users needs root";
+    config_.pools.resize(1);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        publish(txn, *store, config_);  // first without PrivateData: a shared file appears
+        txn.commit();
+    }
+    const std::string pub = config_.state_dir + "/public";
+    ASSERT_EQ(::access((pub + "/buffers.json").c_str(), F_OK), 0);
+    config_.flags.private_data = true;
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(2, "pool1", 2 * kib, 1018, "other", t_169504));
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    EXPECT_NE(::access((pub + "/buffers.json").c_str(), F_OK), 0) << "shared file must go";
+    for (uid_t uid : {1017u, 1018u}) {
+        const struct stat st = stat_of(pub + "/buffers." + std::to_string(uid) + ".json");
+        EXPECT_EQ(st.st_mode & 07777, 0600u);
+        EXPECT_EQ(st.st_uid, uid);
+    }
+    const StatusSnapshot mine = read_public_status(config_, 1018);
+    ASSERT_EQ(mine.buffers.size(), 1u);
+    EXPECT_EQ(mine.buffers[0].buffer.key.job_id, 2u);
+    EXPECT_EQ(read_public_status(config_, 999).buffers.size(), 0u);  // no file: no buffers
+
+    {  // job 1 ends: its user's file disappears
+        WriteTransaction txn(*store, "test");
+        txn.transition(BufferKey::job("main", 1, 1), S::teardown);
+        txn.transition(BufferKey::job("main", 1, 1), S::complete);
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    EXPECT_NE(::access((pub + "/buffers.1017.json").c_str(), F_OK), 0);
+    EXPECT_EQ(::access((pub + "/buffers.1018.json").c_str(), F_OK), 0);
+}
+
+TEST_F(StatusTest, reading_public_before_anything_was_published_is_unavailable) {
+    auto store = open_store();
+    try {
+        read_public_status(config_, 4242);
+        FAIL();
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::unavailable);
+    }
+    std::ofstream(config_.state_dir + "/public/pools.json") << "{garbage";
+    try {
+        read_public_status(config_, 4242);
+        FAIL();
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::data);
+    }
+}
+
+TEST_F(StatusTest, write_file_atomically_owned_gives_the_file_away) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "needs root";
+    const std::string path = root_ + "/owned";
+    write_file_atomically_owned(path, "data", 0600, 1234, 1234);
+    const struct stat st = stat_of(path);
+    EXPECT_EQ(st.st_uid, 1234u);
+    EXPECT_EQ(st.st_gid, 1234u);
+    EXPECT_EQ(st.st_mode & 07777, 0600u);
+    EXPECT_EQ(read_file(path), "data");
+}
+
+// ---- Prometheus ---------------------------------------------------------------------------
+
+TEST(Prometheus, exposes_pool_bytes_buffers_queue_and_draining) {
+    StatusSnapshot snapshot;
+    snapshot.pools.push_back(pool("nvme", 4 * kib, kib, kib, kib));
+    snapshot.pools[0].queued = 2;
+    snapshot.pools[0].draining = true;
+    snapshot.counts[S::allocated] = 3;
+    const std::string text = prometheus_text(snapshot);
+    EXPECT_EQ(text.substr(0, text.find("bbkit_buffers{")),
+              "# HELP bbkit_pool_bytes Burst buffer pool space in bytes, by kind.\n"
+              "# TYPE bbkit_pool_bytes gauge\n"
+              "bbkit_pool_bytes{pool=\"nvme\",kind=\"total\"} 4096\n"
+              "bbkit_pool_bytes{pool=\"nvme\",kind=\"used\"} 1024\n"
+              "bbkit_pool_bytes{pool=\"nvme\",kind=\"trash\"} 1024\n"
+              "bbkit_pool_bytes{pool=\"nvme\",kind=\"free\"} 2048\n"
+              "# HELP bbkit_buffers Burst buffers by state.\n"
+              "# TYPE bbkit_buffers gauge\n");
+    EXPECT_NE(text.find("bbkit_buffers{state=\"allocated\"} 3\n"), std::string::npos);
+    EXPECT_NE(text.find("bbkit_buffers{state=\"teardown-fail\"} 0\n"), std::string::npos);
+    EXPECT_NE(text.find("# TYPE bbkit_pool_queue_length gauge\n"
+                        "bbkit_pool_queue_length{pool=\"nvme\"} 2\n"),
+              std::string::npos);
+    EXPECT_NE(text.find("# TYPE bbkit_pool_draining gauge\nbbkit_pool_draining{pool=\"nvme\"} 1\n"),
+              std::string::npos);
+    EXPECT_EQ(text.back(), '\n');
+}
+
+}  // namespace
+}  // namespace bbkit

@@ -1,0 +1,181 @@
+// bb-pool: capacity pools and the buffers reserved from them.
+#include <iostream>
+
+#include "bbkit/error.hpp"
+#include "bbkit/pool.hpp"
+#include "bbkit/recovery.hpp"
+#include "bbkit/render.hpp"
+#include "bbkit/status.hpp"
+#include "bbkit/store.hpp"
+#include "bbkit/teardown.hpp"
+#include "bbkit/tool.hpp"
+
+namespace {
+
+using namespace bbkit;
+
+const std::string tool = "bb-pool";
+
+struct Options {
+    bool json = false;
+    std::string format = "table";
+    std::string pool;
+    std::optional<std::string> show_pool;
+    AllocCommand alloc;
+    std::optional<std::uint64_t> job_id;
+    std::vector<std::string> wait;
+    bool repair = false;
+    double budget = 60;
+};
+
+void print(const nlohmann::json& value) { std::cout << value.dump(2) << '\n'; }
+
+int run_list(StateStore& store, const Config& config, const Options& o, bool one) {
+    std::vector<PoolStatus> pools;
+    std::string slurm;
+    {
+        ReadSnapshot snapshot(store);
+        pools = pool_status(snapshot, config);
+        if (one) {
+            configured_pool(config, *o.show_pool);
+            std::vector<PoolStatus> selected;
+            for (const PoolStatus& p : pools)
+                if (p.name == *o.show_pool) selected.push_back(p);
+            pools = selected;
+        }
+    }
+    if (o.format == "slurm-lua") {
+        std::cout << slurm_pools_json(pools) << '\n';
+    } else if (o.json) {
+        nlohmann::json out = nlohmann::json::array();
+        for (const PoolStatus& p : pools) out.push_back(pool_status_json(p));
+        print(one ? out.at(0) : out);
+    } else {
+        std::cout << pool_list_text(pools);
+    }
+    return 0;
+}
+
+int run_check(StateStore& store, const Config& config, const Options& o) {
+    const std::vector<Finding> findings = check(store, config, o.repair, tool + " check");
+    if (o.json)
+        print(findings_json(findings));
+    else
+        std::cout << findings_text(findings);
+    bool open = false;
+    for (const Finding& f : findings) open = open || !f.repaired;
+    return open ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"bb-pool: burst-buffer capacity pools and the buffers reserved from them"};
+    app.require_subcommand(1);
+    app.fallthrough();
+    CommonOptions common;
+    add_common_options(app, common, true);
+    Options o;
+    app.add_flag("--json", o.json, "Print JSON");
+
+    CLI::App* list = app.add_subcommand("list", "Show every pool: total, used, trash, free, queue");
+    list->add_option("--format", o.format, "table (default) or slurm-lua (what slurm_bb_pools returns)")
+        ->check(CLI::IsMember({"table", "slurm-lua"}));
+    CLI::App* show = app.add_subcommand("show", "Show one pool (all without POOL)");
+    show->add_option("POOL", o.show_pool, "Pool name");
+    show->add_option("--format", o.format, "table (default) or slurm-lua")
+        ->check(CLI::IsMember({"table", "slurm-lua"}));
+
+    CLI::App* init = app.add_subcommand("init", "Write a pool's marker and create job/ persistent/ trash/");
+    init->add_option("POOL", o.pool, "Pool name from the configuration")->required();
+
+    CLI::App* alloc = app.add_subcommand("alloc", "Reserve a buffer for a job or a persistent buffer");
+    AllocCommand& a = o.alloc;
+    alloc->add_option("--job", o.job_id, "Job id");
+    alloc->add_option("--user", a.user, "The job's user (name or uid)");
+    alloc->add_option("--pool", a.pool, "Pool (default: the request's, then default_pool)");
+    alloc->add_option("--capacity", a.capacity, "Size, e.g. 100GiB (rounded up to the granularity)");
+    alloc->add_option("--script", a.text.script, "Job script whose directives give pool, capacity and staging");
+    alloc->add_option("--bb", a.text.bb, "Directives as sbatch --bb takes them");
+    alloc->add_option("--job-name", a.job.job_name, "Job name (for %x in the directives)");
+    alloc->add_option("--workdir", a.job.workdir, "Job working directory (for %d)");
+    alloc->add_option("--array-job-id", a.job.array_job_id, "Array master job id (for %A)");
+    alloc->add_option("--array-task-id", a.job.array_task_id, "Array task id (for %a)");
+    alloc->add_option("--persistent", a.persistent, "Create a persistent buffer of this name");
+    alloc->add_option("--owner", a.owner, "Persistent buffer owner (default root)");
+    alloc->add_option("--access", a.access, "striped or private (one directory either way)");
+    alloc->add_option("--type", a.type, "scratch");
+    alloc->add_option("--expires", a.expires, "Persistent buffer expiry: YYYY-MM-DD[THH:MM:SS]");
+    CLI::Option* wait = alloc->add_option("--wait", o.wait,
+                                          "Short of space: wait in the pool's FIFO queue (SECONDS; none = no limit)")
+                            ->expected(0, 1);
+    alloc->add_flag("--json", o.json, "Print JSON");
+
+    CLI::App* drain = app.add_subcommand("drain", "Stop new allocations from a pool");
+    drain->add_option("POOL", o.pool, "Pool name")->required();
+    CLI::App* resume = app.add_subcommand("resume", "Allow allocations from a drained pool again");
+    resume->add_option("POOL", o.pool, "Pool name")->required();
+
+    CLI::App* check_cmd = app.add_subcommand("check", "Compare records with the pool directories");
+    check_cmd->add_flag("--repair", o.repair, "Quarantine what does not belong and close dead records");
+    check_cmd->add_flag("--json", o.json, "Print JSON");
+    CLI::App* recover_cmd = app.add_subcommand("recover", "Finish or undo what dead processes left half done");
+    recover_cmd->add_flag("--json", o.json, "Print JSON");
+    CLI::App* reap_cmd = app.add_subcommand("reap", "Empty trash/ and release that space");
+    reap_cmd->add_option("--budget", o.budget, "Seconds to spend at most (default 60)")->check(CLI::PositiveNumber);
+    reap_cmd->add_flag("--json", o.json, "Print JSON");
+    for (CLI::App* sub : {list, show}) sub->add_flag("--json", o.json, "Print JSON");
+
+    return run_tool(tool, app, argc, argv, common, [&]() -> int {
+        const Config config = load_effective_config(common);
+        StateStore store(config);
+        const std::string who = tool + " " + app.get_subcommands().front()->get_name();
+        if (*list) return run_list(store, config, o, false);
+        if (*show) return run_list(store, config, o, o.show_pool.has_value());
+        if (*init) {
+            const PoolMarker marker = init_pool(store, config, o.pool, who);
+            if (o.json)
+                print({{"pool", marker.name}, {"uuid", marker.uuid}});
+            else
+                std::cout << "pool " << marker.name << " ready (uuid " << marker.uuid << ")\n";
+            return 0;
+        }
+        if (*alloc) {
+            a.job_id = o.job_id;
+            if (wait->count() > 0)
+                a.wait = o.wait.empty() ? std::chrono::milliseconds(std::chrono::hours(24 * 365))
+                                        : std::chrono::milliseconds(static_cast<long long>(
+                                              1000 * std::stod(o.wait.front())));
+            const AllocResult result = allocate(store, config, build_alloc_request(config, a), who);
+            if (o.json)
+                print(alloc_json(result));
+            else
+                std::cout << alloc_text(result);
+            return 0;
+        }
+        if (*drain || *resume) {
+            set_draining(store, config, o.pool, drain->parsed(), who);
+            std::cout << "pool " << o.pool << (drain->parsed() ? " draining" : " resumed") << "\n";
+            return 0;
+        }
+        if (*check_cmd) return run_check(store, config, o);
+        if (*recover_cmd) {
+            const std::vector<std::string> actions = recover(store, config, std::chrono::seconds(10), who);
+            if (o.json) {
+                print(actions);
+            } else {
+                for (const std::string& line : actions) std::cout << line << '\n';
+                if (actions.empty()) std::cout << "nothing to recover\n";
+            }
+            return 0;
+        }
+        const ReapResult r = reap(store, config,
+                                  std::chrono::milliseconds(static_cast<long long>(o.budget * 1000)), who);
+        if (o.json)
+            print({{"reaped", r.reaped}, {"remaining", r.remaining}, {"bytes_released", r.bytes_released}});
+        else
+            std::cout << "reaped " << r.reaped << " buffer(s), released " << format_size(r.bytes_released)
+                      << (r.remaining ? ", " + std::to_string(r.remaining) + " left for later" : "") << '\n';
+        return 0;
+    });
+}

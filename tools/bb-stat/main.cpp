@@ -1,0 +1,202 @@
+// bb-stat: shows pools and burst buffers as dwstat and `scontrol show burst` do, as JSON, and
+// as Prometheus text for node_exporter's textfile collector.
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bbkit/config.hpp"
+#include "bbkit/error.hpp"
+#include "bbkit/fsops.hpp"
+#include "bbkit/status.hpp"
+#include "bbkit/store.hpp"
+#include "bbkit/tool.hpp"
+#include "bbkit/user.hpp"
+
+namespace {
+
+using namespace bbkit;
+
+enum class View { pools, sessions, instances, configurations, burst, job };
+
+struct Request {
+    View view = View::pools;
+    bool explicit_view = false;  // a word was given (with --prometheus, print it too)
+    std::uint64_t job_id = 0;
+};
+
+struct Options {
+    std::vector<std::string> words;
+    bool json = false;
+    std::optional<std::string> prometheus;
+};
+
+Request parse_words(const std::vector<std::string>& words) {
+    Request request;
+    if (words.empty())
+        return request;
+    request.explicit_view = true;
+    const std::string& word = words[0];
+    const std::vector<std::pair<std::string, View>> views{
+        {"pools", View::pools},         {"sessions", View::sessions},
+        {"instances", View::instances}, {"configurations", View::configurations},
+        {"burst", View::burst},         {"job", View::job}};
+    bool known = false;
+    for (const auto& [name, view] : views)
+        if (word == name) {
+            request.view = view;
+            known = true;
+        }
+    if (!known)
+        throw Error(ExitCode::usage, "unknown view '" + word +
+                                         "' (pools, sessions, instances, configurations, "
+                                         "burst or job ID)");
+    if (request.view != View::job) {
+        if (words.size() > 1)
+            throw Error(ExitCode::usage,
+                        "'" + word + "' takes no argument, got '" + words[1] + "'");
+        return request;
+    }
+    if (words.size() != 2)
+        throw Error(ExitCode::usage, "job needs exactly one job ID");
+    const std::string& id = words[1];
+    if (id.empty() || id.size() > 19 || id.find_first_not_of("0123456789") != std::string::npos)
+        throw Error(ExitCode::usage, "job ID '" + id + "' is not a number");
+    request.job_id = std::stoull(id);
+    return request;
+}
+
+// The owner (or root) reads the database; everyone else reads public/ and never needs it.
+bool reads_database(const Config& config) {
+    const uid_t euid = geteuid();
+    if (euid == 0)
+        return true;
+    if (config.state_owner == "root" || config.state_owner == "0")
+        return false;
+    try {
+        return lookup_user(config.state_owner).uid == euid;
+    } catch (const Error&) {
+        return false;
+    }
+}
+
+void print_json(const nlohmann::json& value) {
+    std::cout << value.dump(2) << '\n';
+}
+
+void print_view(const Request& request, const StatusSnapshot& snapshot, const Config& config,
+                bool json) {
+    switch (request.view) {
+        case View::pools: {
+            if (!json) {
+                std::cout << pools_table(snapshot.pools);
+                return;
+            }
+            nlohmann::json pools = nlohmann::json::array();
+            for (const PoolStatus& pool : snapshot.pools)
+                pools.push_back(pool_status_json(pool));
+            print_json(pools);
+            return;
+        }
+        case View::sessions:
+            if (json)
+                print_json(sessions_json(snapshot.buffers));
+            else
+                std::cout << sessions_table(snapshot.buffers);
+            return;
+        case View::instances:
+            if (json)
+                print_json(instances_json(snapshot.buffers));
+            else
+                std::cout << instances_table(snapshot.buffers);
+            return;
+        case View::configurations:
+            if (json)
+                print_json(configurations_json(snapshot.buffers));
+            else
+                std::cout << configurations_table(snapshot.buffers);
+            return;
+        case View::burst:
+            if (json)
+                print_json(burst_json(snapshot, config));
+            else
+                std::cout << burst_text(snapshot, config);
+            return;
+        case View::job:
+            return;  // printed by run()
+    }
+}
+
+void print_job(const JobStatus& job, bool json) {
+    const auto now = std::chrono::system_clock::now();
+    if (json)
+        print_json(job_json(job, now));
+    else
+        std::cout << job_text(job, now);
+}
+
+int run(const CommonOptions& common, const Options& options) {
+    const Request request = parse_words(options.words);
+    const Config config = load_effective_config(common);
+    const bool show = request.explicit_view || !options.prometheus;
+
+    std::optional<JobStatus> job;
+    StatusSnapshot snapshot;
+    if (reads_database(config)) {
+        StateStore store(config);
+        ReadSnapshot txn(store);
+        if (show && request.view == View::job)
+            job = job_status(txn, config, request.job_id);
+        if (options.prometheus || request.view != View::job)
+            snapshot = read_status(txn, config);
+    } else {
+        snapshot = read_public_status(config, geteuid());
+        if (show && request.view == View::job)
+            job = job_status(snapshot, config, request.job_id);
+    }
+
+    if (options.prometheus)
+        write_file_atomically(*options.prometheus, prometheus_text(snapshot), 0644);
+    if (!show)
+        return 0;
+    if (job)
+        print_job(*job, options.json);
+    else
+        print_view(request, snapshot, config, options.json);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{
+        "bb-stat: show burst-buffer pools and buffers (dwstat tables, scontrol show burst, JSON, "
+        "Prometheus)"};
+    CommonOptions common;
+    add_common_options(app, common, true);
+
+    Options options;
+    app.add_option("VIEW", options.words,
+                   "pools (default), sessions, instances, configurations, burst, or job ID");
+    app.add_flag("--json", options.json, "Print the view as JSON");
+    app.add_option("--prometheus", options.prometheus,
+                   "Write metrics in Prometheus text format to FILE, atomically (prints the view "
+                   "only when one is named)")
+        ->type_name("FILE");
+    app.footer(
+        "Views:\n"
+        "  pools           dwstat's pool table: pool units quantity free gran (the default)\n"
+        "  sessions        dwstat sessions: one per live buffer\n"
+        "  instances       dwstat instances: one per live buffer\n"
+        "  configurations  dwstat configurations: one per live buffer\n"
+        "  burst           the exact layout of Slurm's `scontrol show burst`\n"
+        "  job ID          one job's buffer: state, Slurm reason, queue position, sizes,\n"
+        "                  directory, per-phase timings, staging progress\n"
+        "The state directory's owner and root read the database; other users read public/.\n");
+
+    return run_tool("bb-stat", app, argc, argv, common,
+                    [&]() -> int { return run(common, options); });
+}
