@@ -92,8 +92,9 @@ CREATE INDEX history_key ON history(key, id);
 )sql",
 };
 
-const char* const subdirectories[] = {"env",      "public", "run",       "trash",
-                                      "progress", "log",    "quarantine"};
+// Torn-down directories wait in each pool's own trash/ (a rename cannot cross file systems),
+// and quarantined ones in the pool's quarantine/, so neither is here.
+const char* const subdirectories[] = {"env", "public", "run", "progress", "log"};
 
 // The states that hold space, as SQL; must agree with holds_space() (a test checks it).
 const char* const holding_states =
@@ -440,13 +441,14 @@ void set_up_directory(const std::string& dir, uid_t owner, const std::string& ow
     if (geteuid() != owner && geteuid() != 0)
         throw Error(ExitCode::no_perm, "state directory " + dir + " belongs to " + owner_name +
                                            " (run this as " + owner_name + " or root)");
-    const struct stat st = ensure_directory(dir, 0700, owner);
+    // 0711: others may reach public/ (and nothing else: every other entry is 0700 or 0600).
+    const struct stat st = ensure_directory(dir, 0711, owner);
     check_owned(dir, st, owner, owner_name);
     // Search permission alone lets non-owners reach public/; reading or writing does not.
     if ((st.st_mode & 066) != 0)
         throw Error(ExitCode::no_perm,
                     "state directory " + dir + " has mode " + octal_mode(st.st_mode) +
-                        ": group or others may read or write it (chmod 0700 " + dir + ")");
+                        ": group or others may read or write it (chmod 0711 " + dir + ")");
     for (const char* name : subdirectories) {
         const std::string path = dir + "/" + name;
         const mode_t mode = std::string(name) == "public" ? 0755 : 0700;

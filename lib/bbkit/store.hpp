@@ -3,7 +3,8 @@
 // <state>/lock (flock) and a SQLite write transaction; readers take a ReadSnapshot and never
 // wait for writers. A kill -9 at any instant leaves the last committed state.
 //
-// Layout: lock, state.db (+ -wal, -shm), env/ public/ run/ trash/ progress/ log/ quarantine/.
+// Layout: lock, state.db (+ -wal, -shm), env/ public/ run/ progress/ log/ (trash/ and
+// quarantine/ live in each pool, where a rename can reach them).
 // Open a StateStore after fork(), never before: a SQLite connection must not cross a fork.
 #pragma once
 
@@ -66,7 +67,7 @@ struct BufferFilter {
 
 class StateStore {
   public:
-    // Opens config.state_dir, creating it (mode 0700) and its subdirectories when missing, and
+    // Opens config.state_dir, creating it (mode 0711: others may reach public/ only) and its subdirectories when missing, and
     // state.db with the current schema. The directory must be owned by config.state_owner and
     // be neither readable nor writable by group or others (search permission alone is allowed,
     // so that non-owners can reach public/): otherwise Error(no_perm) naming it and the fix.

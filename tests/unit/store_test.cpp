@@ -112,8 +112,8 @@ int in_child(const std::function<int()>& body) {
 
 TEST_F(StateStoreTest, creates_the_layout_with_private_modes) {
     StateStore store(config_);
-    EXPECT_EQ(mode_of(config_.state_dir), 0700u);
-    for (const char* name : {"env", "run", "trash", "progress", "log", "quarantine"})
+    EXPECT_EQ(mode_of(config_.state_dir), 0711u);
+    for (const char* name : {"env", "run", "progress", "log"})
         EXPECT_EQ(mode_of(config_.state_dir + "/" + name), 0700u) << name;
     EXPECT_EQ(mode_of(config_.state_dir + "/public"), 0755u);
     EXPECT_EQ(mode_of(config_.state_dir + "/state.db"), 0600u);
@@ -147,7 +147,7 @@ TEST_F(StateStoreTest, refuses_a_state_dir_others_can_read) {
     EXPECT_EQ(code_of([&] { StateStore store(config_); }, &message), ExitCode::no_perm);
     EXPECT_NE(message.find(config_.state_dir), std::string::npos) << message;
     EXPECT_NE(message.find("0755"), std::string::npos) << message;
-    EXPECT_NE(message.find("chmod 0700"), std::string::npos) << message;
+    EXPECT_NE(message.find("chmod 0711"), std::string::npos) << message;
 }
 
 TEST_F(StateStoreTest, accepts_search_permission_for_public) {

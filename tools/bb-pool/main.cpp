@@ -142,6 +142,7 @@ int main(int argc, char** argv) {
         }
         if (*alloc) {
             a.job_id = o.job_id;
+            if (a.text.script) a.text.script = read_input_file(*a.text.script);
             if (wait->count() > 0)
                 a.wait = o.wait.empty() ? std::chrono::milliseconds(std::chrono::hours(24 * 365))
                                         : std::chrono::milliseconds(static_cast<long long>(

@@ -1,0 +1,376 @@
+#!/usr/bin/env bats
+# bb-pool: every command and error path, with exit codes and messages.
+
+load common
+
+setup() {
+  common_setup
+  mkdir -p "$TEST_DIR/nvme" "$TEST_DIR/small"
+  U=$(test_user)
+}
+teardown() { common_teardown; }
+
+init_pools() { bb-pool init nvme >/dev/null && bb-pool init small >/dev/null; }
+
+used_of() {  # used bytes of a pool, from bb-pool show --json
+  bb-pool show "$1" --json | sed -n 's/.*"used": \([0-9]*\).*/\1/p'
+}
+
+@test "help lists every subcommand and bb-pool(1) documents them" {
+  run bb-pool --help
+  assert_success
+  for sub in list show init alloc drain resume check recover reap; do
+    assert_output --partial "$sub"
+    grep -q "^\.B $sub\|^\.SS $sub\|^\.TP\n.B $sub" "$BBKIT_SOURCE_DIR/man/man1/bb-pool.1" ||
+      grep -q "$sub" "$BBKIT_SOURCE_DIR/man/man1/bb-pool.1" || fail "man page lacks $sub"
+  done
+  run bb-pool alloc --help
+  for opt in --job --user --pool --capacity --script --bb --persistent --owner --access --type \
+             --expires --wait --json; do
+    assert_output --partial -- "$opt"
+    grep -q -- "${opt//-/\\\\-}" "$BBKIT_SOURCE_DIR/man/man1/bb-pool.1" || fail "man page lacks $opt"
+  done
+}
+
+@test "a subcommand is required" {
+  run bb-pool
+  assert_failure 64
+}
+
+@test "list shows an uninitialised pool, init makes it ready and is idempotent" {
+  run bb-pool list
+  assert_success
+  assert_output --partial "uninitialised"
+  run bb-pool init nvme
+  assert_success
+  assert_file_exists "$TEST_DIR/nvme/.bbkit-pool"
+  assert_dir_exists "$TEST_DIR/nvme/job"
+  assert_dir_exists "$TEST_DIR/nvme/persistent"
+  uuid=$(sed -n 's/^uuid=//p' "$TEST_DIR/nvme/.bbkit-pool")
+  run bb-pool init nvme
+  assert_success
+  assert_output --partial "$uuid"
+}
+
+@test "init of a pool directory that is missing exits 69" {
+  run bb-pool init nvme --config "$BBKIT_CONFIG"
+  rmdir "$TEST_DIR/small"
+  run bb-pool init small
+  assert_failure 69
+  assert_output --partial "does not exist"
+}
+
+@test "an unknown pool exits 66" {
+  run bb-pool init nope
+  assert_failure 66
+  run bb-pool show nope
+  assert_failure 66
+}
+
+@test "alloc reserves rounded space and creates the user's 0700 directory" {
+  init_pools
+  run bb-pool alloc --job 42 --user "$U" --capacity 1500M --json
+  assert_success
+  assert_output --partial '"allocated": 2147483648'
+  assert_output --partial '"key": "main.42.1"'
+  dir="$TEST_DIR/nvme/job/42.1"
+  [ "$(stat -c '%U %a' "$dir")" = "$U 700" ]
+  [ "$(used_of nvme)" = 2147483648 ]
+  grep -q "^BB_JOB_DIR=$dir$" "$TEST_DIR/state/env/main.42.1.env"
+  grep -q "action=alloc buffer=main.42.1" "$TEST_DIR/state/log/audit.log"
+}
+
+@test "alloc takes pool, capacity and staging from a job script" {
+  init_pools
+  printf '#!/bin/bash\n#BB_LUA pool=small capacity=3K\n#BB_LUA stage_out type=directory source=out destination=/tmp/%%j\n' >"$TEST_DIR/job.sh"
+  run bb-pool alloc --job 7 --user "$U" --script "$TEST_DIR/job.sh" --json
+  assert_success
+  assert_output --partial '"pool": "small"'
+  assert_output --partial '"allocated": 3072'
+}
+
+@test "an identical alloc is idempotent, a different one exits 73" {
+  init_pools
+  bb-pool alloc --job 42 --user "$U" --capacity 1G >/dev/null
+  run bb-pool alloc --job 42 --user "$U" --capacity 1G
+  assert_success
+  assert_output --partial "already allocated"
+  [ "$(used_of nvme)" = 1073741824 ]
+  run bb-pool alloc --job 42 --user "$U" --capacity 2G
+  assert_failure 73
+  assert_output --partial "tear it down first"
+}
+
+@test "an alloc after teardown starts a new incarnation" {
+  init_pools
+  bb-pool alloc --job 42 --user "$U" --capacity 1G >/dev/null
+  bb-teardown --job 42 >/dev/null
+  run bb-pool alloc --job 42 --user "$U" --capacity 1G --json
+  assert_success
+  assert_output --partial '"incarnation": 2'
+  assert_dir_exists "$TEST_DIR/nvme/job/42.2"
+}
+
+@test "a full pool exits 75 with BurstBufferResources" {
+  init_pools
+  bb-pool alloc --job 1 --user "$U" --pool small --capacity 3K >/dev/null
+  run bb-pool alloc --job 2 --user "$U" --pool small --capacity 2K
+  assert_failure 75
+  assert_output --partial "BurstBufferResources"
+  [ "$(used_of small)" = 3072 ]
+}
+
+@test "larger than the pool's total exits 65: it can never be satisfied" {
+  init_pools
+  run bb-pool alloc --job 1 --user "$U" --pool small --capacity 5K
+  assert_failure 65
+  assert_output --partial "can never be satisfied"
+}
+
+@test "--wait queues in FIFO order and is granted when space frees" {
+  init_pools
+  bb-pool alloc --job 1 --user "$U" --pool small --capacity 3K >/dev/null
+  bb-pool alloc --job 2 --user "$U" --pool small --capacity 2K --wait 20 >"$TEST_DIR/w2" 2>&1 &
+  w2=$!
+  for _ in $(seq 50); do grep -q '"queued": 1' <(bb-pool show small --json) && break; sleep 0.1; done
+  run bb-stat job 2 --json
+  assert_output --partial "BurstBufferResources"
+  # A later request that would fit after teardown still waits behind the queue head.
+  bb-teardown --job 1 >/dev/null
+  wait "$w2"
+  grep -q "allocated: main.2.1" "$TEST_DIR/w2"
+  [ "$(used_of small)" = 2048 ]
+}
+
+@test "--wait gives up after its time with 75 and leaves the queue" {
+  init_pools
+  bb-pool alloc --job 1 --user "$U" --pool small --capacity 3K >/dev/null
+  run bb-pool alloc --job 2 --user "$U" --pool small --capacity 2K --wait 1
+  assert_failure 75
+  assert_output --partial "timed out"
+  run bb-pool show small --json
+  assert_output --partial '"queued": 0'
+}
+
+@test "a waiter that is killed leaves the queue" {
+  init_pools
+  bb-pool alloc --job 1 --user "$U" --pool small --capacity 3K >/dev/null
+  bb-pool alloc --job 2 --user "$U" --pool small --capacity 2K --wait 60 >/dev/null 2>&1 &
+  w=$!
+  for _ in $(seq 50); do grep -q '"queued": 1' <(bb-pool show small --json) && break; sleep 0.1; done
+  kill -9 "$w"; wait "$w" || true
+  run bb-pool alloc --job 3 --user "$U" --pool small --capacity 1K
+  assert_success
+  run bb-pool show small --json
+  assert_output --partial '"queued": 0'
+}
+
+@test "drain refuses new allocations with 69 and resume allows them" {
+  init_pools
+  run bb-pool drain nvme
+  assert_success
+  run bb-pool alloc --job 1 --user "$U" --capacity 1G
+  assert_failure 69
+  assert_output --partial "draining"
+  run bb-pool list --format slurm-lua
+  assert_output --partial '"free":0'
+  bb-pool resume nvme
+  run bb-pool alloc --job 1 --user "$U" --capacity 1G
+  assert_success
+}
+
+@test "a pool whose marker is missing or different exits 69 (not mounted?)" {
+  init_pools
+  mv "$TEST_DIR/nvme/.bbkit-pool" "$TEST_DIR/marker"
+  run bb-pool alloc --job 1 --user "$U" --capacity 1G
+  assert_failure 69
+  assert_output --partial "not mounted"
+  printf 'name=nvme\nuuid=00000000-0000-0000-0000-000000000000\n' >"$TEST_DIR/nvme/.bbkit-pool"
+  run bb-pool alloc --job 1 --user "$U" --capacity 1G
+  assert_failure 69
+  run bb-pool check
+  assert_failure 1
+  assert_output --partial "pool-unavailable"
+}
+
+@test "a pool root writable by others is refused with 77" {
+  init_pools
+  chmod 777 "$TEST_DIR/nvme"
+  run bb-pool alloc --job 1 --user "$U" --capacity 1G
+  assert_failure 77
+  assert_output --partial "writable by group or others"
+  chmod 755 "$TEST_DIR/nvme"
+  chown "$U" "$TEST_DIR/nvme/job"
+  run bb-pool alloc --job 1 --user "$U" --capacity 1G
+  assert_failure 77
+  assert_output --partial "not root"
+}
+
+@test "a state directory open to others is refused with 77" {
+  init_pools
+  chmod 755 "$TEST_DIR/state"
+  run bb-pool list
+  assert_failure 77
+}
+
+@test "a non-root user cannot use bb-pool on root's state (77)" {
+  init_pools
+  chmod 644 "$BBKIT_CONFIG"
+  run runuser -u "$U" -- env BBKIT_CONFIG="$BBKIT_CONFIG" "$BBKIT_BUILD_DIR/bin/bb-pool" alloc --job 5 --user "$U" --capacity 1G
+  assert_failure 77
+}
+
+@test "a corrupt state database exits 78; a newer schema is refused" {
+  init_pools
+  cp "$TEST_DIR/state/state.db" "$TEST_DIR/good.db"
+  rm -f "$TEST_DIR/state/state.db-wal" "$TEST_DIR/state/state.db-shm"
+  head -c 4096 /dev/urandom >"$TEST_DIR/state/state.db"
+  run bb-pool list
+  assert_failure 78
+  cp "$TEST_DIR/good.db" "$TEST_DIR/state/state.db"
+  sqlite3 "$TEST_DIR/state/state.db" "PRAGMA user_version = 999"
+  run bb-pool list
+  assert_failure 78
+  assert_output --partial "upgrade bbkit"
+}
+
+@test "a reader gets an answer while a writer holds the state lock" {
+  init_pools
+  bb-pool alloc --job 1 --user "$U" --capacity 1G >/dev/null
+  flock "$TEST_DIR/state/lock" sleep 3 &
+  holder=$!
+  sleep 0.3
+  run timeout 2 bb-pool list --json
+  assert_success
+  assert_output --partial '"used": 1073741824'
+  run timeout 2 bb-stat pools
+  assert_success
+  wait "$holder"
+}
+
+@test "slurm-lua format counts granules, integers only" {
+  init_pools
+  bb-pool alloc --job 1 --user "$U" --capacity 3G >/dev/null
+  run bb-pool list --format slurm-lua
+  assert_success
+  assert_output '{"pools":[{"free":97,"granularity":1073741824,"id":"nvme","quantity":100},{"free":4,"granularity":1024,"id":"small","quantity":4}]}'
+  run cat "$TEST_DIR/state/pools.json"
+  assert_output --partial '"free":97'
+}
+
+@test "persistent buffers: root creates, jobs use with a count, destroy needs --force while used" {
+  init_pools
+  run bb-pool alloc --persistent shared --capacity 2G --owner "$U" --json
+  assert_success
+  assert_output --partial '"name": "shared"'
+  [ "$(stat -c %U "$TEST_DIR/nvme/persistent/shared")" = "$U" ]
+  run bb-pool alloc --job 9 --user "$U" --bb '#DW jobdw capacity=1G #DW persistentdw name=shared'
+  assert_success
+  grep -q "^DW_PERSISTENT_STRIPED_shared=$TEST_DIR/nvme/persistent/shared$" "$TEST_DIR/state/env/main.9.1.env"
+  run bb-teardown --persistent shared
+  assert_failure 73
+  assert_output --partial "--force"
+  bb-teardown --job 9 >/dev/null
+  run bb-teardown --persistent shared
+  assert_success
+  assert_not_exist "$TEST_DIR/nvme/persistent/shared"
+}
+
+@test "persistent names starting with a digit or holding a slash are refused" {
+  init_pools
+  run bb-pool alloc --persistent 9lives --capacity 1G
+  assert_failure 65
+  run bb-pool alloc --persistent a/b --capacity 1G
+  assert_failure 65
+  run bb-pool alloc --persistent .. --capacity 1G
+  assert_failure 65
+}
+
+@test "a job cannot use another user's persistent buffer" {
+  init_pools
+  bb-pool alloc --persistent mine --capacity 1G >/dev/null   # owned by root
+  run bb-pool alloc --job 9 --user "$U" --bb '#DW jobdw capacity=1G #DW persistentdw name=mine'
+  assert_failure 77
+  run bb-pool alloc --job 9 --user "$U" --bb '#DW jobdw capacity=1G #DW persistentdw name=none'
+  assert_failure 66
+}
+
+@test "expired persistent buffers are listed by check" {
+  init_pools
+  bb-pool alloc --persistent old --capacity 1G --expires 2001-01-01 >/dev/null
+  run bb-pool check
+  assert_failure 1
+  assert_output --partial "expired-persistent"
+  run bb-pool alloc --persistent bad --capacity 1G --expires tomorrow
+  assert_failure 64
+}
+
+@test "user_capacity limits a user in standalone mode" {
+  write_config '[limits]' 'user_capacity = "2GiB"'
+  # write_config puts the limits table before the pools: keep the file valid
+  init_pools
+  bb-pool alloc --job 1 --user "$U" --capacity 2G >/dev/null
+  run bb-pool alloc --job 2 --user "$U" --capacity 1G
+  assert_failure 75
+  assert_output --partial "user_capacity"
+}
+
+@test "check finds an orphan directory and repair quarantines it without deleting" {
+  init_pools
+  mkdir "$TEST_DIR/nvme/job/999.1"
+  echo keep >"$TEST_DIR/nvme/job/999.1/data"
+  run bb-pool check --json
+  assert_failure 1
+  assert_output --partial "orphan-directory"
+  run bb-pool check --repair
+  assert_success
+  assert_output --partial "[repaired]"
+  assert_not_exist "$TEST_DIR/nvme/job/999.1"
+  grep -rq keep "$TEST_DIR/nvme/quarantine/"
+  run bb-pool check
+  assert_success
+  assert_output "no findings"
+}
+
+@test "check finds a record whose directory vanished; repair closes it and frees the space" {
+  init_pools
+  bb-pool alloc --job 5 --user "$U" --capacity 1G >/dev/null
+  rmdir "$TEST_DIR/nvme/job/5.1"
+  run bb-pool check
+  assert_failure 1
+  assert_output --partial "missing-directory"
+  run bb-pool check --repair
+  assert_success
+  [ "$(used_of nvme)" = 0 ]
+}
+
+@test "recover rolls an interrupted allocation forward or back" {
+  init_pools
+  # A dead allocator left an `allocating` record: simulate with a pid that is gone.
+  bb-pool alloc --job 6 --user "$U" --capacity 1G >/dev/null
+  sqlite3 "$TEST_DIR/state/state.db" "UPDATE buffers SET state='allocating', lock_pid=999999, lock_start=1 WHERE key='main.6.1'"
+  bb-pool alloc --job 7 --user "$U" --capacity 1G >/dev/null
+  sqlite3 "$TEST_DIR/state/state.db" "UPDATE buffers SET state='allocating', lock_pid=999999, lock_start=1 WHERE key='main.7.1'"
+  rmdir "$TEST_DIR/nvme/job/7.1"
+  run bb-pool recover
+  assert_success
+  assert_output --partial "main.6.1: allocating -> allocated (rolled forward)"
+  assert_output --partial "main.7.1: allocating -> rolled back"
+  [ "$(used_of nvme)" = 1073741824 ]
+  run bb-pool recover
+  assert_output "nothing to recover"
+}
+
+@test "reap empties trash within its budget and releases the space" {
+  init_pools
+  bb-pool alloc --job 8 --user "$U" --capacity 1G >/dev/null
+  mkdir -p "$TEST_DIR/nvme/job/8.1/a/b"
+  ln -s /etc "$TEST_DIR/nvme/job/8.1/a/etc-link"
+  # Teardown with no reap budget leaves the directory in trash, still charged.
+  sqlite3 "$TEST_DIR/state/state.db" "SELECT 1" >/dev/null
+  bb-teardown --job 8 >/dev/null
+  run bb-pool reap --json
+  assert_success
+  [ -e /etc/passwd ]
+  [ "$(used_of nvme)" = 0 ]
+}

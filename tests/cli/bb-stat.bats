@@ -1,0 +1,269 @@
+#!/usr/bin/env bats
+# bb-stat: every view, the exit codes, public/ for non-owners, and the metrics file.
+
+load common
+
+setup() { common_setup; }
+teardown() { common_teardown; }
+
+needs_bb_pool() {
+  command -v bb-pool >/dev/null || skip "needs bb-pool"
+  mkdir -p "$TEST_DIR/nvme" "$TEST_DIR/small"
+  bb-pool init nvme
+  bb-pool init small
+}
+
+# Lets other users reach public/ (search permission only; the store allows exactly that).
+open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
+
+# --- common conventions ------------------------------------------------------------------
+
+@test "help lists every view and option of the man page" {
+  run bb-stat --help
+  assert_success
+  for word in pools sessions instances configurations burst job \
+              --json --prometheus --config --state-dir --verbose --quiet --version; do
+    assert_output --partial -- "$word"
+    grep -q -- "${word//-/\\\\-}" "$BBKIT_SOURCE_DIR/man/man1/bb-stat.1" || fail "man page lacks $word"
+  done
+}
+
+@test "version prints bbkit and the version" {
+  run bb-stat --version
+  assert_success
+  assert_output --regexp '^bbkit [0-9]+\.[0-9]+\.[0-9]+$'
+}
+
+@test "unknown word is a usage error with exit 64" {
+  run bb-stat frobnicate
+  assert_failure 64
+  assert_output "bb-stat: unknown view 'frobnicate' (pools, sessions, instances, configurations, burst or job ID)"
+}
+
+@test "job without a numeric ID and extra words are usage errors" {
+  run bb-stat job
+  assert_failure 64
+  run bb-stat job abc
+  assert_failure 64
+  assert_output --partial "'abc' is not a number"
+  run bb-stat pools extra
+  assert_failure 64
+}
+
+@test "unknown option is a usage error" {
+  run bb-stat --no-such-option
+  assert_failure 64
+}
+
+# --- views on an empty state directory ----------------------------------------------------
+
+@test "no argument prints dwstat's pool table" {
+  run bb-stat
+  assert_success
+  assert_equal "${lines[0]}" " pool units quantity   free gran"
+  assert_equal "${lines[1]}" " nvme bytes   100GiB 100GiB 1GiB"
+  assert_equal "${lines[2]}" "small bytes     4KiB   4KiB 1KiB"
+  assert_equal "${#lines[@]}" 3
+  run bb-stat pools
+  assert_success
+  assert_equal "${lines[0]}" " pool units quantity   free gran"
+}
+
+@test "pools --json has the documented fields in bytes" {
+  run bb-stat --json
+  assert_success
+  echo "$output" | grep -q '"name": "nvme"'
+  echo "$output" | grep -q '"total": 107374182400'
+  echo "$output" | grep -q '"free": 107374182400'
+  echo "$output" | grep -q '"granularity": 1073741824'
+  for field in path used trash queued draining; do
+    echo "$output" | grep -q "\"$field\": " || fail "no $field"
+  done
+}
+
+@test "sessions, instances and configurations print dwstat's headers" {
+  run bb-stat sessions
+  assert_success
+  assert_output "sess state token creator owner created expiration nodes"
+  run bb-stat instances
+  assert_success
+  assert_output "inst state sess bytes nodes created expiration intact label public confs"
+  run bb-stat configurations
+  assert_success
+  assert_output "conf state inst type access_type activs"
+  run bb-stat sessions --json
+  assert_success
+  assert_output "[]"
+}
+
+@test "burst prints scontrol show burst's header lines" {
+  run bb-stat burst
+  assert_success
+  assert_equal "${lines[0]}" "Name=bbkit DefaultPool=nvme Granularity=1 TotalSpace=0 FreeSpace=0 UsedSpace=0"
+  assert_equal "${lines[1]}" "  PoolName[0]=nvme Granularity=1GiB TotalSpace=100GiB FreeSpace=100GiB UsedSpace=0"
+  assert_equal "${lines[2]}" "  PoolName[1]=small Granularity=1KiB TotalSpace=4KiB FreeSpace=4KiB UsedSpace=0"
+  assert_equal "${lines[3]}" "  Flags=DisablePersistent"
+  assert_equal "${lines[4]}" "  StageInTimeout=86400 StageOutTimeout=86400 ValidateTimeout=5 OtherTimeout=300"
+  assert_equal "${lines[5]}" "  GetSysState=(null)"
+  assert_equal "${lines[6]}" "  GetSysStatus=(null)"
+  assert_equal "${#lines[@]}" 7
+}
+
+@test "burst follows the configuration's flags and timeouts" {
+  write_config 'flags = ["PrivateData", "TeardownFailure"]' '[timeouts]' 'stage_in = 300' 'other = 120'
+  run bb-stat burst
+  assert_success
+  assert_line "  Flags=DisablePersistent,PrivateData,TeardownFailure"
+  assert_line "  StageInTimeout=300 StageOutTimeout=86400 ValidateTimeout=5 OtherTimeout=120"
+}
+
+@test "burst --json names the pools and flags" {
+  run bb-stat burst --json
+  assert_success
+  echo "$output" | grep -q '"name": "bbkit"'
+  echo "$output" | grep -q '"default_pool": "nvme"'
+  echo "$output" | grep -q '"DisablePersistent"'
+}
+
+@test "unknown job exits 66 with one line" {
+  run bb-stat job 42
+  assert_failure 66
+  assert_output "bb-stat: no burst buffer for job 42"
+}
+
+@test "--prometheus writes the metrics file and prints nothing" {
+  run bb-stat --prometheus "$TEST_DIR/bbkit.prom"
+  assert_success
+  assert_output ""
+  assert_file_exists "$TEST_DIR/bbkit.prom"
+  grep -qx '# TYPE bbkit_pool_bytes gauge' "$TEST_DIR/bbkit.prom"
+  grep -qx 'bbkit_pool_bytes{pool="nvme",kind="total"} 107374182400' "$TEST_DIR/bbkit.prom"
+  grep -qx 'bbkit_pool_bytes{pool="small",kind="free"} 4096' "$TEST_DIR/bbkit.prom"
+  grep -qx 'bbkit_buffers{state="allocated"} 0' "$TEST_DIR/bbkit.prom"
+  grep -qx 'bbkit_pool_queue_length{pool="nvme"} 0' "$TEST_DIR/bbkit.prom"
+  grep -qx 'bbkit_pool_draining{pool="nvme"} 0' "$TEST_DIR/bbkit.prom"
+  [ "$(stat -c %a "$TEST_DIR/bbkit.prom")" = 644 ]
+  ! ls "$TEST_DIR" | grep -q 'bbkit.prom.tmp'
+}
+
+@test "--prometheus with a view also prints the view" {
+  run bb-stat burst --prometheus "$TEST_DIR/m.prom"
+  assert_success
+  assert_line --index 0 --partial "Name=bbkit"
+  assert_file_exists "$TEST_DIR/m.prom"
+}
+
+@test "--prometheus into a missing directory fails with 74" {
+  run bb-stat --prometheus "$TEST_DIR/missing/m.prom"
+  assert_failure 74
+  assert_output --partial "bb-stat: "
+}
+
+@test "--state-dir overrides the configuration" {
+  run bb-stat --state-dir "$TEST_DIR/other"
+  assert_success
+  assert_dir_exists "$TEST_DIR/other"
+}
+
+# --- other users --------------------------------------------------------------------------
+
+@test "a non-owner never opens the database and needs published status" {
+  local user; user=$(test_user)
+  bb-stat >/dev/null  # the owner creates the state directory
+  open_state_dir
+  run runuser -u "$user" -- bb-stat
+  assert_failure 69
+  assert_output --partial "no status published"
+  [ "$(stat -c %U "$TEST_DIR/state/state.db")" = root ]
+}
+
+@test "a non-owner cannot read a state directory without search permission" {
+  local user; user=$(test_user)
+  bb-stat >/dev/null
+  chmod 0700 "$TEST_DIR/state"
+  run runuser -u "$user" -- bb-stat
+  assert_failure 77
+  assert_output --partial "chmod 0711"
+}
+
+@test "a non-owner reads pools and everyone's buffers from public/" {
+  local user; user=$(test_user)
+  needs_bb_pool
+  bb-pool alloc --job 1 --user root --pool nvme --capacity 1GiB
+  bb-pool alloc --job 2 --user "$user" --pool nvme --capacity 2GiB
+  open_state_dir
+  run runuser -u "$user" -- bb-stat
+  assert_success
+  assert_line " nvme bytes   100GiB 97GiB 1GiB"
+  run runuser -u "$user" -- bb-stat sessions
+  assert_success
+  assert_equal "${#lines[@]}" 3
+  run runuser -u "$user" -- bb-stat job 1
+  assert_success
+  assert_line --partial "allocated"
+}
+
+@test "with PrivateData a non-owner sees only their own buffers" {
+  write_config 'flags = ["PrivateData"]'
+  local user; user=$(test_user)
+  needs_bb_pool
+  bb-pool alloc --job 1 --user root --pool nvme --capacity 1GiB
+  bb-pool alloc --job 2 --user "$user" --pool nvme --capacity 2GiB
+  open_state_dir
+  assert_file_not_exists "$TEST_DIR/state/public/buffers.json"
+  uid=$(id -u "$user")
+  [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers.$uid.json")" = "600 $uid" ]
+  run runuser -u "$user" -- bb-stat sessions
+  assert_success
+  assert_equal "${#lines[@]}" 2
+  assert_output --partial "$uid"
+  run runuser -u "$user" -- bb-stat job 1
+  assert_failure 66
+  run runuser -u "$user" -- bb-stat job 2
+  assert_success
+}
+
+# --- with buffers (bb-pool alloc) ----------------------------------------------------------
+
+@test "burst lists allocated buffers and per-user use" {
+  needs_bb_pool
+  bb-pool alloc --job 42 --user root --pool small --capacity 1K
+  run bb-stat burst
+  assert_success
+  assert_line "  PoolName[1]=small Granularity=1KiB TotalSpace=4KiB FreeSpace=3KiB UsedSpace=1KiB"
+  assert_line "  Allocated Buffers:"
+  assert_line --regexp '^    JobID=42 CreateTime=[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8} Pool=small Size=1KiB State=allocated UserID=root\(0\)$'
+  assert_line "  Per User Buffer Use:"
+  assert_line "    UserID=root(0) Used=1KiB"
+}
+
+@test "job shows state, reason, sizes and directory" {
+  needs_bb_pool
+  bb-pool alloc --job 7 --user root --pool nvme --capacity 3G
+  run bb-stat job 7
+  assert_success
+  assert_line "state:      allocated"
+  assert_line "requested:  3GiB"
+  assert_line "directory:  $TEST_DIR/nvme/job/7.1"
+  run bb-stat job 7 --json
+  assert_success
+  echo "$output" | grep -q '"allocated": 3221225472'
+  echo "$output" | grep -q '"phases": \['
+}
+
+@test "pools.json is Slurm's format in granules after an alloc" {
+  needs_bb_pool
+  bb-pool alloc --job 1 --user root --pool small --capacity 1K
+  run cat "$TEST_DIR/state/pools.json"
+  assert_output '{"pools":[{"free":100,"granularity":1073741824,"id":"nvme","quantity":100},{"free":3,"granularity":1024,"id":"small","quantity":4}]}'
+  [ "$(stat -c %a "$TEST_DIR/state/pools.json")" = 644 ]
+}
+
+@test "--prometheus counts buffers by state" {
+  needs_bb_pool
+  bb-pool alloc --job 1 --user root --pool small --capacity 1K
+  run bb-stat --prometheus "$TEST_DIR/m.prom"
+  assert_success
+  grep -qx 'bbkit_buffers{state="allocated"} 1' "$TEST_DIR/m.prom"
+  grep -qx 'bbkit_pool_bytes{pool="small",kind="used"} 1024' "$TEST_DIR/m.prom"
+}

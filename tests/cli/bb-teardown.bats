@@ -1,0 +1,129 @@
+#!/usr/bin/env bats
+# bb-teardown: ending job buffers and persistent buffers, and its error paths.
+
+load common
+
+setup() {
+  common_setup
+  mkdir -p "$TEST_DIR/nvme" "$TEST_DIR/small"
+  U=$(test_user)
+  bb-pool init nvme >/dev/null
+}
+teardown() { common_teardown; }
+
+@test "help documents every option" {
+  run bb-teardown --help
+  assert_success
+  for opt in --job --persistent --hurry --force --json --config --state-dir; do
+    assert_output --partial -- "$opt"
+    grep -q -- "${opt//-/\\\\-}" "$BBKIT_SOURCE_DIR/man/man1/bb-teardown.1" || fail "man page lacks $opt"
+  done
+}
+
+@test "neither --job nor --persistent is a usage error; both too" {
+  run bb-teardown
+  assert_failure 64
+  run bb-teardown --job 1 --persistent x
+  assert_failure 64
+}
+
+@test "teardown moves the directory away, records complete and releases the space" {
+  bb-pool alloc --job 3 --user "$U" --capacity 1G >/dev/null
+  echo data >"$TEST_DIR/nvme/job/3.1/f"
+  run bb-teardown --job 3
+  assert_success
+  assert_output --partial "torn down: main.3.1"
+  assert_not_exist "$TEST_DIR/nvme/job/3.1"
+  assert_not_exist "$TEST_DIR/state/env/main.3.1.env"
+  run bb-stat job 3 --json
+  assert_output --partial '"state": "complete"'
+  grep -q "action=teardown buffer=main.3.1" "$TEST_DIR/state/log/audit.log"
+}
+
+@test "unknown or already torn down exits 0 with a note" {
+  run bb-teardown --job 77
+  assert_success
+  assert_output --partial "note: job 77 has no burst buffer"
+  bb-pool alloc --job 3 --user "$U" --capacity 1G >/dev/null
+  bb-teardown --job 3 >/dev/null
+  run bb-teardown --job 3
+  assert_success
+  assert_output --partial "already torn down"
+}
+
+@test "a symlink planted in place of the buffer is moved, never followed" {
+  bb-pool alloc --job 4 --user "$U" --capacity 1G >/dev/null
+  mkdir "$TEST_DIR/victim"; echo precious >"$TEST_DIR/victim/file"
+  rmdir "$TEST_DIR/nvme/job/4.1"
+  ln -s "$TEST_DIR/victim" "$TEST_DIR/nvme/job/4.1"
+  run bb-teardown --job 4
+  assert_success
+  assert_file_exists "$TEST_DIR/victim/file"
+}
+
+@test "symlinks inside the buffer are removed, their targets kept" {
+  bb-pool alloc --job 4 --user "$U" --capacity 1G >/dev/null
+  mkdir "$TEST_DIR/victim"; echo precious >"$TEST_DIR/victim/file"
+  ln -s "$TEST_DIR/victim" "$TEST_DIR/nvme/job/4.1/link"
+  ln -s "$TEST_DIR/victim/file" "$TEST_DIR/nvme/job/4.1/flink"
+  run bb-teardown --job 4
+  assert_success
+  assert_file_exists "$TEST_DIR/victim/file"
+}
+
+@test "a deep tree is removed completely" {
+  bb-pool alloc --job 5 --user "$U" --capacity 1G >/dev/null
+  d="$TEST_DIR/nvme/job/5.1"
+  for i in $(seq 200); do d="$d/d"; done
+  mkdir -p "$d" && touch "$d/leaf"
+  run bb-teardown --job 5 --json
+  assert_success
+  assert_output --partial '"reaped": true'
+  [ -z "$(ls -A "$TEST_DIR/nvme/trash")" ]
+}
+
+@test "a live stager is stopped through its run lock; --hurry does not wait" {
+  bb-pool alloc --job 6 --user "$U" --capacity 1G >/dev/null
+  # A stand-in stager: holds the run lock and records itself as bb-stage would.
+  ( exec 9>"$TEST_DIR/state/run/main.6.1.lock"; flock 9
+    echo "$BASHPID $(cut -d' ' -f22 /proc/$BASHPID/stat)" >&9; exec sleep 300 ) &
+  stager=$!
+  sleep 0.5
+  run timeout 20 bb-teardown --job 6 --hurry
+  assert_success
+  ! kill -0 "$stager" 2>/dev/null
+}
+
+@test "a teardown that cannot move the directory leaves teardown-fail, still charged" {
+  bb-pool alloc --job 7 --user "$U" --capacity 1G >/dev/null
+  chattr +i "$TEST_DIR/nvme/job" 2>/dev/null || skip "no chattr on this file system"
+  run bb-teardown --job 7
+  chattr -i "$TEST_DIR/nvme/job"
+  assert_failure
+  assert_output --partial "stays charged"
+  run bb-stat job 7 --json
+  assert_output --partial '"state": "teardown-fail"'
+  run bb-teardown --job 7
+  assert_success
+}
+
+@test "a persistent buffer in use needs --force" {
+  bb-pool alloc --persistent p1 --capacity 1G --owner "$U" >/dev/null
+  bb-pool alloc --job 8 --user "$U" --bb '#DW jobdw capacity=1G #DW persistentdw name=p1' >/dev/null
+  run bb-teardown --persistent p1
+  assert_failure 73
+  run bb-teardown --persistent p1 --force
+  assert_success
+  run bb-teardown --persistent p1
+  assert_success
+  assert_output --partial "does not exist"
+}
+
+@test "killed in the middle, teardown is finished by recover" {
+  bb-pool alloc --job 9 --user "$U" --capacity 1G >/dev/null
+  sqlite3 "$TEST_DIR/state/state.db" "UPDATE buffers SET state='teardown' WHERE key='main.9.1'"
+  run bb-pool recover
+  assert_success
+  assert_output --partial "main.9.1: teardown -> finished"
+  assert_not_exist "$TEST_DIR/nvme/job/9.1"
+}
