@@ -11,6 +11,11 @@ load common
   assert_output --partial "allocated 96MiB"
   assert_output --partial "all readable"
   assert_output --partial "exit status 65"
+  assert_output --partial "allocated: demo.42.1 96MiB in pool demo"
+  assert_output --partial "JobID=42 "
+  assert_output --partial "exit status 75"
+  assert_output --partial "torn down: demo.42.1 (space released)"
+  assert_output --partial "no findings"
   after=$(ls -d /tmp/bbkit-demo.* 2>/dev/null | wc -l)
   [ "$before" -eq "$after" ]
 }
