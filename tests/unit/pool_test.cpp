@@ -1,0 +1,214 @@
+// Capacity accounting, the alloc crash protocol, teardown into trash, the reaper and recover,
+// on a real pool directory and state directory (root is needed to hand directories to users).
+#include "bbkit/pool.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "bbkit/error.hpp"
+#include "bbkit/recovery.hpp"
+#include "bbkit/status.hpp"
+#include "bbkit/teardown.hpp"
+
+namespace fs = std::filesystem;
+using namespace bbkit;
+
+namespace {
+
+constexpr std::uint64_t KiB = 1024;
+
+class PoolTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (geteuid() != 0) GTEST_SKIP() << "needs root to give buffers to users";
+        char tmpl[] = "/tmp/bbkit-pool.XXXXXX";
+        ASSERT_NE(mkdtemp(tmpl), nullptr);
+        dir_ = tmpl;
+        chmod(dir_.c_str(), 0755);
+        fs::create_directory(dir_ + "/small");
+        config_.state_dir = dir_ + "/state";
+        config_.cluster = "t";
+        config_.pools.push_back({"small", dir_ + "/small", 4 * KiB, KiB});
+        config_.default_pool = "small";
+        store_.emplace(config_);
+        init_pool(*store_, config_, "small", "test");
+        nobody_ = lookup_user("nobody");
+    }
+    void TearDown() override {
+        store_.reset();
+        if (!dir_.empty()) fs::remove_all(dir_);
+    }
+
+    AllocRequest job(std::uint64_t id, std::uint64_t bytes) const {
+        AllocRequest r;
+        r.job_id = id;
+        r.user = nobody_;
+        r.pool = "small";
+        r.capacity = bytes;
+        return r;
+    }
+
+    PoolStatus status() {
+        ReadSnapshot snapshot(*store_);
+        return pool_status(snapshot, config_).at(0);
+    }
+
+    static ExitCode code_of(const std::function<void()>& f) {
+        try {
+            f();
+        } catch (const Error& e) {
+            return e.code();
+        }
+        return ExitCode::ok;
+    }
+
+    std::string dir_;
+    Config config_;
+    std::optional<StateStore> store_;
+    User nobody_;
+};
+
+}  // namespace
+
+TEST_F(PoolTest, alloc_rounds_up_and_hands_the_directory_to_the_user) {
+    const AllocResult r = allocate(*store_, config_, job(1, 1500), "test");
+    EXPECT_EQ(r.buffer.allocated_bytes, 2 * KiB);
+    EXPECT_EQ(r.buffer.state, BufferState::allocated);
+    struct stat st {};
+    ASSERT_EQ(stat(r.path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, nobody_.uid);
+    EXPECT_EQ(st.st_mode & 07777, 0700u);
+    EXPECT_EQ(status().used, 2 * KiB);
+    EXPECT_EQ(status().free, 2 * KiB);
+}
+
+TEST_F(PoolTest, identical_alloc_is_idempotent_and_different_one_is_refused) {
+    allocate(*store_, config_, job(1, KiB), "test");
+    EXPECT_TRUE(allocate(*store_, config_, job(1, KiB), "test").already_existed);
+    EXPECT_EQ(status().used, KiB);
+    EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(1, 2 * KiB), "test"); }), ExitCode::exists);
+}
+
+TEST_F(PoolTest, full_pool_is_temp_fail_and_too_large_is_data) {
+    allocate(*store_, config_, job(1, 3 * KiB), "test");
+    EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(2, 2 * KiB), "test"); }), ExitCode::temp_fail);
+    EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(3, 5 * KiB), "test"); }), ExitCode::data);
+    EXPECT_EQ(status().used, 3 * KiB);
+}
+
+TEST_F(PoolTest, slurm_mode_never_refuses_for_capacity) {
+    config_.mode = Mode::slurm;
+    allocate(*store_, config_, job(1, 3 * KiB), "test");
+    EXPECT_NO_THROW(allocate(*store_, config_, job(2, 2 * KiB), "test"));
+    EXPECT_EQ(status().used, 5 * KiB);  // over-committed, as Slurm decided
+    const auto findings = check(*store_, config_, false, "test");
+    ASSERT_FALSE(findings.empty());
+    EXPECT_EQ(findings.front().kind, "over-commit");
+}
+
+TEST_F(PoolTest, user_capacity_limits_standalone_users) {
+    config_.limits.user_capacity = 2 * KiB;
+    allocate(*store_, config_, job(1, 2 * KiB), "test");
+    EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(2, KiB), "test"); }), ExitCode::temp_fail);
+}
+
+TEST_F(PoolTest, draining_pool_refuses_new_buffers) {
+    set_draining(*store_, config_, "small", true, "test");
+    EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(1, KiB), "test"); }), ExitCode::unavailable);
+    set_draining(*store_, config_, "small", false, "test");
+    EXPECT_NO_THROW(allocate(*store_, config_, job(1, KiB), "test"));
+}
+
+TEST_F(PoolTest, teardown_moves_to_trash_and_reap_releases) {
+    const AllocResult r = allocate(*store_, config_, job(1, 2 * KiB), "test");
+    std::ofstream(r.path + "/data") << "x";
+    TeardownOptions options;
+    options.reap_budget = std::chrono::milliseconds(0);  // leave it to the reaper
+    const TeardownResult t = teardown_job(*store_, config_, 1, options, "test");
+    EXPECT_TRUE(t.found);
+    EXPECT_FALSE(fs::exists(r.path));
+    EXPECT_EQ(status().used, 0u);
+    if (!t.reaped) {
+        EXPECT_EQ(status().trash, 2 * KiB);  // still charged until the bytes are gone
+        const ReapResult reaped = reap(*store_, config_, std::chrono::seconds(5), "test");
+        EXPECT_EQ(reaped.reaped, 1u);
+    }
+    EXPECT_EQ(status().trash, 0u);
+    EXPECT_EQ(status().free, 4 * KiB);
+    EXPECT_FALSE(teardown_job(*store_, config_, 1, options, "test").found);
+}
+
+TEST_F(PoolTest, alloc_after_teardown_is_a_new_incarnation) {
+    allocate(*store_, config_, job(7, KiB), "test");
+    teardown_job(*store_, config_, 7, {}, "test");
+    const AllocResult again = allocate(*store_, config_, job(7, KiB), "test");
+    EXPECT_EQ(again.buffer.key.incarnation, 2u);
+    EXPECT_TRUE(fs::exists(dir_ + "/small/job/7.2"));
+}
+
+TEST_F(PoolTest, recover_rolls_a_dead_allocation_forward_when_its_directory_exists) {
+    // Records an allocator left behind when it died: one whose directory was made, one not.
+    Buffer half = Buffer::for_key(BufferKey::job("t", 2, 1));
+    half.pool = "small";
+    half.requested_bytes = half.allocated_bytes = KiB;
+    half.uid = nobody_.uid;
+    half.gid = nobody_.gid;
+    half.user = "nobody";
+    half.state = BufferState::allocating;
+    half.run_lock_holder = ProcessId{999999, 1};
+    {
+        WriteTransaction txn(*store_, "test");
+        txn.insert_buffer(half);
+        txn.commit();
+    }
+    fs::create_directory(dir_ + "/small/job/2.1");
+    Buffer gone = half;
+    gone.key = BufferKey::job("t", 3, 1);
+    gone.directory = gone.key.directory();
+    {
+        WriteTransaction txn(*store_, "test");
+        txn.insert_buffer(gone);
+        txn.commit();
+    }
+    const auto actions = recover(*store_, config_, std::chrono::seconds(1), "test");
+    ReadSnapshot snapshot(*store_);
+    EXPECT_EQ(snapshot.get_buffer(half.key).state, BufferState::allocated);
+    EXPECT_EQ(snapshot.get_buffer(gone.key).state, BufferState::complete);
+    struct stat st {};
+    ASSERT_EQ(stat((dir_ + "/small/job/2.1").c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, nobody_.uid);  // re-owned: the crash may have come before fchown
+    EXPECT_EQ(pool_status(snapshot, config_).at(0).used, KiB);
+    EXPECT_GE(actions.size(), 2u);
+}
+
+TEST_F(PoolTest, a_missing_marker_makes_the_pool_unavailable) {
+    fs::rename(dir_ + "/small/.bbkit-pool", dir_ + "/marker");
+    EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(1, KiB), "test"); }), ExitCode::unavailable);
+}
+
+TEST_F(PoolTest, check_repair_quarantines_orphans_and_never_deletes) {
+    fs::create_directory(dir_ + "/small/job/55.1");
+    std::ofstream(dir_ + "/small/job/55.1/keep") << "data";
+    auto findings = check(*store_, config_, false, "test");
+    ASSERT_EQ(findings.size(), 1u);
+    EXPECT_EQ(findings[0].kind, "orphan-directory");
+    findings = check(*store_, config_, true, "test");
+    EXPECT_TRUE(findings.back().repaired);
+    bool kept = false;
+    for (const auto& entry : fs::recursive_directory_iterator(dir_ + "/small/quarantine"))
+        kept = kept || entry.path().filename() == "keep";
+    EXPECT_TRUE(kept);
+    EXPECT_TRUE(check(*store_, config_, false, "test").empty());
+}
+
+TEST_F(PoolTest, environment_lines_name_every_buffer_path) {
+    const std::string env = job_environment("/bb/job/1.1", {{"my-data", "/bb/persistent/my-data"}});
+    EXPECT_EQ(env,
+              "BB_JOB_DIR=/bb/job/1.1\nDW_JOB_STRIPED=/bb/job/1.1\nDW_JOB_PRIVATE=/bb/job/1.1\n"
+              "DW_PERSISTENT_STRIPED_my_data=/bb/persistent/my-data\n");
+    EXPECT_THROW(job_environment("/bb/a\nb", {}), Error);
+}
