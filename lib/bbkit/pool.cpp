@@ -407,6 +407,19 @@ std::vector<std::pair<std::string, std::string>> resolve_persistent_uses(
     return found;
 }
 
+std::vector<std::string> recorded_persistent_uses(const Buffer& buffer) {
+    std::vector<std::string> names;
+    const nlohmann::json staging = nlohmann::json::parse(buffer.staging, nullptr, false);
+    if (!staging.is_object() || !staging.contains("persistent") || !staging["persistent"].is_object())
+        return names;
+    const nlohmann::json uses = staging["persistent"].value("use", nlohmann::json::array());
+    if (!uses.is_array()) return names;
+    for (const auto& use : uses)
+        if (use.is_object() && use.contains("name") && use["name"].is_string())
+            names.push_back(use["name"].get<std::string>());
+    return names;
+}
+
 Buffer complete_allocation(StateStore& store, const Config& config, const BufferKey& key,
                            const std::vector<std::pair<std::string, std::string>>& uses,
                            const std::string& tool) {

@@ -97,6 +97,9 @@ std::vector<std::pair<std::string, std::string>> resolve_persistent_uses(
     Transaction& txn, const Config& config, uid_t uid, const std::string& user,
     const std::vector<std::string>& names);
 
+// The persistent buffers a job's recorded request uses (from Buffer::staging).
+std::vector<std::string> recorded_persistent_uses(const Buffer& buffer);
+
 // The last step of the alloc protocol, once the directory exists: `allocating` ->
 // `allocated`, use counts of the persistent buffers used, the env file, pools.json. Also how
 // recover rolls an interrupted allocation forward.

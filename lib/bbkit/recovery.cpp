@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 
 #include "bbkit/audit.hpp"
@@ -21,17 +20,6 @@ namespace {
 bool owner_dead(const Config& config, const Buffer& b) {
     if (b.run_lock_holder && b.run_lock_holder->alive()) return false;
     return !RunLock::holder(config.state_dir, b.key.str());
-}
-
-std::vector<std::string> persistent_names(const Buffer& b) {
-    std::vector<std::string> names;
-    const nlohmann::json staging = nlohmann::json::parse(b.staging, nullptr, false);
-    if (!staging.is_object() || !staging.contains("persistent")) return names;
-    const nlohmann::json& uses = staging["persistent"].value("use", nlohmann::json::array());
-    for (const auto& use : uses)
-        if (use.is_object() && use.contains("name") && use["name"].is_string())
-            names.push_back(use["name"].get<std::string>());
-    return names;
 }
 
 void close_record(StateStore& store, const Config& config, const BufferKey& key, const std::string& why,
@@ -68,7 +56,7 @@ std::string recover_allocating(StateStore& store, const Config& config, const Bu
     std::vector<std::pair<std::string, std::string>> uses;
     {
         ReadSnapshot snapshot(store);
-        uses = resolve_persistent_uses(snapshot, config, b.uid, b.user, persistent_names(b));
+        uses = resolve_persistent_uses(snapshot, config, b.uid, b.user, recorded_persistent_uses(b));
     }
     complete_allocation(store, config, b.key, uses, tool);
     return b.key.str() + ": allocating -> allocated (rolled forward)";

@@ -346,4 +346,40 @@ std::string teardown_text(const TeardownResult& result) {
            (result.reaped ? " (space released)\n" : " (in trash until bb-pool reap; space still charged)\n");
 }
 
+namespace {
+
+double mb_per_s(std::uint64_t bytes, double seconds) { return seconds > 0 ? bytes / seconds / 1e6 : 0.0; }
+
+}  // namespace
+
+json stage_result_json(const StageResult& r) {
+    return {{"key", r.key},         {"nothing_to_do", r.nothing_to_do},
+            {"files", r.files},     {"bytes", r.bytes},
+            {"skipped", r.skipped}, {"seconds", r.seconds},
+            {"mb_per_s", mb_per_s(r.bytes, r.seconds)}, {"warnings", r.warnings}};
+}
+
+std::string stage_result_text(const StageResult& r, const std::string& phase) {
+    if (r.nothing_to_do) return phase + " of " + r.key + ": nothing to do\n";
+    char line[256];
+    std::snprintf(line, sizeof line, "%s of %s: %llu files, %s in %.2f s (%.1f MB/s), %llu already complete\n",
+                  phase.c_str(), r.key.c_str(), static_cast<unsigned long long>(r.files),
+                  format_size(r.bytes).c_str(), r.seconds, mb_per_s(r.bytes, r.seconds),
+                  static_cast<unsigned long long>(r.skipped));
+    return line;
+}
+
+std::string progress_bar(const MoverReport& r) {
+    const double done = r.bytes_total ? static_cast<double>(r.bytes_done) / r.bytes_total
+                                      : (r.files_total ? static_cast<double>(r.files_done) / r.files_total : 1.0);
+    const int width = 30;
+    const int filled = static_cast<int>(done * width);
+    std::string bar(static_cast<std::size_t>(filled), '#');
+    bar.resize(width, '.');
+    char line[160];
+    std::snprintf(line, sizeof line, "\r[%s] %3d%%  %llu/%llu files", bar.c_str(), static_cast<int>(done * 100),
+                  static_cast<unsigned long long>(r.files_done), static_cast<unsigned long long>(r.files_total));
+    return line;
+}
+
 }  // namespace bbkit

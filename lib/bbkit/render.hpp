@@ -9,6 +9,7 @@
 #include "bbkit/config.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/recovery.hpp"
+#include "bbkit/stage.hpp"
 #include "bbkit/status.hpp"
 #include "bbkit/teardown.hpp"
 #include "bbkit/directive.hpp"
@@ -44,5 +45,12 @@ std::string findings_text(const std::vector<Finding>& findings);
 
 nlohmann::json teardown_json(const TeardownResult& result);
 std::string teardown_text(const TeardownResult& result);
+
+// bb-stage in/out: {"key", "nothing_to_do", "files", "bytes", "skipped", "seconds", "mb_per_s",
+// "warnings"}.
+nlohmann::json stage_result_json(const StageResult& result);
+std::string stage_result_text(const StageResult& result, const std::string& phase);
+// One carriage-returned progress bar line for a terminal.
+std::string progress_bar(const MoverReport& report);
 
 }  // namespace bbkit

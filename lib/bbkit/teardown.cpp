@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
@@ -27,21 +26,6 @@ BufferState end_state(const BufferKey& key) {
 
 BufferState ending_state(const BufferKey& key) {
     return key.kind() == BufferKind::job ? BufferState::teardown : BufferState::deleting;
-}
-
-// The persistent buffers a job's recorded request uses.
-std::vector<std::string> persistent_uses(const Buffer& b) {
-    std::vector<std::string> names;
-    const nlohmann::json staging = nlohmann::json::parse(b.staging, nullptr, false);
-    if (staging.is_discarded() || !staging.is_object()) return names;
-    const auto persistent = staging.find("persistent");
-    if (persistent == staging.end() || !persistent->is_object()) return names;
-    const auto uses = persistent->find("use");
-    if (uses == persistent->end() || !uses->is_array()) return names;
-    for (const auto& use : *uses)
-        if (use.is_object() && use.contains("name") && use["name"].is_string())
-            names.push_back(use["name"].get<std::string>());
-    return names;
 }
 
 bool holder_alive(const Buffer& b) { return b.run_lock_holder && b.run_lock_holder->alive(); }
@@ -101,7 +85,7 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
         b = txn.transition(key, end_state(key));
         b.run_lock_holder.reset();
         txn.update_buffer(b);
-        for (const std::string& name : persistent_uses(b)) {
+        for (const std::string& name : recorded_persistent_uses(b)) {
             std::optional<Buffer> p = txn.find_buffer(BufferKey::persistent(config.cluster, name));
             if (p && p->use_count > 0 && !is_final(p->state)) {
                 --p->use_count;

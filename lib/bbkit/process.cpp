@@ -1,0 +1,106 @@
+#include "bbkit/process.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <boost/process.hpp>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "bbkit/error.hpp"
+
+namespace bbkit {
+namespace bp = boost::process;
+
+namespace {
+
+constexpr const char* safe_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+bp::environment environment_for(const ProcessSpec& spec) {
+    bp::environment env = spec.clean_env ? bp::environment() : bp::environment(boost::this_process::environment());
+    if (spec.clean_env) env["PATH"] = safe_path;
+    for (const auto& [key, value] : spec.env) env[key] = value;
+    return env;
+}
+
+// Polls rather than trusting child::wait_for, which is unreliable in Boost 1.74.
+bool wait_until(bp::child& child, std::chrono::steady_clock::time_point deadline) {
+    while (child.running()) {
+        if (std::chrono::steady_clock::now() >= deadline) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+}
+
+}  // namespace
+
+// What the reader threads share with run_process. Held by shared_ptr: a grandchild that keeps a
+// pipe open must not keep us waiting, so readers may be left behind, and must then find it.
+struct Pipes {
+    bp::ipstream out;
+    bp::ipstream err;
+    std::mutex mutex;
+    std::string last_stderr_line;
+    std::function<void(const std::string&)> on_line;
+    std::atomic<int> open_readers{2};
+    std::atomic<bool> abandoned{false};
+};
+
+ProcessOutcome run_process(const ProcessSpec& spec) {
+    auto pipes = std::make_shared<Pipes>();
+    pipes->on_line = spec.on_stdout_line;
+    bp::opstream in;
+    std::error_code ec;
+    bp::child child(bp::exe = spec.path, bp::args = spec.args, environment_for(spec), bp::std_in < in,
+                    bp::std_out > pipes->out, bp::std_err > pipes->err, ec);
+    if (ec) throw Error(ExitCode::software, "cannot start " + spec.path + ": " + ec.message());
+
+    std::thread([pipes] {
+        std::string line;
+        while (std::getline(pipes->out, line)) {
+            std::lock_guard<std::mutex> lock(pipes->mutex);
+            if (!pipes->abandoned && pipes->on_line) pipes->on_line(line);
+        }
+        --pipes->open_readers;
+    }).detach();
+    std::thread([pipes] {
+        std::string line;
+        while (std::getline(pipes->err, line)) {
+            std::lock_guard<std::mutex> lock(pipes->mutex);
+            if (!line.empty()) pipes->last_stderr_line = line;
+        }
+        --pipes->open_readers;
+    }).detach();
+    // A child that exits early must not kill us with SIGPIPE while we feed it.
+    signal(SIGPIPE, SIG_IGN);
+    in << spec.stdin_data;
+    in.flush();
+    in.pipe().close();
+
+    ProcessOutcome outcome;
+    const auto deadline = std::chrono::steady_clock::now() + spec.timeout;
+    if (!wait_until(child, deadline)) {
+        outcome.timed_out = true;
+        ::kill(child.id(), SIGTERM);
+        if (!wait_until(child, std::chrono::steady_clock::now() + spec.grace)) ::kill(child.id(), SIGKILL);
+    }
+    child.wait(ec);
+    const auto drain_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (pipes->open_readers > 0 && std::chrono::steady_clock::now() < drain_deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    {
+        std::lock_guard<std::mutex> lock(pipes->mutex);
+        pipes->abandoned = true;
+        outcome.last_stderr_line = pipes->last_stderr_line;
+    }
+    const int native = child.native_exit_code();
+    if (WIFSIGNALED(native))
+        outcome.signal = WTERMSIG(native);
+    else
+        outcome.exit_code = WEXITSTATUS(native);
+    return outcome;
+}
+
+}  // namespace bbkit

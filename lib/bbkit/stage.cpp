@@ -1,0 +1,385 @@
+#include "bbkit/stage.hpp"
+
+#include <fcntl.h>
+#include <cerrno>
+#include <cstring>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "bbkit/error.hpp"
+#include "bbkit/fsops.hpp"
+#include "bbkit/pool.hpp"
+#include "bbkit/process.hpp"
+#include "bbkit/run_lock.hpp"
+#include "bbkit/size.hpp"
+#include "bbkit/status.hpp"
+#include "bbkit/teardown.hpp"
+
+namespace bbkit {
+namespace {
+
+constexpr auto slot_poll = std::chrono::milliseconds(200);
+constexpr auto progress_interval = std::chrono::milliseconds(500);
+constexpr unsigned max_threads_per_mover = 8;
+
+std::string job_name(std::uint64_t job_id) { return "job " + std::to_string(job_id); }
+
+Buffer live_buffer(StateStore& store, const Config& config, std::uint64_t job_id) {
+    ReadSnapshot snapshot(store);
+    const std::optional<Buffer> b = snapshot.latest_job_buffer(config.cluster, job_id);
+    if (!b || is_final(b->state))
+        throw Error(ExitCode::no_input, job_name(job_id) + " has no burst buffer (bb-pool alloc first)");
+    return *b;
+}
+
+Error wrong_state(const Buffer& b, const std::string& phase, const std::string& needs) {
+    return Error(ExitCode::data, "cannot " + phase + " " + b.key.str() + ": it is " + to_string(b.state) +
+                                     " (" + phase + " needs " + needs + ")");
+}
+
+RunLock take_run_lock(const Config& config, const Buffer& b) {
+    if (std::optional<RunLock> lock = RunLock::try_acquire(config.state_dir, b.key.str())) return std::move(*lock);
+    std::string who = "another process";
+    if (std::optional<ProcessId> holder = RunLock::holder(config.state_dir, b.key.str()))
+        who = "pid " + std::to_string(holder->pid);
+    throw Error(ExitCode::temp_fail, "buffer " + b.key.str() + " is busy: " + who + " is working on it");
+}
+
+// flock'd files in run/: `count` slots named <prefix>.<i>.lock; holding one is holding a slot.
+std::vector<Fd> take_slots(const Config& config, const std::string& prefix, unsigned count, unsigned want,
+                           std::chrono::steady_clock::time_point deadline, const std::string& what) {
+    std::vector<Fd> held;
+    for (;;) {
+        for (unsigned i = 0; i < count && held.size() < want; ++i) {
+            const std::string path = config.state_dir + "/run/" + prefix + "." + std::to_string(i) + ".lock";
+            Fd fd(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+            if (fd && flock(fd.get(), LOCK_EX | LOCK_NB) == 0) held.push_back(std::move(fd));
+        }
+        if (!held.empty()) return held;
+        if (std::chrono::steady_clock::now() >= deadline)
+            throw Error(ExitCode::temp_fail, "timed out waiting for a free " + what);
+        std::this_thread::sleep_for(slot_poll);
+    }
+}
+
+// Progress is not state: a temp file renamed over the old one, no fsync.
+void write_progress(const StateStore& store, const Buffer& b, const MoverReport& r) {
+    const std::string path = store.path("progress/" + b.key.str());
+    const std::string tmp = path + ".tmp";
+    const std::string text = nlohmann::json{{"files_done", r.files_done},
+                                            {"files_total", r.files_total},
+                                            {"bytes_done", r.bytes_done},
+                                            {"bytes_total", r.bytes_total}}
+                                 .dump() +
+                             "\n";
+    Fd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!fd || write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) return;
+    rename(tmp.c_str(), path.c_str());
+}
+
+std::string pool_path_of(const Config& config, const Buffer& b) {
+    return configured_pool(config, b.pool).path + "/" + b.directory;
+}
+
+StagePlan plan_for(StateStore& store, const Config& config, const Buffer& b, StageDirection direction,
+                   const std::vector<StageDirective>& stages, unsigned threads) {
+    StagePlan plan;
+    plan.direction = direction;
+    plan.user = lookup_user(std::to_string(b.uid));  // groups as the system knows them now
+    plan.job_root = pool_path_of(config, b);
+    plan.capacity = b.allocated_bytes;
+    plan.stages = stages;
+    plan.threads = threads;
+    plan.durable = direction == StageDirection::out;
+    ReadSnapshot snapshot(store);
+    for (const auto& [name, path] :
+         resolve_persistent_uses(snapshot, config, b.uid, b.user, recorded_persistent_uses(b)))
+        plan.persistent_roots[name] = path;
+    return plan;
+}
+
+struct MoverRun {
+    bool ok = false;
+    int exit_code = 0;
+    std::string message;
+    MoverReport summary;
+    std::vector<std::string> warnings;
+};
+
+MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan, const StageOptions& options,
+                   const std::string& mover, unsigned timeout_seconds, const char* phase) {
+    MoverRun run;
+    auto last_write = std::chrono::steady_clock::time_point{};
+    ProcessSpec spec;
+    spec.path = mover;
+    spec.stdin_data = plan_to_json(plan);
+    spec.timeout = std::chrono::seconds(timeout_seconds);
+    spec.on_stdout_line = [&](const std::string& line) {
+        const MoverReport r = parse_report(line);
+        switch (r.kind) {
+            case MoverReport::Kind::progress: {
+                if (options.on_progress) options.on_progress(r);
+                const auto now = std::chrono::steady_clock::now();
+                if (now - last_write >= progress_interval || r.files_done == r.files_total) {
+                    write_progress(store, b, r);
+                    last_write = now;
+                }
+                break;
+            }
+            case MoverReport::Kind::summary:
+                run.summary = r;
+                run.ok = true;
+                break;
+            case MoverReport::Kind::error:
+                run.exit_code = r.exit_code;
+                run.message = r.message;
+                break;
+            case MoverReport::Kind::warning:
+                run.warnings.push_back(r.message);
+                break;
+            default:
+                break;
+        }
+    };
+    const ProcessOutcome outcome = run_process(spec);
+    if (outcome.timed_out) {
+        run.ok = false;
+        run.exit_code = static_cast<int>(ExitCode::temp_fail);
+        run.message = std::string(phase) + " timed out after " + std::to_string(timeout_seconds) +
+                      " s (timeouts." + (plan.direction == StageDirection::in ? "stage_in" : "stage_out") +
+                      "); the mover was stopped";
+    } else if (outcome.exit_code != 0) {
+        run.ok = false;
+        if (run.exit_code == 0) run.exit_code = outcome.exit_code > 0 ? outcome.exit_code : 70;
+        if (run.message.empty())
+            run.message = outcome.signal ? "the mover was killed by signal " + std::to_string(outcome.signal)
+                                         : outcome.last_stderr_line;
+    }
+    return run;
+}
+
+// Records the failure on the buffer (state kept) and returns the error to throw.
+Error record_failure(StateStore& store, const Config& config, const Buffer& b, const MoverRun& run,
+                     const std::string& tool) {
+    WriteTransaction txn(store, tool);
+    Buffer now = txn.transition(b.key, b.state, "BurstBufferOperation", run.message);
+    now.run_lock_holder.reset();
+    txn.update_buffer(now);
+    publish(txn, store, config);
+    txn.commit();
+    const ExitCode code = run.exit_code >= 64 && run.exit_code <= 78 ? static_cast<ExitCode>(run.exit_code)
+                                                                      : ExitCode::software;
+    return Error(code, run.message);
+}
+
+Buffer enter(StateStore& store, const Config& config, const BufferKey& key, BufferState to,
+             const std::string& tool) {
+    WriteTransaction txn(store, tool);
+    Buffer b = txn.transition(key, to);
+    b.run_lock_holder = ProcessId::self();
+    txn.update_buffer(b);
+    publish(txn, store, config);
+    txn.commit();
+    return b;
+}
+
+Buffer leave(StateStore& store, const Config& config, const BufferKey& key, BufferState to,
+             const std::string& tool) {
+    WriteTransaction txn(store, tool);
+    Buffer b = txn.transition(key, to);
+    b.run_lock_holder.reset();
+    txn.update_buffer(b);
+    publish(txn, store, config);
+    txn.commit();
+    return b;
+}
+
+StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDirection direction,
+                      const StageOptions& options, const std::string& tool) {
+    const bool in = direction == StageDirection::in;
+    const BufferState working = in ? BufferState::staging_in : BufferState::staging_out;
+    const BufferState done = in ? BufferState::staged_in : BufferState::staged_out;
+    const unsigned timeout = in ? config.timeouts.stage_in : config.timeouts.stage_out;
+    const char* phase = in ? "stage-in" : "stage-out";
+    std::optional<RunLock> lock = take_run_lock(config, b);
+    b = live_buffer(store, config, b.key.job_id);  // again, under the run lock
+    StageResult result;
+    result.key = b.key.str();
+    const std::vector<StageDirective> stages = recorded_stages(b.staging, direction);
+    if (stages.empty()) {
+        leave(store, config, b.key, done, tool);
+        result.nothing_to_do = true;
+        return result;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout);
+    std::vector<Fd> slot = take_slots(config, std::string("slot.") + (in ? "in" : "out"),
+                                      config.limits.stage_concurrency, 1, deadline, std::string(phase) + " slot");
+    std::vector<Fd> threads = take_slots(config, "thread", config.limits.mover_threads,
+                                         std::min(config.limits.mover_threads, max_threads_per_mover), deadline,
+                                         "mover thread");
+    b = enter(store, config, b.key, working, tool);
+    const StagePlan plan = plan_for(store, config, b, direction, stages, static_cast<unsigned>(threads.size()));
+    const std::string mover = options.mover.empty() ? find_mover("") : options.mover;
+    const MoverRun run = run_mover(store, b, plan, options, mover, timeout, phase);
+    threads.clear();
+    slot.clear();
+    if (!run.ok) {
+        Error error = record_failure(store, config, b, run, tool);
+        if (in && config.mode == Mode::standalone && config.flags.teardown_failure) {
+            lock.reset();  // teardown takes the run lock itself
+            TeardownOptions teardown;
+            teardown.hurry = true;
+            teardown_job(store, config, b.key.job_id, teardown, tool);
+        }
+        throw error;
+    }
+    leave(store, config, b.key, done, tool);
+    result.files = run.summary.files;
+    result.bytes = run.summary.bytes;
+    result.skipped = run.summary.skipped;
+    result.seconds = run.summary.seconds;
+    result.warnings = run.warnings;
+    return result;
+}
+
+void run_hook(const Config& config, const Buffer& b, const std::string& phase) {
+    const auto hook = config.hooks.find(phase);
+    if (hook == config.hooks.end()) return;
+    ProcessSpec spec;
+    spec.path = hook->second;
+    spec.timeout = std::chrono::seconds(config.timeouts.other);
+    spec.env = {{"BBKIT_JOB_ID", std::to_string(b.key.job_id)},
+                {"BBKIT_USER", b.user},
+                {"BBKIT_UID", std::to_string(b.uid)},
+                {"BBKIT_BUFFER_DIR", pool_path_of(config, b)},
+                {"BBKIT_POOL", b.pool},
+                {"BBKIT_PHASE", phase}};
+    const ProcessOutcome outcome = run_process(spec);
+    if (outcome.timed_out)
+        throw Error(ExitCode::software, phase + " hook " + spec.path + " timed out after " +
+                                            std::to_string(config.timeouts.other) + " s");
+    if (outcome.exit_code != 0)
+        throw Error(ExitCode::software,
+                    phase + " hook " + spec.path + " failed" +
+                        (outcome.signal ? " (signal " + std::to_string(outcome.signal) + ")"
+                                        : " (exit " + std::to_string(outcome.exit_code) + ")") +
+                        (outcome.last_stderr_line.empty() ? "" : ": " + outcome.last_stderr_line));
+}
+
+// Runs a phase's hook while the buffer is in `working`; a failure stays recorded there.
+void hooked_phase(StateStore& store, const Config& config, Buffer b, BufferState working, BufferState done,
+                  const std::string& hook, const std::string& tool) {
+    RunLock lock = take_run_lock(config, b);
+    if (b.state != working) b = enter(store, config, b.key, working, tool);
+    try {
+        run_hook(config, b, hook);
+    } catch (const Error& e) {
+        MoverRun failed;
+        failed.exit_code = static_cast<int>(e.code());
+        failed.message = e.what();
+        throw record_failure(store, config, b, failed, tool);
+    }
+    if (done != working) leave(store, config, b.key, done, tool);
+}
+
+}  // namespace
+
+StageResult stage_in(StateStore& store, const Config& config, std::uint64_t job_id,
+                     const StageOptions& options, const std::string& tool) {
+    const Buffer b = live_buffer(store, config, job_id);
+    switch (b.state) {
+        case BufferState::allocated:
+        case BufferState::staging_in:
+            return run_stage(store, config, b, StageDirection::in, options, tool);
+        case BufferState::staged_in:
+        case BufferState::pre_run:
+        case BufferState::running:
+        case BufferState::post_run:
+        case BufferState::staging_out:
+        case BufferState::staged_out: {
+            StageResult done;
+            done.key = b.key.str();
+            done.nothing_to_do = true;
+            return done;
+        }
+        default:
+            throw wrong_state(b, "stage in", "allocated");
+    }
+}
+
+StageResult stage_out(StateStore& store, const Config& config, std::uint64_t job_id,
+                      const StageOptions& options, const std::string& tool) {
+    const Buffer b = live_buffer(store, config, job_id);
+    switch (b.state) {
+        case BufferState::post_run:
+            return run_stage(store, config, b, StageDirection::out, options, tool);
+        case BufferState::staging_out:
+            if (b.reason == "BurstBufferOperation" && !options.retry)
+                throw Error(ExitCode::unavailable, "stage-out of " + b.key.str() + " failed before: " + b.message +
+                                                       " (the data is kept; fix the cause, then bb-stage out "
+                                                       "--retry --job " + std::to_string(job_id) + ")");
+            return run_stage(store, config, b, StageDirection::out, options, tool);
+        case BufferState::staged_out: {
+            StageResult done;
+            done.key = b.key.str();
+            done.nothing_to_do = true;
+            return done;
+        }
+        default:
+            throw wrong_state(b, "stage out", "post-run");
+    }
+}
+
+void pre_run(StateStore& store, const Config& config, std::uint64_t job_id, const std::string& tool) {
+    Buffer b = live_buffer(store, config, job_id);
+    if (b.state == BufferState::running) return;
+    if (b.state == BufferState::allocated) {
+        if (!recorded_stages(b.staging, StageDirection::in).empty())
+            throw wrong_state(b, "pre-run", "staged-in (run bb-stage in first)");
+        b = leave(store, config, b.key, BufferState::staged_in, tool);
+    }
+    if (b.state != BufferState::staged_in && b.state != BufferState::pre_run)
+        throw wrong_state(b, "pre-run", "staged-in");
+    hooked_phase(store, config, b, BufferState::pre_run, BufferState::running, "pre_run", tool);
+}
+
+void post_run(StateStore& store, const Config& config, std::uint64_t job_id, const std::string& tool) {
+    const Buffer b = live_buffer(store, config, job_id);
+    if (b.state == BufferState::post_run && b.reason.empty()) return;
+    if (b.state != BufferState::running && b.state != BufferState::post_run)
+        throw wrong_state(b, "post-run", "running");
+    hooked_phase(store, config, b, BufferState::post_run, BufferState::post_run, "post_run", tool);
+}
+
+std::string job_paths(StateStore& store, const Config& config, std::uint64_t job_id) {
+    const Buffer b = live_buffer(store, config, job_id);
+    ReadSnapshot snapshot(store);
+    return job_environment(pool_path_of(config, b),
+                           resolve_persistent_uses(snapshot, config, b.uid, b.user, recorded_persistent_uses(b)));
+}
+
+void write_paths_file(const std::string& path, const std::string& lines) {
+    Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!fd) throw Error(ExitCode::io, "cannot write " + path + ": " + std::strerror(errno));
+    if (write(fd.get(), lines.data(), lines.size()) != static_cast<ssize_t>(lines.size()) || fsync(fd.get()) != 0)
+        throw Error(ExitCode::io, "cannot write " + path + ": " + std::strerror(errno));
+}
+
+std::string find_mover(const std::string& self) {
+    std::string exe = self;
+    if (exe.empty()) {
+        char buf[4096];
+        const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+        if (n > 0) exe.assign(buf, static_cast<std::size_t>(n));
+    }
+    const std::string beside = exe.substr(0, exe.rfind('/') + 1) + "bb-mover";
+    if (access(beside.c_str(), X_OK) == 0) return beside;
+    const std::string installed = std::string(BBKIT_LIBEXECDIR) + "/bb-mover";
+    if (access(installed.c_str(), X_OK) == 0) return installed;
+    throw Error(ExitCode::software, "cannot find bb-mover next to " + exe + " or in " + BBKIT_LIBEXECDIR);
+}
+
+}  // namespace bbkit

@@ -1,0 +1,60 @@
+// The job-side phases of a buffer: stage-in, pre-run, post-run, stage-out and its paths.
+// bb-stage holds the buffer's run lock while it works and runs the data movement in bb-mover,
+// a separate program that becomes the job's user before it touches any user path.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "bbkit/config.hpp"
+#include "bbkit/stage_plan.hpp"
+#include "bbkit/store.hpp"
+
+namespace bbkit {
+
+struct StageOptions {
+    bool retry = false;  // stage-out: run again after a failure an admin has fixed
+    std::string mover;   // bb-mover's path; empty = found next to this program, then libexec
+    std::function<void(const MoverReport&)> on_progress;  // progress bars
+};
+
+struct StageResult {
+    std::string key;
+    bool nothing_to_do = false;  // already done (a second run copies nothing)
+    std::uint64_t files = 0, bytes = 0, skipped = 0;
+    double seconds = 0;
+    std::vector<std::string> warnings;
+};
+
+// allocated -> staging-in -> staged-in. The sources are measured as the user against the
+// buffer's capacity first (Error(data) "stage-in needs X but the buffer holds Y"). A failure
+// keeps staging-in with reason BurstBufferOperation and the mover's message; in standalone mode
+// with TeardownFailure the buffer is then torn down. A timeout stops the mover and is recorded.
+StageResult stage_in(StateStore& store, const Config& config, std::uint64_t job_id,
+                     const StageOptions& options, const std::string& tool);
+
+// post-run -> staging-out -> staged-out, durable before it is recorded. A failure keeps the
+// buffer and its data in staging-out; only `retry` runs it again from there.
+StageResult stage_out(StateStore& store, const Config& config, std::uint64_t job_id,
+                      const StageOptions& options, const std::string& tool);
+
+// staged-in -> pre-run -> running (allocated -> staged-in first when nothing is staged in), and
+// running -> post-run, each running the configured admin hook (pre_run, post_run) with the
+// `other` timeout; a failing hook fails the phase with the last line of its stderr.
+void pre_run(StateStore& store, const Config& config, std::uint64_t job_id, const std::string& tool);
+void post_run(StateStore& store, const Config& config, std::uint64_t job_id, const std::string& tool);
+
+// The KEY=VALUE lines of the job's environment (see job_environment).
+std::string job_paths(StateStore& store, const Config& config, std::uint64_t job_id);
+
+// Writes the lines into `path` (Slurm's path file exists, owned by SlurmUser: it is truncated
+// and written, never replaced or followed through a symlink; a missing file is created 0600).
+void write_paths_file(const std::string& path, const std::string& lines);
+
+// Where bb-mover is: next to `self` (the build tree), else the installed libexec directory.
+std::string find_mover(const std::string& self);
+
+}  // namespace bbkit

@@ -1,0 +1,144 @@
+#include "bbkit/stage_plan.hpp"
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "bbkit/error.hpp"
+
+namespace bbkit {
+namespace {
+
+using nlohmann::json;
+
+StageType stage_type_of(const std::string& name) {
+    if (name == "file") return StageType::file;
+    if (name == "directory") return StageType::directory;
+    if (name == "list") return StageType::list;
+    throw Error(ExitCode::data, "unknown stage type '" + name + "'");
+}
+
+json stage_json(const StageDirective& s) {
+    return {{"type", to_string(s.type)}, {"source", s.source}, {"destination", s.destination},
+            {"buffer", s.buffer},        {"line", s.where.line}, {"from", to_string(s.where.origin)}};
+}
+
+StageDirective stage_from(const json& j) {
+    StageDirective s;
+    s.type = stage_type_of(j.at("type").get<std::string>());
+    s.source = j.at("source").get<std::string>();
+    s.destination = j.at("destination").get<std::string>();
+    if (j.contains("buffer") && j["buffer"].is_string()) s.buffer = j["buffer"].get<std::string>();
+    s.where.line = j.value("line", 0);
+    const std::string from = j.value("from", std::string("script"));
+    s.where.origin = from == "--bb" ? Origin::bb_option : from == "--bbf" ? Origin::bbf_file : Origin::script;
+    return s;
+}
+
+// One line of report: a word, then space-separated fields; messages are JSON strings so that
+// any byte of a file name survives.
+std::string quoted(const std::string& text) { return json(text).dump(); }
+
+}  // namespace
+
+const char* to_string(StageDirection direction) { return direction == StageDirection::in ? "in" : "out"; }
+
+std::string plan_to_json(const StagePlan& plan) {
+    json stages = json::array();
+    for (const StageDirective& s : plan.stages) stages.push_back(stage_json(s));
+    return json{{"direction", to_string(plan.direction)},
+                {"user", {{"name", plan.user.name}, {"uid", plan.user.uid}, {"gid", plan.user.gid},
+                          {"groups", plan.user.groups}}},
+                {"job_root", plan.job_root},
+                {"persistent_roots", plan.persistent_roots},
+                {"capacity", plan.capacity},
+                {"stages", stages},
+                {"threads", plan.threads},
+                {"durable", plan.durable},
+                {"direct_io", plan.direct_io}}
+        .dump();
+}
+
+StagePlan plan_from_json(const std::string& text) {
+    try {
+        const json j = json::parse(text);
+        StagePlan plan;
+        plan.direction = j.at("direction").get<std::string>() == "out" ? StageDirection::out : StageDirection::in;
+        plan.user.name = j.at("user").at("name").get<std::string>();
+        plan.user.uid = j.at("user").at("uid").get<uid_t>();
+        plan.user.gid = j.at("user").at("gid").get<gid_t>();
+        plan.user.groups = j.at("user").at("groups").get<std::vector<gid_t>>();
+        plan.job_root = j.at("job_root").get<std::string>();
+        plan.persistent_roots = j.at("persistent_roots").get<std::map<std::string, std::string>>();
+        plan.capacity = j.at("capacity").get<std::uint64_t>();
+        for (const json& s : j.at("stages")) plan.stages.push_back(stage_from(s));
+        plan.threads = j.at("threads").get<unsigned>();
+        plan.durable = j.at("durable").get<bool>();
+        plan.direct_io = j.at("direct_io").get<bool>();
+        return plan;
+    } catch (const json::exception& e) {
+        throw Error(ExitCode::data, std::string("malformed stage plan: ") + e.what());
+    }
+}
+
+std::vector<StageDirective> recorded_stages(const std::string& staging_json, StageDirection direction) {
+    std::vector<StageDirective> stages;
+    const json j = json::parse(staging_json, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return stages;
+    const char* key = direction == StageDirection::in ? "stage_in" : "stage_out";
+    if (!j.contains(key) || !j[key].is_array()) return stages;
+    try {
+        for (const json& s : j[key]) {
+            StageDirective d = stage_from(s);
+            d.unresolved = s.value("unresolved", false);
+            stages.push_back(d);
+        }
+    } catch (const json::exception& e) {
+        throw Error(ExitCode::data, std::string("malformed recorded stage lines: ") + e.what());
+    }
+    return stages;
+}
+
+std::string progress_line(std::uint64_t files_done, std::uint64_t files_total, std::uint64_t bytes_done,
+                          std::uint64_t bytes_total) {
+    return "progress " + std::to_string(files_done) + " " + std::to_string(files_total) + " " +
+           std::to_string(bytes_done) + " " + std::to_string(bytes_total);
+}
+
+std::string summary_line(std::uint64_t files, std::uint64_t bytes, std::uint64_t skipped, double seconds) {
+    std::ostringstream out;
+    out << "summary " << files << ' ' << bytes << ' ' << skipped << ' ' << seconds;
+    return out.str();
+}
+
+std::string error_line(int exit_code, const std::string& message) {
+    return "error " + std::to_string(exit_code) + " " + quoted(message);
+}
+
+std::string warning_line(const std::string& message) { return "warning " + quoted(message); }
+
+MoverReport parse_report(const std::string& line) {
+    MoverReport r;
+    std::istringstream in(line);
+    std::string word;
+    in >> word;
+    auto message_rest = [&]() {
+        std::string rest;
+        std::getline(in >> std::ws, rest);
+        const json j = json::parse(rest, nullptr, false);
+        return j.is_string() ? j.get<std::string>() : rest;
+    };
+    if (word == "progress" && (in >> r.files_done >> r.files_total >> r.bytes_done >> r.bytes_total)) {
+        r.kind = MoverReport::Kind::progress;
+    } else if (word == "summary" && (in >> r.files >> r.bytes >> r.skipped >> r.seconds)) {
+        r.kind = MoverReport::Kind::summary;
+    } else if (word == "error" && (in >> r.exit_code)) {
+        r.kind = MoverReport::Kind::error;
+        r.message = message_rest();
+    } else if (word == "warning") {
+        r.kind = MoverReport::Kind::warning;
+        r.message = message_rest();
+    }
+    return r;
+}
+
+}  // namespace bbkit
