@@ -27,7 +27,8 @@ std::string now_iso8601() {
 // Newlines would let a value forge a line of its own.
 std::string one_line(std::string text) {
     for (char& c : text)
-        if (c == '\n' || c == '\r' || c == '\0') c = ' ';
+        if (c == '\n' || c == '\r' || c == '\0')
+            c = ' ';
     return text;
 }
 
@@ -36,7 +37,8 @@ std::string one_line(std::string text) {
 void audit(const std::string& state_dir, const std::string& tool, const std::string& action,
            const std::string& details) {
     const std::string path = state_dir + "/log/audit.log";
-    const int raw = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    const int raw =
+        open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (raw < 0) {
         spdlog::warn("cannot write the audit log {}: {}", path, std::strerror(errno));
         return;

@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
 #include <ctime>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "bbkit/audit.hpp"
@@ -21,7 +21,8 @@ namespace {
 constexpr auto queue_poll = std::chrono::milliseconds(100);
 
 std::string describe(const AllocRequest& r) {
-    return r.job_id ? "job " + std::to_string(*r.job_id) : "persistent buffer " + *r.persistent_name;
+    return r.job_id ? "job " + std::to_string(*r.job_id)
+                    : "persistent buffer " + *r.persistent_name;
 }
 
 bool same_request(const Buffer& b, const AllocRequest& r, std::uint64_t allocated) {
@@ -35,33 +36,40 @@ std::optional<Buffer> live_buffer(Transaction& txn, const Config& config, const 
     std::optional<Buffer> b =
         r.job_id ? txn.latest_job_buffer(config.cluster, *r.job_id)
                  : txn.find_buffer(BufferKey::persistent(config.cluster, *r.persistent_name));
-    if (b && is_final(b->state)) return std::nullopt;
+    if (b && is_final(b->state))
+        return std::nullopt;
     return b;
 }
 
-std::string buffer_path(const PoolConfig& pool, const Buffer& b) { return pool.path + "/" + b.directory; }
+std::string buffer_path(const PoolConfig& pool, const Buffer& b) {
+    return pool.path + "/" + b.directory;
+}
 
 std::vector<std::pair<std::string, std::string>> check_uses(Transaction& txn, const Config& config,
                                                             const AllocRequest& r) {
     return resolve_persistent_uses(txn, config, r.user.uid, r.user.name, r.uses_persistent);
 }
 
-void check_capacity_fits_at_all(const PoolConfig& pool, const AllocRequest& r, std::uint64_t allocated) {
+void check_capacity_fits_at_all(const PoolConfig& pool, const AllocRequest& r,
+                                std::uint64_t allocated) {
     if (allocated > pool.capacity)
-        throw Error(ExitCode::data, describe(r) + " needs " + format_size(allocated) + " from pool '" +
-                                        pool.name + "', which holds only " + format_size(pool.capacity) +
+        throw Error(ExitCode::data, describe(r) + " needs " + format_size(allocated) +
+                                        " from pool '" + pool.name + "', which holds only " +
+                                        format_size(pool.capacity) +
                                         " in total: it can never be satisfied");
 }
 
 void check_user_limit(Transaction& txn, const Config& config, const AllocRequest& r,
                       std::uint64_t allocated) {
-    if (config.mode == Mode::slurm || !config.limits.user_capacity) return;
+    if (config.mode == Mode::slurm || !config.limits.user_capacity)
+        return;
     const std::uint64_t held = txn.used_bytes_of_user(r.user.uid);
     if (held + allocated > *config.limits.user_capacity)
         throw Error(ExitCode::temp_fail,
                     "user " + r.user.name + " holds " + format_size(held) + " and " + describe(r) +
                         " needs " + format_size(allocated) + ": over limits.user_capacity " +
-                        format_size(*config.limits.user_capacity) + " (BurstBufferResources; retry later)");
+                        format_size(*config.limits.user_capacity) +
+                        " (BurstBufferResources; retry later)");
 }
 
 enum class Grant { now, wait };
@@ -92,17 +100,20 @@ Buffer new_record(const Config& config, const AllocRequest& r, const BufferKey& 
     b.staging = r.staging;
     b.expires = r.expires;
     b.run_lock_holder = ProcessId::self();
-    if (state == BufferState::pending) b.reason = "BurstBufferResources";
+    if (state == BufferState::pending)
+        b.reason = "BurstBufferResources";
     (void)config;
     return b;
 }
 
 // Gives up a queued request: leaves the queue and closes its pending record.
-void leave_queue(StateStore& store, const Config& config, const BufferKey& key, const std::string& tool) {
+void leave_queue(StateStore& store, const Config& config, const BufferKey& key,
+                 const std::string& tool) {
     WriteTransaction txn(store, tool);
     txn.dequeue(key.str());
     if (std::optional<Buffer> b = txn.find_buffer(key); b && b->state == BufferState::pending) {
-        txn.transition(key, BufferState::complete, "BurstBufferResources", "gave up waiting for space");
+        txn.transition(key, BufferState::complete, "BurstBufferResources",
+                       "gave up waiting for space");
         txn.mark_reaped(key);
     }
     publish(txn, store, config);
@@ -117,9 +128,10 @@ struct Reserved {
 
 // The first transaction: the record as `allocating` (or the existing buffer). Loops while the
 // request waits in the queue.
-Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r, const PoolConfig& pool,
-                 std::uint64_t allocated, const std::string& tool) {
-    const auto deadline = std::chrono::steady_clock::now() + r.wait.value_or(std::chrono::milliseconds(0));
+Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
+                 const PoolConfig& pool, std::uint64_t allocated, const std::string& tool) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + r.wait.value_or(std::chrono::milliseconds(0));
     std::optional<BufferKey> queued;
     try {
         for (;;) {
@@ -127,29 +139,34 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
             open_pool(txn, config, r.pool);  // marker and ownership checks
             const std::optional<PoolRecord> record = txn.find_pool(r.pool);
             if (record->draining)
-                throw Error(ExitCode::unavailable, "pool '" + r.pool +
-                                                       "' is draining: no new allocations (bb-pool resume " +
-                                                       r.pool + ")");
+                throw Error(ExitCode::unavailable,
+                            "pool '" + r.pool +
+                                "' is draining: no new allocations (bb-pool resume " + r.pool +
+                                ")");
             std::optional<Buffer> live = live_buffer(txn, config, r);
             if (live && live->state != BufferState::pending) {
                 if (!same_request(*live, r, allocated))
                     throw Error(ExitCode::exists,
-                                describe(r) + " already has a different buffer (" + live->key.str() + ", " +
-                                    to_string(live->state) + ", pool " + live->pool + ", " +
-                                    format_size(live->allocated_bytes) + "): tear it down first");
+                                describe(r) + " already has a different buffer (" +
+                                    live->key.str() + ", " + to_string(live->state) + ", pool " +
+                                    live->pool + ", " + format_size(live->allocated_bytes) +
+                                    "): tear it down first");
                 if (live->state == BufferState::allocating && live->run_lock_holder &&
-                    live->run_lock_holder->alive() && !(*live->run_lock_holder == ProcessId::self()))
-                    throw Error(ExitCode::temp_fail, describe(r) + " is being allocated by pid " +
-                                                         std::to_string(live->run_lock_holder->pid) +
-                                                         " (retry later)");
-                Reserved out{*live, live->state != BufferState::allocating, check_uses(txn, config, r)};
+                    live->run_lock_holder->alive() &&
+                    !(*live->run_lock_holder == ProcessId::self()))
+                    throw Error(ExitCode::temp_fail,
+                                describe(r) + " is being allocated by pid " +
+                                    std::to_string(live->run_lock_holder->pid) + " (retry later)");
+                Reserved out{*live, live->state != BufferState::allocating,
+                             check_uses(txn, config, r)};
                 txn.commit();
                 return out;
             }
             if (live && live->run_lock_holder && live->run_lock_holder->alive() &&
                 !(*live->run_lock_holder == ProcessId::self()))
-                throw Error(ExitCode::temp_fail, describe(r) + " is already waiting for space (pid " +
-                                                     std::to_string(live->run_lock_holder->pid) + ")");
+                throw Error(ExitCode::temp_fail,
+                            describe(r) + " is already waiting for space (pid " +
+                                std::to_string(live->run_lock_holder->pid) + ")");
             const BufferKey key =
                 live ? live->key
                      : (r.job_id ? BufferKey::job(config.cluster, *r.job_id,
@@ -159,17 +176,24 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
             txn.drop_dead_waiters();
             std::uint64_t free = 0;
             const Grant grant = capacity_decision(txn, pool, key, allocated, free);
-            if (config.mode == Mode::standalone) check_user_limit(txn, config, r, allocated);
+            if (config.mode == Mode::standalone)
+                check_user_limit(txn, config, r, allocated);
             if (grant == Grant::wait && config.mode == Mode::slurm) {
-                spdlog::warn("pool {} over-committed: {} needs {} and {} is free (Slurm decided; see bb-pool check)",
-                             pool.name, describe(r), format_size(allocated), format_size(free));
+                spdlog::warn(
+                    "pool {} over-committed: {} needs {} and {} is free (Slurm decided; see "
+                    "bb-pool check)",
+                    pool.name, describe(r), format_size(allocated), format_size(free));
             } else if (grant == Grant::wait) {
                 if (!r.wait)
-                    throw Error(ExitCode::temp_fail,
-                                "pool '" + pool.name + "' has " + format_size(free) + " free and " + describe(r) +
-                                    " needs " + format_size(allocated) +
-                                    (txn.queue_length(pool.name) ? " behind " + std::to_string(txn.queue_length(pool.name)) + " queued request(s)" : "") +
-                                    " (BurstBufferResources; retry later or use --wait)");
+                    throw Error(
+                        ExitCode::temp_fail,
+                        "pool '" + pool.name + "' has " + format_size(free) + " free and " +
+                            describe(r) + " needs " + format_size(allocated) +
+                            (txn.queue_length(pool.name)
+                                 ? " behind " + std::to_string(txn.queue_length(pool.name)) +
+                                       " queued request(s)"
+                                 : "") +
+                            " (BurstBufferResources; retry later or use --wait)");
                 if (!live) {
                     Buffer pending = new_record(config, r, key, allocated, BufferState::pending);
                     txn.insert_buffer(pending);
@@ -184,8 +208,8 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
                 publish(txn, store, config);
                 txn.commit();
                 if (std::chrono::steady_clock::now() >= deadline)
-                    throw Error(ExitCode::temp_fail, "timed out waiting for space in pool '" + pool.name +
-                                                         "' (BurstBufferResources)");
+                    throw Error(ExitCode::temp_fail, "timed out waiting for space in pool '" +
+                                                         pool.name + "' (BurstBufferResources)");
                 std::this_thread::sleep_for(queue_poll);
                 continue;
             }
@@ -203,7 +227,8 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
             return Reserved{b, false, uses};
         }
     } catch (...) {
-        if (queued) leave_queue(store, config, *queued, tool);
+        if (queued)
+            leave_queue(store, config, *queued, tool);
         throw;
     }
 }
@@ -212,7 +237,8 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
 void roll_back(StateStore& store, const Config& config, const Buffer& b, const std::string& why,
                const std::string& tool) {
     WriteTransaction txn(store, tool);
-    const BufferState end = b.key.kind() == BufferKind::job ? BufferState::complete : BufferState::deleted;
+    const BufferState end =
+        b.key.kind() == BufferKind::job ? BufferState::complete : BufferState::deleted;
     txn.transition(b.key, end, "BurstBufferOperation", why);
     txn.mark_reaped(b.key);
     publish(txn, store, config);
@@ -222,7 +248,8 @@ void roll_back(StateStore& store, const Config& config, const Buffer& b, const s
 }  // namespace
 
 const PoolConfig& configured_pool(const Config& config, const std::string& name) {
-    if (const PoolConfig* pool = config.find_pool(name)) return *pool;
+    if (const PoolConfig* pool = config.find_pool(name))
+        return *pool;
     throw Error(ExitCode::no_input, "unknown pool '" + name + "' (see bb-pool list)");
 }
 
@@ -238,7 +265,8 @@ PoolMarker init_pool(StateStore& store, const Config& config, const std::string&
     txn.put_pool(PoolRecord{name, pool.path, marker.uuid, false});
     publish(txn, store, config);
     txn.commit();
-    audit(store.dir(), tool, "init", "pool=" + name + " path=" + pool.path + " uuid=" + marker.uuid);
+    audit(store.dir(), tool, "init",
+          "pool=" + name + " path=" + pool.path + " uuid=" + marker.uuid);
     return marker;
 }
 
@@ -266,8 +294,9 @@ void set_draining(StateStore& store, const Config& config, const std::string& na
 
 AllocRequest job_alloc_request(const Request& request, std::uint64_t job_id, const User& user) {
     if (!request.job_buffer)
-        throw Error(ExitCode::data, "job " + std::to_string(job_id) +
-                                        " requests no burst-buffer capacity (no capacity= on a directive)");
+        throw Error(ExitCode::data,
+                    "job " + std::to_string(job_id) +
+                        " requests no burst-buffer capacity (no capacity= on a directive)");
     AllocRequest r;
     r.job_id = job_id;
     r.user = user;
@@ -278,7 +307,8 @@ AllocRequest job_alloc_request(const Request& request, std::uint64_t job_id, con
     nlohmann::json staging = request_json(request);
     staging.erase("warnings");
     r.staging = staging.dump();
-    for (const PersistentUse& use : request.use) r.uses_persistent.push_back(use.name);
+    for (const PersistentUse& use : request.use)
+        r.uses_persistent.push_back(use.name);
     return r;
 }
 
@@ -292,9 +322,11 @@ Request parse_synthesized(const Config& config, const std::string& body, const J
 }
 
 std::string key_value(const std::string& key, const std::optional<std::string>& value) {
-    if (!value) return "";
+    if (!value)
+        return "";
     if (value->find_first_of("\"\\\n") != std::string::npos)
-        throw Error(ExitCode::usage, "--" + key + " '" + *value + "' holds a quote, backslash or newline");
+        throw Error(ExitCode::usage,
+                    "--" + key + " '" + *value + "' holds a quote, backslash or newline");
     return " " + key + "=\"" + *value + "\"";
 }
 
@@ -307,15 +339,18 @@ TimePoint parse_local_time(const std::string& text) {
         if (end && *end == '\0') {
             tm.tm_isdst = -1;
             const std::time_t t = std::mktime(&tm);
-            if (t != static_cast<std::time_t>(-1)) return std::chrono::system_clock::from_time_t(t);
+            if (t != static_cast<std::time_t>(-1))
+                return std::chrono::system_clock::from_time_t(t);
         }
     }
-    throw Error(ExitCode::usage, "invalid date '" + text + "' (use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS)");
+    throw Error(ExitCode::usage,
+                "invalid date '" + text + "' (use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS)");
 }
 
 AllocRequest build_alloc_request(const Config& config, const AllocCommand& c) {
     if (c.persistent) {
-        if (!c.capacity) throw Error(ExitCode::usage, "--persistent needs --capacity");
+        if (!c.capacity)
+            throw Error(ExitCode::usage, "--persistent needs --capacity");
         const std::string body = "create_persistent" + key_value("name", c.persistent) +
                                  key_value("capacity", c.capacity) + key_value("pool", c.pool) +
                                  key_value("access", c.access) + key_value("type", c.type);
@@ -328,26 +363,32 @@ AllocRequest build_alloc_request(const Config& config, const AllocCommand& c) {
         r.capacity = create.capacity;
         r.access = create.access;
         r.type = create.type;
-        if (c.expires) r.expires = parse_local_time(*c.expires);
+        if (c.expires)
+            r.expires = parse_local_time(*c.expires);
         r.wait = c.wait;
         return r;
     }
-    if (!c.job_id) throw Error(ExitCode::usage, "give --job ID or --persistent NAME");
-    if (!c.user) throw Error(ExitCode::usage, "--job needs --user (the job's user)");
+    if (!c.job_id)
+        throw Error(ExitCode::usage, "give --job ID or --persistent NAME");
+    if (!c.user)
+        throw Error(ExitCode::usage, "--job needs --user (the job's user)");
     const User user = lookup_user(*c.user);
     JobContext job = c.job;
     job.job_id = std::to_string(*c.job_id);
     job.user = user.name;
     job.uid = user.uid;
     Request request;
-    if (c.text.script || c.text.bb || c.text.bbf) request = parse_request(c.text, config, job);
+    if (c.text.script || c.text.bb || c.text.bbf)
+        request = parse_request(c.text, config, job);
     if (c.capacity || !request.job_buffer) {
         if (!c.capacity)
-            throw Error(ExitCode::data, "job " + job.job_id.value() +
-                                            " requests no capacity (give --capacity or a capacity= directive)");
+            throw Error(ExitCode::data,
+                        "job " + job.job_id.value() +
+                            " requests no capacity (give --capacity or a capacity= directive)");
         const Request line = parse_synthesized(
-            config, "jobdw" + key_value("capacity", c.capacity) + key_value("pool", c.pool) +
-                        key_value("access_mode", c.access) + key_value("type", c.type),
+            config,
+            "jobdw" + key_value("capacity", c.capacity) + key_value("pool", c.pool) +
+                key_value("access_mode", c.access) + key_value("type", c.type),
             job);
         request.job_buffer = line.job_buffer;
     } else if (c.pool && *c.pool != request.job_buffer->pool) {
@@ -359,20 +400,24 @@ AllocRequest build_alloc_request(const Config& config, const AllocCommand& c) {
     return r;
 }
 
-AllocResult allocate(StateStore& store, const Config& config, const AllocRequest& r, const std::string& tool) {
+AllocResult allocate(StateStore& store, const Config& config, const AllocRequest& r,
+                     const std::string& tool) {
     const PoolConfig& pool = configured_pool(config, r.pool);
-    if (r.capacity == 0) throw Error(ExitCode::data, describe(r) + " requests no capacity");
+    if (r.capacity == 0)
+        throw Error(ExitCode::data, describe(r) + " requests no capacity");
     if (r.persistent_name) {
         check_persistent_name(*r.persistent_name);
         if (getuid() != 0 && !config.flags.enable_persistent)
-            throw Error(ExitCode::no_perm, "only root may create persistent buffers (EnablePersistent is not set)");
+            throw Error(ExitCode::no_perm,
+                        "only root may create persistent buffers (EnablePersistent is not set)");
     }
     const std::uint64_t allocated = round_up(r.capacity, pool.granularity);
     check_capacity_fits_at_all(pool, r, allocated);
 
     Reserved reserved = reserve(store, config, r, pool, allocated, tool);
     Buffer& b = reserved.buffer;
-    if (reserved.existed) return AllocResult{b, buffer_path(pool, b), true};
+    if (reserved.existed)
+        return AllocResult{b, buffer_path(pool, b), true};
 
     try {
         PoolDir dir = [&] {
@@ -394,14 +439,15 @@ std::vector<std::pair<std::string, std::string>> resolve_persistent_uses(
     const std::vector<std::string>& names) {
     std::vector<std::pair<std::string, std::string>> found;
     for (const std::string& name : names) {
-        const std::optional<Buffer> p = txn.find_buffer(BufferKey::persistent(config.cluster, name));
+        const std::optional<Buffer> p =
+            txn.find_buffer(BufferKey::persistent(config.cluster, name));
         if (!p || p->state != BufferState::allocated)
             throw Error(ExitCode::no_input,
                         "persistent buffer '" + name + "' does not exist" +
                             (p ? " (it is " + std::string(to_string(p->state)) + ")" : ""));
         if (uid != 0 && p->uid != uid)
-            throw Error(ExitCode::no_perm,
-                        "persistent buffer '" + name + "' belongs to " + p->owner + ", not to " + user);
+            throw Error(ExitCode::no_perm, "persistent buffer '" + name + "' belongs to " +
+                                               p->owner + ", not to " + user);
         found.emplace_back(name, configured_pool(config, p->pool).path + "/" + p->directory);
     }
     return found;
@@ -410,10 +456,12 @@ std::vector<std::pair<std::string, std::string>> resolve_persistent_uses(
 std::vector<std::string> recorded_persistent_uses(const Buffer& buffer) {
     std::vector<std::string> names;
     const nlohmann::json staging = nlohmann::json::parse(buffer.staging, nullptr, false);
-    if (!staging.is_object() || !staging.contains("persistent") || !staging["persistent"].is_object())
+    if (!staging.is_object() || !staging.contains("persistent") ||
+        !staging["persistent"].is_object())
         return names;
     const nlohmann::json uses = staging["persistent"].value("use", nlohmann::json::array());
-    if (!uses.is_array()) return names;
+    if (!uses.is_array())
+        return names;
     for (const auto& use : uses)
         if (use.is_object() && use.contains("name") && use["name"].is_string())
             names.push_back(use["name"].get<std::string>());
@@ -434,7 +482,8 @@ Buffer complete_allocation(StateStore& store, const Config& config, const Buffer
     }
     const PoolConfig& pool = configured_pool(config, b.pool);
     if (key.kind() == BufferKind::job)
-        write_file_atomically(env_file_path(store, key), job_environment(buffer_path(pool, b), uses), 0644);
+        write_file_atomically(env_file_path(store, key),
+                              job_environment(buffer_path(pool, b), uses), 0644);
     publish(txn, store, config);
     txn.commit();
     audit(store.dir(), tool, "alloc",
@@ -465,7 +514,8 @@ std::string env_file_path(const StateStore& store, const BufferKey& key) {
 }
 
 std::string trash_name(const Buffer& buffer) {
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(buffer.created.time_since_epoch());
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(buffer.created.time_since_epoch());
     return buffer.key.str() + "." + std::to_string(ns.count());
 }
 

@@ -34,14 +34,14 @@ void set_draining(StateStore& store, const Config& config, const std::string& na
                   const std::string& tool);
 
 struct AllocRequest {
-    std::optional<std::uint64_t> job_id;        // a job buffer, or
+    std::optional<std::uint64_t> job_id;         // a job buffer, or
     std::optional<std::string> persistent_name;  // a persistent buffer
     User user;                                   // the job's user / the persistent owner
     std::string pool;
     std::uint64_t capacity = 0;  // bytes requested; rounded up to the pool's granularity
     std::string access = "striped";
     std::string type = "scratch";
-    std::string staging = "{}";              // the parsed request (JSON text), for bb-stage
+    std::string staging = "{}";                // the parsed request (JSON text), for bb-stage
     std::vector<std::string> uses_persistent;  // persistent buffers the job uses
     std::optional<TimePoint> expires;          // persistent buffers
     // Standalone mode, short of space: join the pool's FIFO queue and wait this long.
@@ -77,7 +77,7 @@ TimePoint parse_local_time(const std::string& text);
 
 struct AllocResult {
     Buffer buffer;
-    std::string path;           // absolute directory
+    std::string path;              // absolute directory
     bool already_existed = false;  // an identical live buffer was returned (idempotent)
 };
 

@@ -42,19 +42,23 @@ std::string new_uuid() {
 std::optional<PoolMarker> read_marker(int rootfd, const std::string& pool_path) {
     const int fd = openat(rootfd, PoolDir::marker_file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
-        if (errno == ENOENT) return std::nullopt;
+        if (errno == ENOENT)
+            return std::nullopt;
         throw io_error("cannot read " + pool_path + "/" + PoolDir::marker_file, errno);
     }
     Fd owned(fd);
     char buf[512];
     const ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0) throw io_error("cannot read " + pool_path + "/" + PoolDir::marker_file, errno);
+    if (n < 0)
+        throw io_error("cannot read " + pool_path + "/" + PoolDir::marker_file, errno);
     std::istringstream text(std::string(buf, static_cast<std::size_t>(n)));
     PoolMarker marker;
     std::string line;
     while (std::getline(text, line)) {
-        if (line.rfind("name=", 0) == 0) marker.name = line.substr(5);
-        if (line.rfind("uuid=", 0) == 0) marker.uuid = line.substr(5);
+        if (line.rfind("name=", 0) == 0)
+            marker.name = line.substr(5);
+        if (line.rfind("uuid=", 0) == 0)
+            marker.uuid = line.substr(5);
     }
     return marker;
 }
@@ -62,16 +66,18 @@ std::optional<PoolMarker> read_marker(int rootfd, const std::string& pool_path) 
 // Root-owned and writable only by its owner: nobody else may rename or replace what is in it.
 void check_owned_by_root(int fd, const std::string& path) {
     struct stat st {};
-    if (fstat(fd, &st) != 0) throw io_error("cannot stat " + path, errno);
-    if (!S_ISDIR(st.st_mode)) throw Error(ExitCode::no_perm, path + " is not a directory");
+    if (fstat(fd, &st) != 0)
+        throw io_error("cannot stat " + path, errno);
+    if (!S_ISDIR(st.st_mode))
+        throw Error(ExitCode::no_perm, path + " is not a directory");
     if (st.st_uid != 0)
         throw Error(ExitCode::no_perm, "pool directory " + path + " is owned by uid " +
-                                           std::to_string(st.st_uid) +
-                                           ", not root (chown root " + path + ")");
+                                           std::to_string(st.st_uid) + ", not root (chown root " +
+                                           path + ")");
     if (st.st_mode & (S_IWGRP | S_IWOTH))
-        throw Error(ExitCode::no_perm, "pool directory " + path +
-                                           " is writable by group or others (chmod go-w " + path +
-                                           ")");
+        throw Error(
+            ExitCode::no_perm,
+            "pool directory " + path + " is writable by group or others (chmod go-w " + path + ")");
 }
 
 Fd open_root(const std::string& path) {
@@ -96,7 +102,8 @@ Fd make_subdir(int rootfd, const std::string& pool_path, const char* name, mode_
 }
 
 void fsync_fd(int fd, const std::string& what) {
-    if (fsync(fd) != 0) throw io_error("cannot sync " + what, errno);
+    if (fsync(fd) != 0)
+        throw io_error("cannot sync " + what, errno);
 }
 
 // Splits "job/42.1" into its two parts; anything else is a programming error.
@@ -111,11 +118,14 @@ struct DirStream {
     DIR* dir = nullptr;
     explicit DirStream(int fd) {
         const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-        if (copy >= 0) dir = fdopendir(copy);
-        if (!dir && copy >= 0) close(copy);
+        if (copy >= 0)
+            dir = fdopendir(copy);
+        if (!dir && copy >= 0)
+            close(copy);
     }
     ~DirStream() {
-        if (dir) closedir(dir);
+        if (dir)
+            closedir(dir);
     }
     DirStream(const DirStream&) = delete;
     DirStream& operator=(const DirStream&) = delete;
@@ -123,12 +133,14 @@ struct DirStream {
 
 std::vector<std::string> entries_of(int fd, const std::string& what) {
     DirStream stream(fd);
-    if (!stream.dir) throw io_error("cannot list " + what, errno);
+    if (!stream.dir)
+        throw io_error("cannot list " + what, errno);
     rewinddir(stream.dir);
     std::vector<std::string> names;
     while (dirent* entry = readdir(stream.dir)) {
         const std::string name = entry->d_name;
-        if (name != "." && name != "..") names.push_back(name);
+        if (name != "." && name != "..")
+            names.push_back(name);
     }
     return names;
 }
@@ -178,14 +190,14 @@ PoolDir PoolDir::open(const PoolConfig& pool, const std::optional<std::string>& 
     dir.root_ = open_root(pool.path);
     std::optional<PoolMarker> marker = read_marker(dir.root_.get(), pool.path);
     if (!marker)
-        throw Error(ExitCode::unavailable, "pool '" + pool.name + "' at " + pool.path +
-                                               " has no " + marker_file +
-                                               " marker (not mounted? run bb-pool init " +
-                                               pool.name + " on a new pool)");
-    if (marker->name != pool.name || (expected_uuid && marker->uuid != *expected_uuid))
         throw Error(ExitCode::unavailable,
-                    "pool '" + pool.name + "' at " + pool.path + " holds the marker of another pool ('" +
-                        marker->name + "' " + marker->uuid + ") (not mounted, or the wrong file system?)");
+                    "pool '" + pool.name + "' at " + pool.path + " has no " + marker_file +
+                        " marker (not mounted? run bb-pool init " + pool.name + " on a new pool)");
+    if (marker->name != pool.name || (expected_uuid && marker->uuid != *expected_uuid))
+        throw Error(ExitCode::unavailable, "pool '" + pool.name + "' at " + pool.path +
+                                               " holds the marker of another pool ('" +
+                                               marker->name + "' " + marker->uuid +
+                                               ") (not mounted, or the wrong file system?)");
     dir.marker_ = *marker;
     check_owned_by_root(dir.root_.get(), pool.path);
     dir.job_ = open_beneath(dir.root_.get(), "job", O_RDONLY | O_DIRECTORY, pool.path + "/job");
@@ -199,10 +211,14 @@ PoolDir PoolDir::open(const PoolConfig& pool, const std::optional<std::string>& 
 }
 
 int PoolDir::subdir_fd(const std::string& subdir) const {
-    if (subdir == "job") return job_.get();
-    if (subdir == "persistent") return persistent_.get();
-    if (subdir == "trash") return trash_.get();
-    if (subdir == "quarantine") return quarantine_.get();
+    if (subdir == "job")
+        return job_.get();
+    if (subdir == "persistent")
+        return persistent_.get();
+    if (subdir == "trash")
+        return trash_.get();
+    if (subdir == "quarantine")
+        return quarantine_.get();
     throw Error(ExitCode::software, "no pool subdirectory '" + subdir + "'");
 }
 
@@ -234,7 +250,8 @@ bool PoolDir::move_to_trash(const std::string& directory, const std::string& tra
     const auto [subdir, name] = split_directory(directory);
     const int parent = subdir_fd(subdir);
     if (renameat2(parent, name.c_str(), trash_.get(), trash_name.c_str(), RENAME_NOREPLACE) != 0) {
-        if (errno == ENOENT) return false;
+        if (errno == ENOENT)
+            return false;
         throw io_error("cannot move " + path_ + "/" + directory + " to trash", errno);
     }
     fsync_fd(trash_.get(), path_ + "/trash");
@@ -258,25 +275,29 @@ struct Remover {
     // Empties the directory `fd`; returns false when the deadline stopped it.
     bool empty_dir(int fd, int depth, const std::string& what) {
         for (const std::string& name : entries_of(fd, what)) {
-            if (out_of_time()) return false;
+            if (out_of_time())
+                return false;
             struct stat st {};
             if (fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-                if (errno == ENOENT) continue;
+                if (errno == ENOENT)
+                    continue;
                 throw io_error("cannot stat " + what + "/" + name, errno);
             }
             if (S_ISDIR(st.st_mode)) {
                 if (depth >= max_removal_depth) {
-                    const std::string piece = piece_prefix + std::to_string(++pieces) + "." +
-                                              std::to_string(st.st_ino);
+                    const std::string piece =
+                        piece_prefix + std::to_string(++pieces) + "." + std::to_string(st.st_ino);
                     if (renameat(fd, name.c_str(), trash_fd, piece.c_str()) != 0)
                         throw io_error("cannot move " + what + "/" + name + " up", errno);
                     continue;
                 }
-                const int child = openat(fd, name.c_str(),
-                                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                if (child < 0) throw io_error("cannot open " + what + "/" + name, errno);
+                const int child =
+                    openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (child < 0)
+                    throw io_error("cannot open " + what + "/" + name, errno);
                 Fd owned(child);
-                if (!empty_dir(child, depth + 1, what + "/" + name)) return false;
+                if (!empty_dir(child, depth + 1, what + "/" + name))
+                    return false;
                 if (unlinkat(fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
                     throw io_error("cannot remove " + what + "/" + name, errno);
             } else if (unlinkat(fd, name.c_str(), 0) != 0 && errno != ENOENT) {
@@ -290,16 +311,20 @@ struct Remover {
     bool remove(const std::string& name, const std::string& what) {
         struct stat st {};
         if (fstatat(trash_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-            if (errno == ENOENT) return true;
+            if (errno == ENOENT)
+                return true;
             throw io_error("cannot stat " + what, errno);
         }
         if (S_ISDIR(st.st_mode)) {
-            const int fd = openat(trash_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            if (fd < 0) throw io_error("cannot open " + what, errno);
+            const int fd =
+                openat(trash_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (fd < 0)
+                throw io_error("cannot open " + what, errno);
             Fd owned(fd);
             // A user may still hold write access through an open descriptor; take it away.
             fchmod(fd, private_dir);
-            if (!empty_dir(fd, 1, what)) return false;
+            if (!empty_dir(fd, 1, what))
+                return false;
             if (unlinkat(trash_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
                 throw io_error("cannot remove " + what, errno);
         } else if (unlinkat(trash_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
@@ -314,16 +339,20 @@ struct Remover {
 bool PoolDir::remove_from_trash(const std::string& trash_name,
                                 std::chrono::steady_clock::time_point deadline) {
     Remover remover{trash_.get(), trash_name + ".piece", deadline};
-    if (!remover.remove(trash_name, path_ + "/trash/" + trash_name)) return false;
+    if (!remover.remove(trash_name, path_ + "/trash/" + trash_name))
+        return false;
     // Pieces moved up from deep trees; removing one may move up more, so loop until none.
     for (;;) {
         bool found = false;
         for (const std::string& name : entries_of(trash_.get(), path_ + "/trash")) {
-            if (name.rfind(remover.piece_prefix, 0) != 0) continue;
+            if (name.rfind(remover.piece_prefix, 0) != 0)
+                continue;
             found = true;
-            if (!remover.remove(name, path_ + "/trash/" + name)) return false;
+            if (!remover.remove(name, path_ + "/trash/" + name))
+                return false;
         }
-        if (!found) break;
+        if (!found)
+            break;
     }
     fsync_fd(trash_.get(), path_ + "/trash");
     return true;

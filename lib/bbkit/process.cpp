@@ -19,16 +19,20 @@ namespace {
 constexpr const char* safe_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 bp::environment environment_for(const ProcessSpec& spec) {
-    bp::environment env = spec.clean_env ? bp::environment() : bp::environment(boost::this_process::environment());
-    if (spec.clean_env) env["PATH"] = safe_path;
-    for (const auto& [key, value] : spec.env) env[key] = value;
+    bp::environment env =
+        spec.clean_env ? bp::environment() : bp::environment(boost::this_process::environment());
+    if (spec.clean_env)
+        env["PATH"] = safe_path;
+    for (const auto& [key, value] : spec.env)
+        env[key] = value;
     return env;
 }
 
 // Polls rather than trusting child::wait_for, which is unreliable in Boost 1.74.
 bool wait_until(bp::child& child, std::chrono::steady_clock::time_point deadline) {
     while (child.running()) {
-        if (std::chrono::steady_clock::now() >= deadline) return false;
+        if (std::chrono::steady_clock::now() >= deadline)
+            return false;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return true;
@@ -53,15 +57,17 @@ ProcessOutcome run_process(const ProcessSpec& spec) {
     pipes->on_line = spec.on_stdout_line;
     bp::opstream in;
     std::error_code ec;
-    bp::child child(bp::exe = spec.path, bp::args = spec.args, environment_for(spec), bp::std_in < in,
-                    bp::std_out > pipes->out, bp::std_err > pipes->err, ec);
-    if (ec) throw Error(ExitCode::software, "cannot start " + spec.path + ": " + ec.message());
+    bp::child child(bp::exe = spec.path, bp::args = spec.args, environment_for(spec),
+                    bp::std_in<in, bp::std_out> pipes->out, bp::std_err > pipes->err, ec);
+    if (ec)
+        throw Error(ExitCode::software, "cannot start " + spec.path + ": " + ec.message());
 
     std::thread([pipes] {
         std::string line;
         while (std::getline(pipes->out, line)) {
             std::lock_guard<std::mutex> lock(pipes->mutex);
-            if (!pipes->abandoned && pipes->on_line) pipes->on_line(line);
+            if (!pipes->abandoned && pipes->on_line)
+                pipes->on_line(line);
         }
         --pipes->open_readers;
     }).detach();
@@ -69,7 +75,8 @@ ProcessOutcome run_process(const ProcessSpec& spec) {
         std::string line;
         while (std::getline(pipes->err, line)) {
             std::lock_guard<std::mutex> lock(pipes->mutex);
-            if (!line.empty()) pipes->last_stderr_line = line;
+            if (!line.empty())
+                pipes->last_stderr_line = line;
         }
         --pipes->open_readers;
     }).detach();
@@ -84,7 +91,8 @@ ProcessOutcome run_process(const ProcessSpec& spec) {
     if (!wait_until(child, deadline)) {
         outcome.timed_out = true;
         ::kill(child.id(), SIGTERM);
-        if (!wait_until(child, std::chrono::steady_clock::now() + spec.grace)) ::kill(child.id(), SIGKILL);
+        if (!wait_until(child, std::chrono::steady_clock::now() + spec.grace))
+            ::kill(child.id(), SIGKILL);
     }
     child.wait(ec);
     const auto drain_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);

@@ -20,7 +20,7 @@ struct ProcessSpec {
     bool clean_env = true;
     std::string stdin_data;
     std::chrono::milliseconds timeout{std::chrono::hours(24)};
-    std::chrono::milliseconds grace{5000};  // after SIGTERM, before SIGKILL
+    std::chrono::milliseconds grace{5000};                   // after SIGTERM, before SIGKILL
     std::function<void(const std::string&)> on_stdout_line;  // called from a reader thread
 };
 

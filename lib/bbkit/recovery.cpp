@@ -18,12 +18,13 @@ namespace {
 
 // Nobody works on this buffer any more: its run lock is free and its recorded holder is dead.
 bool owner_dead(const Config& config, const Buffer& b) {
-    if (b.run_lock_holder && b.run_lock_holder->alive()) return false;
+    if (b.run_lock_holder && b.run_lock_holder->alive())
+        return false;
     return !RunLock::holder(config.state_dir, b.key.str());
 }
 
-void close_record(StateStore& store, const Config& config, const BufferKey& key, const std::string& why,
-                  const std::string& tool) {
+void close_record(StateStore& store, const Config& config, const BufferKey& key,
+                  const std::string& why, const std::string& tool) {
     WriteTransaction txn(store, tool);
     Buffer b = txn.get_buffer(key);
     if (b.state == BufferState::pending) {
@@ -34,7 +35,8 @@ void close_record(StateStore& store, const Config& config, const BufferKey& key,
     } else if (key.kind() == BufferKind::persistent && b.state == BufferState::allocated) {
         txn.transition(key, BufferState::deleting, "BurstBufferOperation", why);
     }
-    txn.transition(key, key.kind() == BufferKind::job ? BufferState::complete : BufferState::deleted,
+    txn.transition(key,
+                   key.kind() == BufferKind::job ? BufferState::complete : BufferState::deleted,
                    "BurstBufferOperation", why);
     txn.mark_reaped(key);
     publish(txn, store, config);
@@ -49,14 +51,16 @@ std::string recover_allocating(StateStore& store, const Config& config, const Bu
         dir.emplace(open_pool(snapshot, config, b.pool));
     }
     if (!dir->exists(b.directory)) {
-        close_record(store, config, b.key, "allocation interrupted before its directory existed", tool);
+        close_record(store, config, b.key, "allocation interrupted before its directory existed",
+                     tool);
         return b.key.str() + ": allocating -> rolled back (no directory)";
     }
     dir->create_buffer_dir(b.directory, b.uid, b.gid);  // re-own: the crash may have come first
     std::vector<std::pair<std::string, std::string>> uses;
     {
         ReadSnapshot snapshot(store);
-        uses = resolve_persistent_uses(snapshot, config, b.uid, b.user, recorded_persistent_uses(b));
+        uses =
+            resolve_persistent_uses(snapshot, config, b.uid, b.user, recorded_persistent_uses(b));
     }
     complete_allocation(store, config, b.key, uses, tool);
     return b.key.str() + ": allocating -> allocated (rolled forward)";
@@ -64,9 +68,11 @@ std::string recover_allocating(StateStore& store, const Config& config, const Bu
 
 std::string mark_interrupted(StateStore& store, const Config& config, const Buffer& b,
                              const std::string& tool) {
-    const std::string message = std::string(b.state == BufferState::staging_in ? "stage-in" : "stage-out") +
-                                " interrupted: the stager died (run bb-stage again to resume)";
-    if (b.message == message) return "";
+    const std::string message =
+        std::string(b.state == BufferState::staging_in ? "stage-in" : "stage-out") +
+        " interrupted: the stager died (run bb-stage again to resume)";
+    if (b.message == message)
+        return "";
     WriteTransaction txn(store, tool);
     txn.transition(b.key, b.state, "BurstBufferOperation", message);
     Buffer updated = txn.get_buffer(b.key);
@@ -77,7 +83,8 @@ std::string mark_interrupted(StateStore& store, const Config& config, const Buff
     return b.key.str() + ": " + to_string(b.state) + " marked interrupted (data kept)";
 }
 
-std::string finish_ending(StateStore& store, const Config& config, const Buffer& b, const std::string& tool) {
+std::string finish_ending(StateStore& store, const Config& config, const Buffer& b,
+                          const std::string& tool) {
     if (b.state == BufferState::teardown_fail) {
         WriteTransaction txn(store, tool);
         txn.transition(b.key, BufferState::teardown, "", "retried by recover");
@@ -102,7 +109,8 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
         live = snapshot.list_buffers(filter);
     }
     for (const Buffer& b : live) {
-        if (!owner_dead(config, b)) continue;
+        if (!owner_dead(config, b))
+            continue;
         try {
             std::string action;
             switch (b.state) {
@@ -125,7 +133,8 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
                 default:
                     break;
             }
-            if (!action.empty()) actions.push_back(action);
+            if (!action.empty())
+                actions.push_back(action);
         } catch (const Error& e) {
             actions.push_back(b.key.str() + ": not recovered: " + e.what());
         }
@@ -133,8 +142,8 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
     {
         WriteTransaction txn(store, tool);
         for (const QueueEntry& dropped : txn.drop_dead_waiters())
-            actions.push_back(dropped.key + ": dead waiter pid " + std::to_string(dropped.waiter.pid) +
-                              " left the queue");
+            actions.push_back(dropped.key + ": dead waiter pid " +
+                              std::to_string(dropped.waiter.pid) + " left the queue");
         publish(txn, store, config);
         txn.commit();
     }
@@ -143,12 +152,15 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
         actions.push_back("reaped " + std::to_string(reaped.reaped) + " buffer(s), released " +
                           format_size(reaped.bytes_released));
     if (reaped.remaining)
-        actions.push_back(std::to_string(reaped.remaining) + " buffer(s) still in trash (run bb-pool reap)");
-    if (!actions.empty()) audit(config.state_dir, tool, "recover", std::to_string(actions.size()) + " action(s)");
+        actions.push_back(std::to_string(reaped.remaining) +
+                          " buffer(s) still in trash (run bb-pool reap)");
+    if (!actions.empty())
+        audit(config.state_dir, tool, "recover", std::to_string(actions.size()) + " action(s)");
     return actions;
 }
 
-std::vector<Finding> check(StateStore& store, const Config& config, bool repair, const std::string& tool) {
+std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
+                           const std::string& tool) {
     std::vector<Finding> findings;
     if (repair) {
         for (const std::string& action : recover(store, config, std::chrono::seconds(5), tool))
@@ -175,39 +187,49 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
                 findings.push_back({"pool-unavailable", pool.name, pool.path, e.what(), false});
             }
             for (const QueueEntry& entry : snapshot.queue(pool.name))
-                if (!entry.waiter.alive()) stale.push_back(entry);
+                if (!entry.waiter.alive())
+                    stale.push_back(entry);
         }
     }
     const auto now = std::chrono::system_clock::now();
     for (const PoolStatus& pool : pools)
         if (pool.used + pool.trash > pool.total)
             findings.push_back({"over-commit", pool.name, pool.name,
-                                "used " + format_size(pool.used) + " + trash " + format_size(pool.trash) +
-                                    " exceeds " + format_size(pool.total),
+                                "used " + format_size(pool.used) + " + trash " +
+                                    format_size(pool.trash) + " exceeds " + format_size(pool.total),
                                 false});
     for (const QueueEntry& entry : stale)
         findings.push_back({"stale-queue", entry.pool, entry.key,
                             "waiter pid " + std::to_string(entry.waiter.pid) + " is gone", false});
 
-    std::map<std::string, std::set<std::string>> expected_dirs;    // pool -> "job/42.1"
+    std::map<std::string, std::set<std::string>> expected_dirs;   // pool -> "job/42.1"
     std::map<std::string, std::set<std::string>> expected_trash;  // pool -> trash names
     for (const Buffer& b : live) {
-        if (b.state == BufferState::pending) continue;
+        if (b.state == BufferState::pending)
+            continue;
         expected_dirs[b.pool].insert(b.directory);
         const bool in_flight = !owner_dead(config, b);
         if (b.key.kind() == BufferKind::persistent && b.expires && *b.expires < now)
-            findings.push_back({"expired-persistent", b.pool, b.key.str(), "expired; destroy it with bb-teardown --persistent " + b.key.name, false});
+            findings.push_back({"expired-persistent", b.pool, b.key.str(),
+                                "expired; destroy it with bb-teardown --persistent " + b.key.name,
+                                false});
         const bool ending = b.state == BufferState::teardown || b.state == BufferState::deleting ||
                             b.state == BufferState::teardown_fail;
         if (!in_flight && (b.state == BufferState::allocating || ending))
-            findings.push_back({"interrupted", b.pool, b.key.str(), std::string(to_string(b.state)) + " with no live owner (run bb-pool recover)", false});
+            findings.push_back(
+                {"interrupted", b.pool, b.key.str(),
+                 std::string(to_string(b.state)) + " with no live owner (run bb-pool recover)",
+                 false});
         std::optional<PoolDir>& dir = dirs[b.pool];
-        if (!dir || in_flight || b.state == BufferState::allocating || ending) continue;
+        if (!dir || in_flight || b.state == BufferState::allocating || ending)
+            continue;
         if (!dir->exists(b.directory)) {
-            Finding f{"missing-directory", b.pool, b.key.str(), dir->path() + "/" + b.directory + " is gone", false};
+            Finding f{"missing-directory", b.pool, b.key.str(),
+                      dir->path() + "/" + b.directory + " is gone", false};
             if (repair) {
                 close_record(store, config, b.key, "repair: its directory was gone", tool);
-                audit(config.state_dir, tool, "repair", "closed buffer=" + b.key.str() + " (directory missing)");
+                audit(config.state_dir, tool, "repair",
+                      "closed buffer=" + b.key.str() + " (directory missing)");
                 f.repaired = true;
             }
             findings.push_back(f);
@@ -217,7 +239,8 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
         expected_trash[b.pool].insert(trash_name(b));
         std::optional<PoolDir>& dir = dirs[b.pool];
         if (dir && !dir->exists("trash/" + trash_name(b))) {
-            Finding f{"reaped-unrecorded", b.pool, b.key.str(), "its trash entry is gone but the space is still charged", false};
+            Finding f{"reaped-unrecorded", b.pool, b.key.str(),
+                      "its trash entry is gone but the space is still charged", false};
             if (repair) {
                 WriteTransaction txn(store, tool);
                 txn.mark_reaped(b.key);
@@ -235,36 +258,44 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
     };
     std::vector<Candidate> candidates;
     for (auto& [pool, dir] : dirs) {
-        if (!dir) continue;
+        if (!dir)
+            continue;
         for (const std::string subdir : {"job", "persistent", "trash"})
             for (const std::string& name : dir->list(subdir))
                 candidates.push_back({pool, subdir, name});
     }
     std::optional<WriteTransaction> lock;
-    if (repair) lock.emplace(store, tool);
+    if (repair)
+        lock.emplace(store, tool);
     std::optional<ReadSnapshot> fresh;
-    if (!repair) fresh.emplace(store);
-    Transaction& txn = repair ? static_cast<Transaction&>(*lock) : static_cast<Transaction&>(*fresh);
+    if (!repair)
+        fresh.emplace(store);
+    Transaction& txn =
+        repair ? static_cast<Transaction&>(*lock) : static_cast<Transaction&>(*fresh);
     expected_dirs.clear();
     expected_trash.clear();
     BufferFilter filter;
     filter.live_only = true;
-    for (const Buffer& b : txn.list_buffers(filter)) expected_dirs[b.pool].insert(b.directory);
+    for (const Buffer& b : txn.list_buffers(filter))
+        expected_dirs[b.pool].insert(b.directory);
     filter = BufferFilter{};
     filter.in_trash_only = true;
-    for (const Buffer& b : txn.list_buffers(filter)) expected_trash[b.pool].insert(trash_name(b));
-    const std::string stamp =
-        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count());
+    for (const Buffer& b : txn.list_buffers(filter))
+        expected_trash[b.pool].insert(trash_name(b));
+    const std::string stamp = std::to_string(
+        std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count());
     for (const Candidate& c : candidates) {
         const std::string relative = c.subdir + "/" + c.name;
         bool known = false;
         if (c.subdir == "trash") {
             for (const std::string& t : expected_trash[c.pool])
-                if (c.name == t || c.name.rfind(t + ".piece", 0) == 0) known = true;
+                if (c.name == t || c.name.rfind(t + ".piece", 0) == 0)
+                    known = true;
         } else {
             known = expected_dirs[c.pool].count(relative) > 0;
         }
-        if (known) continue;
+        if (known)
+            continue;
         PoolDir& dir = *dirs[c.pool];
         Finding f{c.subdir == "trash" ? "orphan-trash" : "orphan-directory", c.pool, relative,
                   dir.path() + "/" + relative + " has no record", false};
@@ -287,7 +318,8 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
         publish(txn, store, config);
         txn.commit();
         for (Finding& f : findings)
-            if (f.kind == "stale-queue") f.repaired = true;
+            if (f.kind == "stale-queue")
+                f.repaired = true;
     }
     return findings;
 }

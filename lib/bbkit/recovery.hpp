@@ -22,9 +22,9 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
                                  std::chrono::milliseconds reap_budget, const std::string& tool);
 
 struct Finding {
-    std::string kind;    // orphan-directory, missing-directory, orphan-trash, reaped-unrecorded,
-                         // interrupted, over-commit, expired-persistent, stale-queue,
-                         // pool-unavailable
+    std::string kind;  // orphan-directory, missing-directory, orphan-trash, reaped-unrecorded,
+                       // interrupted, over-commit, expired-persistent, stale-queue,
+                       // pool-unavailable
     std::string pool;
     std::string subject;  // a buffer key, or a path relative to the pool
     std::string detail;
@@ -34,6 +34,7 @@ struct Finding {
 // Lists every inconsistency; with `repair`, quarantines orphan directories and trash entries,
 // closes records whose directory is gone, runs recover for interrupted operations, and
 // records each repair in the audit log.
-std::vector<Finding> check(StateStore& store, const Config& config, bool repair, const std::string& tool);
+std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
+                           const std::string& tool);
 
 }  // namespace bbkit

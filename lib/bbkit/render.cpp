@@ -273,13 +273,13 @@ std::string config_text(const Config& config) {
 std::string pool_list_text(const std::vector<PoolStatus>& pools) {
     std::ostringstream out;
     char line[512];
-    std::snprintf(line, sizeof line, "%-16s %10s %10s %10s %10s %10s %6s  %s\n", "POOL", "TOTAL", "USED",
-                  "TRASH", "FREE", "GRAN", "QUEUED", "STATE");
+    std::snprintf(line, sizeof line, "%-16s %10s %10s %10s %10s %10s %6s  %s\n", "POOL", "TOTAL",
+                  "USED", "TRASH", "FREE", "GRAN", "QUEUED", "STATE");
     out << line;
     for (const PoolStatus& p : pools) {
         const char* state = !p.initialized ? "uninitialised" : p.draining ? "draining" : "up";
-        std::snprintf(line, sizeof line, "%-16s %10s %10s %10s %10s %10s %6zu  %s\n", p.name.c_str(),
-                      format_size(p.total).c_str(), format_size(p.used).c_str(),
+        std::snprintf(line, sizeof line, "%-16s %10s %10s %10s %10s %10s %6zu  %s\n",
+                      p.name.c_str(), format_size(p.total).c_str(), format_size(p.used).c_str(),
                       format_size(p.trash).c_str(), format_size(p.free).c_str(),
                       format_size(p.granularity).c_str(), p.queued, state);
         out << line;
@@ -328,41 +328,56 @@ json findings_json(const std::vector<Finding>& findings) {
 }
 
 std::string findings_text(const std::vector<Finding>& findings) {
-    if (findings.empty()) return "no findings\n";
+    if (findings.empty())
+        return "no findings\n";
     std::ostringstream out;
     for (const Finding& f : findings)
         out << f.kind << ": " << (f.pool.empty() ? "" : "pool " + f.pool + ": ") << f.subject
-            << (f.detail.empty() ? "" : ": " + f.detail) << (f.repaired ? " [repaired]" : "") << '\n';
+            << (f.detail.empty() ? "" : ": " + f.detail) << (f.repaired ? " [repaired]" : "")
+            << '\n';
     return out.str();
 }
 
 json teardown_json(const TeardownResult& result) {
-    return {{"found", result.found}, {"key", result.key}, {"reaped", result.reaped}, {"note", result.note}};
+    return {{"found", result.found},
+            {"key", result.key},
+            {"reaped", result.reaped},
+            {"note", result.note}};
 }
 
 std::string teardown_text(const TeardownResult& result) {
-    if (!result.found) return "note: " + result.note + "\n";
+    if (!result.found)
+        return "note: " + result.note + "\n";
     return "torn down: " + result.key +
-           (result.reaped ? " (space released)\n" : " (in trash until bb-pool reap; space still charged)\n");
+           (result.reaped ? " (space released)\n"
+                          : " (in trash until bb-pool reap; space still charged)\n");
 }
 
 namespace {
 
-double mb_per_s(std::uint64_t bytes, double seconds) { return seconds > 0 ? bytes / seconds / 1e6 : 0.0; }
+double mb_per_s(std::uint64_t bytes, double seconds) {
+    return seconds > 0 ? bytes / seconds / 1e6 : 0.0;
+}
 
 }  // namespace
 
 json stage_result_json(const StageResult& r) {
-    return {{"key", r.key},         {"nothing_to_do", r.nothing_to_do},
-            {"files", r.files},     {"bytes", r.bytes},
-            {"skipped", r.skipped}, {"seconds", r.seconds},
-            {"mb_per_s", mb_per_s(r.bytes, r.seconds)}, {"warnings", r.warnings}};
+    return {{"key", r.key},
+            {"nothing_to_do", r.nothing_to_do},
+            {"files", r.files},
+            {"bytes", r.bytes},
+            {"skipped", r.skipped},
+            {"seconds", r.seconds},
+            {"mb_per_s", mb_per_s(r.bytes, r.seconds)},
+            {"warnings", r.warnings}};
 }
 
 std::string stage_result_text(const StageResult& r, const std::string& phase) {
-    if (r.nothing_to_do) return phase + " of " + r.key + ": nothing to do\n";
+    if (r.nothing_to_do)
+        return phase + " of " + r.key + ": nothing to do\n";
     char line[256];
-    std::snprintf(line, sizeof line, "%s of %s: %llu files, %s in %.2f s (%.1f MB/s), %llu already complete\n",
+    std::snprintf(line, sizeof line,
+                  "%s of %s: %llu files, %s in %.2f s (%.1f MB/s), %llu already complete\n",
                   phase.c_str(), r.key.c_str(), static_cast<unsigned long long>(r.files),
                   format_size(r.bytes).c_str(), r.seconds, mb_per_s(r.bytes, r.seconds),
                   static_cast<unsigned long long>(r.skipped));
@@ -370,15 +385,17 @@ std::string stage_result_text(const StageResult& r, const std::string& phase) {
 }
 
 std::string progress_bar(const MoverReport& r) {
-    const double done = r.bytes_total ? static_cast<double>(r.bytes_done) / r.bytes_total
-                                      : (r.files_total ? static_cast<double>(r.files_done) / r.files_total : 1.0);
+    const double done =
+        r.bytes_total ? static_cast<double>(r.bytes_done) / r.bytes_total
+                      : (r.files_total ? static_cast<double>(r.files_done) / r.files_total : 1.0);
     const int width = 30;
     const int filled = static_cast<int>(done * width);
     std::string bar(static_cast<std::size_t>(filled), '#');
     bar.resize(width, '.');
     char line[160];
-    std::snprintf(line, sizeof line, "\r[%s] %3d%%  %llu/%llu files", bar.c_str(), static_cast<int>(done * 100),
-                  static_cast<unsigned long long>(r.files_done), static_cast<unsigned long long>(r.files_total));
+    std::snprintf(line, sizeof line, "\r[%s] %3d%%  %llu/%llu files", bar.c_str(),
+                  static_cast<int>(done * 100), static_cast<unsigned long long>(r.files_done),
+                  static_cast<unsigned long long>(r.files_total));
     return line;
 }
 

@@ -7,14 +7,14 @@
 #include <string>
 
 #include "bbkit/config.hpp"
+#include "bbkit/directive.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/recovery.hpp"
+#include "bbkit/size.hpp"
+#include "bbkit/sources.hpp"
 #include "bbkit/stage.hpp"
 #include "bbkit/status.hpp"
 #include "bbkit/teardown.hpp"
-#include "bbkit/directive.hpp"
-#include "bbkit/size.hpp"
-#include "bbkit/sources.hpp"
 
 namespace bbkit {
 

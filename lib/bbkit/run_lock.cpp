@@ -23,28 +23,35 @@ std::string lock_path(const std::string& state_dir, const std::string& key) {
 
 Fd open_lock_file(const std::string& path) {
     const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) throw Error(ExitCode::io, "cannot open run lock " + path + ": " + std::strerror(errno));
+    if (fd < 0)
+        throw Error(ExitCode::io, "cannot open run lock " + path + ": " + std::strerror(errno));
     return Fd(fd);
 }
 
 std::optional<ProcessId> read_holder(int fd) {
     char buf[64] = {};
     const ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
-    if (n <= 0) return std::nullopt;
+    if (n <= 0)
+        return std::nullopt;
     std::istringstream in(std::string(buf, static_cast<std::size_t>(n)));
     ProcessId id;
-    if (!(in >> id.pid >> id.start_time) || id.pid <= 0) return std::nullopt;
+    if (!(in >> id.pid >> id.start_time) || id.pid <= 0)
+        return std::nullopt;
     return id;
 }
 
 void write_holder(int fd) {
     const ProcessId self = ProcessId::self();
-    const std::string text = std::to_string(self.pid) + " " + std::to_string(self.start_time) + "\n";
+    const std::string text =
+        std::to_string(self.pid) + " " + std::to_string(self.start_time) + "\n";
     if (ftruncate(fd, 0) != 0 || pwrite(fd, text.data(), text.size(), 0) < 0)
-        throw Error(ExitCode::io, std::string("cannot record run lock holder: ") + std::strerror(errno));
+        throw Error(ExitCode::io,
+                    std::string("cannot record run lock holder: ") + std::strerror(errno));
 }
 
-int pidfd_open_(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+int pidfd_open_(pid_t pid) {
+    return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+}
 
 int pidfd_signal(int pidfd, int sig) {
     return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
@@ -53,9 +60,11 @@ int pidfd_signal(int pidfd, int sig) {
 // A pidfd for `process`, or an empty Fd when that process (same start time) is gone.
 Fd pidfd_of(const ProcessId& process) {
     Fd fd(pidfd_open_(process.pid));
-    if (!fd) return Fd();
+    if (!fd)
+        return Fd();
     // The pidfd pins the pid: if the start time matches now, the fd is that very process.
-    if (!(ProcessId::of(process.pid) == process)) return Fd();
+    if (!(ProcessId::of(process.pid) == process))
+        return Fd();
     return fd;
 }
 
@@ -70,8 +79,10 @@ bool wait_pidfd(int pidfd, std::chrono::milliseconds timeout) {
 std::optional<RunLock> RunLock::try_acquire(const std::string& state_dir, const std::string& key) {
     Fd fd = open_lock_file(lock_path(state_dir, key));
     if (flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-        if (errno == EWOULDBLOCK) return std::nullopt;
-        throw Error(ExitCode::io, "cannot lock " + lock_path(state_dir, key) + ": " + std::strerror(errno));
+        if (errno == EWOULDBLOCK)
+            return std::nullopt;
+        throw Error(ExitCode::io,
+                    "cannot lock " + lock_path(state_dir, key) + ": " + std::strerror(errno));
     }
     write_holder(fd.get());
     return RunLock(std::move(fd));
@@ -81,21 +92,26 @@ RunLock RunLock::acquire(const std::string& state_dir, const std::string& key,
                          std::chrono::milliseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
-        if (std::optional<RunLock> lock = try_acquire(state_dir, key)) return std::move(*lock);
-        if (std::chrono::steady_clock::now() >= deadline) break;
+        if (std::optional<RunLock> lock = try_acquire(state_dir, key))
+            return std::move(*lock);
+        if (std::chrono::steady_clock::now() >= deadline)
+            break;
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     std::string who = "another process";
-    if (std::optional<ProcessId> h = holder(state_dir, key)) who = "pid " + std::to_string(h->pid);
-    throw Error(ExitCode::temp_fail, "buffer " + key + " is busy: " + who +
-                                         " holds its run lock (retry later)");
+    if (std::optional<ProcessId> h = holder(state_dir, key))
+        who = "pid " + std::to_string(h->pid);
+    throw Error(ExitCode::temp_fail,
+                "buffer " + key + " is busy: " + who + " holds its run lock (retry later)");
 }
 
 std::optional<ProcessId> RunLock::holder(const std::string& state_dir, const std::string& key) {
     const int raw = open(lock_path(state_dir, key).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (raw < 0) return std::nullopt;
+    if (raw < 0)
+        return std::nullopt;
     Fd fd(raw);
-    if (flock(fd.get(), LOCK_SH | LOCK_NB) == 0) return std::nullopt;  // nobody holds it
+    if (flock(fd.get(), LOCK_SH | LOCK_NB) == 0)
+        return std::nullopt;  // nobody holds it
     return read_holder(fd.get());
 }
 
@@ -106,9 +122,12 @@ void RunLock::remove(const std::string& state_dir, const std::string& key) {
 
 bool stop_process(const ProcessId& process, std::chrono::milliseconds grace) {
     Fd fd = pidfd_of(process);
-    if (!fd) return false;
-    if (pidfd_signal(fd.get(), SIGTERM) != 0) return errno != ESRCH;
-    if (wait_pidfd(fd.get(), grace)) return true;
+    if (!fd)
+        return false;
+    if (pidfd_signal(fd.get(), SIGTERM) != 0)
+        return errno != ESRCH;
+    if (wait_pidfd(fd.get(), grace))
+        return true;
     pidfd_signal(fd.get(), SIGKILL);
     wait_pidfd(fd.get(), std::chrono::milliseconds(5000));
     return true;
@@ -116,7 +135,8 @@ bool stop_process(const ProcessId& process, std::chrono::milliseconds grace) {
 
 bool wait_for_exit(const ProcessId& process, std::chrono::milliseconds timeout) {
     Fd fd = pidfd_of(process);
-    if (!fd) return true;
+    if (!fd)
+        return true;
     return wait_pidfd(fd.get(), timeout);
 }
 

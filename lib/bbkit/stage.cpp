@@ -1,10 +1,10 @@
 #include "bbkit/stage.hpp"
 
 #include <fcntl.h>
-#include <cerrno>
-#include <cstring>
 #include <sys/file.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstring>
 
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -25,40 +25,49 @@ constexpr auto slot_poll = std::chrono::milliseconds(200);
 constexpr auto progress_interval = std::chrono::milliseconds(500);
 constexpr unsigned max_threads_per_mover = 8;
 
-std::string job_name(std::uint64_t job_id) { return "job " + std::to_string(job_id); }
+std::string job_name(std::uint64_t job_id) {
+    return "job " + std::to_string(job_id);
+}
 
 Buffer live_buffer(StateStore& store, const Config& config, std::uint64_t job_id) {
     ReadSnapshot snapshot(store);
     const std::optional<Buffer> b = snapshot.latest_job_buffer(config.cluster, job_id);
     if (!b || is_final(b->state))
-        throw Error(ExitCode::no_input, job_name(job_id) + " has no burst buffer (bb-pool alloc first)");
+        throw Error(ExitCode::no_input,
+                    job_name(job_id) + " has no burst buffer (bb-pool alloc first)");
     return *b;
 }
 
 Error wrong_state(const Buffer& b, const std::string& phase, const std::string& needs) {
-    return Error(ExitCode::data, "cannot " + phase + " " + b.key.str() + ": it is " + to_string(b.state) +
-                                     " (" + phase + " needs " + needs + ")");
+    return Error(ExitCode::data, "cannot " + phase + " " + b.key.str() + ": it is " +
+                                     to_string(b.state) + " (" + phase + " needs " + needs + ")");
 }
 
 RunLock take_run_lock(const Config& config, const Buffer& b) {
-    if (std::optional<RunLock> lock = RunLock::try_acquire(config.state_dir, b.key.str())) return std::move(*lock);
+    if (std::optional<RunLock> lock = RunLock::try_acquire(config.state_dir, b.key.str()))
+        return std::move(*lock);
     std::string who = "another process";
     if (std::optional<ProcessId> holder = RunLock::holder(config.state_dir, b.key.str()))
         who = "pid " + std::to_string(holder->pid);
-    throw Error(ExitCode::temp_fail, "buffer " + b.key.str() + " is busy: " + who + " is working on it");
+    throw Error(ExitCode::temp_fail,
+                "buffer " + b.key.str() + " is busy: " + who + " is working on it");
 }
 
 // flock'd files in run/: `count` slots named <prefix>.<i>.lock; holding one is holding a slot.
-std::vector<Fd> take_slots(const Config& config, const std::string& prefix, unsigned count, unsigned want,
-                           std::chrono::steady_clock::time_point deadline, const std::string& what) {
+std::vector<Fd> take_slots(const Config& config, const std::string& prefix, unsigned count,
+                           unsigned want, std::chrono::steady_clock::time_point deadline,
+                           const std::string& what) {
     std::vector<Fd> held;
     for (;;) {
         for (unsigned i = 0; i < count && held.size() < want; ++i) {
-            const std::string path = config.state_dir + "/run/" + prefix + "." + std::to_string(i) + ".lock";
+            const std::string path =
+                config.state_dir + "/run/" + prefix + "." + std::to_string(i) + ".lock";
             Fd fd(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
-            if (fd && flock(fd.get(), LOCK_EX | LOCK_NB) == 0) held.push_back(std::move(fd));
+            if (fd && flock(fd.get(), LOCK_EX | LOCK_NB) == 0)
+                held.push_back(std::move(fd));
         }
-        if (!held.empty()) return held;
+        if (!held.empty())
+            return held;
         if (std::chrono::steady_clock::now() >= deadline)
             throw Error(ExitCode::temp_fail, "timed out waiting for a free " + what);
         std::this_thread::sleep_for(slot_poll);
@@ -76,7 +85,8 @@ void write_progress(const StateStore& store, const Buffer& b, const MoverReport&
                                  .dump() +
                              "\n";
     Fd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-    if (!fd || write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) return;
+    if (!fd || write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+        return;
     rename(tmp.c_str(), path.c_str());
 }
 
@@ -84,8 +94,9 @@ std::string pool_path_of(const Config& config, const Buffer& b) {
     return configured_pool(config, b.pool).path + "/" + b.directory;
 }
 
-StagePlan plan_for(StateStore& store, const Config& config, const Buffer& b, StageDirection direction,
-                   const std::vector<StageDirective>& stages, unsigned threads) {
+StagePlan plan_for(StateStore& store, const Config& config, const Buffer& b,
+                   StageDirection direction, const std::vector<StageDirective>& stages,
+                   unsigned threads) {
     StagePlan plan;
     plan.direction = direction;
     plan.user = lookup_user(std::to_string(b.uid));  // groups as the system knows them now
@@ -109,8 +120,9 @@ struct MoverRun {
     std::vector<std::string> warnings;
 };
 
-MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan, const StageOptions& options,
-                   const std::string& mover, unsigned timeout_seconds, const char* phase) {
+MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
+                   const StageOptions& options, const std::string& mover, unsigned timeout_seconds,
+                   const char* phase) {
     MoverRun run;
     auto last_write = std::chrono::steady_clock::time_point{};
     ProcessSpec spec;
@@ -121,7 +133,8 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan, co
         const MoverReport r = parse_report(line);
         switch (r.kind) {
             case MoverReport::Kind::progress: {
-                if (options.on_progress) options.on_progress(r);
+                if (options.on_progress)
+                    options.on_progress(r);
                 const auto now = std::chrono::steady_clock::now();
                 if (now - last_write >= progress_interval || r.files_done == r.files_total) {
                     write_progress(store, b, r);
@@ -149,14 +162,17 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan, co
         run.ok = false;
         run.exit_code = static_cast<int>(ExitCode::temp_fail);
         run.message = std::string(phase) + " timed out after " + std::to_string(timeout_seconds) +
-                      " s (timeouts." + (plan.direction == StageDirection::in ? "stage_in" : "stage_out") +
+                      " s (timeouts." +
+                      (plan.direction == StageDirection::in ? "stage_in" : "stage_out") +
                       "); the mover was stopped";
     } else if (outcome.exit_code != 0) {
         run.ok = false;
-        if (run.exit_code == 0) run.exit_code = outcome.exit_code > 0 ? outcome.exit_code : 70;
+        if (run.exit_code == 0)
+            run.exit_code = outcome.exit_code > 0 ? outcome.exit_code : 70;
         if (run.message.empty())
-            run.message = outcome.signal ? "the mover was killed by signal " + std::to_string(outcome.signal)
-                                         : outcome.last_stderr_line;
+            run.message = outcome.signal
+                              ? "the mover was killed by signal " + std::to_string(outcome.signal)
+                              : outcome.last_stderr_line;
     }
     return run;
 }
@@ -165,13 +181,16 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan, co
 Error record_failure(StateStore& store, const Config& config, const Buffer& b, const MoverRun& run,
                      const std::string& tool) {
     WriteTransaction txn(store, tool);
-    Buffer now = txn.transition(b.key, b.state, "BurstBufferOperation", run.message);
+    Buffer now = txn.get_buffer(b.key);  // the state stays: Slurm (or an admin) decides what next
+    now.reason = "BurstBufferOperation";
+    now.message = run.message;
     now.run_lock_holder.reset();
     txn.update_buffer(now);
     publish(txn, store, config);
     txn.commit();
-    const ExitCode code = run.exit_code >= 64 && run.exit_code <= 78 ? static_cast<ExitCode>(run.exit_code)
-                                                                      : ExitCode::software;
+    const ExitCode code = run.exit_code >= 64 && run.exit_code <= 78
+                              ? static_cast<ExitCode>(run.exit_code)
+                              : ExitCode::software;
     return Error(code, run.message);
 }
 
@@ -215,13 +234,15 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
         return result;
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout);
-    std::vector<Fd> slot = take_slots(config, std::string("slot.") + (in ? "in" : "out"),
-                                      config.limits.stage_concurrency, 1, deadline, std::string(phase) + " slot");
-    std::vector<Fd> threads = take_slots(config, "thread", config.limits.mover_threads,
-                                         std::min(config.limits.mover_threads, max_threads_per_mover), deadline,
-                                         "mover thread");
+    std::vector<Fd> slot =
+        take_slots(config, std::string("slot.") + (in ? "in" : "out"),
+                   config.limits.stage_concurrency, 1, deadline, std::string(phase) + " slot");
+    std::vector<Fd> threads = take_slots(
+        config, "thread", config.limits.mover_threads,
+        std::min(config.limits.mover_threads, max_threads_per_mover), deadline, "mover thread");
     b = enter(store, config, b.key, working, tool);
-    const StagePlan plan = plan_for(store, config, b, direction, stages, static_cast<unsigned>(threads.size()));
+    const StagePlan plan =
+        plan_for(store, config, b, direction, stages, static_cast<unsigned>(threads.size()));
     const std::string mover = options.mover.empty() ? find_mover("") : options.mover;
     const MoverRun run = run_mover(store, b, plan, options, mover, timeout, phase);
     threads.clear();
@@ -247,7 +268,8 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
 
 void run_hook(const Config& config, const Buffer& b, const std::string& phase) {
     const auto hook = config.hooks.find(phase);
-    if (hook == config.hooks.end()) return;
+    if (hook == config.hooks.end())
+        return;
     ProcessSpec spec;
     spec.path = hook->second;
     spec.timeout = std::chrono::seconds(config.timeouts.other);
@@ -270,10 +292,11 @@ void run_hook(const Config& config, const Buffer& b, const std::string& phase) {
 }
 
 // Runs a phase's hook while the buffer is in `working`; a failure stays recorded there.
-void hooked_phase(StateStore& store, const Config& config, Buffer b, BufferState working, BufferState done,
-                  const std::string& hook, const std::string& tool) {
+void hooked_phase(StateStore& store, const Config& config, Buffer b, BufferState working,
+                  BufferState done, const std::string& hook, const std::string& tool) {
     RunLock lock = take_run_lock(config, b);
-    if (b.state != working) b = enter(store, config, b.key, working, tool);
+    if (b.state != working)
+        b = enter(store, config, b.key, working, tool);
     try {
         run_hook(config, b, hook);
     } catch (const Error& e) {
@@ -282,7 +305,8 @@ void hooked_phase(StateStore& store, const Config& config, Buffer b, BufferState
         failed.message = e.what();
         throw record_failure(store, config, b, failed, tool);
     }
-    if (done != working) leave(store, config, b.key, done, tool);
+    if (done != working)
+        leave(store, config, b.key, done, tool);
 }
 
 }  // namespace
@@ -318,9 +342,11 @@ StageResult stage_out(StateStore& store, const Config& config, std::uint64_t job
             return run_stage(store, config, b, StageDirection::out, options, tool);
         case BufferState::staging_out:
             if (b.reason == "BurstBufferOperation" && !options.retry)
-                throw Error(ExitCode::unavailable, "stage-out of " + b.key.str() + " failed before: " + b.message +
-                                                       " (the data is kept; fix the cause, then bb-stage out "
-                                                       "--retry --job " + std::to_string(job_id) + ")");
+                throw Error(ExitCode::unavailable,
+                            "stage-out of " + b.key.str() + " failed before: " + b.message +
+                                " (the data is kept; fix the cause, then bb-stage out "
+                                "--retry --job " +
+                                std::to_string(job_id) + ")");
             return run_stage(store, config, b, StageDirection::out, options, tool);
         case BufferState::staged_out: {
             StageResult done;
@@ -333,9 +359,11 @@ StageResult stage_out(StateStore& store, const Config& config, std::uint64_t job
     }
 }
 
-void pre_run(StateStore& store, const Config& config, std::uint64_t job_id, const std::string& tool) {
+void pre_run(StateStore& store, const Config& config, std::uint64_t job_id,
+             const std::string& tool) {
     Buffer b = live_buffer(store, config, job_id);
-    if (b.state == BufferState::running) return;
+    if (b.state == BufferState::running)
+        return;
     if (b.state == BufferState::allocated) {
         if (!recorded_stages(b.staging, StageDirection::in).empty())
             throw wrong_state(b, "pre-run", "staged-in (run bb-stage in first)");
@@ -346,9 +374,11 @@ void pre_run(StateStore& store, const Config& config, std::uint64_t job_id, cons
     hooked_phase(store, config, b, BufferState::pre_run, BufferState::running, "pre_run", tool);
 }
 
-void post_run(StateStore& store, const Config& config, std::uint64_t job_id, const std::string& tool) {
+void post_run(StateStore& store, const Config& config, std::uint64_t job_id,
+              const std::string& tool) {
     const Buffer b = live_buffer(store, config, job_id);
-    if (b.state == BufferState::post_run && b.reason.empty()) return;
+    if (b.state == BufferState::post_run && b.reason.empty())
+        return;
     if (b.state != BufferState::running && b.state != BufferState::post_run)
         throw wrong_state(b, "post-run", "running");
     hooked_phase(store, config, b, BufferState::post_run, BufferState::post_run, "post_run", tool);
@@ -357,14 +387,17 @@ void post_run(StateStore& store, const Config& config, std::uint64_t job_id, con
 std::string job_paths(StateStore& store, const Config& config, std::uint64_t job_id) {
     const Buffer b = live_buffer(store, config, job_id);
     ReadSnapshot snapshot(store);
-    return job_environment(pool_path_of(config, b),
-                           resolve_persistent_uses(snapshot, config, b.uid, b.user, recorded_persistent_uses(b)));
+    return job_environment(
+        pool_path_of(config, b),
+        resolve_persistent_uses(snapshot, config, b.uid, b.user, recorded_persistent_uses(b)));
 }
 
 void write_paths_file(const std::string& path, const std::string& lines) {
     Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!fd) throw Error(ExitCode::io, "cannot write " + path + ": " + std::strerror(errno));
-    if (write(fd.get(), lines.data(), lines.size()) != static_cast<ssize_t>(lines.size()) || fsync(fd.get()) != 0)
+    if (!fd)
+        throw Error(ExitCode::io, "cannot write " + path + ": " + std::strerror(errno));
+    if (write(fd.get(), lines.data(), lines.size()) != static_cast<ssize_t>(lines.size()) ||
+        fsync(fd.get()) != 0)
         throw Error(ExitCode::io, "cannot write " + path + ": " + std::strerror(errno));
 }
 
@@ -373,13 +406,17 @@ std::string find_mover(const std::string& self) {
     if (exe.empty()) {
         char buf[4096];
         const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-        if (n > 0) exe.assign(buf, static_cast<std::size_t>(n));
+        if (n > 0)
+            exe.assign(buf, static_cast<std::size_t>(n));
     }
     const std::string beside = exe.substr(0, exe.rfind('/') + 1) + "bb-mover";
-    if (access(beside.c_str(), X_OK) == 0) return beside;
+    if (access(beside.c_str(), X_OK) == 0)
+        return beside;
     const std::string installed = std::string(BBKIT_LIBEXECDIR) + "/bb-mover";
-    if (access(installed.c_str(), X_OK) == 0) return installed;
-    throw Error(ExitCode::software, "cannot find bb-mover next to " + exe + " or in " + BBKIT_LIBEXECDIR);
+    if (access(installed.c_str(), X_OK) == 0)
+        return installed;
+    throw Error(ExitCode::software,
+                "cannot find bb-mover next to " + exe + " or in " + BBKIT_LIBEXECDIR);
 }
 
 }  // namespace bbkit

@@ -44,8 +44,10 @@ StageResult stage_out(StateStore& store, const Config& config, std::uint64_t job
 // staged-in -> pre-run -> running (allocated -> staged-in first when nothing is staged in), and
 // running -> post-run, each running the configured admin hook (pre_run, post_run) with the
 // `other` timeout; a failing hook fails the phase with the last line of its stderr.
-void pre_run(StateStore& store, const Config& config, std::uint64_t job_id, const std::string& tool);
-void post_run(StateStore& store, const Config& config, std::uint64_t job_id, const std::string& tool);
+void pre_run(StateStore& store, const Config& config, std::uint64_t job_id,
+             const std::string& tool);
+void post_run(StateStore& store, const Config& config, std::uint64_t job_id,
+              const std::string& tool);
 
 // The KEY=VALUE lines of the job's environment (see job_environment).
 std::string job_paths(StateStore& store, const Config& config, std::uint64_t job_id);

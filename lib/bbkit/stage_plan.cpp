@@ -11,15 +11,19 @@ namespace {
 using nlohmann::json;
 
 StageType stage_type_of(const std::string& name) {
-    if (name == "file") return StageType::file;
-    if (name == "directory") return StageType::directory;
-    if (name == "list") return StageType::list;
+    if (name == "file")
+        return StageType::file;
+    if (name == "directory")
+        return StageType::directory;
+    if (name == "list")
+        return StageType::list;
     throw Error(ExitCode::data, "unknown stage type '" + name + "'");
 }
 
 json stage_json(const StageDirective& s) {
-    return {{"type", to_string(s.type)}, {"source", s.source}, {"destination", s.destination},
-            {"buffer", s.buffer},        {"line", s.where.line}, {"from", to_string(s.where.origin)}};
+    return {{"type", to_string(s.type)},    {"source", s.source},
+            {"destination", s.destination}, {"buffer", s.buffer},
+            {"line", s.where.line},         {"from", to_string(s.where.origin)}};
 }
 
 StageDirective stage_from(const json& j) {
@@ -27,27 +31,38 @@ StageDirective stage_from(const json& j) {
     s.type = stage_type_of(j.at("type").get<std::string>());
     s.source = j.at("source").get<std::string>();
     s.destination = j.at("destination").get<std::string>();
-    if (j.contains("buffer") && j["buffer"].is_string()) s.buffer = j["buffer"].get<std::string>();
+    if (j.contains("buffer") && j["buffer"].is_string())
+        s.buffer = j["buffer"].get<std::string>();
     s.where.line = j.value("line", 0);
     const std::string from = j.value("from", std::string("script"));
-    s.where.origin = from == "--bb" ? Origin::bb_option : from == "--bbf" ? Origin::bbf_file : Origin::script;
+    s.where.origin = from == "--bb"    ? Origin::bb_option
+                     : from == "--bbf" ? Origin::bbf_file
+                                       : Origin::script;
     return s;
 }
 
 // One line of report: a word, then space-separated fields; messages are JSON strings so that
 // any byte of a file name survives.
-std::string quoted(const std::string& text) { return json(text).dump(); }
+std::string quoted(const std::string& text) {
+    return json(text).dump();
+}
 
 }  // namespace
 
-const char* to_string(StageDirection direction) { return direction == StageDirection::in ? "in" : "out"; }
+const char* to_string(StageDirection direction) {
+    return direction == StageDirection::in ? "in" : "out";
+}
 
 std::string plan_to_json(const StagePlan& plan) {
     json stages = json::array();
-    for (const StageDirective& s : plan.stages) stages.push_back(stage_json(s));
+    for (const StageDirective& s : plan.stages)
+        stages.push_back(stage_json(s));
     return json{{"direction", to_string(plan.direction)},
-                {"user", {{"name", plan.user.name}, {"uid", plan.user.uid}, {"gid", plan.user.gid},
-                          {"groups", plan.user.groups}}},
+                {"user",
+                 {{"name", plan.user.name},
+                  {"uid", plan.user.uid},
+                  {"gid", plan.user.gid},
+                  {"groups", plan.user.groups}}},
                 {"job_root", plan.job_root},
                 {"persistent_roots", plan.persistent_roots},
                 {"capacity", plan.capacity},
@@ -62,7 +77,8 @@ StagePlan plan_from_json(const std::string& text) {
     try {
         const json j = json::parse(text);
         StagePlan plan;
-        plan.direction = j.at("direction").get<std::string>() == "out" ? StageDirection::out : StageDirection::in;
+        plan.direction = j.at("direction").get<std::string>() == "out" ? StageDirection::out
+                                                                       : StageDirection::in;
         plan.user.name = j.at("user").at("name").get<std::string>();
         plan.user.uid = j.at("user").at("uid").get<uid_t>();
         plan.user.gid = j.at("user").at("gid").get<gid_t>();
@@ -70,7 +86,8 @@ StagePlan plan_from_json(const std::string& text) {
         plan.job_root = j.at("job_root").get<std::string>();
         plan.persistent_roots = j.at("persistent_roots").get<std::map<std::string, std::string>>();
         plan.capacity = j.at("capacity").get<std::uint64_t>();
-        for (const json& s : j.at("stages")) plan.stages.push_back(stage_from(s));
+        for (const json& s : j.at("stages"))
+            plan.stages.push_back(stage_from(s));
         plan.threads = j.at("threads").get<unsigned>();
         plan.durable = j.at("durable").get<bool>();
         plan.direct_io = j.at("direct_io").get<bool>();
@@ -80,12 +97,15 @@ StagePlan plan_from_json(const std::string& text) {
     }
 }
 
-std::vector<StageDirective> recorded_stages(const std::string& staging_json, StageDirection direction) {
+std::vector<StageDirective> recorded_stages(const std::string& staging_json,
+                                            StageDirection direction) {
     std::vector<StageDirective> stages;
     const json j = json::parse(staging_json, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return stages;
+    if (j.is_discarded() || !j.is_object())
+        return stages;
     const char* key = direction == StageDirection::in ? "stage_in" : "stage_out";
-    if (!j.contains(key) || !j[key].is_array()) return stages;
+    if (!j.contains(key) || !j[key].is_array())
+        return stages;
     try {
         for (const json& s : j[key]) {
             StageDirective d = stage_from(s);
@@ -98,13 +118,14 @@ std::vector<StageDirective> recorded_stages(const std::string& staging_json, Sta
     return stages;
 }
 
-std::string progress_line(std::uint64_t files_done, std::uint64_t files_total, std::uint64_t bytes_done,
-                          std::uint64_t bytes_total) {
+std::string progress_line(std::uint64_t files_done, std::uint64_t files_total,
+                          std::uint64_t bytes_done, std::uint64_t bytes_total) {
     return "progress " + std::to_string(files_done) + " " + std::to_string(files_total) + " " +
            std::to_string(bytes_done) + " " + std::to_string(bytes_total);
 }
 
-std::string summary_line(std::uint64_t files, std::uint64_t bytes, std::uint64_t skipped, double seconds) {
+std::string summary_line(std::uint64_t files, std::uint64_t bytes, std::uint64_t skipped,
+                         double seconds) {
     std::ostringstream out;
     out << "summary " << files << ' ' << bytes << ' ' << skipped << ' ' << seconds;
     return out.str();
@@ -114,7 +135,9 @@ std::string error_line(int exit_code, const std::string& message) {
     return "error " + std::to_string(exit_code) + " " + quoted(message);
 }
 
-std::string warning_line(const std::string& message) { return "warning " + quoted(message); }
+std::string warning_line(const std::string& message) {
+    return "warning " + quoted(message);
+}
 
 MoverReport parse_report(const std::string& line) {
     MoverReport r;
@@ -127,7 +150,8 @@ MoverReport parse_report(const std::string& line) {
         const json j = json::parse(rest, nullptr, false);
         return j.is_string() ? j.get<std::string>() : rest;
     };
-    if (word == "progress" && (in >> r.files_done >> r.files_total >> r.bytes_done >> r.bytes_total)) {
+    if (word == "progress" &&
+        (in >> r.files_done >> r.files_total >> r.bytes_done >> r.bytes_total)) {
         r.kind = MoverReport::Kind::progress;
     } else if (word == "summary" && (in >> r.files >> r.bytes >> r.skipped >> r.seconds)) {
         r.kind = MoverReport::Kind::summary;

@@ -21,10 +21,10 @@ const char* to_string(StageDirection direction);
 
 struct StagePlan {
     StageDirection direction = StageDirection::in;
-    User user;                     // bb-mover becomes this user before opening any user path
-    std::string job_root;          // the job buffer's absolute directory
+    User user;             // bb-mover becomes this user before opening any user path
+    std::string job_root;  // the job buffer's absolute directory
     std::map<std::string, std::string> persistent_roots;  // name -> absolute directory
-    std::uint64_t capacity = 0;    // stage-in: the job buffer's allocated bytes
+    std::uint64_t capacity = 0;  // stage-in: the job buffer's allocated bytes
     std::vector<StageDirective> stages;
     unsigned threads = 1;
     bool durable = false;  // stage-out: bytes on disk before success is reported
@@ -35,7 +35,8 @@ std::string plan_to_json(const StagePlan& plan);
 StagePlan plan_from_json(const std::string& text);  // Error(data) when malformed
 
 // The stage lines recorded with a buffer (bb-pool alloc keeps the parsed request as JSON).
-std::vector<StageDirective> recorded_stages(const std::string& staging_json, StageDirection direction);
+std::vector<StageDirective> recorded_stages(const std::string& staging_json,
+                                            StageDirection direction);
 
 // bb-mover's report lines.
 struct MoverReport {
@@ -46,9 +47,10 @@ struct MoverReport {
     int exit_code = 0;
     std::string message;
 };
-std::string progress_line(std::uint64_t files_done, std::uint64_t files_total, std::uint64_t bytes_done,
-                          std::uint64_t bytes_total);
-std::string summary_line(std::uint64_t files, std::uint64_t bytes, std::uint64_t skipped, double seconds);
+std::string progress_line(std::uint64_t files_done, std::uint64_t files_total,
+                          std::uint64_t bytes_done, std::uint64_t bytes_total);
+std::string summary_line(std::uint64_t files, std::uint64_t bytes, std::uint64_t skipped,
+                         double seconds);
 std::string error_line(int exit_code, const std::string& message);
 std::string warning_line(const std::string& message);
 MoverReport parse_report(const std::string& line);

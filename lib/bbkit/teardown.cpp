@@ -28,22 +28,27 @@ BufferState ending_state(const BufferKey& key) {
     return key.kind() == BufferKind::job ? BufferState::teardown : BufferState::deleting;
 }
 
-bool holder_alive(const Buffer& b) { return b.run_lock_holder && b.run_lock_holder->alive(); }
+bool holder_alive(const Buffer& b) {
+    return b.run_lock_holder && b.run_lock_holder->alive();
+}
 
 // Stops whoever stages this buffer: waits for it unless hurrying, then TERM, then KILL.
 void stop_stager(const Config& config, const BufferKey& key, const TeardownOptions& options) {
     const std::optional<ProcessId> holder = RunLock::holder(config.state_dir, key.str());
-    if (!holder || *holder == ProcessId::self()) return;
+    if (!holder || *holder == ProcessId::self())
+        return;
     if (!options.hurry && wait_for_exit(*holder, std::chrono::seconds(config.timeouts.other / 2)))
         return;
     spdlog::info("stopping pid {} that holds buffer {}", holder->pid, key.str());
-    stop_process(*holder, options.hurry ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(5000));
+    stop_process(*holder,
+                 options.hurry ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(5000));
 }
 
 // Removes one buffer's directory from trash/ within `deadline`; releases its space when done.
 bool reap_one(StateStore& store, const Config& config, const Buffer& b, PoolDir& dir,
               std::chrono::steady_clock::time_point deadline, const std::string& tool) {
-    if (!dir.remove_from_trash(trash_name(b), deadline)) return false;
+    if (!dir.remove_from_trash(trash_name(b), deadline))
+        return false;
     WriteTransaction txn(store, tool);
     txn.mark_reaped(b.key);
     publish(txn, store, config);
@@ -69,16 +74,19 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
             dir.emplace(open_pool(snapshot, config, b.pool));
         }
         if (!dir->move_to_trash(b.directory, trash_name(b)))
-            spdlog::info("buffer {}: directory {}/{} was already gone", key.str(), dir->path(), b.directory);
+            spdlog::info("buffer {}: directory {}/{} was already gone", key.str(), dir->path(),
+                         b.directory);
     } catch (const Error& e) {
         WriteTransaction txn(store, tool);
         if (key.kind() == BufferKind::job)
             txn.transition(key, BufferState::teardown_fail, "BurstBufferOperation", e.what());
         publish(txn, store, config);
         txn.commit();
-        audit(config.state_dir, tool, "teardown-fail", "buffer=" + key.str() + " error=" + e.what());
-        throw Error(e.code(), "teardown of buffer " + key.str() + " failed: " + e.what() +
-                                  " (the space stays charged; fix the cause and run bb-teardown again)");
+        audit(config.state_dir, tool, "teardown-fail",
+              "buffer=" + key.str() + " error=" + e.what());
+        throw Error(e.code(),
+                    "teardown of buffer " + key.str() + " failed: " + e.what() +
+                        " (the space stays charged; fix the cause and run bb-teardown again)");
     }
     {
         WriteTransaction txn(store, tool);
@@ -96,10 +104,12 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
         txn.commit();
     }
     unlink(env_file_path(store, key).c_str());
-    audit(config.state_dir, tool, key.kind() == BufferKind::job ? "teardown" : "destroy",
-          "buffer=" + key.str() + " pool=" + b.pool + " bytes=" + std::to_string(b.allocated_bytes));
+    audit(
+        config.state_dir, tool, key.kind() == BufferKind::job ? "teardown" : "destroy",
+        "buffer=" + key.str() + " pool=" + b.pool + " bytes=" + std::to_string(b.allocated_bytes));
     try {
-        reap_one(store, config, b, *dir, std::chrono::steady_clock::now() + options.reap_budget, tool);
+        reap_one(store, config, b, *dir, std::chrono::steady_clock::now() + options.reap_budget,
+                 tool);
     } catch (const Error& e) {
         spdlog::warn("buffer {} stays in trash for the reaper: {}", key.str(), e.what());
     }
@@ -113,10 +123,12 @@ TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64
     for (;;) {
         WriteTransaction txn(store, tool);
         const std::optional<Buffer> b = txn.latest_job_buffer(config.cluster, job_id);
-        if (!b) return TeardownResult{false, "", false, job + " has no burst buffer"};
+        if (!b)
+            return TeardownResult{false, "", false, job + " has no burst buffer"};
         key = b->key;
         if (is_final(b->state))
-            return TeardownResult{false, key.str(), b->reaped, job + "'s burst buffer is already torn down"};
+            return TeardownResult{false, key.str(), b->reaped,
+                                  job + "'s burst buffer is already torn down"};
         if (b->state == BufferState::pending) {  // still queued: it never held space
             txn.dequeue(key.str());
             txn.transition(key, BufferState::complete, "", "cancelled while waiting for space");
@@ -132,7 +144,8 @@ TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
             continue;
         }
-        if (b->state != BufferState::teardown) txn.transition(key, BufferState::teardown);
+        if (b->state != BufferState::teardown)
+            txn.transition(key, BufferState::teardown);
         publish(txn, store, config);
         txn.commit();
         break;
@@ -149,13 +162,17 @@ TeardownResult teardown_persistent(StateStore& store, const Config& config, cons
         WriteTransaction txn(store, tool);
         const std::optional<Buffer> b = txn.find_buffer(key);
         if (!b || is_final(b->state))
-            return TeardownResult{false, key.str(), false, "persistent buffer '" + name + "' does not exist"};
+            return TeardownResult{false, key.str(), false,
+                                  "persistent buffer '" + name + "' does not exist"};
         if (b->use_count > 0 && !options.force)
             throw Error(ExitCode::exists, "persistent buffer '" + name + "' is used by " +
-                                              std::to_string(b->use_count) + " job(s) (use --force)");
+                                              std::to_string(b->use_count) +
+                                              " job(s) (use --force)");
         if (b->state == BufferState::allocating && holder_alive(*b))
-            throw Error(ExitCode::temp_fail, "persistent buffer '" + name + "' is being created (retry later)");
-        if (b->state != BufferState::deleting) txn.transition(key, ending_state(key));
+            throw Error(ExitCode::temp_fail,
+                        "persistent buffer '" + name + "' is being created (retry later)");
+        if (b->state != BufferState::deleting)
+            txn.transition(key, ending_state(key));
         publish(txn, store, config);
         txn.commit();
     }
@@ -176,7 +193,8 @@ ReapResult reap(StateStore& store, const Config& config, std::chrono::millisecon
         filter.in_trash_only = true;
         waiting = snapshot.list_buffers(filter);
         for (const Buffer& b : waiting) {
-            if (pools.count(b.pool)) continue;
+            if (pools.count(b.pool))
+                continue;
             try {
                 pools[b.pool].emplace(open_pool(snapshot, config, b.pool));
             } catch (const Error& e) {

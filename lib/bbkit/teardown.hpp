@@ -12,9 +12,9 @@
 namespace bbkit {
 
 struct TeardownResult {
-    bool found = false;      // false: unknown or already torn down (a note, exit 0)
+    bool found = false;  // false: unknown or already torn down (a note, exit 0)
     std::string key;
-    bool reaped = false;     // the directory is gone and its space released already
+    bool reaped = false;  // the directory is gone and its space released already
     std::string note;
 };
 

@@ -22,9 +22,10 @@ namespace {
 constexpr std::uint64_t KiB = 1024;
 
 class PoolTest : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
-        if (geteuid() != 0) GTEST_SKIP() << "needs root to give buffers to users";
+        if (geteuid() != 0)
+            GTEST_SKIP() << "needs root to give buffers to users";
         char tmpl[] = "/tmp/bbkit-pool.XXXXXX";
         ASSERT_NE(mkdtemp(tmpl), nullptr);
         dir_ = tmpl;
@@ -40,7 +41,8 @@ protected:
     }
     void TearDown() override {
         store_.reset();
-        if (!dir_.empty()) fs::remove_all(dir_);
+        if (!dir_.empty())
+            fs::remove_all(dir_);
     }
 
     AllocRequest job(std::uint64_t id, std::uint64_t bytes) const {
@@ -90,13 +92,16 @@ TEST_F(PoolTest, identical_alloc_is_idempotent_and_different_one_is_refused) {
     allocate(*store_, config_, job(1, KiB), "test");
     EXPECT_TRUE(allocate(*store_, config_, job(1, KiB), "test").already_existed);
     EXPECT_EQ(status().used, KiB);
-    EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(1, 2 * KiB), "test"); }), ExitCode::exists);
+    EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(1, 2 * KiB), "test"); }),
+              ExitCode::exists);
 }
 
 TEST_F(PoolTest, full_pool_is_temp_fail_and_too_large_is_data) {
     allocate(*store_, config_, job(1, 3 * KiB), "test");
-    EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(2, 2 * KiB), "test"); }), ExitCode::temp_fail);
-    EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(3, 5 * KiB), "test"); }), ExitCode::data);
+    EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(2, 2 * KiB), "test"); }),
+              ExitCode::temp_fail);
+    EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(3, 5 * KiB), "test"); }),
+              ExitCode::data);
     EXPECT_EQ(status().used, 3 * KiB);
 }
 
@@ -113,12 +118,14 @@ TEST_F(PoolTest, slurm_mode_never_refuses_for_capacity) {
 TEST_F(PoolTest, user_capacity_limits_standalone_users) {
     config_.limits.user_capacity = 2 * KiB;
     allocate(*store_, config_, job(1, 2 * KiB), "test");
-    EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(2, KiB), "test"); }), ExitCode::temp_fail);
+    EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(2, KiB), "test"); }),
+              ExitCode::temp_fail);
 }
 
 TEST_F(PoolTest, draining_pool_refuses_new_buffers) {
     set_draining(*store_, config_, "small", true, "test");
-    EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(1, KiB), "test"); }), ExitCode::unavailable);
+    EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(1, KiB), "test"); }),
+              ExitCode::unavailable);
     set_draining(*store_, config_, "small", false, "test");
     EXPECT_NO_THROW(allocate(*store_, config_, job(1, KiB), "test"));
 }
@@ -187,7 +194,8 @@ TEST_F(PoolTest, recover_rolls_a_dead_allocation_forward_when_its_directory_exis
 
 TEST_F(PoolTest, a_missing_marker_makes_the_pool_unavailable) {
     fs::rename(dir_ + "/small/.bbkit-pool", dir_ + "/marker");
-    EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(1, KiB), "test"); }), ExitCode::unavailable);
+    EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(1, KiB), "test"); }),
+              ExitCode::unavailable);
 }
 
 TEST_F(PoolTest, check_repair_quarantines_orphans_and_never_deletes) {

@@ -28,7 +28,9 @@ struct Options {
     double budget = 60;
 };
 
-void print(const nlohmann::json& value) { std::cout << value.dump(2) << '\n'; }
+void print(const nlohmann::json& value) {
+    std::cout << value.dump(2) << '\n';
+}
 
 int run_list(StateStore& store, const Config& config, const Options& o, bool one) {
     std::vector<PoolStatus> pools;
@@ -40,7 +42,8 @@ int run_list(StateStore& store, const Config& config, const Options& o, bool one
             configured_pool(config, *o.show_pool);
             std::vector<PoolStatus> selected;
             for (const PoolStatus& p : pools)
-                if (p.name == *o.show_pool) selected.push_back(p);
+                if (p.name == *o.show_pool)
+                    selected.push_back(p);
             pools = selected;
         }
     }
@@ -48,7 +51,8 @@ int run_list(StateStore& store, const Config& config, const Options& o, bool one
         std::cout << slurm_pools_json(pools) << '\n';
     } else if (o.json) {
         nlohmann::json out = nlohmann::json::array();
-        for (const PoolStatus& p : pools) out.push_back(pool_status_json(p));
+        for (const PoolStatus& p : pools)
+            out.push_back(pool_status_json(p));
         print(one ? out.at(0) : out);
     } else {
         std::cout << pool_list_text(pools);
@@ -63,7 +67,8 @@ int run_check(StateStore& store, const Config& config, const Options& o) {
     else
         std::cout << findings_text(findings);
     bool open = false;
-    for (const Finding& f : findings) open = open || !f.repaired;
+    for (const Finding& f : findings)
+        open = open || !f.repaired;
     return open ? 1 : 0;
 }
 
@@ -79,23 +84,28 @@ int main(int argc, char** argv) {
     app.add_flag("--json", o.json, "Print JSON");
 
     CLI::App* list = app.add_subcommand("list", "Show every pool: total, used, trash, free, queue");
-    list->add_option("--format", o.format, "table (default) or slurm-lua (what slurm_bb_pools returns)")
+    list->add_option("--format", o.format,
+                     "table (default) or slurm-lua (what slurm_bb_pools returns)")
         ->check(CLI::IsMember({"table", "slurm-lua"}));
     CLI::App* show = app.add_subcommand("show", "Show one pool (all without POOL)");
     show->add_option("POOL", o.show_pool, "Pool name");
     show->add_option("--format", o.format, "table (default) or slurm-lua")
         ->check(CLI::IsMember({"table", "slurm-lua"}));
 
-    CLI::App* init = app.add_subcommand("init", "Write a pool's marker and create job/ persistent/ trash/");
+    CLI::App* init =
+        app.add_subcommand("init", "Write a pool's marker and create job/ persistent/ trash/");
     init->add_option("POOL", o.pool, "Pool name from the configuration")->required();
 
-    CLI::App* alloc = app.add_subcommand("alloc", "Reserve a buffer for a job or a persistent buffer");
+    CLI::App* alloc =
+        app.add_subcommand("alloc", "Reserve a buffer for a job or a persistent buffer");
     AllocCommand& a = o.alloc;
     alloc->add_option("--job", o.job_id, "Job id");
     alloc->add_option("--user", a.user, "The job's user (name or uid)");
     alloc->add_option("--pool", a.pool, "Pool (default: the request's, then default_pool)");
-    alloc->add_option("--capacity", a.capacity, "Size, e.g. 100GiB (rounded up to the granularity)");
-    alloc->add_option("--script", a.text.script, "Job script whose directives give pool, capacity and staging");
+    alloc->add_option("--capacity", a.capacity,
+                      "Size, e.g. 100GiB (rounded up to the granularity)");
+    alloc->add_option("--script", a.text.script,
+                      "Job script whose directives give pool, capacity and staging");
     alloc->add_option("--bb", a.text.bb, "Directives as sbatch --bb takes them");
     alloc->add_option("--job-name", a.job.job_name, "Job name (for %x in the directives)");
     alloc->add_option("--workdir", a.job.workdir, "Job working directory (for %d)");
@@ -106,9 +116,11 @@ int main(int argc, char** argv) {
     alloc->add_option("--access", a.access, "striped or private (one directory either way)");
     alloc->add_option("--type", a.type, "scratch");
     alloc->add_option("--expires", a.expires, "Persistent buffer expiry: YYYY-MM-DD[THH:MM:SS]");
-    CLI::Option* wait = alloc->add_option("--wait", o.wait,
-                                          "Short of space: wait in the pool's FIFO queue (SECONDS; none = no limit)")
-                            ->expected(0, 1);
+    CLI::Option* wait =
+        alloc
+            ->add_option("--wait", o.wait,
+                         "Short of space: wait in the pool's FIFO queue (SECONDS; none = no limit)")
+            ->expected(0, 1);
     alloc->add_flag("--json", o.json, "Print JSON");
 
     CLI::App* drain = app.add_subcommand("drain", "Stop new allocations from a pool");
@@ -117,21 +129,27 @@ int main(int argc, char** argv) {
     resume->add_option("POOL", o.pool, "Pool name")->required();
 
     CLI::App* check_cmd = app.add_subcommand("check", "Compare records with the pool directories");
-    check_cmd->add_flag("--repair", o.repair, "Quarantine what does not belong and close dead records");
+    check_cmd->add_flag("--repair", o.repair,
+                        "Quarantine what does not belong and close dead records");
     check_cmd->add_flag("--json", o.json, "Print JSON");
-    CLI::App* recover_cmd = app.add_subcommand("recover", "Finish or undo what dead processes left half done");
+    CLI::App* recover_cmd =
+        app.add_subcommand("recover", "Finish or undo what dead processes left half done");
     recover_cmd->add_flag("--json", o.json, "Print JSON");
     CLI::App* reap_cmd = app.add_subcommand("reap", "Empty trash/ and release that space");
-    reap_cmd->add_option("--budget", o.budget, "Seconds to spend at most (default 60)")->check(CLI::PositiveNumber);
+    reap_cmd->add_option("--budget", o.budget, "Seconds to spend at most (default 60)")
+        ->check(CLI::PositiveNumber);
     reap_cmd->add_flag("--json", o.json, "Print JSON");
-    for (CLI::App* sub : {list, show}) sub->add_flag("--json", o.json, "Print JSON");
+    for (CLI::App* sub : {list, show})
+        sub->add_flag("--json", o.json, "Print JSON");
 
     return run_tool(tool, app, argc, argv, common, [&]() -> int {
         const Config config = load_effective_config(common);
         StateStore store(config);
         const std::string who = tool + " " + app.get_subcommands().front()->get_name();
-        if (*list) return run_list(store, config, o, false);
-        if (*show) return run_list(store, config, o, o.show_pool.has_value());
+        if (*list)
+            return run_list(store, config, o, false);
+        if (*show)
+            return run_list(store, config, o, o.show_pool.has_value());
         if (*init) {
             const PoolMarker marker = init_pool(store, config, o.pool, who);
             if (o.json)
@@ -142,7 +160,8 @@ int main(int argc, char** argv) {
         }
         if (*alloc) {
             a.job_id = o.job_id;
-            if (a.text.script) a.text.script = read_input_file(*a.text.script);
+            if (a.text.script)
+                a.text.script = read_input_file(*a.text.script);
             if (wait->count() > 0)
                 a.wait = o.wait.empty() ? std::chrono::milliseconds(std::chrono::hours(24 * 365))
                                         : std::chrono::milliseconds(static_cast<long long>(
@@ -159,24 +178,32 @@ int main(int argc, char** argv) {
             std::cout << "pool " << o.pool << (drain->parsed() ? " draining" : " resumed") << "\n";
             return 0;
         }
-        if (*check_cmd) return run_check(store, config, o);
+        if (*check_cmd)
+            return run_check(store, config, o);
         if (*recover_cmd) {
-            const std::vector<std::string> actions = recover(store, config, std::chrono::seconds(10), who);
+            const std::vector<std::string> actions =
+                recover(store, config, std::chrono::seconds(10), who);
             if (o.json) {
                 print(actions);
             } else {
-                for (const std::string& line : actions) std::cout << line << '\n';
-                if (actions.empty()) std::cout << "nothing to recover\n";
+                for (const std::string& line : actions)
+                    std::cout << line << '\n';
+                if (actions.empty())
+                    std::cout << "nothing to recover\n";
             }
             return 0;
         }
-        const ReapResult r = reap(store, config,
-                                  std::chrono::milliseconds(static_cast<long long>(o.budget * 1000)), who);
+        const ReapResult r = reap(
+            store, config, std::chrono::milliseconds(static_cast<long long>(o.budget * 1000)), who);
         if (o.json)
-            print({{"reaped", r.reaped}, {"remaining", r.remaining}, {"bytes_released", r.bytes_released}});
+            print({{"reaped", r.reaped},
+                   {"remaining", r.remaining},
+                   {"bytes_released", r.bytes_released}});
         else
-            std::cout << "reaped " << r.reaped << " buffer(s), released " << format_size(r.bytes_released)
-                      << (r.remaining ? ", " + std::to_string(r.remaining) + " left for later" : "") << '\n';
+            std::cout << "reaped " << r.reaped << " buffer(s), released "
+                      << format_size(r.bytes_released)
+                      << (r.remaining ? ", " + std::to_string(r.remaining) + " left for later" : "")
+                      << '\n';
         return 0;
     });
 }

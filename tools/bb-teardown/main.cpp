@@ -17,14 +17,16 @@ int main(int argc, char** argv) {
     TeardownOptions options;
     bool json = false;
     CLI::Option* job_opt = app.add_option("--job", job_id, "Job id whose buffer ends");
-    CLI::Option* persistent_opt = app.add_option("--persistent", persistent, "Persistent buffer to destroy");
+    CLI::Option* persistent_opt =
+        app.add_option("--persistent", persistent, "Persistent buffer to destroy");
     job_opt->excludes(persistent_opt);
     app.add_flag("--hurry", options.hurry, "Do not wait for a running stager: stop it now");
     app.add_flag("--force", options.force, "Destroy a persistent buffer even while jobs use it");
     app.add_flag("--json", json, "Print JSON");
 
     return run_tool("bb-teardown", app, argc, argv, common, [&]() -> int {
-        if (!job_id && !persistent) throw Error(ExitCode::usage, "give --job ID or --persistent NAME");
+        if (!job_id && !persistent)
+            throw Error(ExitCode::usage, "give --job ID or --persistent NAME");
         const Config config = load_effective_config(common);
         StateStore store(config);
         const TeardownResult result =

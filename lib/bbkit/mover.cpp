@@ -1,0 +1,1256 @@
+#include "bbkit/mover.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include "bbkit/error.hpp"
+#include "bbkit/fsops.hpp"
+#include "bbkit/pool_dir.hpp"
+
+namespace bbkit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Files at least this large are split into chunks so several workers (and several requests in
+// flight on the device) share one file; below it a file is one worker's job.
+constexpr off_t large_file = off_t{64} << 20;
+constexpr off_t chunk_bytes = off_t{32} << 20;
+// One copy_file_range/pread/pwrite at a time moves at most this much: small enough to check
+// for cancellation and drop cache often, large enough to keep the device busy.
+constexpr std::size_t piece_bytes = std::size_t{8} << 20;
+// O_DIRECT pays one synchronous round trip per request: only worth it for big files.
+constexpr off_t direct_min_size = off_t{8} << 20;
+constexpr off_t direct_align = 4096;
+constexpr std::size_t max_warnings = 100;
+constexpr auto progress_interval = std::chrono::milliseconds(100);
+
+std::string reason(int err) {
+    std::string text = std::strerror(err);
+    if (!text.empty())
+        text[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(text[0])));
+    return text;
+}
+
+ExitCode code_for(int err) {
+    switch (err) {
+        case EACCES:
+        case EPERM:
+            return ExitCode::no_perm;
+        case ENOENT:
+            return ExitCode::no_input;
+        default:
+            return ExitCode::io;
+    }
+}
+
+[[noreturn]] void fail(const std::string& what, int err) {
+    throw Error(code_for(err), "cannot " + what + ": " + reason(err));
+}
+
+// Thrown inside a worker when another worker already failed: not an error of its own.
+struct Stopped {};
+
+// "a/b" -> {"a", "b"}, "b" -> {"", "b"}, "/b" -> {"/", "b"}.
+std::pair<std::string, std::string> split_last(const std::string& path) {
+    const auto slash = path.rfind('/');
+    if (slash == std::string::npos)
+        return {"", path};
+    return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+std::vector<std::string> components(const std::string& path) {
+    std::vector<std::string> parts;
+    std::size_t start = 0;
+    while (start <= path.size()) {
+        std::size_t end = path.find('/', start);
+        if (end == std::string::npos)
+            end = path.size();
+        std::string part = path.substr(start, end - start);
+        if (!part.empty() && part != ".")
+            parts.push_back(std::move(part));
+        start = end + 1;
+    }
+    return parts;
+}
+
+// Buffer paths are relative and may not climb (".." could only lead out of the buffer);
+// outside paths are absolute and ordinary, but never end in "..".
+std::string normalize(const std::string& path, bool in_buffer, const std::string& what) {
+    if (!in_buffer && (path.empty() || path[0] != '/'))
+        throw Error(ExitCode::data, what + " '" + path + "' is not an absolute path");
+    std::string out = in_buffer ? "" : "/";
+    const std::vector<std::string> parts = components(path);
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+        if (parts[i] == ".." && (in_buffer || i + 1 == parts.size()))
+            throw Error(ExitCode::data, what + " '" + path + "' " +
+                                            (in_buffer ? "leaves the buffer" : "ends in .."));
+        if (!out.empty() && out != "/")
+            out += '/';
+        out += parts[i];
+    }
+    return out;
+}
+
+struct DirStream {
+    DIR* dir = nullptr;
+    explicit DirStream(int fd) {
+        const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (copy >= 0)
+            dir = fdopendir(copy);
+        if (!dir && copy >= 0)
+            close(copy);
+    }
+    ~DirStream() {
+        if (dir)
+            closedir(dir);
+    }
+    DirStream(const DirStream&) = delete;
+    DirStream& operator=(const DirStream&) = delete;
+};
+
+// One side of a move: the buffer (descriptors beneath its root, never a symlink) or the
+// outside (plain paths, the user's own permissions).
+class Side {
+  public:
+    Side(bool in_buffer, int root, std::string root_path)
+        : in_buffer_(in_buffer), root_(root), root_path_(std::move(root_path)) {}
+
+    bool in_buffer() const { return in_buffer_; }
+    int root() const { return root_; }
+
+    std::string display(const std::string& path) const {
+        if (!in_buffer_)
+            return path;
+        return path.empty() ? root_path_ : root_path_ + "/" + path;
+    }
+
+    std::string join(const std::string& dir, const std::string& name) const {
+        if (in_buffer_)
+            return dir.empty() ? name : dir + "/" + name;
+        return dir == "/" ? "/" + name : dir + "/" + name;
+    }
+
+    // Opens a directory; `nofollow` refuses a symlink as the last component outside (the
+    // buffer side never follows any symlink at all).
+    Fd open_dir(const std::string& path, bool nofollow = false) const {
+        if (in_buffer_) {
+            try {
+                return open_beneath(root_, path.empty() ? "." : path, O_RDONLY | O_DIRECTORY,
+                                    display(path));
+            } catch (const Error& e) {
+                // A symlink as the last component fails as "not a directory", not as a
+                // refused resolution: say what it is.
+                if (e.code() == ExitCode::io && !path.empty() && is_symlink(path))
+                    throw Error(ExitCode::no_perm,
+                                "refusing " + display(path) + ": a symlink is in the way");
+                throw;
+            }
+        }
+        const int fd =
+            ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0));
+        if (fd < 0)
+            fail("open directory " + path, errno);
+        return Fd(fd);
+    }
+
+    // lstat; false when the path (or one of its parents) does not exist.
+    bool stat_entry(const std::string& path, struct stat& st) const {
+        if (in_buffer_ && path.empty()) {
+            if (fstat(root_, &st) != 0)
+                fail("stat " + root_path_, errno);
+            return true;
+        }
+        const auto [parent, name] = split_last(path);
+        Fd dir;
+        try {
+            dir = open_dir(parent);
+        } catch (const Error& e) {
+            if (e.code() == ExitCode::no_input)
+                return false;
+            throw;
+        }
+        if (fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+            return true;
+        if (errno == ENOENT || errno == ENOTDIR)
+            return false;
+        fail("stat " + display(path), errno);
+    }
+
+  private:
+    bool is_symlink(const std::string& path) const {
+        try {
+            struct stat st {};
+            return stat_entry(path, st) && S_ISLNK(st.st_mode);
+        } catch (const Error&) {
+            return false;
+        }
+    }
+
+    bool in_buffer_;
+    int root_;
+    std::string root_path_;
+};
+
+enum class Kind { directory, file, symlink, fifo, hard_link };
+
+struct Node {
+    Kind kind = Kind::file;
+    std::string src, dst;  // paths on their sides
+    struct stat st {};
+    std::size_t link_to = 0;     // hard_link: the node whose copy this name links to
+    int depth = 0;               // directories: metadata is applied deepest first
+    bool keep_metadata = false;  // the buffer root: bbkit owns its mode
+    std::string temp;            // durable moves: the name written before the rename
+    bool renamed = false;
+};
+
+struct AlignedFree {
+    void operator()(char* p) const { std::free(p); }
+};
+
+// What one worker thread keeps between items: an I/O buffer and the last parent directories
+// it opened (files of one directory tend to be handed out together).
+struct Worker {
+    struct CachedDir {
+        std::string path;
+        Fd fd;
+        bool valid = false;
+        int get(const Side& side, const std::string& p) {
+            if (valid && path == p)
+                return fd.get();
+            valid = false;
+            fd = side.open_dir(p);
+            path = p;
+            valid = true;
+            return fd.get();
+        }
+    };
+    CachedDir src_dir, dst_dir;
+    std::unique_ptr<char, AlignedFree> buffer;
+
+    char* io_buffer() {
+        if (!buffer) {
+            void* p = nullptr;
+            if (posix_memalign(&p, direct_align, piece_bytes) != 0)
+                throw Error(ExitCode::software, "out of memory for an I/O buffer");
+            buffer.reset(static_cast<char*>(p));
+        }
+        return buffer.get();
+    }
+};
+
+// Joins every thread it started, whatever happens.
+class ThreadGroup {
+  public:
+    ThreadGroup() = default;
+    ThreadGroup(const ThreadGroup&) = delete;
+    ThreadGroup& operator=(const ThreadGroup&) = delete;
+    ~ThreadGroup() {
+        for (std::thread& t : threads_)
+            t.join();
+    }
+    template <class F>
+    void start(F&& f) {
+        threads_.emplace_back(std::forward<F>(f));
+    }
+
+  private:
+    std::vector<std::thread> threads_;
+};
+
+// A large file copied by several workers: opened by the first chunk, finished by the last.
+struct SharedFile {
+    std::mutex mutex;
+    bool opened = false;
+    bool skip = false;
+    bool direct = false;
+    Fd src, dst;
+    std::atomic<std::size_t> remaining{0};
+};
+
+struct Task {
+    std::size_t node = 0;
+    off_t offset = 0, length = 0;
+    std::shared_ptr<SharedFile> shared;  // set for the chunks of a large file
+};
+
+class Mover {
+  public:
+    Mover(const MovePlan& plan, const std::function<void(const MoveProgress&)>& progress);
+    MoveSummary run();
+
+  private:
+    // walk
+    void add_entry(const MoveEntry& entry);
+    void add_node(const std::string& src, const std::string& dst, const struct stat& st, int depth);
+    void walk_dir(int fd, const std::string& src, const std::string& dst, int depth);
+    // create directories
+    void make_parents(const std::string& path);
+    void ensure_dir(const Node& node);
+    // copy
+    void run_task(const Task& task, Worker& worker);
+    void copy_small_file(Node& node, Worker& worker);
+    void copy_chunk(const Task& task, Worker& worker);
+    bool open_pair(Node& node, Worker& worker, Fd& src, Fd& dst, bool& direct);
+    Fd create_destination(Node& node, int dir, const std::string& name);
+    void copy_data(const Node& node, int in, int out, off_t from, off_t to, bool direct,
+                   bool drop_cache, Worker& worker);
+    void copy_extent(const Node& node, int in, int out, off_t from, off_t to, bool direct,
+                     bool drop_cache, Worker& worker);
+    void finish_file(Node& node, int src, int dst, bool truncate);
+    void copy_symlink(Node& node, Worker& worker);
+    void copy_fifo(Node& node, Worker& worker);
+    void place(Node& node, int dir, const std::string& name);
+    std::string temp_name(const std::string& name);
+    // finish
+    void link_hard_links();
+    void apply_dir_metadata(const Node& node);
+    void copy_xattrs(int src, int dst, bool directory, const std::string& what);
+    void set_owner_mode_times(int fd, const struct stat& st, const std::string& what);
+    void remove_temps() noexcept;
+
+    template <class Fn>
+    void run_parallel(std::size_t count, Fn fn);
+    void report(bool force);
+    void warn(const std::string& message);
+    void check_stopped() const {
+        if (stop_.load(std::memory_order_relaxed))
+            throw Stopped{};
+    }
+
+    const MovePlan& plan_;
+    const std::function<void(const MoveProgress&)>& progress_;
+    Fd buffer_root_;
+    std::unique_ptr<Side> src_, dst_;
+    std::vector<Node> nodes_;
+    std::vector<std::string> entry_tops_;  // destination of each entry's top node
+    std::map<std::pair<dev_t, ino_t>, std::size_t> inodes_;
+    std::vector<Worker> workers_;
+    std::set<std::string> dirs_to_sync_;  // destination directories outside the trees
+
+    std::atomic<bool> stop_{false};
+    std::atomic<std::uint64_t> files_done_{0}, bytes_done_{0};
+    std::atomic<std::uint64_t> files_written_{0}, bytes_written_{0}, skipped_{0};
+    std::uint64_t files_total_ = 0, bytes_total_ = 0;
+    Clock::time_point last_report_{};
+
+    std::mutex warnings_mutex_;
+    std::vector<std::string> warnings_;
+    std::set<std::string> warned_;
+    std::size_t warnings_dropped_ = 0;
+
+    std::uint64_t temp_prefix_ = 0;
+    std::atomic<std::uint64_t> temp_counter_{0};
+};
+
+Mover::Mover(const MovePlan& plan, const std::function<void(const MoveProgress&)>& progress)
+    : plan_(plan), progress_(progress) {
+    const int fd =
+        ::open(plan.buffer_root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        fail("open buffer directory " + plan.buffer_root, errno);
+    buffer_root_ = Fd(fd);
+    auto buffer = std::make_unique<Side>(true, buffer_root_.get(), plan.buffer_root);
+    auto outside = std::make_unique<Side>(false, -1, "");
+    if (plan.direction == MoveDirection::in) {
+        src_ = std::move(outside);
+        dst_ = std::move(buffer);
+    } else {
+        src_ = std::move(buffer);
+        dst_ = std::move(outside);
+    }
+    workers_.resize(std::max(1u, plan.threads));
+    temp_prefix_ = std::random_device{}();
+    temp_prefix_ = (temp_prefix_ << 32) ^ std::random_device{}() ^ static_cast<unsigned>(getpid());
+}
+
+void Mover::warn(const std::string& message) {
+    std::lock_guard<std::mutex> lock(warnings_mutex_);
+    if (!warned_.insert(message).second)
+        return;
+    if (warnings_.size() < max_warnings)
+        warnings_.push_back(message);
+    else
+        ++warnings_dropped_;
+}
+
+void Mover::report(bool force) {
+    const Clock::time_point now = Clock::now();
+    if (!force && now - last_report_ < progress_interval)
+        return;
+    last_report_ = now;
+    if (progress_)
+        progress_(MoveProgress{files_done_.load(), files_total_, bytes_done_.load(), bytes_total_});
+}
+
+// Runs fn(i, worker) for every i below `count` on the worker threads while the calling thread
+// reports progress; the first failure stops the rest from starting and is rethrown.
+template <class Fn>
+void Mover::run_parallel(std::size_t count, Fn fn) {
+    if (count == 0)
+        return;
+    std::atomic<std::size_t> next{0};
+    std::mutex mutex;
+    std::condition_variable done;
+    std::exception_ptr error;
+    std::size_t running = std::min<std::size_t>(workers_.size(), count);
+    auto body = [&](Worker& worker) {
+        try {
+            while (!stop_.load()) {
+                const std::size_t i = next.fetch_add(1);
+                if (i >= count)
+                    break;
+                fn(i, worker);
+            }
+        } catch (const Stopped&) {
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(mutex);
+            if (!error)
+                error = std::current_exception();
+            stop_ = true;
+        }
+        std::lock_guard<std::mutex> lock(mutex);
+        --running;
+        done.notify_all();
+    };
+    {
+        ThreadGroup group;
+        const std::size_t n = running;
+        for (std::size_t k = 0; k < n; ++k)
+            group.start([&body, &worker = workers_[k]] { body(worker); });
+        try {
+            std::unique_lock<std::mutex> lock(mutex);
+            while (running > 0) {
+                done.wait_for(lock, progress_interval);
+                lock.unlock();
+                report(false);
+                lock.lock();
+            }
+        } catch (...) {
+            stop_ = true;  // a throwing progress callback: let the workers wind down
+            throw;
+        }
+    }
+    if (error)
+        std::rethrow_exception(error);
+}
+
+// ---- walk -------------------------------------------------------------------------------
+
+void Mover::add_entry(const MoveEntry& entry) {
+    const std::string src = normalize(entry.source, src_->in_buffer(), "source");
+    bool into = entry.destination.empty() || entry.destination.back() == '/';
+    std::string dst = normalize(entry.destination, dst_->in_buffer(), "destination");
+    const std::string shown = src_->display(src);
+    struct stat st {};
+    if (!src_->stat_entry(src, st))
+        throw Error(ExitCode::no_input, "cannot read " + shown + ": no such file or directory");
+    switch (entry.type) {
+        case StageType::directory: {
+            if (S_ISLNK(st.st_mode) && src_->in_buffer())
+                throw Error(ExitCode::no_perm, "refusing " + shown + ": it is a symlink");
+            if (!S_ISDIR(st.st_mode))
+                throw Error(ExitCode::data, shown + " is not a directory (type=directory)");
+            entry_tops_.push_back(dst);
+            add_node(src, dst, st, 0);
+            break;
+        }
+        case StageType::file: {
+            if (S_ISDIR(st.st_mode))
+                throw Error(ExitCode::data, shown + " is a directory (use type=directory)");
+            struct stat existing {};
+            if (!into && dst_->stat_entry(dst, existing) && S_ISDIR(existing.st_mode))
+                into = true;
+            if (into)
+                dst = dst_->join(dst, split_last(src).second);
+            entry_tops_.push_back(dst);
+            add_node(src, dst, st, 0);
+            break;
+        }
+        case StageType::list:
+            throw Error(ExitCode::software, "type=list entries must be expanded before moving");
+    }
+}
+
+void Mover::add_node(const std::string& src, const std::string& dst, const struct stat& st,
+                     int depth) {
+    Node node;
+    node.src = src;
+    node.dst = dst;
+    node.st = st;
+    node.depth = depth;
+    const mode_t type = st.st_mode & S_IFMT;
+    if (type == S_IFDIR) {
+        node.kind = Kind::directory;
+        node.keep_metadata = dst_->in_buffer() && dst.empty();
+        nodes_.push_back(std::move(node));
+        ++files_total_;
+        walk_dir(-1, src, dst, depth);
+        return;
+    }
+    if (type == S_IFREG)
+        node.kind = Kind::file;
+    else if (type == S_IFLNK)
+        node.kind = Kind::symlink;
+    else if (type == S_IFIFO)
+        node.kind = Kind::fifo;
+    else {
+        warn("skipped " + std::string(type == S_IFSOCK ? "socket " : "device node ") +
+             src_->display(src));
+        return;
+    }
+    if (st.st_nlink > 1) {
+        const auto [it, first] =
+            inodes_.emplace(std::make_pair(st.st_dev, st.st_ino), nodes_.size());
+        if (!first) {
+            node.kind = Kind::hard_link;
+            node.link_to = it->second;
+        }
+    }
+    if (node.kind == Kind::file)
+        bytes_total_ += static_cast<std::uint64_t>(st.st_size);
+    ++files_total_;
+    nodes_.push_back(std::move(node));
+}
+
+void Mover::walk_dir(int parent, const std::string& src, const std::string& dst, int depth) {
+    Fd dir;
+    if (parent < 0) {
+        dir = src_->open_dir(src, true);
+    } else {
+        const int fd = openat(parent, split_last(src).second.c_str(),
+                              O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+            fail("open directory " + src_->display(src), errno);
+        dir = Fd(fd);
+    }
+    DirStream stream(dir.get());
+    if (!stream.dir)
+        fail("list " + src_->display(src), errno);
+    std::vector<std::string> names;
+    errno = 0;
+    while (dirent* entry = readdir(stream.dir)) {
+        if (std::strcmp(entry->d_name, ".") != 0 && std::strcmp(entry->d_name, "..") != 0)
+            names.emplace_back(entry->d_name);
+        errno = 0;
+    }
+    if (errno != 0)
+        fail("list " + src_->display(src), errno);
+    for (const std::string& name : names) {
+        const std::string child_src = src_->join(src, name);
+        const std::string child_dst = dst_->join(dst, name);
+        struct stat st {};
+        if (fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+            fail("stat " + src_->display(child_src), errno);
+        if (S_ISDIR(st.st_mode)) {
+            Node node;
+            node.kind = Kind::directory;
+            node.src = child_src;
+            node.dst = child_dst;
+            node.st = st;
+            node.depth = depth + 1;
+            nodes_.push_back(std::move(node));
+            ++files_total_;
+            walk_dir(dir.get(), child_src, child_dst, depth + 1);
+        } else {
+            add_node(child_src, child_dst, st, depth + 1);
+        }
+    }
+}
+
+// ---- directories --------------------------------------------------------------------------
+
+// mkdir -p for the directories above `path`: in the buffer one component at a time beneath
+// the root; outside with ordinary paths (the user's own symlinks on the way are followed).
+void Mover::make_parents(const std::string& path) {
+    const std::string parent = split_last(path).first;
+    dirs_to_sync_.insert(parent);
+    const std::vector<std::string> parts = components(parent);
+    std::string so_far = dst_->in_buffer() ? "" : "/";
+    Fd dir;
+    if (dst_->in_buffer()) {
+        const int fd = fcntl(buffer_root_.get(), F_DUPFD_CLOEXEC, 0);
+        if (fd < 0)
+            fail("open " + plan_.buffer_root, errno);
+        dir = Fd(fd);
+    }
+    for (const std::string& part : parts) {
+        const std::string up = so_far;
+        so_far = dst_->join(so_far, part);
+        if (dst_->in_buffer()) {
+            struct stat st {};
+            if (mkdirat(dir.get(), part.c_str(), 0700) == 0)
+                dirs_to_sync_.insert(up);
+            else if (errno != EEXIST)
+                fail("create directory " + dst_->display(so_far), errno);
+            else if (fstatat(dir.get(), part.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                     S_ISLNK(st.st_mode))
+                throw Error(ExitCode::no_perm,
+                            "refusing " + dst_->display(so_far) + ": a symlink is in the way");
+            dir = open_beneath(dir.get(), part, O_RDONLY | O_DIRECTORY, dst_->display(so_far));
+            continue;
+        }
+        struct stat st {};
+        if (stat(so_far.c_str(), &st) == 0) {
+            if (!S_ISDIR(st.st_mode))
+                throw Error(ExitCode::io, "cannot create directories under " + so_far +
+                                              ": it is not a directory");
+            continue;
+        }
+        if (errno != ENOENT)
+            fail("open directory " + so_far, errno);
+        if (mkdir(so_far.c_str(), 0777) == 0)
+            dirs_to_sync_.insert(up);
+        else if (errno != EEXIST)
+            fail("create directory " + so_far, errno);
+    }
+}
+
+void Mover::ensure_dir(const Node& node) {
+    if (node.keep_metadata)
+        return;
+    const auto [parent, name] = split_last(node.dst);
+    const std::string shown = dst_->display(node.dst);
+    const Fd dir = dst_->open_dir(parent);
+    if (mkdirat(dir.get(), name.c_str(), 0700) == 0)
+        return;
+    if (errno != EEXIST)
+        fail("create directory " + shown, errno);
+    struct stat st {};
+    if (fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+        fail("stat " + shown, errno);
+    if (S_ISLNK(st.st_mode))
+        throw Error(ExitCode::no_perm, "refusing " + shown + ": a symlink is in the way");
+    if (!S_ISDIR(st.st_mode)) {
+        if (unlinkat(dir.get(), name.c_str(), 0) != 0 || mkdirat(dir.get(), name.c_str(), 0700))
+            fail("replace " + shown + " with a directory", errno);
+        return;
+    }
+    // Kept from an earlier run, it may already carry a read-only final mode: open it up until
+    // its metadata is applied again at the end. (It was just seen to be a directory; only the
+    // user could swap it, and only against themself.)
+    if ((st.st_mode & S_IRWXU) != S_IRWXU &&
+        fchmodat(dir.get(), name.c_str(), (st.st_mode & 07777) | S_IRWXU, 0) != 0)
+        fail("make " + shown + " writable", errno);
+}
+
+// ---- copying ----------------------------------------------------------------------------
+
+std::string Mover::temp_name(const std::string& name) {
+    char suffix[40];
+    std::snprintf(suffix, sizeof suffix, "%016llx%04llx",
+                  static_cast<unsigned long long>(temp_prefix_),
+                  static_cast<unsigned long long>(temp_counter_.fetch_add(1) & 0xffff));
+    std::string temp = "." + name + ".bbkit-" + suffix;
+    if (temp.size() <= NAME_MAX)
+        return temp;
+    // A long name leaves no room for a suffix: a short name still unique within this move.
+    return ".bbkit-" + std::to_string(std::hash<std::string>{}(name)) + "-" + suffix;
+}
+
+// Creates the file that receives the copy: under a temporary name for durable moves, else
+// under its final name after removing what an earlier run left (which may be read-only).
+Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
+    const std::string shown = dst_->display(node.dst);
+    std::string target = name;
+    if (plan_.durable) {
+        target = temp_name(name);
+    } else if (unlinkat(dir, name.c_str(), 0) != 0 && errno != ENOENT) {
+        fail("replace " + shown, errno);
+    }
+    const int fd =
+        openat(dir, target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        const int err = errno;
+        const std::string parent = dst_->display(split_last(node.dst).first);
+        throw Error(code_for(err) == ExitCode::no_input ? ExitCode::io : code_for(err),
+                    "cannot create " + shown + " in directory " + parent + ": " + reason(err));
+    }
+    if (plan_.durable)
+        node.temp = target;
+    return Fd(fd);
+}
+
+bool same_mtime(const struct stat& a, const struct stat& b) {
+    return a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec;
+}
+
+// Opens the source and creates the destination; false when the destination is already
+// complete (same size and ns mtime: a rerun after success or a crash).
+bool Mover::open_pair(Node& node, Worker& worker, Fd& src, Fd& dst, bool& direct) {
+    const auto [src_parent, src_name] = split_last(node.src);
+    const auto [dst_parent, dst_name] = split_last(node.dst);
+    const int dst_dir = worker.dst_dir.get(*dst_, dst_parent);
+    struct stat existing {};
+    if (fstatat(dst_dir, dst_name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISREG(existing.st_mode) && existing.st_size == node.st.st_size &&
+        same_mtime(existing, node.st))
+        return false;
+    const int src_dir = worker.src_dir.get(*src_, src_parent);
+    direct = plan_.direct_io && node.st.st_size >= direct_min_size;
+    const int flags = O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC;
+    int fd = openat(src_dir, src_name.c_str(), flags | (direct ? O_DIRECT : 0));
+    if (fd < 0 && direct && errno == EINVAL) {  // the file system refuses O_DIRECT
+        direct = false;
+        fd = openat(src_dir, src_name.c_str(), flags);
+    }
+    if (fd < 0)
+        fail("read " + src_->display(node.src), errno == ELOOP ? EACCES : errno);
+    src = Fd(fd);
+    struct stat now {};
+    if (fstat(src.get(), &now) != 0 || !S_ISREG(now.st_mode))
+        throw Error(ExitCode::io,
+                    "cannot read " + src_->display(node.src) + ": it changed during the move");
+    dst = create_destination(node, dst_dir, dst_name);
+    if (direct) {
+        const int fl = fcntl(dst.get(), F_GETFL);
+        if (fl < 0 || fcntl(dst.get(), F_SETFL, fl | O_DIRECT) != 0) {
+            // The destination refuses O_DIRECT: reopen the source buffered as well.
+            direct = false;
+            fd = openat(src_dir, src_name.c_str(), flags);
+            if (fd < 0)
+                fail("read " + src_->display(node.src), errno);
+            src = Fd(fd);
+        }
+    }
+    return true;
+}
+
+void Mover::run_task(const Task& task, Worker& worker) {
+    Node& node = nodes_[task.node];
+    switch (node.kind) {
+        case Kind::file:
+            if (task.shared)
+                copy_chunk(task, worker);
+            else
+                copy_small_file(node, worker);
+            return;
+        case Kind::symlink:
+            copy_symlink(node, worker);
+            break;
+        case Kind::fifo:
+            copy_fifo(node, worker);
+            break;
+        case Kind::directory:
+        case Kind::hard_link:
+            return;
+    }
+    files_done_.fetch_add(1);
+}
+
+bool is_sparse(const struct stat& st) {
+    return static_cast<off_t>(st.st_blocks) * 512 < st.st_size;
+}
+
+void Mover::copy_small_file(Node& node, Worker& worker) {
+    Fd src, dst;
+    bool direct = false;
+    const auto size = static_cast<std::uint64_t>(node.st.st_size);
+    if (!open_pair(node, worker, src, dst, direct)) {
+        skipped_.fetch_add(1);
+    } else {
+        const bool sparse = is_sparse(node.st);
+        if (sparse && ftruncate(dst.get(), node.st.st_size) != 0)
+            fail("write " + dst_->display(node.dst), errno);
+        if (node.st.st_size > 0)
+            copy_data(node, src.get(), dst.get(), 0, node.st.st_size, direct, false, worker);
+        finish_file(node, src.get(), dst.get(), direct);
+        files_written_.fetch_add(1);
+        bytes_written_.fetch_add(size);
+    }
+    bytes_done_.fetch_add(size);
+    files_done_.fetch_add(1);
+}
+
+void Mover::copy_chunk(const Task& task, Worker& worker) {
+    Node& node = nodes_[task.node];
+    SharedFile& file = *task.shared;
+    {
+        std::lock_guard<std::mutex> lock(file.mutex);
+        if (!file.opened) {
+            file.skip = !open_pair(node, worker, file.src, file.dst, file.direct);
+            // Full size first: chunks write at their own offsets, holes stay holes.
+            if (!file.skip && ftruncate(file.dst.get(), node.st.st_size) != 0)
+                fail("write " + dst_->display(node.dst), errno);
+            file.opened = true;
+        }
+    }
+    if (!file.skip)
+        copy_data(node, file.src.get(), file.dst.get(), task.offset, task.offset + task.length,
+                  file.direct, true, worker);
+    bytes_done_.fetch_add(static_cast<std::uint64_t>(task.length));
+    if (file.remaining.fetch_sub(1) != 1)
+        return;
+    if (file.skip) {
+        skipped_.fetch_add(1);
+    } else {
+        finish_file(node, file.src.get(), file.dst.get(), true);
+        files_written_.fetch_add(1);
+        bytes_written_.fetch_add(static_cast<std::uint64_t>(node.st.st_size));
+    }
+    file.src.reset();
+    file.dst.reset();
+    files_done_.fetch_add(1);
+}
+
+// Copies the data of [from, to), skipping holes when the source has any.
+void Mover::copy_data(const Node& node, int in, int out, off_t from, off_t to, bool direct,
+                      bool drop_cache, Worker& worker) {
+    if (!is_sparse(node.st)) {
+        copy_extent(node, in, out, from, to, direct, drop_cache, worker);
+        return;
+    }
+    for (off_t pos = from; pos < to;) {
+        const off_t data = lseek(in, pos, SEEK_DATA);
+        if (data < 0 && errno == ENXIO)
+            return;  // only a hole is left
+        if (data < 0)
+            fail("read " + src_->display(node.src), errno);
+        if (data >= to)
+            return;
+        off_t hole = lseek(in, data, SEEK_HOLE);
+        if (hole < 0)
+            fail("read " + src_->display(node.src), errno);
+        hole = std::min(hole, to);
+        copy_extent(node, in, out, data, hole, direct, drop_cache, worker);
+        pos = hole;
+    }
+}
+
+bool copy_file_range_unsupported(int err) {
+    return err == EXDEV || err == EINVAL || err == ENOSYS || err == EOPNOTSUPP || err == EBADF;
+}
+
+bool is_write_error(int err) {
+    return err == ENOSPC || err == EDQUOT || err == EFBIG || err == EROFS;
+}
+
+void Mover::copy_extent(const Node& node, int in, int out, off_t from, off_t to, bool direct,
+                        bool drop_cache, Worker& worker) {
+    if (direct) {
+        // O_DIRECT wants aligned offsets and lengths; extents come from chunk boundaries and
+        // SEEK_DATA/SEEK_HOLE (block-aligned), so rounding only ever adds bytes of the same
+        // file, and the padding past the end is cut by the final ftruncate.
+        from -= from % direct_align;
+        to += (direct_align - to % direct_align) % direct_align;
+    }
+    bool use_copy_file_range = !direct;
+    for (off_t pos = from; pos < to;) {
+        check_stopped();
+        const std::size_t want = static_cast<std::size_t>(std::min<off_t>(piece_bytes, to - pos));
+        ssize_t n = -1;
+        if (use_copy_file_range) {
+            loff_t in_off = pos, out_off = pos;
+            n = copy_file_range(in, &in_off, out, &out_off, want, 0);
+            if (n < 0 && copy_file_range_unsupported(errno)) {
+                use_copy_file_range = false;
+                continue;
+            }
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0) {
+                const int err = errno;
+                if (is_write_error(err))
+                    fail("write " + dst_->display(node.dst), err);
+                fail("copy " + src_->display(node.src) + " to " + dst_->display(node.dst), err);
+            }
+        } else {
+            char* buffer = worker.io_buffer();
+            n = pread(in, buffer, want, pos);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0)
+                fail("read " + src_->display(node.src), errno);
+            std::size_t length = static_cast<std::size_t>(n);
+            if (direct && length % direct_align != 0) {  // end of file: pad to a whole block
+                const std::size_t padded = length + (direct_align - length % direct_align);
+                std::memset(buffer + length, 0, padded - length);
+                length = padded;
+            }
+            for (std::size_t done = 0; done < length;) {
+                const ssize_t w =
+                    pwrite(out, buffer + done, length - done, pos + static_cast<off_t>(done));
+                if (w < 0 && errno == EINTR)
+                    continue;
+                if (w < 0)
+                    fail("write " + dst_->display(node.dst), errno);
+                done += static_cast<std::size_t>(w);
+            }
+            if (direct && static_cast<std::size_t>(n) < want)
+                return;  // end of file: the next offset would not be aligned
+        }
+        if (n == 0)
+            return;  // the source shrank; the final ftruncate restores the walked size
+        if (drop_cache) {
+            // Big buffered copies: start writeback now and let go of the source's pages, so
+            // the page cache does not grow (fresh guest memory is expensive to touch here).
+            sync_file_range(out, pos, n, SYNC_FILE_RANGE_WRITE);
+            posix_fadvise(in, pos, n, POSIX_FADV_DONTNEED);
+            if (pos >= static_cast<off_t>(piece_bytes))
+                posix_fadvise(out, pos - static_cast<off_t>(piece_bytes), piece_bytes,
+                              POSIX_FADV_DONTNEED);
+        }
+        pos += n;
+    }
+}
+
+void Mover::set_owner_mode_times(int fd, const struct stat& st, const std::string& what) {
+    // The group only when the user may (a member of it); chown clears suid/sgid, so the mode
+    // comes after it, and the times come last because every change above touches ctime only.
+    if (fchown(fd, static_cast<uid_t>(-1), st.st_gid) != 0 && errno != EPERM)
+        fail("set the group of " + what, errno);
+    if (fchmod(fd, st.st_mode & 07777) != 0) {
+        if (errno != EPERM)
+            fail("set the mode of " + what, errno);
+        warn("cannot set the mode of " + what + ": " + reason(errno));
+    }
+    const struct timespec times[2] = {st.st_atim, st.st_mtim};
+    if (futimens(fd, times) != 0) {
+        if (errno != EPERM)
+            fail("set the times of " + what, errno);
+        warn("cannot set the times of " + what + ": " + reason(errno));
+    }
+}
+
+void Mover::finish_file(Node& node, int src, int dst, bool truncate) {
+    const std::string shown = dst_->display(node.dst);
+    if (truncate && ftruncate(dst, node.st.st_size) != 0)
+        fail("write " + shown, errno);
+    copy_xattrs(src, dst, false, shown);
+    set_owner_mode_times(dst, node.st, shown);
+    if (plan_.durable && !plan_.trust_syncfs && fsync(dst) != 0)
+        fail("write " + shown, errno);
+}
+
+// Puts a symlink or fifo made under a temporary name in place; durable moves rename later,
+// together with the files.
+void Mover::place(Node& node, int dir, const std::string& name) {
+    if (plan_.durable)
+        return;
+    if (renameat(dir, node.temp.c_str(), dir, name.c_str()) != 0) {
+        const int err = errno;
+        unlinkat(dir, node.temp.c_str(), 0);
+        fail("replace " + dst_->display(node.dst), err);
+    }
+    node.temp.clear();
+}
+
+void Mover::copy_symlink(Node& node, Worker& worker) {
+    const auto [src_parent, src_name] = split_last(node.src);
+    const auto [dst_parent, dst_name] = split_last(node.dst);
+    const int src_dir = worker.src_dir.get(*src_, src_parent);
+    std::string target(static_cast<std::size_t>(std::max<off_t>(node.st.st_size, 255)) + 1, '\0');
+    for (;;) {
+        const ssize_t n = readlinkat(src_dir, src_name.c_str(), &target[0], target.size());
+        if (n < 0)
+            fail("read symlink " + src_->display(node.src), errno);
+        if (static_cast<std::size_t>(n) < target.size()) {
+            target.resize(static_cast<std::size_t>(n));
+            break;
+        }
+        target.resize(target.size() * 2);
+    }
+    const int dst_dir = worker.dst_dir.get(*dst_, dst_parent);
+    struct stat existing {};
+    if (fstatat(dst_dir, dst_name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISLNK(existing.st_mode) && same_mtime(existing, node.st)) {
+        std::string current(target.size() + 1, '\0');
+        const ssize_t n = readlinkat(dst_dir, dst_name.c_str(), &current[0], current.size());
+        if (n >= 0 && static_cast<std::size_t>(n) == target.size() &&
+            current.compare(0, target.size(), target) == 0) {
+            skipped_.fetch_add(1);
+            return;
+        }
+    }
+    const std::string temp = temp_name(dst_name);
+    if (symlinkat(target.c_str(), dst_dir, temp.c_str()) != 0)
+        fail("create " + dst_->display(node.dst), errno);
+    node.temp = temp;
+    fchownat(dst_dir, temp.c_str(), static_cast<uid_t>(-1), node.st.st_gid,
+             AT_SYMLINK_NOFOLLOW);  // best effort, as for files
+    const struct timespec times[2] = {node.st.st_atim, node.st.st_mtim};
+    if (utimensat(dst_dir, temp.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0)
+        fail("set the times of " + dst_->display(node.dst), errno);
+    place(node, dst_dir, dst_name);
+    files_written_.fetch_add(1);
+}
+
+void Mover::copy_fifo(Node& node, Worker& worker) {
+    const auto [dst_parent, dst_name] = split_last(node.dst);
+    const int dst_dir = worker.dst_dir.get(*dst_, dst_parent);
+    struct stat existing {};
+    if (fstatat(dst_dir, dst_name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISFIFO(existing.st_mode) && existing.st_mode == node.st.st_mode &&
+        same_mtime(existing, node.st)) {
+        skipped_.fetch_add(1);
+        return;
+    }
+    const std::string temp = temp_name(dst_name);
+    const std::string shown = dst_->display(node.dst);
+    if (mkfifoat(dst_dir, temp.c_str(), 0600) != 0)
+        fail("create " + shown, errno);
+    node.temp = temp;
+    // Opening for reading without blocking works on a fifo with no writer; metadata then
+    // goes through the descriptor, never through a name that could be swapped.
+    const int fd = openat(dst_dir, temp.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        fail("open " + shown, errno);
+    const Fd owned(fd);
+    set_owner_mode_times(fd, node.st, shown);
+    place(node, dst_dir, dst_name);
+    files_written_.fetch_add(1);
+}
+
+bool xattr_copied(const char* name, bool directory) {
+    return std::strncmp(name, "user.", 5) == 0 ||
+           std::strcmp(name, "system.posix_acl_access") == 0 ||
+           (directory && std::strcmp(name, "system.posix_acl_default") == 0);
+}
+
+// user.* attributes and POSIX ACLs, as raw bytes (no libacl needed: the kernel's xattr form
+// of an ACL is the same on both sides).
+void Mover::copy_xattrs(int src, int dst, bool directory, const std::string& what) {
+    std::string names(256, '\0');
+    ssize_t n;
+    while ((n = flistxattr(src, &names[0], names.size())) < 0 && errno == ERANGE)
+        names.resize(names.size() * 4);
+    if (n < 0) {
+        if (errno == ENOTSUP || errno == EOPNOTSUPP)
+            return;
+        fail("list the extended attributes for " + what, errno);
+    }
+    std::string value;
+    for (std::size_t at = 0; at < static_cast<std::size_t>(n);) {
+        const char* name = names.c_str() + at;
+        at += std::strlen(name) + 1;
+        if (!xattr_copied(name, directory))
+            continue;
+        value.resize(256);
+        ssize_t size;
+        while ((size = fgetxattr(src, name, &value[0], value.size())) < 0 && errno == ERANGE)
+            value.resize(value.size() * 4);
+        if (size < 0) {
+            if (errno == ENODATA)
+                continue;  // removed meanwhile
+            fail("read extended attribute " + std::string(name) + " for " + what, errno);
+        }
+        if (fsetxattr(dst, name, value.data(), static_cast<std::size_t>(size), 0) == 0)
+            continue;
+        const int err = errno;
+        if (err == ENOTSUP || err == EOPNOTSUPP || err == EPERM || err == EACCES)
+            warn("extended attribute " + std::string(name) + " not kept on " + what + ": " +
+                 reason(err));
+        else
+            fail("write extended attribute " + std::string(name) + " for " + what, err);
+    }
+}
+
+// ---- finishing ----------------------------------------------------------------------------
+
+void Mover::link_hard_links() {
+    std::map<std::string, Fd> dirs;
+    auto dir_of = [&](const std::string& path) {
+        const std::string parent = split_last(path).first;
+        auto it = dirs.find(parent);
+        if (it == dirs.end())
+            it = dirs.emplace(parent, dst_->open_dir(parent)).first;
+        return it->second.get();
+    };
+    for (Node& node : nodes_) {
+        if (node.kind != Kind::hard_link)
+            continue;
+        const Node& target = nodes_[node.link_to];
+        const std::string link_name = split_last(node.dst).second;
+        const std::string target_name = split_last(target.dst).second;
+        const int link_dir = dir_of(node.dst);
+        const int target_dir = dir_of(target.dst);
+        struct stat a {
+        }, b{};
+        if (fstatat(link_dir, link_name.c_str(), &a, AT_SYMLINK_NOFOLLOW) == 0 &&
+            fstatat(target_dir, target_name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+            a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+            skipped_.fetch_add(1);
+        } else {
+            if (unlinkat(link_dir, link_name.c_str(), 0) != 0 && errno != ENOENT)
+                fail("replace " + dst_->display(node.dst), errno);
+            if (linkat(target_dir, target_name.c_str(), link_dir, link_name.c_str(), 0) != 0)
+                fail("link " + dst_->display(node.dst) + " to " + dst_->display(target.dst), errno);
+            files_written_.fetch_add(1);
+        }
+        files_done_.fetch_add(1);
+        report(false);
+    }
+}
+
+void Mover::apply_dir_metadata(const Node& node) {
+    if (!node.keep_metadata) {
+        const Fd src = src_->open_dir(node.src, true);
+        const Fd dst = dst_->open_dir(node.dst, true);
+        const std::string shown = dst_->display(node.dst);
+        copy_xattrs(src.get(), dst.get(), true, shown);
+        set_owner_mode_times(dst.get(), node.st, shown);
+        if (plan_.durable && fsync(dst.get()) != 0)
+            fail("sync directory " + shown, errno);
+    } else if (plan_.durable && fsync(buffer_root_.get()) != 0) {
+        fail("sync directory " + plan_.buffer_root, errno);
+    }
+    files_done_.fetch_add(1);
+}
+
+void Mover::remove_temps() noexcept {
+    for (Node& node : nodes_) {
+        if (node.temp.empty())
+            continue;
+        try {
+            const Fd dir = dst_->open_dir(split_last(node.dst).first);
+            unlinkat(dir.get(), node.temp.c_str(), 0);
+        } catch (...) {
+        }
+        node.temp.clear();
+    }
+}
+
+MoveSummary Mover::run() {
+    const Clock::time_point start = Clock::now();
+    for (const MoveEntry& entry : plan_.entries)
+        add_entry(entry);
+    report(true);
+
+    // Directories first, parents before children (the walk's order), all writable for now.
+    for (const std::string& top : entry_tops_)
+        make_parents(top);
+    for (const Node& node : nodes_) {
+        if (node.kind == Kind::directory) {
+            ensure_dir(node);
+            report(false);
+        }
+    }
+
+    // A descriptor on each destination file system, opened before any data is written: since
+    // Linux 5.8 syncfs reports the writeback errors that happened after this open.
+    std::vector<Fd> file_systems;
+    if (plan_.durable && plan_.trust_syncfs) {
+        std::set<dev_t> seen;
+        for (const std::string& dir : dirs_to_sync_) {
+            Fd fd = dst_->open_dir(dir);
+            struct stat st {};
+            if (fstat(fd.get(), &st) == 0 && seen.insert(st.st_dev).second)
+                file_systems.push_back(std::move(fd));
+        }
+    }
+
+    try {
+        // Chunks of large files come as they are walked: each large file is shared by all
+        // workers at once, so only a few files are open at any time.
+        std::vector<Task> tasks;
+        for (std::size_t i = 0; i < nodes_.size(); ++i) {
+            const Node& node = nodes_[i];
+            if (node.kind == Kind::directory || node.kind == Kind::hard_link)
+                continue;
+            if (node.kind != Kind::file || node.st.st_size < large_file) {
+                tasks.push_back(Task{i, 0, 0, nullptr});
+                continue;
+            }
+            auto shared = std::make_shared<SharedFile>();
+            const std::size_t chunks =
+                static_cast<std::size_t>((node.st.st_size + chunk_bytes - 1) / chunk_bytes);
+            shared->remaining = chunks;
+            for (std::size_t c = 0; c < chunks; ++c) {
+                const off_t offset = static_cast<off_t>(c) * chunk_bytes;
+                tasks.push_back(
+                    Task{i, offset, std::min(chunk_bytes, node.st.st_size - offset), shared});
+            }
+        }
+        run_parallel(tasks.size(),
+                     [&](std::size_t i, Worker& worker) { run_task(tasks[i], worker); });
+        tasks.clear();
+
+        if (plan_.durable) {
+            for (const Fd& fd : file_systems)
+                if (syncfs(fd.get()) != 0)
+                    fail("sync the destination file system", errno);
+            // Every temporary now holds durable bytes: only now may it take its final name.
+            std::vector<std::size_t> pending;
+            for (std::size_t i = 0; i < nodes_.size(); ++i)
+                if (!nodes_[i].temp.empty())
+                    pending.push_back(i);
+            run_parallel(pending.size(), [&](std::size_t i, Worker& worker) {
+                Node& node = nodes_[pending[i]];
+                const auto [parent, name] = split_last(node.dst);
+                const int dir = worker.dst_dir.get(*dst_, parent);
+                if (renameat(dir, node.temp.c_str(), dir, name.c_str()) != 0)
+                    fail("rename into place " + dst_->display(node.dst), errno);
+                node.temp.clear();
+            });
+        }
+    } catch (...) {
+        remove_temps();
+        throw;
+    }
+    link_hard_links();
+
+    // Directory modes and times last (a 0500 directory had to stay writable while filled),
+    // deepest first so a directory is final only after everything below it.
+    int deepest = 0;
+    for (const Node& node : nodes_)
+        deepest = std::max(deepest, node.depth);
+    for (int depth = deepest; depth >= 0; --depth) {
+        std::vector<std::size_t> level;
+        for (std::size_t i = 0; i < nodes_.size(); ++i)
+            if (nodes_[i].kind == Kind::directory && nodes_[i].depth == depth)
+                level.push_back(i);
+        run_parallel(level.size(),
+                     [&](std::size_t i, Worker&) { apply_dir_metadata(nodes_[level[i]]); });
+    }
+    if (plan_.durable) {
+        for (const std::string& dir : dirs_to_sync_) {
+            const Fd fd = dst_->open_dir(dir);
+            if (fsync(fd.get()) != 0)
+                fail("sync directory " + dst_->display(dir), errno);
+        }
+    }
+    report(true);
+
+    MoveSummary summary;
+    summary.files = files_written_.load();
+    summary.bytes = bytes_written_.load();
+    summary.skipped = skipped_.load();
+    summary.warnings = warnings_;
+    if (warnings_dropped_ > 0)
+        summary.warnings.push_back(std::to_string(warnings_dropped_) + " more warnings");
+    summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    return summary;
+}
+
+}  // namespace
+
+MoveSummary run_move(const MovePlan& plan,
+                     const std::function<void(const MoveProgress&)>& progress) {
+    Mover mover(plan, progress);
+    return mover.run();
+}
+
+}  // namespace bbkit

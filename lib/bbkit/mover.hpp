@@ -1,0 +1,71 @@
+// Data movement between a buffer and the outside, as the job's user (the caller has already
+// dropped privileges: nothing here chowns to another user or assumes root).
+//
+// The buffer side is reached only through descriptors below the buffer root (openat2 with
+// RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS): a symlink planted in the buffer can never redirect a
+// write or a read outside it. The outside side uses ordinary paths with the user's permissions,
+// never following a symlink in a final component. What `cp -a` keeps is kept: content, holes,
+// modes (suid/sgid/sticky), ns atimes and mtimes, symlinks as symlinks, hard links within one
+// move, fifos, user.* xattrs and POSIX ACLs, the group when the user may set it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bbkit/directive.hpp"
+
+namespace bbkit {
+
+enum class MoveDirection { in, out };
+
+// in:  source = absolute path outside, destination = relative to the buffer root.
+// out: source = relative to the buffer root, destination = absolute path outside.
+// type=file: one non-directory; a destination that is "", ends in '/' or is an existing
+// directory receives it under the source's name. type=directory: the tree's contents go under
+// destination (`cp -a src/. dest/`) and destination gets the source directory's mode and times
+// (except the buffer root itself, whose mode bbkit owns). type=list must be expanded first.
+// Missing parents of a destination are created.
+struct MoveEntry {
+    std::string source;
+    std::string destination;
+    StageType type = StageType::file;
+};
+
+struct MovePlan {
+    MoveDirection direction = MoveDirection::in;
+    std::string buffer_root;  // absolute; opened with O_NOFOLLOW
+    std::vector<MoveEntry> entries;
+    unsigned threads = 8;      // worker threads (files and chunks of large files)
+    bool durable = false;      // stage-out: temp names, batched sync, rename, directory fsync
+    bool direct_io = false;    // O_DIRECT for files >= 8 MiB (buffered where refused): less
+                               // CPU, but latency-bound on a single virtio disk
+    bool trust_syncfs = true;  // false: fsync each file (in parallel) instead of one syncfs
+};
+
+struct MoveProgress {
+    std::uint64_t files_done = 0, files_total = 0;  // every entry: files, dirs, links, fifos
+    std::uint64_t bytes_done = 0, bytes_total = 0;  // apparent size of regular files
+};
+
+struct MoveSummary {
+    std::uint64_t files = 0;            // files, symlinks, fifos, hard links written (not dirs)
+    std::uint64_t bytes = 0;            // apparent bytes of the regular files written
+    std::uint64_t skipped = 0;          // already complete: files of same size and ns mtime, and
+                                        // links/fifos already in place
+    std::vector<std::string> warnings;  // devices/sockets skipped, xattrs unsupported, ...
+    double seconds = 0;
+};
+
+// Copies every entry; returns only when done (and, when plan.durable, when every byte, name
+// and directory is on disk). A rerun after success copies nothing; a rerun after a crash skips
+// complete files. `progress` is called from the calling thread, at most every ~100 ms and once
+// at the end. Throws Error: no_input (66) for a missing source, no_perm (77) for an unreadable
+// source, an unwritable destination or a symlink in the buffer's way, io (74) for ENOSPC/EIO
+// and the like, data (65) for a source of the wrong type; each message names the path. After
+// a durable failure no temporary file is left and no final name holds a partial file.
+MoveSummary run_move(const MovePlan& plan,
+                     const std::function<void(const MoveProgress&)>& progress);
+
+}  // namespace bbkit

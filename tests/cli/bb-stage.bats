@@ -1,0 +1,269 @@
+#!/usr/bin/env bats
+# bb-stage: data in and out as the job's user, the phases, and every failure path. Trees are
+# compared by content, modes, times and link targets, not by exit codes alone.
+
+load common
+
+setup() {
+  common_setup
+  mkdir -p "$TEST_DIR/nvme" "$TEST_DIR/small" "$TEST_DIR/pfs"
+  chmod 755 "$TEST_DIR/pfs"
+  U=$(test_user)
+  chown "$U" "$TEST_DIR/pfs"
+  bb-pool init nvme >/dev/null
+  bb-pool init small >/dev/null
+}
+teardown() { common_teardown; }
+
+as_user() { runuser -u "$U" -- "$@"; }
+
+# Writes a job script whose lines follow the shebang.
+job_script() {
+  { echo '#!/bin/bash'; for l in "$@"; do printf '%s\n' "$l"; done; echo 'srun app'; } >"$TEST_DIR/job.sh"
+}
+
+# A tree the user owns, with the awkward cases.
+make_tree() {
+  local t=$1
+  as_user mkdir -p "$t/sub/deeper" "$t/empty"
+  as_user sh -c "printf 'hello\n' >'$t/plain'; printf 'x' >'$t/sub/deeper/leaf'"
+  as_user sh -c "printf 'space\n' >'$t/with space'; printf 'tab\n' >'$t/tab	name'; printf 'dash\n' >'$t/-leading'"
+  as_user ln -s plain "$t/rel-link"
+  as_user ln -s /nonexistent/target "$t/dangling"
+  as_user truncate -s 64M "$t/sparse"
+  as_user sh -c "printf 'data' | dd of='$t/sparse' bs=1 seek=1048576 conv=notrunc status=none"
+  as_user ln "$t/plain" "$t/hardlink"
+  as_user chmod 0640 "$t/plain"
+  as_user chmod 0700 "$t/sub"
+  as_user touch -d '2001-02-03 04:05:06.123456789' "$t/sub/deeper/leaf"
+}
+
+# Prints one line per entry: path, type, mode, size, mtime (ns), link target; content hashes.
+describe_tree() {
+  (cd "$1" && find . -printf '%p %y %m %s %T@ %l\n' | sort && find . -type f -print0 | sort -z | xargs -0 -r sha1sum)
+}
+
+@test "help and bb-stage(1) document every subcommand and option" {
+  run bb-stage --help
+  assert_success
+  for word in in out pre-run post-run paths --job --json --retry --progress --output --config --state-dir; do
+    grep -q -- "${word//-/\\\\-}" "$BBKIT_SOURCE_DIR/man/man1/bb-stage.1" || fail "man page lacks $word"
+  done
+  run bb-stage in
+  assert_failure 64
+}
+
+@test "the full lifecycle moves data in and out as the user, faithfully" {
+  make_tree "$TEST_DIR/pfs/input"
+  job_script "#BB_LUA pool=nvme capacity=1G" \
+    "#BB_LUA stage_in type=directory source=$TEST_DIR/pfs/input destination=\$BB_JOB_DIR/input" \
+    "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/input/plain destination=one/copy" \
+    "#BB_LUA stage_out type=directory source=\$BB_JOB_DIR/output destination=$TEST_DIR/pfs/results"
+  bb-pool alloc --job 21 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  run bb-stage in --job 21 --json
+  assert_success
+  assert_output --partial '"files":'
+  buf="$TEST_DIR/nvme/job/21.1"
+  [ "$(describe_tree "$TEST_DIR/pfs/input")" = "$(describe_tree "$buf/input")" ] || {
+    diff <(describe_tree "$TEST_DIR/pfs/input") <(describe_tree "$buf/input"); false; }
+  [ "$(stat -c %U "$buf/input/plain")" = "$U" ]
+  [ "$(stat -c %i "$buf/input/plain")" = "$(stat -c %i "$buf/input/hardlink")" ]
+  [ "$(stat -c %b "$buf/input/sparse")" -lt 1000 ]
+  [ "$(cat "$buf/one/copy")" = hello ]
+  run bb-stat job 21 --json
+  assert_output --partial '"state": "staged-in"'
+  bb-stage pre-run --job 21
+  as_user sh -c "mkdir '$buf/output' && printf 'result\n' >'$buf/output/r.txt'"
+  bb-stage post-run --job 21
+  run bb-stage out --job 21
+  assert_success
+  [ "$(cat "$TEST_DIR/pfs/results/r.txt")" = result ]
+  [ "$(stat -c %U "$TEST_DIR/pfs/results/r.txt")" = "$U" ]
+  [ -z "$(find "$TEST_DIR/pfs/results" -name '*.bbkit-*')" ]
+  run bb-stat job 21 --json
+  assert_output --partial '"state": "staged-out"'
+  bb-teardown --job 21 >/dev/null
+  run bb-pool show nvme --json
+  assert_output --partial '"used": 0'
+}
+
+@test "a second stage-in copies nothing" {
+  make_tree "$TEST_DIR/pfs/input"
+  job_script "#BB_LUA capacity=1G" "#BB_LUA stage_in type=directory source=$TEST_DIR/pfs/input destination=in"
+  bb-pool alloc --job 22 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  bb-stage in --job 22 >/dev/null
+  run bb-stage in --job 22
+  assert_success
+  assert_output --partial "nothing to do"
+}
+
+@test "a job without stage lines goes straight through" {
+  bb-pool alloc --job 23 --user "$U" --capacity 1G >/dev/null
+  run bb-stage in --job 23
+  assert_success
+  bb-stage pre-run --job 23
+  bb-stage post-run --job 23
+  run bb-stage out --job 23
+  assert_success
+  run bb-stat job 23 --json
+  assert_output --partial '"state": "staged-out"'
+}
+
+@test "a file the user cannot read is refused with 77 naming it; the state says why" {
+  job_script "#BB_LUA capacity=1G" "#BB_LUA stage_in type=file source=/etc/shadow destination=s"
+  bb-pool alloc --job 24 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  run bb-stage in --job 24
+  assert_failure 77
+  assert_output --partial "/etc/shadow"
+  run bb-stat job 24 --json
+  assert_output --partial '"state": "staging-in"'
+  assert_output --partial "BurstBufferOperation"
+  [ ! -e "$TEST_DIR/nvme/job/24.1/s" ]
+}
+
+@test "another user's 0600 file is refused with 77" {
+  echo secret >"$TEST_DIR/pfs/root-only"
+  chmod 600 "$TEST_DIR/pfs/root-only"
+  job_script "#BB_LUA capacity=1G" "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/root-only destination=s"
+  bb-pool alloc --job 25 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  run bb-stage in --job 25
+  assert_failure 77
+  assert_output --partial "root-only"
+}
+
+@test "sources larger than the buffer are refused with 65 before copying" {
+  as_user head -c 5000 /dev/zero >"$TEST_DIR/pfs/big"
+  chown "$U" "$TEST_DIR/pfs/big"
+  job_script "#BB_LUA pool=small capacity=4K" "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/big destination=big"
+  bb-pool alloc --job 26 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  run bb-stage in --job 26
+  assert_failure 65
+  assert_output --partial "stage-in needs"
+  [ ! -e "$TEST_DIR/small/job/26.1/big" ]
+}
+
+@test "a symlink planted in the buffer cannot redirect a write outside it" {
+  as_user sh -c "echo data >'$TEST_DIR/pfs/f'"
+  job_script "#BB_LUA capacity=1G" "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/f destination=in/passwd-copy"
+  bb-pool alloc --job 27 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  as_user ln -s /etc "$TEST_DIR/nvme/job/27.1/in"
+  run bb-stage in --job 27
+  assert_failure 77
+  [ ! -e /etc/passwd-copy ]
+}
+
+@test "a stage-out source planted as a symlink out of the buffer is refused" {
+  bb-pool alloc --job 28 --user "$U" --bb "#BB_LUA capacity=1G #BB_LUA stage_out type=directory source=out destination=$TEST_DIR/pfs/stolen" >/dev/null
+  job=28
+  buf="$TEST_DIR/nvme/job/28.1"
+  as_user ln -s /root "$buf/out"
+  bb-stage in --job 28 >/dev/null
+  bb-stage pre-run --job 28
+  bb-stage post-run --job 28
+  run bb-stage out --job 28
+  assert_failure 77
+  [ ! -e "$TEST_DIR/pfs/stolen" ] || [ -z "$(ls -A "$TEST_DIR/pfs/stolen")" ]
+}
+
+@test "stage-out to a directory the user cannot write fails naming it, keeps the data, and --retry works" {
+  mkdir -p "$TEST_DIR/locked"
+  chmod 755 "$TEST_DIR/locked"
+  bb-pool alloc --job 29 --user "$U" --bb "#BB_LUA capacity=1G #BB_LUA stage_out type=directory source=out destination=$TEST_DIR/locked/res" >/dev/null
+  buf="$TEST_DIR/nvme/job/29.1"
+  bb-stage in --job 29 >/dev/null; bb-stage pre-run --job 29
+  as_user sh -c "mkdir '$buf/out' && echo keep >'$buf/out/k'"
+  bb-stage post-run --job 29
+  run bb-stage out --job 29
+  assert_failure 77
+  assert_output --partial "$TEST_DIR/locked"
+  [ "$(cat "$buf/out/k")" = keep ]
+  run bb-stage out --job 29
+  assert_failure 69
+  assert_output --partial "--retry"
+  chown "$U" "$TEST_DIR/locked"
+  run bb-stage out --job 29 --retry
+  assert_success
+  [ "$(cat "$TEST_DIR/locked/res/k")" = keep ]
+}
+
+@test "a stage-in timeout stops the mover and records the reason" {
+  # 6 GiB of allocated (unwritten) extents: instant to make, far more than a second to copy.
+  as_user fallocate -l 6G "$TEST_DIR/pfs/big"
+  write_config '[timeouts]' 'stage_in = 1'
+  job_script "#BB_LUA capacity=7G" "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/big destination=big"
+  bb-pool alloc --job 30 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
+  run bb-stage in --job 30
+  assert_failure 75
+  assert_output --partial "timed out"
+  ! pgrep -u "$U" -f bb-mover
+  run bb-stat job 30 --json
+  assert_output --partial "timed out"
+}
+
+@test "kill -9 in the middle of a copy, then recover and a rerun resumes" {
+  as_user mkdir "$TEST_DIR/pfs/many"
+  as_user sh -c "cd '$TEST_DIR/pfs/many' && for i in \$(seq 300); do head -c 200000 /dev/urandom >f\$i; done"
+  job_script "#BB_LUA capacity=1G" "#BB_LUA stage_in type=directory source=$TEST_DIR/pfs/many destination=m"
+  bb-pool alloc --job 31 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  bb-stage in --job 31 >/dev/null 2>&1 &
+  stager=$!
+  for _ in $(seq 100); do [ "$(ls "$TEST_DIR/nvme/job/31.1/m" 2>/dev/null | wc -l)" -gt 20 ] && break; sleep 0.02; done
+  kill -9 "$stager"; wait "$stager" || true
+  sleep 0.5
+  ! pgrep -u "$U" -f bb-mover
+  run bb-pool recover
+  assert_output --partial "interrupted"
+  run bb-stage in --job 31 --json
+  assert_success
+  [ "$(describe_tree "$TEST_DIR/pfs/many")" = "$(describe_tree "$TEST_DIR/nvme/job/31.1/m")" ]
+}
+
+@test "paths prints the job's environment and writes Slurm's path file" {
+  bb-pool alloc --job 32 --user "$U" --capacity 1G >/dev/null
+  run bb-stage paths --job 32
+  assert_success
+  assert_line "BB_JOB_DIR=$TEST_DIR/nvme/job/32.1"
+  assert_line "DW_JOB_STRIPED=$TEST_DIR/nvme/job/32.1"
+  touch "$TEST_DIR/pathfile"
+  bb-stage paths --job 32 --output "$TEST_DIR/pathfile"
+  grep -q "^DW_JOB_PRIVATE=$TEST_DIR/nvme/job/32.1$" "$TEST_DIR/pathfile"
+  run bb-stage paths --job 99
+  assert_failure 66
+}
+
+@test "a failing pre_run hook fails the phase with its last stderr line" {
+  printf '#!/bin/sh\necho "noise" >&2\necho "quota server unreachable for $BBKIT_USER" >&2\nexit 3\n' >"$TEST_DIR/hook"
+  chmod 755 "$TEST_DIR/hook"
+  write_config '[hooks]' "pre_run = \"$TEST_DIR/hook\""
+  bb-pool alloc --job 33 --user "$U" --capacity 1G >/dev/null
+  bb-stage in --job 33 >/dev/null
+  run bb-stage pre-run --job 33
+  assert_failure 70
+  assert_output --partial "quota server unreachable for $U"
+  run bb-stat job 33 --json
+  assert_output --partial '"state": "pre-run"'
+}
+
+@test "a phase out of order is refused naming both states" {
+  bb-pool alloc --job 34 --user "$U" --capacity 1G >/dev/null
+  run bb-stage out --job 34
+  assert_failure 65
+  assert_output --partial "allocated"
+  run bb-stage in --job 404
+  assert_failure 66
+}
+
+@test "stage_concurrency bounds stagers; the rest wait their turn" {
+  write_config '[limits]' 'stage_concurrency = 1'
+  as_user dd if=/dev/zero of="$TEST_DIR/pfs/big" bs=1M count=300 status=none
+  for j in 41 42; do
+    job_script "#BB_LUA capacity=1G" "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/big destination=b"
+    bb-pool alloc --job $j --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  done
+  bb-stage in --job 41 >/dev/null & a=$!
+  bb-stage in --job 42 >/dev/null & b=$!
+  wait $a; wait $b
+  run bb-stat job 42 --json
+  assert_output --partial '"state": "staged-in"'
+}

@@ -1,0 +1,562 @@
+#include "bbkit/mover.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "bbkit/error.hpp"
+
+namespace bbkit {
+namespace {
+
+constexpr uid_t nobody = 65534;
+constexpr gid_t nogroup = 65534;
+
+// A scratch directory everyone may traverse (the mover runs as nobody in most tests).
+class TempDir {
+  public:
+    TempDir() {
+        char pattern[] = "/tmp/bbkit-mover-XXXXXX";
+        path_ = mkdtemp(pattern);
+        chmod(path_.c_str(), 0755);
+    }
+    ~TempDir() { std::filesystem::remove_all(path_); }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+    const std::string& path() const { return path_; }
+
+  private:
+    std::string path_;
+};
+
+void write_file(const std::string& path, const std::string& content, mode_t mode = 0644) {
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0) << path;
+    ASSERT_EQ(write(fd, content.data(), content.size()), static_cast<ssize_t>(content.size()));
+    fchmod(fd, mode);
+    close(fd);
+}
+
+void write_at(const std::string& path, off_t offset, const std::string& content) {
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0) << path;
+    ASSERT_EQ(pwrite(fd, content.data(), content.size(), offset),
+              static_cast<ssize_t>(content.size()));
+    close(fd);
+}
+
+std::string read_file(const std::string& path) {
+    std::string data;
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return "<unreadable>";
+    char buf[1 << 16];
+    for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;)
+        data.append(buf, static_cast<std::size_t>(n));
+    close(fd);
+    return data;
+}
+
+std::vector<std::string> list_dir(const std::string& dir) {
+    std::vector<std::string> names;
+    DIR* d = opendir(dir.c_str());
+    if (!d)
+        return names;
+    while (dirent* e = readdir(d))
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
+            names.emplace_back(e->d_name);
+    closedir(d);
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+// Post-order over a tree (children before their directory), symlinks not followed.
+void for_each_entry(const std::string& dir, const std::function<void(const std::string&)>& fn) {
+    for (const std::string& name : list_dir(dir)) {
+        const std::string path = dir + "/" + name;
+        struct stat st {};
+        lstat(path.c_str(), &st);
+        if (S_ISDIR(st.st_mode))
+            for_each_entry(path, fn);
+        fn(path);
+    }
+}
+
+void set_times(const std::string& path, time_t sec, long nsec) {
+    const struct timespec times[2] = {{sec, nsec}, {sec, nsec}};
+    ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW), 0) << path;
+}
+
+// Everything cp -a keeps and a user may own. Owned by nobody, times set last.
+void make_tricky_tree(const std::string& root) {
+    ASSERT_EQ(mkdir(root.c_str(), 0755), 0);
+    auto at = [&](const std::string& name) { return root + "/" + name; };
+    write_file(at("plain"), "plain content\n");
+    write_file(at("-leading-dash"), "dash");
+    write_file(at("with space"), "space");
+    write_file(at("new\nline"), "newline");
+    write_file(at("tab\there"), "tab");
+    write_file(at(std::string("bad\xff"
+                              "utf8")),
+               "invalid utf-8");
+    write_file(at(std::string(255, 'n')), "long name");
+    write_file(at("empty-file"), "");
+    write_file(at("m0700"), "x", 0700);
+    write_file(at("m0444"), "read only", 0444);
+    write_file(at("suid"), "#!/bin/sh\n", 04755);
+    write_file(at("sgid"), "#!/bin/sh\n", 02755);
+    write_file(at("old"), "before 1970");
+    write_file(at("future"), "after 2038");
+    mkdir(at("sticky").c_str(), 0777);
+    chmod(at("sticky").c_str(), 01777);
+    mkdir(at("ro").c_str(), 0755);
+    write_file(at("ro/inside"), "in a 0500 dir", 0600);
+    mkdir(at("empty").c_str(), 0755);
+    mkdir(at("sub").c_str(), 0750);
+    mkdir(at("sub/emptier").c_str(), 0700);
+    symlink("plain", at("rel").c_str());
+    symlink("/etc/passwd", at("abs").c_str());
+    symlink("nowhere/none", at("dangling").c_str());
+    symlink("sub", at("dirlink").c_str());
+    symlink("../plain", at("sub/up").c_str());
+    // Sparse: data at the start, the middle and the end of 10 MiB; and a file of holes only.
+    write_at(at("sparse"), 0, "head");
+    write_at(at("sparse"), 5 << 20, std::string(8192, 'm'));
+    write_at(at("sparse"), (10 << 20) - 4, "tail");
+    write_file(at("allhole"), "");
+    truncate(at("allhole").c_str(), 8 << 20);
+    write_file(at("hl1"), "hard linked");
+    link(at("hl1").c_str(), at("sub/hl2").c_str());
+    mkfifo(at("fifo").c_str(), 0640);
+    setxattr(at("plain").c_str(), "user.origin", "tricky", 6, 0);
+    setxattr(at("sub").c_str(), "user.dir", "attr", 4, 0);
+    write_file(at("acl"), "acl");
+    mkdir(at("acldir").c_str(), 0750);
+    const std::string acl = "setfacl -m u:1:r " + at("acl") + " && setfacl -d -m u:1:rx " +
+                            at("acldir") + " && setfacl -m u:1:rx " + at("acldir");
+    ASSERT_EQ(std::system(acl.c_str()), 0);
+    std::string deep = at("deep");
+    for (int level = 0; level < 40; ++level) {
+        mkdir(deep.c_str(), 0755);
+        deep += "/d" + std::to_string(level);
+    }
+    write_file(deep, "forty levels down");
+
+    int counter = 0;
+    for_each_entry(root, [&](const std::string& path) {
+        lchown(path.c_str(), nobody, nogroup);
+        ++counter;
+        set_times(path, 1600000000 + counter, 123456789 - counter);
+    });
+    chmod(at("suid").c_str(), 04755);  // chown cleared them
+    chmod(at("sgid").c_str(), 02755);
+    set_times(at("old"), -1000000000, 5);
+    set_times(at("future"), 4102444800 + 12345, 999999999);
+    chmod(at("ro").c_str(), 0500);
+    set_times(at("ro"), 1500000000, 1);
+    lchown(root.c_str(), nobody, nogroup);
+    set_times(root, 1400000000, 42);
+}
+
+std::map<std::string, std::string> xattrs_of(const std::string& path) {
+    std::map<std::string, std::string> out;
+    char names[4096];
+    const ssize_t n = llistxattr(path.c_str(), names, sizeof names);
+    for (ssize_t at = 0; at < n; at += static_cast<ssize_t>(std::strlen(names + at)) + 1) {
+        const std::string name = names + at;
+        if (name.rfind("user.", 0) != 0 && name.rfind("system.posix_acl", 0) != 0)
+            continue;
+        char value[4096];
+        const ssize_t size = lgetxattr(path.c_str(), name.c_str(), value, sizeof value);
+        out[name] = size < 0 ? "<error>" : std::string(value, static_cast<std::size_t>(size));
+    }
+    return out;
+}
+
+// Compares two trees entry by entry: type, mode, ns mtime, content, link targets, holes,
+// xattrs, and hard-link groups (same source inode <=> same copy inode). `owner` is checked
+// when given.
+void expect_same_tree(const std::string& a, const std::string& b, uid_t owner = -1) {
+    std::map<ino_t, ino_t> links;
+    std::function<void(const std::string&, const std::string&)> compare =
+        [&](const std::string& x, const std::string& y) {
+            struct stat sx {
+            }, sy{};
+            ASSERT_EQ(lstat(x.c_str(), &sx), 0) << x;
+            ASSERT_EQ(lstat(y.c_str(), &sy), 0) << "missing copy " << y;
+            EXPECT_EQ(sx.st_mode, sy.st_mode) << y;
+            EXPECT_EQ(sx.st_mtim.tv_sec, sy.st_mtim.tv_sec) << y;
+            EXPECT_EQ(sx.st_mtim.tv_nsec, sy.st_mtim.tv_nsec) << y;
+            if (owner != static_cast<uid_t>(-1)) {
+                EXPECT_EQ(sy.st_uid, owner) << y;
+            }
+            EXPECT_EQ(sx.st_gid, sy.st_gid) << y;
+            if (!S_ISLNK(sx.st_mode)) {
+                EXPECT_EQ(xattrs_of(x), xattrs_of(y)) << y;
+            }
+            if (S_ISREG(sx.st_mode)) {
+                EXPECT_EQ(sx.st_size, sy.st_size) << y;
+                EXPECT_LE(sy.st_blocks, sx.st_blocks + 8) << "holes filled in " << y;
+                EXPECT_TRUE(read_file(x) == read_file(y)) << "content differs: " << y;
+                if (sx.st_nlink > 1) {
+                    EXPECT_EQ(sx.st_nlink, sy.st_nlink) << y;
+                    auto [it, first] = links.emplace(sx.st_ino, sy.st_ino);
+                    EXPECT_EQ(it->second, sy.st_ino) << "hard link split: " << y;
+                }
+            } else if (S_ISLNK(sx.st_mode)) {
+                char tx[4096] = {}, ty[4096] = {};
+                EXPECT_EQ(readlink(x.c_str(), tx, sizeof tx), readlink(y.c_str(), ty, sizeof ty));
+                EXPECT_STREQ(tx, ty) << y;
+            } else if (S_ISDIR(sx.st_mode)) {
+                const auto nx = list_dir(x), ny = list_dir(y);
+                EXPECT_EQ(nx, ny) << y;
+                for (const std::string& name : nx)
+                    compare(x + "/" + name, y + "/" + name);
+            }
+        };
+    compare(a, b);
+}
+
+struct Outcome {
+    int code = -1;  // 0, or the Error's exit status
+    std::string message;
+    std::uint64_t files = 0, bytes = 0, skipped = 0;
+    std::vector<std::string> warnings;
+};
+
+// Runs the move in a child that has become nobody, as bb-mover would, and reports back
+// through a pipe (gtest assertions do not cross a fork).
+Outcome move_as(uid_t uid, gid_t gid, const MovePlan& plan) {
+    int fds[2];
+    if (pipe(fds) != 0)
+        return {};
+    const pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        std::string report;
+        int code = 0;
+        if (setgroups(0, nullptr) != 0 || setresgid(gid, gid, gid) != 0 ||
+            setresuid(uid, uid, uid) != 0) {
+            code = 71;
+            report = "cannot drop privileges";
+        } else {
+            try {
+                const MoveSummary s = run_move(plan, nullptr);
+                report = std::to_string(s.files) + " " + std::to_string(s.bytes) + " " +
+                         std::to_string(s.skipped) + "\n";
+                for (const std::string& w : s.warnings)
+                    report += w + "\n";
+            } catch (const Error& e) {
+                code = e.exit_status();
+                report = e.what();
+            } catch (const std::exception& e) {
+                code = 70;
+                report = e.what();
+            }
+        }
+        (void)!write(fds[1], report.data(), report.size());
+        _exit(code);
+    }
+    close(fds[1]);
+    std::string text;
+    char buf[4096];
+    for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;)
+        text.append(buf, static_cast<std::size_t>(n));
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    Outcome out;
+    out.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+    if (out.code != 0) {
+        out.message = text;
+        return out;
+    }
+    std::size_t line_end = text.find('\n');
+    std::sscanf(text.substr(0, line_end).c_str(), "%lu %lu %lu", &out.files, &out.bytes,
+                &out.skipped);
+    while (line_end != std::string::npos && line_end + 1 < text.size()) {
+        const std::size_t next = text.find('\n', line_end + 1);
+        out.warnings.push_back(text.substr(line_end + 1, next - line_end - 1));
+        line_end = next;
+    }
+    return out;
+}
+
+Outcome move_as_nobody(const MovePlan& plan) {
+    return move_as(nobody, nogroup, plan);
+}
+
+std::string make_buffer(const TempDir& tmp, const std::string& name) {
+    const std::string path = tmp / name;
+    mkdir(path.c_str(), 0700);
+    chown(path.c_str(), nobody, nogroup);
+    return path;
+}
+
+MovePlan plan_in(const std::string& buffer, const std::string& source,
+                 const std::string& destination, StageType type = StageType::directory) {
+    MovePlan plan;
+    plan.direction = MoveDirection::in;
+    plan.buffer_root = buffer;
+    plan.entries.push_back({source, destination, type});
+    return plan;
+}
+
+MovePlan plan_out(const std::string& buffer, const std::string& source,
+                  const std::string& destination, StageType type = StageType::directory) {
+    MovePlan plan = plan_in(buffer, source, destination, type);
+    plan.direction = MoveDirection::out;
+    plan.durable = true;
+    return plan;
+}
+
+bool has_temporaries(const std::string& dir) {
+    bool found = false;
+    for_each_entry(dir, [&](const std::string& path) {
+        if (path.find(".bbkit-") != std::string::npos)
+            found = true;
+    });
+    return found;
+}
+
+TEST(mover, round_trip_as_the_user_keeps_everything_cp_a_keeps) {
+    TempDir tmp;
+    make_tricky_tree(tmp / "src");
+    mknod((tmp / "src/null").c_str(), S_IFCHR | 0666, makedev(1, 3));
+    set_times(tmp / "src", 1400000000, 42);  // as make_tricky_tree left it
+    const std::string buffer = make_buffer(tmp, "buffer");
+
+    const Outcome in = move_as_nobody(plan_in(buffer, tmp / "src", "data"));
+    ASSERT_EQ(in.code, 0) << in.message;
+    ASSERT_EQ(in.warnings.size(), 1u);
+    EXPECT_NE(in.warnings[0].find("skipped device node"), std::string::npos) << in.warnings[0];
+    unlink((tmp / "src/null").c_str());
+    set_times(tmp / "src", 1400000000, 42);  // as make_tricky_tree left it
+    expect_same_tree(tmp / "src", buffer + "/data", nobody);
+
+    mkdir((tmp / "out").c_str(), 0755);
+    chown((tmp / "out").c_str(), nobody, nogroup);
+    const Outcome out = move_as_nobody(plan_out(buffer, "data", tmp / "out/result"));
+    ASSERT_EQ(out.code, 0) << out.message;
+    expect_same_tree(tmp / "src", tmp / "out/result", nobody);
+    EXPECT_FALSE(has_temporaries(tmp / "out"));
+}
+
+TEST(mover, one_thread_and_eight_threads_give_identical_trees) {
+    TempDir tmp;
+    make_tricky_tree(tmp / "src");
+    const std::string one = make_buffer(tmp, "one"), eight = make_buffer(tmp, "eight");
+    MovePlan plan = plan_in(one, tmp / "src", "");
+    plan.threads = 1;
+    ASSERT_EQ(move_as_nobody(plan).code, 0);
+    plan = plan_in(eight, tmp / "src", "");
+    plan.threads = 8;
+    ASSERT_EQ(move_as_nobody(plan).code, 0);
+    // The buffer root keeps its own mode (bbkit owns it): compare what is inside.
+    for (const std::string& name : list_dir(tmp / "src"))
+        expect_same_tree(one + "/" + name, eight + "/" + name, nobody);
+    EXPECT_EQ(list_dir(one), list_dir(tmp / "src"));
+}
+
+TEST(mover, files_and_renames_of_single_entries) {
+    TempDir tmp;
+    make_tricky_tree(tmp / "src");
+    const std::string buffer = make_buffer(tmp, "buffer");
+    MovePlan plan = plan_in(buffer, tmp / "src/plain", "renamed", StageType::file);
+    plan.entries.push_back({tmp / "src/rel", "links/", StageType::file});
+    plan.entries.push_back({tmp / "src/sparse", "a/b/c/sparse", StageType::file});
+    ASSERT_EQ(move_as_nobody(plan).code, 0);
+    expect_same_tree(tmp / "src/plain", buffer + "/renamed");
+    expect_same_tree(tmp / "src/rel", buffer + "/links/rel");
+    expect_same_tree(tmp / "src/sparse", buffer + "/a/b/c/sparse");
+}
+
+TEST(mover, symlink_planted_in_buffer_never_redirects_a_stage_in) {
+    TempDir tmp;
+    make_tricky_tree(tmp / "src");
+    mkdir((tmp / "decoy").c_str(), 0777);
+    const std::string buffer = make_buffer(tmp, "buffer");
+    symlink("/etc", (buffer + "/etc").c_str());
+    symlink((tmp / "decoy").c_str(), (buffer + "/decoy").c_str());
+    // As root, so permissions cannot be what stops it.
+    for (const MoveEntry& entry :
+         std::vector<MoveEntry>{{tmp / "src/plain", "etc/bbkit-mover-test", StageType::file},
+                                {tmp / "src/plain", "decoy/file", StageType::file},
+                                {tmp / "src/plain", "decoy/deeper/file", StageType::file},
+                                {tmp / "src", "decoy", StageType::directory},
+                                {tmp / "src", "decoy/tree", StageType::directory}}) {
+        MovePlan plan = plan_in(buffer, entry.source, entry.destination, entry.type);
+        try {
+            run_move(plan, nullptr);
+            ADD_FAILURE() << "not refused: " << entry.destination;
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ExitCode::no_perm) << e.what();
+            EXPECT_NE(std::string(e.what()).find(buffer + "/"), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_TRUE(list_dir(tmp / "decoy").empty());
+    EXPECT_NE(access("/etc/bbkit-mover-test", F_OK), 0);
+    struct stat st {};
+    ASSERT_EQ(lstat((buffer + "/decoy").c_str(), &st), 0);
+    EXPECT_TRUE(S_ISLNK(st.st_mode));
+}
+
+TEST(mover, symlink_planted_in_buffer_never_redirects_a_stage_out) {
+    TempDir tmp;
+    mkdir((tmp / "decoy").c_str(), 0755);
+    write_file(tmp / "decoy/secret", "not yours", 0600);
+    const std::string buffer = make_buffer(tmp, "buffer");
+    symlink((tmp / "decoy").c_str(), (buffer + "/results").c_str());
+    mkdir((tmp / "out").c_str(), 0777);
+    for (const MoveEntry& entry :
+         std::vector<MoveEntry>{{"results/secret", tmp / "out/secret", StageType::file},
+                                {"results", tmp / "out/tree", StageType::directory}}) {
+        MovePlan plan = plan_out(buffer, entry.source, entry.destination, entry.type);
+        try {
+            run_move(plan, nullptr);
+            ADD_FAILURE() << "not refused: " << entry.source;
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ExitCode::no_perm) << e.what();
+        }
+    }
+    EXPECT_TRUE(list_dir(tmp / "out").empty());
+    // A symlink as a single file is copied as what it is, never followed.
+    ASSERT_EQ(
+        run_move(plan_out(buffer, "results", tmp / "out/link", StageType::file), nullptr).files,
+        1u);
+    char target[4096] = {};
+    EXPECT_GT(readlink((tmp / "out/link").c_str(), target, sizeof target), 0);
+    EXPECT_EQ(std::string(target), tmp / "decoy");
+}
+
+TEST(mover, rerun_skips_complete_files_and_rewrites_changed_ones) {
+    TempDir tmp;
+    make_tricky_tree(tmp / "src");
+    const std::string buffer = make_buffer(tmp, "buffer");
+    const Outcome first = move_as_nobody(plan_in(buffer, tmp / "src", "data"));
+    ASSERT_EQ(first.code, 0) << first.message;
+    EXPECT_GT(first.files, 20u);
+
+    const Outcome again = move_as_nobody(plan_in(buffer, tmp / "src", "data"));
+    ASSERT_EQ(again.code, 0) << again.message;
+    EXPECT_EQ(again.files, 0u);
+    EXPECT_EQ(again.bytes, 0u);
+    EXPECT_EQ(again.skipped, first.files);
+
+    // Same size, other mtime: rewritten; a partial copy from a crash is never taken as done.
+    write_file(tmp / "src/plain", "PLAIN CONTENT\n");
+    lchown((tmp / "src/plain").c_str(), nobody, nogroup);
+    write_file(buffer + "/data/with space", "sp");  // truncated by a "crash"
+    const Outcome third = move_as_nobody(plan_in(buffer, tmp / "src", "data"));
+    ASSERT_EQ(third.code, 0) << third.message;
+    EXPECT_EQ(third.files, 2u);
+    expect_same_tree(tmp / "src", buffer + "/data", nobody);
+}
+
+TEST(mover, failed_stage_out_leaves_no_temporary_and_no_partial_file) {
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    mkdir((buffer + "/data").c_str(), 0755);
+    mkdir((buffer + "/data/locked").c_str(), 0755);
+    for (int i = 0; i < 50; ++i)
+        write_file(buffer + "/data/f" + std::to_string(i), std::string(10000, 'x'));
+    write_file(buffer + "/data/locked/g", "g");
+    for_each_entry(buffer, [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
+    // The destination's "locked" directory belongs to root: the user cannot write into it.
+    mkdir((tmp / "out").c_str(), 0755);
+    chown((tmp / "out").c_str(), nobody, nogroup);
+    mkdir((tmp / "out/locked").c_str(), 0755);
+
+    const Outcome out = move_as_nobody(plan_out(buffer, "data", tmp / "out"));
+    EXPECT_EQ(out.code, 77) << out.message;
+    EXPECT_NE(out.message.find(tmp / "out/locked"), std::string::npos) << out.message;
+    EXPECT_EQ(list_dir(tmp / "out"), std::vector<std::string>{"locked"});
+    EXPECT_TRUE(list_dir(tmp / "out/locked").empty());
+
+    // An unwritable destination directory from the start: named in the message.
+    chown((tmp / "out").c_str(), 0, 0);
+    const Outcome denied =
+        move_as_nobody(plan_out(buffer, "data/f1", tmp / "out/f1", StageType::file));
+    EXPECT_EQ(denied.code, 77) << denied.message;
+    EXPECT_NE(denied.message.find("directory " + tmp / "out"), std::string::npos) << denied.message;
+    EXPECT_EQ(list_dir(tmp / "out"), std::vector<std::string>{"locked"});
+}
+
+TEST(mover, sources_the_user_cannot_read_or_that_are_missing) {
+    TempDir tmp;
+    write_file(tmp / "secret", "root only", 0600);
+    const std::string buffer = make_buffer(tmp, "buffer");
+    const Outcome denied = move_as_nobody(plan_in(buffer, tmp / "secret", "s", StageType::file));
+    EXPECT_EQ(denied.code, 77) << denied.message;
+    EXPECT_NE(denied.message.find(tmp / "secret"), std::string::npos) << denied.message;
+    const Outcome missing = move_as_nobody(plan_in(buffer, tmp / "absent", "a", StageType::file));
+    EXPECT_EQ(missing.code, 66) << missing.message;
+    EXPECT_NE(missing.message.find(tmp / "absent"), std::string::npos) << missing.message;
+    const Outcome climbing =
+        move_as_nobody(plan_in(buffer, tmp / "secret", "../x", StageType::file));
+    EXPECT_EQ(climbing.code, 65) << climbing.message;
+    EXPECT_TRUE(list_dir(buffer).empty());
+}
+
+// 200 MiB, mostly holes, with data across chunk boundaries and an unaligned end; plus a dense
+// 70 MiB file. Copied buffered and with O_DIRECT, threads sharing each file's chunks.
+TEST(mover, large_files_are_copied_in_chunks) {
+    TempDir tmp;
+    mkdir((tmp / "src").c_str(), 0755);
+    const std::string big = tmp / "src/big";
+    for (off_t at : {off_t{0}, (off_t{32} << 20) - 3000, off_t{100} << 20, off_t{150} << 20})
+        write_at(big, at, std::string(1 << 20, static_cast<char>('a' + at % 23)));
+    truncate(big.c_str(), (off_t{200} << 20) + 123);
+    std::string dense(70 << 20, '\0');
+    for (std::size_t i = 0; i < dense.size(); i += 4093)
+        dense[i] = static_cast<char>(i * 7);
+    write_file(tmp / "src/dense", dense);
+    for_each_entry(tmp / "src", [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
+    lchown((tmp / "src").c_str(), nobody, nogroup);
+
+    for (bool direct : {false, true}) {
+        const std::string buffer = make_buffer(tmp, direct ? "direct" : "buffered");
+        MovePlan plan = plan_in(buffer, tmp / "src", "data");
+        plan.direct_io = direct;
+        const Outcome in = move_as_nobody(plan);
+        ASSERT_EQ(in.code, 0) << in.message;
+        expect_same_tree(tmp / "src", buffer + "/data", nobody);
+        struct stat st {};
+        ASSERT_EQ(stat((buffer + "/data/big").c_str(), &st), 0);
+        EXPECT_LT(st.st_blocks * 512, 16 << 20) << "holes filled";
+    }
+}
+
+TEST(mover, progress_reports_totals_and_ends_complete) {
+    TempDir tmp;
+    make_tricky_tree(tmp / "src");
+    const std::string buffer = make_buffer(tmp, "buffer");
+    std::vector<MoveProgress> seen;
+    run_move(plan_in(buffer, tmp / "src", "data"),
+             [&](const MoveProgress& p) { seen.push_back(p); });
+    ASSERT_FALSE(seen.empty());
+    EXPECT_EQ(seen.front().files_total, seen.back().files_total);
+    EXPECT_EQ(seen.back().files_done, seen.back().files_total);
+    EXPECT_EQ(seen.back().bytes_done, seen.back().bytes_total);
+    EXPECT_GT(seen.back().bytes_total, 10u << 20);
+}
+
+}  // namespace
+}  // namespace bbkit

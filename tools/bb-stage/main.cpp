@@ -1,0 +1,77 @@
+// bb-stage: stage-in, pre-run, post-run, stage-out and the job's paths.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "bbkit/error.hpp"
+#include "bbkit/render.hpp"
+#include "bbkit/stage.hpp"
+#include "bbkit/store.hpp"
+#include "bbkit/tool.hpp"
+
+int main(int argc, char** argv) {
+    using namespace bbkit;
+    CLI::App app{"bb-stage: move a job's data in and out of its burst buffer"};
+    app.require_subcommand(1);
+    app.fallthrough();
+    CommonOptions common;
+    add_common_options(app, common, true);
+    std::uint64_t job_id = 0;
+    bool json = false, progress = false, retry = false;
+    std::optional<std::string> output;
+    app.add_option("--job", job_id, "Job id")->required();
+    app.add_flag("--json", json, "Print a JSON summary");
+    CLI::App* in = app.add_subcommand("in", "Stage in: allocated -> staging-in -> staged-in");
+    CLI::App* out =
+        app.add_subcommand("out", "Stage out: post-run -> staging-out -> staged-out (durable)");
+    out->add_flag("--retry", retry, "Run a failed stage-out again, after fixing its cause");
+    for (CLI::App* sub : {in, out})
+        sub->add_flag("--progress", progress, "Progress bar on a terminal");
+    CLI::App* pre =
+        app.add_subcommand("pre-run", "staged-in -> pre-run -> running, with the pre_run hook");
+    CLI::App* post = app.add_subcommand("post-run", "running -> post-run, with the post_run hook");
+    CLI::App* paths =
+        app.add_subcommand("paths", "Print the job's environment: BB_JOB_DIR=..., DW_...");
+    paths->add_option("--output", output, "Write the lines to FILE (Slurm's path file) instead");
+
+    return run_tool("bb-stage", app, argc, argv, common, [&]() -> int {
+        const Config config = load_effective_config(common);
+        StateStore store(config);
+        const std::string who = "bb-stage " + app.get_subcommands().front()->get_name();
+        if (*paths) {
+            const std::string lines = job_paths(store, config, job_id);
+            if (output)
+                write_paths_file(*output, lines);
+            else
+                std::cout << lines;
+            return 0;
+        }
+        if (*pre) {
+            pre_run(store, config, job_id, who);
+            return 0;
+        }
+        if (*post) {
+            post_run(store, config, job_id, who);
+            return 0;
+        }
+        StageOptions options;
+        options.retry = retry;
+        const bool bar = progress && isatty(STDERR_FILENO);
+        if (bar)
+            options.on_progress = [](const MoverReport& r) {
+                std::cerr << progress_bar(r) << std::flush;
+            };
+        const StageResult result = *in ? stage_in(store, config, job_id, options, who)
+                                       : stage_out(store, config, job_id, options, who);
+        if (bar)
+            std::cerr << '\n';
+        for (const std::string& w : result.warnings)
+            std::cerr << "bb-stage: warning: " << w << '\n';
+        if (json)
+            std::cout << stage_result_json(result).dump(2) << '\n';
+        else
+            std::cout << stage_result_text(result, *in ? "stage-in" : "stage-out");
+        return 0;
+    });
+}
