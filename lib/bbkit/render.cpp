@@ -379,7 +379,9 @@ std::string stage_result_text(const StageResult& r, const std::string& phase) {
     std::snprintf(line, sizeof line,
                   "%s of %s: %llu files, %s in %.2f s (%.1f MB/s), %llu already complete\n",
                   phase.c_str(), r.key.c_str(), static_cast<unsigned long long>(r.files),
-                  format_size(r.bytes).c_str(), r.seconds, mb_per_s(r.bytes, r.seconds),
+                  (format_size(r.bytes) == std::to_string(r.bytes) ? std::to_string(r.bytes) + " bytes"
+                                                                   : format_size(r.bytes))
+                      .c_str(), r.seconds, mb_per_s(r.bytes, r.seconds),
                   static_cast<unsigned long long>(r.skipped));
     return line;
 }

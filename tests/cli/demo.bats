@@ -13,6 +13,9 @@ load common
   assert_output --partial "exit status 65"
   assert_output --partial "allocated: demo.42.1 96MiB in pool demo"
   assert_output --partial "JobID=42 "
+  assert_output --partial '"files": 2'
+  assert_output --partial "BB_JOB_DIR="
+  assert_output --partial "3 /tmp/bbkit-demo."
   assert_output --partial "exit status 75"
   assert_output --partial "torn down: demo.42.1 (space released)"
   assert_output --partial "no findings"
