@@ -395,11 +395,13 @@ bool paths_overlap(const std::string& a, const std::string& b) {
 }
 
 PoolConfig pool_of(const Field& table) {
-    reject_unknown_keys(table, {"name", "path", "capacity", "granularity"});
+    reject_unknown_keys(table, {"name", "path", "capacity", "granularity", "direct_io", "syncfs"});
     PoolConfig pool;
     pool.name = name_of(required(table, "name"));
     pool.path = pool_path_of(required(table, "path"));
     pool.capacity = capacity_of(required(table, "capacity"));
+    read_if_present(table, "direct_io", pool.direct_io, boolean_of);
+    read_if_present(table, "syncfs", pool.syncfs, boolean_of);
     if (auto field = find(table, "granularity")) {
         pool.granularity = capacity_of(*field);
         if (pool.granularity > pool.capacity)

@@ -205,7 +205,9 @@ json config_json(const Config& config) {
         pools.push_back({{"name", p.name},
                          {"path", p.path},
                          {"capacity", p.capacity},
-                         {"granularity", p.granularity}});
+                         {"granularity", p.granularity},
+                         {"direct_io", p.direct_io},
+                         {"syncfs", p.syncfs}});
     return {{"source", config.source},
             {"state_dir", config.state_dir},
             {"state_owner", config.state_owner},
@@ -261,7 +263,9 @@ std::string config_text(const Config& config) {
             << "name = " << toml_string(p.name) << '\n'
             << "path = " << toml_string(p.path) << '\n'
             << "capacity = " << toml_string(format_size(p.capacity)) << '\n'
-            << "granularity = " << toml_string(format_size(p.granularity)) << '\n';
+            << "granularity = " << toml_string(format_size(p.granularity)) << '\n'
+            << "direct_io = " << (p.direct_io ? "true" : "false") << '\n'
+            << "syncfs = " << (p.syncfs ? "true" : "false") << '\n';
     if (!config.hooks.empty()) {
         out << "\n[hooks]\n";
         for (const auto& [phase, path] : config.hooks)

@@ -105,6 +105,9 @@ StagePlan plan_for(StateStore& store, const Config& config, const Buffer& b,
     plan.stages = stages;
     plan.threads = threads;
     plan.durable = direction == StageDirection::out;
+    const PoolConfig& pool = configured_pool(config, b.pool);
+    plan.direct_io = pool.direct_io;
+    plan.trust_syncfs = pool.syncfs;
     ReadSnapshot snapshot(store);
     for (const auto& [name, path] :
          resolve_persistent_uses(snapshot, config, b.uid, b.user, recorded_persistent_uses(b)))

@@ -69,7 +69,8 @@ std::string plan_to_json(const StagePlan& plan) {
                 {"stages", stages},
                 {"threads", plan.threads},
                 {"durable", plan.durable},
-                {"direct_io", plan.direct_io}}
+                {"direct_io", plan.direct_io},
+                {"trust_syncfs", plan.trust_syncfs}}
         .dump();
 }
 
@@ -91,6 +92,7 @@ StagePlan plan_from_json(const std::string& text) {
         plan.threads = j.at("threads").get<unsigned>();
         plan.durable = j.at("durable").get<bool>();
         plan.direct_io = j.at("direct_io").get<bool>();
+        plan.trust_syncfs = j.value("trust_syncfs", true);
         return plan;
     } catch (const json::exception& e) {
         throw Error(ExitCode::data, std::string("malformed stage plan: ") + e.what());

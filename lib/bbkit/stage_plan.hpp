@@ -29,6 +29,7 @@ struct StagePlan {
     unsigned threads = 1;
     bool durable = false;  // stage-out: bytes on disk before success is reported
     bool direct_io = false;
+    bool trust_syncfs = true;  // false: fsync each staged-out file instead of one syncfs
 };
 
 std::string plan_to_json(const StagePlan& plan);

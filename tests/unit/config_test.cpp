@@ -216,7 +216,17 @@ TEST(config, rejects_unknown_key_in_limits_with_line) {
 TEST(config, rejects_unknown_key_in_pool_with_line) {
     EXPECT_EQ(config_error(pool_a + "[[pool]]\nname = \"b\"\nsize = \"1G\"\n"),
               "t.toml:7: pool[1].size: unknown key 'size' (known: name, path, capacity, "
-              "granularity)");
+              "granularity, direct_io, syncfs)");
+}
+
+TEST(config, pool_io_options_default_to_buffered_and_syncfs) {
+    const Config config = parse_config(pool_a, "t.toml");
+    EXPECT_FALSE(config.pools.at(0).direct_io);
+    EXPECT_TRUE(config.pools.at(0).syncfs);
+    const Config tuned = parse_config(pool_a + "direct_io = true\nsyncfs = false\n", "t.toml");
+    EXPECT_TRUE(tuned.pools.at(0).direct_io);
+    EXPECT_FALSE(tuned.pools.at(0).syncfs);
+    EXPECT_NE(config_error(pool_a + "direct_io = \"yes\"\n").find("direct_io"), std::string::npos);
 }
 
 TEST(config, rejects_unknown_hook_phase_with_line) {

@@ -99,6 +99,7 @@ int run(const std::string& input) {
         move.threads = plan.threads;
         move.durable = plan.durable;
         move.direct_io = plan.direct_io;
+        move.trust_syncfs = plan.trust_syncfs;
         const MoveSummary summary = run_move(move, [&](const MoveProgress& p) {
             report(progress_line(base_files + p.files_done, base_files + p.files_total,
                                  base_bytes + p.bytes_done, base_bytes + p.bytes_total));
