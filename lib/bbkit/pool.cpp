@@ -13,6 +13,7 @@
 #include "bbkit/fsops.hpp"
 #include "bbkit/render.hpp"
 #include "bbkit/size.hpp"
+#include "bbkit/stage_plan.hpp"
 #include "bbkit/status.hpp"
 
 namespace bbkit {
@@ -304,9 +305,7 @@ AllocRequest job_alloc_request(const Request& request, std::uint64_t job_id, con
     r.capacity = request.job_buffer->capacity;
     r.access = request.job_buffer->access;
     r.type = request.job_buffer->type;
-    nlohmann::json staging = request_json(request);
-    staging.erase("warnings");
-    r.staging = staging.dump();
+    r.staging = staging_record(request);
     for (const PersistentUse& use : request.use)
         r.uses_persistent.push_back(use.name);
     return r;
@@ -454,18 +453,7 @@ std::vector<std::pair<std::string, std::string>> resolve_persistent_uses(
 }
 
 std::vector<std::string> recorded_persistent_uses(const Buffer& buffer) {
-    std::vector<std::string> names;
-    const nlohmann::json staging = nlohmann::json::parse(buffer.staging, nullptr, false);
-    if (!staging.is_object() || !staging.contains("persistent") ||
-        !staging["persistent"].is_object())
-        return names;
-    const nlohmann::json uses = staging["persistent"].value("use", nlohmann::json::array());
-    if (!uses.is_array())
-        return names;
-    for (const auto& use : uses)
-        if (use.is_object() && use.contains("name") && use["name"].is_string())
-            names.push_back(use["name"].get<std::string>());
-    return names;
+    return recorded_persistent_uses(buffer.staging);
 }
 
 Buffer complete_allocation(StateStore& store, const Config& config, const BufferKey& key,

@@ -89,6 +89,10 @@ std::vector<std::string> flag_names(const Flags& flags) {
 
 }  // namespace
 
+std::string json_text(const json& value, int indent) {
+    return value.dump(indent, ' ', false, json::error_handler_t::replace);
+}
+
 json size_json(const Size& size, std::uint64_t rounded) {
     return {{"bytes", size.value},
             {"nodes", size.nodes},

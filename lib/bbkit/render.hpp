@@ -18,6 +18,11 @@
 
 namespace bbkit {
 
+// JSON text for output. Paths may hold bytes that are not UTF-8 (names are byte strings); JSON
+// cannot, so such bytes print as U+FFFD instead of failing. Data that must survive byte for byte
+// travels hex-encoded (see stage_plan).
+std::string json_text(const nlohmann::json& value, int indent = 2);
+
 // bb-parse size: {"bytes", "nodes", "rounded", "text", "rounded_text"}.
 nlohmann::json size_json(const Size& size, std::uint64_t rounded);
 std::string size_text(const Size& size, std::uint64_t rounded);

@@ -10,6 +10,33 @@ namespace {
 
 using nlohmann::json;
 
+// Paths are byte strings and JSON strings must be UTF-8: what must arrive byte for byte travels
+// as hex.
+std::string hex(const std::string& bytes) {
+    static const char digits[] = "0123456789abcdef";
+    std::string out;
+    out.reserve(bytes.size() * 2);
+    for (unsigned char c : bytes) {
+        out += digits[c >> 4];
+        out += digits[c & 15];
+    }
+    return out;
+}
+
+std::string unhex(const std::string& text) {
+    auto value = [&](char c) -> int {
+        if (c >= '0' && c <= '9') return c - '0';
+        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+        throw Error(ExitCode::data, "malformed hex string in stage plan");
+    };
+    if (text.size() % 2) throw Error(ExitCode::data, "malformed hex string in stage plan");
+    std::string out;
+    out.reserve(text.size() / 2);
+    for (std::size_t i = 0; i < text.size(); i += 2)
+        out += static_cast<char>(value(text[i]) * 16 + value(text[i + 1]));
+    return out;
+}
+
 StageType stage_type_of(const std::string& name) {
     if (name == "file")
         return StageType::file;
@@ -21,16 +48,21 @@ StageType stage_type_of(const std::string& name) {
 }
 
 json stage_json(const StageDirective& s) {
-    return {{"type", to_string(s.type)},    {"source", s.source},
-            {"destination", s.destination}, {"buffer", s.buffer},
-            {"line", s.where.line},         {"from", to_string(s.where.origin)}};
+    return {{"type", to_string(s.type)},
+            {"source_hex", hex(s.source)},
+            {"destination_hex", hex(s.destination)},
+            {"buffer", s.buffer},
+            {"line", s.where.line},
+            {"from", to_string(s.where.origin)},
+            {"unresolved", s.unresolved}};
 }
 
 StageDirective stage_from(const json& j) {
     StageDirective s;
     s.type = stage_type_of(j.at("type").get<std::string>());
-    s.source = j.at("source").get<std::string>();
-    s.destination = j.at("destination").get<std::string>();
+    s.source = unhex(j.at("source_hex").get<std::string>());
+    s.destination = unhex(j.at("destination_hex").get<std::string>());
+    s.unresolved = j.value("unresolved", false);
     if (j.contains("buffer") && j["buffer"].is_string())
         s.buffer = j["buffer"].get<std::string>();
     s.where.line = j.value("line", 0);
@@ -44,7 +76,7 @@ StageDirective stage_from(const json& j) {
 // One line of report: a word, then space-separated fields; messages are JSON strings so that
 // any byte of a file name survives.
 std::string quoted(const std::string& text) {
-    return json(text).dump();
+    return json(text).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace
@@ -57,14 +89,17 @@ std::string plan_to_json(const StagePlan& plan) {
     json stages = json::array();
     for (const StageDirective& s : plan.stages)
         stages.push_back(stage_json(s));
+    json roots = json::object();
+    for (const auto& [name, path] : plan.persistent_roots)
+        roots[name] = hex(path);
     return json{{"direction", to_string(plan.direction)},
                 {"user",
                  {{"name", plan.user.name},
                   {"uid", plan.user.uid},
                   {"gid", plan.user.gid},
                   {"groups", plan.user.groups}}},
-                {"job_root", plan.job_root},
-                {"persistent_roots", plan.persistent_roots},
+                {"job_root_hex", hex(plan.job_root)},
+                {"persistent_roots", roots},
                 {"capacity", plan.capacity},
                 {"stages", stages},
                 {"threads", plan.threads},
@@ -84,8 +119,9 @@ StagePlan plan_from_json(const std::string& text) {
         plan.user.uid = j.at("user").at("uid").get<uid_t>();
         plan.user.gid = j.at("user").at("gid").get<gid_t>();
         plan.user.groups = j.at("user").at("groups").get<std::vector<gid_t>>();
-        plan.job_root = j.at("job_root").get<std::string>();
-        plan.persistent_roots = j.at("persistent_roots").get<std::map<std::string, std::string>>();
+        plan.job_root = unhex(j.at("job_root_hex").get<std::string>());
+        for (const auto& [name, path] : j.at("persistent_roots").items())
+            plan.persistent_roots[name] = unhex(path.get<std::string>());
         plan.capacity = j.at("capacity").get<std::uint64_t>();
         for (const json& s : j.at("stages"))
             plan.stages.push_back(stage_from(s));
@@ -99,25 +135,36 @@ StagePlan plan_from_json(const std::string& text) {
     }
 }
 
+std::string staging_record(const Request& request) {
+    json in = json::array(), out = json::array(), uses = json::array();
+    for (const StageDirective& s : request.stage_in) in.push_back(stage_json(s));
+    for (const StageDirective& s : request.stage_out) out.push_back(stage_json(s));
+    for (const PersistentUse& u : request.use) uses.push_back(u.name);
+    return json{{"stage_in", in}, {"stage_out", out}, {"persistent_use", uses}}.dump();
+}
+
 std::vector<StageDirective> recorded_stages(const std::string& staging_json,
                                             StageDirection direction) {
     std::vector<StageDirective> stages;
     const json j = json::parse(staging_json, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
-        return stages;
+    if (j.is_discarded() || !j.is_object()) return stages;
     const char* key = direction == StageDirection::in ? "stage_in" : "stage_out";
-    if (!j.contains(key) || !j[key].is_array())
-        return stages;
+    if (!j.contains(key) || !j[key].is_array()) return stages;
     try {
-        for (const json& s : j[key]) {
-            StageDirective d = stage_from(s);
-            d.unresolved = s.value("unresolved", false);
-            stages.push_back(d);
-        }
+        for (const json& s : j[key]) stages.push_back(stage_from(s));
     } catch (const json::exception& e) {
         throw Error(ExitCode::data, std::string("malformed recorded stage lines: ") + e.what());
     }
     return stages;
+}
+
+std::vector<std::string> recorded_persistent_uses(const std::string& staging_json) {
+    std::vector<std::string> names;
+    const json j = json::parse(staging_json, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("persistent_use")) return names;
+    for (const json& name : j["persistent_use"])
+        if (name.is_string()) names.push_back(name.get<std::string>());
+    return names;
 }
 
 std::string progress_line(std::uint64_t files_done, std::uint64_t files_total,

@@ -35,9 +35,12 @@ struct StagePlan {
 std::string plan_to_json(const StagePlan& plan);
 StagePlan plan_from_json(const std::string& text);  // Error(data) when malformed
 
-// The stage lines recorded with a buffer (bb-pool alloc keeps the parsed request as JSON).
+// What bb-pool alloc records with a job's buffer (Buffer::staging): its stage lines, byte for
+// byte, and the persistent buffers it uses.
+std::string staging_record(const Request& request);
 std::vector<StageDirective> recorded_stages(const std::string& staging_json,
                                             StageDirection direction);
+std::vector<std::string> recorded_persistent_uses(const std::string& staging_json);
 
 // bb-mover's report lines.
 struct MoverReport {

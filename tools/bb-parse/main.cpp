@@ -33,7 +33,7 @@ struct SizeOptions {
 };
 
 void print_json(const nlohmann::json& value) {
-    std::cout << value.dump(2) << '\n';
+    std::cout << json_text(value) << '\n';
 }
 
 int run_size(const SizeOptions& options) {

@@ -29,7 +29,7 @@ struct Options {
 };
 
 void print(const nlohmann::json& value) {
-    std::cout << value.dump(2) << '\n';
+    std::cout << json_text(value) << '\n';
 }
 
 int run_list(StateStore& store, const Config& config, const Options& o, bool one) {

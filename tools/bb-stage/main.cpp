@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
         for (const std::string& w : result.warnings)
             std::cerr << "bb-stage: warning: " << w << '\n';
         if (json)
-            std::cout << stage_result_json(result).dump(2) << '\n';
+            std::cout << json_text(stage_result_json(result)) << '\n';
         else
             std::cout << stage_result_text(result, *in ? "stage-in" : "stage-out");
         return 0;

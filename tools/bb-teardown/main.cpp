@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
             job_id ? teardown_job(store, config, *job_id, options, "bb-teardown")
                    : teardown_persistent(store, config, *persistent, options, "bb-teardown");
         if (json)
-            std::cout << teardown_json(result).dump(2) << '\n';
+            std::cout << json_text(teardown_json(result)) << '\n';
         else
             std::cout << teardown_text(result);
         return 0;

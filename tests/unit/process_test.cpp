@@ -1,0 +1,72 @@
+#include "bbkit/process.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+using namespace bbkit;
+using namespace std::chrono_literals;
+
+namespace {
+
+ProcessSpec shell(const std::string& script) {
+    ProcessSpec spec;
+    spec.path = "/bin/sh";
+    spec.args = {"-c", script};
+    return spec;
+}
+
+}  // namespace
+
+TEST(Process, reports_exit_code_and_last_stderr_line) {
+    const ProcessOutcome o = run_process(shell("echo first >&2; echo 'the real cause' >&2; exit 3"));
+    EXPECT_EQ(o.exit_code, 3);
+    EXPECT_FALSE(o.timed_out);
+    EXPECT_EQ(o.last_stderr_line, "the real cause");
+}
+
+TEST(Process, feeds_stdin_and_reads_stdout_lines) {
+    ProcessSpec spec = shell("cat; echo end");
+    spec.stdin_data = "a\nb\n";
+    std::vector<std::string> lines;
+    spec.on_stdout_line = [&](const std::string& line) { lines.push_back(line); };
+    EXPECT_EQ(run_process(spec).exit_code, 0);
+    EXPECT_EQ(lines, (std::vector<std::string>{"a", "b", "end"}));
+}
+
+TEST(Process, clean_environment_holds_only_what_is_given) {
+    ProcessSpec spec = shell("test -z \"$HOME\" && test \"$BBKIT_JOB_ID\" = 42");
+    spec.env = {{"BBKIT_JOB_ID", "42"}};
+    EXPECT_EQ(run_process(spec).exit_code, 0);
+}
+
+TEST(Process, timeout_terms_then_kills) {
+    ProcessSpec spec = shell("trap '' TERM; sleep 30");
+    spec.timeout = 200ms;
+    spec.grace = 200ms;
+    const auto start = std::chrono::steady_clock::now();
+    const ProcessOutcome o = run_process(spec);
+    EXPECT_TRUE(o.timed_out);
+    EXPECT_EQ(o.signal, 9);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
+TEST(Process, a_grandchild_holding_the_pipes_does_not_hang_us) {
+    const auto start = std::chrono::steady_clock::now();
+    const ProcessOutcome o = run_process(shell("sleep 20 & exit 0"));
+    EXPECT_EQ(o.exit_code, 0);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
+TEST(Process, a_missing_program_is_reported) {
+    ProcessSpec spec;
+    spec.path = "/nonexistent/hook";
+    bool threw = false;
+    int code = 0;
+    try {
+        code = run_process(spec).exit_code;
+    } catch (const std::exception&) {
+        threw = true;
+    }
+    EXPECT_TRUE(threw || code != 0);
+}

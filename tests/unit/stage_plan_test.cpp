@@ -1,0 +1,77 @@
+#include "bbkit/stage_plan.hpp"
+
+#include <gtest/gtest.h>
+
+#include "bbkit/error.hpp"
+
+using namespace bbkit;
+
+TEST(StagePlan, round_trips_through_json) {
+    StagePlan plan;
+    plan.direction = StageDirection::out;
+    plan.user = User{"alice", 1001, 1002, {1002, 27}};
+    plan.job_root = "/bb/job/42.1";
+    plan.persistent_roots = {{"shared", "/bb/persistent/shared"}};
+    plan.capacity = 1 << 30;
+    StageDirective s;
+    s.type = StageType::directory;
+    s.source = "out dir/\xff\n";
+    s.destination = "/lus/alice/results";
+    s.buffer = "shared";
+    s.where.line = 7;
+    s.where.origin = Origin::bbf_file;
+    plan.stages.push_back(s);
+    plan.threads = 4;
+    plan.durable = true;
+    plan.direct_io = true;
+    plan.trust_syncfs = false;
+    const StagePlan back = plan_from_json(plan_to_json(plan));
+    EXPECT_EQ(back.direction, StageDirection::out);
+    EXPECT_EQ(back.user.name, "alice");
+    EXPECT_EQ(back.user.groups, (std::vector<gid_t>{1002, 27}));
+    EXPECT_EQ(back.persistent_roots.at("shared"), "/bb/persistent/shared");
+    ASSERT_EQ(back.stages.size(), 1u);
+    EXPECT_EQ(back.stages[0].source, s.source);
+    EXPECT_EQ(back.stages[0].buffer, "shared");
+    EXPECT_EQ(back.stages[0].where.origin, Origin::bbf_file);
+    EXPECT_TRUE(back.durable && back.direct_io && !back.trust_syncfs);
+}
+
+TEST(StagePlan, malformed_plan_is_a_data_error) {
+    EXPECT_THROW(plan_from_json("{\"direction\":\"in\"}"), Error);
+    EXPECT_THROW(plan_from_json("not json"), Error);
+}
+
+TEST(StagePlan, report_lines_carry_any_message) {
+    const std::string odd = "cannot read '/a b/\xff\nname': Permission denied";
+    const MoverReport e = parse_report(error_line(77, odd));
+    EXPECT_EQ(e.kind, MoverReport::Kind::error);
+    EXPECT_EQ(e.exit_code, 77);
+    const MoverReport p = parse_report(progress_line(1, 2, 3, 4));
+    EXPECT_EQ(p.kind, MoverReport::Kind::progress);
+    EXPECT_EQ(p.bytes_total, 4u);
+    const MoverReport s = parse_report(summary_line(5, 6, 7, 1.5));
+    EXPECT_EQ(s.kind, MoverReport::Kind::summary);
+    EXPECT_EQ(s.skipped, 7u);
+    EXPECT_EQ(parse_report("garbage").kind, MoverReport::Kind::unknown);
+}
+
+TEST(StagePlan, recorded_stages_read_what_alloc_recorded) {
+    Request request;
+    StageDirective s;
+    s.type = StageType::list;
+    s.source = "/l/\xff";
+    s.destination = "d";
+    s.where.line = 3;
+    request.stage_in.push_back(s);
+    request.use.push_back({"shared", {}});
+    const std::string staging = staging_record(request);
+    const auto in = recorded_stages(staging, StageDirection::in);
+    ASSERT_EQ(in.size(), 1u);
+    EXPECT_EQ(in[0].type, StageType::list);
+    EXPECT_EQ(in[0].source, "/l/\xff");
+    EXPECT_TRUE(in[0].buffer.empty());
+    EXPECT_TRUE(recorded_stages(staging, StageDirection::out).empty());
+    EXPECT_EQ(recorded_persistent_uses(staging), std::vector<std::string>{"shared"});
+    EXPECT_TRUE(recorded_stages("{}", StageDirection::in).empty());
+}
