@@ -89,7 +89,10 @@ void fsync_dir(const std::string& dir) {
         fail("fsync directory", dir, errno);
 }
 
-void write_file_atomically(const std::string& path, const std::string& data, mode_t mode) {
+namespace {
+
+// `durable`: fsync the file before the rename and the directory after it.
+void replace(const std::string& path, const std::string& data, mode_t mode, bool durable) {
     TemporaryFile temporary(temporary_name(path));
     {
         const Fd fd(::open(temporary.path().c_str(),
@@ -100,13 +103,24 @@ void write_file_atomically(const std::string& path, const std::string& data, mod
         if (::fchmod(fd.get(), mode) != 0)
             fail("set the mode of", temporary.path(), errno);
         write_all(fd.get(), data, temporary.path());
-        if (::fsync(fd.get()) != 0)
+        if (durable && ::fsync(fd.get()) != 0)
             fail("fsync", temporary.path(), errno);
     }
     if (::rename(temporary.path().c_str(), path.c_str()) != 0)
         fail("rename " + temporary.path() + " to", path, errno);
     temporary.keep();
-    fsync_dir(parent_of(path));
+    if (durable)
+        fsync_dir(parent_of(path));
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::string& data, mode_t mode) {
+    replace(path, data, mode, true);
+}
+
+void replace_file(const std::string& path, const std::string& data, mode_t mode) {
+    replace(path, data, mode, false);
 }
 
 }  // namespace bbkit

@@ -1,5 +1,5 @@
 // File operations that must survive a crash at any instant: owned descriptors and atomic
-// replacement of small files (pools.json, env files).
+// replacement of small files, durable (env files, markers) or not (snapshots).
 #pragma once
 
 #include <sys/types.h>
@@ -33,6 +33,12 @@ class Fd {
 // new content, never a mix; after return the new content survives a power cut.
 // Throws Error(io) naming the path.
 void write_file_atomically(const std::string& path, const std::string& data, mode_t mode);
+
+// Replaces `path` with `data` like write_file_atomically, but without any fsync: readers see the
+// old or the new content, never a mix, yet a power cut may lose the change (or leave the file
+// empty). For snapshots that are regenerated from state.db (pools.json, public/), where an
+// fsync per write would dominate the cost of every operation. Throws Error(io) naming the path.
+void replace_file(const std::string& path, const std::string& data, mode_t mode);
 
 // Makes the directory entries of `dir` (creations, renames) durable. Throws Error(io).
 void fsync_dir(const std::string& dir);

@@ -125,12 +125,9 @@ json parse_published(const std::string& text) {
     return value;
 }
 
-bool same_file(const std::string& path, const std::string& data, mode_t mode,
-               std::optional<uid_t> uid) {
+bool same_file(const std::string& path, const std::string& data, mode_t mode) {
     struct stat st {};
     if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & 07777) != mode)
-        return false;
-    if (uid && st.st_uid != *uid)
         return false;
     std::ifstream in(path, std::ios::binary);
     std::ostringstream content;
@@ -138,51 +135,64 @@ bool same_file(const std::string& path, const std::string& data, mode_t mode,
     return in && content.str() == data;
 }
 
-// Rewriting an unchanged file costs two fsyncs; with one file per user that adds up.
-void write_if_changed(const std::string& path, const std::string& data, mode_t mode) {
-    if (!same_file(path, data, mode, std::nullopt))
-        write_file_atomically(path, data, mode);
-}
-
-void write_owned_if_changed(const std::string& path, const std::string& data, uid_t uid,
-                            gid_t gid) {
-    // Only root can give a file away; a non-root owner keeps it (the user cannot read it then,
-    // which fails closed rather than showing one user's buffers to another).
-    const bool can_chown = geteuid() == 0 || geteuid() == uid;
-    if (!can_chown) {
-        spdlog::warn("cannot give {} to uid {}: the state directory's owner is not root", path,
-                     uid);
-        write_if_changed(path, data, 0600);
-        return;
-    }
-    if (!same_file(path, data, 0600, uid))
-        write_file_atomically_owned(path, data, 0600, uid, gid);
-}
-
 void remove_file(const std::string& path) {
     if (::unlink(path.c_str()) != 0 && errno != ENOENT)
         throw Error(ExitCode::io, "cannot remove " + path + ": " + std::strerror(errno));
 }
 
-// The uids of public/buffers.<uid>.json files.
-std::vector<uid_t> user_files(const std::string& dir) {
-    std::vector<uid_t> uids;
-    std::unique_ptr<DIR, int (*)(DIR*)> handle(::opendir(dir.c_str()), &::closedir);
-    if (!handle)
-        throw Error(ExitCode::io, "cannot list " + dir + ": " + std::strerror(errno));
+bool all_digits(const std::string& text) {
+    return !text.empty() && text.size() <= 10 &&
+           std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+    return text.size() > suffix.size() &&
+           text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The names in the directory open as `fd` (which stays open), without "." and "..".
+std::vector<std::string> entries_of(int fd, const std::string& path) {
+    const int copy = ::dup(fd);  // fdopendir takes its descriptor over
+    if (copy < 0)
+        throw Error(ExitCode::io, "cannot list " + path + ": " + std::strerror(errno));
+    std::unique_ptr<DIR, int (*)(DIR*)> handle(::fdopendir(copy), &::closedir);
+    if (!handle) {
+        const int err = errno;
+        ::close(copy);
+        throw Error(ExitCode::io, "cannot list " + path + ": " + std::strerror(err));
+    }
+    ::rewinddir(handle.get());  // the shared offset may be past the end from an earlier listing
+    std::vector<std::string> names;
     while (const dirent* entry = ::readdir(handle.get())) {
         const std::string name = entry->d_name;
-        const std::string prefix = "buffers.", suffix = ".json";
-        if (name.size() <= prefix.size() + suffix.size() ||
-            name.compare(0, prefix.size(), prefix) ||
-            name.compare(name.size() - suffix.size(), suffix.size(), suffix))
+        if (name != "." && name != "..")
+            names.push_back(name);
+    }
+    return names;
+}
+
+// A directory under `parent`, never through a symbolic link; an empty Fd when it is missing.
+Fd open_directory_at(int parent, const std::string& name, const std::string& path) {
+    Fd fd(::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd && errno != ENOENT)
+        throw Error(ExitCode::io, "cannot open directory " + path + ": " + std::strerror(errno));
+    return fd;
+}
+
+// The uids of layout 1's public/buffers.<uid>.json files.
+std::vector<uid_t> user_files(const std::string& dir) {
+    const Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd)
+        throw Error(ExitCode::io, "cannot list " + dir + ": " + std::strerror(errno));
+    std::vector<uid_t> uids;
+    const std::string prefix = "buffers.", suffix = ".json";
+    for (const std::string& name : entries_of(fd.get(), dir)) {
+        if (name.compare(0, prefix.size(), prefix) != 0 || !ends_with(name, suffix))
             continue;
         const std::string digits =
             name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-        if (digits.size() > 10 ||
-            !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-            continue;
-        uids.push_back(static_cast<uid_t>(std::stoull(digits)));
+        if (all_digits(digits))
+            uids.push_back(static_cast<uid_t>(std::stoull(digits)));
     }
     return uids;
 }
@@ -309,6 +319,66 @@ StatusSnapshot read_status(Transaction& txn, const Config& config) {
     return snapshot;
 }
 
+namespace {
+
+// Every public/buffers/<uid>/<key>.json the caller may read, oldest first. Directories and files
+// that cannot be opened are someone else's (PrivateData) or were removed meanwhile: skipped.
+std::vector<BufferStatus> read_public_buffers(const std::string& dir, bool private_data,
+                                              uid_t uid) {
+    std::vector<BufferStatus> buffers;
+    const Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) {
+        const int err = errno;
+        if (err == ENOENT)
+            return buffers;  // no buffer published yet
+        throw Error(err == EACCES ? ExitCode::no_perm : ExitCode::io,
+                    "cannot read " + dir + ": " + std::strerror(err));
+    }
+    for (const std::string& user : entries_of(fd.get(), dir)) {
+        const std::string user_path = dir + "/" + user;
+        const Fd user_fd(
+            ::openat(fd.get(), user.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!user_fd)
+            continue;
+        for (const std::string& name : entries_of(user_fd.get(), user_path)) {
+            if (!ends_with(name, ".json"))
+                continue;  // a temporary being renamed into place
+            const std::string path = user_path + "/" + name;
+            std::optional<std::string> text;
+            try {
+                text = read_optional_file(path, "");
+            } catch (const Error&) {
+                continue;
+            }
+            if (!text)
+                continue;
+            try {
+                json value = json::parse(*text, nullptr, false);
+                if (value.is_discarded())
+                    throw Error(ExitCode::data,
+                                "not JSON (the owner rewrites it at the next change; run "
+                                "bb-stat as the owner meanwhile)");
+                BufferStatus status = buffer_status_from_json(value);
+                // Someone else's file left readable (PrivateData just set, not yet resynced).
+                if (private_data && status.buffer.uid != uid)
+                    continue;
+                buffers.push_back(std::move(status));
+            } catch (const Error& error) {
+                throw Error(ExitCode::data, "cannot read " + path + ": " + error.what());
+            }
+        }
+    }
+    // The database's order (record id) is creation order.
+    std::sort(buffers.begin(), buffers.end(), [](const BufferStatus& a, const BufferStatus& b) {
+        if (a.buffer.created != b.buffer.created)
+            return a.buffer.created < b.buffer.created;
+        return a.buffer.key.str() < b.buffer.key.str();
+    });
+    return buffers;
+}
+
+}  // namespace
+
 StatusSnapshot read_public_status(const Config& config, uid_t uid) {
     const std::string dir = config.state_dir + "/public";
     const std::string hint =
@@ -327,21 +397,7 @@ StatusSnapshot read_public_status(const Config& config, uid_t uid) {
         throw Error(ExitCode::data, "cannot read " + pools_path + ": " + error.what());
     }
 
-    const std::string buffers_path =
-        config.flags.private_data ? user_file(dir, uid) : dir + "/buffers.json";
-    if (const auto buffers = read_optional_file(buffers_path, "")) {
-        try {
-            for (const json& item : parse_published(*buffers)) {
-                BufferStatus status = buffer_status_from_json(item);
-                // The file is ours under PrivateData; checking again costs nothing.
-                if (config.flags.private_data && status.buffer.uid != uid)
-                    continue;
-                snapshot.buffers.push_back(std::move(status));
-            }
-        } catch (const Error& error) {
-            throw Error(ExitCode::data, "cannot read " + buffers_path + ": " + error.what());
-        }
-    }
+    snapshot.buffers = read_public_buffers(dir + "/buffers", config.flags.private_data, uid);
     for (const BufferStatus& status : snapshot.buffers)
         ++snapshot.counts[status.buffer.state];
     return snapshot;
@@ -479,41 +535,332 @@ void write_file_atomically_owned(const std::string& path, const std::string& dat
     fsync_dir(slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash));
 }
 
-void publish(Transaction& txn, const StateStore& store, const Config& config) {
-    const StatusSnapshot snapshot = read_status(txn, config);
-    write_if_changed(store.path("pools.json"), slurm_pools_json(snapshot.pools) + "\n", 0644);
+namespace {
 
-    json pools = json::array();
-    for (const PoolStatus& pool : snapshot.pools)
-        pools.push_back(pool_status_json(pool));
+// public/'s layout; bump it when that changes, so that the next writer resyncs everything.
+// 1 was public/buffers.json or public/buffers.<uid>.json.
+constexpr int public_layout = 2;
+
+// Snapshots are not fsync'd, so a power cut may leave any of them stale or empty: a new boot id
+// in public/.settings makes the first writer after a reboot rewrite them all.
+const std::string& boot_id() {
+    static const std::string id = [] {
+        std::ifstream in("/proc/sys/kernel/random/boot_id");
+        std::string line;
+        std::getline(in, line);
+        return line.empty() ? std::string("unknown") : line;
+    }();
+    return id;
+}
+
+// What public/ was last fully written for; any difference asks for publish_all().
+std::string public_settings(const Config& config) {
+    std::string out = "layout=" + std::to_string(public_layout) +
+                      "\nprivate_data=" + (config.flags.private_data ? "1" : "0") +
+                      "\nboot=" + boot_id() + "\n";
+    // Each buffer file holds its absolute path, which comes from the pool's configured path.
+    for (const PoolConfig& pool : config.pools)
+        out += "pool=" + pool.name + " " + pool.path + "\n";
+    return out;
+}
+
+// Snapshots are regenerated from state.db, so no fsync; an unchanged file is left alone, which
+// keeps its mtime meaningful to whoever polls it.
+void replace_if_changed(const std::string& path, const std::string& data, mode_t mode) {
+    if (!same_file(path, data, mode))
+        replace_file(path, data, mode);
+}
+
+struct DirectoryOwner {
+    uid_t uid;
+    gid_t gid;  // (gid_t)-1: keep whatever group it has
+    mode_t mode;
+};
+
+// Gives the open directory `want`'s owner and mode, on the descriptor so that no path can be
+// swapped in between. Access is taken away before the owner changes and granted after, so no
+// intermediate state shows the directory to someone who should not see it.
+void fix_directory(int fd, const std::string& path, const DirectoryOwner& want) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0)
+        throw Error(ExitCode::io, "cannot inspect " + path + ": " + std::strerror(errno));
+    mode_t mode = st.st_mode & 07777;
+    const auto set_mode = [&](mode_t to) {
+        if (::fchmod(fd, to) != 0)
+            throw Error(ExitCode::no_perm,
+                        "cannot set the mode of " + path + ": " + std::strerror(errno));
+        mode = to;
+    };
+    if ((mode & ~want.mode) != 0)
+        set_mode(mode & want.mode);
+    if (st.st_uid != want.uid && ::fchown(fd, want.uid, want.gid) != 0)
+        throw Error(ExitCode::no_perm, "cannot give " + path + " to uid " +
+                                           std::to_string(want.uid) + ": " + std::strerror(errno));
+    if (mode != want.mode)
+        set_mode(want.mode);
+}
+
+// public/buffers/<uid>/<key>.json: one file (0644) per live buffer, so that a change costs one
+// file whatever the number of buffers. Without PrivateData each <uid>/ is 0755 and owned like
+// public/; with it, 0700 and owned by that uid, so the directory alone decides who reads.
+class PublicBuffers {
+  public:
+    PublicBuffers(const StateStore& store, const Config& config)
+        : dir_(store.path("public/buffers")), private_data_(config.flags.private_data) {
+        const std::string parent = store.path("public");
+        const Fd public_fd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!public_fd)
+            throw Error(ExitCode::io,
+                        "cannot open directory " + parent + ": " + std::strerror(errno));
+        struct stat st {};
+        if (::fstat(public_fd.get(), &st) != 0)
+            throw Error(ExitCode::io, "cannot inspect " + parent + ": " + std::strerror(errno));
+        // public/ belongs to the state directory's owner (StateStore sees to it).
+        base_ = DirectoryOwner{st.st_uid, st.st_gid, 0755};
+        if (::mkdirat(public_fd.get(), "buffers", 0700) != 0 && errno != EEXIST)
+            throw Error(ExitCode::io, "cannot create " + dir_ + ": " + std::strerror(errno));
+        fd_ = open_directory_at(public_fd.get(), "buffers", dir_);
+        if (!fd_)
+            throw Error(ExitCode::io,
+                        "cannot open directory " + dir_ + ": " + std::strerror(errno));
+        // 0755 even with PrivateData: users list it to find their directory, which they alone
+        // may then enter.
+        fix_directory(fd_.get(), dir_, base_);
+    }
+
+    // Writes the buffer's file, creating or fixing its user's directory.
+    void write(const BufferStatus& status) {
+        const Buffer& b = status.buffer;
+        guarded(b.uid, [&] {
+            UserDirectory* user = user_directory(b.uid, b.gid, true);
+            replace_file(user->path + "/" + b.key.str() + ".json",
+                         buffer_status_json(status).dump(2) + "\n", 0644);
+        });
+    }
+
+    // Removes the buffer's file, and its user's directory once empty.
+    void remove(const std::string& key, uid_t uid) {
+        guarded(uid, [&] {
+            UserDirectory* user = user_directory(uid, static_cast<gid_t>(-1), false);
+            if (!user)
+                return;
+            const std::string name = key + ".json";
+            if (::unlinkat(user->fd.get(), name.c_str(), 0) != 0 && errno != ENOENT)
+                throw Error(ExitCode::io, "cannot remove " + user->path + "/" + name + ": " +
+                                              std::strerror(errno));
+            remove_if_empty(uid);
+        });
+    }
+
+    // Makes the tree hold exactly `live`: rewrites every file, removes all others (stale files,
+    // temporaries left by a kill, directories of users without live buffers).
+    void resync(const std::vector<BufferStatus>& live) {
+        std::map<uid_t, std::vector<const BufferStatus*>> by_user;
+        for (const BufferStatus& status : live)
+            by_user[status.buffer.uid].push_back(&status);
+        for (const std::string& name : entries_of(fd_.get(), dir_)) {
+            const uid_t uid = all_digits(name) ? static_cast<uid_t>(std::stoull(name)) : 0;
+            if (!all_digits(name) || by_user.count(uid))
+                continue;
+            guarded(uid, [&] {
+                if (UserDirectory* user = user_directory(uid, static_cast<gid_t>(-1), false)) {
+                    for (const std::string& entry : entries_of(user->fd.get(), user->path))
+                        remove_entry(*user, entry);
+                    remove_if_empty(uid);
+                }
+            });
+        }
+        for (const auto& [uid, statuses] : by_user) {
+            std::set<std::string> expected;
+            for (const BufferStatus* status : statuses) {
+                write(*status);
+                expected.insert(status->buffer.key.str() + ".json");
+            }
+            guarded(uid, [&] {
+                if (UserDirectory* user = user_directory(uid, static_cast<gid_t>(-1), false))
+                    for (const std::string& entry : entries_of(user->fd.get(), user->path))
+                        if (!expected.count(entry))
+                            remove_entry(*user, entry);
+            });
+        }
+    }
+
+  private:
+    struct UserDirectory {
+        Fd fd;
+        std::string path;
+    };
+
+    // Checked once per publish; nullptr when missing and `create` is false.
+    UserDirectory* user_directory(uid_t uid, gid_t gid, bool create) {
+        if (const auto it = open_.find(uid); it != open_.end())
+            return &it->second;
+        const std::string name = std::to_string(uid);
+        const std::string path = dir_ + "/" + name;
+        // 0700 until fix_directory has set the owner: never open to the wrong user.
+        if (create && ::mkdirat(fd_.get(), name.c_str(), 0700) != 0 && errno != EEXIST)
+            throw Error(ExitCode::io, "cannot create " + path + ": " + std::strerror(errno));
+        Fd fd = open_directory_at(fd_.get(), name, path);
+        if (!fd)
+            return nullptr;
+        fix_directory(fd.get(), path, wanted_owner(uid, gid));
+        return &open_.emplace(uid, UserDirectory{std::move(fd), path}).first->second;
+    }
+
+    DirectoryOwner wanted_owner(uid_t uid, gid_t gid) {
+        if (!private_data_)
+            return base_;
+        if (base_.uid == 0)
+            return DirectoryOwner{uid, gid, 0700};
+        // Only root can give a directory away. Keeping it fails closed: users cannot read
+        // their buffers, rather than reading everyone's.
+        if (!warned_) {
+            spdlog::warn(
+                "PrivateData: cannot give {}/<uid> to each user, the state directory's "
+                "owner is not root (other users see no buffers)",
+                dir_);
+            warned_ = true;
+        }
+        return DirectoryOwner{base_.uid, base_.gid, 0700};
+    }
+
+    void remove_entry(const UserDirectory& user, const std::string& name) {
+        if (::unlinkat(user.fd.get(), name.c_str(), 0) != 0 && errno != ENOENT)
+            throw Error(ExitCode::io,
+                        "cannot remove " + user.path + "/" + name + ": " + std::strerror(errno));
+    }
+
+    // A user without live buffers has no directory: readers take a missing one as none.
+    void remove_if_empty(uid_t uid) {
+        const std::string name = std::to_string(uid);
+        if (::unlinkat(fd_.get(), name.c_str(), AT_REMOVEDIR) == 0)
+            open_.erase(uid);
+    }
+
+    // With PrivateData a user owns their directory and may put anything into it; what they break
+    // there only hides their own buffers from themselves, and must never fail the operation.
+    template <typename Action>
+    void guarded(uid_t uid, Action action) {
+        if (!private_data_ || base_.uid != 0 || uid == 0) {
+            action();
+            return;
+        }
+        try {
+            action();
+        } catch (const Error& error) {
+            spdlog::warn("public status of uid {} not updated: {}", uid, error.what());
+        }
+    }
+
+    std::string dir_;
+    bool private_data_;
+    DirectoryOwner base_{};
+    Fd fd_;
+    std::map<uid_t, UserDirectory> open_;
+    bool warned_ = false;
+};
+
+// public/.unsettled: the keys (with their uid) that the last publish wrote. It ran before its
+// commit, which a rollback or a kill may have undone: the next publish rewrites these keys from
+// the committed state, so no file outlives a transaction that never happened.
+std::map<std::string, uid_t> read_unsettled(const std::string& path) {
+    std::map<std::string, uid_t> keys;
+    std::istringstream in(read_optional_file(path, "").value_or(""));
+    std::string uid, key;
+    while (in >> uid >> key)
+        if (all_digits(uid))
+            keys.emplace(key, static_cast<uid_t>(std::stoull(uid)));
+    return keys;
+}
+
+std::optional<Buffer> find_by_text(Transaction& txn, const std::string& key) {
+    try {
+        return txn.find_buffer(parse_buffer_key(key));
+    } catch (const Error&) {
+        return std::nullopt;  // not a key this build can parse: nothing to publish
+    }
+}
+
+// The buffers of the keys this transaction touched (a key without a record has none).
+std::map<std::string, std::optional<Buffer>> touched_buffers(WriteTransaction& txn) {
+    std::map<std::string, std::optional<Buffer>> buffers;
+    for (const std::string& key : txn.touched_keys())
+        buffers.emplace(key, find_by_text(txn, key));
+    // A request left a queue: everyone behind it moved up.
+    for (const std::string& pool : txn.touched_queues())
+        for (const QueueEntry& entry : txn.queue(pool))
+            if (!buffers.count(entry.key))
+                buffers.emplace(entry.key, find_by_text(txn, entry.key));
+    return buffers;
+}
+
+void write_unsettled(const std::string& path,
+                     const std::map<std::string, std::optional<Buffer>>& buffers) {
+    std::string text;
+    for (const auto& [key, buffer] : buffers)
+        if (buffer)
+            text += std::to_string(buffer->uid) + " " + key + "\n";
+    replace_file(path, text, 0600);
+}
+
+void publish_pools(Transaction& txn, const StateStore& store, const Config& config) {
+    const std::vector<PoolStatus> pools = pool_status(txn, config);
+    replace_if_changed(store.path("pools.json"), slurm_pools_json(pools) + "\n", 0644);
+    json list = json::array();
+    for (const PoolStatus& pool : pools)
+        list.push_back(pool_status_json(pool));
+    replace_if_changed(store.path("public/pools.json"), list.dump(2) + "\n", 0644);
+}
+
+}  // namespace
+
+void publish_all(WriteTransaction& txn, const StateStore& store, const Config& config) {
+    publish_pools(txn, store, config);
+    write_unsettled(store.path("public/.unsettled"), touched_buffers(txn));
+    PublicBuffers out(store, config);
+    BufferFilter live;
+    live.live_only = true;
+    std::vector<BufferStatus> statuses;
+    for (Buffer& buffer : txn.list_buffers(live))
+        statuses.push_back(status_of(txn, config, std::move(buffer)));
+    out.resync(statuses);
+    // Layout 1's files: a shared one would show everyone's buffers under PrivateData.
     const std::string dir = store.path("public");
-    write_if_changed(dir + "/pools.json", pools.dump(2) + "\n", 0644);
+    remove_file(dir + "/buffers.json");
+    for (uid_t uid : user_files(dir))
+        remove_file(user_file(dir, uid));
+    // Last: a resync cut short is done again by the next writer.
+    replace_file(dir + "/.settings", public_settings(config), 0600);
+}
 
-    if (!config.flags.private_data) {
-        json buffers = json::array();
-        for (const BufferStatus& status : snapshot.buffers)
-            buffers.push_back(buffer_status_json(status));
-        write_if_changed(dir + "/buffers.json", buffers.dump(2) + "\n", 0644);
-        for (uid_t uid : user_files(dir))
-            remove_file(user_file(dir, uid));
+void publish(WriteTransaction& txn, const StateStore& store, const Config& config) {
+    const std::string settings = store.path("public/.settings");
+    if (read_optional_file(settings, "") != public_settings(config)) {
+        publish_all(txn, store, config);
         return;
     }
-    // A shared file left from before PrivateData was set would show everyone's buffers.
-    remove_file(dir + "/buffers.json");
-    std::map<uid_t, std::pair<gid_t, json>> by_user;
-    for (const BufferStatus& status : snapshot.buffers) {
-        auto& [gid, list] = by_user[status.buffer.uid];
-        gid = status.buffer.gid;
-        if (list.is_null())
-            list = json::array();
-        list.push_back(buffer_status_json(status));
+    publish_pools(txn, store, config);
+    const std::string unsettled = store.path("public/.unsettled");
+    const std::map<std::string, uid_t> previous = read_unsettled(unsettled);
+    std::map<std::string, std::optional<Buffer>> buffers = touched_buffers(txn);
+    write_unsettled(unsettled, buffers);  // before any file it names is written
+    for (const auto& [key, uid] : previous)
+        if (!buffers.count(key))
+            buffers.emplace(key, find_by_text(txn, key));
+
+    PublicBuffers out(store, config);
+    for (const auto& [key, buffer] : buffers) {
+        // Gone (a rolled-back insert), or moved to another uid: the old file must not stay.
+        const auto was = previous.find(key);
+        if (was != previous.end() && (!buffer || buffer->uid != was->second))
+            out.remove(key, was->second);
+        if (!buffer)
+            continue;
+        if (is_final(buffer->state))
+            out.remove(key, buffer->uid);
+        else
+            out.write(status_of(txn, config, *buffer));
     }
-    for (const auto& [uid, entry] : by_user)
-        write_owned_if_changed(user_file(dir, uid), entry.second.dump(2) + "\n", uid, entry.first);
-    // A user without live buffers has no file: readers take a missing file as none.
-    for (uid_t uid : user_files(dir))
-        if (by_user.count(uid) == 0)
-            remove_file(user_file(dir, uid));
 }
 
 // ---- JSON ---------------------------------------------------------------------------------

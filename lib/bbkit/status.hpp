@@ -69,9 +69,11 @@ struct JobStatus {
 std::vector<PoolStatus> pool_status(Transaction& txn, const Config& config);
 // Pools, live buffers and counts of all records, from one snapshot.
 StatusSnapshot read_status(Transaction& txn, const Config& config);
-// What a user who is not the state directory's owner may see: public/pools.json and their
-// buffers (everyone's without PrivateData). Error(unavailable) when nothing was published yet,
-// Error(no_perm) when a file exists but may not be read.
+// What a user who is not the state directory's owner may see: public/pools.json and every
+// public/buffers/<uid>/<key>.json they may read (only their own with PrivateData; directories
+// they cannot enter are skipped). Error(unavailable) when nothing was published yet,
+// Error(no_perm) when public/pools.json exists but may not be read, Error(data) when a file is
+// not what publish() writes.
 StatusSnapshot read_public_status(const Config& config, uid_t uid);
 
 // The newest incarnation of `job_id` in `cluster`, with staging progress (progress only when
@@ -93,11 +95,21 @@ std::string slurm_reason(const Buffer& buffer);
 std::string slurm_pools_json(const std::vector<PoolStatus>& pools);
 std::string slurm_pools_json(Transaction& txn, const Config& config);
 
-// Rewrites <state>/pools.json (0644) and public/: pools.json (0644), and the buffers either
-// as public/buffers.json (0644) or, with PrivateData, as public/buffers.<uid>.json (0600, owned
-// by that uid) with no shared file. Files whose content is unchanged are not rewritten.
-// Writers call it inside each write transaction, before commit. Throws Error(io).
-void publish(Transaction& txn, const StateStore& store, const Config& config);
+// Brings the snapshots up to date with what `txn` changed, in O(changes), not O(buffers):
+// <state>/pools.json and public/pools.json (0644, rewritten only when their content changed),
+// then public/buffers/<uid>/<key>.json (0644) of each key in txn.touched_keys() (and of the
+// requests behind a dequeued one): written while the buffer is live, removed once it is final.
+// Each <uid>/ directory is 0755 and owned like public/, or with PrivateData 0700 and owned by
+// that uid (when the state directory belongs to root). Nothing is fsync'd: the snapshots are
+// regenerated from state.db. When public/.settings (layout version, PrivateData, pool paths,
+// boot id) does not match, it calls publish_all() instead. Writers call it inside each write
+// transaction, before commit; the next publish repairs what a rollback leaves behind.
+// Throws Error(io) / Error(no_perm).
+void publish(WriteTransaction& txn, const StateStore& store, const Config& config);
+// The full resync, O(live buffers): rewrites every live buffer's file, removes every other file
+// and directory under public/buffers/ and layout 1's public/buffers*.json, then writes
+// public/.settings.
+void publish_all(WriteTransaction& txn, const StateStore& store, const Config& config);
 
 // Like write_file_atomically, but the file is fchown'd to `uid`:`gid` before it is renamed
 // into place, so it is never visible with the wrong owner. Throws Error(io) / Error(no_perm).

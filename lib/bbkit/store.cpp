@@ -918,6 +918,7 @@ void WriteTransaction::insert_buffer(Buffer& buffer) {
     }
     append_history(impl_, buffer.key.str(), std::nullopt, buffer.state, buffer.created, who_,
                    buffer.reason);
+    touched_keys_.insert(buffer.key.str());
 }
 
 void WriteTransaction::update_buffer(const Buffer& buffer) {
@@ -935,6 +936,7 @@ void WriteTransaction::update_buffer(const Buffer& buffer) {
     bind_mutable(q, buffer);
     q.bind(19, latest_row_id(impl_, buffer.key));
     q.run();
+    touched_keys_.insert(buffer.key.str());
 }
 
 Buffer WriteTransaction::transition(const BufferKey& key, BufferState to, const std::string& reason,
@@ -956,6 +958,7 @@ Buffer WriteTransaction::transition(const BufferKey& key, BufferState to, const 
         .bind(5, latest_row_id(impl_, key));
     q.run();
     append_history(impl_, key.str(), from, to, now, who_, reason);
+    touched_keys_.insert(key.str());
     return buffer;
 }
 
@@ -967,6 +970,7 @@ void WriteTransaction::mark_reaped(const BufferKey& key) {
     Query q = impl_.query("UPDATE buffers SET reaped = 1 WHERE id = ?1");
     q.bind(1, latest_row_id(impl_, key));
     q.run();
+    touched_keys_.insert(key.str());
 }
 
 void WriteTransaction::put_pool(const PoolRecord& pool) {
@@ -1011,14 +1015,26 @@ QueueEntry WriteTransaction::enqueue(const std::string& pool, const std::string&
     q.bind(6, to_nanos(entry.enqueued));
     q.run();
     entry.seq = sqlite3_last_insert_rowid(impl_.db.get());
+    touched_keys_.insert(key);  // its queue position appears
     return entry;
 }
 
 bool WriteTransaction::dequeue(const std::string& key) {
+    std::optional<std::string> pool;
+    {
+        Query q = impl_.query("SELECT pool FROM queue WHERE key = ?1");
+        q.bind(1, key);
+        if (q.step())
+            pool = q.text(0);
+    }
+    if (!pool)
+        return false;
     Query q = impl_.query("DELETE FROM queue WHERE key = ?1");
     q.bind(1, key);
     q.run();
-    return sqlite3_changes(impl_.db.get()) > 0;
+    touched_keys_.insert(key);
+    touched_queues_.insert(*pool);
+    return true;
 }
 
 std::vector<QueueEntry> WriteTransaction::drop_dead_waiters() {

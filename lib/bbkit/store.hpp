@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -67,11 +68,12 @@ struct BufferFilter {
 
 class StateStore {
   public:
-    // Opens config.state_dir, creating it (mode 0711: others may reach public/ only) and its subdirectories when missing, and
-    // state.db with the current schema. The directory must be owned by config.state_owner and
-    // be neither readable nor writable by group or others (search permission alone is allowed,
-    // so that non-owners can reach public/): otherwise Error(no_perm) naming it and the fix.
-    // The caller must be the owner or root. A corrupt state.db is Error(config).
+    // Opens config.state_dir, creating it (mode 0711: others may reach public/ only) and its
+    // subdirectories when missing, and state.db with the current schema. The directory must be
+    // owned by config.state_owner and be neither readable nor writable by group or others (search
+    // permission alone is allowed, so that non-owners can reach public/): otherwise Error(no_perm)
+    // naming it and the fix. The caller must be the owner or root. A corrupt state.db is
+    // Error(config).
     explicit StateStore(const Config& config, StoreOptions options = {});
     ~StateStore();
     StateStore(const StateStore&) = delete;
@@ -173,9 +175,17 @@ class WriteTransaction : public Transaction {
 
     const std::string& who() const { return who_; }
 
+    // What this transaction changed, so that publish() rewrites only those snapshots: the keys
+    // (BufferKey::str()) of buffers inserted, updated, transitioned, reaped, queued or dequeued,
+    // and the pools whose queue lost an entry (every request behind it moved up).
+    const std::set<std::string>& touched_keys() const { return touched_keys_; }
+    const std::set<std::string>& touched_queues() const { return touched_queues_; }
+
   private:
     std::string who_;
     bool committed_ = false;
+    std::set<std::string> touched_keys_;
+    std::set<std::string> touched_queues_;
 };
 
 }  // namespace bbkit

@@ -192,6 +192,9 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
   bb-pool alloc --job 1 --user root --pool nvme --capacity 1GiB
   bb-pool alloc --job 2 --user "$user" --pool nvme --capacity 2GiB
   open_state_dir
+  uid=$(id -u "$user")
+  [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers/$uid")" = "755 0" ]
+  [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers/$uid/main.2.1.json")" = "644 0" ]
   run runuser -u "$user" -- bb-stat
   assert_success
   assert_line " nvme bytes   100GiB 97GiB 1GiB"
@@ -210,9 +213,12 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
   bb-pool alloc --job 1 --user root --pool nvme --capacity 1GiB
   bb-pool alloc --job 2 --user "$user" --pool nvme --capacity 2GiB
   open_state_dir
-  assert_file_not_exists "$TEST_DIR/state/public/buffers.json"
   uid=$(id -u "$user")
-  [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers.$uid.json")" = "600 $uid" ]
+  [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers")" = "755 0" ]
+  [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers/$uid")" = "700 $uid" ]
+  [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers/0")" = "700 0" ]
+  run runuser -u "$user" -- cat "$TEST_DIR/state/public/buffers/0/main.1.1.json"
+  assert_failure
   run runuser -u "$user" -- bb-stat sessions
   assert_success
   assert_equal "${#lines[@]}" 2
@@ -221,6 +227,43 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
   assert_failure 66
   run runuser -u "$user" -- bb-stat job 2
   assert_success
+}
+
+@test "turning PrivateData on or off takes effect at the next write" {
+  local user; user=$(test_user)
+  needs_bb_pool
+  bb-pool alloc --job 1 --user root --pool nvme --capacity 1GiB
+  bb-pool alloc --job 2 --user "$user" --pool nvme --capacity 2GiB
+  open_state_dir
+  uid=$(id -u "$user")
+  run runuser -u "$user" -- bb-stat sessions
+  assert_equal "${#lines[@]}" 3
+  write_config 'flags = ["PrivateData"]'
+  bb-pool drain small  # any write resyncs public/
+  [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers/$uid")" = "700 $uid" ]
+  run runuser -u "$user" -- bb-stat sessions
+  assert_success
+  assert_equal "${#lines[@]}" 2
+  write_config
+  bb-pool resume small
+  [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers/$uid")" = "755 0" ]
+  run runuser -u "$user" -- bb-stat sessions
+  assert_equal "${#lines[@]}" 3
+}
+
+@test "a torn-down buffer leaves public/ at once" {
+  local user; user=$(test_user)
+  command -v bb-teardown >/dev/null || skip "needs bb-teardown"
+  needs_bb_pool
+  bb-pool alloc --job 2 --user "$user" --pool nvme --capacity 2GiB
+  uid=$(id -u "$user")
+  assert_file_exists "$TEST_DIR/state/public/buffers/$uid/main.2.1.json"
+  bb-teardown --job 2
+  assert_file_not_exists "$TEST_DIR/state/public/buffers/$uid/main.2.1.json"
+  open_state_dir
+  run runuser -u "$user" -- bb-stat sessions
+  assert_success
+  assert_equal "${#lines[@]}" 1
 }
 
 # --- with buffers (bb-pool alloc) ----------------------------------------------------------

@@ -7,9 +7,11 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "bbkit/error.hpp"
+#include "bbkit/fsops.hpp"
 
 namespace bbkit {
 namespace {
@@ -379,7 +381,45 @@ TEST_F(StatusTest, job_reports_failures_and_staging_progress) {
 
 // ---- publish and public/ ------------------------------------------------------------------
 
-TEST_F(StatusTest, publish_writes_pools_json_and_a_shared_buffers_file) {
+TEST_F(StatusTest, write_transaction_records_the_keys_and_queues_it_touched) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        EXPECT_TRUE(txn.touched_keys().empty());
+        Buffer b = job(1, "pool1", kib, 1017, "marshall", t_169502);
+        txn.insert_buffer(b);
+        Buffer pending = job(2, "pool1", kib, 1017, "marshall", t_169504);
+        pending.state = S::pending;
+        txn.insert_buffer(pending);
+        txn.commit();
+    }
+    {
+        WriteTransaction txn(*store, "test");
+        txn.find_buffer(BufferKey::job("main", 1, 1));  // reads touch nothing
+        EXPECT_TRUE(txn.touched_keys().empty());
+        Buffer b = txn.transition(BufferKey::job("main", 1, 1), S::allocated);
+        b.message = "updated";
+        txn.update_buffer(b);
+        txn.enqueue("pool1", "main.2.1", kib, ProcessId::self());
+        EXPECT_EQ(txn.touched_keys(), (std::set<std::string>{"main.1.1", "main.2.1"}));
+        EXPECT_TRUE(txn.touched_queues().empty()) << "an append moves nobody up";
+        txn.commit();
+    }
+    {
+        WriteTransaction txn(*store, "test");
+        EXPECT_FALSE(txn.dequeue("main.9.1"));  // not queued: nothing changed
+        EXPECT_TRUE(txn.touched_queues().empty());
+        EXPECT_TRUE(txn.dequeue("main.2.1"));
+        txn.transition(BufferKey::job("main", 1, 1), S::teardown);
+        txn.transition(BufferKey::job("main", 1, 1), S::complete);
+        txn.mark_reaped(BufferKey::job("main", 1, 1));
+        EXPECT_EQ(txn.touched_keys(), (std::set<std::string>{"main.1.1", "main.2.1"}));
+        EXPECT_EQ(txn.touched_queues(), std::set<std::string>{"pool1"});
+    }
+}
+
+TEST_F(StatusTest, publish_writes_pools_json_and_one_file_per_live_buffer) {
     config_.pools.resize(1);
     auto store = open_store();
     {
@@ -394,7 +434,11 @@ TEST_F(StatusTest, publish_writes_pools_json_and_a_shared_buffers_file) {
               "\n");
     EXPECT_EQ(stat_of(dir + "/pools.json").st_mode & 07777, 0644u);
     EXPECT_EQ(stat_of(dir + "/public/pools.json").st_mode & 07777, 0644u);
-    EXPECT_EQ(stat_of(dir + "/public/buffers.json").st_mode & 07777, 0644u);
+    EXPECT_EQ(stat_of(dir + "/public/buffers").st_mode & 07777, 0755u);
+    EXPECT_EQ(stat_of(dir + "/public/buffers/1017").st_mode & 07777, 0755u);
+    EXPECT_EQ(stat_of(dir + "/public/buffers/1017").st_uid, geteuid());
+    EXPECT_EQ(stat_of(dir + "/public/buffers/1017/main.1.1.json").st_mode & 07777, 0644u);
+    EXPECT_NE(::access((dir + "/public/buffers.json").c_str(), F_OK), 0) << "layout 1 is gone";
 
     const StatusSnapshot seen = read_public_status(config_, 4242);
     ASSERT_EQ(seen.pools.size(), 1u);
@@ -403,49 +447,232 @@ TEST_F(StatusTest, publish_writes_pools_json_and_a_shared_buffers_file) {
     EXPECT_EQ(seen.buffers[0].buffer.key.str(), "main.1.1");
     EXPECT_EQ(seen.buffers[0].buffer.created, at(t_169502));
     EXPECT_EQ(seen.buffers[0].path, "/bb/pool1/job/1.1");
+    EXPECT_EQ(seen.counts.at(S::allocated), 1u);
     EXPECT_EQ(job_status(seen, config_, 1).status.buffer.state, S::allocated);
 }
 
-TEST_F(StatusTest, publish_with_private_data_writes_one_file_per_user) {
-    if (geteuid() != 0)
-        GTEST_SKIP() << "giving files to other users needs root";
+TEST_F(StatusTest, publish_rewrites_only_the_touched_buffers_and_removes_final_ones) {
     config_.pools.resize(1);
     auto store = open_store();
+    const std::string users = config_.state_dir + "/public/buffers";
+    const std::string one = users + "/1017/main.1.1.json", two = users + "/1018/main.2.1.json";
+    auto touch_one = [&](const std::string& message) {
+        WriteTransaction txn(*store, "test");
+        Buffer b = txn.get_buffer(BufferKey::job("main", 1, 1));
+        b.message = message;
+        txn.update_buffer(b);
+        publish(txn, *store, config_);
+        txn.commit();
+    };
     {
         WriteTransaction txn(*store, "test");
         allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
-        publish(txn, *store, config_);  // first without PrivateData: a shared file appears
-        txn.commit();
-    }
-    const std::string pub = config_.state_dir + "/public";
-    ASSERT_EQ(::access((pub + "/buffers.json").c_str(), F_OK), 0);
-    config_.flags.private_data = true;
-    {
-        WriteTransaction txn(*store, "test");
-        allocate(txn, job(2, "pool1", 2 * kib, 1018, "other", t_169504));
+        allocate(txn, job(2, "pool1", kib, 1018, "other", t_169504));
         publish(txn, *store, config_);
         txn.commit();
     }
-    EXPECT_NE(::access((pub + "/buffers.json").c_str(), F_OK), 0) << "shared file must go";
-    for (uid_t uid : {1017u, 1018u}) {
-        const struct stat st = stat_of(pub + "/buffers." + std::to_string(uid) + ".json");
-        EXPECT_EQ(st.st_mode & 07777, 0600u);
-        EXPECT_EQ(st.st_uid, uid);
-    }
-    const StatusSnapshot mine = read_public_status(config_, 1018);
-    ASSERT_EQ(mine.buffers.size(), 1u);
-    EXPECT_EQ(mine.buffers[0].buffer.key.job_id, 2u);
-    EXPECT_EQ(read_public_status(config_, 999).buffers.size(), 0u);  // no file: no buffers
+    touch_one("first");  // also settles the first publish's keys (see publish())
+    const ino_t two_before = stat_of(two).st_ino;
+    const ino_t one_before = stat_of(one).st_ino;
+    touch_one("second");
+    EXPECT_EQ(stat_of(two).st_ino, two_before) << "an untouched buffer's file is left alone";
+    EXPECT_NE(stat_of(one).st_ino, one_before);
+    EXPECT_NE(read_file(one).find("\"message\": \"second\""), std::string::npos) << read_file(one);
 
-    {  // job 1 ends: its user's file disappears
+    {
         WriteTransaction txn(*store, "test");
         txn.transition(BufferKey::job("main", 1, 1), S::teardown);
         txn.transition(BufferKey::job("main", 1, 1), S::complete);
         publish(txn, *store, config_);
         txn.commit();
     }
+    EXPECT_NE(::access(one.c_str(), F_OK), 0) << "a final buffer has no file";
+    EXPECT_NE(::access((users + "/1017").c_str(), F_OK), 0) << "nor does a user without buffers";
+    EXPECT_EQ(stat_of(two).st_ino, two_before);
+    const StatusSnapshot seen = read_public_status(config_, 4242);
+    ASSERT_EQ(seen.buffers.size(), 1u);
+    EXPECT_EQ(seen.buffers[0].buffer.key.str(), "main.2.1");
+}
+
+TEST_F(StatusTest, the_next_publish_undoes_a_rolled_back_one) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    const std::string file = config_.state_dir + "/public/buffers/1017/main.1.1.json";
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        publish(txn, *store, config_);
+    }  // rolled back, as a kill between publish and commit would
+    EXPECT_EQ(::access(file.c_str(), F_OK), 0);
+    {
+        WriteTransaction txn(*store, "test");
+        publish(txn, *store, config_);  // touches nothing itself
+        txn.commit();
+    }
+    EXPECT_NE(::access(file.c_str(), F_OK), 0);
+    EXPECT_TRUE(read_public_status(config_, 4242).buffers.empty());
+}
+
+TEST_F(StatusTest, a_dequeue_republishes_the_requests_behind_it) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        for (std::uint64_t id : {1, 2, 3}) {
+            Buffer b = job(id, "pool1", kib, 1017, "marshall", t_169502 + id);
+            b.state = S::pending;
+            txn.insert_buffer(b);
+            txn.enqueue("pool1", b.key.str(), kib, ProcessId::self());
+        }
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    {
+        WriteTransaction txn(*store, "test");
+        txn.dequeue("main.1.1");
+        txn.transition(BufferKey::job("main", 1, 1), S::allocating);
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    const StatusSnapshot seen = read_public_status(config_, 4242);
+    ASSERT_EQ(seen.buffers.size(), 3u);
+    EXPECT_FALSE(seen.buffers[0].queue_position);
+    EXPECT_EQ(seen.buffers[1].queue_position, std::optional<std::size_t>(1));
+    EXPECT_EQ(seen.buffers[2].queue_position, std::optional<std::size_t>(2));
+}
+
+TEST_F(StatusTest, private_data_changes_resync_the_user_directories) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "giving directories to other users needs root";
+    config_.pools.resize(1);
+    auto store = open_store();
+    const std::string pub = config_.state_dir + "/public";
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        allocate(txn, job(2, "pool1", 2 * kib, 1018, "other", t_169504));
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    std::ofstream(pub + "/buffers.json") << "[]";  // layout 1's files go at the next resync
+    std::ofstream(pub + "/buffers.1017.json") << "[]";
+    auto publish_nothing = [&] {
+        WriteTransaction txn(*store, "test");
+        publish(txn, *store, config_);  // touches no buffer: only a resync changes the tree
+        txn.commit();
+    };
+
+    config_.flags.private_data = true;
+    publish_nothing();
+    EXPECT_NE(::access((pub + "/buffers.json").c_str(), F_OK), 0) << "shared file must go";
     EXPECT_NE(::access((pub + "/buffers.1017.json").c_str(), F_OK), 0);
-    EXPECT_EQ(::access((pub + "/buffers.1018.json").c_str(), F_OK), 0);
+    EXPECT_EQ(stat_of(pub + "/buffers").st_mode & 07777, 0755u);
+    for (uid_t uid : {1017u, 1018u}) {
+        const struct stat st = stat_of(pub + "/buffers/" + std::to_string(uid));
+        EXPECT_EQ(st.st_mode & 07777, 0700u);
+        EXPECT_EQ(st.st_uid, uid);
+    }
+    const StatusSnapshot mine = read_public_status(config_, 1018);
+    ASSERT_EQ(mine.buffers.size(), 1u);
+    EXPECT_EQ(mine.buffers[0].buffer.key.job_id, 2u);
+    EXPECT_TRUE(read_public_status(config_, 999).buffers.empty());
+
+    config_.flags.private_data = false;
+    publish_nothing();
+    for (uid_t uid : {1017u, 1018u}) {
+        const struct stat st = stat_of(pub + "/buffers/" + std::to_string(uid));
+        EXPECT_EQ(st.st_mode & 07777, 0755u);
+        EXPECT_EQ(st.st_uid, 0u);
+    }
+    EXPECT_EQ(read_public_status(config_, 999).buffers.size(), 2u);
+}
+
+TEST_F(StatusTest, publish_restores_a_user_directorys_mode_when_writing_into_it) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "giving directories to other users needs root";
+    config_.pools.resize(1);
+    config_.flags.private_data = true;
+    auto store = open_store();
+    const std::string dir = config_.state_dir + "/public/buffers/1017";
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);  // what its owner may do
+    {
+        WriteTransaction txn(*store, "test");
+        txn.transition(BufferKey::job("main", 1, 1), S::staging_in);
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    EXPECT_EQ(stat_of(dir).st_mode & 07777, 0700u);
+    EXPECT_EQ(stat_of(dir).st_uid, 1017u);
+}
+
+TEST_F(StatusTest, a_resync_removes_stale_files_and_directories) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    const std::string users = config_.state_dir + "/public/buffers";
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    std::ofstream(users + "/1017/main.9.1.json") << "{}";         // a buffer long gone
+    std::ofstream(users + "/1017/main.1.1.json.tmp.1.2") << "{";  // a killed writer's
+    ASSERT_EQ(::mkdir((users + "/555").c_str(), 0755), 0);
+    std::ofstream(users + "/555/main.8.1.json") << "{}";
+    ASSERT_EQ(::unlink((config_.state_dir + "/public/.settings").c_str()), 0);
+    {
+        WriteTransaction txn(*store, "test");
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    EXPECT_NE(::access((users + "/1017/main.9.1.json").c_str(), F_OK), 0);
+    EXPECT_NE(::access((users + "/1017/main.1.1.json.tmp.1.2").c_str(), F_OK), 0);
+    EXPECT_NE(::access((users + "/555").c_str(), F_OK), 0);
+    EXPECT_EQ(::access((users + "/1017/main.1.1.json").c_str(), F_OK), 0);
+    EXPECT_EQ(read_public_status(config_, 4242).buffers.size(), 1u);
+}
+
+TEST_F(StatusTest, a_reader_skips_temporaries_and_sorts_oldest_first) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(2, "pool1", kib, 1018, "other", t_169502));  // older, higher uid
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169504));
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    const std::string users = config_.state_dir + "/public/buffers";
+    std::ofstream(users + "/1017/main.1.1.json.tmp.7.8") << "{";
+    const StatusSnapshot seen = read_public_status(config_, 4242);
+    ASSERT_EQ(seen.buffers.size(), 2u);
+    EXPECT_EQ(seen.buffers[0].buffer.key.str(), "main.2.1");
+    EXPECT_EQ(seen.buffers[1].buffer.key.str(), "main.1.1");
+
+    std::ofstream(users + "/1017/main.1.1.json") << "{garbage";
+    try {
+        read_public_status(config_, 4242);
+        FAIL();
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::data);
+        EXPECT_NE(std::string(error.what()).find("main.1.1.json"), std::string::npos);
+    }
+}
+
+TEST_F(StatusTest, replace_file_swaps_content_and_mode_in_one_rename) {
+    const std::string path = root_ + "/snapshot";
+    replace_file(path, "old", 0600);
+    replace_file(path, "new", 0644);
+    EXPECT_EQ(read_file(path), "new");
+    EXPECT_EQ(stat_of(path).st_mode & 07777, 0644u);
+    EXPECT_EQ(std::system(("test $(ls -A '" + root_ + "' | wc -l) -eq 1").c_str()), 0)
+        << "no temporary left";
 }
 
 TEST_F(StatusTest, reading_public_before_anything_was_published_is_unavailable) {

@@ -10,6 +10,7 @@
 
 #include "bbkit/config.hpp"
 #include "bbkit/error.hpp"
+#include "bbkit/render.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/status.hpp"
 #include "bbkit/store.hpp"
@@ -84,7 +85,7 @@ bool reads_database(const Config& config) {
 }
 
 void print_json(const nlohmann::json& value) {
-    std::cout << value.dump(2) << '\n';
+    std::cout << json_text(value) << '\n';
 }
 
 void print_view(const Request& request, const StatusSnapshot& snapshot, const Config& config,
