@@ -782,6 +782,15 @@ class Parser {
             s.source = buffer_relative(source, s.buffer, "source");
             s.destination = outside_path(destination, "destination", workdir_pending);
         }
+        // A type=file destination naming a directory ("dir/", or the buffer itself) receives
+        // the file under its own name, as cp does.
+        if (s.type == StageType::file) {
+            const std::string name = s.source.substr(s.source.rfind('/') + 1);
+            if (in && (s.destination.empty() || destination.back() == '/'))
+                s.destination = s.destination.empty() ? name : s.destination + "/" + name;
+            if (!in && destination.back() == '/' && s.destination != "/")
+                s.destination += "/" + name;
+        }
         const std::string& inside = in ? s.destination : s.source;
         if (s.type == StageType::file && inside.empty())
             throw invalid(std::string(in ? "destination" : "source") +

@@ -469,9 +469,9 @@ Buffer complete_allocation(StateStore& store, const Config& config, const Buffer
         txn.update_buffer(p);
     }
     const PoolConfig& pool = configured_pool(config, b.pool);
+    // Not fsync'd: recover rewrites env files from the records after a crash.
     if (key.kind() == BufferKind::job)
-        write_file_atomically(env_file_path(store, key),
-                              job_environment(buffer_path(pool, b), uses), 0644);
+        replace_file(env_file_path(store, key), job_environment(buffer_path(pool, b), uses), 0644);
     publish(txn, store, config);
     txn.commit();
     audit(store.dir(), tool, "alloc",

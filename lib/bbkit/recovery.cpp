@@ -2,11 +2,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "bbkit/audit.hpp"
 #include "bbkit/error.hpp"
+#include "bbkit/fsops.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
@@ -15,6 +18,14 @@
 
 namespace bbkit {
 namespace {
+
+// The whole content of a small file, or "" when it cannot be read.
+std::string read_small_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return in ? text.str() : std::string();
+}
 
 // Nobody works on this buffer any more: its run lock is free and its recorded holder is dead.
 bool owner_dead(const Config& config, const Buffer& b) {
@@ -145,6 +156,34 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
             actions.push_back(dropped.key + ": dead waiter pid " +
                               std::to_string(dropped.waiter.pid) + " left the queue");
         publish(txn, store, config);
+        txn.commit();
+    }
+    // Env files and public/ are written without fsync: rebuild them from the records.
+    {
+        ReadSnapshot snapshot(store);
+        BufferFilter filter;
+        filter.live_only = true;
+        for (const Buffer& b : snapshot.list_buffers(filter)) {
+            if (b.key.kind() != BufferKind::job || b.state == BufferState::pending ||
+                b.state == BufferState::allocating || !holds_space(b.state))
+                continue;
+            try {
+                const std::string text =
+                    job_environment(configured_pool(config, b.pool).path + "/" + b.directory,
+                                    resolve_persistent_uses(snapshot, config, b.uid, b.user,
+                                                            recorded_persistent_uses(b)));
+                if (read_small_file(env_file_path(store, b.key)) != text) {
+                    replace_file(env_file_path(store, b.key), text, 0644);
+                    actions.push_back(b.key.str() + ": env file rewritten");
+                }
+            } catch (const Error& e) {
+                actions.push_back(b.key.str() + ": env file not rewritten: " + e.what());
+            }
+        }
+    }
+    {
+        WriteTransaction txn(store, tool);
+        publish_all(txn, store, config);
         txn.commit();
     }
     const ReapResult reaped = reap(store, config, reap_budget, tool);

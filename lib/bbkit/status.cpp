@@ -633,8 +633,11 @@ class PublicBuffers {
         const Buffer& b = status.buffer;
         guarded(b.uid, [&] {
             UserDirectory* user = user_directory(b.uid, b.gid, true);
-            replace_file(user->path + "/" + b.key.str() + ".json",
-                         buffer_status_json(status).dump(2) + "\n", 0644);
+            replace_file(
+                user->path + "/" + b.key.str() + ".json",
+                buffer_status_json(status).dump(2, ' ', false, json::error_handler_t::replace) +
+                    "\n",
+                0644);
         });
     }
 

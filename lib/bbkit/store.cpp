@@ -90,6 +90,11 @@ CREATE TABLE history (
 );
 CREATE INDEX history_key ON history(key, id);
 )sql",
+    // 2: persistent buffers' space per pool without visiting every live job buffer's row
+    // (pool_status needs it on every write).
+    R"sql(
+CREATE INDEX buffers_persistent ON buffers(pool, state, allocated_bytes) WHERE name IS NOT NULL;
+)sql",
 };
 
 // Torn-down directories wait in each pool's own trash/ (a rename cannot cross file systems),

@@ -85,8 +85,10 @@ teardown() { common_teardown; }
 @test "a live stager is stopped through its run lock; --hurry does not wait" {
   bb-pool alloc --job 6 --user "$U" --capacity 1G >/dev/null
   # A stand-in stager: holds the run lock and records itself as bb-stage would.
+  # (read is a builtin: no subshell, so the start time is this very process's.)
   ( exec 9>"$TEST_DIR/state/run/main.6.1.lock"; flock 9
-    echo "$BASHPID $(cut -d' ' -f22 /proc/$BASHPID/stat)" >&9; exec sleep 300 ) &
+    read -r -a stat </proc/$BASHPID/stat
+    echo "$BASHPID ${stat[21]}" >&9; exec sleep 300 ) &
   stager=$!
   sleep 0.5
   run timeout 20 bb-teardown --job 6 --hurry

@@ -466,8 +466,8 @@ TEST(Directive, paths_are_lexically_normalized) {
     EXPECT_EQ(r.stage_out.at(0).destination, "/out/x");
 }
 
-TEST(Directive, a_file_stage_needs_a_file_inside_the_buffer) {
-    expect_script_error("#BB_LUA stage_in type=file source=/a destination=$DW_JOB_STRIPED\n",
+TEST(Directive, a_file_stage_out_needs_a_file_inside_the_buffer) {
+    expect_script_error("#BB_LUA stage_out type=file source=$DW_JOB_STRIPED destination=/a\n",
                         "must name a file inside the buffer, not its root");
 }
 
@@ -789,4 +789,16 @@ TEST(Directive, stray_word_on_a_stage_line_is_an_error_not_a_shorter_path) {
                             "#BB_LUA capacity=1G\n"
                             "#BB_LUA stage_in type=file source=/tmp/a destination=my file\n",
                         "script line 3: unexpected word 'file'");
+}
+
+TEST(Directive, file_destination_naming_a_directory_keeps_the_source_name) {
+    const Request r =
+        parse_script(shebang +
+                     "#BB_LUA capacity=1G\n"
+                     "#BB_LUA stage_in type=file source=/d/big.bin destination=in/\n"
+                     "#BB_LUA stage_in type=file source=/d/x destination=$BB_JOB_DIR\n"
+                     "#BB_LUA stage_out type=file source=out/r.txt destination=/res/\n");
+    EXPECT_EQ(r.stage_in.at(0).destination, "in/big.bin");
+    EXPECT_EQ(r.stage_in.at(1).destination, "x");
+    EXPECT_EQ(r.stage_out.at(0).destination, "/res/r.txt");
 }

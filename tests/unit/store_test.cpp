@@ -753,6 +753,36 @@ TEST_F(StateStoreTest, hot_queries_use_indexes) {
         const std::string text = plan(sql);
         EXPECT_EQ(text.find("SCAN"), std::string::npos) << sql << "\n" << text;
     }
+    // Persistent space per pool reads only persistent rows (a covering partial index).
+    const std::string persistent = plan(
+        "SELECT SUM(allocated_bytes) FROM buffers WHERE pool = 'x' AND name IS NOT NULL AND "
+        "state IN ('allocated', 'deleting')");
+    EXPECT_NE(persistent.find("buffers_persistent"), std::string::npos) << persistent;
+    sqlite3_close(db);
+}
+
+}  // namespace
+}  // namespace bbkit
+
+namespace bbkit {
+namespace {
+
+TEST_F(StateStoreTest, migrates_an_older_schema_on_open) {
+    { StateStore store(config_); }
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((config_.state_dir + "/state.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "DROP INDEX buffers_persistent; PRAGMA user_version = 1", nullptr,
+                           nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+    { StateStore store(config_); }
+    ASSERT_EQ(sqlite3_open((config_.state_dir + "/state.db").c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* q = nullptr;
+    sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'buffers_persistent'",
+                       -1, &q, nullptr);
+    ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
+    EXPECT_EQ(sqlite3_column_int(q, 0), 1);
+    sqlite3_finalize(q);
     sqlite3_close(db);
 }
 
