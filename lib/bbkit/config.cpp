@@ -571,4 +571,14 @@ const char* to_string(Mode mode) {
     return "standalone";
 }
 
+std::vector<std::string> flag_names(const Flags& flags) {
+    std::vector<std::string> names;
+    names.push_back(flags.enable_persistent ? "EnablePersistent" : "DisablePersistent");
+    if (flags.private_data)
+        names.push_back("PrivateData");
+    if (flags.teardown_failure)
+        names.push_back("TeardownFailure");
+    return names;
+}
+
 }  // namespace bbkit

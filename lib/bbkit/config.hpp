@@ -24,9 +24,9 @@ struct PoolConfig {
     std::string path;               // absolute; holds bbkit's marker file
     std::uint64_t capacity = 0;     // bytes, > 0
     std::uint64_t granularity = 1;  // bytes, >= 1, <= capacity
-    bool direct_io = false;  // movers copy large files with O_DIRECT (far less CPU, opt-in)
-    bool syncfs = true;      // false: fsync each staged-out file, for file systems whose
-                             // syncfs(2) does not flush everything (some network file systems)
+    bool direct_io = false;         // movers copy large files with O_DIRECT (far less CPU, opt-in)
+    bool syncfs = true;             // false: fsync each staged-out file, for file systems whose
+                         // syncfs(2) does not flush everything (some network file systems)
 };
 
 struct Timeouts {  // seconds; Slurm's defaults
@@ -83,5 +83,8 @@ Config parse_config(const std::string& text, const std::string& source_name);
 Config load_config(const std::string& path);
 
 const char* to_string(Mode mode);
+
+// The flags as burst_buffer.conf writes them, in Slurm's order ("DisablePersistent", ...).
+std::vector<std::string> flag_names(const Flags& flags);
 
 }  // namespace bbkit

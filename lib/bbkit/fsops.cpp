@@ -123,4 +123,17 @@ void replace_file(const std::string& path, const std::string& data, mode_t mode)
     replace(path, data, mode, false);
 }
 
+DirStream::DirStream(int fd) {
+    const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (copy >= 0)
+        dir = fdopendir(copy);
+    if (!dir && copy >= 0)
+        close(copy);
+}
+
+DirStream::~DirStream() {
+    if (dir)
+        closedir(dir);
+}
+
 }  // namespace bbkit

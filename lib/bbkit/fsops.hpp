@@ -2,6 +2,7 @@
 // replacement of small files, durable (env files, markers) or not (snapshots).
 #pragma once
 
+#include <dirent.h>
 #include <sys/types.h>
 
 #include <string>
@@ -26,6 +27,16 @@ class Fd {
 
   private:
     int fd_ = -1;
+};
+
+// A directory stream over a duplicate of `fd` (the caller keeps its own descriptor); `dir` is
+// null when it could not be opened (errno says why). Closed exactly once.
+struct DirStream {
+    DIR* dir = nullptr;
+    explicit DirStream(int fd);
+    ~DirStream();
+    DirStream(const DirStream&) = delete;
+    DirStream& operator=(const DirStream&) = delete;
 };
 
 // Replaces `path` with `data`: a temporary file in the same directory is written with `mode`,

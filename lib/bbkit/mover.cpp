@@ -114,23 +114,6 @@ std::string normalize(const std::string& path, bool in_buffer, const std::string
     return out;
 }
 
-struct DirStream {
-    DIR* dir = nullptr;
-    explicit DirStream(int fd) {
-        const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-        if (copy >= 0)
-            dir = fdopendir(copy);
-        if (!dir && copy >= 0)
-            close(copy);
-    }
-    ~DirStream() {
-        if (dir)
-            closedir(dir);
-    }
-    DirStream(const DirStream&) = delete;
-    DirStream& operator=(const DirStream&) = delete;
-};
-
 // One side of a move: the buffer (descriptors beneath its root, never a symlink) or the
 // outside (plain paths, the user's own permissions).
 class Side {

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "bbkit/error.hpp"
+#include "bbkit/fsops.hpp"
 
 namespace bbkit {
 namespace {
@@ -113,23 +114,6 @@ std::pair<std::string, std::string> split_directory(const std::string& directory
         throw Error(ExitCode::software, "bad buffer directory '" + directory + "'");
     return {directory.substr(0, slash), directory.substr(slash + 1)};
 }
-
-struct DirStream {
-    DIR* dir = nullptr;
-    explicit DirStream(int fd) {
-        const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-        if (copy >= 0)
-            dir = fdopendir(copy);
-        if (!dir && copy >= 0)
-            close(copy);
-    }
-    ~DirStream() {
-        if (dir)
-            closedir(dir);
-    }
-    DirStream(const DirStream&) = delete;
-    DirStream& operator=(const DirStream&) = delete;
-};
 
 std::vector<std::string> entries_of(int fd, const std::string& what) {
     DirStream stream(fd);

@@ -77,16 +77,6 @@ std::string toml_array(const std::vector<std::string>& items) {
     return out + "]";
 }
 
-std::vector<std::string> flag_names(const Flags& flags) {
-    std::vector<std::string> names;
-    names.push_back(flags.enable_persistent ? "EnablePersistent" : "DisablePersistent");
-    if (flags.private_data)
-        names.push_back("PrivateData");
-    if (flags.teardown_failure)
-        names.push_back("TeardownFailure");
-    return names;
-}
-
 }  // namespace
 
 std::string json_text(const json& value, int indent) {
@@ -384,13 +374,14 @@ std::string stage_result_text(const StageResult& r, const std::string& phase) {
     if (r.nothing_to_do)
         return phase + " of " + r.key + ": nothing to do\n";
     char line[256];
-    std::snprintf(line, sizeof line,
-                  "%s of %s: %llu files, %s in %.2f s (%.1f MB/s), %llu already complete\n",
-                  phase.c_str(), r.key.c_str(), static_cast<unsigned long long>(r.files),
-                  (format_size(r.bytes) == std::to_string(r.bytes) ? std::to_string(r.bytes) + " bytes"
-                                                                   : format_size(r.bytes))
-                      .c_str(), r.seconds, mb_per_s(r.bytes, r.seconds),
-                  static_cast<unsigned long long>(r.skipped));
+    std::snprintf(
+        line, sizeof line,
+        "%s of %s: %llu files, %s in %.2f s (%.1f MB/s), %llu already complete\n", phase.c_str(),
+        r.key.c_str(), static_cast<unsigned long long>(r.files),
+        (format_size(r.bytes) == std::to_string(r.bytes) ? std::to_string(r.bytes) + " bytes"
+                                                         : format_size(r.bytes))
+            .c_str(),
+        r.seconds, mb_per_s(r.bytes, r.seconds), static_cast<unsigned long long>(r.skipped));
     return line;
 }
 

@@ -38,6 +38,13 @@ Buffer live_buffer(StateStore& store, const Config& config, std::uint64_t job_id
     return *b;
 }
 
+StageResult already_done(const Buffer& b) {
+    StageResult done;
+    done.key = b.key.str();
+    done.nothing_to_do = true;
+    return done;
+}
+
 Error wrong_state(const Buffer& b, const std::string& phase, const std::string& needs) {
     return Error(ExitCode::data, "cannot " + phase + " " + b.key.str() + ": it is " +
                                      to_string(b.state) + " (" + phase + " needs " + needs + ")");
@@ -326,12 +333,8 @@ StageResult stage_in(StateStore& store, const Config& config, std::uint64_t job_
         case BufferState::running:
         case BufferState::post_run:
         case BufferState::staging_out:
-        case BufferState::staged_out: {
-            StageResult done;
-            done.key = b.key.str();
-            done.nothing_to_do = true;
-            return done;
-        }
+        case BufferState::staged_out:
+            return already_done(b);
         default:
             throw wrong_state(b, "stage in", "allocated");
     }
@@ -351,12 +354,8 @@ StageResult stage_out(StateStore& store, const Config& config, std::uint64_t job
                                 "--retry --job " +
                                 std::to_string(job_id) + ")");
             return run_stage(store, config, b, StageDirection::out, options, tool);
-        case BufferState::staged_out: {
-            StageResult done;
-            done.key = b.key.str();
-            done.nothing_to_do = true;
-            return done;
-        }
+        case BufferState::staged_out:
+            return already_done(b);
         default:
             throw wrong_state(b, "stage out", "post-run");
     }

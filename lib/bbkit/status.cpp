@@ -56,17 +56,6 @@ std::string joined(const std::vector<std::string>& items, const char* separator)
     return out;
 }
 
-// Slurm's order of burst_buffer.conf flags.
-std::vector<std::string> flag_names(const Flags& flags) {
-    std::vector<std::string> names;
-    names.push_back(flags.enable_persistent ? "EnablePersistent" : "DisablePersistent");
-    if (flags.private_data)
-        names.push_back("PrivateData");
-    if (flags.teardown_failure)
-        names.push_back("TeardownFailure");
-    return names;
-}
-
 // Right-aligned columns separated by one space, as dwstat prints them.
 std::string table(const std::vector<std::string>& headers,
                   const std::vector<std::vector<std::string>>& rows) {
