@@ -535,8 +535,9 @@ const PoolConfig* Config::find_pool(const std::string& name) const {
 }
 
 const std::vector<std::string>& hook_phases() {
-    static const std::vector<std::string> phases{"setup",    "stage_in",  "pre_run",
-                                                 "post_run", "stage_out", "teardown"};
+    // Only the phases bb-stage runs a hook for: a key that would be accepted and never run
+    // would mislead the site.
+    static const std::vector<std::string> phases{"pre_run", "post_run"};
     return phases;
 }
 

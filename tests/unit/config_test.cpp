@@ -130,8 +130,8 @@ name = "ssd"
 path = "/bb/ssd"
 capacity = "1000GB"
 [hooks]
-setup = "/etc/bbkit/setup.sh"
-teardown = "/etc/bbkit/teardown.sh"
+pre_run = "/etc/bbkit/pre_run.sh"
+post_run = "/etc/bbkit/post_run.sh"
 )",
                                        "t.toml");
     EXPECT_EQ(config.state_dir, "/srv/bbkit");
@@ -159,8 +159,8 @@ teardown = "/etc/bbkit/teardown.sh"
     EXPECT_EQ(config.pools[0].granularity, 200 * gib);
     EXPECT_EQ(config.pools[1].capacity, 1000ULL * 1000 * 1000 * 1000);
     EXPECT_EQ(config.hooks,
-              (std::map<std::string, std::string>{{"setup", "/etc/bbkit/setup.sh"},
-                                                  {"teardown", "/etc/bbkit/teardown.sh"}}));
+              (std::map<std::string, std::string>{{"post_run", "/etc/bbkit/post_run.sh"},
+                                                  {"pre_run", "/etc/bbkit/pre_run.sh"}}));
 }
 
 TEST(config, no_pools_is_allowed) {
@@ -180,9 +180,8 @@ TEST(config, mode_prints_as_its_config_word) {
     EXPECT_STREQ(to_string(Mode::slurm), "slurm");
 }
 
-TEST(config, hook_phases_are_the_six_lifecycle_phases) {
-    EXPECT_EQ(hook_phases(), (std::vector<std::string>{"setup", "stage_in", "pre_run", "post_run",
-                                                       "stage_out", "teardown"}));
+TEST(config, hook_phases_are_the_ones_bb_stage_runs) {
+    EXPECT_EQ(hook_phases(), (std::vector<std::string>{"pre_run", "post_run"}));
 }
 
 // --- unknown keys and types ---
@@ -230,9 +229,8 @@ TEST(config, pool_io_options_default_to_buffered_and_syncfs) {
 }
 
 TEST(config, rejects_unknown_hook_phase_with_line) {
-    EXPECT_EQ(config_error("[hooks]\nsetup = \"/a\"\nprolog = \"/b\"\n"),
-              "t.toml:3: hooks.prolog: unknown key 'prolog' (known: setup, stage_in, pre_run, "
-              "post_run, stage_out, teardown)");
+    EXPECT_EQ(config_error("[hooks]\npre_run = \"/a\"\nprolog = \"/b\"\n"),
+              "t.toml:3: hooks.prolog: unknown key 'prolog' (known: pre_run, post_run)");
 }
 
 TEST(config, rejects_unknown_nested_table_with_line) {
@@ -551,8 +549,8 @@ TEST(config, rejects_default_pool_without_pools) {
 }
 
 TEST(config, rejects_relative_hook_path) {
-    EXPECT_EQ(config_error("[hooks]\n\nstage_in = \"hooks/in.sh\"\n"),
-              "t.toml:3: hooks.stage_in: 'hooks/in.sh' is not an absolute path");
+    EXPECT_EQ(config_error("[hooks]\n\npre_run = \"hooks/in.sh\"\n"),
+              "t.toml:3: hooks.pre_run: 'hooks/in.sh' is not an absolute path");
 }
 
 // --- locating and loading files ---
