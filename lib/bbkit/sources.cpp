@@ -222,4 +222,20 @@ void require_fits(std::uint64_t needed, std::uint64_t capacity) {
                                     format_size(capacity) + " (request a larger capacity)");
 }
 
+SourceTotals measure_stage_in(const std::vector<StageDirective>& stage_in,
+                              std::optional<std::uint64_t> job_capacity) {
+    std::vector<StageDirective> into_job, into_persistent;
+    for (const StageDirective& stage : stage_in)
+        (stage.buffer.empty() ? into_job : into_persistent).push_back(stage);
+    SourceTotals totals = measure_sources(into_job);
+    if (job_capacity && totals.bytes > 0)
+        require_fits(totals.bytes, *job_capacity);
+    const SourceTotals other = measure_sources(into_persistent);
+    totals.bytes += other.bytes;
+    totals.files += other.files;
+    totals.entries.insert(totals.entries.end(), other.entries.begin(), other.entries.end());
+    totals.skipped.insert(totals.skipped.end(), other.skipped.begin(), other.skipped.end());
+    return totals;
+}
+
 }  // namespace bbkit

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,12 @@ std::vector<SourceEntry> read_stage_list(const StageDirective& list);
 }  // namespace bbkit
 
 namespace bbkit {
+
+// Measures the stage-in lines as the caller and refuses what cannot fit: the bytes of the
+// lines that go to the job's own buffer are checked against `job_capacity` (lines into
+// persistent buffers and lines with unresolved symbols are measured or skipped, not counted).
+SourceTotals measure_stage_in(const std::vector<StageDirective>& stage_in,
+                              std::optional<std::uint64_t> job_capacity);
 
 // Refuses a stage-in that cannot fit: Error(data) "stage-in needs X but the buffer holds Y".
 void require_fits(std::uint64_t needed, std::uint64_t capacity);

@@ -85,4 +85,21 @@ void become_user(const User& user) {
     }
 }
 
+void act_as_user(const std::optional<std::string>& name, const std::string& what) {
+    if (geteuid() == 0) {
+        if (!name)
+            throw Error(ExitCode::usage, what +
+                                             " as root needs --user (it runs with the job user's "
+                                             "permissions, never root's)");
+        become_user(lookup_user(*name));
+        return;
+    }
+    if (!name)
+        return;
+    const User user = lookup_user(*name);
+    if (user.uid != geteuid())
+        throw Error(ExitCode::no_perm,
+                    what + " for user '" + user.name + "' must run as that user or as root");
+}
+
 }  // namespace bbkit

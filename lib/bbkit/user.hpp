@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,11 @@ User lookup_user(const std::string& name_or_uid);
 
 // Whether `candidate` (a name or a numeric uid, as written in bbkit.toml) denotes `user`.
 bool user_matches(const User& user, const std::string& candidate);
+
+// Makes sure what follows runs with `name`'s permissions: as root, becomes that user for good
+// (`name` is then required: Error(usage) naming `what`); as anyone else, `name` must be the
+// caller (Error(no_perm)).
+void act_as_user(const std::optional<std::string>& name, const std::string& what);
 
 // Becomes `user` for good: setgroups, setresgid, setresuid, then verifies that root cannot be
 // regained. Throws Error(no_perm) and changes nothing observable when any step fails. Call it

@@ -130,3 +130,14 @@ TEST(SourcesFit, refuses_more_than_the_buffer_holds) {
         EXPECT_NE(std::string(e.what()).find("buffer holds 4KiB"), std::string::npos);
     }
 }
+
+TEST_F(Sources, only_lines_into_the_job_buffer_count_against_its_capacity) {
+    const std::string big = write("big", std::string(3000, 'x'));
+    StageDirective to_persistent = stage(StageType::file, big, "p");
+    to_persistent.buffer = "shared";
+    EXPECT_EQ(bbkit::measure_stage_in({to_persistent}, 1024).bytes, 3000u);
+    EXPECT_EQ(code_of([&] { bbkit::measure_stage_in({stage(StageType::file, big, "j")}, 1024); }),
+              ExitCode::data);
+    EXPECT_EQ(bbkit::measure_stage_in({stage(StageType::file, big, "j")}, std::nullopt).bytes,
+              3000u);
+}

@@ -49,13 +49,7 @@ std::string root_of(const StagePlan& plan, const StageDirective& stage) {
 std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& plan) {
     std::map<std::string, std::vector<MoveEntry>> groups;
     if (plan.direction == StageDirection::in) {
-        const SourceTotals totals = measure_sources(plan.stages);
-        std::uint64_t into_job = 0;
-        for (const StageDirective& stage : plan.stages)
-            if (stage.buffer.empty())
-                into_job = totals.bytes;
-        if (into_job > 0)
-            require_fits(into_job, plan.capacity);
+        measure_stage_in(plan.stages, plan.capacity);
         for (const StageDirective& stage : plan.stages) {
             std::vector<SourceEntry> expanded;
             if (stage.type == StageType::list)

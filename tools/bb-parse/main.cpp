@@ -1,6 +1,4 @@
 // bb-parse: parses a job's burst-buffer request, sizes and the configuration.
-#include <unistd.h>
-
 #include <iostream>
 
 #include "bbkit/config.hpp"
@@ -57,34 +55,6 @@ int run_config(const CommonOptions& common, bool json) {
     return 0;
 }
 
-// Checks the stage-in sources with the job user's own permissions, never root's: as root this
-// process becomes that user for good (nothing after it needs root).
-SourceTotals check_sources_as_user(const Request& request, const JobContext& job) {
-    if (geteuid() == 0) {
-        if (!job.user)
-            throw Error(ExitCode::usage,
-                        "--check-sources as root needs --user (sources are "
-                        "checked with the job user's permissions)");
-        become_user(lookup_user(*job.user));
-    } else if (job.user) {
-        const User user = lookup_user(*job.user);
-        if (user.uid != geteuid())
-            throw Error(ExitCode::no_perm, "--check-sources for user '" + user.name +
-                                               "' must run as that user or as root");
-    }
-    SourceTotals totals = measure_sources(request.stage_in);
-    std::uint64_t into_job_buffer = 0;
-    bool stages_into_job_buffer = false;
-    for (const StageDirective& stage : request.stage_in)
-        if (stage.buffer.empty() && !stage.unresolved)
-            stages_into_job_buffer = true;
-    if (stages_into_job_buffer)
-        into_job_buffer = totals.bytes;
-    if (request.job_buffer && into_job_buffer > 0)
-        require_fits(into_job_buffer, request.job_buffer->allocated);
-    return totals;
-}
-
 int run_request(const CommonOptions& common, RequestOptions& options) {
     if (!options.script && !options.bb && !options.bbf)
         throw Error(ExitCode::usage,
@@ -105,8 +75,13 @@ int run_request(const CommonOptions& common, RequestOptions& options) {
         return 0;
     }
     std::optional<SourceTotals> totals;
-    if (options.check_sources)
-        totals = check_sources_as_user(request, options.job);
+    if (options.check_sources) {
+        act_as_user(options.job.user, "--check-sources");
+        const std::optional<std::uint64_t> capacity =
+            request.job_buffer ? std::optional<std::uint64_t>(request.job_buffer->allocated)
+                               : std::nullopt;
+        totals = measure_stage_in(request.stage_in, capacity);
+    }
     if (options.json) {
         nlohmann::json out = request_json(request);
         if (totals)
