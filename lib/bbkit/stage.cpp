@@ -253,7 +253,7 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
     b = enter(store, config, b.key, working, tool);
     const StagePlan plan =
         plan_for(store, config, b, direction, stages, static_cast<unsigned>(threads.size()));
-    const std::string mover = options.mover.empty() ? find_mover("") : options.mover;
+    const std::string mover = find_mover();
     const MoverRun run = run_mover(store, b, plan, options, mover, timeout, phase);
     threads.clear();
     slot.clear();
@@ -403,14 +403,12 @@ void write_paths_file(const std::string& path, const std::string& lines) {
         throw Error(ExitCode::io, "cannot write " + path + ": " + std::strerror(errno));
 }
 
-std::string find_mover(const std::string& self) {
-    std::string exe = self;
-    if (exe.empty()) {
-        char buf[4096];
-        const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-        if (n > 0)
-            exe.assign(buf, static_cast<std::size_t>(n));
-    }
+std::string find_mover() {
+    std::string exe;
+    char buf[4096];
+    const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n > 0)
+        exe.assign(buf, static_cast<std::size_t>(n));
     const std::string beside = exe.substr(0, exe.rfind('/') + 1) + "bb-mover";
     if (access(beside.c_str(), X_OK) == 0)
         return beside;

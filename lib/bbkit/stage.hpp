@@ -17,7 +17,6 @@ namespace bbkit {
 
 struct StageOptions {
     bool retry = false;  // stage-out: run again after a failure an admin has fixed
-    std::string mover;   // bb-mover's path; empty = found next to this program, then libexec
     std::function<void(const MoverReport&)> on_progress;  // progress bars
 };
 
@@ -56,7 +55,8 @@ std::string job_paths(StateStore& store, const Config& config, std::uint64_t job
 // and written, never replaced or followed through a symlink; a missing file is created 0600).
 void write_paths_file(const std::string& path, const std::string& lines);
 
-// Where bb-mover is: next to `self` (the build tree), else the installed libexec directory.
-std::string find_mover(const std::string& self);
+// Where bb-mover is: next to this program (the build tree), else the installed libexec
+// directory.
+std::string find_mover();
 
 }  // namespace bbkit

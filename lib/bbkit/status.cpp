@@ -12,7 +12,6 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
-#include <random>
 #include <sstream>
 
 #include "bbkit/error.hpp"
@@ -188,11 +187,6 @@ std::vector<uid_t> user_files(const std::string& dir) {
 
 std::string user_file(const std::string& public_dir, uid_t uid) {
     return public_dir + "/buffers." + std::to_string(uid) + ".json";
-}
-
-std::string unique_temporary(const std::string& path) {
-    static std::mt19937_64 random{std::random_device{}()};
-    return path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(random() % 1000000007);
 }
 
 std::uint64_t json_uint(const json& object, const char* key) {
@@ -479,50 +473,6 @@ std::string slurm_pools_json(Transaction& txn, const Config& config) {
 }
 
 // ---- publishing ---------------------------------------------------------------------------
-
-void write_file_atomically_owned(const std::string& path, const std::string& data, mode_t mode,
-                                 uid_t uid, gid_t gid) {
-    const std::string temporary = unique_temporary(path);
-    struct Cleanup {
-        const std::string& path;
-        bool armed = true;
-        ~Cleanup() {
-            if (armed)
-                ::unlink(path.c_str());
-        }
-    } cleanup{temporary};
-    {
-        const Fd fd(
-            ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
-        if (!fd)
-            throw Error(ExitCode::io, "cannot create " + temporary + ": " + std::strerror(errno));
-        // On the descriptor, before the rename: the file never appears with the wrong owner.
-        if (::fchown(fd.get(), uid, gid) != 0)
-            throw Error(ExitCode::no_perm, "cannot give " + temporary + " to uid " +
-                                               std::to_string(uid) + ": " + std::strerror(errno));
-        if (::fchmod(fd.get(), mode) != 0)
-            throw Error(ExitCode::io,
-                        "cannot set the mode of " + temporary + ": " + std::strerror(errno));
-        std::size_t done = 0;
-        while (done < data.size()) {
-            const ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n < 0)
-                throw Error(ExitCode::io,
-                            "cannot write " + temporary + ": " + std::strerror(errno));
-            done += static_cast<std::size_t>(n);
-        }
-        if (::fsync(fd.get()) != 0)
-            throw Error(ExitCode::io, "cannot fsync " + temporary + ": " + std::strerror(errno));
-    }
-    if (::rename(temporary.c_str(), path.c_str()) != 0)
-        throw Error(ExitCode::io,
-                    "cannot rename " + temporary + " to " + path + ": " + std::strerror(errno));
-    cleanup.armed = false;
-    const auto slash = path.rfind('/');
-    fsync_dir(slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash));
-}
 
 namespace {
 

@@ -111,11 +111,6 @@ void publish(WriteTransaction& txn, const StateStore& store, const Config& confi
 // public/.settings.
 void publish_all(WriteTransaction& txn, const StateStore& store, const Config& config);
 
-// Like write_file_atomically, but the file is fchown'd to `uid`:`gid` before it is renamed
-// into place, so it is never visible with the wrong owner. Throws Error(io) / Error(no_perm).
-void write_file_atomically_owned(const std::string& path, const std::string& data, mode_t mode,
-                                 uid_t uid, gid_t gid);
-
 // ---- renderings ----------------------------------------------------------------------------
 
 // Slurm's time form in local time: 2021-08-11T10:13:38.

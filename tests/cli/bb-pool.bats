@@ -142,6 +142,13 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
   [ "$(used_of small)" = 2048 ]
 }
 
+@test "--wait takes seconds; a word is a usage error" {
+  init_pools
+  run bb-pool alloc --job 2 --user "$U" --pool small --capacity 2K --wait soon
+  assert_failure 64
+  assert_output --partial -- "--wait"
+}
+
 @test "--wait gives up after its time with 75 and leaves the queue" {
   init_pools
   bb-pool alloc --job 1 --user "$U" --pool small --capacity 3K >/dev/null

@@ -692,18 +692,6 @@ TEST_F(StatusTest, reading_public_before_anything_was_published_is_unavailable) 
     }
 }
 
-TEST_F(StatusTest, write_file_atomically_owned_gives_the_file_away) {
-    if (geteuid() != 0)
-        GTEST_SKIP() << "needs root";
-    const std::string path = root_ + "/owned";
-    write_file_atomically_owned(path, "data", 0600, 1234, 1234);
-    const struct stat st = stat_of(path);
-    EXPECT_EQ(st.st_uid, 1234u);
-    EXPECT_EQ(st.st_gid, 1234u);
-    EXPECT_EQ(st.st_mode & 07777, 0600u);
-    EXPECT_EQ(read_file(path), "data");
-}
-
 // ---- Prometheus ---------------------------------------------------------------------------
 
 TEST(Prometheus, exposes_pool_bytes_buffers_queue_and_draining) {

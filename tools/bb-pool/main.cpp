@@ -120,7 +120,8 @@ int main(int argc, char** argv) {
         alloc
             ->add_option("--wait", o.wait,
                          "Short of space: wait in the pool's FIFO queue (SECONDS; none = no limit)")
-            ->expected(0, 1);
+            ->expected(0, 1)
+            ->check(CLI::NonNegativeNumber);
     alloc->add_flag("--json", o.json, "Print JSON");
 
     CLI::App* drain = app.add_subcommand("drain", "Stop new allocations from a pool");
