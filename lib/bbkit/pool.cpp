@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <ctime>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "bbkit/audit.hpp"
@@ -471,7 +473,7 @@ Buffer complete_allocation(StateStore& store, const Config& config, const Buffer
     const PoolConfig& pool = configured_pool(config, b.pool);
     // Not fsync'd: recover rewrites env files from the records after a crash.
     if (key.kind() == BufferKind::job)
-        replace_file(env_file_path(store, key), job_environment(buffer_path(pool, b), uses), 0644);
+        write_env_files(store, key, job_environment(buffer_path(pool, b), uses));
     publish(txn, store, config);
     txn.commit();
     audit(store.dir(), tool, "alloc",
@@ -499,6 +501,40 @@ std::string job_environment(const std::string& buffer_path,
 
 std::string env_file_path(const StateStore& store, const BufferKey& key) {
     return store.path("env/" + key.str() + ".env");
+}
+
+std::string job_env_file_path(const StateStore& store, const BufferKey& key) {
+    return store.path("env/" + key.cluster + "." + std::to_string(key.job_id) + ".env");
+}
+
+void write_env_files(const StateStore& store, const BufferKey& key, const std::string& text) {
+    replace_file(env_file_path(store, key), text, 0644);
+    if (key.kind() == BufferKind::job)
+        replace_file(job_env_file_path(store, key), text, 0644);
+}
+
+namespace {
+
+std::optional<std::string> read_env_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        return std::nullopt;
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+}  // namespace
+
+void remove_env_files(const StateStore& store, const BufferKey& key) {
+    const std::string own = env_file_path(store, key);
+    if (key.kind() == BufferKind::job) {
+        const std::optional<std::string> mine = read_env_file(own);
+        const std::string job_level = job_env_file_path(store, key);
+        if (mine && read_env_file(job_level) == mine)
+            unlink(job_level.c_str());
+    }
+    unlink(own.c_str());
 }
 
 std::string trash_name(const Buffer& buffer) {

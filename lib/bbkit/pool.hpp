@@ -116,6 +116,18 @@ std::string job_environment(const std::string& buffer_path,
 // <state>/env/<key>.env.
 std::string env_file_path(const StateStore& store, const BufferKey& key);
 
+// <state>/env/<cluster>.<jobid>.env: the same lines for the job's current incarnation, so that
+// burst_buffer.lua's slurm_bb_paths, which knows only the job id and must not fork, finds them
+// with one open(). Only job buffers have one.
+std::string job_env_file_path(const StateStore& store, const BufferKey& key);
+
+// Writes a job buffer's env file and its job-level copy (not fsync'd: recover rewrites both).
+void write_env_files(const StateStore& store, const BufferKey& key, const std::string& text);
+
+// Removes a buffer's env file, and the job-level copy when it still holds this incarnation's
+// lines (a newer incarnation's copy stays).
+void remove_env_files(const StateStore& store, const BufferKey& key);
+
 // Where a buffer's directory goes in trash/: unique per record, even for a reused name.
 std::string trash_name(const Buffer& buffer);
 

@@ -172,8 +172,9 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
                     job_environment(configured_pool(config, b.pool).path + "/" + b.directory,
                                     resolve_persistent_uses(snapshot, config, b.uid, b.user,
                                                             recorded_persistent_uses(b)));
-                if (read_small_file(env_file_path(store, b.key)) != text) {
-                    replace_file(env_file_path(store, b.key), text, 0644);
+                if (read_small_file(env_file_path(store, b.key)) != text ||
+                    read_small_file(job_env_file_path(store, b.key)) != text) {
+                    write_env_files(store, b.key, text);
                     actions.push_back(b.key.str() + ": env file rewritten");
                 }
             } catch (const Error& e) {

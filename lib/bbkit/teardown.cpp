@@ -103,7 +103,7 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
         publish(txn, store, config);
         txn.commit();
     }
-    unlink(env_file_path(store, key).c_str());
+    remove_env_files(store, key);
     audit(
         config.state_dir, tool, key.kind() == BufferKind::job ? "teardown" : "destroy",
         "buffer=" + key.str() + " pool=" + b.pool + " bytes=" + std::to_string(b.allocated_bytes));

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "bbkit/error.hpp"
 #include "bbkit/recovery.hpp"
@@ -219,4 +220,29 @@ TEST_F(PoolTest, environment_lines_name_every_buffer_path) {
               "BB_JOB_DIR=/bb/job/1.1\nDW_JOB_STRIPED=/bb/job/1.1\nDW_JOB_PRIVATE=/bb/job/1.1\n"
               "DW_PERSISTENT_STRIPED_my_data=/bb/persistent/my-data\n");
     EXPECT_THROW(job_environment("/bb/a\nb", {}), Error);
+}
+
+TEST_F(PoolTest, job_level_env_file_follows_the_current_incarnation) {
+    auto read = [](const std::string& path) {
+        std::ifstream in(path);
+        std::ostringstream text;
+        text << in.rdbuf();
+        return text.str();
+    };
+    const std::string job_level = dir_ + "/state/env/t.7.env";
+    allocate(*store_, config_, job(7, KiB), "test");
+    EXPECT_EQ(read(job_level), read(dir_ + "/state/env/t.7.1.env"));
+    EXPECT_NE(read(job_level).find("BB_JOB_DIR=" + dir_ + "/small/job/7.1\n"), std::string::npos);
+    teardown_job(*store_, config_, 7, {}, "test");
+    EXPECT_FALSE(fs::exists(job_level));
+    EXPECT_FALSE(fs::exists(dir_ + "/state/env/t.7.1.env"));
+    allocate(*store_, config_, job(7, KiB), "test");
+    EXPECT_NE(read(job_level).find("/small/job/7.2\n"), std::string::npos);
+    // Removing an older incarnation's files leaves the current one's job-level copy.
+    remove_env_files(*store_, BufferKey::job("t", 7, 1));
+    EXPECT_TRUE(fs::exists(job_level));
+    // recover rebuilds a lost copy.
+    fs::remove(job_level);
+    recover(*store_, config_, std::chrono::seconds(1), "test");
+    EXPECT_NE(read(job_level).find("/small/job/7.2\n"), std::string::npos);
 }

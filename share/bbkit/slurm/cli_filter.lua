@@ -1,0 +1,148 @@
+--[[
+bbkit's cli_filter.lua for Slurm's cli_filter/lua plugin (CliFilterPlugins=cli_filter/lua).
+
+Runs in sbatch, salloc and srun, as the submitting user, before the job is sent: when the job
+asks for a burst buffer (--bb, --bbf, or directives in the batch script named on the command
+line) it runs
+
+    bb-parse --check-sources [--script FILE] [--bb TEXT] [--bbf FILE] [--job-name N] [--workdir D]
+
+so an invalid request, or a stage-in source that is missing or unreadable by the user, is
+refused at submit time with bbkit's one-line message ("sbatch: error: bb-parse: ..."). A
+script read from standard input cannot be seen here; slurm_bb_setup validates every job again
+(a client-side filter can be bypassed). Installed by install-slurm, which fills in the settings.
+]]
+
+-- ---- install-time settings (install-slurm writes them; keep each on one line) ----------------
+BBKIT_BINDIR = ""                -- "" = bb-parse is found on the user's PATH
+BBKIT_CONFIG = ""                -- "" = $BBKIT_CONFIG, else /etc/bbkit/bbkit.toml
+BBKIT_DIRECTIVE = "BB_LUA"       -- burst_buffer.conf's Directive
+-- ---- end of install-time settings ---------------------------------------------------------
+
+local function quote(word)
+    return "'" .. string.gsub(word, "'", "'\\''") .. "'"
+end
+
+local function read_file(path)
+    local f = io.open(path, "rb")
+    if not f then
+        return nil
+    end
+    local text = f:read("*a")
+    f:close()
+    return text
+end
+
+-- Whether a batch script holds a directive line in its leading comment block.
+local function has_directive(script)
+    local prefix = "#" .. BBKIT_DIRECTIVE
+    for line in string.gmatch(script, "[^\n]+") do
+        if string.sub(line, 1, 1) ~= "#" then
+            return false
+        end
+        if string.sub(line, 1, #prefix) == prefix then
+            return true
+        end
+    end
+    return false
+end
+
+local function set(value)
+    return value ~= nil and value ~= "" and value ~= "unset"
+end
+
+-- The bb-parse arguments for this job, or nil when it asks for no burst buffer.
+function bbkit_cli_arguments(options)
+    local args = {}
+    local wanted = false
+    if options["type"] == "sbatch" and not set(options["wrap"]) then
+        local argv = options["argv"]
+        local script = argv and argv[1]
+        if script then
+            local text = read_file(script)
+            if text and has_directive(text) then
+                args[#args + 1] = "--script"
+                args[#args + 1] = script
+                wanted = true
+            end
+        end
+    end
+    if set(options["bb"]) then
+        args[#args + 1] = "--bb"
+        args[#args + 1] = options["bb"]
+        wanted = true
+    end
+    if set(options["bbf"]) then
+        args[#args + 1] = "--bbf"
+        args[#args + 1] = options["bbf"]
+        wanted = true
+    end
+    if not wanted then
+        return nil
+    end
+    if set(options["job-name"]) then
+        args[#args + 1] = "--job-name"
+        args[#args + 1] = options["job-name"]
+    end
+    local workdir = options["chdir"]
+    if not set(workdir) then
+        workdir = os.getenv("PWD")
+    end
+    if set(workdir) then
+        args[#args + 1] = "--workdir"
+        args[#args + 1] = workdir
+    end
+    args[#args + 1] = "--check-sources"
+    return args
+end
+
+-- Runs bb-parse; returns nil when it accepts the request, else its one-line message.
+function bbkit_cli_check(args)
+    local words = { quote(BBKIT_BINDIR ~= "" and (BBKIT_BINDIR .. "/bb-parse") or "bb-parse") }
+    if BBKIT_CONFIG ~= "" then
+        words[#words + 1] = "--config " .. quote(BBKIT_CONFIG)
+    end
+    for _, arg in ipairs(args) do
+        words[#words + 1] = quote(arg)
+    end
+    local line = table.concat(words, " ") .. " </dev/null 2>&1 >/dev/null; echo \"bbkit-exit=$?\""
+    local handle = io.popen(line, "r")
+    if not handle then
+        return "bb-parse: could not be started"
+    end
+    local output = handle:read("*a") or ""
+    handle:close()
+    local body, status = string.match(output, "^(.-)bbkit%-exit=(%d+)\n?$")
+    if status == "0" then
+        return nil
+    end
+    local message
+    for text in string.gmatch(body or output, "[^\n]+") do
+        if string.match(text, "^bb%-parse: ") then
+            message = text
+        end
+    end
+    return message or ("bb-parse: failed with exit status " .. tostring(status)
+        .. " (is bbkit installed on this host?)")
+end
+
+function slurm_cli_setup_defaults(options, early_pass)
+    return slurm.SUCCESS
+end
+
+function slurm_cli_pre_submit(options, offset)
+    local args = bbkit_cli_arguments(options)
+    if not args then
+        return slurm.SUCCESS
+    end
+    local problem = bbkit_cli_check(args)
+    if problem then
+        slurm.log_error("%s", problem)
+        return slurm.ERROR
+    end
+    return slurm.SUCCESS
+end
+
+function slurm_cli_post_submit(offset, job_id, step_id)
+    return slurm.SUCCESS
+end

@@ -1,0 +1,389 @@
+#!/usr/bin/env bats
+# bbkit's Slurm scripts: burst_buffer.lua, cli_filter.lua, the sudoers drop-in and
+# install-slurm. The Lua hooks run under lua5.1 (the Lua Slurm links) with Slurm's `slurm`
+# plugin table (tests/slurm-lua/call-hook.lua) against the real tools and a real state
+# directory. The end-to-end runs through a real slurmctld live in tests/slurm/.
+
+load common
+
+SLURM_SHARE="$BBKIT_SOURCE_DIR/share/bbkit/slurm"
+CALL_HOOK="$BBKIT_SOURCE_DIR/tests/slurm-lua/call-hook.lua"
+
+setup() {
+  common_setup
+  write_config 'mode = "slurm"' 'directives = ["BB_LUA"]' \
+    '[timeouts]' 'stage_in = 600' 'stage_out = 600' 'other = 120'
+  mkdir -p "$TEST_DIR/nvme" "$TEST_DIR/small" "$TEST_DIR/etc" "$TEST_DIR/data"
+  bb-pool init nvme >/dev/null
+  bb-pool init small >/dev/null
+  CONF="$TEST_DIR/etc"
+}
+
+teardown() {
+  common_teardown
+}
+
+install_scripts() {
+  "$SLURM_SHARE/install-slurm" --slurm-conf-dir "$CONF" --config "$BBKIT_CONFIG" \
+    --bindir "$BBKIT_BUILD_DIR/bin" --slurm-api "${API:-22.05}" "$@"
+}
+
+# hook FUNCTION ARG...: runs one function of the installed burst_buffer.lua; what it logs
+# through slurm.log_* goes to $TEST_DIR/slurmctld.log.
+hook() {
+  lua5.1 "$CALL_HOOK" "$CONF/burst_buffer.lua" "$@" 2>>"$TEST_DIR/slurmctld.log"
+}
+
+# job_script ID LINE...: a job script where Slurm keeps it (hash.<id%10>/job.<id>/script),
+# ending with the NUL byte Slurm appends.
+job_script() {
+  local id=$1 dir
+  shift
+  dir="$TEST_DIR/statesave/hash.$((id % 10))/job.$id"
+  mkdir -p "$dir"
+  { printf '#!/bin/bash\n'; printf '%s\n' "$@"; printf 'echo job\n\0'; } >"$dir/script"
+  echo "$dir/script"
+}
+
+@test "the shipped Lua is valid Lua 5.1" {
+  for f in burst_buffer.lua cli_filter.lua; do
+    run luac5.1 -p "$SLURM_SHARE/$f"
+    assert_success
+  done
+  run luac5.1 -p "$CALL_HOOK"
+  assert_success
+}
+
+@test "install-slurm --help documents every option" {
+  run "$SLURM_SHARE/install-slurm" --help
+  assert_success
+  for opt in --slurm-conf-dir --config --bindir --slurm-api --slurm-user --sudoers --sudo; do
+    assert_output --partial -- "$opt"
+  done
+  run "$SLURM_SHARE/install-slurm" --bogus
+  assert_failure 64
+  assert_output --partial "install-slurm: unknown argument '--bogus'"
+  run "$SLURM_SHARE/install-slurm" --config "$BBKIT_CONFIG"
+  assert_failure 64
+  assert_output --partial "give --slurm-conf-dir DIR"
+  run install_scripts --slurm-api 21.08
+  assert_failure 64
+}
+
+@test "install-slurm fills in the settings from the effective configuration and checks them" {
+  run install_scripts
+  assert_success
+  assert_output --partial "BurstBufferType=burst_buffer/lua"
+  assert_output --partial "CliFilterPlugins=cli_filter/lua"
+  run luac5.1 -p "$CONF/burst_buffer.lua" "$CONF/cli_filter.lua"
+  assert_success
+  run grep -E '^(BBKIT_[A-Z_]+|SLURM_API) = ' "$CONF/burst_buffer.lua"
+  assert_line "BBKIT_BINDIR = \"$BBKIT_BUILD_DIR/bin\""
+  assert_line "BBKIT_CONFIG = \"$BBKIT_CONFIG\""
+  assert_line "BBKIT_STATE_DIR = \"$TEST_DIR/state\""
+  assert_line 'BBKIT_CLUSTER = "main"'
+  assert_line 'BBKIT_DIRECTIVE = "BB_LUA"'
+  assert_line 'SLURM_API = "22.05"'
+  assert_line 'BBKIT_SUDO = "auto"'
+  # Slurm's timeouts above bbkit's: 600 s -> 660 s, 120 s -> 150 s.
+  run grep -v '^#' "$CONF/burst_buffer.conf"
+  assert_line "Directive=BB_LUA"
+  assert_line "StageInTimeout=660"
+  assert_line "StageOutTimeout=660"
+  assert_line "OtherTimeout=150"
+  assert_line "Flags=DisablePersistent"
+  # The state directory follows BBKIT_STATE_DIR as every tool does.
+  BBKIT_STATE_DIR="$TEST_DIR/other-state" run install_scripts
+  assert_success
+  run grep '^BBKIT_STATE_DIR = ' "$CONF/burst_buffer.lua"
+  assert_output "BBKIT_STATE_DIR = \"$TEST_DIR/other-state\""
+}
+
+@test "install-slurm refuses a standalone configuration and a burst_buffer.conf that would SIGKILL bbkit" {
+  write_config 'mode = "standalone"'
+  run install_scripts
+  assert_failure 78
+  assert_output --partial 'set mode = "slurm"'
+  write_config 'mode = "slurm"' 'directives = ["BB_LUA"]' '[timeouts]' 'stage_in = 600' 'other = 120'
+  printf 'Directive=DW\nStageInTimeout=600\n' >"$CONF/burst_buffer.conf"
+  run install_scripts
+  assert_failure 78
+  assert_output --partial "Directive=DW but bbkit.toml's directives start with BB_LUA"
+  assert_output --partial "StageInTimeout=600 is not above bbkit's timeouts.stage_in = 600"
+  # Slurm's default StageOutTimeout (86400) is bbkit's default too: no room to report.
+  assert_output --partial "StageOutTimeout=86400 is not above bbkit's timeouts.stage_out = 86400"
+  # The file is left as it was.
+  run cat "$CONF/burst_buffer.conf"
+  assert_output $'Directive=DW\nStageInTimeout=600'
+  printf 'directive=BB_LUA\nStageInTimeout=700\nStageOutTimeout=95040\notherTimeout=150\n' \
+    >"$CONF/burst_buffer.conf"
+  run install_scripts
+  assert_success
+  assert_output --partial "burst_buffer.conf checked (kept as it is)"
+}
+
+@test "install-slurm picks the hook signatures it is told" {
+  API=24.05 run install_scripts
+  assert_success
+  run lua5.1 -e "slurm = {SUCCESS = 0, ERROR = -1}; dofile('$CONF/burst_buffer.lua');
+    print(type(slurm_bb_test_data_in) .. ' ' .. type(slurm_bb_test_data_out))"
+  assert_output "function function"
+  API=22.05 run install_scripts
+  run lua5.1 -e "slurm = {SUCCESS = 0, ERROR = -1}; dofile('$CONF/burst_buffer.lua');
+    print(type(slurm_bb_test_data_in) .. ' ' .. type(slurm_bb_get_status))"
+  assert_output "nil function"
+}
+
+@test "the sudoers drop-in lets an unprivileged SlurmUser run exactly the tools, and passes visudo" {
+  user=$(test_user)
+  run install_scripts --slurm-user "$user"
+  assert_success
+  assert_output --partial "install -m 0440 -o root -g root $CONF/bbkit.sudoers /etc/sudoers.d/bbkit"
+  run visudo -cf "$CONF/bbkit.sudoers"
+  assert_success
+  run stat -c %a "$CONF/bbkit.sudoers"
+  assert_output 440
+  run grep NOPASSWD "$CONF/bbkit.sudoers"
+  assert_output "$user ALL = (root) NOPASSWD: $BBKIT_BUILD_DIR/bin/bb-pool, $BBKIT_BUILD_DIR/bin/bb-stage, $BBKIT_BUILD_DIR/bin/bb-teardown, $BBKIT_BUILD_DIR/bin/bb-stat, $BBKIT_BUILD_DIR/bin/bb-parse"
+  run install_scripts --slurm-user 'bad user'
+  assert_failure 64
+}
+
+@test "hooks: a job's whole life through the real tools" {
+  install_scripts >/dev/null
+  echo input >"$TEST_DIR/data/in.txt"
+  script=$(job_script 17 '#BB_LUA pool=small capacity=2K' \
+    "#BB_LUA stage_in type=file source=$TEST_DIR/data/in.txt destination=\$BB_JOB_DIR/in.txt" \
+    "#BB_LUA stage_out type=file source=\$BB_JOB_DIR/out.txt destination=$TEST_DIR/data/out.txt")
+  run hook slurm_bb_pools
+  assert_success
+  assert_line --index 0 "rc=0"
+  assert_output --partial '{"free":4,"granularity":1024,"id":"small","quantity":4}'
+  run hook slurm_bb_job_process "$script"
+  assert_output "rc=0"
+  run hook slurm_bb_setup 17 0 0 small 2048 "$script"
+  assert_line --index 0 "rc=0"
+  assert_output --partial "allocated: main.17.1 2KiB in pool small"
+  run hook slurm_bb_data_in 17 "$script"
+  assert_line --index 0 "rc=0"
+  assert_file_exists "$TEST_DIR/small/job/17.1/in.txt"
+  run hook slurm_bb_real_size 17
+  assert_output $'rc=0\n2048'
+  : >"$TEST_DIR/path"
+  run hook slurm_bb_paths 17 "$script" "$TEST_DIR/path"
+  assert_output "rc=0"
+  run cat "$TEST_DIR/path"
+  assert_line "BB_JOB_DIR=$TEST_DIR/small/job/17.1"
+  assert_line "DW_JOB_STRIPED=$TEST_DIR/small/job/17.1"
+  run hook slurm_bb_pre_run 17 "$script"
+  assert_line --index 0 "rc=0"
+  echo output >"$TEST_DIR/small/job/17.1/out.txt"
+  run hook slurm_bb_post_run 17 "$script"
+  assert_line --index 0 "rc=0"
+  run hook slurm_bb_data_out 17 "$script"
+  assert_line --index 0 "rc=0"
+  run cat "$TEST_DIR/data/out.txt"
+  assert_output output
+  run hook slurm_bb_get_status job 17
+  assert_line --index 0 "rc=0"
+  assert_line "state:      staged-out"
+  run hook slurm_bb_job_teardown 17 "$script" false
+  assert_line --index 0 "rc=0"
+  assert_dir_not_exists "$TEST_DIR/small/job/17.1"
+  assert_file_not_exists "$TEST_DIR/state/env/main.17.env"
+  run hook slurm_bb_pools
+  assert_output --partial '{"free":4,"granularity":1024,"id":"small","quantity":4}'
+  # Slurm runs teardown again after a restart: still success.
+  run hook slurm_bb_job_teardown 17 "$script" false
+  assert_line --index 0 "rc=0"
+}
+
+@test "hooks: a failing tool's one-line message reaches Slurm with slurm.ERROR" {
+  install_scripts >/dev/null
+  echo input >"$TEST_DIR/data/in.txt"
+  chmod 644 "$TEST_DIR/data/in.txt"
+  script=$(job_script 21 '#BB_LUA pool=small capacity=1K' \
+    "#BB_LUA stage_in type=file source=$TEST_DIR/data/in.txt destination=in.txt")
+  run hook slurm_bb_setup 21 0 0 small 1024 "$script"
+  assert_line --index 0 "rc=0"
+  # The source disappears after setup: data_in fails naming the file, the buffer stays.
+  rm "$TEST_DIR/data/in.txt"
+  run hook slurm_bb_data_in 21 "$script"
+  assert_line --index 0 "rc=-1"
+  assert_line --index 1 --regexp "^bb-stage: .*'$TEST_DIR/data/in.txt'.*No such file or directory"
+  assert_dir_exists "$TEST_DIR/small/job/21.1"
+  run grep -c "slurm.log_error: bbkit: bb-stage: script line 3: stage-in source" "$TEST_DIR/slurmctld.log"
+  assert_output 1
+  # scancel --hurry: teardown with hurry="true".
+  run hook slurm_bb_job_teardown 21 "$script" true
+  assert_line --index 0 "rc=0"
+  assert_dir_not_exists "$TEST_DIR/small/job/21.1"
+  # Setup validates again: a missing source is refused before any space is reserved.
+  script=$(job_script 22 '#BB_LUA pool=small capacity=1K' \
+    "#BB_LUA stage_in type=file source=$TEST_DIR/data/gone.txt destination=in.txt")
+  run hook slurm_bb_setup 22 0 0 small 1024 "$script"
+  assert_line --index 0 "rc=-1"
+  assert_line --index 1 --partial "bb-parse: script line 3: stage-in source '$TEST_DIR/data/gone.txt'"
+  run bb-stat job 22
+  assert_failure 66
+  # Teardown of a job that never got a buffer succeeds.
+  run hook slurm_bb_job_teardown 22 "$script" true
+  assert_line --index 0 "rc=0"
+}
+
+@test "hooks: a bare #BB_LUA reserves nothing and every buffer hook succeeds" {
+  install_scripts >/dev/null
+  script=$(job_script 30 '#BB_LUA')
+  run hook slurm_bb_job_process "$script"
+  assert_output "rc=0"
+  run hook slurm_bb_setup 30 0 0 "(null)" 0 "$script"
+  assert_line --index 0 "rc=0"
+  for fn in slurm_bb_data_in slurm_bb_pre_run slurm_bb_post_run slurm_bb_data_out; do
+    run hook "$fn" 30 "$script"
+    assert_output "rc=0"
+  done
+  : >"$TEST_DIR/path"
+  run hook slurm_bb_paths 30 "$script" "$TEST_DIR/path"
+  assert_output "rc=0"
+  assert_file_empty "$TEST_DIR/path"
+  run hook slurm_bb_job_teardown 30 "$script" false
+  assert_line --index 0 "rc=0"
+  run bb-stat job 30
+  assert_failure 66
+}
+
+@test "job_process: Slurm's view of capacity= and pool= must be bbkit's, and fit the pool" {
+  install_scripts >/dev/null
+  check() {  # check EXPECTED-MESSAGE LINE...
+    local want=$1
+    shift
+    run hook slurm_bb_job_process "$(job_script 40 "$@")"
+    if [ -z "$want" ]; then
+      assert_output "rc=0"
+    else
+      assert_line --index 0 "rc=-1"
+      assert_line --index 1 --partial "$want"
+    fi
+  }
+  check "" '#BB_LUA pool=small capacity=4K'
+  check "" '#BB_LUA capacity=4096 pool=small access=striped'
+  check "can never be satisfied: pool small holds 4096 bytes in all" '#BB_LUA pool=small capacity=5K'
+  check "can never be satisfied" '#BB_LUA pool=small capacity=1M'
+  check "only one #BB_LUA line may hold capacity=" \
+    '#BB_LUA pool=small capacity=1K' '#BB_LUA pool=small capacity=1K'
+  check "capacity= appears in a 'stage_in' line" '#BB_LUA pool=small capacity=1K' \
+    '#SBATCH -N1' '#BB_LUA stage_in type=file source=/data/capacity=3 destination=x'
+  check "pool= is missing on the buffer line" '#BB_LUA capacity=1K'
+  check "'pool=' is part of another word" '#BB_LUA mempool=small capacity=1K pool=small'
+  check "capacity= appears twice" '#BB_LUA pool=small capacity=1K capacity=2K'
+  check "unknown pool 'ssd' (pools: nvme, small)" '#BB_LUA pool=ssd capacity=1K'
+  check "capacity=1.5K: invalid size" '#BB_LUA pool=small capacity=1.5K'
+  check "capacity=2N: a node count" '#BB_LUA pool=small capacity=2N'
+  check "capacity=0: size '0' is zero" '#BB_LUA pool=small capacity=0'
+  check "unknown unit" '#BB_LUA pool=small capacity=1X'
+  check "write #BB_LUA followed by a blank" '#BB_LUAX pool=small capacity=1K'
+  # A continued line is one line to Slurm, as to bbkit.
+  check "" '#BB_LUA pool=small \' '#BB_LUA capacity=2K'
+  # After the first non-comment line nothing counts, as Slurm stops there too.
+  check "" 'echo start' '#BB_LUA pool=small capacity=1M'
+}
+
+@test "get_status: only pools, burst and job <digits> reach bb-stat" {
+  install_scripts >/dev/null
+  run hook slurm_bb_get_status pools
+  assert_line --index 0 "rc=0"
+  assert_line --regexp "^small +bytes +4KiB +4KiB +1KiB$"
+  run hook slurm_bb_get_status burst
+  assert_line --index 0 "rc=0"
+  assert_output --partial "PoolName"
+  for words in "; touch $TEST_DIR/pwned" "pools; touch $TEST_DIR/pwned" "--config /etc/passwd" \
+               "job 1;touch $TEST_DIR/pwned" "job \$(touch $TEST_DIR/pwned)" "sessions"; do
+    run hook slurm_bb_get_status $words
+    assert_output $'rc=0\nusage: scontrol show bbstat pools | burst | job JOBID'
+  done
+  run hook slurm_bb_get_status "job" "1'; touch $TEST_DIR/pwned; '"
+  assert_output --partial "usage:"
+  assert_file_not_exists "$TEST_DIR/pwned"
+  run hook slurm_bb_get_status job 123
+  assert_line --index 0 "rc=0"
+  assert_line --index 1 --partial "bb-stat: "
+}
+
+@test "23.02 signatures: uid, gid and job_info appended, get_status(uid, gid, ...)" {
+  API=23.02 install_scripts >/dev/null
+  script=$(job_script 50 '#BB_LUA pool=small capacity=1K')
+  run lua5.1 -e "
+    slurm = {SUCCESS = 0, ERROR = -1, log_error = function() end}
+    dofile('$CONF/burst_buffer.lua')
+    local info = {job_id = 50}
+    print(slurm_bb_job_process('$script', '0', '0', info))
+    print(slurm_bb_setup('50', '0', '0', 'small', '1024', '$script', info))
+    print(slurm_bb_data_in('50', '$script', '0', '0', info))
+    print(slurm_bb_real_size('50', '0', '0', info))
+    print(select(2, slurm_bb_get_status('0', '0', 'job', '50')) ~= nil)
+    print(slurm_bb_job_teardown('50', '$script', 'true', '0', '0'))"
+  assert_success
+  assert_line --index 0 "0"
+  assert_line --partial "allocated: main.50.1"
+  assert_line "0	1024"
+  assert_line --partial "torn down: main.50.1"
+}
+
+@test "24.05: test_data_in and test_data_out report the recorded stage" {
+  API=24.05 install_scripts >/dev/null
+  script=$(job_script 60 '#BB_LUA pool=small capacity=1K')
+  run hook slurm_bb_setup 60 0 0 small 1024 "$script"
+  assert_line --index 0 "rc=0"
+  run hook slurm_bb_data_in 60 "$script" 0 0
+  assert_line --index 0 "rc=0"
+  run hook slurm_bb_test_data_in 60 "$script" 0 0
+  assert_output "rc=0"
+  run hook slurm_bb_pre_run 60 "$script"
+  run hook slurm_bb_post_run 60 "$script"
+  run hook slurm_bb_data_out 60 "$script"
+  assert_line --index 0 "rc=0"
+  run hook slurm_bb_test_data_out 60 "$script" 0 0
+  assert_output "rc=0"
+  # A job without a buffer has nothing to wait for.
+  run hook slurm_bb_test_data_in 61 "$script" 0 0
+  assert_output "rc=0"
+  run hook slurm_bb_job_teardown 60 "$script" false
+  assert_line --index 0 "rc=0"
+}
+
+@test "cli_filter: refuses at submit what bb-parse refuses, as the submitting user" {
+  install_scripts >/dev/null
+  user=$(test_user)
+  chmod 755 "$TEST_DIR" "$TEST_DIR/data" "$CONF"
+  chmod 644 "$BBKIT_CONFIG" "$CONF/cli_filter.lua"
+  echo secret >"$TEST_DIR/data/private.txt"
+  chmod 600 "$TEST_DIR/data/private.txt"
+  echo open >"$TEST_DIR/data/open.txt"
+  chmod 644 "$TEST_DIR/data/open.txt"
+  printf '#!/bin/bash\n#BB_LUA pool=small capacity=1K\n#BB_LUA stage_in type=file source=%s destination=x\necho\n' \
+    "$TEST_DIR/data/private.txt" >"$TEST_DIR/private.sh"
+  printf '#!/bin/bash\n#BB_LUA pool=small capacity=1K\n#BB_LUA stage_in type=file source=%s destination=x\necho\n' \
+    "$TEST_DIR/data/open.txt" >"$TEST_DIR/open.sh"
+  printf '#!/bin/bash\necho no buffer\n' >"$TEST_DIR/plain.sh"
+  chmod 644 "$TEST_DIR"/*.sh
+  submit() {  # submit OPTIONS-TABLE-LUA: runs slurm_cli_pre_submit as the test user
+    setpriv --reuid "$user" --regid "$user" --clear-groups env PATH="$PATH" \
+      BBKIT_CONFIG="$BBKIT_CONFIG" lua5.1 -e "
+      slurm = {SUCCESS = 0, ERROR = -1,
+               log_error = function(fmt, ...) io.write('error: ', string.format(fmt, ...), '\n') end}
+      dofile('$CONF/cli_filter.lua')
+      print('rc=' .. slurm_cli_pre_submit($1, 0))"
+  }
+  run submit "{type = 'sbatch', argv = {'$TEST_DIR/private.sh'}}"
+  assert_line "rc=-1"
+  assert_line --regexp "^error: bb-parse: .*'$TEST_DIR/data/private.txt'.*Permission denied"
+  run submit "{type = 'sbatch', argv = {'$TEST_DIR/open.sh'}}"
+  assert_output "rc=0"
+  run submit "{type = 'sbatch', argv = {'$TEST_DIR/plain.sh'}}"
+  assert_output "rc=0"
+  run submit "{type = 'sbatch', wrap = 'hostname', bb = '#BB_LUA pool=small capacity=1.5K'}"
+  assert_line "rc=-1"
+  assert_line --partial "error: bb-parse: --bb: "
+  run submit "{type = 'srun', argv = {'hostname'}, bb = '#BB_LUA pool=small capacity=1K'}"
+  assert_output "rc=0"
+}
