@@ -230,7 +230,8 @@ bool PoolDir::exists(const std::string& directory) const {
     return fstatat(subdir_fd(subdir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
-bool PoolDir::move_to_trash(const std::string& directory, const std::string& trash_name) {
+bool PoolDir::move_to_trash(const std::string& directory, const std::string& trash_name,
+                            Sync sync) {
     const auto [subdir, name] = split_directory(directory);
     const int parent = subdir_fd(subdir);
     if (renameat2(parent, name.c_str(), trash_.get(), trash_name.c_str(), RENAME_NOREPLACE) != 0) {
@@ -238,9 +239,15 @@ bool PoolDir::move_to_trash(const std::string& directory, const std::string& tra
             return false;
         throw io_error("cannot move " + path_ + "/" + directory + " to trash", errno);
     }
-    fsync_fd(trash_.get(), path_ + "/trash");
-    fsync_fd(parent, path_ + "/" + subdir);
+    if (sync == Sync::now)
+        sync_removal(directory);
     return true;
+}
+
+void PoolDir::sync_removal(const std::string& directory) {
+    const auto [subdir, name] = split_directory(directory);
+    fsync_fd(trash_.get(), path_ + "/trash");
+    fsync_fd(subdir_fd(subdir), path_ + "/" + subdir);
 }
 
 namespace {
@@ -321,7 +328,7 @@ struct Remover {
 }  // namespace
 
 bool PoolDir::remove_from_trash(const std::string& trash_name,
-                                std::chrono::steady_clock::time_point deadline) {
+                                std::chrono::steady_clock::time_point deadline, Sync sync) {
     Remover remover{trash_.get(), trash_name + ".piece", deadline};
     if (!remover.remove(trash_name, path_ + "/trash/" + trash_name))
         return false;
@@ -338,7 +345,8 @@ bool PoolDir::remove_from_trash(const std::string& trash_name,
         if (!found)
             break;
     }
-    fsync_fd(trash_.get(), path_ + "/trash");
+    if (sync == Sync::now)
+        fsync_fd(trash_.get(), path_ + "/trash");
     return true;
 }
 

@@ -53,15 +53,26 @@ class PoolDir {
     void create_buffer_dir(const std::string& directory, uid_t uid, gid_t gid);
     bool exists(const std::string& directory) const;
 
+    // Whether a change is made durable before the call returns (`now`), or left for one
+    // sync_removal() that covers several changes (`later`): each directory sync is a device
+    // flush, and teardown's rename and removal need only be durable before its next commit.
+    enum class Sync { now, later };
+
     // Renames `directory` to trash/<trash_name> (the entry itself: a symlink planted in its
-    // place is moved, never followed) and makes both entries durable. Returns false when the
-    // directory was already gone.
-    bool move_to_trash(const std::string& directory, const std::string& trash_name);
+    // place is moved, never followed) and, with Sync::now, makes both entries durable.
+    // Returns false when the directory was already gone.
+    bool move_to_trash(const std::string& directory, const std::string& trash_name,
+                       Sync sync = Sync::now);
 
     // Removes trash/<trash_name> (and the pieces it was split into) without following
-    // symlinks, until `deadline`. Returns true when nothing of it is left.
+    // symlinks, until `deadline`. Returns true when nothing of it is left (durable with
+    // Sync::now).
     bool remove_from_trash(const std::string& trash_name,
-                           std::chrono::steady_clock::time_point deadline);
+                           std::chrono::steady_clock::time_point deadline, Sync sync = Sync::now);
+
+    // Makes durable what Sync::later left: the entries of trash/ and of `directory`'s parent
+    // (job/ or persistent/).
+    void sync_removal(const std::string& directory);
 
     // Moves `relative` (e.g. "job/17.2") aside into quarantine/<name>; never deletes.
     void quarantine(const std::string& relative, const std::string& name);

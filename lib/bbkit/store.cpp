@@ -155,6 +155,93 @@ std::map<BufferState, TimePoint> decode_entered(const std::string& text) {
 
 // ---- SQLite ---------------------------------------------------------------------------------
 
+// How many WAL pages may pile up before a commit checkpoints them into state.db. Every process
+// opens the database alone, so SQLite rebuilds the WAL index by reading the whole WAL at open:
+// a small WAL keeps that cheap, and a checkpoint (two syncs) every few dozen transactions
+// costs less than a checkpoint at every close (see bench/README.md).
+constexpr int wal_checkpoint_pages = 256;
+// The WAL file is truncated back to this size after a checkpoint that emptied it.
+constexpr int wal_size_limit = 4 << 20;
+
+// The unix VFS opens the WAL with O_CREAT and then, at the first sync, also syncs its directory
+// (a new file's name must be durable). The WAL now outlives our processes, so that would cost
+// every process one device flush for nothing. This VFS ("bbkit") opens an existing WAL without
+// SQLITE_OPEN_CREATE, so that only a WAL that has to be created gets the directory sync. Every
+// other call goes to the default VFS unchanged.
+sqlite3_vfs* base_vfs(sqlite3_vfs* vfs) {
+    return static_cast<sqlite3_vfs*>(vfs->pAppData);
+}
+
+int vfs_open(sqlite3_vfs* vfs, const char* name, sqlite3_file* file, int flags, int* out_flags) {
+    sqlite3_vfs* base = base_vfs(vfs);
+    if (name != nullptr && (flags & SQLITE_OPEN_WAL) != 0 && (flags & SQLITE_OPEN_CREATE) != 0) {
+        const int rc = base->xOpen(base, name, file, flags & ~SQLITE_OPEN_CREATE, out_flags);
+        if (rc != SQLITE_CANTOPEN)
+            return rc;
+    }
+    return base->xOpen(base, name, file, flags, out_flags);
+}
+
+sqlite3_vfs* bbkit_vfs() {
+    static sqlite3_vfs* const vfs = []() -> sqlite3_vfs* {
+        sqlite3_vfs* base = sqlite3_vfs_find(nullptr);
+        if (base == nullptr)
+            return nullptr;
+        static sqlite3_vfs shim;
+        shim = *base;  // same sizes and version; forwards below
+        shim.pNext = nullptr;
+        shim.zName = "bbkit";
+        shim.pAppData = base;
+        shim.xOpen = vfs_open;
+        shim.xDelete = [](sqlite3_vfs* v, const char* n, int s) {
+            return base_vfs(v)->xDelete(base_vfs(v), n, s);
+        };
+        shim.xAccess = [](sqlite3_vfs* v, const char* n, int f, int* out) {
+            return base_vfs(v)->xAccess(base_vfs(v), n, f, out);
+        };
+        shim.xFullPathname = [](sqlite3_vfs* v, const char* n, int size, char* out) {
+            return base_vfs(v)->xFullPathname(base_vfs(v), n, size, out);
+        };
+        shim.xDlOpen = [](sqlite3_vfs* v, const char* n) {
+            return base_vfs(v)->xDlOpen(base_vfs(v), n);
+        };
+        shim.xDlError = [](sqlite3_vfs* v, int size, char* out) {
+            base_vfs(v)->xDlError(base_vfs(v), size, out);
+        };
+        shim.xDlSym = [](sqlite3_vfs* v, void* h, const char* n) {
+            return base_vfs(v)->xDlSym(base_vfs(v), h, n);
+        };
+        shim.xDlClose = [](sqlite3_vfs* v, void* h) { base_vfs(v)->xDlClose(base_vfs(v), h); };
+        shim.xRandomness = [](sqlite3_vfs* v, int size, char* out) {
+            return base_vfs(v)->xRandomness(base_vfs(v), size, out);
+        };
+        shim.xSleep = [](sqlite3_vfs* v, int us) { return base_vfs(v)->xSleep(base_vfs(v), us); };
+        shim.xCurrentTime = [](sqlite3_vfs* v, double* out) {
+            return base_vfs(v)->xCurrentTime(base_vfs(v), out);
+        };
+        shim.xGetLastError = [](sqlite3_vfs* v, int size, char* out) {
+            return base_vfs(v)->xGetLastError(base_vfs(v), size, out);
+        };
+        if (base->iVersion >= 2 && base->xCurrentTimeInt64 != nullptr)
+            shim.xCurrentTimeInt64 = [](sqlite3_vfs* v, sqlite3_int64* out) {
+                return base_vfs(v)->xCurrentTimeInt64(base_vfs(v), out);
+            };
+        if (base->iVersion >= 3) {
+            shim.xSetSystemCall = [](sqlite3_vfs* v, const char* n, sqlite3_syscall_ptr f) {
+                return base_vfs(v)->xSetSystemCall(base_vfs(v), n, f);
+            };
+            shim.xGetSystemCall = [](sqlite3_vfs* v, const char* n) {
+                return base_vfs(v)->xGetSystemCall(base_vfs(v), n);
+            };
+            shim.xNextSystemCall = [](sqlite3_vfs* v, const char* n) {
+                return base_vfs(v)->xNextSystemCall(base_vfs(v), n);
+            };
+        }
+        return sqlite3_vfs_register(&shim, 0) == SQLITE_OK ? &shim : nullptr;
+    }();
+    return vfs;
+}
+
 struct DatabaseCloser {
     void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
 };
@@ -596,17 +683,28 @@ StateStore::StateStore(const Config& config, StoreOptions options)
     open_owned_file(impl.db_path, owner);
 
     sqlite3* raw = nullptr;
+    sqlite3_vfs* vfs = bbkit_vfs();
     const int rc = sqlite3_open_v2(impl.db_path.c_str(), &raw,
-                                   SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
+                                   SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+                                   vfs != nullptr ? vfs->zName : nullptr);
     impl.db.reset(raw);
     if (rc != SQLITE_OK)
         fail_sqlite(raw, rc, impl.db_path, "opening the state database failed");
     sqlite3_extended_result_codes(raw, 0);
+    // The WAL stays between processes: a checkpoint at every close would cost each process two
+    // syncs, and deleting the WAL one more to create it again (with a directory sync). Commits
+    // checkpoint instead, every wal_checkpoint_pages pages. Committed transactions are in the
+    // WAL, synced (synchronous=FULL): state.db alone is not a backup (use sqlite3 .backup).
+    sqlite3_db_config(raw, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
     // Writers are serialized by the flock; the busy timeout only covers SQLite's own short
     // locks (checkpoints, WAL recovery after a crash).
     sqlite3_busy_timeout(raw, 5000);
     impl.exec("PRAGMA foreign_keys = ON", "enabling foreign keys failed");
     impl.exec("PRAGMA synchronous = FULL", "setting synchronous=FULL failed");
+    impl.exec("PRAGMA wal_autocheckpoint = " + std::to_string(wal_checkpoint_pages),
+              "setting wal_autocheckpoint failed");
+    impl.exec("PRAGMA journal_size_limit = " + std::to_string(wal_size_limit),
+              "setting journal_size_limit failed");
     migrate(impl);
     {
         Query q = impl.query("PRAGMA journal_mode");

@@ -68,14 +68,27 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
         ReadSnapshot snapshot(store);
         b = snapshot.get_buffer(key);
     }
+    // The directory leaves job/ (or persistent/) for trash/, and is reaped right away within
+    // the budget, so that one transaction both ends the buffer and releases its space. Neither
+    // step is durable until sync_removal(), before that commit: a crash before it leaves the
+    // buffer in `teardown` (or `deleting`), which the next teardown or recover finishes.
+    bool reaped = false;
     try {
         {
             ReadSnapshot snapshot(store);
             dir.emplace(open_pool(snapshot, config, b.pool));
         }
-        if (!dir->move_to_trash(b.directory, trash_name(b)))
+        if (!dir->move_to_trash(b.directory, trash_name(b), PoolDir::Sync::later))
             spdlog::info("buffer {}: directory {}/{} was already gone", key.str(), dir->path(),
                          b.directory);
+        try {
+            reaped = dir->remove_from_trash(trash_name(b),
+                                            std::chrono::steady_clock::now() + options.reap_budget,
+                                            PoolDir::Sync::later);
+        } catch (const Error& e) {
+            spdlog::warn("buffer {} stays in trash for the reaper: {}", key.str(), e.what());
+        }
+        dir->sync_removal(b.directory);
     } catch (const Error& e) {
         WriteTransaction txn(store, tool);
         if (key.kind() == BufferKind::job)
@@ -93,6 +106,8 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
         b = txn.transition(key, end_state(key));
         b.run_lock_holder.reset();
         txn.update_buffer(b);
+        if (reaped)
+            txn.mark_reaped(key);  // the bytes are gone: the space is free
         for (const std::string& name : recorded_persistent_uses(b)) {
             std::optional<Buffer> p = txn.find_buffer(BufferKey::persistent(config.cluster, name));
             if (p && p->use_count > 0 && !is_final(p->state)) {
@@ -107,12 +122,6 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
     audit(
         config.state_dir, tool, key.kind() == BufferKind::job ? "teardown" : "destroy",
         "buffer=" + key.str() + " pool=" + b.pool + " bytes=" + std::to_string(b.allocated_bytes));
-    try {
-        reap_one(store, config, b, *dir, std::chrono::steady_clock::now() + options.reap_budget,
-                 tool);
-    } catch (const Error& e) {
-        spdlog::warn("buffer {} stays in trash for the reaper: {}", key.str(), e.what());
-    }
 }
 
 TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64_t job_id,

@@ -150,6 +150,49 @@ TEST_F(PoolTest, teardown_moves_to_trash_and_reap_releases) {
     EXPECT_FALSE(teardown_job(*store_, config_, 1, options, "test").found);
 }
 
+TEST_F(PoolTest, teardown_within_budget_ends_and_releases_in_one_transaction) {
+    const AllocResult r = allocate(*store_, config_, job(1, 2 * KiB), "test");
+    fs::create_directories(r.path + "/a/b");
+    std::ofstream(r.path + "/a/b/data") << "x";
+    const TeardownResult t = teardown_job(*store_, config_, 1, {}, "test");
+    EXPECT_TRUE(t.reaped);
+    EXPECT_FALSE(fs::exists(r.path));
+    EXPECT_TRUE(fs::is_empty(dir_ + "/small/trash"));
+    EXPECT_EQ(status().trash, 0u);
+    EXPECT_EQ(status().free, 4 * KiB);
+    ReadSnapshot snapshot(*store_);
+    const std::vector<HistoryEntry> h = snapshot.history(r.buffer.key);
+    ASSERT_GE(h.size(), 2u);
+    EXPECT_EQ(h[h.size() - 2].to, BufferState::teardown);
+    EXPECT_EQ(h.back().to, BufferState::complete);
+}
+
+TEST_F(PoolTest, a_teardown_killed_before_its_last_commit_is_finished_by_recover) {
+    // Killed after the rename into trash/ (or after the reap too), before the commit: the
+    // record says teardown and the directory is in trash/ or already gone.
+    for (const bool reaped_before_kill : {false, true}) {
+        const std::uint64_t id = reaped_before_kill ? 2 : 1;
+        const AllocResult r = allocate(*store_, config_, job(id, KiB), "test");
+        {
+            WriteTransaction txn(*store_, "test");
+            txn.transition(r.buffer.key, BufferState::teardown);
+            txn.commit();
+        }
+        const std::string trashed = dir_ + "/small/trash/" + trash_name(r.buffer);
+        fs::rename(r.path, trashed);
+        if (reaped_before_kill)
+            fs::remove(trashed);
+        EXPECT_EQ(status().used, KiB);  // still charged
+        recover(*store_, config_, std::chrono::seconds(5), "test");
+        ReadSnapshot snapshot(*store_);
+        const Buffer b = snapshot.get_buffer(r.buffer.key);
+        EXPECT_EQ(b.state, BufferState::complete);
+        EXPECT_TRUE(b.reaped);
+        EXPECT_FALSE(fs::exists(trashed));
+        EXPECT_EQ(pool_status(snapshot, config_).at(0).free, 4 * KiB);
+    }
+}
+
 TEST_F(PoolTest, alloc_after_teardown_is_a_new_incarnation) {
     allocate(*store_, config_, job(7, KiB), "test");
     teardown_job(*store_, config_, 7, {}, "test");

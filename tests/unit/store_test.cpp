@@ -128,6 +128,18 @@ TEST_F(StateStoreTest, reopening_keeps_the_data) {
     EXPECT_EQ(snapshot.list_pools().size(), 2u);
 }
 
+TEST_F(StateStoreTest, wal_outlives_the_connection_and_keeps_its_commits) {
+    // No checkpoint at close (it would cost every process two syncs): the commits stay in the
+    // WAL, and the next process reads them from there.
+    { open_with_pool(); }
+    struct stat st {};
+    ASSERT_EQ(stat((config_.state_dir + "/state.db-wal").c_str(), &st), 0);
+    EXPECT_GT(st.st_size, 0);
+    StateStore store(config_);
+    ReadSnapshot snapshot(store);
+    EXPECT_EQ(snapshot.list_pools().size(), 2u);
+}
+
 TEST_F(StateStoreTest, database_uses_wal) {
     { StateStore store(config_); }
     sqlite3* db = nullptr;
