@@ -881,12 +881,12 @@ class Parser {
 
     void resolve_user() {
         if (job_.uid) {
-            user_ = lookup_user(std::to_string(*job_.uid));
+            user_ = lookup_user(std::to_string(*job_.uid), UserGroups::skip);
             if (job_.user && !user_matches(*user_, *job_.user))
                 throw invalid("user '" + *job_.user + "' does not have uid " +
                               std::to_string(*job_.uid));
         } else if (job_.user) {
-            user_ = lookup_user(*job_.user);
+            user_ = lookup_user(*job_.user, UserGroups::skip);
         }
         if (user_ && !job_.user)
             job_.user = user_->name;  // %u

@@ -359,7 +359,7 @@ AllocRequest build_alloc_request(const Config& config, const AllocCommand& c) {
         const PersistentCreate& create = request.create.at(0);
         AllocRequest r;
         r.persistent_name = create.name;
-        r.user = lookup_user(c.owner.value_or("root"));
+        r.user = lookup_user(c.owner.value_or("root"), UserGroups::skip);
         r.pool = create.pool;
         r.capacity = create.capacity;
         r.access = create.access;
@@ -373,7 +373,7 @@ AllocRequest build_alloc_request(const Config& config, const AllocCommand& c) {
         throw Error(ExitCode::usage, "give --job ID or --persistent NAME");
     if (!c.user)
         throw Error(ExitCode::usage, "--job needs --user (the job's user)");
-    const User user = lookup_user(*c.user);
+    const User user = lookup_user(*c.user, UserGroups::skip);
     JobContext job = c.job;
     job.job_id = std::to_string(*c.job_id);
     job.user = user.name;

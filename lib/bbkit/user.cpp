@@ -34,7 +34,7 @@ std::vector<gid_t> groups_of(const char* name, gid_t gid) {
 
 }  // namespace
 
-User lookup_user(const std::string& name_or_uid) {
+User lookup_user(const std::string& name_or_uid, UserGroups groups) {
     std::vector<char> buf(16384);
     passwd entry{};
     passwd* found = nullptr;
@@ -54,7 +54,8 @@ User lookup_user(const std::string& name_or_uid) {
     user.name = found->pw_name;
     user.uid = found->pw_uid;
     user.gid = found->pw_gid;
-    user.groups = groups_of(found->pw_name, found->pw_gid);
+    if (groups == UserGroups::load)
+        user.groups = groups_of(found->pw_name, found->pw_gid);
     return user;
 }
 

@@ -13,11 +13,15 @@ struct User {
     std::string name;
     uid_t uid = 0;
     gid_t gid = 0;
-    std::vector<gid_t> groups;  // supplementary groups, primary included
+    std::vector<gid_t> groups;  // supplementary groups, primary included (unless skipped)
 };
 
+// Whether lookup_user() fills User::groups. Only becoming the user needs them, and
+// getgrouplist reads every group of the system, so identity checks skip it.
+enum class UserGroups { load, skip };
+
 // Looks up a user by name or numeric uid. Throws Error(no_input) when there is none.
-User lookup_user(const std::string& name_or_uid);
+User lookup_user(const std::string& name_or_uid, UserGroups groups = UserGroups::load);
 
 // Whether `candidate` (a name or a numeric uid, as written in bbkit.toml) denotes `user`.
 bool user_matches(const User& user, const std::string& candidate);
