@@ -765,6 +765,11 @@ TEST_F(StateStoreTest, hot_queries_use_indexes) {
         const std::string text = plan(sql);
         EXPECT_EQ(text.find("SCAN"), std::string::npos) << sql << "\n" << text;
     }
+    // Trash per pool reads only unreaped rows, never the history of complete ones.
+    const std::string trash = plan(
+        "SELECT SUM(allocated_bytes) FROM buffers INDEXED BY buffers_trash WHERE pool = 'x' AND "
+        "reaped = 0 AND state IN ('complete', 'deleted')");
+    EXPECT_NE(trash.find("buffers_trash"), std::string::npos) << trash;
     // Persistent space per pool reads only persistent rows (a covering partial index).
     const std::string persistent = plan(
         "SELECT SUM(allocated_bytes) FROM buffers WHERE pool = 'x' AND name IS NOT NULL AND "
