@@ -8,6 +8,7 @@
 
 #include "bbkit/error.hpp"
 #include "bbkit/size.hpp"
+#include "bbkit/slurm_view.hpp"
 #include "bbkit/user.hpp"
 
 namespace bbkit {
@@ -517,6 +518,8 @@ class Parser {
             read_lines(split_lines(*text.bbf, Origin::bbf_file), Origin::bbf_file);
         resolve_persistent_references();
         check_user();
+        if (config_.mode == Mode::slurm && text.check_slurm_view)
+            check_slurm_view(text, request_, config_);
         return request_;
     }
 
@@ -624,8 +627,15 @@ class Parser {
         words = trim(words);
         if (words.empty())
             return;
-        if (words[0] != '#')
+        if (words[0] != '#') {
+            if (config_.mode == Mode::slurm)
+                throw invalid(
+                    "--bb: Slurm's burst_buffer/lua reads only directive lines, not the short "
+                    "form (write --bb '#" +
+                    (config_.directives.empty() ? std::string("BB_LUA") : config_.directives[0]) +
+                    " pool=POOL capacity=SIZE')");
             return read_short_form(words);
+        }
         std::vector<std::string> pieces;
         for (const std::string& line : lines)
             split_bb_line(line, pieces);

@@ -102,9 +102,14 @@ struct RequestText {
     std::optional<std::string> script;  // a whole job script (may end with NUL bytes)
     std::optional<std::string> bb;      // --bb TEXT: directives or the short form
     std::optional<std::string> bbf;     // contents of --bbf FILE
+    // Slurm mode: also refuse a request Slurm would size or place differently (slurm_view.hpp).
+    // Off only for lines bbkit writes itself from command-line values.
+    bool check_slurm_view = true;
 };
 
-// Parses and validates against the configuration. Throws Error(data) for an invalid request,
+// Parses and validates against the configuration. Throws Error(data) for an invalid request
+// (in Slurm mode also for one Slurm reads differently, and for --bb's short form, which
+// Slurm's lua plugin does not read),
 // Error(no_input) for an unknown pool or user, Error(no_perm) for a user who may not use
 // burst buffers or may not create/destroy persistent ones.
 Request parse_request(const RequestText& text, const Config& config, const JobContext& job);

@@ -319,6 +319,7 @@ namespace {
 Request parse_synthesized(const Config& config, const std::string& body, const JobContext& job) {
     RequestText text;
     text.script = "#!/bin/sh\n#" + config.directives.front() + " " + body + "\n";
+    text.check_slurm_view = false;  // bbkit's own line from command-line values
     return parse_request(text, config, job);
 }
 

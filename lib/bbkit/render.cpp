@@ -401,3 +401,44 @@ std::string progress_bar(const MoverReport& r) {
 }
 
 }  // namespace bbkit
+
+namespace bbkit {
+
+json reconcile_json(const ReconcileResult& result, bool applied) {
+    json orphans = json::array();
+    for (const ReconcileEntry& e : result.orphans) {
+        const Buffer& b = e.buffer;
+        orphans.push_back({{"key", b.key.str()},
+                           {"job_id", b.key.job_id},
+                           {"user", b.user},
+                           {"uid", b.uid},
+                           {"pool", b.pool},
+                           {"allocated", b.allocated_bytes},
+                           {"state", to_string(b.state)},
+                           {"torn_down", e.torn_down},
+                           {"note", e.note}});
+    }
+    return {{"checked", result.checked}, {"applied", applied}, {"orphans", orphans}};
+}
+
+std::string reconcile_text(const ReconcileResult& result, bool applied) {
+    std::ostringstream out;
+    for (const ReconcileEntry& e : result.orphans) {
+        const Buffer& b = e.buffer;
+        out << (applied ? (e.torn_down ? "torn down: " : "NOT torn down: ") : "unknown to Slurm: ")
+            << b.key.str() << " (job " << b.key.job_id << ", user " << b.user << ", pool "
+            << b.pool << ", " << format_size(b.allocated_bytes) << ", " << to_string(b.state)
+            << ")";
+        if (!e.note.empty())
+            out << ": " << e.note;
+        out << '\n';
+    }
+    out << result.checked << " job buffer(s) checked, " << result.orphans.size()
+        << " unknown to Slurm";
+    if (!applied && !result.orphans.empty())
+        out << " (--apply tears them down)";
+    out << '\n';
+    return out.str();
+}
+
+}  // namespace bbkit

@@ -9,6 +9,7 @@
 #include "bbkit/config.hpp"
 #include "bbkit/directive.hpp"
 #include "bbkit/pool.hpp"
+#include "bbkit/reconcile.hpp"
 #include "bbkit/recovery.hpp"
 #include "bbkit/size.hpp"
 #include "bbkit/sources.hpp"
@@ -47,6 +48,11 @@ std::string alloc_text(const AllocResult& result);
 
 nlohmann::json findings_json(const std::vector<Finding>& findings);
 std::string findings_text(const std::vector<Finding>& findings);
+
+// bb-pool reconcile: {"checked", "applied", "orphans": [{"key", "job_id", "user", "uid", "pool",
+// "allocated", "state", "torn_down", "note"}]}.
+nlohmann::json reconcile_json(const ReconcileResult& result, bool applied);
+std::string reconcile_text(const ReconcileResult& result, bool applied);
 
 nlohmann::json teardown_json(const TeardownResult& result);
 std::string teardown_text(const TeardownResult& result);

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <string>
+
 #include "bbkit/error.hpp"
 
 using bbkit::Error;
@@ -161,4 +164,34 @@ TEST(Size, printed_form_parses_back_to_the_same_bytes) {
     for (std::uint64_t v : std::initializer_list<std::uint64_t>{1, 1000, 1024, 1000256000,
                                                                 1200 * GiB, 7 * PiB, 123456789})
         EXPECT_EQ(parse_size(format_size(v)).value, v) << v;
+}
+
+// The table burst_buffer.lua's size parser is tested against too (tests/slurm-lua/
+// size-cases.lua): both must give the same answer on every line.
+TEST(SizeCases, shared_table_with_the_slurm_lua_parser) {
+    std::ifstream in(std::string(BBKIT_SOURCE_DIR) + "/tests/data/size-cases.tsv");
+    ASSERT_TRUE(in) << "tests/data/size-cases.tsv is missing";
+    std::string line;
+    int cases = 0;
+    while (std::getline(in, line)) {
+        if (line.empty() || line[0] == '#')
+            continue;
+        const std::size_t close = line.find("\"\t", 1);
+        ASSERT_TRUE(line[0] == '"' && close != std::string::npos) << "malformed line: " << line;
+        std::string text = line.substr(1, close - 1);
+        for (std::size_t at; (at = text.find("\\t")) != std::string::npos;)
+            text.replace(at, 2, "\t");
+        const std::string expected = line.substr(close + 2);
+        ++cases;
+        if (expected == "error") {
+            EXPECT_THROW(parse_capacity(text), Error) << "'" << text << "'";
+        } else {
+            try {
+                EXPECT_EQ(std::to_string(parse_capacity(text)), expected) << "'" << text << "'";
+            } catch (const Error& e) {
+                ADD_FAILURE() << "'" << text << "' refused: " << e.what();
+            }
+        }
+    }
+    EXPECT_GT(cases, 40);
 }

@@ -3,6 +3,7 @@
 
 #include "bbkit/error.hpp"
 #include "bbkit/pool.hpp"
+#include "bbkit/reconcile.hpp"
 #include "bbkit/recovery.hpp"
 #include "bbkit/render.hpp"
 #include "bbkit/status.hpp"
@@ -26,6 +27,8 @@ struct Options {
     std::vector<std::string> wait;
     bool repair = false;
     double budget = 60;
+    bool slurm = false;
+    bool apply = false;
 };
 
 void print(const nlohmann::json& value) {
@@ -70,6 +73,23 @@ int run_check(StateStore& store, const Config& config, const Options& o) {
     for (const Finding& f : findings)
         open = open || !f.repaired;
     return open ? 1 : 0;
+}
+
+int run_reconcile(StateStore& store, const Config& config, const Options& o,
+                  const std::string& who) {
+    if (!o.slurm)
+        throw Error(ExitCode::usage, "reconcile needs --slurm (the scheduler to ask)");
+    SlurmClients slurm;
+    const ReconcileResult result = reconcile_slurm(store, config, slurm, o.apply, who);
+    if (o.json) {
+        print(reconcile_json(result, o.apply));
+    } else {
+        std::cout << reconcile_text(result, o.apply);
+    }
+    for (const ReconcileEntry& e : result.orphans)
+        if (o.apply && !e.torn_down && !e.note.empty())
+            return 1;  // a teardown failed; it is named above
+    return 0;
 }
 
 }  // namespace
@@ -140,6 +160,11 @@ int main(int argc, char** argv) {
     reap_cmd->add_option("--budget", o.budget, "Seconds to spend at most (default 60)")
         ->check(CLI::PositiveNumber);
     reap_cmd->add_flag("--json", o.json, "Print JSON");
+    CLI::App* reconcile_cmd = app.add_subcommand(
+        "reconcile", "List (--apply: tear down) buffers whose jobs the scheduler no longer knows");
+    reconcile_cmd->add_flag("--slurm", o.slurm, "Ask Slurm (squeue, scontrol) which jobs it knows");
+    reconcile_cmd->add_flag("--apply", o.apply, "Tear those buffers down (default: only list)");
+    reconcile_cmd->add_flag("--json", o.json, "Print JSON");
     for (CLI::App* sub : {list, show})
         sub->add_flag("--json", o.json, "Print JSON");
 
@@ -181,6 +206,8 @@ int main(int argc, char** argv) {
         }
         if (*check_cmd)
             return run_check(store, config, o);
+        if (*reconcile_cmd)
+            return run_reconcile(store, config, o, who);
         if (*recover_cmd) {
             const std::vector<std::string> actions =
                 recover(store, config, std::chrono::seconds(10), who);

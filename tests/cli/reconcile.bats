@@ -1,0 +1,113 @@
+#!/usr/bin/env bats
+# bb-pool reconcile --slurm: buffers whose jobs Slurm no longer knows. Slurm's clients are
+# stand-ins on PATH here (squeue and scontrol answering from a file); the check against a real
+# slurmctld is part of tests/slurm/.
+
+load common
+
+setup() {
+  common_setup
+  write_config 'mode = "slurm"' 'directives = ["BB_LUA"]'
+  mkdir -p "$TEST_DIR/small" "$TEST_DIR/nvme" "$TEST_DIR/bin"
+  bb-pool init small >/dev/null
+  # squeue lists the ids in $TEST_DIR/jobs; scontrol knows them too and says "Invalid job id"
+  # for any other; $TEST_DIR/down makes both fail as with slurmctld down.
+  cat >"$TEST_DIR/bin/squeue" <<SH
+#!/bin/bash
+echo "squeue \$*" >>"$TEST_DIR/calls"
+if [ -e "$TEST_DIR/down" ]; then
+  echo "squeue: error: Unable to contact slurm controller (connect failure)" >&2; exit 1
+fi
+cat "$TEST_DIR/jobs"
+SH
+  cat >"$TEST_DIR/bin/scontrol" <<SH
+#!/bin/bash
+echo "scontrol \$*" >>"$TEST_DIR/calls"
+if [ -e "$TEST_DIR/scontrol-down" ]; then
+  echo "slurm_load_jobs error: Unable to contact slurm controller (connect failure)" >&2; exit 1
+fi
+if grep -qx "\$4" "$TEST_DIR/known"; then echo "JobId=\$4 JobState=COMPLETED"; exit 0; fi
+echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1
+SH
+  chmod +x "$TEST_DIR/bin/squeue" "$TEST_DIR/bin/scontrol"
+  PATH="$TEST_DIR/bin:$PATH"
+  : >"$TEST_DIR/jobs"
+  : >"$TEST_DIR/known"
+  for id in 1 2 3; do
+    bb-pool alloc --job "$id" --user root --pool small --capacity 1K >/dev/null
+  done
+}
+
+teardown() {
+  common_teardown
+}
+
+@test "reconcile is documented and needs --slurm" {
+  run bb-pool reconcile --help
+  assert_success
+  for opt in --slurm --apply --json; do
+    assert_output --partial -- "$opt"
+    grep -q -- "${opt//-/\\\\-}" "$BBKIT_SOURCE_DIR/man/man1/bb-pool.1" || fail "man page lacks $opt"
+  done
+  grep -q 'reconcile' "$BBKIT_SOURCE_DIR/man/man1/bb-pool.1"
+  run bb-pool reconcile
+  assert_failure 64
+  assert_output "bb-pool: reconcile needs --slurm (the scheduler to ask)"
+}
+
+@test "lists only buffers whose jobs Slurm neither lists nor knows, and touches nothing" {
+  echo 1 >"$TEST_DIR/jobs"   # pending or running: listed by squeue
+  echo 2 >"$TEST_DIR/known"  # not listed, but scontrol still knows it
+  run bb-pool reconcile --slurm
+  assert_success
+  assert_output "unknown to Slurm: main.3.1 (job 3, user root, pool small, 1KiB, allocated)
+3 job buffer(s) checked, 1 unknown to Slurm (--apply tears them down)"
+  run grep -c "squeue" "$TEST_DIR/calls"
+  assert_output 1
+  run grep -x "scontrol --oneliner show job 3" "$TEST_DIR/calls"
+  assert_success
+  run grep -x "scontrol --oneliner show job 1" "$TEST_DIR/calls"
+  assert_failure
+  assert_dir_exists "$TEST_DIR/small/job/3.1"
+  run bb-pool reconcile --slurm --json
+  assert_success
+  assert_output --partial '"checked": 3'
+  assert_output --partial '"key": "main.3.1"'
+  assert_output --partial '"torn_down": false'
+}
+
+@test "--apply tears down exactly the orphans and frees their space" {
+  printf '1\n2\n' >"$TEST_DIR/jobs"
+  run bb-pool reconcile --slurm --apply
+  assert_success
+  assert_line --index 0 "torn down: main.3.1 (job 3, user root, pool small, 1KiB, allocated)"
+  assert_line --index 1 "3 job buffer(s) checked, 1 unknown to Slurm"
+  assert_dir_not_exists "$TEST_DIR/small/job/3.1"
+  assert_dir_exists "$TEST_DIR/small/job/1.1"
+  assert_dir_exists "$TEST_DIR/small/job/2.1"
+  run bb-stat job 3
+  assert_line --regexp "^state: +complete"
+  # Nothing left to do: a second run changes nothing.
+  run bb-pool reconcile --slurm --apply
+  assert_success
+  assert_output "2 job buffer(s) checked, 0 unknown to Slurm"
+}
+
+@test "when Slurm cannot be asked: exit 69 and nothing is torn down" {
+  touch "$TEST_DIR/down"
+  run bb-pool reconcile --slurm --apply
+  assert_failure 69
+  assert_output --partial "bb-pool: cannot ask Slurm: squeue failed (exit status 1: squeue: error: Unable to contact slurm controller (connect failure)); nothing was torn down"
+  rm "$TEST_DIR/down"
+  touch "$TEST_DIR/scontrol-down"
+  run bb-pool reconcile --slurm --apply
+  assert_failure 69
+  assert_output --partial "cannot ask Slurm: scontrol failed"
+  for id in 1 2 3; do assert_dir_exists "$TEST_DIR/small/job/$id.1"; done
+  # No clients at all.
+  rm "$TEST_DIR/bin/squeue"
+  PATH="$TEST_DIR/bin" run "$BBKIT_BUILD_DIR/bin/bb-pool" reconcile --slurm --apply
+  assert_failure 69
+  assert_output --partial "squeue is not on PATH"
+  for id in 1 2 3; do assert_dir_exists "$TEST_DIR/small/job/$id.1"; done
+}
