@@ -1,5 +1,7 @@
 #include "bbkit/store.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/file.h>
@@ -545,8 +547,15 @@ void set_up_directory(const std::string& dir, uid_t owner, const std::string& ow
                         ": group or others may read or write it (chmod 0711 " + dir + ")");
     for (const char* name : subdirectories) {
         const std::string path = dir + "/" + name;
-        const mode_t mode = std::string(name) == "public" ? 0755 : 0700;
-        check_owned(path, ensure_directory(path, mode, owner), owner, owner_name);
+        // env/: search only, so that SlurmUser's burst_buffer.lua opens a job's env file by
+        // name (slurm_bb_paths) without listing anyone's.
+        const bool env = std::string(name) == "env";
+        const mode_t mode = std::string(name) == "public" ? 0755 : env ? 0711 : 0700;
+        struct stat st = ensure_directory(path, mode, owner);
+        check_owned(path, st, owner, owner_name);
+        if (env && (st.st_mode & 07777) == 0700 && ::chmod(path.c_str(), mode) != 0)
+            spdlog::warn("cannot open {} to SlurmUser (chmod 0711): {}", path,
+                         std::strerror(errno));
     }
 }
 

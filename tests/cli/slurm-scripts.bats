@@ -20,6 +20,7 @@ setup() {
 }
 
 teardown() {
+  [ -n "${DROPIN:-}" ] && rm -f "$DROPIN"
   common_teardown
 }
 
@@ -386,4 +387,51 @@ job_script() {
   assert_line --partial "error: bb-parse: --bb: "
   run submit "{type = 'srun', argv = {'hostname'}, bb = '#BB_LUA pool=small capacity=1K'}"
   assert_output "rc=0"
+}
+
+@test "unprivileged SlurmUser: the hooks run the tools through sudo -n and the drop-in" {
+  user=$(test_user)
+  DROPIN="/etc/sudoers.d/bbkit-test-$$"
+  dropin=$DROPIN
+  chmod 755 "$TEST_DIR" "$CONF"
+  chmod 644 "$BBKIT_CONFIG"
+  run install_scripts --slurm-user "$user" --sudoers "$dropin"
+  assert_success
+  assert_output --partial "wrote $dropin"
+  echo input >"$TEST_DIR/data/in.txt"
+  chmod 755 "$TEST_DIR/data"
+  chmod 644 "$TEST_DIR/data/in.txt"
+  script=$(job_script 70 '#BB_LUA pool=small capacity=1K' \
+    "#BB_LUA stage_in type=file source=$TEST_DIR/data/in.txt destination=in.txt")
+  chown -R "$user" "$TEST_DIR/statesave"
+  as_slurm_user() {
+    setpriv --reuid "$user" --regid "$user" --clear-groups \
+      lua5.1 "$CALL_HOOK" "$CONF/burst_buffer.lua" "$@" 2>>"$TEST_DIR/slurmctld.log"
+  }
+  run as_slurm_user slurm_bb_pools
+  assert_line --index 0 "rc=0"
+  run as_slurm_user slurm_bb_job_process "$script"
+  assert_output "rc=0"
+  run as_slurm_user slurm_bb_setup 70 0 0 small 1024 "$script"
+  rm -f "$dropin"
+  assert_line --index 0 "rc=0"
+  assert_output --partial "allocated: main.70.1"
+  install_scripts --slurm-user "$user" --sudoers "$dropin" >/dev/null
+  run as_slurm_user slurm_bb_data_in 70 "$script"
+  assert_line --index 0 "rc=0"
+  assert_file_exists "$TEST_DIR/small/job/70.1/in.txt"
+  : >"$TEST_DIR/path"
+  chown "$user" "$TEST_DIR/path"
+  run as_slurm_user slurm_bb_paths 70 "$script" "$TEST_DIR/path"
+  assert_output "rc=0"
+  run grep -c "BB_JOB_DIR=$TEST_DIR/small/job/70.1" "$TEST_DIR/path"
+  assert_output 1
+  run as_slurm_user slurm_bb_job_teardown 70 "$script" true
+  rm -f "$dropin"
+  assert_line --index 0 "rc=0"
+  assert_dir_not_exists "$TEST_DIR/small/job/70.1"
+  # Without the drop-in, sudo -n refuses at once (no password prompt) and Slurm gets why.
+  run as_slurm_user slurm_bb_setup 71 0 0 small 1024 "$script"
+  assert_line --index 0 "rc=-1"
+  assert_line --index 1 --partial "sudo"
 }

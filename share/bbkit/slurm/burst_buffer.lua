@@ -505,11 +505,16 @@ local function real_size(job_id)
     return success_code(), allocated
 end
 
-local function paths(job_id, path_file)
+local function paths(job_id, job_script, path_file)
     local env_file = BBKIT_STATE_DIR .. "/env/" .. BBKIT_CLUSTER .. "." .. job_id .. ".env"
-    local text = read_file(env_file)
+    local text, why = read_file(env_file)
     if not text then
-        return success_code() -- no buffer (a bare #BB_LUA): nothing to add
+        if not bbkit.asks_for_space(job_script) then
+            return success_code() -- no buffer (a bare #BB_LUA): nothing to add
+        end
+        log_error("bbkit: cannot read %s: %s", env_file, tostring(why))
+        return error_code(), "bbkit: cannot read " .. env_file .. ": " .. tostring(why)
+            .. " (SlurmUser must reach the state directory's env/)"
     end
     local out, why = io.open(path_file, "w")
     if not out then
@@ -597,7 +602,7 @@ function slurm_bb_real_size(job_id)
 end
 
 function slurm_bb_paths(job_id, job_script, path_file)
-    return paths(job_id, path_file)
+    return paths(job_id, job_script, path_file)
 end
 
 function slurm_bb_pre_run(job_id, job_script)
