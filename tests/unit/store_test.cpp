@@ -113,8 +113,10 @@ int in_child(const std::function<int()>& body) {
 TEST_F(StateStoreTest, creates_the_layout_with_private_modes) {
     StateStore store(config_);
     EXPECT_EQ(mode_of(config_.state_dir), 0711u);
-    for (const char* name : {"env", "run", "progress", "log"})
+    for (const char* name : {"run", "progress", "log"})
         EXPECT_EQ(mode_of(config_.state_dir + "/" + name), 0700u) << name;
+    // Search only: SlurmUser's burst_buffer.lua opens a job's env file by name.
+    EXPECT_EQ(mode_of(config_.state_dir + "/env"), 0711u);
     EXPECT_EQ(mode_of(config_.state_dir + "/public"), 0755u);
     EXPECT_EQ(mode_of(config_.state_dir + "/state.db"), 0600u);
     EXPECT_EQ(mode_of(config_.state_dir + "/lock"), 0600u);
