@@ -133,6 +133,17 @@ job_script() {
   run lua5.1 -e "slurm = {SUCCESS = 0, ERROR = -1}; dofile('$CONF/burst_buffer.lua');
     print(type(slurm_bb_test_data_in) .. ' ' .. type(slurm_bb_get_status))"
   assert_output "nil function"
+  # Without --slurm-api: what this host's Slurm reports, or an error asking for it.
+  run "$SLURM_SHARE/install-slurm" --slurm-conf-dir "$CONF" --config "$BBKIT_CONFIG" \
+    --bindir "$BBKIT_BUILD_DIR/bin"
+  if command -v slurmctld >/dev/null || command -v scontrol >/dev/null; then
+    version=$( (slurmctld -V || scontrol -V) 2>/dev/null | sed -n 's/^slurm[^ ]* \([0-9]*\.[0-9]*\).*/\1/p' | head -n1)
+    assert_success
+    assert_line --index 0 --regexp "^install-slurm: Slurm $version found: using the (22.05|23.02|24.05) hook signatures"
+  else
+    assert_failure 64
+    assert_output --partial "give --slurm-api 22.05, 23.02 or 24.05"
+  fi
 }
 
 @test "the sudoers drop-in lets an unprivileged SlurmUser run exactly the tools, and passes visudo" {
