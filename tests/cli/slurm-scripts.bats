@@ -382,7 +382,8 @@ job_script() {
     setpriv --reuid "$user" --regid "$user" --clear-groups env PATH="$PATH" \
       BBKIT_CONFIG="$BBKIT_CONFIG" lua5.1 -e "
       slurm = {SUCCESS = 0, ERROR = -1,
-               log_error = function(fmt, ...) io.write('error: ', string.format(fmt, ...), '\n') end}
+               log_error = function(fmt, ...) io.write('error: ', string.format(fmt, ...), '\n') end,
+               log_info = function(fmt, ...) io.write('info: ', string.format(fmt, ...), '\n') end}
       dofile('$CONF/cli_filter.lua')
       print('rc=' .. slurm_cli_pre_submit($1, 0))"
   }
@@ -398,6 +399,11 @@ job_script() {
   assert_line --partial "error: bb-parse: --bb: "
   run submit "{type = 'srun', argv = {'hostname'}, bb = '#BB_LUA pool=small capacity=1K'}"
   assert_output "rc=0"
+  # The check cannot run (the configuration is unreadable here): the job goes on, noted.
+  chmod 600 "$BBKIT_CONFIG"
+  run submit "{type = 'sbatch', argv = {'$TEST_DIR/private.sh'}}"
+  assert_line --index 0 --regexp "^info: bbkit: burst-buffer request not checked at submit \(checked again at setup\): bb-parse: .*$BBKIT_CONFIG"
+  assert_line --index 1 "rc=0"
 }
 
 @test "unprivileged SlurmUser: the hooks run the tools through sudo -n and the drop-in" {

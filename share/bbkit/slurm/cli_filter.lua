@@ -8,7 +8,9 @@ line) it runs
     bb-parse --check-sources [--script FILE] [--bb TEXT] [--bbf FILE] [--job-name N] [--workdir D]
 
 so an invalid request, or a stage-in source that is missing or unreadable by the user, is
-refused at submit time with bbkit's one-line message ("sbatch: error: bb-parse: ..."). A
+refused at submit time with bbkit's one-line message ("sbatch: error: bb-parse: ..."). When
+the check itself cannot run on this host (no bb-parse, an unreadable bbkit.toml) the job goes
+on with a logged note. A
 script read from standard input cannot be seen here; slurm_bb_setup validates every job again
 (a client-side filter can be bypassed). Installed by install-slurm, which fills in the settings.
 ]]
@@ -96,7 +98,13 @@ function bbkit_cli_arguments(options)
     return args
 end
 
--- Runs bb-parse; returns nil when it accepts the request, else its one-line message.
+-- bb-parse's exit statuses that mean "this request is wrong": invalid (65), a missing source
+-- or unknown pool (66), a source the user cannot read (77). Anything else means the check
+-- itself could not run here (no bbkit, an unreadable configuration): the job is let through,
+-- with a warning, and slurm_bb_setup validates it on the controller.
+local refusing = { ["65"] = true, ["66"] = true, ["77"] = true }
+
+-- Runs bb-parse; returns nil when the request may go on, else bb-parse's one-line message.
 function bbkit_cli_check(args)
     local words = { quote(BBKIT_BINDIR ~= "" and (BBKIT_BINDIR .. "/bb-parse") or "bb-parse") }
     if BBKIT_CONFIG ~= "" then
@@ -122,8 +130,14 @@ function bbkit_cli_check(args)
             message = text
         end
     end
-    return message or ("bb-parse: failed with exit status " .. tostring(status)
+    message = message or ("bb-parse: failed with exit status " .. tostring(status)
         .. " (is bbkit installed on this host?)")
+    if not refusing[status] then
+        slurm.log_info("bbkit: burst-buffer request not checked at submit (checked again at "
+            .. "setup): %s", message)
+        return nil
+    end
+    return message
 end
 
 function slurm_cli_setup_defaults(options, early_pass)
