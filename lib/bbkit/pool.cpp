@@ -463,6 +463,7 @@ Buffer complete_allocation(StateStore& store, const Config& config, const Buffer
                            const std::vector<std::pair<std::string, std::string>>& uses,
                            const std::string& tool) {
     WriteTransaction txn(store, tool);
+    txn.touch_pools();  // reserve() committed the space as `allocating` without publishing it
     Buffer b = txn.transition(key, BufferState::allocated);
     b.run_lock_holder.reset();
     txn.update_buffer(b);

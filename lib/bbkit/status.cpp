@@ -781,7 +781,8 @@ void publish(WriteTransaction& txn, const StateStore& store, const Config& confi
         publish_all(txn, store, config);
         return;
     }
-    publish_pools(txn, store, config);
+    if (txn.pools_touched())
+        publish_pools(txn, store, config);
     const std::string unsettled = store.path("public/.unsettled");
     const std::map<std::string, uid_t> previous = read_unsettled(unsettled);
     std::map<std::string, std::optional<Buffer>> buffers = touched_buffers(txn);

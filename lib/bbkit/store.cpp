@@ -1039,6 +1039,7 @@ void WriteTransaction::insert_buffer(Buffer& buffer) {
     append_history(impl_, buffer.key.str(), std::nullopt, buffer.state, buffer.created, who_,
                    buffer.reason);
     touched_keys_.insert(buffer.key.str());
+    pools_touched_ = true;
 }
 
 void WriteTransaction::update_buffer(const Buffer& buffer) {
@@ -1057,6 +1058,9 @@ void WriteTransaction::update_buffer(const Buffer& buffer) {
     q.bind(19, latest_row_id(impl_, buffer.key));
     q.run();
     touched_keys_.insert(buffer.key.str());
+    if (stored.pool != buffer.pool || stored.allocated_bytes != buffer.allocated_bytes ||
+        stored.reaped != buffer.reaped)
+        pools_touched_ = true;
 }
 
 Buffer WriteTransaction::transition(const BufferKey& key, BufferState to, const std::string& reason,
@@ -1079,6 +1083,8 @@ Buffer WriteTransaction::transition(const BufferKey& key, BufferState to, const 
     q.run();
     append_history(impl_, key.str(), from, to, now, who_, reason);
     touched_keys_.insert(key.str());
+    if (holds_space(from) != holds_space(to) || is_final(from) != is_final(to))
+        pools_touched_ = true;
     return buffer;
 }
 
@@ -1091,6 +1097,7 @@ void WriteTransaction::mark_reaped(const BufferKey& key) {
     q.bind(1, latest_row_id(impl_, key));
     q.run();
     touched_keys_.insert(key.str());
+    pools_touched_ = true;
 }
 
 void WriteTransaction::put_pool(const PoolRecord& pool) {
@@ -1100,6 +1107,7 @@ void WriteTransaction::put_pool(const PoolRecord& pool) {
     q.bind(1, pool.name).bind(2, pool.path).bind(3, pool.uuid);
     q.bind(4, static_cast<std::int64_t>(pool.draining ? 1 : 0));
     q.run();
+    pools_touched_ = true;
 }
 
 void WriteTransaction::set_draining(const std::string& pool, bool draining) {
@@ -1108,6 +1116,7 @@ void WriteTransaction::set_draining(const std::string& pool, bool draining) {
         q.bind(1, static_cast<std::int64_t>(draining ? 1 : 0)).bind(2, pool);
         q.run();
     }
+    pools_touched_ = true;
     if (sqlite3_changes(impl_.db.get()) == 0)
         throw Error(ExitCode::no_input,
                     "no pool '" + pool + "' in the state database (run bb-pool init " + pool + ")");
@@ -1136,6 +1145,7 @@ QueueEntry WriteTransaction::enqueue(const std::string& pool, const std::string&
     q.run();
     entry.seq = sqlite3_last_insert_rowid(impl_.db.get());
     touched_keys_.insert(key);  // its queue position appears
+    pools_touched_ = true;      // and the pool's queue length changes
     return entry;
 }
 
@@ -1154,6 +1164,7 @@ bool WriteTransaction::dequeue(const std::string& key) {
     q.run();
     touched_keys_.insert(key);
     touched_queues_.insert(*pool);
+    pools_touched_ = true;
     return true;
 }
 

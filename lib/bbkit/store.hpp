@@ -181,9 +181,17 @@ class WriteTransaction : public Transaction {
     const std::set<std::string>& touched_keys() const { return touched_keys_; }
     const std::set<std::string>& touched_queues() const { return touched_queues_; }
 
+    // Whether this transaction changed what the pool views show (space held or in trash, a
+    // queue, draining, a pool): publish() recomputes pools.json (a sum over every live buffer)
+    // only then. touch_pools() marks a change that an earlier transaction committed without
+    // publishing it.
+    bool pools_touched() const { return pools_touched_; }
+    void touch_pools() { pools_touched_ = true; }
+
   private:
     std::string who_;
     bool committed_ = false;
+    bool pools_touched_ = false;
     std::set<std::string> touched_keys_;
     std::set<std::string> touched_queues_;
 };

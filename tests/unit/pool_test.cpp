@@ -193,6 +193,31 @@ TEST_F(PoolTest, a_teardown_killed_before_its_last_commit_is_finished_by_recover
     }
 }
 
+TEST_F(PoolTest, pools_json_follows_every_change_of_space) {
+    // publish() recomputes pools.json only in transactions that change space: the file must
+    // still match the records after each step.
+    const auto matches = [&](const char* step) {
+        std::ifstream in(config_.state_dir + "/pools.json");
+        std::stringstream file;
+        file << in.rdbuf();
+        ReadSnapshot snapshot(*store_);
+        EXPECT_EQ(file.str(), slurm_pools_json(snapshot, config_) + "\n") << step;
+    };
+    const AllocResult r = allocate(*store_, config_, job(1, 2 * KiB), "test");
+    matches("after alloc");
+    {
+        WriteTransaction txn(*store_, "test");
+        txn.transition(r.buffer.key, BufferState::staging_in);
+        EXPECT_FALSE(txn.pools_touched());  // space held before and after
+        publish(txn, *store_, config_);
+        txn.commit();
+    }
+    matches("after a transition that keeps the space");
+    teardown_job(*store_, config_, 1, {}, "test");
+    matches("after teardown");
+    EXPECT_EQ(status().free, 4 * KiB);
+}
+
 TEST_F(PoolTest, alloc_after_teardown_is_a_new_incarnation) {
     allocate(*store_, config_, job(7, KiB), "test");
     teardown_job(*store_, config_, 7, {}, "test");
