@@ -1,0 +1,512 @@
+# A private Slurm cluster for the end-to-end suite: Debian's munged, slurmctld and slurmd
+# started by hand on loopback, in a temporary directory, with burst_buffer/lua and
+# cli_filter/lua running bbkit's scripts (installed through install-slurm) against a bbkit
+# configuration in Slurm mode. Only the processes started here are ever stopped, by their pid
+# files (SIGTERM, then SIGKILL); /etc/slurm and system services are never touched.
+#
+# Facts this relies on (Slurm 22.05 on Debian 12) are in the comments where they are used.
+# Every sbatch/squeue/scontrol line a test sees goes to $TRANSCRIPT.
+
+bats_load_library bats-support
+bats_load_library bats-assert
+bats_load_library bats-file
+
+: "${BBKIT_BUILD_DIR:?run the suite through ctest (it sets BBKIT_BUILD_DIR)}"
+: "${BBKIT_SOURCE_DIR:?run the suite through ctest (it sets BBKIT_SOURCE_DIR)}"
+
+BBKIT_BIN=$BBKIT_BUILD_DIR/bin
+PATH="$BBKIT_BIN:$PATH"
+export PATH
+TRANSCRIPT=${BBKIT_SLURM_TRANSCRIPT:-$BBKIT_BUILD_DIR/tests/slurm/transcript.txt}
+SLURM_TEST_USER=bbkit-test
+
+# ---------------------------------------------------------------------------------------------
+# Transcript and commands
+
+transcript() { printf '%s\n' "$@" >>"$TRANSCRIPT"; }
+
+# Runs a command (as root, or as the test user with -u) from the jobs directory; sets
+# $output (stdout and stderr) and $status like bats' run, and records both in the transcript.
+slurm_run() {
+  local who='#' prefix=()
+  if [ "${1:-}" = -u ]; then
+    shift
+    who='$'
+    prefix=(setpriv --reuid="$TEST_UID" --regid="$TEST_GID" --init-groups
+      env HOME="$JOBS_DIR" USER="$SLURM_TEST_USER" LOGNAME="$SLURM_TEST_USER")
+  fi
+  status=0
+  output=$(cd "$JOBS_DIR" && "${prefix[@]}" "$@" 2>&1) || status=$?
+  if [ "$who" = '$' ]; then who="$SLURM_TEST_USER\$"; else who="root#"; fi
+  transcript "$who $(printf '%q ' "$@" | sed 's/ $//')"
+  [ -n "$output" ] && transcript "$output"
+  [ "$status" -ne 0 ] && transcript "(exit $status)"
+  lines=()
+  [ -n "$output" ] && mapfile -t lines <<<"$output"
+  return 0
+}
+
+# Submits as the test user; sets $JOB (the id) on success.
+submit() {
+  JOB=
+  slurm_run -u sbatch "$@"
+  if [ "$status" -eq 0 ]; then
+    JOB=$(sed -n 's/^Submitted batch job \([0-9]\+\)$/\1/p' <<<"$output")
+    [ -n "$JOB" ] || fail "no job id in sbatch's output: $output"
+  fi
+}
+
+# One field of `scontrol -o show job ID` (empty when absent).
+job_field() {
+  scontrol -o show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
+}
+
+# Waits until the job's "JobState Reason BurstBufferState" (as scontrol -o shows them) matches
+# the extended regular expression; logs every distinct squeue line and scontrol state seen.
+wait_job() {
+  local job=$1 pattern=$2 timeout=${3:-60} deadline line last_line= sq last_sq=
+  deadline=$((SECONDS + timeout))
+  while :; do
+    line="JobState=$(job_field "$job" JobState) Reason=$(job_field "$job" Reason) BurstBufferState=$(job_field "$job" BurstBufferState)"
+    sq=$(squeue -h -j "$job" -o '%i %u %T %r' 2>/dev/null || true)
+    if [ "$sq" != "$last_sq" ] && [ -n "$sq" ]; then
+      transcript "root# squeue -h -j $job -o '%i %u %T %r'" "$sq"
+      last_sq=$sq
+    fi
+    if [ "$line" != "$last_line" ]; then
+      transcript "root# scontrol -o show job $job   # $(date +%T.%3N) $line"
+      last_line=$line
+    fi
+    if [[ $line =~ $pattern ]]; then
+      JOB_STATE_LINE=$line
+      return 0
+    fi
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      transcript "(gave up after ${timeout}s waiting for /$pattern/)"
+      fail "job $job: waited ${timeout}s for /$pattern/, last seen: $line"
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+# Polls a command until it succeeds; fails the test after the timeout.
+wait_until() {
+  local timeout=$1 what=$2 deadline
+  shift 2
+  deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      fail "waited ${timeout}s for $what"
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+# Pool figures as Slurm reports them: `TotalSpace FreeSpace UsedSpace` of one pool.
+burst_pool() {
+  scontrol show burst 2>/dev/null |
+    sed -n "s/^ *PoolName\[[0-9]*\]=$1 .*TotalSpace=\([^ ]*\) FreeSpace=\([^ ]*\) UsedSpace=\([^ ]*\).*/\1 \2 \3/p"
+}
+
+# bbkit's own figures for a pool from `bb-pool --json list`: "total used trash free".
+bbkit_pool() {
+  bb-pool --json list | python3 -c '
+import json, sys
+data = json.load(sys.stdin)
+pools = data["pools"] if isinstance(data, dict) else data
+for p in pools:
+    if p.get("name") == sys.argv[1]:
+        print(p.get("total"), p.get("used"), p.get("trash"), p.get("free"))
+' "$1"
+}
+
+# The staging progress of a job's buffer from `bb-stat --json job ID`: "bytes_done bytes_total"
+# (nothing while there is none).
+stage_progress() {
+  bb-stat --json job "$1" 2>/dev/null | python3 -c '
+import json, sys
+p = json.load(sys.stdin).get("progress")
+if p:
+    print(p["bytes_done"], p["bytes_total"])
+'
+}
+
+# Every job of the test user cancelled and gone from the queue, with its buffer torn down:
+# one scenario's leftovers must not starve the next one.
+cancel_leftover_jobs() {
+  local jobs
+  jobs=$(squeue -h -u "$SLURM_TEST_USER" -o %i 2>/dev/null | tr '\n' ' ')
+  [ -n "${jobs// /}" ] || return 0
+  transcript "(cleaning up after the test: jobs $jobs)"
+  scancel --hurry -u "$SLURM_TEST_USER" 2>/dev/null || true
+  local deadline=$((SECONDS + 60))
+  while [ -n "$(squeue -h -u "$SLURM_TEST_USER" -t all -o '%i %T' 2>/dev/null | grep -v -E 'COMPLETED|CANCELLED|FAILED|TIMEOUT')" ] &&
+    [ "$SECONDS" -lt "$deadline" ]; do
+    sleep 0.2
+  done
+}
+
+# ---------------------------------------------------------------------------------------------
+# The cluster
+
+# Ports nothing listens on, chosen by the kernel.
+free_ports() {
+  python3 -c '
+import socket
+socks = []
+for _ in range(int(__import__("sys").argv[1])):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+' "$1"
+}
+
+ensure_packages() {
+  local cmd missing=0
+  for cmd in munged mungekey slurmctld slurmd sbatch squeue scontrol luac5.1 sudo setpriv; do
+    command -v "$cmd" >/dev/null || missing=1
+  done
+  [ -e /usr/lib/x86_64-linux-gnu/slurm-wlm/burst_buffer_lua.so ] || missing=1
+  if [ "$missing" -eq 1 ]; then
+    "$BBKIT_SOURCE_DIR/scripts/install-deps" >&2
+  fi
+}
+
+ensure_test_user() {
+  if ! id "$SLURM_TEST_USER" >/dev/null 2>&1; then
+    useradd --system --no-create-home --shell /usr/sbin/nologin "$SLURM_TEST_USER" 2>/dev/null ||
+      id "$SLURM_TEST_USER" >/dev/null
+  fi
+  TEST_UID=$(id -u "$SLURM_TEST_USER")
+  TEST_GID=$(id -g "$SLURM_TEST_USER")
+  export TEST_UID TEST_GID
+}
+
+# The pid recorded in a pid file, if that process still runs a command naming `what`.
+our_pid() {
+  local file=$1 what=$2 pid
+  [ -s "$file" ] || return 1
+  pid=$(tr -dc '0-9' <"$file")
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$what" || return 1
+  echo "$pid"
+}
+
+# SIGTERM, then SIGKILL after `grace` seconds, for one daemon started from a pid file.
+stop_daemon() {
+  local file=$1 what=$2 grace=${3:-15} pid i
+  pid=$(our_pid "$file" "$what") || return 0
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for ((i = 0; i < grace * 10; i++)); do
+    [ -e "/proc/$pid" ] && ! grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
+# slurmscriptd is slurmctld's child; a SIGKILLed slurmctld may leave it behind.
+scriptd_pids() {
+  local ctld=$1 p
+  for p in /proc/[0-9]*; do
+    [ "$(awk '{print $4}' "$p/stat" 2>/dev/null)" = "$ctld" ] || continue
+    tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -q slurmscriptd && echo "${p#/proc/}"
+  done
+  return 0
+}
+
+write_slurm_conf() {
+  local slurm_user=${1:-root} hw
+  # The node as slurmd sees it (CPUs, sockets, cores, threads, memory), renamed to localhost.
+  hw=$(slurmd -C | head -n 1 | sed 's/^NodeName=[^ ]* //; s/ UpTime=.*//')
+  cat >"$SLURM_DIR/etc/slurm.conf" <<EOF
+# bbkit end-to-end suite: one node on loopback ($SLURM_DIR)
+ClusterName=bbkit-e2e
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
+SlurmUser=$slurm_user
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$SLURM_DIR/munge/munge.socket.2
+CredType=cred/munge
+CommunicationParameters=NoInAddrAny,NoCtldInAddrAny
+StateSaveLocation=$SLURM_DIR/state
+SlurmdSpoolDir=$SLURM_DIR/spool/slurmd
+SlurmctldPidFile=$SLURM_DIR/run/slurmctld.pid
+SlurmdPidFile=$SLURM_DIR/run/slurmd.pid
+SlurmctldLogFile=$SLURM_DIR/log/slurmctld.log
+SlurmdLogFile=$SLURM_DIR/log/slurmd.log
+SlurmctldDebug=debug
+SlurmdDebug=info
+DebugFlags=BurstBuffer
+PlugStackConfig=$SLURM_DIR/etc/plugstack.conf
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+MailProg=/bin/true
+ReturnToService=2
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+BurstBufferType=burst_buffer/lua
+CliFilterPlugins=cli_filter/lua
+NodeName=localhost NodeAddr=127.0.0.1 $hw State=UNKNOWN
+PartitionName=e2e Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+EOF
+}
+
+# bbkit's configuration in Slurm mode: pools are directories inside the temporary directory.
+# Timeouts stay below burst_buffer.conf's so Slurm reports bbkit's message, not a kill.
+write_bbkit_conf() {
+  cat >"$BBKIT_CONFIG" <<EOF
+state_dir = "$SLURM_DIR/bbkit/state"
+mode = "slurm"
+cluster = "e2e"
+directives = ["BB_LUA"]
+
+[timeouts]
+stage_in = 240
+stage_out = 240
+other = 100
+validate = 4
+
+[limits]
+mover_threads = 2
+
+[[pool]]
+name = "pool1"
+path = "$SLURM_DIR/pools/pool1"
+capacity = "64MiB"
+granularity = "1MiB"
+
+[[pool]]
+name = "small"
+path = "$SLURM_DIR/pools/small"
+capacity = "10MiB"
+granularity = "1MiB"
+
+[[pool]]
+name = "slow"
+path = "$SLURM_DIR/pools/slow"
+capacity = "$SLOW_POOL_CAPACITY"
+granularity = "1MiB"
+direct_io = true
+EOF
+}
+
+start_munge() {
+  mungekey --create --keyfile="$SLURM_DIR/munge/munge.key" >/dev/null
+  munged --socket="$SLURM_DIR/munge/munge.socket.2" --key-file="$SLURM_DIR/munge/munge.key" \
+    --pid-file="$SLURM_DIR/run/munged.pid" --log-file="$SLURM_DIR/log/munged.log" \
+    --seed-file="$SLURM_DIR/munge/munged.seed"
+  wait_until 10 "munged's socket" test -S "$SLURM_DIR/munge/munge.socket.2"
+}
+
+# slurmctld inherits this environment, and slurmscriptd and every hook inherit slurmctld's.
+start_slurmctld() {
+  (
+    cd "$SLURM_DIR/log" &&
+      env -i PATH="$BBKIT_BIN:/usr/sbin:/usr/bin:/sbin:/bin" BBKIT_CONFIG="$BBKIT_CONFIG" \
+        SLURM_CONF="$SLURM_CONF" LANG=C.UTF-8 slurmctld -f "$SLURM_CONF"
+  )
+  wait_until 30 "slurmctld to answer" scontrol ping
+  transcript "root# slurmctld -f $SLURM_CONF   # started, pid $(cat "$SLURM_DIR/run/slurmctld.pid" 2>/dev/null)"
+}
+
+start_slurmd() {
+  (cd "$SLURM_DIR/log" && env -i PATH="/usr/sbin:/usr/bin:/sbin:/bin" SLURM_CONF="$SLURM_CONF" \
+    slurmd -f "$SLURM_CONF" -N localhost)
+  wait_until 30 "the node to be idle" node_idle
+}
+
+node_idle() { sinfo -h -n localhost -o '%T' | grep -qx 'idle'; }
+
+# Stops slurmctld (and the slurmscriptd it forked) by its pid file.
+stop_slurmctld() {
+  local sig=${1:-TERM} pid scriptd
+  pid=$(our_pid "$SLURM_DIR/run/slurmctld.pid" "$SLURM_CONF") || return 0
+  scriptd=$(scriptd_pids "$pid")
+  if [ "$sig" = KILL ]; then
+    kill -KILL "$pid"
+    wait_until 10 "slurmctld $pid to die" sh -c "! [ -d /proc/$pid ] || grep -q '^State:.*Z' /proc/$pid/status"
+  else
+    stop_daemon "$SLURM_DIR/run/slurmctld.pid" "$SLURM_CONF" 60
+  fi
+  local p
+  for p in $scriptd; do
+    [ -d "/proc/$p" ] && kill -KILL "$p" 2>/dev/null || true
+  done
+  rm -f "$SLURM_DIR/run/slurmctld.pid"
+}
+
+restart_slurmctld() {
+  transcript "root# (restart slurmctld: ${1:-restart})"
+  stop_slurmctld "${2:-TERM}"
+  start_slurmctld
+}
+
+stop_cluster() {
+  [ -n "${SLURM_DIR:-}" ] && [ -d "$SLURM_DIR/run" ] || return 0
+  stop_slurmctld TERM
+  stop_daemon "$SLURM_DIR/run/slurmd.pid" "$SLURM_CONF" 30
+  stop_daemon "$SLURM_DIR/run/munged.pid" "$SLURM_DIR/munge" 10
+  # Job steps and their children run under slurmstepd, which slurmd normally stops; anything
+  # left with this cluster's SLURM_CONF and a job id in its environment is ours.
+  local p
+  for p in /proc/[0-9]*; do
+    tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qxF "SLURM_CONF=$SLURM_CONF" || continue
+    tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -q '^SLURM_JOB_ID=' || continue
+    kill -KILL "${p#/proc/}" 2>/dev/null || true
+  done
+}
+
+# A guard that stops the cluster if the suite's process disappears without its teardown
+# (for example when ctest kills it at its timeout): the daemons are detached from the suite.
+start_guard() {
+  local owner=$1
+  setsid bash -c '
+    owner=$1 dir=$2 conf=$3
+    start=$(awk "{print \$22}" /proc/$owner/stat)
+    while [ "$(awk "{print \$22}" /proc/$owner/stat 2>/dev/null)" = "$start" ]; do
+      [ -e "$dir/run/guard.stop" ] && exit 0
+      sleep 1
+    done
+    for name in slurmctld slurmd munged; do
+      f=$dir/run/$name.pid
+      [ -s "$f" ] || continue
+      pid=$(tr -dc 0-9 <"$f")
+      tr "\0" " " </proc/$pid/cmdline 2>/dev/null | grep -qF -- "$dir" || continue
+      kill -TERM "$pid"; sleep 5; kill -KILL "$pid" 2>/dev/null
+    done
+    if [ -s "$dir/run/sudoers-dropin" ]; then
+      f=$(cat "$dir/run/sudoers-dropin")
+      case "$f" in /etc/sudoers.d/bbkit-e2e-*) rm -f "$f" ;; esac
+    fi
+  ' bbkit-slurm-guard "$owner" "$SLURM_DIR" "$SLURM_CONF" </dev/null >/dev/null 2>&1 &
+  echo $! >"$SLURM_DIR/run/guard.pid"
+}
+
+# Installs bbkit's Slurm scripts next to slurm.conf, as a site would.
+install_bbkit_scripts() {
+  local args=(--slurm-conf-dir "$SLURM_DIR/etc" --config "$BBKIT_CONFIG" --bindir "$BBKIT_BIN"
+    --slurm-api 22.05 --slurm-user "${1:-root}")
+  "${BBKIT_INSTALL_SLURM:-$BBKIT_SOURCE_DIR/share/bbkit/slurm/install-slurm}" "${args[@]}" >"$SLURM_DIR/log/install-slurm.log" 2>&1 ||
+    { cat "$SLURM_DIR/log/install-slurm.log" >&2; return 1; }
+  transcript "root# install-slurm $(printf '%q ' "${args[@]}")"
+}
+
+# A stage-in that lasts seconds without any help from bbkit: one file of zeros copied into the
+# "slow" pool, which uses O_DIRECT (direct_io), so the copy runs at the disk's speed rather than
+# the page cache's. The disk is timed with three O_DIRECT writes of 64 MiB and the fastest one
+# counts (other work on the machine only slows it down): the file is sized to take about
+# $BBKIT_SLURM_SLOW_SECONDS (15) seconds at that speed, 512 MiB to 6 GiB. Sets SLOW_MIB and the
+# pool's capacity.
+calibrate_slow_stage() {
+  local target=${BBKIT_SLURM_SLOW_SECONDS:-15} t0 t1 best=0 i mib
+  for i in 1 2 3; do
+    t0=$(date +%s%N)
+    dd if=/dev/zero of="$SLURM_DIR/pools/slow/.calibrate" bs=4M count=16 oflag=direct status=none
+    t1=$(date +%s%N)
+    rm -f "$SLURM_DIR/pools/slow/.calibrate"
+    mib=$((64 * 1000000000 / (t1 - t0 + 1)))  # MiB per second
+    ((mib > best)) && best=$mib
+  done
+  mib=$((best * target))
+  ((mib < 512)) && mib=512
+  ((mib > 6144)) && mib=6144
+  SLOW_MIB=$((mib / 4 * 4))
+  SLOW_POOL_CAPACITY="$((SLOW_MIB + 64))MiB"
+  export SLOW_MIB SLOW_POOL_CAPACITY
+  transcript "(disk: up to $best MiB/s with O_DIRECT; slow stage-in file: $SLOW_MIB MiB)"
+}
+
+# Sets up everything in a new temporary directory and starts the daemons.
+start_cluster() {
+  local slurm_user=${1:-root}
+  ensure_packages
+  ensure_test_user
+  SLURM_DIR=$(mktemp -d /tmp/bbkit-slurm.XXXXXX)
+  export SLURM_DIR
+  # The job user execs its script from the spool and reads slurm.conf and the munge socket:
+  # every directory on those paths is 0755. Slurm's state directory stays 0700.
+  chmod 0755 "$SLURM_DIR"
+  mkdir -m 0755 -p "$SLURM_DIR"/{etc,munge,run,log,spool/slurmd,bbkit,pools,jobs,data}
+  mkdir -m 0700 "$SLURM_DIR/state"
+  chmod 0755 "$SLURM_DIR/spool"
+  : >"$SLURM_DIR/etc/plugstack.conf"
+  SLURM_CONF=$SLURM_DIR/etc/slurm.conf
+  BBKIT_CONFIG=$SLURM_DIR/bbkit/bbkit.toml
+  JOBS_DIR=$SLURM_DIR/jobs
+  DATA_DIR=$SLURM_DIR/data
+  export SLURM_CONF BBKIT_CONFIG JOBS_DIR DATA_DIR
+  chown "$SLURM_TEST_USER:" "$JOBS_DIR" "$DATA_DIR"
+  read -r CTLD_PORT SLURMD_PORT < <(free_ports 2)
+  export CTLD_PORT SLURMD_PORT
+  mkdir -p "$SLURM_DIR"/pools/{pool1,small,slow}
+  calibrate_slow_stage
+  write_slurm_conf "$slurm_user"
+  write_bbkit_conf
+  local pool
+  for pool in pool1 small slow; do bb-pool init "$pool" >/dev/null; done
+  install_bbkit_scripts "$slurm_user"
+  start_guard "$$"
+  start_munge
+  start_slurmctld
+  start_slurmd
+}
+
+# Restarts slurmctld and slurmd with an unprivileged SlurmUser: bbkit's scripts reinstalled for
+# it (the hooks then call the tools through sudo -n), install-slurm's sudoers drop-in copied to
+# /etc/sudoers.d under a unique name (removed by finish_cluster), Slurm's state directory and
+# logs owned by that user, and bbkit's state directory too (state_owner): the in-slurmctld
+# hooks, running as SlurmUser, read pools.json and env/ there without forking.
+use_slurm_user() {
+  local user=$1 dropin
+  stop_slurmctld TERM
+  stop_daemon "$SLURM_DIR/run/slurmd.pid" "$SLURM_CONF" 30
+  write_slurm_conf "$user"
+  sed -i "1i state_owner = \"$user\"" "$BBKIT_CONFIG"
+  chown -R "$user:" "$SLURM_DIR/bbkit/state"
+  transcript "root# chown -R $user: $SLURM_DIR/bbkit/state   # and state_owner = \"$user\" in bbkit.toml"
+  install_bbkit_scripts "$user"
+  [ -s "$SLURM_DIR/etc/bbkit.sudoers" ] || fail "install-slurm wrote no sudoers drop-in for SlurmUser=$user"
+  # sudo skips drop-ins whose name holds a dot; mktemp's suffix has none.
+  dropin=$(mktemp /etc/sudoers.d/bbkit-e2e-XXXXXXXX)
+  echo "$dropin" >"$SLURM_DIR/run/sudoers-dropin"
+  install -m 0440 -o root -g root "$SLURM_DIR/etc/bbkit.sudoers" "$dropin"
+  visudo -cf "$dropin" >/dev/null || fail "$dropin does not pass visudo -c"
+  transcript "root# install -m 0440 -o root -g root $SLURM_DIR/etc/bbkit.sudoers $dropin"
+  chown -R "$user:" "$SLURM_DIR/state"
+  chown "$user:" "$SLURM_DIR/log" "$SLURM_DIR/log/slurmctld.log"
+  start_slurmctld
+  start_slurmd
+}
+
+remove_sudoers_dropin() {
+  local dropin
+  [ -s "$SLURM_DIR/run/sudoers-dropin" ] || return 0
+  dropin=$(cat "$SLURM_DIR/run/sudoers-dropin")
+  case "$dropin" in /etc/sudoers.d/bbkit-e2e-*) rm -f "$dropin" ;; esac
+  rm -f "$SLURM_DIR/run/sudoers-dropin"
+}
+
+# Stops every daemon started here and removes the temporary directory (kept with
+# BBKIT_SLURM_KEEP=1, or when the daemons refuse to stop).
+finish_cluster() {
+  [ -n "${SLURM_DIR:-}" ] && [ -d "$SLURM_DIR" ] || return 0
+  stop_cluster
+  remove_sudoers_dropin
+  : >"$SLURM_DIR/run/guard.stop"
+  if [ -d "${BBKIT_BUILD_DIR}/tests/slurm" ]; then
+    cp "$SLURM_DIR/log/slurmctld.log" "$BBKIT_BUILD_DIR/tests/slurm/slurmctld.log" 2>/dev/null || true
+    cp "$SLURM_DIR/log/slurmd.log" "$BBKIT_BUILD_DIR/tests/slurm/slurmd.log" 2>/dev/null || true
+  fi
+  if [ "${BBKIT_SLURM_KEEP:-0}" != 1 ]; then
+    rm -rf "$SLURM_DIR"
+  fi
+}

@@ -1,0 +1,394 @@
+#!/usr/bin/env bats
+# End to end with a real Slurm 22.05: munged, slurmctld and slurmd from Debian's packages run on
+# loopback in a temporary directory (harness.bash), Slurm drives every buffer through bbkit's
+# burst_buffer.lua and cli_filter.lua, and jobs are submitted by an unprivileged user. Each
+# scenario asserts on sbatch/squeue/scontrol output and on the files on disk; every line seen
+# is kept in build/tests/slurm/transcript.txt.
+
+load harness
+
+setup_file() {
+  mkdir -p "$(dirname "$TRANSCRIPT")"
+  : >"$TRANSCRIPT"
+  start_cluster root
+  # The slow source is written once, durably, so that its write-back does not compete with
+  # the stage-ins that read it.
+  setpriv --reuid="$TEST_UID" --regid="$TEST_GID" --init-groups \
+    dd if=/dev/zero of="$DATA_DIR/slow.dat" bs=4M count=$((SLOW_MIB / 4)) conv=fsync status=none
+}
+
+teardown_file() {
+  finish_cluster
+}
+
+setup() {
+  transcript "" "== $BATS_TEST_DESCRIPTION"
+}
+
+teardown() {
+  cancel_leftover_jobs
+  if [ -n "${BATS_TEST_COMPLETED:-}" ]; then
+    transcript "-- passed"
+  else
+    transcript "-- FAILED"
+    {
+      echo "--- slurmctld.log (last 40 lines)"
+      tail -n 40 "$SLURM_DIR/log/slurmctld.log" 2>/dev/null
+    } >&3 2>/dev/null || true
+  fi
+}
+
+# A job script in $JOBS_DIR owned by the test user: the lines given, then `set -e` and the body
+# read from stdin.
+job_script() {
+  local file=$JOBS_DIR/$1
+  shift
+  {
+    echo '#!/bin/bash'
+    printf '#SBATCH --output=%s/%%x-%%j.out\n' "$JOBS_DIR"
+    for line in "$@"; do printf '%s\n' "$line"; done
+    echo 'set -euo pipefail'
+    cat
+  } >"$file"
+  chown "$SLURM_TEST_USER:" "$file"
+  echo "$file"
+}
+
+# The pool is whole again in Slurm's view and in bbkit's: nothing allocated, nothing in trash.
+assert_pool_whole() {
+  local pool=$1 total=$2 figures
+  wait_until 30 "Slurm to report $pool free" sh -c "scontrol show burst | grep -q 'PoolName\[[0-9]*\]=$pool .*TotalSpace=$total FreeSpace=$total UsedSpace=0'"
+  slurm_run scontrol show burst
+  figures=$(bbkit_pool "$pool")
+  read -r t u tr f <<<"$figures"
+  [ "$u" = 0 ] && [ "$tr" = 0 ] && [ "$f" = "$t" ] || fail "bbkit's pool $pool is not whole: total used trash free = $figures"
+}
+
+# No directory of the job's buffer is left in its pool (trash included).
+assert_no_buffer_dir() {
+  local pool=$1 job=$2 left
+  left=$(find "$SLURM_DIR/pools/$pool/job" "$SLURM_DIR/pools/$pool/trash" -mindepth 1 -maxdepth 1 -name "$job.*" 2>/dev/null)
+  [ -z "$left" ] || fail "buffer directories of job $job are still there: $left"
+}
+
+# Scenario a, also run again under SlurmUser=slurm (h): `name` keeps the two apart.
+run_stage_in_and_out() {
+  local name=$1 sum out script
+  mkdir -p "$DATA_DIR/$name/tree/sub"
+  head -c 3000000 /dev/urandom >"$DATA_DIR/$name/input.dat"
+  printf 'hello from the parallel file system\n' >"$DATA_DIR/$name/tree/sub/hello.txt"
+  chown -R "$SLURM_TEST_USER:" "$DATA_DIR/$name"
+  sum=$(sha256sum <"$DATA_DIR/$name/input.dat" | cut -d' ' -f1)
+
+  script=$(job_script "$name.sh" "#SBATCH --job-name=scenario-$name" \
+    '#BB_LUA pool=pool1 capacity=8MiB' \
+    "#BB_LUA stage_in type=file source=$DATA_DIR/$name/input.dat destination=\$BB_JOB_DIR/input.dat" \
+    "#BB_LUA stage_in type=directory source=$DATA_DIR/$name/tree destination=\$BB_JOB_DIR/tree" \
+    "#BB_LUA stage_out type=directory source=\$BB_JOB_DIR/results destination=$DATA_DIR/$name/results" <<'EOF2'
+echo "BB_JOB_DIR=$BB_JOB_DIR"
+echo "DW_JOB_STRIPED=$DW_JOB_STRIPED"
+mkdir "$BB_JOB_DIR/results"
+sha256sum <"$DW_JOB_STRIPED/input.dat" | cut -d' ' -f1 >"$BB_JOB_DIR/results/input.sha256"
+tr a-z A-Z <"$BB_JOB_DIR/tree/sub/hello.txt" >"$BB_JOB_DIR/results/upper.txt"
+id -un >"$BB_JOB_DIR/results/user"
+EOF2
+)
+  submit "$script"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 120
+  slurm_run scontrol show job "$JOB"
+  assert_output --partial "BurstBuffer=#BB_LUA pool=pool1 capacity=8MiB"
+  assert_output --partial "ExitCode=0:0"
+
+  # The job saw its buffer directory through both variables, and read its input there.
+  out=$(cat "$JOBS_DIR/scenario-$name-$JOB.out")
+  [[ $out == *"BB_JOB_DIR=$SLURM_DIR/pools/pool1/job/$JOB."* ]] || fail "job output: $out"
+  [[ $out == *"DW_JOB_STRIPED=$SLURM_DIR/pools/pool1/job/$JOB."* ]] || fail "job output: $out"
+  # Its output is at the stage-out destination, owned by the user.
+  assert_equal "$(cat "$DATA_DIR/$name/results/input.sha256")" "$sum"
+  assert_equal "$(cat "$DATA_DIR/$name/results/upper.txt")" "HELLO FROM THE PARALLEL FILE SYSTEM"
+  assert_equal "$(cat "$DATA_DIR/$name/results/user")" "$SLURM_TEST_USER"
+  assert_equal "$(stat -c %U "$DATA_DIR/$name/results/upper.txt")" "$SLURM_TEST_USER"
+  # The buffer is gone and the space is back.
+  assert_no_buffer_dir pool1 "$JOB"
+  assert_pool_whole pool1 64MiB
+}
+
+@test "a. stage-in and stage-out of real files: the job reads its input in the buffer, the output lands, the buffer is gone" {
+  run_stage_in_and_out a
+}
+
+@test "b. a request larger than the whole pool is refused at submit, saying so" {
+  script=$(job_script b.sh '#SBATCH --job-name=scenario-b' '#BB_LUA pool=small capacity=1GiB' <<<'true')
+  submit "$script"
+  [ "$status" -ne 0 ] || fail "sbatch accepted a request for 1GiB from a 10MiB pool: $output"
+  assert_output --partial "sbatch: error:"
+  assert_output --partial "capacity=1GiB"
+  assert_output --partial "'small' holds only 10MiB"
+
+  # Without the client-side filter (a user may point sbatch at a slurm.conf of their own),
+  # slurmctld's job_process hook refuses it too.
+  mkdir -p "$SLURM_DIR/etc-nofilter"
+  grep -v '^CliFilterPlugins=' "$SLURM_CONF" >"$SLURM_DIR/etc-nofilter/slurm.conf"
+  chmod -R a+rX "$SLURM_DIR/etc-nofilter"
+  SLURM_CONF=$SLURM_DIR/etc-nofilter/slurm.conf submit "$script"
+  [ "$status" -ne 0 ] || fail "slurmctld accepted a request for 1GiB from a 10MiB pool: $output"
+  assert_output --partial "sbatch: error: burst_buffer/lua:"
+  assert_output --partial "capacity=1GiB"
+  assert_output --partial "small"
+  assert_output --partial "Batch job submission failed"
+  slurm_run squeue -h -n scenario-b -o '%i %T %r'
+  assert_output ""
+  assert_pool_whole small 10MiB
+}
+
+# A job that holds its buffer until $JOBS_DIR/release-<tag> exists (at most 5 minutes).
+held_job_script() {
+  local file=$1 tag=$2
+  shift 2
+  job_script "$file" "$@" <<JOB
+echo "running with \$BB_JOB_DIR"
+for i in \$(seq 1 1500); do [ -e "$JOBS_DIR/release-$tag" ] && exit 0; sleep 0.2; done
+exit 1
+JOB
+}
+
+# The line number of a bb state change in slurmctld's log, to check the order of two.
+bb_log_line() {
+  grep -n "Modify JobId=$1 burst buffer state from $2 to $3" "$SLURM_DIR/log/slurmctld.log" | head -n 1 | cut -d: -f1
+}
+
+@test "c. two jobs needing 60% of a pool each: the second pends on BurstBufferResources until the first's teardown" {
+  first=$(held_job_script c1.sh c '#SBATCH --job-name=scenario-c1' '#BB_LUA pool=small capacity=6MiB')
+  second=$(job_script c2.sh '#SBATCH --job-name=scenario-c2' '#BB_LUA pool=small capacity=6MiB' <<<'echo "second ran in $BB_JOB_DIR"')
+  submit "$first"
+  assert_equal "$status" 0
+  job1=$JOB
+  wait_job "$job1" 'JobState=RUNNING .*BurstBufferState=running' 60
+  slurm_run scontrol show burst
+  assert_output --regexp "PoolName\[[0-9]+\]=small Granularity=1MiB TotalSpace=10MiB FreeSpace=4MiB UsedSpace=6MiB"
+
+  submit "$second"
+  assert_equal "$status" 0
+  job2=$JOB
+  wait_job "$job2" 'JobState=PENDING Reason=BurstBufferResources BurstBufferState=pending' 30
+  # Several backfill cycles (bf_interval=1) later it is still waiting for space, not started.
+  local i
+  for i in $(seq 1 15); do
+    sleep 0.2
+    [ "$(job_field "$job2" JobState) $(job_field "$job2" Reason)" = "PENDING BurstBufferResources" ] ||
+      fail "job $job2 left BurstBufferResources while $job1 held the space: $(job_field "$job2" JobState) $(job_field "$job2" Reason)"
+  done
+  slurm_run squeue -h -j "$job1,$job2" -o '%i %T %r'
+  assert_line "$job1 RUNNING None"
+  assert_line "$job2 PENDING BurstBufferResources"
+
+  touch "$JOBS_DIR/release-c"
+  wait_job "$job1" 'JobState=COMPLETED .*BurstBufferState=complete' 60
+  wait_job "$job2" 'JobState=COMPLETED .*BurstBufferState=complete' 90
+  grep -q "second ran in $SLURM_DIR/pools/small/job/$job2." "$JOBS_DIR/scenario-c2-$job2.out"
+  # The second's stage-in began only after the first's teardown finished.
+  local done1 start2
+  done1=$(bb_log_line "$job1" teardown complete)
+  start2=$(bb_log_line "$job2" pending staging-in)
+  [ -n "$done1" ] && [ -n "$start2" ] && [ "$done1" -lt "$start2" ] ||
+    fail "job $job2 started staging in (log line ${start2:-none}) before job $job1's teardown ended (line ${done1:-none})"
+  assert_no_buffer_dir small "$job1"
+  assert_no_buffer_dir small "$job2"
+  assert_pool_whole small 10MiB
+}
+
+@test "d. a missing or unreadable stage-in source is refused at submit; one that vanishes after submit holds the job, naming the file" {
+  mkdir -p "$DATA_DIR/d"
+  echo secret >"$DATA_DIR/d/root-only.dat"
+  chmod 0600 "$DATA_DIR/d/root-only.dat"
+  echo data >"$DATA_DIR/d/later.dat"
+  chown "$SLURM_TEST_USER:" "$DATA_DIR/d" "$DATA_DIR/d/later.dat"
+
+  script=$(job_script d1.sh '#SBATCH --job-name=scenario-d1' '#BB_LUA pool=pool1 capacity=1MiB' \
+    "#BB_LUA stage_in type=file source=$DATA_DIR/d/missing.dat destination=\$BB_JOB_DIR/in" <<<'true')
+  submit "$script"
+  [ "$status" -ne 0 ] || fail "sbatch accepted a missing source: $output"
+  assert_output --partial "$DATA_DIR/d/missing.dat"
+  assert_output --partial "sbatch: error"
+
+  script=$(job_script d2.sh '#SBATCH --job-name=scenario-d2' '#BB_LUA pool=pool1 capacity=1MiB' \
+    "#BB_LUA stage_in type=file source=$DATA_DIR/d/root-only.dat destination=\$BB_JOB_DIR/in" <<<'true')
+  submit "$script"
+  [ "$status" -ne 0 ] || fail "sbatch accepted a source its user cannot read: $output"
+  assert_output --partial "$DATA_DIR/d/root-only.dat"
+  slurm_run squeue -h -n scenario-d1,scenario-d2 -o '%i %T'
+  assert_output ""
+
+  # The source exists at submit and is removed while the job waits for space behind a job
+  # holding 6 of the 10 MiB: stage-in then fails, and the job is held with the file's name.
+  blocker=$(held_job_script d-blocker.sh d '#SBATCH --job-name=scenario-d-blocker' '#BB_LUA pool=small capacity=6MiB')
+  submit "$blocker"
+  assert_equal "$status" 0
+  blocker_job=$JOB
+  wait_job "$blocker_job" 'JobState=RUNNING .*BurstBufferState=running' 60
+  script=$(job_script d3.sh '#SBATCH --job-name=scenario-d3' '#BB_LUA pool=small capacity=6MiB' \
+    "#BB_LUA stage_in type=file source=$DATA_DIR/d/later.dat destination=\$BB_JOB_DIR/in" <<<'cat "$BB_JOB_DIR/in"')
+  submit "$script"
+  assert_equal "$status" 0
+  job=$JOB
+  wait_job "$job" 'JobState=PENDING Reason=BurstBufferResources BurstBufferState=pending' 30
+  rm "$DATA_DIR/d/later.dat"
+  touch "$JOBS_DIR/release-d"
+  wait_job "$blocker_job" 'JobState=COMPLETED .*BurstBufferState=complete' 60
+  wait_job "$job" "JobState=PENDING Reason=burst_buffer/lua:.*later.dat" 60
+  slurm_run squeue -h -j "$job" -o '%i %T %r'
+  assert_output --partial "$DATA_DIR/d/later.dat"
+  slurm_run scontrol show job "$job"
+  assert_output --partial "Priority=0"
+  assert_output --partial "later.dat"
+
+  # The admin gives up on it: scancel --hurry tears the buffer down and nothing stays charged.
+  slurm_run scancel --hurry "$job"
+  wait_job "$job" 'JobState=CANCELLED .*BurstBufferState=complete' 60
+  assert_no_buffer_dir small "$job"
+  assert_pool_whole small 10MiB
+}
+
+# Open files of any process under a directory (the mover's copy, for instance).
+open_files_under() {
+  find /proc/[0-9]*/fd -lname "$1/*" 2>/dev/null || true
+}
+
+# The 22.05 race (see slurm-notes): the kill meant for a cancelled stage-in also hits the
+# teardown that follows, before the Lua runs, and the buffer stays in `teardown`. Only when
+# slurmctld logged exactly that is it restarted, which re-runs teardown; bbkit's own state is
+# asserted afterwards either way.
+wait_teardown_after_cancel() {
+  local job=$1 deadline=$((SECONDS + 30))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    [ "$(job_field "$job" BurstBufferState)" = complete ] && break
+    sleep 0.2
+  done
+  if [ "$(job_field "$job" BurstBufferState)" = teardown ] &&
+    grep -q "teardown for JobId=$job terminated by slurmctld" "$SLURM_DIR/log/slurmctld.log"; then
+    transcript "(Slurm 22.05 race: teardown of job $job was killed with its cancelled stage-in; restarting slurmctld re-runs it)"
+    restart_slurmctld "teardown for JobId=$job terminated by slurmctld"
+  fi
+  wait_job "$job" 'JobState=CANCELLED .*BurstBufferState=complete' 60
+}
+
+# A job staging in the slow file, waited for until its copy has visibly started.
+start_slow_job() {
+  local name=$1 script
+  shift
+  script=$(job_script "$name.sh" "#SBATCH --job-name=scenario-$name" \
+    "#BB_LUA pool=slow capacity=$((SLOW_MIB + 16))MiB" \
+    "#BB_LUA stage_in type=file source=$DATA_DIR/slow.dat destination=\$BB_JOB_DIR/slow.dat" "$@")
+  submit "$script"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'BurstBufferState=staging-in' 60
+  wait_until 60 "the copy of job $JOB to start" copy_started "$JOB"
+}
+
+copy_started() {
+  local done total
+  read -r done total < <(stage_progress "$1") || return 1
+  [ "${done:-0}" -gt 0 ] && [ "$done" -lt "$total" ]
+}
+
+# Fails unless the job's stage-in is still copying; prints "bytes_done of bytes_total".
+assert_still_copying() {
+  local done total
+  read -r done total < <(stage_progress "$1") || true
+  [ -n "$done" ] && [ "$done" -lt "$total" ] ||
+    fail "the stage-in of job $1 is not in progress (bytes ${done:-?} of ${total:-?}): make it longer with BBKIT_SLURM_SLOW_SECONDS"
+  echo "$done of $total bytes"
+}
+
+@test "e. scancel during a long stage-in stops the copy and frees the space" {
+  start_slow_job e <<<'true'
+  job=$JOB
+  [ -n "$(open_files_under "$SLURM_DIR/pools/slow/job")" ] || fail "no process copies into the buffer"
+  progress=$(assert_still_copying "$job") || return 1
+  slurm_run -u scancel "$job"
+  transcript "(scancel with the copy at $progress)"
+  assert_equal "$status" 0
+  wait_teardown_after_cancel "$job"
+  slurm_run squeue -h -j "$job" -o '%i %T %r'
+  # The copy stopped: nothing has a file open in the pool, and the partial copy is gone.
+  wait_until 30 "the copy to stop" test -z "$(open_files_under "$SLURM_DIR/pools/slow")"
+  assert_no_buffer_dir slow "$job"
+  assert_pool_whole slow "$SLOW_POOL_CAPACITY"
+  slurm_run bb-stat --json job "$job"
+  assert_output --partial '"complete"'
+}
+
+@test "f. scontrol show burst lists the pool and the job's buffer; show bbstat prints bbkit's table and refuses anything else" {
+  script=$(held_job_script f.sh f '#SBATCH --job-name=scenario-f' '#BB_LUA pool=pool1 capacity=4MiB')
+  submit "$script"
+  job=$JOB
+  wait_job "$job" 'JobState=RUNNING .*BurstBufferState=running' 60
+
+  slurm_run -u scontrol show burst
+  assert_equal "$status" 0
+  assert_output --regexp "PoolName\[[0-9]+\]=pool1 Granularity=1MiB TotalSpace=64MiB FreeSpace=60MiB UsedSpace=4MiB"
+  assert_output --regexp "JobID=$job CreateTime=[0-9T:-]+ Pool=pool1 Size=4MiB State=allocated UserID=$SLURM_TEST_USER\($TEST_UID\)"
+
+  # bbkit's own table through Slurm, as the user, equal to bb-stat's.
+  slurm_run -u scontrol show bbstat pools
+  assert_equal "$status" 0
+  via_slurm=$output
+  slurm_run bb-stat pools
+  assert_equal "$(printf '%s\n' "$via_slurm" | sed '/^$/d')" "$(printf '%s\n' "$output" | sed '/^$/d')"
+  assert_output --partial pool1
+  slurm_run -u scontrol show bbstat job "$job"
+  assert_output --partial "running"
+
+  # Nothing a user types reaches a shell or becomes an option.
+  marker=/tmp/bbkit-e2e-injected.$$
+  rm -f "$marker"
+  local words
+  for words in "; touch $marker" "pools; touch $marker" "\$(touch $marker)" "\`touch $marker\`" \
+    "job 1;touch $marker" "--config=$marker pools" "job --json"; do
+    slurm_run -u scontrol show bbstat "$words"
+    refute_output --partial "pool1"
+    # shellcheck disable=SC2086 # split into several words on purpose
+    slurm_run -u scontrol show bbstat $words
+    refute_output --partial "pool1"
+    [ ! -e "$marker" ] || fail "'scontrol show bbstat $words' ran a command"
+  done
+  slurm_run -u scontrol show bbstat "; touch $marker"
+  assert_output --partial "usage"
+  [ ! -e "$marker" ]
+
+  touch "$JOBS_DIR/release-f"
+  wait_job "$job" 'JobState=COMPLETED .*BurstBufferState=complete' 60
+  assert_pool_whole pool1 64MiB
+}
+
+@test "g. slurmctld killed and restarted during a long stage-in: the job completes with its data, no capacity leaks" {
+  start_slow_job g "#BB_LUA stage_out type=directory source=\$BB_JOB_DIR/results destination=$DATA_DIR/g-results" <<'JOB'
+mkdir "$BB_JOB_DIR/results"
+stat -c %s "$BB_JOB_DIR/slow.dat" >"$BB_JOB_DIR/results/size"
+tail -c 1048576 "$BB_JOB_DIR/slow.dat" | sha256sum | cut -d' ' -f1 >"$BB_JOB_DIR/results/tail.sha256"
+JOB
+  job=$JOB
+  # slurmctld writes its job state a few seconds after a change; a job it never saved is lost
+  # by any crash (bb-pool reconcile --slurm covers that). Kill it once the job is on disk.
+  since=$(date +%s)
+  wait_until 30 "slurmctld to save its job state" sh -c "[ \$(stat -c %Y $SLURM_DIR/state/job_state) -gt $since ]"
+  progress=$(assert_still_copying "$job") || return 1
+  restart_slurmctld "SIGKILL during the stage-in of job $job, copy at $progress" KILL
+  wait_job "$job" 'JobState=COMPLETED .*BurstBufferState=complete' 240
+  slurm_run scontrol show job "$job"
+  assert_output --partial "ExitCode=0:0"
+  assert_equal "$(cat "$DATA_DIR/g-results/size")" "$((SLOW_MIB * 1048576))"
+  assert_equal "$(cat "$DATA_DIR/g-results/tail.sha256")" "$(tail -c 1048576 "$DATA_DIR/slow.dat" | sha256sum | cut -d' ' -f1)"
+  assert_no_buffer_dir slow "$job"
+  assert_pool_whole slow "$SLOW_POOL_CAPACITY"
+  slurm_run bb-pool check
+  assert_equal "$status" 0
+}
+
+@test "h. scenario a again with SlurmUser=slurm (the tools through sudo -n)" {
+  use_slurm_user slurm
+  slurm_run scontrol show config
+  assert_output --regexp "SlurmUser += slurm\($(id -u slurm)\)"
+  run_stage_in_and_out h
+}
