@@ -362,17 +362,36 @@ assert_still_copying() {
   assert_pool_whole pool1 64MiB
 }
 
+# Slurm 22.05 saves its burst-buffer state (state/burst_buffer_lua_state) only from its bb
+# agent, which wakes every 30 s right after calling slurm_bb_pools. Waits until the next wake-up
+# is a little more than `lead` seconds away, so that a job submitted now is in Slurm's saved
+# state shortly after its stage-in begins.
+wait_for_bb_agent_phase() {
+  local lead=$1 last next now
+  last=$(grep 'slurm_bb_pools ran for' "$SLURM_DIR/log/slurmctld.log" | tail -n 1 | sed 's/^\[\([^]]*\)\].*/\1/')
+  [ -n "$last" ] || fail "no slurm_bb_pools call in slurmctld.log"
+  next=$(date -d "$last" +%s%N)
+  now=$(date +%s%N)
+  while ((next - now < lead * 1000000000)); do next=$((next + 30000000000)); done
+  sleep "$(((next - now) / 1000000 - lead * 1000))e-3"
+}
+
 @test "g. slurmctld killed and restarted during a long stage-in: the job completes with its data, no capacity leaks" {
+  wait_for_bb_agent_phase 3
   start_slow_job g "#BB_LUA stage_out type=directory source=\$BB_JOB_DIR/results destination=$DATA_DIR/g-results" <<'JOB'
 mkdir "$BB_JOB_DIR/results"
 stat -c %s "$BB_JOB_DIR/slow.dat" >"$BB_JOB_DIR/results/size"
 tail -c 1048576 "$BB_JOB_DIR/slow.dat" | sha256sum | cut -d' ' -f1 >"$BB_JOB_DIR/results/tail.sha256"
 JOB
   job=$JOB
-  # slurmctld writes its job state a few seconds after a change; a job it never saved is lost
-  # by any crash (bb-pool reconcile --slurm covers that). Kill it once the job is on disk.
-  since=$(date +%s)
-  wait_until 30 "slurmctld to save its job state" sh -c "[ \$(stat -c %Y $SLURM_DIR/state/job_state) -gt $since ]"
+  # Crash once Slurm's saved state has both the job in staging-in and its buffer: 22.05 saves
+  # the job only on job changes (a comment is one; bb state changes are not), and the buffer
+  # from its bb agent (see wait_for_bb_agent_phase). A crash before that is one Slurm cannot
+  # recover from ("_recover_job_bb: Invalid job burst buffer state pending").
+  touch "$JOBS_DIR/g.saved"
+  slurm_run scontrol update JobId="$job" Comment=staging-in-saved
+  wait_until 20 "slurmctld to save the job" test "$SLURM_DIR/state/job_state" -nt "$JOBS_DIR/g.saved"
+  wait_until 40 "slurmctld to save its burst-buffer state" test "$SLURM_DIR/state/burst_buffer_lua_state" -nt "$JOBS_DIR/g.sh"
   progress=$(assert_still_copying "$job") || return 1
   restart_slurmctld "SIGKILL during the stage-in of job $job, copy at $progress" KILL
   wait_job "$job" 'JobState=COMPLETED .*BurstBufferState=complete' 240
