@@ -462,17 +462,14 @@ start_cluster() {
 
 # Restarts slurmctld and slurmd with an unprivileged SlurmUser: bbkit's scripts reinstalled for
 # it (the hooks then call the tools through sudo -n), install-slurm's sudoers drop-in copied to
-# /etc/sudoers.d under a unique name (removed by finish_cluster), Slurm's state directory and
-# logs owned by that user, and bbkit's state directory too (state_owner): the in-slurmctld
-# hooks, running as SlurmUser, read pools.json and env/ there without forking.
+# /etc/sudoers.d under a unique name (removed by finish_cluster), and Slurm's state directory
+# and logs owned by that user. bbkit's state directory stays root's: the in-slurmctld hooks,
+# running as SlurmUser, only open pools.json and env/<job>.env there (search permission).
 use_slurm_user() {
   local user=$1 dropin
   stop_slurmctld TERM
   stop_daemon "$SLURM_DIR/run/slurmd.pid" "$SLURM_CONF" 30
   write_slurm_conf "$user"
-  sed -i "1i state_owner = \"$user\"" "$BBKIT_CONFIG"
-  chown -R "$user:" "$SLURM_DIR/bbkit/state"
-  transcript "root# chown -R $user: $SLURM_DIR/bbkit/state   # and state_owner = \"$user\" in bbkit.toml"
   install_bbkit_scripts "$user"
   [ -s "$SLURM_DIR/etc/bbkit.sudoers" ] || fail "install-slurm wrote no sudoers drop-in for SlurmUser=$user"
   # sudo skips drop-ins whose name holds a dot; mktemp's suffix has none.
