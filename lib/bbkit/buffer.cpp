@@ -218,6 +218,23 @@ BufferKey parse_buffer_key(const std::string& text) {
     return fail();
 }
 
+std::uint64_t parse_job_id(const std::string& text, const std::string& what) {
+    constexpr std::uint64_t max_id = 0x7fffffffffffffffULL;  // SQLite integers are signed
+    std::uint64_t id = 0;
+    bool valid = !text.empty() && text.size() <= 19;
+    for (char c : text) {
+        if (!valid || c < '0' || c > '9') {
+            valid = false;
+            break;
+        }
+        id = id * 10 + static_cast<std::uint64_t>(c - '0');
+    }
+    if (!valid || id > max_id)
+        throw Error(ExitCode::usage, what + " '" + text +
+                                         "' is not a number (Slurm's ids are whole numbers)");
+    return id;
+}
+
 void check_persistent_name(const std::string& name) {
     const std::string what = "invalid persistent buffer name '" + name + "': ";
     if (name.empty() || name.size() > 64)

@@ -93,6 +93,10 @@ BufferKey parse_buffer_key(const std::string& text);
 // rule for every tool and the directive parser.
 void check_persistent_name(const std::string& name);
 
+// A Slurm job id (also an array job or task id) as text: digits only, at most 2^63-1, so it is
+// stored as it was given. Throws Error(usage) naming `what` ("job id") otherwise.
+std::uint64_t parse_job_id(const std::string& text, const std::string& what = "job id");
+
 // A process, named so that a reused pid is never mistaken for it.
 struct ProcessId {
     pid_t pid = 0;

@@ -25,6 +25,8 @@ constexpr const char* default_config_path = "/etc/bbkit/bbkit.toml";
 constexpr std::int64_t max_uid = 4294967294;  // (uid_t)-1 means "no uid" to the kernel
 constexpr unsigned max_stage_concurrency = 4096;
 constexpr unsigned max_mover_threads = 1024;
+// Names end up in file names with a job id and an incarnation: keep them well under NAME_MAX.
+constexpr std::size_t max_name_length = 64;
 
 // Keys and values are echoed in messages; a newline or NUL in them must not break the one line.
 std::string printable(const std::string& text) {
@@ -220,6 +222,9 @@ std::string name_of(const Field& field) {
     const std::string name = string_of(field);
     if (name.empty())
         field.fail("must not be empty");
+    if (name.size() > max_name_length)
+        field.fail("'" + name.substr(0, 16) + "...' is " + std::to_string(name.size()) +
+                   " characters long (at most " + std::to_string(max_name_length) + ")");
     for (char c : name)
         if (!is_name_char(c))
             field.fail("invalid character in '" + name + "' (use letters, digits, '_', '.', '-')");
@@ -492,7 +497,54 @@ std::string one_line(const std::string& toml_message) {
     return hint.empty() ? summary : summary + " (" + hint + ")";
 }
 
+// The byte length of the UTF-8 sequence starting at text[i], or 0 when it is not valid UTF-8
+// (overlong forms, surrogates and code points past U+10FFFF included).
+std::size_t utf8_sequence(const std::string& text, std::size_t i) {
+    const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+    const unsigned char lead = byte(i);
+    if (lead < 0x80)
+        return 1;
+    std::size_t length = 0;
+    unsigned char low = 0x80, high = 0xbf;  // the range of the second byte
+    if (lead >= 0xc2 && lead <= 0xdf) {
+        length = 2;
+    } else if (lead >= 0xe0 && lead <= 0xef) {
+        length = 3;
+        low = lead == 0xe0 ? 0xa0 : 0x80;
+        high = lead == 0xed ? 0x9f : 0xbf;
+    } else if (lead >= 0xf0 && lead <= 0xf4) {
+        length = 4;
+        low = lead == 0xf0 ? 0x90 : 0x80;
+        high = lead == 0xf4 ? 0x8f : 0xbf;
+    } else {
+        return 0;
+    }
+    if (i + length > text.size() || byte(i + 1) < low || byte(i + 1) > high)
+        return 0;
+    for (std::size_t k = 2; k < length; ++k)
+        if (byte(i + k) < 0x80 || byte(i + k) > 0xbf)
+            return 0;
+    return length;
+}
+
+// TOML documents are UTF-8. Checked before toml11 sees the text: toml11 3.7 reads past the end
+// of its buffer on some invalid sequences (found by tests/fuzz/config.cpp).
+void check_utf8(const std::string& text, const std::string& source) {
+    std::size_t line = 1;
+    for (std::size_t i = 0; i < text.size();) {
+        const std::size_t length = utf8_sequence(text, i);
+        if (length == 0)
+            fail_at(source, line, "invalid UTF-8",
+                    "byte " + std::to_string(i + 1) + " does not start a valid UTF-8 character "
+                    "(TOML files are UTF-8: convert the file, e.g. with iconv)");
+        if (text[i] == '\n')
+            ++line;
+        i += length;
+    }
+}
+
 Value parse_toml(const std::string& text, const std::string& source) {
+    check_utf8(text, source);
     std::istringstream stream(text);
     try {
         return toml::parse<toml::discard_comments, std::map, std::vector>(stream, source);

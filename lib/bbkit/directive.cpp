@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
+#include <string_view>
 #include <utility>
 
 #include "bbkit/error.hpp"
@@ -71,7 +73,7 @@ bool all_digits(const std::string& s) {
 }
 
 // The prefix `line` starts with ("#" + prefix + blank or end), or "" when none does.
-std::string match_prefix(const std::string& line, const std::vector<std::string>& prefixes) {
+std::string match_prefix(std::string_view line, const std::vector<std::string>& prefixes) {
     for (const std::string& prefix : prefixes) {
         if (prefix.empty() || line.size() < prefix.size() + 1 || line[0] != '#' ||
             line.compare(1, prefix.size(), prefix) != 0)
@@ -83,17 +85,26 @@ std::string match_prefix(const std::string& line, const std::vector<std::string>
     return "";
 }
 
-// A directive continues on the next line when it ends with exactly one backslash; "\\" at the
-// end is Slurm's stop marker, not a continuation.
-bool continues(const std::string& body) {
-    const std::string t = trim(body);
-    const std::size_t n = t.size();
-    return n >= 1 && t[n - 1] == '\\' && (n < 2 || t[n - 2] != '\\');
+// The index of the last character of `s` that is not blank, or npos.
+std::size_t last_nonblank(const std::string& s) {
+    std::size_t n = s.size();
+    while (n > 0 && is_blank(s[n - 1]))
+        --n;
+    return n == 0 ? std::string::npos : n - 1;
 }
 
-std::string without_backslash(const std::string& body) {
-    const std::string t = trim(body);
-    return t.substr(0, t.size() - 1);
+// A directive continues on the next line when it ends with exactly one backslash; "\\" at the
+// end is Slurm's stop marker, not a continuation. Looks only at the end of `body`, so joining
+// thousands of continued lines stays linear.
+bool continues(const std::string& body) {
+    const std::size_t last = last_nonblank(body);
+    return last != std::string::npos && body[last] == '\\' &&
+           (last == 0 || body[last - 1] != '\\');
+}
+
+// Drops the continuation backslash (and the blanks after it) in place.
+void drop_backslash(std::string& body) {
+    body.erase(last_nonblank(body));
 }
 
 // ---- tokens ----------------------------------------------------------------------------------
@@ -233,12 +244,12 @@ std::string replace_symbols(const std::string& value, Symbols& symbols) {
 // unknown (a warning, as Slurm ignores unknown options for compatibility).
 class Arguments {
   public:
+    // Linear in the number of tokens: a hostile line of megabytes must not take minutes.
     explicit Arguments(std::vector<Token> tokens) : tokens_(std::move(tokens)) {
-        for (std::size_t i = 0; i < tokens_.size(); ++i)
-            for (std::size_t j = 0; j < i; ++j)
-                if (tokens_[i].has_value && tokens_[j].has_value &&
-                    tokens_[i].key == tokens_[j].key)
-                    throw invalid("'" + tokens_[i].key + "=' is given twice");
+        std::set<std::string_view> keys;
+        for (const Token& token : tokens_)
+            if (token.has_value && !keys.insert(token.key).second)
+                throw invalid("'" + token.key + "=' is given twice");
         taken_.assign(tokens_.size(), false);
     }
 
@@ -444,6 +455,16 @@ std::string outside_path(const std::string& path, const std::string& role, bool 
     return head + joined;
 }
 
+// canonical_lines (bb-parse --emit-script, the lines Slurm is given back) must write every
+// accepted path so that it reads back the same. The grammar has no way to write a backslash
+// right before a double quote or at the very end of a value (found by tests/fuzz/directive.cpp).
+void check_writable(const std::string& path, const std::string& role) {
+    if ((!path.empty() && path.back() == '\\') || path.find("\\\"") != std::string::npos)
+        throw invalid(role + " '" + path +
+                      "' has a backslash at its end or before a '\"', which a directive cannot "
+                      "hold (rename the file)");
+}
+
 StageType parse_stage_type(const std::string& type) {
     if (type == "file")
         return StageType::file;
@@ -509,6 +530,7 @@ class Parser {
     Parser(const Config& config, const JobContext& job) : config_(config), job_(job) {}
 
     Request run(const RequestText& text) {
+        check_job_numbers();
         resolve_user();
         if (text.script)
             read_lines(split_lines(*text.script, Origin::script), Origin::script);
@@ -587,11 +609,12 @@ class Parser {
             std::string body = line.substr(prefix.size() + 1);
             while (continues(body) && i + 1 < lines.size()) {
                 ++i;
-                body = without_backslash(body) + " " +
-                       continuation(lines[i], {origin, static_cast<int>(i + 1)});
+                drop_backslash(body);
+                body += ' ';
+                body += continuation(lines[i], {origin, static_cast<int>(i + 1)});
             }
             if (continues(body))
-                body = without_backslash(body);  // nothing left to continue
+                drop_backslash(body);  // nothing left to continue
             parse_directive({where, body});
         }
     }
@@ -648,7 +671,7 @@ class Parser {
         std::size_t begin = 0;
         for (std::size_t i = 1; i < t.size(); ++i)
             if (t[i] == '#' && is_blank(t[i - 1]) &&
-                !match_prefix(t.substr(i), config_.directives).empty()) {
+                !match_prefix(std::string_view(t).substr(i), config_.directives).empty()) {
                 pieces.push_back(trim(t.substr(begin, i - begin)));
                 begin = i;
             }
@@ -801,6 +824,8 @@ class Parser {
             if (!in && destination.back() == '/' && s.destination != "/")
                 s.destination += "/" + name;
         }
+        check_writable(s.source, "source");
+        check_writable(s.destination, "destination");
         const std::string& inside = in ? s.destination : s.source;
         if (s.type == StageType::file && inside.empty())
             throw invalid(std::string(in ? "destination" : "source") +
@@ -887,6 +912,17 @@ class Parser {
                           " names no persistent buffer this job uses (add persistentdw name=" +
                           variable + ")");
         return found;
+    }
+
+    // Slurm's job ids and array task ids are numbers; anything else would end up in paths
+    // through %j, %A and %a.
+    void check_job_numbers() const {
+        if (job_.job_id)
+            parse_job_id(*job_.job_id);
+        if (job_.array_job_id)
+            parse_job_id(*job_.array_job_id, "array job id");
+        if (job_.array_task_id)
+            parse_job_id(*job_.array_task_id, "array task id");
     }
 
     void resolve_user() {

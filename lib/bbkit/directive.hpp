@@ -107,7 +107,8 @@ struct RequestText {
     bool check_slurm_view = true;
 };
 
-// Parses and validates against the configuration. Throws Error(data) for an invalid request
+// Parses and validates against the configuration. Throws Error(usage) for a job, array job or
+// array task id that is not a number, Error(data) for an invalid request
 // (in Slurm mode also for one Slurm reads differently, and for --bb's short form, which
 // Slurm's lua plugin does not read),
 // Error(no_input) for an unknown pool or user, Error(no_perm) for a user who may not use

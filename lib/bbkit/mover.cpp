@@ -304,6 +304,7 @@ class Mover {
     void copy_extent(const Node& node, int in, int out, off_t from, off_t to, bool direct,
                      bool drop_cache, Worker& worker);
     void finish_file(Node& node, int src, int dst, bool truncate);
+    void check_unchanged(const Node& node, int src);
     void copy_symlink(Node& node, Worker& worker);
     void copy_fifo(Node& node, Worker& worker);
     void place(Node& node, int dir, const std::string& name);
@@ -918,8 +919,26 @@ void Mover::set_owner_mode_times(int fd, const struct stat& st, const std::strin
     }
 }
 
+// A source written, truncated or replaced while it was copied leaves a copy that is neither its
+// old nor its new content: the move fails (exit 74) rather than report such a file done, and the
+// copy keeps a fresh mtime so a rerun copies it again. ctime catches a change that restored the
+// size and the mtime.
+void Mover::check_unchanged(const Node& node, int src) {
+    struct stat now {};
+    if (fstat(src, &now) != 0)
+        fail("read " + src_->display(node.src), errno);
+    if (now.st_ino != node.st.st_ino || now.st_dev != node.st.st_dev ||
+        now.st_size != node.st.st_size || !same_mtime(now, node.st) ||
+        now.st_ctim.tv_sec != node.st.st_ctim.tv_sec ||
+        now.st_ctim.tv_nsec != node.st.st_ctim.tv_nsec)
+        throw Error(ExitCode::io, "cannot copy " + src_->display(node.src) +
+                                      ": it changed while it was copied (rerun when the source "
+                                      "is no longer being written)");
+}
+
 void Mover::finish_file(Node& node, int src, int dst, bool truncate) {
     const std::string shown = dst_->display(node.dst);
+    check_unchanged(node, src);
     if (truncate && ftruncate(dst, node.st.st_size) != 0)
         fail("write " + shown, errno);
     copy_xattrs(src, dst, false, shown);

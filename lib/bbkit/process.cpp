@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <boost/process.hpp>
 #include <memory>
 #include <mutex>
@@ -21,8 +22,15 @@ constexpr const char* safe_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr
 bp::environment environment_for(const ProcessSpec& spec) {
     bp::environment env =
         spec.clean_env ? bp::environment() : bp::environment(boost::this_process::environment());
-    if (spec.clean_env)
+    if (spec.clean_env) {
         env["PATH"] = safe_path;
+#ifdef BBKIT_SANITIZER_BUILD
+        // Only in sanitizer builds: the mover reports its findings where the tests look.
+        for (const char* name : {"ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"})
+            if (const char* value = std::getenv(name))
+                env[name] = value;
+#endif
+    }
     for (const auto& [key, value] : spec.env)
         env[key] = value;
     return env;

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "bbkit/buffer.hpp"
 #include "bbkit/error.hpp"
 
 namespace bbkit {
@@ -31,6 +32,16 @@ void setup_logging(const std::string& tool, const CommonOptions& options) {
     spdlog::set_default_logger(logger);
 }
 
+// Messages echo the offending token, which hostile input can make megabytes long: keep the
+// start (what failed) and the end (what to do) of a long one.
+std::string bounded(const std::string& message) {
+    constexpr std::size_t keep = 480;
+    if (message.size() <= 2 * keep + 64)
+        return message;
+    return message.substr(0, keep) + "[... " + std::to_string(message.size() - 2 * keep) +
+           " bytes ...]" + message.substr(message.size() - keep);
+}
+
 }  // namespace
 
 void add_common_options(CLI::App& app, CommonOptions& options, bool with_state_dir) {
@@ -43,6 +54,19 @@ void add_common_options(CLI::App& app, CommonOptions& options, bool with_state_d
             "State directory (default: $BBKIT_STATE_DIR, then state_dir of the configuration)");
     app.add_flag("-v,--verbose", options.verbose, "More log output on stderr (repeatable)");
     app.add_flag("-q,--quiet", options.quiet, "Only errors on stderr");
+}
+
+CLI::Validator job_id_validator() {
+    return CLI::Validator(
+        [](std::string& text) -> std::string {
+            try {
+                parse_job_id(text);
+            } catch (const Error& e) {
+                return e.what();
+            }
+            return "";
+        },
+        "JOBID");
 }
 
 Config load_effective_config(const CommonOptions& options) {
@@ -65,17 +89,17 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
     } catch (const CLI::Success& e) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
-        std::cerr << tool << ": " << e.what() << " (see " << tool << " --help)\n";
+        std::cerr << tool << ": " << bounded(e.what()) << " (see " << tool << " --help)\n";
         return static_cast<int>(ExitCode::usage);
     }
     setup_logging(tool, options);
     try {
         return body();
     } catch (const Error& e) {
-        std::cerr << tool << ": " << e.what() << '\n';
+        std::cerr << tool << ": " << bounded(e.what()) << '\n';
         return e.exit_status();
     } catch (const std::exception& e) {
-        std::cerr << tool << ": internal error: " << e.what() << '\n';
+        std::cerr << tool << ": internal error: " << bounded(e.what()) << '\n';
         return static_cast<int>(ExitCode::software);
     }
 }

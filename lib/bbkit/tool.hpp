@@ -21,6 +21,10 @@ struct CommonOptions {
 // Adds --config, --state-dir (when `with_state_dir`), -v/--verbose, -q/--quiet and --version.
 void add_common_options(CLI::App& app, CommonOptions& options, bool with_state_dir);
 
+// Checks a --job value with parse_job_id (CLI11 alone would accept " 7" and turn
+// "99999999999999999999" into 2^64-1).
+CLI::Validator job_id_validator();
+
 // Loads the configuration the options point at (--config, $BBKIT_CONFIG, /etc/bbkit/bbkit.toml)
 // and applies --state-dir / $BBKIT_STATE_DIR.
 Config load_effective_config(const CommonOptions& options);

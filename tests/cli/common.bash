@@ -29,11 +29,38 @@ common_setup() {
   TEST_DIR=$(mktemp -d "${BATS_TMPDIR:-/tmp}/bbkit-cli.XXXXXX")
   chmod 755 "$TEST_DIR"
   export TEST_DIR
+  sanitizer_setup
   write_config
 }
 
 common_teardown() {
+  local clean=0
+  sanitizer_check || clean=$?
   [ -n "${TEST_DIR:-}" ] && rm -rf "$TEST_DIR"
+  return "$clean"
+}
+
+# In a sanitizer build (scripts/sanitize) every tool, whichever user it runs as (runuser, the
+# mover after dropping privileges), writes its reports into one world-writable directory per
+# test; a report there fails the test even when the tool's exit status was expected to fail.
+sanitizer_setup() {
+  [ "${BBKIT_SANITIZE:-}" = 1 ] || return 0
+  mkdir -m 1777 "$TEST_DIR/sanitizer"
+  chmod 1777 "$TEST_DIR/sanitizer"
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1:exitcode=86}:log_path=$TEST_DIR/sanitizer/asan"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:exitcode=86}:log_path=$TEST_DIR/sanitizer/ubsan"
+}
+
+sanitizer_check() {
+  [ "${BBKIT_SANITIZE:-}" = 1 ] && [ -d "${TEST_DIR:-}/sanitizer" ] || return 0
+  local report found=0
+  for report in "$TEST_DIR"/sanitizer/*; do
+    [ -e "$report" ] || continue
+    found=1
+    echo "sanitizer report $report:" >&2
+    cat "$report" >&2
+  done
+  [ "$found" = 0 ]
 }
 
 # Creates (once) an unprivileged user for permission tests; prints its name.

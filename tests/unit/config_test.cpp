@@ -659,3 +659,37 @@ TEST(config, man_page_example_parses) {
 
 }  // namespace
 }  // namespace bbkit
+
+namespace bbkit {
+namespace {
+
+TEST(config, names_longer_than_64_characters_are_refused) {
+    const std::string long_name(65, 'c');
+    EXPECT_NE(config_error("cluster = \"" + long_name + "\"\n").find("65 characters long (at most 64)"),
+              std::string::npos);
+    EXPECT_EQ(parse_config("cluster = \"" + std::string(64, 'c') + "\"\n", "t.toml").cluster,
+              std::string(64, 'c'));
+}
+
+}  // namespace
+}  // namespace bbkit
+
+namespace bbkit {
+namespace {
+
+// toml11 3.7 read past its buffer on these (tests/fuzz/corpus/config/crash-*).
+TEST(config, invalid_utf8_is_an_error_naming_the_line) {
+    for (const std::string& text :
+         {std::string("'\x83'"), std::string("x = '\xc3'"), std::string("a = 1\nx = '''\x83"),
+          std::string("cluster = \"caf\xe9\""), std::string("# \xed\xa0\x80 surrogate"),
+          std::string("x = \"\xf4\x90\x80\x80\""), std::string("x = \"\xc0\xaf\"")}) {
+        const std::string message = config_error(text);
+        EXPECT_NE(message.find("invalid UTF-8"), std::string::npos) << message;
+    }
+    EXPECT_TRUE(starts_with(config_error("a = 1\nb = 2\nx = '\xff'"), "t.toml:3: invalid UTF-8"));
+    EXPECT_EQ(parse_config("cluster = \"main\" # caf\xc3\xa9 \xf0\x9f\x98\x80\n", "t.toml").cluster,
+              "main");
+}
+
+}  // namespace
+}  // namespace bbkit

@@ -802,3 +802,61 @@ TEST(Directive, file_destination_naming_a_directory_keeps_the_source_name) {
     EXPECT_EQ(r.stage_in.at(1).destination, "x");
     EXPECT_EQ(r.stage_out.at(0).destination, "/res/r.txt");
 }
+
+TEST(directive, rejects_job_ids_that_are_not_numbers) {
+    for (const std::string id : {"abc", "-1", "1x", "", " 7", "../x", "12345678901234567890"}) {
+        JobContext job;
+        job.job_id = id;
+        expect_error(bb("capacity=1G"), ExitCode::usage, "job id '" + id + "' is not a number",
+                     test_config(), job);
+        JobContext array;
+        array.job_id = "7";
+        array.array_task_id = id;
+        expect_error(bb("capacity=1G"), ExitCode::usage, "array task id", test_config(), array);
+    }
+    JobContext job;
+    job.job_id = "1234567890123456789";
+    EXPECT_TRUE(parse(bb("capacity=1G"), test_config(), job).job_buffer);
+}
+
+TEST(directive, many_distinct_keys_on_one_line_are_warnings_in_linear_time) {
+    std::string line = "#BB_LUA capacity=1G";
+    for (int i = 0; i < 100000; ++i)
+        line += " k" + std::to_string(i) + "=v";
+    const Request request = parse_script(shebang + line + "\n");
+    ASSERT_TRUE(request.job_buffer);
+    EXPECT_EQ(request.warnings.size(), 100000u);
+    expect_script_error(shebang + line + " k99999=w\n", "'k99999=' is given twice");
+}
+
+TEST(directive, thousands_of_continued_lines_join_into_one_directive) {
+    std::string text = shebang + "#BB_LUA capacity=2K \\\n";
+    for (int i = 0; i < 50000; ++i)
+        text += "#BB_LUA \\\n";
+    text += "#BB_LUA pool=small";
+    const Request request = parse_script(text);
+    ASSERT_TRUE(request.job_buffer);
+    EXPECT_EQ(request.job_buffer->pool, "small");
+}
+
+// Found by tests/fuzz/directive.cpp: such paths came back from --emit-script as lines that did
+// not parse (an unterminated quote) or continued onto the next line.
+TEST(directive, rejects_paths_that_canonical_lines_cannot_write_back) {
+    expect_script_error(shebang + "#BB_LUA stage_out type=file source=r destination=/o/x\\ k=v\n",
+                        "destination '/o/x\\' has a backslash at its end");
+    expect_script_error(shebang + "#BB_LUA stage_in type=file source=/a\\/ destination=d\n",
+                        "source '/a\\' has a backslash at its end");
+    expect_script_error(shebang + "#BB_LUA stage_in type=file source=/a\\\\x\\\\\\\"b destination=d\n",
+                        "source '/ax\\\\\"b' has a backslash at its end or before a '\"'");
+    JobContext job;
+    job.job_id = "7";
+    const Request request = parse_script(
+        shebang + "#BB_LUA stage_in type=file source=\"/a b/%j\\c\\\\d \\\"q\\\"\" destination=x\n",
+        job);
+    std::string again = shebang;
+    for (const std::string& line : canonical_lines(request, test_config()))
+        again += line + "\n";
+    const Request reparsed = parse_script(again, job);
+    ASSERT_EQ(reparsed.stage_in.size(), 1u);
+    EXPECT_EQ(reparsed.stage_in[0].source, request.stage_in[0].source);
+}

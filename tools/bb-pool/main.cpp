@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
     CLI::App* alloc =
         app.add_subcommand("alloc", "Reserve a buffer for a job or a persistent buffer");
     AllocCommand& a = o.alloc;
-    alloc->add_option("--job", o.job_id, "Job id");
+    alloc->add_option("--job", o.job_id, "Job id")->check(job_id_validator());
     alloc->add_option("--user", a.user, "The job's user (name or uid)");
     alloc->add_option("--pool", a.pool, "Pool (default: the request's, then default_pool)");
     alloc->add_option("--capacity", a.capacity,

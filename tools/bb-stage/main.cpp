@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
     std::uint64_t job_id = 0;
     bool json = false, progress = false, retry = false;
     std::optional<std::string> output;
-    app.add_option("--job", job_id, "Job id")->required();
+    app.add_option("--job", job_id, "Job id")->required()->check(job_id_validator());
     app.add_flag("--json", json, "Print a JSON summary");
     CLI::App* in = app.add_subcommand("in", "Stage in: allocated -> staging-in -> staged-in");
     CLI::App* out =

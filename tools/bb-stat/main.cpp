@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bbkit/buffer.hpp"
 #include "bbkit/config.hpp"
 #include "bbkit/error.hpp"
 #include "bbkit/render.hpp"
@@ -63,10 +64,7 @@ Request parse_words(const std::vector<std::string>& words) {
     }
     if (words.size() != 2)
         throw Error(ExitCode::usage, "job needs exactly one job ID");
-    const std::string& id = words[1];
-    if (id.empty() || id.size() > 19 || id.find_first_not_of("0123456789") != std::string::npos)
-        throw Error(ExitCode::usage, "job ID '" + id + "' is not a number");
-    request.job_id = std::stoull(id);
+    request.job_id = parse_job_id(words[1], "job ID");
     return request;
 }
 
