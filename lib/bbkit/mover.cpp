@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "bbkit/error.hpp"
+#include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/pool_dir.hpp"
 
@@ -309,6 +310,7 @@ class Mover {
     void copy_fifo(Node& node, Worker& worker);
     void place(Node& node, int dir, const std::string& name);
     std::string temp_name(const std::string& name);
+    void remove_stale_temps();
     // finish
     void link_hard_links();
     void apply_dir_metadata(const Node& node);
@@ -655,6 +657,40 @@ std::string Mover::temp_name(const std::string& name) {
     return ".bbkit-" + std::to_string(std::hash<std::string>{}(name)) + "-" + suffix;
 }
 
+// A durable move killed before its renames leaves temporaries next to the names it was
+// writing. A rerun removes those of the names it writes (any run's: the suffix is random), so
+// their space comes back and only complete files remain; no other name is touched.
+void Mover::remove_stale_temps() {
+    constexpr std::size_t suffix = 20;  // temp_name's hex digits
+    std::map<std::string, std::set<std::string>> prefixes;  // directory -> temp name prefixes
+    for (const Node& node : nodes_) {
+        if (node.kind != Kind::file && node.kind != Kind::symlink && node.kind != Kind::fifo)
+            continue;
+        const auto [parent, name] = split_last(node.dst);
+        const std::string temp = temp_name(name);
+        prefixes[parent].insert(temp.substr(0, temp.size() - suffix));
+    }
+    for (const auto& [parent, mine] : prefixes) {
+        const Fd dir = dst_->open_dir(parent);
+        std::vector<std::string> stale;
+        {
+            DirStream stream(dir.get());
+            while (const dirent* e = stream.dir ? readdir(stream.dir) : nullptr) {
+                const std::string entry = e->d_name;
+                if (entry.size() > suffix &&
+                    mine.count(entry.substr(0, entry.size() - suffix)) &&
+                    entry.find_first_not_of("0123456789abcdef", entry.size() - suffix) ==
+                        std::string::npos)
+                    stale.push_back(entry);
+            }
+        }
+        for (const std::string& entry : stale)
+            if (unlinkat(dir.get(), entry.c_str(), 0) != 0 && errno != ENOENT)
+                fail("remove the stale temporary " + dst_->display(dst_->join(parent, entry)),
+                     errno);
+    }
+}
+
 // Creates the file that receives the copy: under a temporary name for durable moves, else
 // under its final name after removing what an earlier run left (which may be read-only).
 Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
@@ -762,6 +798,7 @@ void Mover::copy_small_file(Node& node, Worker& worker) {
         if (node.st.st_size > 0)
             copy_data(node, src.get(), dst.get(), 0, node.st.st_size, direct, false, worker);
         finish_file(node, src.get(), dst.get(), direct);
+        fault_point("mover.file-copied");
         files_written_.fetch_add(1);
         bytes_written_.fetch_add(size);
     }
@@ -898,6 +935,7 @@ void Mover::copy_extent(const Node& node, int in, int out, off_t from, off_t to,
                               POSIX_FADV_DONTNEED);
         }
         pos += n;
+        fault_point("mover.mid-copy");
     }
 }
 
@@ -1140,6 +1178,7 @@ MoveSummary Mover::run() {
     for (const MoveEntry& entry : plan_.entries)
         add_entry(entry);
     report(true);
+    fault_point("mover.walked");
 
     // Directories first, parents before children (the walk's order), all writable for now.
     for (const std::string& top : entry_tops_)
@@ -1150,6 +1189,9 @@ MoveSummary Mover::run() {
             report(false);
         }
     }
+    if (plan_.durable)
+        remove_stale_temps();
+    fault_point("mover.dirs-made");
 
     // A descriptor on each destination file system, opened before any data is written: since
     // Linux 5.8 syncfs reports the writeback errors that happened after this open.
@@ -1190,10 +1232,12 @@ MoveSummary Mover::run() {
                      [&](std::size_t i, Worker& worker) { run_task(tasks[i], worker); });
         tasks.clear();
 
+        fault_point("mover.before-syncfs");
         if (plan_.durable) {
             for (const Fd& fd : file_systems)
                 if (syncfs(fd.get()) != 0)
                     fail("sync the destination file system", errno);
+            fault_point("mover.before-renames");
             // Every temporary now holds durable bytes: only now may it take its final name.
             std::vector<std::size_t> pending;
             for (std::size_t i = 0; i < nodes_.size(); ++i)
@@ -1206,6 +1250,7 @@ MoveSummary Mover::run() {
                 if (renameat(dir, node.temp.c_str(), dir, name.c_str()) != 0)
                     fail("rename into place " + dst_->display(node.dst), errno);
                 node.temp.clear();
+                fault_point("mover.renamed");
             });
         }
     } catch (...) {
@@ -1213,6 +1258,7 @@ MoveSummary Mover::run() {
         throw;
     }
     link_hard_links();
+    fault_point("mover.before-dir-metadata");
 
     // Directory modes and times last (a 0500 directory had to stay writable while filled),
     // deepest first so a directory is final only after everything below it.
@@ -1227,6 +1273,7 @@ MoveSummary Mover::run() {
         run_parallel(level.size(),
                      [&](std::size_t i, Worker&) { apply_dir_metadata(nodes_[level[i]]); });
     }
+    fault_point("mover.before-dir-fsync");
     if (plan_.durable) {
         for (const std::string& dir : dirs_to_sync_) {
             const Fd fd = dst_->open_dir(dir);

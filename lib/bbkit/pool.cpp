@@ -12,6 +12,7 @@
 
 #include "bbkit/audit.hpp"
 #include "bbkit/error.hpp"
+#include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/render.hpp"
 #include "bbkit/size.hpp"
@@ -210,6 +211,7 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
                 queued = key;
                 publish(txn, store, config);
                 txn.commit();
+                fault_point("alloc.queued");
                 if (std::chrono::steady_clock::now() >= deadline)
                     throw Error(ExitCode::temp_fail, "timed out waiting for space in pool '" +
                                                          pool.name + "' (BurstBufferResources)");
@@ -418,6 +420,7 @@ AllocResult allocate(StateStore& store, const Config& config, const AllocRequest
 
     Reserved reserved = reserve(store, config, r, pool, allocated, tool);
     Buffer& b = reserved.buffer;
+    fault_point("alloc.reserved");
     if (reserved.existed)
         return AllocResult{b, buffer_path(pool, b), true};
 
@@ -431,6 +434,7 @@ AllocResult allocate(StateStore& store, const Config& config, const AllocRequest
         roll_back(store, config, b, e.what(), tool);
         throw;
     }
+    fault_point("alloc.dir-durable");
 
     b = complete_allocation(store, config, b.key, reserved.uses, tool);
     return AllocResult{b, buffer_path(pool, b), false};
@@ -476,8 +480,10 @@ Buffer complete_allocation(StateStore& store, const Config& config, const Buffer
     // Not fsync'd: recover rewrites env files from the records after a crash.
     if (key.kind() == BufferKind::job)
         write_env_files(store, key, job_environment(buffer_path(pool, b), uses));
+    fault_point("alloc.env-written");
     publish(txn, store, config);
     txn.commit();
+    fault_point("alloc.done");
     audit(store.dir(), tool, "alloc",
           "buffer=" + b.key.str() + " user=" + b.user + " pool=" + b.pool +
               " bytes=" + std::to_string(b.allocated_bytes));

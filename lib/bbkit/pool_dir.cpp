@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "bbkit/error.hpp"
+#include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
 
 namespace bbkit {
@@ -235,6 +236,7 @@ void PoolDir::create_buffer_dir(const std::string& directory, uid_t uid, gid_t g
     const std::string what = path_ + "/" + directory;
     if (mkdirat(parent, name.c_str(), private_dir) != 0 && errno != EEXIST)
         throw io_error("cannot create buffer directory " + what, errno);
+    fault_point("dir.made");
     Fd fd;
     try {
         fd = open_beneath(parent, name, O_RDONLY | O_DIRECTORY, what);
@@ -243,6 +245,7 @@ void PoolDir::create_buffer_dir(const std::string& directory, uid_t uid, gid_t g
     }
     if (fchown(fd.get(), uid, gid) != 0 || fchmod(fd.get(), private_dir) != 0)
         throw io_error("cannot hand " + what + " to uid " + std::to_string(uid), errno);
+    fault_point("dir.owned");
     fsync_pair(fd.get(), what, parent, path_ + "/" + subdir);
 }
 
@@ -261,6 +264,7 @@ bool PoolDir::move_to_trash(const std::string& directory, const std::string& tra
             return false;
         throw io_error("cannot move " + path_ + "/" + directory + " to trash", errno);
     }
+    fault_point("trash.renamed");
     if (sync == Sync::now)
         sync_removal(directory);
     return true;
@@ -315,6 +319,7 @@ struct Remover {
             } else if (unlinkat(fd, name.c_str(), 0) != 0 && errno != ENOENT) {
                 throw io_error("cannot remove " + what + "/" + name, errno);
             }
+            fault_point("reap.partial");
         }
         return true;
     }
@@ -376,6 +381,7 @@ void PoolDir::quarantine(const std::string& relative, const std::string& name) {
     if (renameat2(subdir_fd(subdir), entry.c_str(), quarantine_.get(), name.c_str(),
                   RENAME_NOREPLACE) != 0)
         throw io_error("cannot move " + path_ + "/" + relative + " to quarantine", errno);
+    fault_point("quarantine.renamed");
     fsync_fd(quarantine_.get(), path_ + "/quarantine");
     fsync_fd(subdir_fd(subdir), path_ + "/" + subdir);
 }

@@ -9,6 +9,7 @@
 
 #include "bbkit/audit.hpp"
 #include "bbkit/error.hpp"
+#include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/run_lock.hpp"
@@ -18,6 +19,12 @@
 
 namespace bbkit {
 namespace {
+
+// Teardown or destroy has begun: the directory may be in its pool's job/ or already in trash/.
+bool is_ending(BufferState state) {
+    return state == BufferState::teardown || state == BufferState::deleting ||
+           state == BufferState::teardown_fail;
+}
 
 // The whole content of a small file, or "" when it cannot be read.
 std::string read_small_file(const std::string& path) {
@@ -144,8 +151,10 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
                 default:
                     break;
             }
-            if (!action.empty())
+            if (!action.empty()) {
                 actions.push_back(action);
+                fault_point("recover.action");
+            }
         } catch (const Error& e) {
             actions.push_back(b.key.str() + ": not recovered: " + e.what());
         }
@@ -158,6 +167,7 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
         publish(txn, store, config);
         txn.commit();
     }
+    fault_point("recover.queue");
     // Env files and public/ are written without fsync: rebuild them from the records.
     {
         ReadSnapshot snapshot(store);
@@ -187,6 +197,7 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
         publish_all(txn, store, config);
         txn.commit();
     }
+    fault_point("recover.published");
     const ReapResult reaped = reap(store, config, reap_budget, tool);
     if (reaped.reaped)
         actions.push_back("reaped " + std::to_string(reaped.reaped) + " buffer(s), released " +
@@ -253,8 +264,7 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
             findings.push_back({"expired-persistent", b.pool, b.key.str(),
                                 "expired; destroy it with bb-teardown --persistent " + b.key.name,
                                 false});
-        const bool ending = b.state == BufferState::teardown || b.state == BufferState::deleting ||
-                            b.state == BufferState::teardown_fail;
+        const bool ending = is_ending(b.state);
         if (!in_flight && (b.state == BufferState::allocating || ending))
             findings.push_back(
                 {"interrupted", b.pool, b.key.str(),
@@ -268,6 +278,7 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
                       dir->path() + "/" + b.directory + " is gone", false};
             if (repair) {
                 close_record(store, config, b.key, "repair: its directory was gone", tool);
+                fault_point("repair.closed");
                 audit(config.state_dir, tool, "repair",
                       "closed buffer=" + b.key.str() + " (directory missing)");
                 f.repaired = true;
@@ -316,8 +327,13 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
     expected_trash.clear();
     BufferFilter filter;
     filter.live_only = true;
-    for (const Buffer& b : txn.list_buffers(filter))
+    for (const Buffer& b : txn.list_buffers(filter)) {
         expected_dirs[b.pool].insert(b.directory);
+        // A teardown renames the directory into trash/ before it commits the end: between
+        // the two the entry belongs to a live record, and repair must not take it away.
+        if (is_ending(b.state))
+            expected_trash[b.pool].insert(trash_name(b));
+    }
     filter = BufferFilter{};
     filter.in_trash_only = true;
     for (const Buffer& b : txn.list_buffers(filter))

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "bbkit/error.hpp"
+#include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/process.hpp"
@@ -138,6 +139,7 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
     ProcessSpec spec;
     spec.path = mover;
     spec.stdin_data = plan_to_json(plan);
+    spec.env = fault_environment();
     spec.timeout = std::chrono::seconds(timeout_seconds);
     spec.on_stdout_line = [&](const std::string& line) {
         const MoverReport r = parse_report(line);
@@ -204,6 +206,25 @@ Error record_failure(StateStore& store, const Config& config, const Buffer& b, c
     return Error(code, run.message);
 }
 
+// The mover's message names the file and why; the user also needs the buffer, its pool and
+// the way on ("bb-stage: what failed: why (what to do)").
+Error explain_failure(const Buffer& b, bool in, const Error& mover) {
+    const std::string why = mover.what();
+    // bb-mover reports strerror() with a lower-case first letter (ENOSPC, EDQUOT).
+    const bool no_space = why.find("no space left on device") != std::string::npos ||
+                          why.find("disk quota exceeded") != std::string::npos;
+    const std::string job = std::to_string(b.key.job_id);
+    std::string text = std::string(in ? "stage-in of " : "stage-out of ") + b.key.str() +
+                       (in ? " into pool '" : " from pool '") + b.pool + "' failed: " + why;
+    if (in && no_space)
+        text += " (free space in pool '" + b.pool + "', then bb-stage in --job " + job +
+                " again; files already copied are skipped)";
+    else if (!in)
+        text += " (the data is kept in the buffer; fix the cause, then bb-stage out --retry "
+                "--job " + job + ")";
+    return Error(mover.code(), text);
+}
+
 Buffer enter(StateStore& store, const Config& config, const BufferKey& key, BufferState to,
              const std::string& tool) {
     WriteTransaction txn(store, tool);
@@ -234,6 +255,7 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
     const unsigned timeout = in ? config.timeouts.stage_in : config.timeouts.stage_out;
     const char* phase = in ? "stage-in" : "stage-out";
     std::optional<RunLock> lock = take_run_lock(config, b);
+    fault_point("stage.locked");
     b = live_buffer(store, config, b.key.job_id);  // again, under the run lock
     StageResult result;
     result.key = b.key.str();
@@ -251,6 +273,7 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
         config, "thread", config.limits.mover_threads,
         std::min(config.limits.mover_threads, max_threads_per_mover), deadline, "mover thread");
     b = enter(store, config, b.key, working, tool);
+    fault_point("stage.entered");
     const StagePlan plan =
         plan_for(store, config, b, direction, stages, static_cast<unsigned>(threads.size()));
     const std::string mover = find_mover();
@@ -258,7 +281,8 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
     threads.clear();
     slot.clear();
     if (!run.ok) {
-        Error error = record_failure(store, config, b, run, tool);
+        Error error = explain_failure(b, in, record_failure(store, config, b, run, tool));
+        fault_point("stage.failed");
         if (in && config.mode == Mode::standalone && config.flags.teardown_failure) {
             lock.reset();  // teardown takes the run lock itself
             TeardownOptions teardown;
@@ -267,6 +291,7 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
         }
         throw error;
     }
+    fault_point("stage.moved");
     leave(store, config, b.key, done, tool);
     result.files = run.summary.files;
     result.bytes = run.summary.bytes;
@@ -307,6 +332,7 @@ void hooked_phase(StateStore& store, const Config& config, Buffer b, BufferState
     RunLock lock = take_run_lock(config, b);
     if (b.state != working)
         b = enter(store, config, b.key, working, tool);
+    fault_point("hook.entered");
     try {
         run_hook(config, b, hook);
     } catch (const Error& e) {
@@ -315,6 +341,7 @@ void hooked_phase(StateStore& store, const Config& config, Buffer b, BufferState
         failed.message = e.what();
         throw record_failure(store, config, b, failed, tool);
     }
+    fault_point("hook.ran");
     if (done != working)
         leave(store, config, b.key, done, tool);
 }

@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "bbkit/error.hpp"
+#include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/user.hpp"
 
@@ -960,9 +961,11 @@ WriteTransaction::~WriteTransaction() {
 void WriteTransaction::commit() {
     if (committed_)
         throw Error(ExitCode::software, "transaction committed twice");
+    fault_point("txn.before-commit");
     impl_.query("COMMIT").run();
     impl_.in_transaction = false;
     committed_ = true;
+    fault_point("txn.committed");
     impl_.lock.reset();
 }
 

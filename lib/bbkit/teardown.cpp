@@ -9,6 +9,7 @@
 
 #include "bbkit/audit.hpp"
 #include "bbkit/error.hpp"
+#include "bbkit/fault.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
@@ -49,6 +50,7 @@ bool reap_one(StateStore& store, const Config& config, const Buffer& b, PoolDir&
               std::chrono::steady_clock::time_point deadline, const std::string& tool) {
     if (!dir.remove_from_trash(trash_name(b), deadline))
         return false;
+    fault_point("reap.removed");
     WriteTransaction txn(store, tool);
     txn.mark_reaped(b.key);
     publish(txn, store, config);
@@ -62,6 +64,7 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
                      const TeardownOptions& options, const std::string& tool) {
     stop_stager(config, key, options);
     RunLock lock = RunLock::acquire(config.state_dir, key.str(), run_lock_wait);
+    fault_point("teardown.locked");
     Buffer b;
     std::optional<PoolDir> dir;
     {
@@ -89,6 +92,7 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
             spdlog::warn("buffer {} stays in trash for the reaper: {}", key.str(), e.what());
         }
         dir->sync_removal(b.directory);
+        fault_point("teardown.trashed");
     } catch (const Error& e) {
         WriteTransaction txn(store, tool);
         if (key.kind() == BufferKind::job)
@@ -118,6 +122,7 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
         publish(txn, store, config);
         txn.commit();
     }
+    fault_point("teardown.ended");
     remove_env_files(store, key);
     audit(
         config.state_dir, tool, key.kind() == BufferKind::job ? "teardown" : "destroy",
@@ -159,6 +164,7 @@ TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64
         txn.commit();
         break;
     }
+    fault_point("teardown.committed");
     finish_teardown(store, config, key, options, tool);
     ReadSnapshot snapshot(store);
     return TeardownResult{true, key.str(), snapshot.get_buffer(key).reaped, ""};
@@ -185,6 +191,7 @@ TeardownResult teardown_persistent(StateStore& store, const Config& config, cons
         publish(txn, store, config);
         txn.commit();
     }
+    fault_point("teardown.committed");
     finish_teardown(store, config, key, options, tool);
     ReadSnapshot snapshot(store);
     return TeardownResult{true, key.str(), snapshot.get_buffer(key).reaped, ""};

@@ -12,6 +12,7 @@
 
 #include "bbkit/buffer.hpp"
 #include "bbkit/error.hpp"
+#include "bbkit/fault.hpp"
 
 namespace bbkit {
 namespace {
@@ -84,6 +85,11 @@ Config load_effective_config(const CommonOptions& options) {
 
 int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
              const CommonOptions& options, const std::function<int()>& body) {
+    if (fault_list_requested()) {  // for tests/fault/run: see bbkit(7), CRASH INJECTION
+        for (const FaultPointInfo& point : fault_points())
+            std::cout << point.name << '\t' << point.where << '\n';
+        return 0;
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::Success& e) {

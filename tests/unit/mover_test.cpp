@@ -499,6 +499,35 @@ TEST(mover, failed_stage_out_leaves_no_temporary_and_no_partial_file) {
     EXPECT_EQ(list_dir(tmp / "out"), std::vector<std::string>{"locked"});
 }
 
+// Found by tests/fault/run: a stage-out mover killed before its renames left its
+// temporaries in the user's destination, and the successful rerun kept them.
+TEST(mover, stage_out_rerun_removes_temporaries_a_killed_run_left) {
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    mkdir((buffer + "/data").c_str(), 0755);
+    write_file(buffer + "/data/result", "complete result");
+    write_file(buffer + "/data/" + std::string(250, 'n'), "long name");
+    for_each_entry(buffer, [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
+    mkdir((tmp / "out").c_str(), 0755);
+    // What a killed run leaves: temporaries of the names being written, partial content.
+    write_file(tmp / "out/.result.bbkit-0123456789abcdef0001", "comp");
+    const std::string hashed = std::to_string(std::hash<std::string>{}(std::string(250, 'n')));
+    write_file(tmp / "out/.bbkit-" + hashed + "-fedcba98765432100002", "lo");
+    // Names that only look alike are the user's and stay.
+    write_file(tmp / "out/.other.bbkit-0123456789abcdef0001", "other");
+    write_file(tmp / "out/.result.bbkit-notours", "mine");
+    chown((tmp / "out").c_str(), nobody, nogroup);
+    for_each_entry(tmp / "out", [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
+
+    const Outcome out = move_as_nobody(plan_out(buffer, "data", tmp / "out"));
+    ASSERT_EQ(out.code, 0) << out.message;
+    EXPECT_EQ(read_file(tmp / "out/result"), "complete result");
+    EXPECT_EQ(list_dir(tmp / "out"),
+              (std::vector<std::string>{".other.bbkit-0123456789abcdef0001",
+                                        ".result.bbkit-notours", std::string(250, 'n'),
+                                        "result"}));
+}
+
 TEST(mover, sources_the_user_cannot_read_or_that_are_missing) {
     TempDir tmp;
     write_file(tmp / "secret", "root only", 0600);

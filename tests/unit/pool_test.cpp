@@ -282,6 +282,26 @@ TEST_F(PoolTest, check_repair_quarantines_orphans_and_never_deletes) {
     EXPECT_TRUE(check(*store_, config_, false, "test").empty());
 }
 
+// Found by tests/fault/stress: a teardown between its rename into trash/ and its commit made
+// check report its trash entry as an orphan, and check --repair quarantine it.
+TEST_F(PoolTest, check_leaves_the_trash_entry_of_a_teardown_in_flight_alone) {
+    const AllocResult a = allocate(*store_, config_, job(7, KiB), "test");
+    {
+        WriteTransaction txn(*store_, "test");
+        Buffer b = txn.transition(a.buffer.key, BufferState::teardown);
+        b.run_lock_holder = ProcessId::self();  // the teardown is alive and working
+        txn.update_buffer(b);
+        txn.commit();
+    }
+    PoolDir dir = PoolDir::open(config_.pools.at(0), std::nullopt);
+    ASSERT_TRUE(dir.move_to_trash(a.buffer.directory, trash_name(a.buffer)));
+    EXPECT_TRUE(check(*store_, config_, false, "test").empty());
+    for (const Finding& f : check(*store_, config_, true, "test"))
+        EXPECT_NE(f.kind, "orphan-trash") << f.subject;
+    EXPECT_TRUE(dir.exists("trash/" + trash_name(a.buffer)));
+    EXPECT_TRUE(fs::is_empty(dir_ + "/small/quarantine"));
+}
+
 TEST_F(PoolTest, environment_lines_name_every_buffer_path) {
     const std::string env = job_environment("/bb/job/1.1", {{"my-data", "/bb/persistent/my-data"}});
     EXPECT_EQ(env,

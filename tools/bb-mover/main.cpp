@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "bbkit/error.hpp"
+#include "bbkit/fault.hpp"
 #include "bbkit/mover.hpp"
 #include "bbkit/sources.hpp"
 #include "bbkit/stage_plan.hpp"
@@ -107,6 +108,7 @@ int run(const std::string& input) {
         base_files += summary.files + summary.skipped;
         base_bytes += summary.bytes;
     }
+    bbkit::fault_point("mover.before-summary");
     report(summary_line(files, bytes, skipped, seconds));
     return 0;
 }

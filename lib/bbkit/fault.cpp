@@ -1,0 +1,150 @@
+#include "bbkit/fault.hpp"
+
+#ifdef BBKIT_FAULT_INJECTION
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#endif
+
+namespace bbkit {
+
+#ifdef BBKIT_FAULT_INJECTION
+namespace {
+
+// One table: the driver (tests/fault/run) reads it through BBKIT_FAULT=list.
+const std::vector<FaultPointInfo> table = {
+    {"txn.before-commit", "a write transaction is about to commit (any operation; :NTH)"},
+    {"txn.committed", "a write transaction committed, the state lock still held (:NTH)"},
+    {"alloc.queued", "alloc --wait: pending record and queue entry committed, waiting"},
+    {"alloc.reserved", "record committed as allocating (or allocated reused); no directory"},
+    {"dir.made", "buffer directory made; not handed to its user, nothing fsync'd"},
+    {"dir.owned", "buffer directory owned by its user; the parent not fsync'd"},
+    {"alloc.dir-durable", "buffer directory durable; the record still allocating"},
+    {"alloc.env-written", "env file written; allocated not committed"},
+    {"alloc.done", "allocated committed; the alloc not yet audited or reported"},
+    {"teardown.committed", "teardown/deleting committed; stager not stopped, directory in place"},
+    {"teardown.locked", "stager stopped, run lock held; directory not moved"},
+    {"trash.renamed", "directory renamed into trash/; neither directory fsync'd"},
+    {"teardown.trashed", "moved to trash/ (and reaped in budget), durable; end not committed"},
+    {"teardown.ended", "complete/deleted committed; env file kept, trash not reaped"},
+    {"reap.partial", "part of a trash entry removed (:NTH)"},
+    {"reap.removed", "trash entry gone; its space not released"},
+    {"stage.locked", "bb-stage holds the run lock; the state not changed"},
+    {"stage.entered", "staging-in/staging-out committed; mover not started"},
+    {"stage.moved", "the mover succeeded; staged-in/staged-out not committed"},
+    {"stage.failed", "a stage failure recorded; nothing else done"},
+    {"hook.entered", "pre-run/post-run committed; the hook not run"},
+    {"hook.ran", "the hook succeeded; the next state not committed"},
+    {"mover.walked", "bb-mover walked the sources; nothing written"},
+    {"mover.dirs-made", "bb-mover made the destination directories; no file written"},
+    {"mover.mid-copy", "bb-mover wrote part of a file (:NTH for later pieces)"},
+    {"mover.file-copied", "bb-mover wrote one whole file (temporary name when durable) (:NTH)"},
+    {"mover.before-syncfs", "bb-mover wrote every file; nothing synced"},
+    {"mover.before-renames", "bb-mover synced the data; no temporary renamed into place"},
+    {"mover.renamed", "bb-mover renamed one temporary into place (:NTH)"},
+    {"mover.before-dir-metadata", "files in place; directory modes and times not applied"},
+    {"mover.before-dir-fsync", "directory metadata applied; directories not fsync'd"},
+    {"mover.before-summary", "the move is complete and durable; bb-stage not told"},
+    {"recover.action", "recover finished one buffer (:NTH)"},
+    {"recover.queue", "recover dropped dead waiters; env files not rebuilt"},
+    {"recover.published", "recover rebuilt public/; trash not reaped"},
+    {"quarantine.renamed", "check --repair moved an orphan into quarantine/; not fsync'd"},
+    {"repair.closed", "check --repair closed a record whose directory was gone"},
+};
+
+struct Armed {
+    std::string name;
+    long nth = 1;
+};
+
+// BBKIT_FAULT=NAME[:NTH], read once.
+const Armed* armed() {
+    static const std::optional<Armed> parsed = []() -> std::optional<Armed> {
+        const char* env = std::getenv("BBKIT_FAULT");
+        if (!env || !*env || std::strcmp(env, "list") == 0)
+            return std::nullopt;
+        Armed a;
+        a.name = env;
+        if (const auto colon = a.name.rfind(':'); colon != std::string::npos) {
+            a.nth = std::atol(a.name.c_str() + colon + 1);
+            a.name.erase(colon);
+        }
+        if (a.nth <= 0)
+            return std::nullopt;
+        return a;
+    }();
+    return parsed ? &*parsed : nullptr;
+}
+
+std::atomic<long> passes{0};
+
+bool known(const char* name) {
+    for (const FaultPointInfo& point : table)
+        if (std::strcmp(point.name, name) == 0)
+            return true;
+    return false;
+}
+
+}  // namespace
+
+void fault_point(const char* name) {
+    if (!known(name)) {
+        const std::string message = std::string("fault point '") + name + "' is not in fault.cpp\n";
+        (void)!write(STDERR_FILENO, message.data(), message.size());
+        std::abort();
+    }
+    const Armed* a = armed();
+    if (!a || a->name != name || passes.fetch_add(1) + 1 != a->nth)
+        return;
+    if (const char* log = std::getenv("BBKIT_FAULT_LOG"); log && *log) {
+        const int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+        if (fd >= 0) {
+            const std::string line = std::string(name) + "\n";
+            (void)!write(fd, line.data(), line.size());
+            close(fd);
+        }
+    }
+    for (;;)
+        kill(getpid(), SIGKILL);
+}
+
+const std::vector<FaultPointInfo>& fault_points() {
+    return table;
+}
+
+std::map<std::string, std::string> fault_environment() {
+    std::map<std::string, std::string> env;
+    for (const char* key : {"BBKIT_FAULT", "BBKIT_FAULT_LOG"})
+        if (const char* value = std::getenv(key))
+            env[key] = value;
+    return env;
+}
+
+bool fault_list_requested() {
+    const char* env = std::getenv("BBKIT_FAULT");
+    return env && std::strcmp(env, "list") == 0;
+}
+
+#else
+
+const std::vector<FaultPointInfo>& fault_points() {
+    static const std::vector<FaultPointInfo> none;
+    return none;
+}
+
+std::map<std::string, std::string> fault_environment() {
+    return {};
+}
+
+bool fault_list_requested() {
+    return false;
+}
+
+#endif
+
+}  // namespace bbkit
