@@ -281,7 +281,9 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
     threads.clear();
     slot.clear();
     if (!run.ok) {
-        Error error = explain_failure(b, in, record_failure(store, config, b, run, tool));
+        Error error = record_failure(store, config, b, run, tool);
+        if (!in || error.code() == ExitCode::io)  // a source problem needs no pool named
+            error = explain_failure(b, in, error);
         fault_point("stage.failed");
         if (in && config.mode == Mode::standalone && config.flags.teardown_failure) {
             lock.reset();  // teardown takes the run lock itself
