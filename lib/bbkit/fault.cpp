@@ -60,6 +60,7 @@ const std::vector<FaultPointInfo> table = {
 struct Armed {
     std::string name;
     long nth = 1;
+    bool stop = false;  // SIGSTOP instead of SIGKILL: a test holds the process mid-operation
 };
 
 // BBKIT_FAULT=NAME[:NTH], read once.
@@ -70,6 +71,10 @@ const Armed* armed() {
             return std::nullopt;
         Armed a;
         a.name = env;
+        if (a.name.size() > 5 && a.name.compare(a.name.size() - 5, 5, ":stop") == 0) {
+            a.stop = true;
+            a.name.erase(a.name.size() - 5);
+        }
         if (const auto colon = a.name.rfind(':'); colon != std::string::npos) {
             a.nth = std::atol(a.name.c_str() + colon + 1);
             a.name.erase(colon);
@@ -108,6 +113,10 @@ void fault_point(const char* name) {
             (void)!write(fd, line.data(), line.size());
             close(fd);
         }
+    }
+    if (a->stop) {
+        kill(getpid(), SIGSTOP);  // continues where it stopped on SIGCONT
+        return;
     }
     for (;;)
         kill(getpid(), SIGKILL);

@@ -2,7 +2,8 @@
 // mutating operation. A build configured with BBKIT_FAULT_INJECTION=ON compiles them in; at run
 // time BBKIT_FAULT=NAME[:NTH] makes the process SIGKILL itself the NTH time (default 1) it
 // passes NAME, as a power cut or `kill -9` would. Without the option a point is an empty inline
-// function and the environment is never read.
+// function and the environment is never read. BBKIT_FAULT=NAME[:NTH]:stop stops the process
+// (SIGSTOP) there instead, so a test can act while an operation is half done, then SIGCONT it.
 #pragma once
 
 #include <map>

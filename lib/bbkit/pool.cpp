@@ -250,6 +250,12 @@ void roll_back(StateStore& store, const Config& config, const Buffer& b, const s
     txn.commit();
 }
 
+bool ended_meanwhile(StateStore& store, const BufferKey& key) {
+    ReadSnapshot snapshot(store);
+    const std::optional<Buffer> now = snapshot.find_buffer(key);
+    return now && is_final(now->state);
+}
+
 }  // namespace
 
 const PoolConfig& configured_pool(const Config& config, const std::string& name) {
@@ -424,19 +430,29 @@ AllocResult allocate(StateStore& store, const Config& config, const AllocRequest
     if (reserved.existed)
         return AllocResult{b, buffer_path(pool, b), true};
 
+    std::optional<PoolDir> dir;
     try {
-        PoolDir dir = [&] {
-            ReadSnapshot snapshot(store);
-            return open_pool(snapshot, config, r.pool);
-        }();
-        dir.create_buffer_dir(b.directory, b.uid, b.gid);
+        ReadSnapshot snapshot(store);
+        dir.emplace(open_pool(snapshot, config, r.pool));
+        dir->create_buffer_dir(b.directory, b.uid, b.gid);
     } catch (const Error& e) {
         roll_back(store, config, b, e.what(), tool);
         throw;
     }
     fault_point("alloc.dir-durable");
 
-    b = complete_allocation(store, config, b.key, reserved.uses, tool);
+    try {
+        b = complete_allocation(store, config, b.key, reserved.uses, tool);
+    } catch (const Error&) {
+        // A teardown that stopped waiting for this allocation ended the record meanwhile: the
+        // directory made above belongs to no record now.
+        if (ended_meanwhile(store, b.key)) {
+            dir->remove_if_empty(b.directory);
+            throw Error(ExitCode::no_input, describe(r) + ": buffer " + b.key.str() +
+                                                " was torn down while it was being allocated");
+        }
+        throw;
+    }
     return AllocResult{b, buffer_path(pool, b), false};
 }
 

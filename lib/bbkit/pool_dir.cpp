@@ -270,6 +270,12 @@ bool PoolDir::move_to_trash(const std::string& directory, const std::string& tra
     return true;
 }
 
+void PoolDir::remove_if_empty(const std::string& directory) {
+    const auto [subdir, name] = split_directory(directory);
+    if (unlinkat(subdir_fd(subdir), name.c_str(), AT_REMOVEDIR) == 0)
+        fsync_fd(subdir_fd(subdir), path_ + "/" + subdir);
+}
+
 void PoolDir::sync_removal(const std::string& directory) {
     const auto [subdir, name] = split_directory(directory);
     fsync_pair(trash_.get(), path_ + "/trash", subdir_fd(subdir), path_ + "/" + subdir);

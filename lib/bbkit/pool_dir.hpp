@@ -52,6 +52,9 @@ class PoolDir {
     // non-directory in its place is Error(exists).
     void create_buffer_dir(const std::string& directory, uid_t uid, gid_t gid);
     bool exists(const std::string& directory) const;
+    // Removes `directory` if it is still an empty directory (an allocation whose record was
+    // ended meanwhile); anything in it stays for check to report. Durable.
+    void remove_if_empty(const std::string& directory);
 
     // Whether a change is made durable before the call returns (`now`), or left for one
     // sync_removal() that covers several changes (`later`): each directory sync is a device

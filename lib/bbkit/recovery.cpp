@@ -103,9 +103,17 @@ std::string mark_interrupted(StateStore& store, const Config& config, const Buff
 
 std::string finish_ending(StateStore& store, const Config& config, const Buffer& b,
                           const std::string& tool) {
-    if (b.state == BufferState::teardown_fail) {
+    {
+        // Claimed in one transaction, as a teardown claims it: a teardown or another recover
+        // that started meanwhile keeps it (and is not stopped by this one).
         WriteTransaction txn(store, tool);
-        txn.transition(b.key, BufferState::teardown, "", "retried by recover");
+        Buffer now = txn.get_buffer(b.key);
+        if (now.state != b.state || (now.run_lock_holder && now.run_lock_holder->alive()))
+            return "";
+        if (b.state == BufferState::teardown_fail)
+            now = txn.transition(b.key, BufferState::teardown, "", "retried by recover");
+        now.run_lock_holder = ProcessId::self();
+        txn.update_buffer(now);
         txn.commit();
     }
     TeardownOptions options;

@@ -33,6 +33,14 @@ bool holder_alive(const Buffer& b) {
     return b.run_lock_holder && b.run_lock_holder->alive();
 }
 
+// Records this process as the one ending the buffer, in the transaction that starts the end:
+// until it holds the run lock, recover and check must see a live owner, not a dead one.
+void claim(WriteTransaction& txn, const BufferKey& key) {
+    Buffer b = txn.get_buffer(key);
+    b.run_lock_holder = ProcessId::self();
+    txn.update_buffer(b);
+}
+
 // Stops whoever stages this buffer: waits for it unless hurrying, then TERM, then KILL.
 void stop_stager(const Config& config, const BufferKey& key, const TeardownOptions& options) {
     const std::optional<ProcessId> holder = RunLock::holder(config.state_dir, key.str());
@@ -158,8 +166,16 @@ TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
             continue;
         }
+        if (b->state == BufferState::teardown && holder_alive(*b) &&
+            !(*b->run_lock_holder == ProcessId::self()) &&
+            std::chrono::steady_clock::now() < give_up) {
+            txn.commit();  // another teardown is finishing it: wait rather than stop it
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            continue;
+        }
         if (b->state != BufferState::teardown)
             txn.transition(key, BufferState::teardown);
+        claim(txn, key);
         publish(txn, store, config);
         txn.commit();
         break;
@@ -188,6 +204,7 @@ TeardownResult teardown_persistent(StateStore& store, const Config& config, cons
                         "persistent buffer '" + name + "' is being created (retry later)");
         if (b->state != BufferState::deleting)
             txn.transition(key, ending_state(key));
+        claim(txn, key);
         publish(txn, store, config);
         txn.commit();
     }

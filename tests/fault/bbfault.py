@@ -87,7 +87,7 @@ class World:
         return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 stdin=subprocess.DEVNULL, text=True, start_new_session=True)
 
-    def finish(self, proc, timeout=120):
+    def finish(self, proc, timeout=600):
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -97,7 +97,7 @@ class World:
         wait_group_gone(proc.pid)
         return proc.returncode, out, err
 
-    def run(self, args, fault=None, timeout=120):
+    def run(self, args, fault=None, timeout=600):
         return self.finish(self.start(args, fault), timeout)
 
     def check_ok(self, result, what, codes=(0,)):
