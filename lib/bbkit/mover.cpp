@@ -200,15 +200,18 @@ class Side {
 
 enum class Kind { directory, file, symlink, fifo, hard_link };
 
+constexpr std::size_t no_parent = static_cast<std::size_t>(-1);
+
 struct Node {
     Kind kind = Kind::file;
     std::string src, dst;  // paths on their sides
     struct stat st {};
     std::size_t link_to = 0;     // hard_link: the node whose copy this name links to
+    std::size_t parent = no_parent;  // the directory node this entry was walked from
     int depth = 0;               // directories: metadata is applied deepest first
     bool keep_metadata = false;  // the buffer root: bbkit owns its mode
     std::string temp;            // durable moves: the name written before the rename
-    bool renamed = false;
+    bool created = false;        // directories: made by this move, so nothing is in them yet
 };
 
 struct AlignedFree {
@@ -269,6 +272,7 @@ class ThreadGroup {
 struct SharedFile {
     std::mutex mutex;
     bool opened = false;
+    bool failed = false;  // opening or sizing it failed
     bool skip = false;
     bool direct = false;
     Fd src, dst;
@@ -289,17 +293,24 @@ class Mover {
   private:
     // walk
     void add_entry(const MoveEntry& entry);
-    void add_node(const std::string& src, const std::string& dst, const struct stat& st, int depth);
-    void walk_dir(int fd, const std::string& src, const std::string& dst, int depth);
+    void add_node(const std::string& src, const std::string& dst, const struct stat& st, int depth,
+                  std::size_t parent);
+    void walk_dir(int fd, const std::string& src, const std::string& dst, int depth,
+                  std::size_t self);
     // create directories
     void make_parents(const std::string& path);
-    void ensure_dir(const Node& node);
+    void ensure_dir(Node& node);
+    bool in_new_dir(const Node& node) const {
+        return node.parent != no_parent && nodes_[node.parent].created;
+    }
+    void remove_stale_temps();
     // copy
     void run_task(const Task& task, Worker& worker);
     void copy_small_file(Node& node, Worker& worker);
     void copy_chunk(const Task& task, Worker& worker);
     bool open_pair(Node& node, Worker& worker, Fd& src, Fd& dst, bool& direct);
     Fd create_destination(Node& node, int dir, const std::string& name);
+    void size_destination(const Node& node, int fd, bool reserve);
     void copy_data(const Node& node, int in, int out, off_t from, off_t to, bool direct,
                    bool drop_cache, Worker& worker);
     void copy_extent(const Node& node, int in, int out, off_t from, off_t to, bool direct,
@@ -461,7 +472,7 @@ void Mover::add_entry(const MoveEntry& entry) {
             if (!S_ISDIR(st.st_mode))
                 throw Error(ExitCode::data, shown + " is not a directory (type=directory)");
             entry_tops_.push_back(dst);
-            add_node(src, dst, st, 0);
+            add_node(src, dst, st, 0, no_parent);
             break;
         }
         case StageType::file: {
@@ -473,7 +484,7 @@ void Mover::add_entry(const MoveEntry& entry) {
             if (into)
                 dst = dst_->join(dst, split_last(src).second);
             entry_tops_.push_back(dst);
-            add_node(src, dst, st, 0);
+            add_node(src, dst, st, 0, no_parent);
             break;
         }
         case StageType::list:
@@ -482,19 +493,21 @@ void Mover::add_entry(const MoveEntry& entry) {
 }
 
 void Mover::add_node(const std::string& src, const std::string& dst, const struct stat& st,
-                     int depth) {
+                     int depth, std::size_t parent) {
     Node node;
     node.src = src;
     node.dst = dst;
     node.st = st;
     node.depth = depth;
+    node.parent = parent;
     const mode_t type = st.st_mode & S_IFMT;
     if (type == S_IFDIR) {
         node.kind = Kind::directory;
         node.keep_metadata = dst_->in_buffer() && dst.empty();
+        const std::size_t self = nodes_.size();
         nodes_.push_back(std::move(node));
         ++files_total_;
-        walk_dir(-1, src, dst, depth);
+        walk_dir(-1, src, dst, depth, self);
         return;
     }
     if (type == S_IFREG)
@@ -522,7 +535,8 @@ void Mover::add_node(const std::string& src, const std::string& dst, const struc
     nodes_.push_back(std::move(node));
 }
 
-void Mover::walk_dir(int parent, const std::string& src, const std::string& dst, int depth) {
+void Mover::walk_dir(int parent, const std::string& src, const std::string& dst, int depth,
+                     std::size_t self) {
     Fd dir;
     if (parent < 0) {
         dir = src_->open_dir(src, true);
@@ -558,11 +572,13 @@ void Mover::walk_dir(int parent, const std::string& src, const std::string& dst,
             node.dst = child_dst;
             node.st = st;
             node.depth = depth + 1;
+            node.parent = self;
+            const std::size_t child = nodes_.size();
             nodes_.push_back(std::move(node));
             ++files_total_;
-            walk_dir(dir.get(), child_src, child_dst, depth + 1);
+            walk_dir(dir.get(), child_src, child_dst, depth + 1, child);
         } else {
-            add_node(child_src, child_dst, st, depth + 1);
+            add_node(child_src, child_dst, st, depth + 1, self);
         }
     }
 }
@@ -615,14 +631,16 @@ void Mover::make_parents(const std::string& path) {
     }
 }
 
-void Mover::ensure_dir(const Node& node) {
+void Mover::ensure_dir(Node& node) {
     if (node.keep_metadata)
         return;
     const auto [parent, name] = split_last(node.dst);
     const std::string shown = dst_->display(node.dst);
     const Fd dir = dst_->open_dir(parent);
-    if (mkdirat(dir.get(), name.c_str(), 0700) == 0)
+    if (mkdirat(dir.get(), name.c_str(), 0700) == 0) {
+        node.created = true;
         return;
+    }
     if (errno != EEXIST)
         fail("create directory " + shown, errno);
     struct stat st {};
@@ -633,6 +651,7 @@ void Mover::ensure_dir(const Node& node) {
     if (!S_ISDIR(st.st_mode)) {
         if (unlinkat(dir.get(), name.c_str(), 0) != 0 || mkdirat(dir.get(), name.c_str(), 0700))
             fail("replace " + shown + " with a directory", errno);
+        node.created = true;
         return;
     }
     // Kept from an earlier run, it may already carry a read-only final mode: open it up until
@@ -643,7 +662,13 @@ void Mover::ensure_dir(const Node& node) {
         fail("make " + shown + " writable", errno);
 }
 
-// ---- copying ----------------------------------------------------------------------------
+// ---- temporaries --------------------------------------------------------------------------
+
+constexpr std::size_t temp_suffix_digits = 20;  // 16 hex digits per move, 4 per file
+
+std::string long_name_tag(const std::string& name) {
+    return std::to_string(std::hash<std::string>{}(name));
+}
 
 std::string Mover::temp_name(const std::string& name) {
     char suffix[40];
@@ -654,42 +679,86 @@ std::string Mover::temp_name(const std::string& name) {
     if (temp.size() <= NAME_MAX)
         return temp;
     // A long name leaves no room for a suffix: a short name still unique within this move.
-    return ".bbkit-" + std::to_string(std::hash<std::string>{}(name)) + "-" + suffix;
+    return ".bbkit-" + long_name_tag(name) + "-" + suffix;
 }
 
-// A durable move killed before its renames leaves temporaries next to the names it was
-// writing. A rerun removes those of the names it writes (any run's: the suffix is random), so
-// their space comes back and only complete files remain; no other name is touched.
+// The name a temporary of temp_name() was made for: "" when `entry` is not shaped like one;
+// a hash tag ("#" + tag) for the short form of long names.
+std::string temp_owner(const std::string& entry) {
+    const std::size_t suffix = temp_suffix_digits;
+    const std::string marker = ".bbkit-";
+    if (entry.size() <= 1 + marker.size() + suffix || entry[0] != '.')
+        return "";
+    for (std::size_t i = entry.size() - suffix; i < entry.size(); ++i)
+        if (!std::isxdigit(static_cast<unsigned char>(entry[i])) ||
+            std::isupper(static_cast<unsigned char>(entry[i])))
+            return "";
+    const std::string head = entry.substr(0, entry.size() - suffix);  // ".NAME.bbkit-"
+    if (head.size() > 1 + marker.size() &&
+        head.compare(head.size() - marker.size(), marker.size(), marker) == 0)
+        return head.substr(1, head.size() - 1 - marker.size());
+    // ".bbkit-TAG-"
+    if (head.compare(0, marker.size(), marker) == 0 && head.back() == '-' &&
+        head.size() > marker.size() + 1) {
+        const std::string tag = head.substr(marker.size(), head.size() - marker.size() - 1);
+        if (std::all_of(tag.begin(), tag.end(),
+                        [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+            return "#" + tag;
+    }
+    return "";
+}
+
+// A move killed before its renames (stage-out, or symlinks and fifos of a stage-in) left its
+// temporaries beside the names it was writing. In every destination directory that existed
+// before this move, removes those made for a name this move writes there; an entry of the
+// source that merely looks like a temporary is kept, as is anything else.
 void Mover::remove_stale_temps() {
-    constexpr std::size_t suffix = 20;  // temp_name's hex digits
-    std::map<std::string, std::set<std::string>> prefixes;  // directory -> temp name prefixes
+    struct Names {
+        std::set<std::string> all, written;  // every name moved there; those written via a temp
+    };
+    std::map<std::string, Names> dirs;
     for (const Node& node : nodes_) {
-        if (node.kind != Kind::file && node.kind != Kind::symlink && node.kind != Kind::fifo)
+        if (in_new_dir(node) || (node.kind == Kind::directory && node.keep_metadata))
             continue;
         const auto [parent, name] = split_last(node.dst);
-        const std::string temp = temp_name(name);
-        prefixes[parent].insert(temp.substr(0, temp.size() - suffix));
+        Names& names = dirs[parent];
+        names.all.insert(name);
+        if (node.kind != Kind::directory) {
+            names.written.insert(name);
+            names.written.insert("#" + long_name_tag(name));
+        }
     }
-    for (const auto& [parent, mine] : prefixes) {
-        const Fd dir = dst_->open_dir(parent);
+    for (const auto& [path, names] : dirs) {
+        if (names.written.empty())
+            continue;
+        Fd dir;
+        try {
+            dir = dst_->open_dir(path);
+        } catch (const Error&) {
+            continue;  // the copy itself reports what is wrong with this directory
+        }
         std::vector<std::string> stale;
         {
             DirStream stream(dir.get());
-            while (const dirent* e = stream.dir ? readdir(stream.dir) : nullptr) {
-                const std::string entry = e->d_name;
-                if (entry.size() > suffix &&
-                    mine.count(entry.substr(0, entry.size() - suffix)) &&
-                    entry.find_first_not_of("0123456789abcdef", entry.size() - suffix) ==
-                        std::string::npos)
-                    stale.push_back(entry);
+            if (!stream.dir)
+                continue;
+            while (const dirent* entry = readdir(stream.dir)) {
+                if (entry->d_type == DT_DIR || names.all.count(entry->d_name) != 0)
+                    continue;
+                const std::string owner = temp_owner(entry->d_name);
+                if (!owner.empty() && names.written.count(owner) != 0)
+                    stale.emplace_back(entry->d_name);
             }
         }
-        for (const std::string& entry : stale)
-            if (unlinkat(dir.get(), entry.c_str(), 0) != 0 && errno != ENOENT)
-                fail("remove the stale temporary " + dst_->display(dst_->join(parent, entry)),
-                     errno);
+        for (const std::string& name : stale) {
+            if (unlinkat(dir.get(), name.c_str(), 0) != 0 && errno != ENOENT && errno != EISDIR)
+                warn("cannot remove the stale temporary " + dst_->display(dst_->join(path, name)) +
+                     ": " + reason(errno));
+        }
     }
 }
+
+// ---- copying ----------------------------------------------------------------------------
 
 // Creates the file that receives the copy: under a temporary name for durable moves, else
 // under its final name after removing what an earlier run left (which may be read-only).
@@ -698,7 +767,7 @@ Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
     std::string target = name;
     if (plan_.durable) {
         target = temp_name(name);
-    } else if (unlinkat(dir, name.c_str(), 0) != 0 && errno != ENOENT) {
+    } else if (!in_new_dir(node) && unlinkat(dir, name.c_str(), 0) != 0 && errno != ENOENT) {
         fail("replace " + shown, errno);
     }
     const int fd =
@@ -714,6 +783,23 @@ Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
     return Fd(fd);
 }
 
+// Gives the destination its full size before chunks or O_DIRECT pieces land at their offsets.
+// `reserve` (dense files written with O_DIRECT) allocates the blocks up front: ext4 then lets
+// direct writes to one file run in parallel, where writes that allocate take the inode lock
+// exclusively one at a time, and a full file system fails here, before any copying. A file
+// system that cannot reserve gets a plain size.
+void Mover::size_destination(const Node& node, int fd, bool reserve) {
+    if (reserve) {
+        if (fallocate(fd, 0, 0, node.st.st_size) == 0)
+            return;
+        const int err = errno;
+        if (err != EOPNOTSUPP && err != ENOSYS && err != EINVAL)
+            fail("write " + dst_->display(node.dst), err);
+    }
+    if (ftruncate(fd, node.st.st_size) != 0)
+        fail("write " + dst_->display(node.dst), errno);
+}
+
 bool same_mtime(const struct stat& a, const struct stat& b) {
     return a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec;
 }
@@ -724,8 +810,10 @@ bool Mover::open_pair(Node& node, Worker& worker, Fd& src, Fd& dst, bool& direct
     const auto [src_parent, src_name] = split_last(node.src);
     const auto [dst_parent, dst_name] = split_last(node.dst);
     const int dst_dir = worker.dst_dir.get(*dst_, dst_parent);
+    // A directory this move created holds nothing yet: no earlier copy to look for.
     struct stat existing {};
-    if (fstatat(dst_dir, dst_name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0 &&
+    if (!in_new_dir(node) &&
+        fstatat(dst_dir, dst_name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0 &&
         S_ISREG(existing.st_mode) && existing.st_size == node.st.st_size &&
         same_mtime(existing, node.st))
         return false;
@@ -793,8 +881,8 @@ void Mover::copy_small_file(Node& node, Worker& worker) {
         skipped_.fetch_add(1);
     } else {
         const bool sparse = is_sparse(node.st);
-        if (sparse && ftruncate(dst.get(), node.st.st_size) != 0)
-            fail("write " + dst_->display(node.dst), errno);
+        if (sparse || direct)
+            size_destination(node, dst.get(), direct && !sparse);
         if (node.st.st_size > 0)
             copy_data(node, src.get(), dst.get(), 0, node.st.st_size, direct, false, worker);
         finish_file(node, src.get(), dst.get(), direct);
@@ -811,12 +899,17 @@ void Mover::copy_chunk(const Task& task, Worker& worker) {
     SharedFile& file = *task.shared;
     {
         std::lock_guard<std::mutex> lock(file.mutex);
+        if (file.failed)
+            throw Stopped{};  // the worker that opened it reports why
         if (!file.opened) {
+            // Once only: a second attempt would make a second temporary.
+            file.failed = true;
             file.skip = !open_pair(node, worker, file.src, file.dst, file.direct);
             // Full size first: chunks write at their own offsets, holes stay holes.
-            if (!file.skip && ftruncate(file.dst.get(), node.st.st_size) != 0)
-                fail("write " + dst_->display(node.dst), errno);
+            if (!file.skip)
+                size_destination(node, file.dst.get(), file.direct && !is_sparse(node.st));
             file.opened = true;
+            file.failed = false;
         }
     }
     if (!file.skip)
@@ -988,7 +1081,7 @@ void Mover::finish_file(Node& node, int src, int dst, bool truncate) {
 // Puts a symlink or fifo made under a temporary name in place; durable moves rename later,
 // together with the files.
 void Mover::place(Node& node, int dir, const std::string& name) {
-    if (plan_.durable)
+    if (plan_.durable || node.temp.empty())
         return;
     if (renameat(dir, node.temp.c_str(), dir, name.c_str()) != 0) {
         const int err = errno;
@@ -1014,8 +1107,9 @@ void Mover::copy_symlink(Node& node, Worker& worker) {
         target.resize(target.size() * 2);
     }
     const int dst_dir = worker.dst_dir.get(*dst_, dst_parent);
+    const bool fresh = in_new_dir(node);
     struct stat existing {};
-    if (fstatat(dst_dir, dst_name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0 &&
+    if (!fresh && fstatat(dst_dir, dst_name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0 &&
         S_ISLNK(existing.st_mode) && same_mtime(existing, node.st)) {
         std::string current(target.size() + 1, '\0');
         const ssize_t n = readlinkat(dst_dir, dst_name.c_str(), &current[0], current.size());
@@ -1025,10 +1119,13 @@ void Mover::copy_symlink(Node& node, Worker& worker) {
             return;
         }
     }
-    const std::string temp = temp_name(dst_name);
+    // Under its final name at once where nothing can be replaced and no rename is batched.
+    const bool direct_name = fresh && !plan_.durable;
+    const std::string temp = direct_name ? dst_name : temp_name(dst_name);
     if (symlinkat(target.c_str(), dst_dir, temp.c_str()) != 0)
         fail("create " + dst_->display(node.dst), errno);
-    node.temp = temp;
+    if (!direct_name)
+        node.temp = temp;
     fchownat(dst_dir, temp.c_str(), static_cast<uid_t>(-1), node.st.st_gid,
              AT_SYMLINK_NOFOLLOW);  // best effort, as for files
     const struct timespec times[2] = {node.st.st_atim, node.st.st_mtim};
@@ -1041,18 +1138,21 @@ void Mover::copy_symlink(Node& node, Worker& worker) {
 void Mover::copy_fifo(Node& node, Worker& worker) {
     const auto [dst_parent, dst_name] = split_last(node.dst);
     const int dst_dir = worker.dst_dir.get(*dst_, dst_parent);
+    const bool fresh = in_new_dir(node);
     struct stat existing {};
-    if (fstatat(dst_dir, dst_name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0 &&
+    if (!fresh && fstatat(dst_dir, dst_name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0 &&
         S_ISFIFO(existing.st_mode) && existing.st_mode == node.st.st_mode &&
         same_mtime(existing, node.st)) {
         skipped_.fetch_add(1);
         return;
     }
-    const std::string temp = temp_name(dst_name);
+    const bool direct_name = fresh && !plan_.durable;
+    const std::string temp = direct_name ? dst_name : temp_name(dst_name);
     const std::string shown = dst_->display(node.dst);
     if (mkfifoat(dst_dir, temp.c_str(), 0600) != 0)
         fail("create " + shown, errno);
-    node.temp = temp;
+    if (!direct_name)
+        node.temp = temp;
     // Opening for reading without blocking works on a fifo with no writer; metadata then
     // goes through the descriptor, never through a name that could be swapped.
     const int fd = openat(dst_dir, temp.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
@@ -1129,12 +1229,13 @@ void Mover::link_hard_links() {
         const int target_dir = dir_of(target.dst);
         struct stat a {
         }, b{};
-        if (fstatat(link_dir, link_name.c_str(), &a, AT_SYMLINK_NOFOLLOW) == 0 &&
+        const bool fresh = in_new_dir(node);
+        if (!fresh && fstatat(link_dir, link_name.c_str(), &a, AT_SYMLINK_NOFOLLOW) == 0 &&
             fstatat(target_dir, target_name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 &&
             a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
             skipped_.fetch_add(1);
         } else {
-            if (unlinkat(link_dir, link_name.c_str(), 0) != 0 && errno != ENOENT)
+            if (!fresh && unlinkat(link_dir, link_name.c_str(), 0) != 0 && errno != ENOENT)
                 fail("replace " + dst_->display(node.dst), errno);
             if (linkat(target_dir, target_name.c_str(), link_dir, link_name.c_str(), 0) != 0)
                 fail("link " + dst_->display(node.dst) + " to " + dst_->display(target.dst), errno);
@@ -1183,14 +1284,13 @@ MoveSummary Mover::run() {
     // Directories first, parents before children (the walk's order), all writable for now.
     for (const std::string& top : entry_tops_)
         make_parents(top);
-    for (const Node& node : nodes_) {
+    for (Node& node : nodes_) {
         if (node.kind == Kind::directory) {
             ensure_dir(node);
             report(false);
         }
     }
-    if (plan_.durable)
-        remove_stale_temps();
+    remove_stale_temps();
     fault_point("mover.dirs-made");
 
     // A descriptor on each destination file system, opened before any data is written: since

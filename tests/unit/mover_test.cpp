@@ -3,8 +3,10 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -571,6 +573,192 @@ TEST(mover, large_files_are_copied_in_chunks) {
         ASSERT_EQ(stat((buffer + "/data/big").c_str(), &st), 0);
         EXPECT_LT(st.st_blocks * 512, 16 << 20) << "holes filled";
     }
+}
+
+// A file system mounted for one test (tmpfs with a size, ramfs, an ext2 image on a loop
+// device), detached at the end. ok() is false where this machine cannot mount it.
+class Mount {
+  public:
+    Mount(const std::string& dir, const std::string& command) : dir_(dir) {
+        mkdir(dir.c_str(), 0755);
+        ok_ = std::system((command + " >/dev/null 2>&1").c_str()) == 0;
+        if (ok_)
+            chown(dir.c_str(), nobody, nogroup);
+    }
+    ~Mount() {
+        if (ok_)
+            umount2(dir_.c_str(), MNT_DETACH);
+    }
+    Mount(const Mount&) = delete;
+    Mount& operator=(const Mount&) = delete;
+    bool ok() const { return ok_; }
+
+  private:
+    std::string dir_;
+    bool ok_ = false;
+};
+
+// Dense data of `size` bytes that differs at every 4 KiB block (a misplaced block shows).
+std::string dense_data(std::size_t size, unsigned seed) {
+    std::string data(size, '\0');
+    for (std::size_t i = 0; i < size; i += 512)
+        data[i] = static_cast<char>((i / 4096) * 31 + seed);
+    if (size > 0)
+        data[size - 1] = static_cast<char>(seed + 1);
+    return data;
+}
+
+// Sources for the O_DIRECT paths: a chunked file (>= 64 MiB) and a one-worker file (8-64 MiB),
+// both ending in a partial block, plus a small file that stays buffered.
+void make_direct_sources(const std::string& src) {
+    mkdir(src.c_str(), 0755);
+    write_file(src + "/chunked", dense_data((std::size_t{70} << 20) + 4097, 3));
+    write_file(src + "/single", dense_data((std::size_t{9} << 20) + 1, 5));
+    write_file(src + "/small", "small\n");
+    for_each_entry(src, [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
+    lchown(src.c_str(), nobody, nogroup);
+}
+
+// Dense files of unaligned sizes go through O_DIRECT for all but their last partial block; the
+// destination's blocks are reserved first and the padding past the end is cut off.
+TEST(mover, direct_io_copies_unaligned_tails_exactly) {
+    TempDir tmp;
+    make_direct_sources(tmp / "src");
+    const std::string buffer = make_buffer(tmp, "buffer");
+    MovePlan in = plan_in(buffer, tmp / "src", "data");
+    in.direct_io = true;
+    const Outcome copied = move_as_nobody(in);
+    ASSERT_EQ(copied.code, 0) << copied.message;
+    EXPECT_EQ(copied.files, 3u);
+    expect_same_tree(tmp / "src", buffer + "/data", nobody);
+    EXPECT_EQ(read_file(buffer + "/data/chunked"), read_file(tmp / "src/chunked"));
+    EXPECT_EQ(read_file(buffer + "/data/single"), read_file(tmp / "src/single"));
+
+    mkdir((tmp / "out").c_str(), 0755);
+    chown((tmp / "out").c_str(), nobody, nogroup);
+    MovePlan out = plan_out(buffer, "data", tmp / "out/data");
+    out.direct_io = true;
+    const Outcome back = move_as_nobody(out);
+    ASSERT_EQ(back.code, 0) << back.message;
+    expect_same_tree(tmp / "src", tmp / "out/data", nobody);
+    EXPECT_EQ(read_file(tmp / "out/data/chunked"), read_file(tmp / "src/chunked"));
+    EXPECT_FALSE(has_temporaries(tmp / "out"));
+}
+
+// ramfs refuses O_DIRECT: the copy goes buffered, whole and exact.
+TEST(mover, direct_io_refused_by_the_file_system_falls_back_to_buffered) {
+    TempDir tmp;
+    make_direct_sources(tmp / "src");
+    const Mount ramfs(tmp / "ramfs", "mount -t ramfs ramfs " + tmp / "ramfs");
+    if (!ramfs.ok())
+        GTEST_SKIP() << "cannot mount ramfs here";
+    const std::string buffer = make_buffer(tmp, "ramfs/buffer");
+    MovePlan plan = plan_in(buffer, tmp / "src", "data");
+    plan.direct_io = true;
+    const Outcome in = move_as_nobody(plan);
+    ASSERT_EQ(in.code, 0) << in.message;
+    expect_same_tree(tmp / "src", buffer + "/data", nobody);
+    EXPECT_EQ(read_file(buffer + "/data/chunked"), read_file(tmp / "src/chunked"));
+}
+
+// ext2 (no extents) cannot reserve blocks with fallocate: the destination gets a plain size.
+TEST(mover, direct_io_where_blocks_cannot_be_reserved) {
+    TempDir tmp;
+    make_direct_sources(tmp / "src");
+    const std::string image = tmp / "ext2.img";
+    const Mount ext2(tmp / "ext2", "truncate -s 256M " + image + " && mkfs.ext2 -q -F " + image +
+                                       " && mount -o loop " + image + " " + tmp / "ext2");
+    if (!ext2.ok())
+        GTEST_SKIP() << "cannot make and loop-mount an ext2 image here (mkfs.ext2, loop devices)";
+    const std::string buffer = make_buffer(tmp, "ext2/buffer");
+    MovePlan plan = plan_in(buffer, tmp / "src", "data");
+    plan.direct_io = true;
+    const Outcome in = move_as_nobody(plan);
+    ASSERT_EQ(in.code, 0) << in.message;
+    // ext2 counts its indirect blocks in st_blocks: compare what a copy must keep.
+    for (const std::string name : {"chunked", "single", "small"}) {
+        struct stat a {}, b{};
+        ASSERT_EQ(stat((tmp / "src/" + name).c_str(), &a), 0);
+        ASSERT_EQ(stat((buffer + "/data/" + name).c_str(), &b), 0);
+        EXPECT_EQ(a.st_size, b.st_size) << name;
+        EXPECT_EQ(a.st_mode, b.st_mode) << name;
+        EXPECT_EQ(a.st_mtim.tv_nsec, b.st_mtim.tv_nsec) << name;
+        EXPECT_EQ(read_file(tmp / "src/" + name), read_file(buffer + "/data/" + name)) << name;
+    }
+}
+
+// A destination too small for a file fails when its blocks are reserved (exit 74, naming the
+// file); a stage-out leaves no temporary and no final name behind.
+TEST(mover, direct_io_on_a_full_file_system_fails_cleanly) {
+    TempDir tmp;
+    make_direct_sources(tmp / "src");
+    const Mount small(tmp / "small", "mount -t tmpfs -o size=16m tmpfs " + tmp / "small");
+    if (!small.ok())
+        GTEST_SKIP() << "cannot mount tmpfs here";
+    const std::string buffer = make_buffer(tmp, "small/buffer");
+    MovePlan plan = plan_in(buffer, tmp / "src", "data");
+    plan.direct_io = true;
+    const Outcome in = move_as_nobody(plan);
+    EXPECT_EQ(in.code, 74) << in.message;
+    EXPECT_NE(in.message.find(buffer + "/data/chunked"), std::string::npos) << in.message;
+    EXPECT_NE(in.message.find("no space left on device"), std::string::npos) << in.message;
+
+    const std::string full = make_buffer(tmp, "buffer");
+    ASSERT_EQ(move_as_nobody(plan_in(full, tmp / "src", "data")).code, 0);
+    MovePlan out = plan_out(full, "data", tmp / "small/out");
+    out.direct_io = true;
+    const Outcome failed = move_as_nobody(out);
+    EXPECT_EQ(failed.code, 74) << failed.message;
+    EXPECT_NE(failed.message.find(tmp / "small/out/chunked"), std::string::npos)
+        << failed.message;
+    EXPECT_FALSE(has_temporaries(tmp / "small"));
+    EXPECT_EQ(list_dir(tmp / "small/out"), std::vector<std::string>{});
+}
+
+// A stage-out killed before its renames leaves `.NAME.bbkit-<20 hex>` files (and the short
+// form `.bbkit-<tag>-<20 hex>` for names too long for that) beside the names it was writing.
+// The rerun removes them; a source entry or another file that only looks like one is kept.
+TEST(mover, rerun_removes_temporaries_of_a_killed_stage_out) {
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    mkdir((buffer + "/data").c_str(), 0755);
+    mkdir((buffer + "/data/sub").c_str(), 0755);
+    const std::string long_name(250, 'L');
+    const std::string lookalike = ".a.bbkit-0123456789abcdef0099";  // a source entry
+    write_file(buffer + "/data/a", "a");
+    write_file(buffer + "/data/sub/b", "b");
+    write_file(buffer + "/data/" + long_name, "long");
+    write_file(buffer + "/data/" + lookalike, "source entry");
+    for_each_entry(buffer, [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
+
+    // What the killed run left: its output directories and temporaries in them.
+    const std::string out = tmp / "out";
+    mkdir(out.c_str(), 0755);
+    mkdir((out + "/sub").c_str(), 0755);
+    const std::string tag = std::to_string(std::hash<std::string>{}(long_name));
+    const std::vector<std::string> stale = {
+        out + "/.a.bbkit-0123456789abcdef0001", out + "/sub/.b.bbkit-fedcba98765432100002",
+        out + "/.bbkit-" + tag + "-0123456789abcdef0003"};
+    for (const std::string& path : stale)
+        write_file(path, "partial");
+    // Not temporaries of this move: another name, a wrong suffix, a user's own file.
+    const std::vector<std::string> others = {out + "/.other.bbkit-0123456789abcdef0004",
+                                             out + "/.a.bbkit-0123456789ABCDEF0005",
+                                             out + "/.a.bbkit-0123", out + "/a.bbkit-x"};
+    for (const std::string& path : others)
+        write_file(path, "mine");
+    for_each_entry(out, [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
+    lchown(out.c_str(), nobody, nogroup);
+
+    const Outcome rerun = move_as_nobody(plan_out(buffer, "data", out));
+    ASSERT_EQ(rerun.code, 0) << rerun.message;
+    for (const std::string& path : stale)
+        EXPECT_NE(access(path.c_str(), F_OK), 0) << path << " left behind";
+    for (const std::string& path : others)
+        EXPECT_EQ(read_file(path), "mine") << path;
+    EXPECT_EQ(read_file(out + "/" + lookalike), "source entry");
+    EXPECT_EQ(read_file(out + "/sub/b"), "b");
+    EXPECT_EQ(read_file(out + "/" + long_name), "long");
 }
 
 TEST(mover, progress_reports_totals_and_ends_complete) {
