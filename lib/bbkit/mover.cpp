@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/aio_abi.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -45,6 +47,15 @@ constexpr std::size_t piece_bytes = std::size_t{8} << 20;
 // O_DIRECT pays one synchronous round trip per request: only worth it for big files.
 constexpr off_t direct_min_size = off_t{8} << 20;
 constexpr off_t direct_align = 4096;
+// O_DIRECT pieces in flight per worker (asynchronous reads and writes): one synchronous
+// request at a time leaves this disk idle between a read and its write.
+constexpr unsigned direct_depth = 6;
+constexpr std::size_t direct_piece = std::size_t{4} << 20;  // the disk's largest request
+// Small files are handed out in runs of this many from one directory, runs of different
+// directories in turn: workers then create in different directories (a create holds its
+// directory's lock, and on a cold cache may wait for an inode table read while holding it),
+// and each keeps its cached directory descriptors for a whole run.
+constexpr std::size_t files_per_run = 16;
 constexpr std::size_t max_warnings = 100;
 constexpr auto progress_interval = std::chrono::milliseconds(100);
 
@@ -212,10 +223,67 @@ struct Node {
     bool keep_metadata = false;  // the buffer root: bbkit owns its mode
     std::string temp;            // durable moves: the name written before the rename
     bool created = false;        // directories: made by this move, so nothing is in them yet
+    // Created directories: the group a new file in it gets, and whether a file created with
+    // mode M gets exactly M minus the umask (no inherited default ACL decides instead).
+    gid_t new_file_gid = 0;
+    bool plain_modes = false;
+    // Files: what creating it already got right (set by create_destination).
+    bool gid_set = false, mode_set = false;
 };
 
 struct AlignedFree {
     void operator()(char* p) const { std::free(p); }
+};
+
+char* aligned_buffer(std::size_t bytes) {
+    void* p = nullptr;
+    if (posix_memalign(&p, direct_align, bytes) != 0)
+        throw Error(ExitCode::software, "out of memory for an I/O buffer");
+    return static_cast<char*>(p);
+}
+
+// A kernel AIO context (io_setup): with O_DIRECT, reads and writes are queued to the device
+// and complete without a thread waiting on each one.
+class AioContext {
+  public:
+    AioContext() = default;
+    AioContext(const AioContext&) = delete;
+    AioContext& operator=(const AioContext&) = delete;
+    AioContext(AioContext&& other) noexcept : ctx_(std::exchange(other.ctx_, 0)) {}
+    AioContext& operator=(AioContext&&) = delete;
+    ~AioContext() {
+        if (ctx_ != 0)
+            syscall(SYS_io_destroy, ctx_);
+    }
+    // false when the kernel offers none (ENOSYS, or EAGAIN once fs.aio-max-nr is used up).
+    bool open(unsigned depth) {
+        if (ctx_ == 0 && syscall(SYS_io_setup, depth, &ctx_) != 0)
+            ctx_ = 0;
+        return ctx_ != 0;
+    }
+    // 0 or an errno.
+    int submit(iocb* cb) {
+        iocb* list[1] = {cb};
+        for (;;) {
+            if (syscall(SYS_io_submit, ctx_, 1, list) == 1)
+                return 0;
+            if (errno != EINTR && errno != EAGAIN)
+                return errno;
+        }
+    }
+    // Waits for at least one completion; returns how many were stored.
+    long wait(io_event* events, long max) {
+        for (;;) {
+            const long n = syscall(SYS_io_getevents, ctx_, 1, max, events, nullptr);
+            if (n >= 0)
+                return n;
+            if (errno != EINTR)
+                throw Error(ExitCode::io, "cannot wait for I/O: " + reason(errno));
+        }
+    }
+
+  private:
+    aio_context_t ctx_ = 0;
 };
 
 // What one worker thread keeps between items: an I/O buffer and the last parent directories
@@ -237,15 +305,23 @@ struct Worker {
     };
     CachedDir src_dir, dst_dir;
     std::unique_ptr<char, AlignedFree> buffer;
+    AioContext aio;
+    bool aio_tried = false;
+    std::unique_ptr<char, AlignedFree> direct_buffers;  // direct_depth pieces
 
     char* io_buffer() {
-        if (!buffer) {
-            void* p = nullptr;
-            if (posix_memalign(&p, direct_align, piece_bytes) != 0)
-                throw Error(ExitCode::software, "out of memory for an I/O buffer");
-            buffer.reset(static_cast<char*>(p));
-        }
+        if (!buffer)
+            buffer.reset(aligned_buffer(piece_bytes));
         return buffer.get();
+    }
+    // The asynchronous O_DIRECT pipeline, or null where the kernel has no AIO to give.
+    AioContext* direct_pipeline() {
+        if (!aio_tried) {
+            aio_tried = true;
+            if (aio.open(direct_depth))
+                direct_buffers.reset(aligned_buffer(direct_depth * direct_piece));
+        }
+        return direct_buffers ? &aio : nullptr;
     }
 };
 
@@ -300,6 +376,7 @@ class Mover {
     // create directories
     void make_parents(const std::string& path);
     void ensure_dir(Node& node);
+    void learn_new_dir(Node& node);
     bool in_new_dir(const Node& node) const {
         return node.parent != no_parent && nodes_[node.parent].created;
     }
@@ -315,6 +392,8 @@ class Mover {
                    bool drop_cache, Worker& worker);
     void copy_extent(const Node& node, int in, int out, off_t from, off_t to, bool direct,
                      bool drop_cache, Worker& worker);
+    bool copy_direct_pipelined(const Node& node, int in, int out, off_t from, off_t to,
+                               Worker& worker);
     void finish_file(Node& node, int src, int dst, bool truncate);
     void check_unchanged(const Node& node, int src);
     void copy_symlink(Node& node, Worker& worker);
@@ -325,8 +404,9 @@ class Mover {
     // finish
     void link_hard_links();
     void apply_dir_metadata(const Node& node);
-    void copy_xattrs(int src, int dst, bool directory, const std::string& what);
-    void set_owner_mode_times(int fd, const struct stat& st, const std::string& what);
+    bool copy_xattrs(int src, int dst, bool directory, const std::string& what);
+    void set_owner_mode_times(int fd, const struct stat& st, const std::string& what,
+                              bool gid_set = false, bool mode_set = false);
     void remove_temps() noexcept;
 
     template <class Fn>
@@ -359,6 +439,7 @@ class Mover {
     std::set<std::string> warned_;
     std::size_t warnings_dropped_ = 0;
 
+    mode_t umask_ = 077;  // the process's, read once
     std::uint64_t temp_prefix_ = 0;
     std::atomic<std::uint64_t> temp_counter_{0};
 };
@@ -380,6 +461,8 @@ Mover::Mover(const MovePlan& plan, const std::function<void(const MoveProgress&)
         dst_ = std::move(outside);
     }
     workers_.resize(std::max(1u, plan.threads));
+    umask_ = umask(077);  // reading it means setting it: put it back at once
+    umask(umask_);
     temp_prefix_ = std::random_device{}();
     temp_prefix_ = (temp_prefix_ << 32) ^ std::random_device{}() ^ static_cast<unsigned>(getpid());
 }
@@ -639,6 +722,7 @@ void Mover::ensure_dir(Node& node) {
     const Fd dir = dst_->open_dir(parent);
     if (mkdirat(dir.get(), name.c_str(), 0700) == 0) {
         node.created = true;
+        learn_new_dir(node);
         return;
     }
     if (errno != EEXIST)
@@ -652,6 +736,7 @@ void Mover::ensure_dir(Node& node) {
         if (unlinkat(dir.get(), name.c_str(), 0) != 0 || mkdirat(dir.get(), name.c_str(), 0700))
             fail("replace " + shown + " with a directory", errno);
         node.created = true;
+        learn_new_dir(node);
         return;
     }
     // Kept from an earlier run, it may already carry a read-only final mode: open it up until
@@ -660,6 +745,18 @@ void Mover::ensure_dir(Node& node) {
     if ((st.st_mode & S_IRWXU) != S_IRWXU &&
         fchmodat(dir.get(), name.c_str(), (st.st_mode & 07777) | S_IRWXU, 0) != 0)
         fail("make " + shown + " writable", errno);
+}
+
+// What a file created in this new directory gets by itself: the directory's group if it is
+// setgid, else ours; and its mode minus the umask unless the directory inherited any extended
+// attribute (a default ACL would decide the mode instead). Files then skip fchown/fchmod.
+void Mover::learn_new_dir(Node& node) {
+    const Fd fd = dst_->open_dir(node.dst, true);
+    struct stat st {};
+    if (fstat(fd.get(), &st) != 0)
+        return;
+    node.new_file_gid = (st.st_mode & S_ISGID) ? st.st_gid : getegid();
+    node.plain_modes = flistxattr(fd.get(), nullptr, 0) == 0;
 }
 
 // ---- temporaries --------------------------------------------------------------------------
@@ -770,8 +867,21 @@ Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
     } else if (!in_new_dir(node) && unlinkat(dir, name.c_str(), 0) != 0 && errno != ENOENT) {
         fail("replace " + shown, errno);
     }
+    // In a new directory without inherited ACLs a plain mode can be given at creation (the
+    // file is written through this descriptor whatever its mode); else 0600 until fchmod.
+    mode_t mode = 0600;
+    node.mode_set = node.gid_set = false;
+    if (in_new_dir(node)) {
+        const Node& parent = nodes_[node.parent];
+        const mode_t perm = node.st.st_mode & 0777;
+        node.gid_set = parent.new_file_gid == node.st.st_gid;
+        if (parent.plain_modes && (node.st.st_mode & 07000) == 0 && (perm & umask_) == 0) {
+            mode = perm;
+            node.mode_set = true;
+        }
+    }
     const int fd =
-        openat(dir, target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        openat(dir, target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0) {
         const int err = errno;
         const std::string parent = dst_->display(split_last(node.dst).first);
@@ -970,6 +1080,8 @@ void Mover::copy_extent(const Node& node, int in, int out, off_t from, off_t to,
         // file, and the padding past the end is cut by the final ftruncate.
         from -= from % direct_align;
         to += (direct_align - to % direct_align) % direct_align;
+        if (copy_direct_pipelined(node, in, out, from, to, worker))
+            return;
     }
     bool use_copy_file_range = !direct;
     for (off_t pos = from; pos < to;) {
@@ -1032,12 +1144,128 @@ void Mover::copy_extent(const Node& node, int in, int out, off_t from, off_t to,
     }
 }
 
-void Mover::set_owner_mode_times(int fd, const struct stat& st, const std::string& what) {
+// O_DIRECT copy of the aligned range [from, to) with direct_depth pieces in flight: each read
+// is queued as a slot frees up, and its write as soon as the read completes. The piece that
+// meets the end of the file is padded to a whole block (the final ftruncate cuts it). Returns
+// false, having copied nothing, where no AIO context is available.
+bool Mover::copy_direct_pipelined(const Node& node, int in, int out, off_t from, off_t to,
+                                  Worker& worker) {
+    AioContext* aio = worker.direct_pipeline();
+    if (!aio)
+        return false;
+    enum class State { idle, reading, writing };
+    struct Slot {
+        char* data = nullptr;
+        off_t pos = 0;
+        std::size_t length = 0;
+        State state = State::idle;
+        iocb cb{};
+    };
+    Slot slots[direct_depth];
+    for (unsigned i = 0; i < direct_depth; ++i)
+        slots[i].data = worker.direct_buffers.get() + i * direct_piece;
+    unsigned busy = 0;
+    off_t next = from;
+    bool end = false;     // a read came back short: the file ends there
+    bool stopped = false;  // another worker failed
+    int error = 0;
+    std::string error_what;
+    auto failed = [&](int err, const std::string& what) {
+        if (error == 0) {
+            error = err;
+            error_what = what;
+        }
+    };
+    auto submit = [&](Slot& slot, State state) {
+        slot.cb = iocb{};
+        slot.cb.aio_data = reinterpret_cast<std::uint64_t>(&slot);
+        slot.cb.aio_lio_opcode = state == State::reading ? IOCB_CMD_PREAD : IOCB_CMD_PWRITE;
+        slot.cb.aio_fildes = static_cast<std::uint32_t>(state == State::reading ? in : out);
+        slot.cb.aio_buf = reinterpret_cast<std::uint64_t>(slot.data);
+        slot.cb.aio_nbytes = slot.length;
+        slot.cb.aio_offset = slot.pos;
+        const int err = aio->submit(&slot.cb);
+        if (err != 0) {
+            failed(err, state == State::reading ? "read " + src_->display(node.src)
+                                                : "write " + dst_->display(node.dst));
+            slot.state = State::idle;
+            return;
+        }
+        slot.state = state;
+        ++busy;
+    };
+    io_event events[direct_depth];
+    for (;;) {
+        if (stop_.load(std::memory_order_relaxed))
+            stopped = true;
+        for (Slot& slot : slots) {
+            if (slot.state != State::idle || end || stopped || error != 0 || next >= to)
+                continue;
+            slot.pos = next;
+            slot.length = static_cast<std::size_t>(std::min<off_t>(direct_piece, to - next));
+            next += static_cast<off_t>(slot.length);
+            submit(slot, State::reading);
+        }
+        if (busy == 0)
+            break;
+        const long n = aio->wait(events, direct_depth);
+        for (long e = 0; e < n; ++e) {
+            Slot& slot = *reinterpret_cast<Slot*>(events[e].data);
+            const long long res = events[e].res;
+            --busy;
+            const State was = slot.state;
+            slot.state = State::idle;
+            if (was == State::reading) {
+                if (res < 0) {
+                    failed(static_cast<int>(-res), "read " + src_->display(node.src));
+                    continue;
+                }
+                auto got = static_cast<std::size_t>(res);
+                if (got < slot.length) {
+                    end = true;  // the source shrank or this is its last block
+                    if (got == 0)
+                        continue;
+                    const std::size_t padded =
+                        got + (direct_align - got % direct_align) % direct_align;
+                    std::memset(slot.data + got, 0, padded - got);
+                    slot.length = padded;
+                }
+                if (error == 0 && !stopped)
+                    submit(slot, State::writing);
+                continue;
+            }
+            if (res < 0) {
+                failed(static_cast<int>(-res), "write " + dst_->display(node.dst));
+                continue;
+            }
+            // A short write (rare: a full disk midway) finishes synchronously or fails there.
+            for (auto done = static_cast<std::size_t>(res); done < slot.length && error == 0;) {
+                const ssize_t w = pwrite(out, slot.data + done, slot.length - done,
+                                         slot.pos + static_cast<off_t>(done));
+                if (w < 0 && errno == EINTR)
+                    continue;
+                if (w <= 0)
+                    failed(w < 0 ? errno : ENOSPC, "write " + dst_->display(node.dst));
+                else
+                    done += static_cast<std::size_t>(w);
+            }
+        }
+    }
+    // Nothing is in flight any more: the buffers and descriptors may go.
+    if (error != 0)
+        fail(error_what, error);
+    if (stopped)
+        throw Stopped{};
+    return true;
+}
+
+void Mover::set_owner_mode_times(int fd, const struct stat& st, const std::string& what,
+                                 bool gid_set, bool mode_set) {
     // The group only when the user may (a member of it); chown clears suid/sgid, so the mode
     // comes after it, and the times come last because every change above touches ctime only.
-    if (fchown(fd, static_cast<uid_t>(-1), st.st_gid) != 0 && errno != EPERM)
+    if (!gid_set && fchown(fd, static_cast<uid_t>(-1), st.st_gid) != 0 && errno != EPERM)
         fail("set the group of " + what, errno);
-    if (fchmod(fd, st.st_mode & 07777) != 0) {
+    if (!mode_set && fchmod(fd, st.st_mode & 07777) != 0) {
         if (errno != EPERM)
             fail("set the mode of " + what, errno);
         warn("cannot set the mode of " + what + ": " + reason(errno));
@@ -1072,8 +1300,9 @@ void Mover::finish_file(Node& node, int src, int dst, bool truncate) {
     check_unchanged(node, src);
     if (truncate && ftruncate(dst, node.st.st_size) != 0)
         fail("write " + shown, errno);
-    copy_xattrs(src, dst, false, shown);
-    set_owner_mode_times(dst, node.st, shown);
+    // An ACL written to it rewrites the group bits of its mode: then fchmod as always.
+    const bool acl_or_xattr = copy_xattrs(src, dst, false, shown);
+    set_owner_mode_times(dst, node.st, shown, node.gid_set, node.mode_set && !acl_or_xattr);
     if (plan_.durable && !plan_.trust_syncfs && fsync(dst) != 0)
         fail("write " + shown, errno);
 }
@@ -1172,16 +1401,17 @@ bool xattr_copied(const char* name, bool directory) {
 
 // user.* attributes and POSIX ACLs, as raw bytes (no libacl needed: the kernel's xattr form
 // of an ACL is the same on both sides).
-void Mover::copy_xattrs(int src, int dst, bool directory, const std::string& what) {
+bool Mover::copy_xattrs(int src, int dst, bool directory, const std::string& what) {
     std::string names(256, '\0');
     ssize_t n;
     while ((n = flistxattr(src, &names[0], names.size())) < 0 && errno == ERANGE)
         names.resize(names.size() * 4);
     if (n < 0) {
         if (errno == ENOTSUP || errno == EOPNOTSUPP)
-            return;
+            return false;
         fail("list the extended attributes for " + what, errno);
     }
+    bool written = false;
     std::string value;
     for (std::size_t at = 0; at < static_cast<std::size_t>(n);) {
         const char* name = names.c_str() + at;
@@ -1197,8 +1427,10 @@ void Mover::copy_xattrs(int src, int dst, bool directory, const std::string& wha
                 continue;  // removed meanwhile
             fail("read extended attribute " + std::string(name) + " for " + what, errno);
         }
-        if (fsetxattr(dst, name, value.data(), static_cast<std::size_t>(size), 0) == 0)
+        if (fsetxattr(dst, name, value.data(), static_cast<std::size_t>(size), 0) == 0) {
+            written = true;
             continue;
+        }
         const int err = errno;
         if (err == ENOTSUP || err == EOPNOTSUPP || err == EPERM || err == EACCES)
             warn("extended attribute " + std::string(name) + " not kept on " + what + ": " +
@@ -1206,6 +1438,7 @@ void Mover::copy_xattrs(int src, int dst, bool directory, const std::string& wha
         else
             fail("write extended attribute " + std::string(name) + " for " + what, err);
     }
+    return written;
 }
 
 // ---- finishing ----------------------------------------------------------------------------
@@ -1307,15 +1540,21 @@ MoveSummary Mover::run() {
     }
 
     try {
-        // Chunks of large files come as they are walked: each large file is shared by all
-        // workers at once, so only a few files are open at any time.
+        // Chunks of large files first, in walk order (each large file is shared by all workers
+        // at once, so only a few files are open at any time), then the small files in runs.
         std::vector<Task> tasks;
+        std::vector<std::pair<std::size_t, std::size_t>> runs;  // [first, last) of tasks
+        std::map<std::size_t, std::vector<std::size_t>> by_dir;  // parent -> small nodes
+        std::vector<std::size_t> dir_order;
         for (std::size_t i = 0; i < nodes_.size(); ++i) {
             const Node& node = nodes_[i];
             if (node.kind == Kind::directory || node.kind == Kind::hard_link)
                 continue;
             if (node.kind != Kind::file || node.st.st_size < large_file) {
-                tasks.push_back(Task{i, 0, 0, nullptr});
+                auto [it, first] = by_dir.try_emplace(node.parent);
+                if (first)
+                    dir_order.push_back(node.parent);
+                it->second.push_back(i);
                 continue;
             }
             auto shared = std::make_shared<SharedFile>();
@@ -1324,12 +1563,34 @@ MoveSummary Mover::run() {
             shared->remaining = chunks;
             for (std::size_t c = 0; c < chunks; ++c) {
                 const off_t offset = static_cast<off_t>(c) * chunk_bytes;
+                runs.emplace_back(tasks.size(), tasks.size() + 1);
                 tasks.push_back(
                     Task{i, offset, std::min(chunk_bytes, node.st.st_size - offset), shared});
             }
         }
-        run_parallel(tasks.size(),
-                     [&](std::size_t i, Worker& worker) { run_task(tasks[i], worker); });
+        // One run of each directory in turn; directories drop out as they run dry.
+        std::vector<std::pair<const std::vector<std::size_t>*, std::size_t>> active;
+        for (const std::size_t dir : dir_order)
+            active.emplace_back(&by_dir[dir], 0);
+        while (!active.empty()) {
+            for (auto& [files, cursor] : active) {
+                const std::size_t end = std::min(files->size(), cursor + files_per_run);
+                const std::size_t first = tasks.size();
+                for (; cursor < end; ++cursor)
+                    tasks.push_back(Task{(*files)[cursor], 0, 0, nullptr});
+                runs.emplace_back(first, tasks.size());
+            }
+            active.erase(std::remove_if(active.begin(), active.end(),
+                                        [](const auto& a) { return a.second >= a.first->size(); }),
+                         active.end());
+        }
+        by_dir.clear();
+        run_parallel(runs.size(), [&](std::size_t r, Worker& worker) {
+            for (std::size_t t = runs[r].first; t < runs[r].second; ++t) {
+                check_stopped();
+                run_task(tasks[t], worker);
+            }
+        });
         tasks.clear();
 
         fault_point("mover.before-syncfs");

@@ -761,6 +761,44 @@ TEST(mover, rerun_removes_temporaries_of_a_killed_stage_out) {
     EXPECT_EQ(read_file(out + "/" + long_name), "long");
 }
 
+// Files in directories the move creates get their mode and group at creation where that is
+// certain, else by fchmod/fchown: the result is exact under an inherited default ACL (it would
+// decide the mode), a setgid parent (it would decide the group) and a restrictive umask.
+TEST(mover, modes_and_groups_are_exact_in_new_directories) {
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    mkdir((buffer + "/data").c_str(), 0755);
+    mkdir((buffer + "/data/sub").c_str(), 0750);
+    const std::vector<std::pair<std::string, mode_t>> files = {
+        {"data/f644", 0644}, {"data/f640", 0640}, {"data/f600", 0600}, {"data/f444", 0444},
+        {"data/sub/f755", 0755}, {"data/sub/f400", 0400}, {"data/sub/f666", 0666}};
+    for (const auto& [name, mode] : files)
+        write_file(buffer + "/" + name, name, mode);
+    for_each_entry(buffer, [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
+
+    // Destinations: setgid and owned by root's group; with a default ACL that masks out
+    // "other"; and a plain one written under umask 077.
+    for (const std::string dir : {"setgid", "acl", "plain"}) {
+        mkdir((tmp / dir).c_str(), 0777);
+        chmod((tmp / dir).c_str(), dir == "setgid" ? 02777 : 0777);
+    }
+    ASSERT_EQ(std::system(("setfacl -d -m u::rwx,g::rwx,o::--- " + tmp / "acl").c_str()), 0)
+        << "setfacl (package acl) is needed";
+    const mode_t old_mask = umask(077);
+    for (const std::string dir : {"setgid", "acl", "plain"}) {
+        const Outcome out = move_as_nobody(plan_out(buffer, "data", tmp / dir + "/data"));
+        ASSERT_EQ(out.code, 0) << dir << ": " << out.message;
+        for (const auto& [name, mode] : files) {
+            struct stat st {};
+            ASSERT_EQ(lstat((tmp / dir + "/" + name).c_str(), &st), 0) << dir << "/" << name;
+            EXPECT_EQ(st.st_mode & 07777, mode) << dir << "/" << name;
+            EXPECT_EQ(st.st_gid, nogroup) << dir << "/" << name;
+            EXPECT_EQ(read_file(tmp / dir + "/" + name), name);
+        }
+    }
+    umask(old_mask);
+}
+
 TEST(mover, progress_reports_totals_and_ends_complete) {
     TempDir tmp;
     make_tricky_tree(tmp / "src");
