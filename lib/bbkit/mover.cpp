@@ -400,7 +400,6 @@ class Mover {
     void copy_fifo(Node& node, Worker& worker);
     void place(Node& node, int dir, const std::string& name);
     std::string temp_name(const std::string& name);
-    void remove_stale_temps();
     // finish
     void link_hard_links();
     void apply_dir_metadata(const Node& node);

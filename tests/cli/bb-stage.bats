@@ -219,6 +219,39 @@ describe_tree() {
   [ "$(describe_tree "$TEST_DIR/pfs/many")" = "$(describe_tree "$TEST_DIR/nvme/job/31.1/m")" ]
 }
 
+@test "kill -9 in the middle of a stage-out, then --retry leaves no temporaries behind" {
+  job_script "#BB_LUA capacity=1G" "#BB_LUA stage_out type=directory source=res destination=$TEST_DIR/pfs/res"
+  bb-pool alloc --job 33 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  buf="$TEST_DIR/nvme/job/33.1"
+  bb-stage in --job 33 >/dev/null; bb-stage pre-run --job 33
+  as_user mkdir "$buf/res"
+  as_user sh -c "cd '$buf/res' && for i in \$(seq 600); do head -c 100000 /dev/urandom >f\$i; done"
+  bb-stage post-run --job 33
+  bb-stage out --job 33 >/dev/null 2>&1 &
+  stager=$!
+  # Files are written under temporary names first, renamed only after one syncfs.
+  for _ in $(seq 200); do
+    [ "$(ls -A "$TEST_DIR/pfs/res" 2>/dev/null | grep -c '\.bbkit-')" -gt 20 ] && break
+    sleep 0.01
+  done
+  # Freeze the mover where it is (before its renames), then kill the stager: the mover dies
+  # with it (parent-death signal, SIGKILL even while stopped).
+  pkill -STOP -u "$U" -f bb-mover || true
+  kill -9 "$stager"; wait "$stager" || true
+  sleep 0.5
+  ! pgrep -u "$U" -f bb-mover
+  left=$(ls -A "$TEST_DIR/pfs/res" | grep -c '\.bbkit-' || true)
+  echo "temporaries left by the killed stage-out: $left"
+  [ "$left" -gt 0 ]
+  bb-pool recover >/dev/null
+  run bb-stage out --job 33 --retry
+  assert_success
+  run sh -c "ls -A '$TEST_DIR/pfs/res' | grep '\.bbkit-'"
+  assert_failure
+  # The top directory's size keeps the room the temporaries took (ext4 never shrinks one).
+  diff <(describe_tree "$buf/res" | grep -v '^\. d') <(describe_tree "$TEST_DIR/pfs/res" | grep -v '^\. d')
+}
+
 @test "paths prints the job's environment and writes Slurm's path file" {
   bb-pool alloc --job 32 --user "$U" --capacity 1G >/dev/null
   run bb-stage paths --job 32
