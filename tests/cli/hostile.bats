@@ -3,6 +3,8 @@
 # than PATH_MAX, sources that change while they are copied, ids and names that try to climb
 # out. Each gets a clear one-line error with its documented exit code, or correct handling;
 # never a crash, a hang, or a write outside the buffer.
+# Speed is never asserted (machines here are noisy): a parser gone quadratic is caught by the
+# suite's ctest timeout.
 
 bats_require_minimum_version 1.5.0
 load common
@@ -65,10 +67,8 @@ assert_pool_clean() {
     echo
   } >"$TEST_DIR/job.sh"
   [ "$(stat -c %s "$TEST_DIR/job.sh")" -gt 2000000 ]
-  SECONDS=0
   run --separate-stderr bb-parse --script "$TEST_DIR/job.sh" --json
   assert_success
-  [ "$SECONDS" -lt 60 ] || fail "took ${SECONDS}s"
   assert_output --partial '"capacity": 1073741824'
   [ "$(grep -c "unknown key 'key" <<<"$output")" -eq 200000 ]
 }
@@ -95,10 +95,8 @@ assert_pool_clean() {
   # A single argument is at most 128 KiB (MAX_ARG_STRLEN): 5,000 directives fill it.
   many=$(printf '#DW jobdw capacity=1G'; repeat x 5000 | sed 's/x/ #DW persistentdw name=p/g')
   [ "${#many}" -gt 100000 ]
-  SECONDS=0
   run bb-parse --bb "$many" --json
   assert_success
-  [ "$SECONDS" -lt 30 ] || fail "took ${SECONDS}s"
   assert_output --partial '"name": "p"'
   # An error about a megabyte token is still one line, cut in the middle.
   printf '#BB_LUA capacity=1G\n#BB_LUA stage_out type=file source=r destination=x/%s\n' "$long" >"$TEST_DIR/bbf"
@@ -116,10 +114,8 @@ assert_pool_clean() {
     for i in $(seq 1 100000); do echo "#BB_LUA \\"; done
     echo '#BB_LUA pool=nvme'
   } >"$TEST_DIR/job.sh"
-  SECONDS=0
   run bb-parse --script "$TEST_DIR/job.sh" --json
   assert_success
-  [ "$SECONDS" -lt 60 ] || fail "took ${SECONDS}s"
   assert_output --partial '"pool": "nvme"'
 }
 
@@ -198,14 +194,12 @@ assert_pool_clean() {
       echo "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/many/f$i destination=d$((i % 50))/f$i"
     done
   } >"$TEST_DIR/job.sh"
-  SECONDS=0
   run bb-parse --script "$TEST_DIR/job.sh" --json
   assert_success
   [ "$(grep -c '"type": "file"' <<<"$output")" -eq 5000 ]
   bb-pool alloc --job 31 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
   run bb-stage in --job 31
   assert_success
-  [ "$SECONDS" -lt 300 ] || fail "took ${SECONDS}s"
   [ "$(find "$TEST_DIR/nvme/job/31.1" -type f | wc -l)" -eq 5000 ]
   [ "$(cat "$TEST_DIR/nvme/job/31.1/d7/f4957")" = 4957 ]
 }
