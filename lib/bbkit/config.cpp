@@ -198,11 +198,12 @@ std::string absolute_path_of(const Field& field) {
     return path;
 }
 
-// A pool's path is compared and joined with buffer names, so it must have one spelling.
-std::string pool_path_of(const Field& field) {
+// Pool paths are compared and joined with buffer names, and the state directory is written
+// into Slurm's script: each must have one spelling.
+std::string normalized_path_of(const Field& field) {
     const std::string path = absolute_path_of(field);
     if (path == "/")
-        field.fail("the root directory cannot be a pool");
+        field.fail("the root directory cannot be used here");
     if (path.back() == '/')
         field.fail("'" + path + "' must not end with '/'");
     std::istringstream parts(path.substr(1));
@@ -354,7 +355,7 @@ std::vector<std::string> users_of(const Field& field) {
 }
 
 void read_identity(const Field& root, Config& config) {
-    read_if_present(root, "state_dir", config.state_dir, absolute_path_of);
+    read_if_present(root, "state_dir", config.state_dir, normalized_path_of);
     read_if_present(root, "state_owner", config.state_owner, user_name_of);
     read_if_present(root, "mode", config.mode, mode_of);
     read_if_present(root, "cluster", config.cluster, name_of);
@@ -403,7 +404,7 @@ PoolConfig pool_of(const Field& table) {
     reject_unknown_keys(table, {"name", "path", "capacity", "granularity", "direct_io", "syncfs"});
     PoolConfig pool;
     pool.name = name_of(required(table, "name"));
-    pool.path = pool_path_of(required(table, "path"));
+    pool.path = normalized_path_of(required(table, "path"));
     pool.capacity = capacity_of(required(table, "capacity"));
     read_if_present(table, "direct_io", pool.direct_io, boolean_of);
     read_if_present(table, "syncfs", pool.syncfs, boolean_of);

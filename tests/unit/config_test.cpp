@@ -483,7 +483,15 @@ TEST(config, rejects_relative_pool_path) {
 
 TEST(config, rejects_root_as_pool_path) {
     EXPECT_EQ(config_error("[[pool]]\nname = \"a\"\npath = \"/\"\ncapacity = \"1G\"\n"),
-              "t.toml:3: pool[0].path: the root directory cannot be a pool");
+              "t.toml:3: pool[0].path: the root directory cannot be used here");
+}
+
+// Found by the config fuzzer: state_dir = "//y" was accepted with two spellings.
+TEST(config, rejects_state_dir_that_is_not_normalized) {
+    EXPECT_EQ(config_error("state_dir = \"//y\"\n"),
+              "t.toml:1: state_dir: '//y' is not normalized (no '//', '.' or '..' components)");
+    EXPECT_EQ(config_error("state_dir = \"/var/lib/bbkit/\"\n"),
+              "t.toml:1: state_dir: '/var/lib/bbkit/' must not end with '/'");
 }
 
 TEST(config, rejects_pool_path_with_trailing_slash) {
