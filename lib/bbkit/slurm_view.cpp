@@ -177,8 +177,13 @@ SlurmView slurm_view(const std::string& text, const std::string& directive, cons
         std::uint64_t size = line.size;
         if (line.pool && !line.nodes)
             if (const PoolConfig* p = config.find_pool(*line.pool))
-                if (p->granularity > 1 && size <= max_size)
-                    size = (size + p->granularity - 1) / p->granularity * p->granularity;
+                if (size <= max_size) {
+                    try {
+                        size = round_up(size, p->granularity);
+                    } catch (const Error&) {
+                        size = std::numeric_limits<std::uint64_t>::max();  // past any bbkit size
+                    }
+                }
         view.total = size > std::numeric_limits<std::uint64_t>::max() - view.total
                          ? std::numeric_limits<std::uint64_t>::max()
                          : view.total + size;
