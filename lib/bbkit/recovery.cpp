@@ -228,6 +228,7 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
     std::vector<Buffer> live, trashed;
     std::map<std::string, std::optional<PoolDir>> dirs;
     std::vector<PoolStatus> pools;
+    std::map<std::string, std::uint64_t> summed;  // pool -> used bytes summed from the rows
     std::vector<QueueEntry> stale;
     {
         ReadSnapshot snapshot(store);
@@ -239,6 +240,7 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
         trashed = snapshot.list_buffers(filter);
         pools = pool_status(snapshot, config);
         for (const PoolConfig& pool : config.pools) {
+            summed[pool.name] = snapshot.summed_used_bytes(pool.name);
             try {
                 dirs[pool.name].emplace(open_pool(snapshot, config, pool.name));
             } catch (const Error& e) {
@@ -251,6 +253,26 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
         }
     }
     const auto now = std::chrono::system_clock::now();
+    for (PoolStatus& pool : pools) {
+        const std::uint64_t rows = summed[pool.name];
+        if (pool.used == rows)
+            continue;
+        Finding f{"usage-mismatch", pool.name, pool.name,
+                  "pool_usage holds " + std::to_string(pool.used) + " bytes but the buffers hold " +
+                      std::to_string(rows),
+                  false};
+        if (repair) {
+            WriteTransaction txn(store, tool);
+            txn.recompute_used_bytes(pool.name);
+            publish(txn, store, config);
+            txn.commit();
+            audit(config.state_dir, tool, "repair",
+                  "pool=" + pool.name + " used bytes recomputed: " + std::to_string(rows));
+            f.repaired = true;
+        }
+        findings.push_back(f);
+        pool.used = rows;  // the over-commit check below goes by the rows
+    }
     for (const PoolStatus& pool : pools)
         if (pool.used + pool.trash > pool.total)
             findings.push_back({"over-commit", pool.name, pool.name,

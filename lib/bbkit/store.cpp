@@ -23,6 +23,14 @@
 namespace bbkit {
 namespace {
 
+// The states that hold space, as SQL; must agree with holds_space() (a test checks it). The
+// pool_usage triggers of schema 3 carry this list too: changing it needs a migration that
+// recreates them.
+#define BBKIT_HOLDING_STATES                                                                 \
+    "('allocating','allocated','staging-in','staged-in','pre-run','running','post-run',"  \
+    "'staging-out','staged-out','teardown','teardown-fail','deleting')"
+const char* const holding_states = BBKIT_HOLDING_STATES;
+
 // Each entry moves the schema from version N-1 to N; never edit one that has shipped.
 const std::vector<const char*> migrations = {
     // 1: the first schema.
@@ -98,16 +106,42 @@ CREATE INDEX history_key ON history(key, id);
     R"sql(
 CREATE INDEX buffers_persistent ON buffers(pool, state, allocated_bytes) WHERE name IS NOT NULL;
 )sql",
+    // 3: each pool's used bytes, kept by triggers in the transaction that changes a buffer row,
+    // so a write no longer sums every live row (O(live buffers) twice per alloc). It is derived
+    // from the rows by SQLite itself, never written by bbkit; `bb-pool check` compares it with
+    // the sum and `check --repair` recomputes it.
+    "CREATE TABLE pool_usage (\n"
+    "    pool TEXT PRIMARY KEY,\n"
+    "    used INTEGER NOT NULL\n"
+    ") WITHOUT ROWID;\n"
+    "INSERT INTO pool_usage (pool, used) SELECT name, (SELECT COALESCE(SUM(allocated_bytes), 0)"
+    " FROM buffers WHERE buffers.pool = pools.name AND state IN " BBKIT_HOLDING_STATES
+    ") FROM pools;\n"
+    "CREATE TRIGGER pool_usage_pool AFTER INSERT ON pools BEGIN\n"
+    "    INSERT OR IGNORE INTO pool_usage (pool, used) VALUES (NEW.name, 0);\n"
+    "END;\n"
+    "CREATE TRIGGER pool_usage_insert AFTER INSERT ON buffers WHEN NEW.state IN "
+    BBKIT_HOLDING_STATES " BEGIN\n"
+    "    UPDATE pool_usage SET used = used + NEW.allocated_bytes WHERE pool = NEW.pool;\n"
+    "END;\n"
+    "CREATE TRIGGER pool_usage_delete AFTER DELETE ON buffers WHEN OLD.state IN "
+    BBKIT_HOLDING_STATES " BEGIN\n"
+    "    UPDATE pool_usage SET used = used - OLD.allocated_bytes WHERE pool = OLD.pool;\n"
+    "END;\n"
+    "CREATE TRIGGER pool_usage_update AFTER UPDATE OF pool, state, allocated_bytes ON buffers"
+    " BEGIN\n"
+    "    UPDATE pool_usage SET used = used - OLD.allocated_bytes\n"
+    "        WHERE pool = OLD.pool AND OLD.state IN " BBKIT_HOLDING_STATES ";\n"
+    "    UPDATE pool_usage SET used = used + NEW.allocated_bytes\n"
+    "        WHERE pool = NEW.pool AND NEW.state IN " BBKIT_HOLDING_STATES ";\n"
+    "END;\n",
 };
+#undef BBKIT_HOLDING_STATES
 
 // Torn-down directories wait in each pool's own trash/ (a rename cannot cross file systems),
 // and quarantined ones in the pool's quarantine/, so neither is here.
 const char* const subdirectories[] = {"env", "public", "run", "progress", "log"};
 
-// The states that hold space, as SQL; must agree with holds_space() (a test checks it).
-const char* const holding_states =
-    "('allocating','allocated','staging-in','staged-in','pre-run','running','post-run',"
-    "'staging-out','staged-out','teardown','teardown-fail','deleting')";
 
 std::int64_t to_nanos(TimePoint time) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count();
@@ -811,6 +845,12 @@ std::map<BufferState, std::size_t> Transaction::count_by_state() {
 }
 
 std::uint64_t Transaction::used_bytes(const std::string& pool) {
+    Query q = impl_.query("SELECT used FROM pool_usage WHERE pool = ?1");
+    q.bind(1, pool);
+    return q.step() ? q.unsigned_integer(0) : 0;
+}
+
+std::uint64_t Transaction::summed_used_bytes(const std::string& pool) {
     Query q = impl_.query(std::string("SELECT COALESCE(SUM(allocated_bytes), 0) FROM buffers"
                                       " WHERE pool = ?1 AND state IN ") +
                           holding_states);
@@ -1109,6 +1149,16 @@ void WriteTransaction::put_pool(const PoolRecord& pool) {
         " ON CONFLICT (name) DO UPDATE SET path = excluded.path, uuid = excluded.uuid");
     q.bind(1, pool.name).bind(2, pool.path).bind(3, pool.uuid);
     q.bind(4, static_cast<std::int64_t>(pool.draining ? 1 : 0));
+    q.run();
+    pools_touched_ = true;
+}
+
+void WriteTransaction::recompute_used_bytes(const std::string& pool) {
+    Query q = impl_.query(std::string("INSERT INTO pool_usage (pool, used) VALUES (?1, (SELECT"
+                                      " COALESCE(SUM(allocated_bytes), 0) FROM buffers"
+                                      " WHERE pool = ?1 AND state IN ") +
+                          holding_states + ")) ON CONFLICT (pool) DO UPDATE SET used = excluded.used");
+    q.bind(1, pool);
     q.run();
     pools_touched_ = true;
 }

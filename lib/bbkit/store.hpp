@@ -105,8 +105,11 @@ class Transaction {
     std::vector<Buffer> list_buffers(const BufferFilter& filter = {});
     std::map<BufferState, std::size_t> count_by_state();
 
-    // Derived from the buffer rows of this snapshot, never kept as counters.
-    std::uint64_t used_bytes(const std::string& pool);   // states that hold_space()
+    // Derived from the buffer rows of this snapshot. used_bytes reads pool_usage, which
+    // SQLite's triggers keep in the transaction that changes a row (bbkit never writes it);
+    // summed_used_bytes sums the rows, for `bb-pool check` to compare.
+    std::uint64_t used_bytes(const std::string& pool);         // states that hold_space()
+    std::uint64_t summed_used_bytes(const std::string& pool);  // the same, summed: O(live)
     std::uint64_t trash_bytes(const std::string& pool);  // final, not yet reaped
     std::uint64_t used_bytes_of_user(uid_t uid);         // all pools, states that hold space
 
@@ -165,6 +168,8 @@ class WriteTransaction : public Transaction {
 
     // Inserts or updates (path, uuid) a pool; the draining flag of an existing row is kept.
     void put_pool(const PoolRecord& pool);
+    // Sets pool_usage from the rows again (check --repair, after a finding of a mismatch).
+    void recompute_used_bytes(const std::string& pool);
     void set_draining(const std::string& pool, bool draining);  // Error(no_input) if unknown
 
     // Appends to the pool's FIFO. Error(exists) when that key is already queued.

@@ -3,6 +3,7 @@
 #include "bbkit/pool.hpp"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -279,6 +280,29 @@ TEST_F(PoolTest, check_repair_quarantines_orphans_and_never_deletes) {
     for (const auto& entry : fs::recursive_directory_iterator(dir_ + "/small/quarantine"))
         kept = kept || entry.path().filename() == "keep";
     EXPECT_TRUE(kept);
+    EXPECT_TRUE(check(*store_, config_, false, "test").empty());
+}
+
+// pool_usage is kept by triggers; a figure that drifted from the rows (a hand-edited state.db)
+// is a finding, and --repair recomputes it from the rows.
+TEST_F(PoolTest, check_finds_and_repairs_a_used_figure_that_differs_from_the_rows) {
+    allocate(*store_, config_, job(1, KiB), "test");
+    allocate(*store_, config_, job(2, 2 * KiB), "test");
+    EXPECT_TRUE(check(*store_, config_, false, "test").empty());
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((config_.state_dir + "/state.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "UPDATE pool_usage SET used = 1", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+    auto findings = check(*store_, config_, false, "test");
+    ASSERT_EQ(findings.size(), 1u);
+    EXPECT_EQ(findings[0].kind, "usage-mismatch");
+    EXPECT_EQ(findings[0].detail, "pool_usage holds 1 bytes but the buffers hold 3072");
+    EXPECT_FALSE(findings[0].repaired);
+    findings = check(*store_, config_, true, "test");
+    ASSERT_EQ(findings.size(), 1u);
+    EXPECT_TRUE(findings[0].repaired);
+    EXPECT_EQ(status().used, 3 * KiB);
     EXPECT_TRUE(check(*store_, config_, false, "test").empty());
 }
 

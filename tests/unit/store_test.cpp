@@ -445,6 +445,7 @@ TEST_F(StateStoreTest, used_bytes_follow_the_states_that_hold_space) {
             txn.transition(b.key, path[i]);
         const std::uint64_t expected = holds_space(path[i]) ? 3 * gib : 0;
         EXPECT_EQ(txn.used_bytes("nvme"), expected) << to_string(path[i]);
+        EXPECT_EQ(txn.summed_used_bytes("nvme"), expected) << to_string(path[i]);
         EXPECT_EQ(txn.used_bytes_of_user(1000), expected + 5 * gib) << to_string(path[i]);
     }
     EXPECT_EQ(txn.used_bytes("ssd"), 5 * gib);
@@ -790,8 +791,12 @@ TEST_F(StateStoreTest, migrates_an_older_schema_on_open) {
     { StateStore store(config_); }
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open((config_.state_dir + "/state.db").c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, "DROP INDEX buffers_persistent; PRAGMA user_version = 1", nullptr,
-                           nullptr, nullptr),
+    ASSERT_EQ(sqlite3_exec(db,
+                           "DROP INDEX buffers_persistent; DROP TRIGGER pool_usage_pool;"
+                           " DROP TRIGGER pool_usage_insert; DROP TRIGGER pool_usage_delete;"
+                           " DROP TRIGGER pool_usage_update; DROP TABLE pool_usage;"
+                           " PRAGMA user_version = 1",
+                           nullptr, nullptr, nullptr),
               SQLITE_OK);
     sqlite3_close(db);
     { StateStore store(config_); }
@@ -803,6 +808,45 @@ TEST_F(StateStoreTest, migrates_an_older_schema_on_open) {
     EXPECT_EQ(sqlite3_column_int(q, 0), 1);
     sqlite3_finalize(q);
     sqlite3_close(db);
+}
+
+// Schema 3 fills pool_usage from the rows a schema-2 state.db already holds, and the triggers
+// follow every insert, state change, resize and delete from then on.
+TEST_F(StateStoreTest, migration_3_fills_pool_usage_and_its_triggers_follow_the_rows) {
+    {
+        auto store = open_with_pool();
+        WriteTransaction txn(*store, "test");
+        Buffer a = job_buffer(1, 1, 2 * gib);
+        txn.insert_buffer(a);
+        Buffer done = job_buffer(2, 1, 7 * gib);
+        txn.insert_buffer(done);
+        txn.transition(done.key, S::teardown);
+        txn.transition(done.key, S::complete);
+        txn.commit();
+    }
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((config_.state_dir + "/state.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "DROP TRIGGER pool_usage_pool; DROP TRIGGER pool_usage_insert;"
+                           " DROP TRIGGER pool_usage_delete; DROP TRIGGER pool_usage_update;"
+                           " DROP TABLE pool_usage; PRAGMA user_version = 2",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+    StateStore store(config_);
+    WriteTransaction txn(store, "test");
+    EXPECT_EQ(txn.used_bytes("nvme"), 2 * gib);
+    Buffer b = job_buffer(3, 1, 3 * gib);
+    txn.insert_buffer(b);
+    EXPECT_EQ(txn.used_bytes("nvme"), 5 * gib);
+    b = txn.get_buffer(b.key);
+    b.allocated_bytes = 4 * gib;
+    txn.update_buffer(b);
+    EXPECT_EQ(txn.used_bytes("nvme"), 6 * gib);
+    EXPECT_EQ(txn.summed_used_bytes("nvme"), 6 * gib);
+    txn.transition(b.key, S::teardown);
+    txn.transition(b.key, S::complete);
+    EXPECT_EQ(txn.used_bytes("nvme"), 2 * gib);
 }
 
 }  // namespace
