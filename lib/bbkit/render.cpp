@@ -367,12 +367,14 @@ json stage_result_json(const StageResult& r) {
             {"skipped", r.skipped},
             {"seconds", r.seconds},
             {"mb_per_s", mb_per_s(r.bytes, r.seconds)},
-            {"warnings", r.warnings}};
+            {"warnings", r.warnings},
+            {"note", r.note}};
 }
 
 std::string stage_result_text(const StageResult& r, const std::string& phase) {
     if (r.nothing_to_do)
-        return phase + " of " + r.key + ": nothing to do\n";
+        return phase + " of " + r.key + ": nothing to do" +
+               (r.note.empty() ? "" : " (" + r.note + ")") + "\n";
     char line[256];
     std::snprintf(
         line, sizeof line,

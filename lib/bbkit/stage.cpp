@@ -39,6 +39,19 @@ Buffer live_buffer(StateStore& store, const Config& config, std::uint64_t job_id
     return *b;
 }
 
+// The job's last incarnation when it has ended (torn down) after it went through `reached`.
+std::optional<Buffer> ended_after(StateStore& store, const Config& config, std::uint64_t job_id,
+                                  BufferState reached) {
+    ReadSnapshot snapshot(store);
+    const std::optional<Buffer> b = snapshot.latest_job_buffer(config.cluster, job_id);
+    if (!b || !is_final(b->state))
+        return std::nullopt;
+    for (const HistoryEntry& h : snapshot.history(b->key))
+        if (h.to == reached)
+            return b;
+    return std::nullopt;
+}
+
 StageResult already_done(const Buffer& b) {
     StageResult done;
     done.key = b.key.str();
@@ -371,6 +384,12 @@ StageResult stage_in(StateStore& store, const Config& config, std::uint64_t job_
 
 StageResult stage_out(StateStore& store, const Config& config, std::uint64_t job_id,
                       const StageOptions& options, const std::string& tool) {
+    if (const std::optional<Buffer> ended =
+            ended_after(store, config, job_id, BufferState::staged_out)) {
+        StageResult done = already_done(*ended);
+        done.note = "staged out before it was torn down";
+        return done;
+    }
     const Buffer b = live_buffer(store, config, job_id);
     switch (b.state) {
         case BufferState::post_run:
@@ -405,14 +424,18 @@ void pre_run(StateStore& store, const Config& config, std::uint64_t job_id,
     hooked_phase(store, config, b, BufferState::pre_run, BufferState::running, "pre_run", tool);
 }
 
-void post_run(StateStore& store, const Config& config, std::uint64_t job_id,
-              const std::string& tool) {
+std::string post_run(StateStore& store, const Config& config, std::uint64_t job_id,
+                     const std::string& tool) {
+    if (const std::optional<Buffer> ended =
+            ended_after(store, config, job_id, BufferState::post_run))
+        return ended->key.str() + " went through post-run before it was torn down";
     const Buffer b = live_buffer(store, config, job_id);
     if (b.state == BufferState::post_run && b.reason.empty())
-        return;
+        return "";
     if (b.state != BufferState::running && b.state != BufferState::post_run)
         throw wrong_state(b, "post-run", "running");
     hooked_phase(store, config, b, BufferState::post_run, BufferState::post_run, "post_run", tool);
+    return "";
 }
 
 std::string job_paths(StateStore& store, const Config& config, std::uint64_t job_id) {

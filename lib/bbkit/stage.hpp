@@ -23,6 +23,7 @@ struct StageOptions {
 struct StageResult {
     std::string key;
     bool nothing_to_do = false;  // already done (a second run copies nothing)
+    std::string note;            // why nothing was done, when that is not obvious
     std::uint64_t files = 0, bytes = 0, skipped = 0;
     double seconds = 0;
     std::vector<std::string> warnings;
@@ -36,7 +37,9 @@ StageResult stage_in(StateStore& store, const Config& config, std::uint64_t job_
                      const StageOptions& options, const std::string& tool);
 
 // post-run -> staging-out -> staged-out, durable before it is recorded. A failure keeps the
-// buffer and its data in staging-out; only `retry` runs it again from there.
+// buffer and its data in staging-out; only `retry` runs it again from there. A job whose last
+// incarnation reached staged-out and has been torn down since has nothing to do, with a note:
+// a restarted slurmctld replays the stage-out it had not yet recorded as done.
 StageResult stage_out(StateStore& store, const Config& config, std::uint64_t job_id,
                       const StageOptions& options, const std::string& tool);
 
@@ -45,8 +48,10 @@ StageResult stage_out(StateStore& store, const Config& config, std::uint64_t job
 // `other` timeout; a failing hook fails the phase with the last line of its stderr.
 void pre_run(StateStore& store, const Config& config, std::uint64_t job_id,
              const std::string& tool);
-void post_run(StateStore& store, const Config& config, std::uint64_t job_id,
-              const std::string& tool);
+// post_run returns a note when there was nothing to do because the job's last incarnation went
+// through post-run and has been torn down since (replayed by a restarted slurmctld).
+std::string post_run(StateStore& store, const Config& config, std::uint64_t job_id,
+                     const std::string& tool);
 
 // The KEY=VALUE lines of the job's environment (see job_environment).
 std::string job_paths(StateStore& store, const Config& config, std::uint64_t job_id);

@@ -109,6 +109,35 @@ describe_tree() {
   assert_output --partial '"state": "staged-out"'
 }
 
+# A slurmctld killed after bbkit's stage-out and teardown, before it saved them, replays the
+# hooks on restart: they succeed with a note, and only for a job that really got that far.
+@test "post-run and stage-out replayed after the teardown succeed with a note" {
+  bb-pool alloc --job 24 --user "$U" --capacity 1G >/dev/null
+  bb-stage in --job 24 >/dev/null
+  bb-stage pre-run --job 24
+  bb-stage post-run --job 24
+  bb-stage out --job 24 >/dev/null
+  bb-teardown --job 24 >/dev/null
+  run bb-stage post-run --job 24
+  assert_success
+  assert_output "note: main.24.1 went through post-run before it was torn down"
+  run bb-stage out --job 24
+  assert_success
+  assert_output "stage-out of main.24.1: nothing to do (staged out before it was torn down)"
+  run bb-stage out --job 24 --json
+  assert_output --partial '"note": "staged out before it was torn down"'
+  # Torn down while running (a cancel): its results were never staged out.
+  bb-pool alloc --job 25 --user "$U" --capacity 1G >/dev/null
+  bb-stage in --job 25 >/dev/null
+  bb-stage pre-run --job 25
+  bb-teardown --job 25 >/dev/null
+  run bb-stage out --job 25
+  assert_failure 66
+  assert_output --partial "job 25 has no burst buffer"
+  run bb-stage post-run --job 25
+  assert_failure 66
+}
+
 @test "a file the user cannot read is refused with 77 naming it; the state says why" {
   job_script "#BB_LUA capacity=1G" "#BB_LUA stage_in type=file source=/etc/shadow destination=s"
   bb-pool alloc --job 24 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null

@@ -52,7 +52,9 @@ int main(int argc, char** argv) {
             return 0;
         }
         if (*post) {
-            post_run(store, config, job_id, who);
+            const std::string note = post_run(store, config, job_id, who);
+            if (!note.empty())
+                std::cout << "note: " << note << '\n';
             return 0;
         }
         StageOptions options;
