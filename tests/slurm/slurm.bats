@@ -411,3 +411,39 @@ JOB
   assert_output --regexp "SlurmUser += slurm\($(id -u slurm)\)"
   run_stage_in_and_out h
 }
+
+@test "i. bb-pool reconcile --slurm asks the real slurmctld: only a buffer whose job Slurm never heard of is torn down" {
+  script=$(held_job_script i.sh i '#SBATCH --job-name=scenario-i' '#BB_LUA pool=pool1 capacity=4MiB')
+  submit "$script"
+  job=$JOB
+  wait_job "$job" 'JobState=RUNNING .*BurstBufferState=running' 60
+  # A buffer left by a job this cluster does not know (a lost slurmctld state, a typo'd alloc).
+  slurm_run bb-pool alloc --job 999999 --user "$SLURM_TEST_USER" --pool pool1 --capacity 2MiB
+  assert_equal "$status" 0
+  slurm_run bb-pool reconcile --slurm
+  assert_equal "$status" 0
+  assert_line --index 0 "unknown to Slurm: e2e.999999.1 (job 999999, user $SLURM_TEST_USER, pool pool1, 2MiB, allocated)"
+  refute_output --partial "job $job,"
+  assert_dir_exists "$SLURM_DIR/pools/pool1/job/999999.1"
+
+  # slurmctld down: nothing can be decided, nothing is touched.
+  stop_slurmctld TERM
+  transcript "root# (slurmctld stopped)"
+  slurm_run bb-pool reconcile --slurm --apply
+  assert_equal "$status" 69
+  assert_dir_exists "$SLURM_DIR/pools/pool1/job/999999.1"
+  start_slurmctld
+  wait_job "$job" 'JobState=RUNNING' 60
+
+  slurm_run bb-pool reconcile --slurm --apply
+  assert_equal "$status" 0
+  assert_line --index 0 "torn down: e2e.999999.1 (job 999999, user $SLURM_TEST_USER, pool pool1, 2MiB, allocated)"
+  assert_no_buffer_dir pool1 999999
+  assert_dir_exists "$SLURM_DIR/pools/pool1/job/$job.1"
+  read -r _ used _ _ <<<"$(bbkit_pool pool1)"
+  assert_equal "$used" $((4 * 1048576))
+
+  touch "$JOBS_DIR/release-i"
+  wait_job "$job" 'JobState=COMPLETED .*BurstBufferState=complete' 60
+  assert_pool_whole pool1 64MiB
+}
