@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <set>
 #include <sstream>
 
 #include "bbkit/error.hpp"
@@ -67,22 +66,25 @@ bool all_digits(const std::string& s) {
 
 SlurmClients::SlurmClients(std::chrono::milliseconds timeout) : timeout_(timeout) {}
 
-std::vector<std::uint64_t> SlurmClients::known_jobs() {
-    const Output out = run_client(
-        "squeue", {"--noheader", "--all", "--states=all", "--format=%A"}, timeout_);
+std::map<std::uint64_t, std::string> SlurmClients::known_jobs() {
+    const Output out =
+        run_client("squeue",
+                   {"--noheader", "--all", "--states=all", "--Format=JobID:24,BurstBufferState:24"},
+                   timeout_);
     if (out.outcome.exit_code != 0)
         throw Error(ExitCode::unavailable, failure("squeue", out.outcome));
-    std::vector<std::uint64_t> jobs;
-    for (std::string line : out.lines) {
-        line.erase(std::remove_if(line.begin(), line.end(), [](char c) { return c == ' '; }),
-                   line.end());
-        if (line.empty())
+    std::map<std::uint64_t, std::string> jobs;
+    for (const std::string& line : out.lines) {
+        std::istringstream fields(line);
+        std::string id, bb_state;
+        if (!(fields >> id))
             continue;
-        if (!all_digits(line))
+        fields >> bb_state;  // absent for a job without a burst buffer
+        if (!all_digits(id))
             throw Error(ExitCode::unavailable, "cannot ask Slurm: squeue printed '" + line +
                                                    "' where a job id was expected; nothing was "
                                                    "torn down");
-        jobs.push_back(std::stoull(line));
+        jobs[std::stoull(id)] = bb_state;
     }
     return jobs;
 }
@@ -113,14 +115,21 @@ ReconcileResult reconcile_slurm(StateStore& store, const Config& config, SlurmJo
     if (live.empty())
         return result;
     // Ask everything first: a failure here leaves every buffer as it is.
-    const std::vector<std::uint64_t> listed = slurm.known_jobs();
-    const std::set<std::uint64_t> known(listed.begin(), listed.end());
-    std::vector<Buffer> orphans;
-    for (const Buffer& b : live)
-        if (known.count(b.key.job_id) == 0 && !slurm.knows(b.key.job_id))
-            orphans.push_back(b);
-    for (const Buffer& b : orphans) {
-        ReconcileEntry entry{b, false, ""};
+    const std::map<std::uint64_t, std::string> listed = slurm.known_jobs();
+    std::vector<std::pair<Buffer, bool>> orphans;  // the buffer, lost by Slurm
+    for (const Buffer& b : live) {
+        const auto found = listed.find(b.key.job_id);
+        if (found == listed.end()) {
+            if (!slurm.knows(b.key.job_id))
+                orphans.emplace_back(b, false);
+        } else if (found->second == "pending" && (b.state == BufferState::allocated ||
+                                                  b.state == BufferState::staging_in ||
+                                                  b.state == BufferState::staged_in)) {
+            orphans.emplace_back(b, true);
+        }
+    }
+    for (const auto& [b, lost] : orphans) {
+        ReconcileEntry entry{b, false, "", lost};
         if (apply) {
             try {
                 TeardownOptions options;
@@ -136,6 +145,11 @@ ReconcileResult reconcile_slurm(StateStore& store, const Config& config, SlurmJo
         result.orphans.push_back(entry);
     }
     return result;
+}
+
+std::size_t ReconcileResult::lost_by_slurm() const {
+    return static_cast<std::size_t>(std::count_if(
+        orphans.begin(), orphans.end(), [](const ReconcileEntry& e) { return e.lost_by_slurm; }));
 }
 
 }  // namespace bbkit

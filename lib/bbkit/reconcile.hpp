@@ -1,11 +1,14 @@
 // bb-pool reconcile --slurm: the job buffers whose jobs Slurm no longer knows (a teardown that
-// Slurm gave up on, a slurmctld state lost or reset), found by asking Slurm, and on request
-// torn down. Conservative: a job Slurm still lists, in any state, is never touched, and when
-// Slurm cannot be asked nothing is touched at all.
+// Slurm gave up on, a slurmctld state lost or reset), and those of jobs whose buffer Slurm lost
+// (a slurmctld killed before it saved its burst-buffer state: the job pends with
+// BurstBufferState=pending while bbkit still holds the space it waits for), found by asking
+// Slurm, and on request torn down. Conservative: a job Slurm lists is touched only in that one
+// case, and when Slurm cannot be asked nothing is touched at all.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,20 +22,23 @@ namespace bbkit {
 class SlurmJobs {
   public:
     virtual ~SlurmJobs() = default;
-    // Every job id slurmctld still holds, in any state. Error(unavailable) when it cannot say.
-    virtual std::vector<std::uint64_t> known_jobs() = 0;
+    // Every job id slurmctld still holds, in any state, with Slurm's BurstBufferState of it
+    // ("pending", "staging-in", ...; empty when not given). Error(unavailable) when it cannot
+    // say.
+    virtual std::map<std::uint64_t, std::string> known_jobs() = 0;
     // false only when Slurm answers that the job id is invalid; Error(unavailable) when it
     // cannot answer.
     virtual bool knows(std::uint64_t job_id) = 0;
 };
 
-// Slurm's clients from PATH: `squeue --noheader --all --states=all --format=%A` for the list,
+// Slurm's clients from PATH: `squeue --noheader --all --states=all
+// --Format=JobID:24,BurstBufferState:24` for the list,
 // `scontrol --oneliner show job ID` to confirm each job missing from it ("Invalid job id").
 // The environment (SLURM_CONF) is passed on. Each call is bounded by `timeout`.
 class SlurmClients : public SlurmJobs {
   public:
     explicit SlurmClients(std::chrono::milliseconds timeout = std::chrono::seconds(60));
-    std::vector<std::uint64_t> known_jobs() override;
+    std::map<std::uint64_t, std::string> known_jobs() override;
     bool knows(std::uint64_t job_id) override;
 
   private:
@@ -43,15 +49,21 @@ struct ReconcileEntry {
     Buffer buffer;
     bool torn_down = false;
     std::string note;  // why it was not torn down, or teardown's note
+    bool lost_by_slurm = false;  // Slurm lists the job, its BurstBufferState pending
 };
 
 struct ReconcileResult {
     std::size_t checked = 0;               // live job buffers of this cluster
-    std::vector<ReconcileEntry> orphans;   // those whose jobs Slurm does not know
+    std::vector<ReconcileEntry> orphans;   // those whose jobs Slurm does not know, or whose
+                                           // buffer it lost (lost_by_slurm)
+    std::size_t lost_by_slurm() const;
 };
 
-// Lists the live job buffers of config.cluster whose job ids Slurm neither lists nor knows;
-// with `apply`, tears each down (hurry: its job is gone). Slurm is asked before anything is
+// Lists the live job buffers of config.cluster whose job ids Slurm neither lists nor knows, and
+// those in allocated, staging-in or staged-in whose job Slurm lists with BurstBufferState
+// pending (Slurm sets staging-in before it calls setup, so pending with a buffer means it lost
+// the buffer: the job waits for space bbkit holds for it, and will be set up again once free);
+// with `apply`, tears each down (hurry: nothing of its job needs it). Slurm is asked before anything is
 // touched: any failure to ask is Error(unavailable) and nothing changes. A teardown that fails
 // is reported in its entry and the others go on.
 ReconcileResult reconcile_slurm(StateStore& store, const Config& config, SlurmJobs& slurm,

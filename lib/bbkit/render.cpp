@@ -418,6 +418,7 @@ json reconcile_json(const ReconcileResult& result, bool applied) {
                            {"allocated", b.allocated_bytes},
                            {"state", to_string(b.state)},
                            {"torn_down", e.torn_down},
+                           {"reason", e.lost_by_slurm ? "pending-in-slurm" : "unknown-to-slurm"},
                            {"note", e.note}});
     }
     return {{"checked", result.checked}, {"applied", applied}, {"orphans", orphans}};
@@ -427,7 +428,8 @@ std::string reconcile_text(const ReconcileResult& result, bool applied) {
     std::ostringstream out;
     for (const ReconcileEntry& e : result.orphans) {
         const Buffer& b = e.buffer;
-        out << (applied ? (e.torn_down ? "torn down: " : "NOT torn down: ") : "unknown to Slurm: ")
+        out << (applied ? (e.torn_down ? "torn down: " : "NOT torn down: ")
+                        : (e.lost_by_slurm ? "pending in Slurm: " : "unknown to Slurm: "))
             << b.key.str() << " (job " << b.key.job_id << ", user " << b.user << ", pool "
             << b.pool << ", " << format_size(b.allocated_bytes) << ", " << to_string(b.state)
             << ")";
@@ -435,8 +437,11 @@ std::string reconcile_text(const ReconcileResult& result, bool applied) {
             out << ": " << e.note;
         out << '\n';
     }
-    out << result.checked << " job buffer(s) checked, " << result.orphans.size()
+    const std::size_t lost = result.lost_by_slurm();
+    out << result.checked << " job buffer(s) checked, " << result.orphans.size() - lost
         << " unknown to Slurm";
+    if (lost > 0)
+        out << ", " << lost << " pending in Slurm (its buffer lost)";
     if (!applied && !result.orphans.empty())
         out << " (--apply tears them down)";
     out << '\n';

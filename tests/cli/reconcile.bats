@@ -93,6 +93,32 @@ teardown() {
   assert_output "2 job buffer(s) checked, 0 unknown to Slurm"
 }
 
+# squeue's second column is the job's BurstBufferState. Pending while bbkit holds its buffer is
+# a buffer Slurm lost (slurmctld killed before it saved it): the job waits for space bbkit holds.
+@test "a job Slurm lists with BurstBufferState pending has lost its buffer: listed, and torn down with --apply" {
+  bb-stage pre-run --job 3 >/dev/null
+  printf '1 pending\n2 staging-in\n3 pending\n' >"$TEST_DIR/jobs"
+  run bb-pool reconcile --slurm
+  assert_success
+  assert_output "pending in Slurm: main.1.1 (job 1, user root, pool small, 1KiB, allocated)
+3 job buffer(s) checked, 0 unknown to Slurm, 1 pending in Slurm (its buffer lost) (--apply tears them down)"
+  run grep -x "squeue --noheader --all --states=all --Format=JobID:24,BurstBufferState:24" "$TEST_DIR/calls"
+  assert_success
+  run bb-pool reconcile --slurm --json
+  assert_output --partial '"reason": "pending-in-slurm"'
+  run bb-pool reconcile --slurm --apply
+  assert_success
+  assert_line --index 0 "torn down: main.1.1 (job 1, user root, pool small, 1KiB, allocated)"
+  assert_dir_not_exists "$TEST_DIR/small/job/1.1"
+  # staging-in in Slurm, and running in bbkit: neither is touched.
+  assert_dir_exists "$TEST_DIR/small/job/2.1"
+  assert_dir_exists "$TEST_DIR/small/job/3.1"
+  # Slurm sets the job up again: a new incarnation.
+  run bb-pool alloc --job 1 --user root --pool small --capacity 1K
+  assert_success
+  assert_output --partial "main.1.2"
+}
+
 @test "when Slurm cannot be asked: exit 69 and nothing is torn down" {
   touch "$TEST_DIR/down"
   run bb-pool reconcile --slurm --apply

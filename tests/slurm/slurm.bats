@@ -447,3 +447,51 @@ JOB
   wait_job "$job" 'JobState=COMPLETED .*BurstBufferState=complete' 60
   assert_pool_whole pool1 64MiB
 }
+
+@test "j. slurmctld killed before it saved its burst-buffer state: the job pends on its own lost buffer until reconcile frees it, then completes" {
+  # Job a holds the slow pool, so job j pends on BurstBufferResources and Slurm saves it that
+  # way (a Comment update saves a job; burst-buffer state changes do not). Then a is released,
+  # j gets its buffer and starts staging in, and slurmctld is killed before its bb agent saves
+  # (every 30 s): the restarted slurmctld has j pending with BurstBufferState=pending, waiting
+  # for the space bbkit still holds for j's lost buffer.
+  hold=$(held_job_script j-hold.sh j-hold '#SBATCH --job-name=scenario-j-hold' '#BB_LUA pool=slow capacity=64MiB')
+  submit "$hold"
+  holder=$JOB
+  wait_job "$holder" 'JobState=RUNNING .*BurstBufferState=running' 60
+  script=$(job_script j.sh "#SBATCH --job-name=scenario-j" \
+    "#BB_LUA pool=slow capacity=$((SLOW_MIB + 16))MiB" \
+    "#BB_LUA stage_in type=file source=$DATA_DIR/slow.dat destination=\$BB_JOB_DIR/slow.dat" <<JOB
+test "\$(stat -c %s "\$BB_JOB_DIR/slow.dat")" = "$((SLOW_MIB * 1048576))"
+JOB
+  )
+  submit "$script"
+  job=$JOB
+  wait_job "$job" 'JobState=PENDING Reason=BurstBufferResources BurstBufferState=pending' 60
+  touch "$JOBS_DIR/j.saved"
+  slurm_run scontrol update JobId="$job" Comment=saved-while-pending
+  wait_until 20 "slurmctld to save the job" test "$SLURM_DIR/state/job_state" -nt "$JOBS_DIR/j.saved"
+  wait_for_bb_agent_phase 24
+  touch "$JOBS_DIR/j.released"
+  touch "$JOBS_DIR/release-j-hold"
+  wait_job "$job" 'BurstBufferState=staging-in' 60
+  wait_until 60 "the copy of job $job to start" copy_started "$job"
+  [ ! "$SLURM_DIR/state/burst_buffer_lua_state" -nt "$JOBS_DIR/j.released" ] ||
+    fail "Slurm saved its burst-buffer state before the crash: this scenario needs the crash first"
+  restart_slurmctld "SIGKILL before slurmctld saved the buffer of job $job" KILL
+  wait_job "$job" 'JobState=PENDING .*BurstBufferState=pending' 60
+  slurm_run bb-pool reconcile --slurm
+  assert_equal "$status" 0
+  assert_line --index 0 --regexp "^pending in Slurm: e2e\.$job\.1 \(job $job, user $SLURM_TEST_USER, pool slow, [0-9]+MiB, (allocated|staging-in|staged-in)\)$"
+  slurm_run bb-pool reconcile --slurm --apply
+  assert_equal "$status" 0
+  assert_line --index 0 --regexp "^torn down: e2e\.$job\.1 "
+  # Slurm sets the job up again (a new incarnation) and it runs with all of its data.
+  wait_job "$job" 'JobState=COMPLETED .*BurstBufferState=complete' 300
+  slurm_run scontrol show job "$job"
+  assert_output --partial "ExitCode=0:0"
+  wait_job "$holder" 'JobState=COMPLETED' 60
+  assert_no_buffer_dir slow "$job"
+  assert_pool_whole slow "$SLOW_POOL_CAPACITY"
+  slurm_run bb-pool check
+  assert_equal "$status" 0
+}
