@@ -819,6 +819,9 @@ class Parser {
         // the file under its own name, as cp does.
         if (s.type == StageType::file) {
             const std::string name = s.source.substr(s.source.rfind('/') + 1);
+            if (in && name.empty())  // found by the directive fuzzer: "source=/ destination=in/"
+                throw invalid("source of a type=file stage must name a file, not '" + source +
+                              "'");
             if (in && (s.destination.empty() || destination.back() == '/'))
                 s.destination = s.destination.empty() ? name : s.destination + "/" + name;
             if (!in && destination.back() == '/' && s.destination != "/")

@@ -803,6 +803,15 @@ TEST(Directive, file_destination_naming_a_directory_keeps_the_source_name) {
     EXPECT_EQ(r.stage_out.at(0).destination, "/res/r.txt");
 }
 
+// Found by the directive fuzzer: "/" has no name to keep, and "in/" reached the mover.
+TEST(Directive, a_file_stage_in_of_the_root_directory_is_refused) {
+    for (const std::string dest : {"in/", "$BB_JOB_DIR", "x"})
+        expect_script_error("#BB_LUA stage_in type=file source=/ destination=" + dest + "\n",
+                            "source of a type=file stage must name a file, not '/'");
+    expect_script_error("#BB_LUA stage_in type=file source=//./ destination=in/\n",
+                        "must name a file, not '//./'");
+}
+
 TEST(directive, rejects_job_ids_that_are_not_numbers) {
     for (const std::string id : {"abc", "-1", "1x", "", " 7", "../x", "12345678901234567890"}) {
         JobContext job;
