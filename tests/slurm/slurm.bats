@@ -470,14 +470,21 @@ JOB
   touch "$JOBS_DIR/j.saved"
   slurm_run scontrol update JobId="$job" Comment=saved-while-pending
   wait_until 20 "slurmctld to save the job" test "$SLURM_DIR/state/job_state" -nt "$JOBS_DIR/j.saved"
-  wait_for_bb_agent_phase 24
+  wait_for_bb_agent_phase 28
   touch "$JOBS_DIR/j.released"
   touch "$JOBS_DIR/release-j-hold"
+  wait_job "$holder" 'JobState=COMPLETED .*BurstBufferState=complete' 60
   wait_job "$job" 'BurstBufferState=staging-in' 60
   wait_until 60 "the copy of job $job to start" copy_started "$job"
   [ ! "$SLURM_DIR/state/burst_buffer_lua_state" -nt "$JOBS_DIR/j.released" ] ||
-    fail "Slurm saved its burst-buffer state before the crash: this scenario needs the crash first"
+    skip "Slurm saved its burst-buffer state before the crash (the crash must come first)"
   restart_slurmctld "SIGKILL before slurmctld saved the buffer of job $job" KILL
+  # The holder's completion is a job change: if Slurm saved the jobs after j's stage-in began,
+  # it recovers j in staging-in with no buffer record, a case of Slurm's own (bbkit's buffer
+  # is then Slurm's to tear down when the job is cancelled); this scenario needs the save first.
+  wait_job "$job" 'BurstBufferState=(pending|staging-in)' 60
+  [[ $JOB_STATE_LINE =~ BurstBufferState=pending ]] ||
+    skip "Slurm saved job $job after its stage-in began: $JOB_STATE_LINE"
   wait_job "$job" 'JobState=PENDING .*BurstBufferState=pending' 60
   slurm_run bb-pool reconcile --slurm
   assert_equal "$status" 0
@@ -489,7 +496,9 @@ JOB
   wait_job "$job" 'JobState=COMPLETED .*BurstBufferState=complete' 300
   slurm_run scontrol show job "$job"
   assert_output --partial "ExitCode=0:0"
-  wait_job "$holder" 'JobState=COMPLETED' 60
+  # A holder that ended right before the crash may come back RUNNING until slurmd reports it.
+  if [ "$(job_field "$holder" JobState)" != COMPLETED ]; then slurm_run scancel "$holder"; fi
+  wait_job "$holder" 'BurstBufferState=complete' 60
   assert_no_buffer_dir slow "$job"
   assert_pool_whole slow "$SLOW_POOL_CAPACITY"
   slurm_run bb-pool check
