@@ -67,10 +67,9 @@ bool all_digits(const std::string& s) {
 SlurmClients::SlurmClients(std::chrono::milliseconds timeout) : timeout_(timeout) {}
 
 std::map<std::uint64_t, std::string> SlurmClients::known_jobs() {
-    const Output out =
-        run_client("squeue",
-                   {"--noheader", "--all", "--states=all", "--Format=JobID:24,BurstBufferState:24"},
-                   timeout_);
+    const Output out = run_client(
+        "squeue", {"--noheader", "--all", "--states=all", "--Format=JobID:24,BurstBufferState:24"},
+        timeout_);
     if (out.outcome.exit_code != 0)
         throw Error(ExitCode::unavailable, failure("squeue", out.outcome));
     std::map<std::uint64_t, std::string> jobs;
@@ -122,9 +121,9 @@ ReconcileResult reconcile_slurm(StateStore& store, const Config& config, SlurmJo
         if (found == listed.end()) {
             if (!slurm.knows(b.key.job_id))
                 orphans.emplace_back(b, false);
-        } else if (found->second == "pending" && (b.state == BufferState::allocated ||
-                                                  b.state == BufferState::staging_in ||
-                                                  b.state == BufferState::staged_in)) {
+        } else if (found->second == "pending" &&
+                   (b.state == BufferState::allocated || b.state == BufferState::staging_in ||
+                    b.state == BufferState::staged_in)) {
             orphans.emplace_back(b, true);
         }
     }

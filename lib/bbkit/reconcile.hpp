@@ -48,14 +48,14 @@ class SlurmClients : public SlurmJobs {
 struct ReconcileEntry {
     Buffer buffer;
     bool torn_down = false;
-    std::string note;  // why it was not torn down, or teardown's note
+    std::string note;            // why it was not torn down, or teardown's note
     bool lost_by_slurm = false;  // Slurm lists the job, its BurstBufferState pending
 };
 
 struct ReconcileResult {
-    std::size_t checked = 0;               // live job buffers of this cluster
-    std::vector<ReconcileEntry> orphans;   // those whose jobs Slurm does not know, or whose
-                                           // buffer it lost (lost_by_slurm)
+    std::size_t checked = 0;              // live job buffers of this cluster
+    std::vector<ReconcileEntry> orphans;  // those whose jobs Slurm does not know, or whose
+                                          // buffer it lost (lost_by_slurm)
     std::size_t lost_by_slurm() const;
 };
 
@@ -63,9 +63,9 @@ struct ReconcileResult {
 // those in allocated, staging-in or staged-in whose job Slurm lists with BurstBufferState
 // pending (Slurm sets staging-in before it calls setup, so pending with a buffer means it lost
 // the buffer: the job waits for space bbkit holds for it, and will be set up again once free);
-// with `apply`, tears each down (hurry: nothing of its job needs it). Slurm is asked before anything is
-// touched: any failure to ask is Error(unavailable) and nothing changes. A teardown that fails
-// is reported in its entry and the others go on.
+// with `apply`, tears each down (hurry: nothing of its job needs it). Slurm is asked before
+// anything is touched: any failure to ask is Error(unavailable) and nothing changes. A teardown
+// that fails is reported in its entry and the others go on.
 ReconcileResult reconcile_slurm(StateStore& store, const Config& config, SlurmJobs& slurm,
                                 bool apply, const std::string& tool);
 

@@ -26,8 +26,8 @@ namespace {
 // The states that hold space, as SQL; must agree with holds_space() (a test checks it). The
 // pool_usage triggers of schema 3 carry this list too: changing it needs a migration that
 // recreates them.
-#define BBKIT_HOLDING_STATES                                                                 \
-    "('allocating','allocated','staging-in','staged-in','pre-run','running','post-run',"  \
+#define BBKIT_HOLDING_STATES                                                             \
+    "('allocating','allocated','staging-in','staged-in','pre-run','running','post-run'," \
     "'staging-out','staged-out','teardown','teardown-fail','deleting')"
 const char* const holding_states = BBKIT_HOLDING_STATES;
 
@@ -141,7 +141,6 @@ CREATE INDEX buffers_persistent ON buffers(pool, state, allocated_bytes) WHERE n
 // Torn-down directories wait in each pool's own trash/ (a rename cannot cross file systems),
 // and quarantined ones in the pool's quarantine/, so neither is here.
 const char* const subdirectories[] = {"env", "public", "run", "progress", "log"};
-
 
 std::int64_t to_nanos(TimePoint time) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count();
@@ -1157,7 +1156,8 @@ void WriteTransaction::recompute_used_bytes(const std::string& pool) {
     Query q = impl_.query(std::string("INSERT INTO pool_usage (pool, used) VALUES (?1, (SELECT"
                                       " COALESCE(SUM(allocated_bytes), 0) FROM buffers"
                                       " WHERE pool = ?1 AND state IN ") +
-                          holding_states + ")) ON CONFLICT (pool) DO UPDATE SET used = excluded.used");
+                          holding_states +
+                          ")) ON CONFLICT (pool) DO UPDATE SET used = excluded.used");
     q.bind(1, pool);
     q.run();
     pools_touched_ = true;
