@@ -71,3 +71,15 @@ test_user() {
   fi
   echo "$name"
 }
+
+# The set-up of the staging suites: pools nvme and small initialised, and $TEST_DIR/pfs (the
+# "parallel file system") owned by the unprivileged test user, whose name is left in $U.
+staging_setup() {
+  common_setup
+  mkdir -p "$TEST_DIR/nvme" "$TEST_DIR/small" "$TEST_DIR/pfs"
+  chmod 755 "$TEST_DIR/pfs"
+  U=$(test_user)
+  chown "$U" "$TEST_DIR/pfs"
+  bb-pool init nvme >/dev/null
+  bb-pool init small >/dev/null
+}

@@ -9,15 +9,7 @@
 bats_require_minimum_version 1.5.0
 load common
 
-setup() {
-  common_setup
-  mkdir -p "$TEST_DIR/nvme" "$TEST_DIR/small" "$TEST_DIR/pfs"
-  chmod 755 "$TEST_DIR/pfs"
-  U=$(test_user)
-  chown "$U" "$TEST_DIR/pfs"
-  bb-pool init nvme >/dev/null
-  bb-pool init small >/dev/null
-}
+setup() { staging_setup; }
 teardown() {
   stop_writer
   common_teardown
