@@ -50,11 +50,13 @@ const std::vector<FaultPointInfo> table = {
     {"mover.before-dir-metadata", "files in place; directory modes and times not applied"},
     {"mover.before-dir-fsync", "directory metadata applied; directories not fsync'd"},
     {"mover.before-summary", "the move is complete and durable; bb-stage not told"},
+    {"recover.listed", "recover read the live buffers; none acted on"},
     {"recover.action", "recover finished one buffer (:NTH)"},
     {"recover.queue", "recover dropped dead waiters; env files not rebuilt"},
     {"recover.published", "recover rebuilt public/; trash not reaped"},
     {"quarantine.renamed", "check --repair moved an orphan into quarantine/; not fsync'd"},
     {"repair.closed", "check --repair closed a record whose directory was gone"},
+    {"check.listed", "check read its snapshot; no finding confirmed (writes nothing: a pause point)"},
 };
 
 struct Armed {

@@ -163,6 +163,12 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
                                     std::to_string(live->run_lock_holder->pid) + " (retry later)");
                 Reserved out{*live, live->state != BufferState::allocating,
                              check_uses(txn, config, r)};
+                if (!out.existed) {
+                    // Resuming an allocation whose process died: claimed, so a recover that
+                    // runs meanwhile leaves it alone.
+                    out.buffer.run_lock_holder = ProcessId::self();
+                    txn.update_buffer(out.buffer);
+                }
                 txn.commit();
                 return out;
             }

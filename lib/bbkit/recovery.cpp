@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <set>
@@ -41,16 +42,34 @@ bool owner_dead(const Config& config, const Buffer& b) {
     return !RunLock::holder(config.state_dir, b.key.str());
 }
 
-void close_record(StateStore& store, const Config& config, const BufferKey& key,
+// The record as it is now, if it is still what `seen` (read earlier, outside any write
+// transaction) showed and nobody else works on it; otherwise someone moved it on meanwhile (a
+// waiter got its space and finished, a stager ended, an alloc was retried) and it is not
+// recover's to touch. A claim this process made itself counts as nobody's.
+std::optional<Buffer> still_abandoned(Transaction& txn, const Config& config, const Buffer& seen) {
+    std::optional<Buffer> now = txn.find_buffer(seen.key);
+    if (!now || now->state != seen.state)
+        return std::nullopt;
+    if (now->run_lock_holder && *now->run_lock_holder == ProcessId::self())
+        return now;
+    return owner_dead(config, *now) ? now : std::nullopt;
+}
+
+// Ends the record `seen` showed without touching its directory (there is none, or it is gone).
+// False, and nothing changed, when the record moved on since (see still_abandoned).
+bool close_record(StateStore& store, const Config& config, const Buffer& seen,
                   const std::string& why, const std::string& tool) {
     WriteTransaction txn(store, tool);
-    Buffer b = txn.get_buffer(key);
-    if (b.state == BufferState::pending) {
+    const std::optional<Buffer> b = still_abandoned(txn, config, seen);
+    if (!b)
+        return false;
+    const BufferKey& key = seen.key;
+    if (b->state == BufferState::pending) {
         txn.dequeue(key.str());
-    } else if (key.kind() == BufferKind::job && b.state != BufferState::teardown &&
-               b.state != BufferState::allocating) {
+    } else if (key.kind() == BufferKind::job && b->state != BufferState::teardown &&
+               b->state != BufferState::allocating) {
         txn.transition(key, BufferState::teardown, "BurstBufferOperation", why);
-    } else if (key.kind() == BufferKind::persistent && b.state == BufferState::allocated) {
+    } else if (key.kind() == BufferKind::persistent && b->state == BufferState::allocated) {
         txn.transition(key, BufferState::deleting, "BurstBufferOperation", why);
     }
     txn.transition(key,
@@ -59,18 +78,28 @@ void close_record(StateStore& store, const Config& config, const BufferKey& key,
     txn.mark_reaped(key);
     publish(txn, store, config);
     txn.commit();
+    return true;
 }
 
 std::string recover_allocating(StateStore& store, const Config& config, const Buffer& b,
                                const std::string& tool) {
     std::optional<PoolDir> dir;
     {
-        ReadSnapshot snapshot(store);
-        dir.emplace(open_pool(snapshot, config, b.pool));
+        // Claimed first, so an alloc retried meanwhile backs off ("being allocated by pid")
+        // instead of making the directory while this decides there is none.
+        WriteTransaction txn(store, tool);
+        std::optional<Buffer> now = still_abandoned(txn, config, b);
+        if (!now)
+            return "";
+        dir.emplace(open_pool(txn, config, b.pool));
+        now->run_lock_holder = ProcessId::self();
+        txn.update_buffer(*now);
+        txn.commit();
     }
     if (!dir->exists(b.directory)) {
-        close_record(store, config, b.key, "allocation interrupted before its directory existed",
-                     tool);
+        if (!close_record(store, config, b,
+                          "allocation interrupted before its directory existed", tool))
+            return "";
         return b.key.str() + ": allocating -> rolled back (no directory)";
     }
     dir->create_buffer_dir(b.directory, b.uid, b.gid);  // re-own: the crash may have come first
@@ -92,6 +121,8 @@ std::string mark_interrupted(StateStore& store, const Config& config, const Buff
     if (b.message == message)
         return "";
     WriteTransaction txn(store, tool);
+    if (!still_abandoned(txn, config, b))
+        return "";
     txn.transition(b.key, b.state, "BurstBufferOperation", message);
     Buffer updated = txn.get_buffer(b.key);
     updated.run_lock_holder.reset();
@@ -134,6 +165,7 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
         filter.live_only = true;
         live = snapshot.list_buffers(filter);
     }
+    fault_point("recover.listed");
     for (const Buffer& b : live) {
         if (!owner_dead(config, b))
             continue;
@@ -141,8 +173,8 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
             std::string action;
             switch (b.state) {
                 case BufferState::pending:
-                    close_record(store, config, b.key, "the waiting process died", tool);
-                    action = b.key.str() + ": pending -> dropped from the queue (waiter died)";
+                    if (close_record(store, config, b, "the waiting process died", tool))
+                        action = b.key.str() + ": pending -> dropped from the queue (waiter died)";
                     break;
                 case BufferState::allocating:
                     action = recover_allocating(store, config, b, tool);
@@ -218,6 +250,29 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
     return actions;
 }
 
+namespace {
+
+// Check reads one snapshot, then looks at processes and directories; an operation that ended in
+// between (a teardown finished, a waiter got its space) would be reported once though all is
+// well. A finding about a record is confirmed against a fresh read: the record must still be as
+// the snapshot showed it.
+bool record_unchanged(StateStore& store, const Buffer& seen) {
+    ReadSnapshot fresh(store);
+    const std::optional<Buffer> now = fresh.find_buffer(seen.key);
+    return now && now->state == seen.state && now->reaped == seen.reaped &&
+           now->run_lock_holder == seen.run_lock_holder;
+}
+
+bool still_queued(StateStore& store, const QueueEntry& seen) {
+    ReadSnapshot fresh(store);
+    for (const QueueEntry& entry : fresh.queue(seen.pool))
+        if (entry.seq == seen.seq && entry.waiter == seen.waiter)
+            return true;
+    return false;
+}
+
+}  // namespace
+
 std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
                            const std::string& tool) {
     std::vector<Finding> findings;
@@ -229,7 +284,7 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
     std::map<std::string, std::optional<PoolDir>> dirs;
     std::vector<PoolStatus> pools;
     std::map<std::string, std::uint64_t> summed;  // pool -> used bytes summed from the rows
-    std::vector<QueueEntry> stale;
+    std::vector<QueueEntry> queued;
     {
         ReadSnapshot snapshot(store);
         BufferFilter filter;
@@ -248,10 +303,10 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
                 findings.push_back({"pool-unavailable", pool.name, pool.path, e.what(), false});
             }
             for (const QueueEntry& entry : snapshot.queue(pool.name))
-                if (!entry.waiter.alive())
-                    stale.push_back(entry);
+                queued.push_back(entry);
         }
     }
+    fault_point("check.listed");
     const auto now = std::chrono::system_clock::now();
     for (PoolStatus& pool : pools) {
         const std::uint64_t rows = summed[pool.name];
@@ -279,8 +334,9 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
                                 "used " + format_size(pool.used) + " + trash " +
                                     format_size(pool.trash) + " exceeds " + format_size(pool.total),
                                 false});
-    for (const QueueEntry& entry : stale)
-        findings.push_back({"stale-queue", entry.pool, entry.key,
+    for (const QueueEntry& entry : queued)
+        if (!entry.waiter.alive() && still_queued(store, entry))
+            findings.push_back({"stale-queue", entry.pool, entry.key,
                             "waiter pid " + std::to_string(entry.waiter.pid) + " is gone", false});
 
     std::map<std::string, std::set<std::string>> expected_dirs;   // pool -> "job/42.1"
@@ -295,7 +351,8 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
                                 "expired; destroy it with bb-teardown --persistent " + b.key.name,
                                 false});
         const bool ending = is_ending(b.state);
-        if (!in_flight && (b.state == BufferState::allocating || ending))
+        if (!in_flight && (b.state == BufferState::allocating || ending) &&
+            record_unchanged(store, b))
             findings.push_back(
                 {"interrupted", b.pool, b.key.str(),
                  std::string(to_string(b.state)) + " with no live owner (run bb-pool recover)",
@@ -306,8 +363,11 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
         if (!dir->exists(b.directory)) {
             Finding f{"missing-directory", b.pool, b.key.str(),
                       dir->path() + "/" + b.directory + " is gone", false};
+            if (!repair && !record_unchanged(store, b))
+                continue;
             if (repair) {
-                close_record(store, config, b.key, "repair: its directory was gone", tool);
+                if (!close_record(store, config, b, "repair: its directory was gone", tool))
+                    continue;  // a teardown moved it meanwhile
                 fault_point("repair.closed");
                 audit(config.state_dir, tool, "repair",
                       "closed buffer=" + b.key.str() + " (directory missing)");
@@ -322,6 +382,8 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
         if (dir && !dir->exists("trash/" + trash_name(b))) {
             Finding f{"reaped-unrecorded", b.pool, b.key.str(),
                       "its trash entry is gone but the space is still charged", false};
+            if (!record_unchanged(store, b))
+                continue;  // a reap finished meanwhile
             if (repair) {
                 WriteTransaction txn(store, tool);
                 txn.mark_reaped(b.key);
@@ -398,7 +460,8 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
     if (repair) {
         lock->commit();
     }
-    if (repair && !stale.empty()) {
+    if (repair && std::any_of(findings.begin(), findings.end(),
+                              [](const Finding& f) { return f.kind == "stale-queue"; })) {
         WriteTransaction txn(store, tool);
         txn.drop_dead_waiters();
         publish(txn, store, config);
