@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -91,6 +92,26 @@ void fsync_dir(const std::string& dir) {
 
 namespace {
 
+// Puts `temporary` in place of `path` without the write-back ext4 starts (auto_da_alloc) when a
+// rename replaces an existing file, which costs a device write per call: the two names are
+// swapped, then the old content, now under the temporary's name, is removed. Readers still see
+// the old or the new file, never neither. Where the swap is not supported, or nothing is at
+// `path` yet, a plain rename.
+void swap_into_place(const std::string& temporary, const std::string& path) {
+    if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) == 0) {
+        if (::unlink(temporary.c_str()) == 0 || errno == ENOENT)
+            return;
+        // Not a file (a directory planted at `path`): swap back and fail as rename would.
+        const int error = errno;
+        ::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE);
+        fail("rename " + temporary + " to", path, error);
+    }
+    if (errno != ENOENT && errno != EINVAL && errno != ENOSYS)
+        fail("rename " + temporary + " to", path, errno);
+    if (::rename(temporary.c_str(), path.c_str()) != 0)
+        fail("rename " + temporary + " to", path, errno);
+}
+
 // `durable`: fsync the file before the rename and the directory after it.
 void replace(const std::string& path, const std::string& data, mode_t mode, bool durable) {
     TemporaryFile temporary(temporary_name(path));
@@ -106,8 +127,12 @@ void replace(const std::string& path, const std::string& data, mode_t mode, bool
         if (durable && ::fsync(fd.get()) != 0)
             fail("fsync", temporary.path(), errno);
     }
-    if (::rename(temporary.path().c_str(), path.c_str()) != 0)
-        fail("rename " + temporary.path() + " to", path, errno);
+    if (durable) {
+        if (::rename(temporary.path().c_str(), path.c_str()) != 0)
+            fail("rename " + temporary.path() + " to", path, errno);
+    } else {
+        swap_into_place(temporary.path(), path);
+    }
     temporary.keep();
     if (durable)
         fsync_dir(parent_of(path));

@@ -48,7 +48,10 @@ void write_file_atomically(const std::string& path, const std::string& data, mod
 // Replaces `path` with `data` like write_file_atomically, but without any fsync: readers see the
 // old or the new content, never a mix, yet a power cut may lose the change (or leave the file
 // empty). For snapshots that are regenerated from state.db (pools.json, public/), where an
-// fsync per write would dominate the cost of every operation. Throws Error(io) naming the path.
+// fsync per write would dominate the cost of every operation. An existing file is replaced by
+// swapping names (RENAME_EXCHANGE) and removing the old one, which spares the device write ext4
+// starts when a rename replaces a file. Throws Error(io) naming the path; a directory at `path`
+// is left as it is.
 void replace_file(const std::string& path, const std::string& data, mode_t mode);
 
 // Makes the directory entries of `dir` (creations, renames) durable. Throws Error(io).

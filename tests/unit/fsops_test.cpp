@@ -86,6 +86,37 @@ TEST_F(FsopsTest, rename_over_a_directory_fails_and_removes_the_temporary) {
     EXPECT_EQ(entries(), std::vector<std::string>{"target"});
 }
 
+// replace_file swaps names instead of renaming over the old file (see fsops.hpp).
+TEST_F(FsopsTest, replace_file_swaps_in_the_new_content_and_leaves_no_temporary) {
+    replace_file(dir_ + "/pools.json", "one\n", 0644);
+    EXPECT_EQ(read(dir_ + "/pools.json"), "one\n");
+    std::ifstream old_reader(dir_ + "/pools.json");  // a reader of the old file keeps it
+    replace_file(dir_ + "/pools.json", "two\n", 0600);
+    EXPECT_EQ(read(dir_ + "/pools.json"), "two\n");
+    std::string line;
+    std::getline(old_reader, line);
+    EXPECT_EQ(line, "one");
+    struct stat st {};
+    ASSERT_EQ(stat((dir_ + "/pools.json").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0600u);
+    EXPECT_EQ(entries(), std::vector<std::string>{"pools.json"});
+}
+
+TEST_F(FsopsTest, replace_file_over_a_directory_fails_and_leaves_the_directory) {
+    ASSERT_EQ(mkdir((dir_ + "/target").c_str(), 0700), 0);
+    ASSERT_EQ(close(open((dir_ + "/target/inside").c_str(), O_CREAT | O_WRONLY, 0600)), 0);
+    try {
+        replace_file(dir_ + "/target", "x", 0600);
+        FAIL() << "no error";
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::io);
+        EXPECT_NE(std::string(error.what()).find(dir_ + "/target"), std::string::npos);
+    }
+    EXPECT_EQ(entries(), std::vector<std::string>{"target"});
+    struct stat st {};
+    ASSERT_EQ(stat((dir_ + "/target/inside").c_str(), &st), 0);
+}
+
 TEST_F(FsopsTest, fsync_dir_of_a_missing_directory_is_an_io_error) {
     EXPECT_NO_THROW(fsync_dir(dir_));
     try {
