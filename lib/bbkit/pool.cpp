@@ -488,7 +488,9 @@ std::vector<std::string> recorded_persistent_uses(const Buffer& buffer) {
 Buffer complete_allocation(StateStore& store, const Config& config, const BufferKey& key,
                            const std::vector<std::pair<std::string, std::string>>& uses,
                            const std::string& tool) {
-    WriteTransaction txn(store, tool);
+    // Deferred: lost to a power cut, this leaves the state of alloc.dir-durable (recover rolls
+    // it forward and rewrites the env files).
+    WriteTransaction txn(store, tool, WriteTransaction::Durability::deferred);
     txn.touch_pools();  // reserve() committed the space as `allocating` without publishing it
     Buffer b = txn.transition(key, BufferState::allocated);
     b.run_lock_holder.reset();

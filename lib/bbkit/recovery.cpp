@@ -442,9 +442,10 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
         } else {
             known = expected_dirs[c.pool].count(relative) > 0;
         }
-        if (known)
-            continue;
         PoolDir& dir = *dirs[c.pool];
+        // Listed before the fresh read: a teardown or reap may have moved it away since.
+        if (known || !dir.exists(relative))
+            continue;
         Finding f{c.subdir == "trash" ? "orphan-trash" : "orphan-directory", c.pool, relative,
                   dir.path() + "/" + relative + " has no record", false};
         if (repair) {

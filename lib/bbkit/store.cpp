@@ -773,6 +773,11 @@ std::string StateStore::path(const std::string& relative) const {
     return impl_->dir + "/" + relative;
 }
 
+bool StateStore::syncs_commits() const {
+    Query q = impl_->query("PRAGMA synchronous");
+    return q.step() && q.integer(0) == 2;  // FULL
+}
+
 // ---- reads ----------------------------------------------------------------------------------
 
 Transaction::Transaction(StateStore& store) : impl_(*store.impl_) {}
@@ -981,20 +986,36 @@ ReadSnapshot::~ReadSnapshot() {
     impl_.end("ROLLBACK");
 }
 
-WriteTransaction::WriteTransaction(StateStore& store, std::string who)
-    : Transaction(store), who_(std::move(who)) {
+WriteTransaction::WriteTransaction(StateStore& store, std::string who, Durability durability)
+    : Transaction(store), who_(std::move(who)), durability_(durability) {
     if (impl_.in_transaction)
         throw Error(ExitCode::software,
                     "a transaction on " + impl_.db_path + " is already open (one at a time)");
     HeldLock lock = impl_.acquire_lock(who_);
-    impl_.begin(true);
+    // SQLite takes the safety level only outside a transaction.
+    if (durability_ == Durability::deferred)
+        impl_.exec("PRAGMA synchronous = NORMAL", "deferring the sync failed");
+    try {
+        impl_.begin(true);
+    } catch (...) {
+        restore_durability();
+        throw;
+    }
     impl_.lock = std::move(lock);
 }
 
 WriteTransaction::~WriteTransaction() {
     if (!committed_)
         impl_.end("ROLLBACK");
+    restore_durability();
     impl_.lock.reset();  // after the rollback: the next writer must not see our changes
+}
+
+void WriteTransaction::restore_durability() {
+    if (durability_ == Durability::deferred) {
+        sqlite3_exec(impl_.db.get(), "PRAGMA synchronous = FULL", nullptr, nullptr, nullptr);
+        durability_ = Durability::now;
+    }
 }
 
 void WriteTransaction::commit() {
@@ -1004,6 +1025,7 @@ void WriteTransaction::commit() {
     impl_.query("COMMIT").run();
     impl_.in_transaction = false;
     committed_ = true;
+    restore_durability();
     fault_point("txn.committed");
     impl_.lock.reset();
 }

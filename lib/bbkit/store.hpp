@@ -81,6 +81,9 @@ class StateStore {
 
     const std::string& dir() const;
     std::string path(const std::string& relative) const;  // dir() + "/" + relative
+    // Whether this connection syncs every commit now (synchronous=FULL); false only inside a
+    // WriteTransaction opened with Durability::deferred.
+    bool syncs_commits() const;
 
     struct Impl;  // store.cpp's; public only so that its helpers can name it
 
@@ -148,8 +151,18 @@ class ReadSnapshot : public Transaction {
 // the destructor rolls back an uncommitted transaction. The lock is released after commit.
 class WriteTransaction : public Transaction {
   public:
+    // How commit() makes the transaction durable. `now`: the WAL is synced before commit()
+    // returns (synchronous=FULL). `deferred` is only for the last step of an operation whose
+    // earlier, synced steps already let recover finish it (an `allocating` record whose
+    // directory is durable rolls forward to allocated; a teardown whose directory is durably
+    // in trash/ is finished): the commit is written to the WAL (synchronous=NORMAL, which
+    // still syncs around checkpoints) and made durable by the next synced commit, so a power
+    // cut may undo this step and leave what recover completes; a killed process loses nothing
+    // (the kernel has the write). It saves one device flush per alloc and per teardown.
+    enum class Durability { now, deferred };
+
     // `who` names the holder in lock messages and history: "bb-pool alloc".
-    WriteTransaction(StateStore& store, std::string who);
+    WriteTransaction(StateStore& store, std::string who, Durability durability = Durability::now);
     ~WriteTransaction();
     void commit();
 
@@ -194,7 +207,10 @@ class WriteTransaction : public Transaction {
     void touch_pools() { pools_touched_ = true; }
 
   private:
+    void restore_durability();
+
     std::string who_;
+    Durability durability_;
     bool committed_ = false;
     bool pools_touched_ = false;
     std::set<std::string> touched_keys_;

@@ -114,7 +114,8 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
                         " (the space stays charged; fix the cause and run bb-teardown again)");
     }
     {
-        WriteTransaction txn(store, tool);
+        // Deferred: lost to a power cut, this leaves the state of teardown.trashed above.
+        WriteTransaction txn(store, tool, WriteTransaction::Durability::deferred);
         b = txn.transition(key, end_state(key));
         b.run_lock_holder.reset();
         txn.update_buffer(b);

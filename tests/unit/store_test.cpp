@@ -142,6 +142,32 @@ TEST_F(StateStoreTest, wal_outlives_the_connection_and_keeps_its_commits) {
     EXPECT_EQ(snapshot.list_pools().size(), 2u);
 }
 
+// The last step of alloc and teardown commits without syncing the WAL (see Durability); the
+// connection syncs again for whatever comes next, commit or rollback.
+TEST_F(StateStoreTest, a_deferred_commit_is_kept_and_the_next_transaction_syncs_again) {
+    auto store = open_with_pool();
+    EXPECT_TRUE(store->syncs_commits());
+    {
+        WriteTransaction txn(*store, "test", WriteTransaction::Durability::deferred);
+        EXPECT_FALSE(store->syncs_commits());
+        Buffer b = job_buffer(1, 1, 1 << 20);
+        txn.insert_buffer(b);
+        txn.commit();
+    }
+    EXPECT_TRUE(store->syncs_commits());
+    {
+        WriteTransaction txn(*store, "test", WriteTransaction::Durability::deferred);
+        Buffer b = job_buffer(2, 1, 1 << 20);
+        txn.insert_buffer(b);
+    }  // rolled back
+    EXPECT_TRUE(store->syncs_commits());
+    store.reset();
+    StateStore again(config_);
+    ReadSnapshot snapshot(again);
+    EXPECT_TRUE(snapshot.find_buffer(BufferKey::job("main", 1, 1)));
+    EXPECT_FALSE(snapshot.find_buffer(BufferKey::job("main", 2, 1)));
+}
+
 TEST_F(StateStoreTest, database_uses_wal) {
     { StateStore store(config_); }
     sqlite3* db = nullptr;
