@@ -56,7 +56,8 @@ const std::vector<FaultPointInfo> table = {
     {"recover.published", "recover rebuilt public/; trash not reaped"},
     {"quarantine.renamed", "check --repair moved an orphan into quarantine/; not fsync'd"},
     {"repair.closed", "check --repair closed a record whose directory was gone"},
-    {"check.listed", "check read its snapshot; no finding confirmed (writes nothing: a pause point)"},
+    {"check.listed",
+     "check read its snapshot; no finding confirmed (writes nothing: a pause point)"},
 };
 
 struct Armed {

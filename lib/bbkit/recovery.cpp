@@ -97,8 +97,8 @@ std::string recover_allocating(StateStore& store, const Config& config, const Bu
         txn.commit();
     }
     if (!dir->exists(b.directory)) {
-        if (!close_record(store, config, b,
-                          "allocation interrupted before its directory existed", tool))
+        if (!close_record(store, config, b, "allocation interrupted before its directory existed",
+                          tool))
             return "";
         return b.key.str() + ": allocating -> rolled back (no directory)";
     }
@@ -337,7 +337,8 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
     for (const QueueEntry& entry : queued)
         if (!entry.waiter.alive() && still_queued(store, entry))
             findings.push_back({"stale-queue", entry.pool, entry.key,
-                            "waiter pid " + std::to_string(entry.waiter.pid) + " is gone", false});
+                                "waiter pid " + std::to_string(entry.waiter.pid) + " is gone",
+                                false});
 
     std::map<std::string, std::set<std::string>> expected_dirs;   // pool -> "job/42.1"
     std::map<std::string, std::set<std::string>> expected_trash;  // pool -> trash names
