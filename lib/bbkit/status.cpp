@@ -113,14 +113,25 @@ json parse_published(const std::string& text) {
     return value;
 }
 
+// Whether `path` is a regular file of exactly `data` and `mode`. Never follows a symlink and
+// never blocks on a fifo: with PrivateData a user owns the directory of their buffers' files.
 bool same_file(const std::string& path, const std::string& data, mode_t mode) {
+    const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
     struct stat st {};
-    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & 07777) != mode)
+    if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
+        (st.st_mode & 07777) != mode || static_cast<std::size_t>(st.st_size) != data.size())
         return false;
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream content;
-    content << in.rdbuf();
-    return in && content.str() == data;
+    std::string content(data.size() + 1, '\0');  // one more: a file that grew meanwhile
+    std::size_t done = 0;
+    while (done < content.size()) {
+        const ssize_t n = ::read(fd.get(), content.data() + done, content.size() - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        done += static_cast<std::size_t>(n);
+    }
+    return done == data.size() && content.compare(0, done, data) == 0;
 }
 
 void remove_file(const std::string& path) {
@@ -572,7 +583,7 @@ class PublicBuffers {
         const Buffer& b = status.buffer;
         guarded(b.uid, [&] {
             UserDirectory* user = user_directory(b.uid, b.gid, true);
-            replace_file(
+            replace_if_changed(
                 user->path + "/" + b.key.str() + ".json",
                 buffer_status_json(status).dump(2, ' ', false, json::error_handler_t::replace) +
                     "\n",
@@ -594,8 +605,8 @@ class PublicBuffers {
         });
     }
 
-    // Makes the tree hold exactly `live`: rewrites every file, removes all others (stale files,
-    // temporaries left by a kill, directories of users without live buffers).
+    // Makes the tree hold exactly `live`: writes every file that differs, removes all others
+    // (stale files, temporaries left by a kill, directories of users without live buffers).
     void resync(const std::vector<BufferStatus>& live) {
         std::map<uid_t, std::vector<const BufferStatus*>> by_user;
         for (const BufferStatus& status : live)
@@ -742,7 +753,7 @@ void write_unsettled(const std::string& path,
     for (const auto& [key, buffer] : buffers)
         if (buffer)
             text += std::to_string(buffer->uid) + " " + key + "\n";
-    replace_file(path, text, 0600);
+    replace_if_changed(path, text, 0600);
 }
 
 void publish_pools(Transaction& txn, const StateStore& store, const Config& config) {

@@ -23,9 +23,8 @@
 namespace bbkit {
 namespace {
 
-// The states that hold space, as SQL; must agree with holds_space() (a test checks it). The
-// pool_usage triggers of schema 3 carry this list too: changing it needs a migration that
-// recreates them.
+// The states that hold space, as SQL; must agree with holds_space() (a test checks it).
+// Migrations 3 and 4 carry this list too (the rows' sums they fill pool_usage with).
 #define BBKIT_HOLDING_STATES                                                             \
     "('allocating','allocated','staging-in','staged-in','pre-run','running','post-run'," \
     "'staging-out','staged-out','teardown','teardown-fail','deleting')"
@@ -135,6 +134,16 @@ CREATE INDEX buffers_persistent ON buffers(pool, state, allocated_bytes) WHERE n
     "    UPDATE pool_usage SET used = used + NEW.allocated_bytes\n"
     "        WHERE pool = NEW.pool AND NEW.state IN " BBKIT_HOLDING_STATES ";\n"
     "END;\n",
+    // 4: pool_usage is kept by WriteTransaction's own writes, in the same statements' transaction
+    // (add_used_bytes). SQLite parsed the triggers' text at every connection and compiled them
+    // into every statement that writes a buffer: a tenth of a short command's instructions.
+    "DROP TRIGGER pool_usage_pool;\n"
+    "DROP TRIGGER pool_usage_insert;\n"
+    "DROP TRIGGER pool_usage_delete;\n"
+    "DROP TRIGGER pool_usage_update;\n"
+    "INSERT OR REPLACE INTO pool_usage (pool, used) SELECT name, (SELECT"
+    " COALESCE(SUM(allocated_bytes), 0) FROM buffers WHERE buffers.pool = pools.name AND state IN "
+    BBKIT_HOLDING_STATES ") FROM pools;\n",
 };
 #undef BBKIT_HOLDING_STATES
 
@@ -222,6 +231,12 @@ int vfs_open(sqlite3_vfs* vfs, const char* name, sqlite3_file* file, int flags, 
 
 sqlite3_vfs* bbkit_vfs() {
     static sqlite3_vfs* const vfs = []() -> sqlite3_vfs* {
+        // Before SQLite initializes (the first call below does): a bbkit process uses SQLite
+        // from one thread only (the fsync, hook and mover threads never call it), so SQLite's
+        // mutexes and its memory statistics (a mutex on every allocation) are pure cost. A
+        // process that initialized SQLite already keeps its settings (SQLITE_MISUSE, ignored).
+        sqlite3_config(SQLITE_CONFIG_SINGLETHREAD);
+        sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
         sqlite3_vfs* base = sqlite3_vfs_find(nullptr);
         if (base == nullptr)
             return nullptr;
@@ -1056,6 +1071,20 @@ std::int64_t latest_row_id(StateStore::Impl& impl, const BufferKey& key) {
     return q.integer(0);
 }
 
+// pool_usage follows every write of a row's pool, state or size, in the same transaction: the
+// one place besides recompute_used_bytes that writes it.
+void add_used_bytes(StateStore::Impl& impl, const std::string& pool, std::int64_t delta) {
+    if (delta == 0)
+        return;
+    Query q = impl.query("UPDATE pool_usage SET used = used + ?2 WHERE pool = ?1");
+    q.bind(1, pool).bind(2, delta);
+    q.run();
+}
+
+std::int64_t signed_bytes(std::uint64_t bytes) {
+    return static_cast<std::int64_t>(bytes);
+}
+
 }  // namespace
 
 void WriteTransaction::insert_buffer(Buffer& buffer) {
@@ -1100,6 +1129,8 @@ void WriteTransaction::insert_buffer(Buffer& buffer) {
                                                 buffer.pool + ")");
         throw;
     }
+    if (holds_space(buffer.state))
+        add_used_bytes(impl_, buffer.pool, signed_bytes(buffer.allocated_bytes));
     append_history(impl_, buffer.key.str(), std::nullopt, buffer.state, buffer.created, who_,
                    buffer.reason);
     touched_keys_.insert(buffer.key.str());
@@ -1121,6 +1152,11 @@ void WriteTransaction::update_buffer(const Buffer& buffer) {
     bind_mutable(q, buffer);
     q.bind(19, latest_row_id(impl_, buffer.key));
     q.run();
+    if (holds_space(stored.state) &&
+        (stored.pool != buffer.pool || stored.allocated_bytes != buffer.allocated_bytes)) {
+        add_used_bytes(impl_, stored.pool, -signed_bytes(stored.allocated_bytes));
+        add_used_bytes(impl_, buffer.pool, signed_bytes(buffer.allocated_bytes));
+    }
     touched_keys_.insert(buffer.key.str());
     if (stored.pool != buffer.pool || stored.allocated_bytes != buffer.allocated_bytes ||
         stored.reaped != buffer.reaped)
@@ -1145,6 +1181,10 @@ Buffer WriteTransaction::transition(const BufferKey& key, BufferState to, const 
         .bind(4, encode_entered(buffer.entered))
         .bind(5, latest_row_id(impl_, key));
     q.run();
+    if (holds_space(from) != holds_space(to))
+        add_used_bytes(impl_, buffer.pool,
+                       holds_space(to) ? signed_bytes(buffer.allocated_bytes)
+                                       : -signed_bytes(buffer.allocated_bytes));
     append_history(impl_, key.str(), from, to, now, who_, reason);
     touched_keys_.insert(key.str());
     if (holds_space(from) != holds_space(to) || is_final(from) != is_final(to))
@@ -1171,6 +1211,9 @@ void WriteTransaction::put_pool(const PoolRecord& pool) {
     q.bind(1, pool.name).bind(2, pool.path).bind(3, pool.uuid);
     q.bind(4, static_cast<std::int64_t>(pool.draining ? 1 : 0));
     q.run();
+    Query usage = impl_.query("INSERT OR IGNORE INTO pool_usage (pool, used) VALUES (?1, 0)");
+    usage.bind(1, pool.name);
+    usage.run();
     pools_touched_ = true;
 }
 

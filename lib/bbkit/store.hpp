@@ -109,8 +109,8 @@ class Transaction {
     std::map<BufferState, std::size_t> count_by_state();
 
     // Derived from the buffer rows of this snapshot. used_bytes reads pool_usage, which
-    // SQLite's triggers keep in the transaction that changes a row (bbkit never writes it);
-    // summed_used_bytes sums the rows, for `bb-pool check` to compare.
+    // WriteTransaction updates in the statement sequence that changes a row's pool, state or
+    // size (and recompute_used_bytes, for check --repair); summed_used_bytes sums the rows.
     std::uint64_t used_bytes(const std::string& pool);         // states that hold_space()
     std::uint64_t summed_used_bytes(const std::string& pool);  // the same, summed: O(live)
     std::uint64_t trash_bytes(const std::string& pool);  // final, not yet reaped

@@ -818,9 +818,7 @@ TEST_F(StateStoreTest, migrates_an_older_schema_on_open) {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open((config_.state_dir + "/state.db").c_str(), &db), SQLITE_OK);
     ASSERT_EQ(sqlite3_exec(db,
-                           "DROP INDEX buffers_persistent; DROP TRIGGER pool_usage_pool;"
-                           " DROP TRIGGER pool_usage_insert; DROP TRIGGER pool_usage_delete;"
-                           " DROP TRIGGER pool_usage_update; DROP TABLE pool_usage;"
+                           "DROP INDEX buffers_persistent; DROP TABLE pool_usage;"
                            " PRAGMA user_version = 1",
                            nullptr, nullptr, nullptr),
               SQLITE_OK);
@@ -836,9 +834,9 @@ TEST_F(StateStoreTest, migrates_an_older_schema_on_open) {
     sqlite3_close(db);
 }
 
-// Schema 3 fills pool_usage from the rows a schema-2 state.db already holds, and the triggers
-// follow every insert, state change, resize and delete from then on.
-TEST_F(StateStoreTest, migration_3_fills_pool_usage_and_its_triggers_follow_the_rows) {
+// Schema 3 fills pool_usage from the rows a schema-2 state.db already holds; schema 4 drops its
+// triggers (and fills it again), and every insert, state change and resize keeps it from then on.
+TEST_F(StateStoreTest, migrations_3_and_4_fill_pool_usage_and_writes_keep_it) {
     {
         auto store = open_with_pool();
         WriteTransaction txn(*store, "test");
@@ -853,13 +851,19 @@ TEST_F(StateStoreTest, migration_3_fills_pool_usage_and_its_triggers_follow_the_
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open((config_.state_dir + "/state.db").c_str(), &db), SQLITE_OK);
     ASSERT_EQ(sqlite3_exec(db,
-                           "DROP TRIGGER pool_usage_pool; DROP TRIGGER pool_usage_insert;"
-                           " DROP TRIGGER pool_usage_delete; DROP TRIGGER pool_usage_update;"
-                           " DROP TABLE pool_usage; PRAGMA user_version = 2",
+                           "DROP TABLE pool_usage; PRAGMA user_version = 2",
                            nullptr, nullptr, nullptr),
               SQLITE_OK);
     sqlite3_close(db);
     StateStore store(config_);
+    ASSERT_EQ(sqlite3_open((config_.state_dir + "/state.db").c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* triggers = nullptr;
+    sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger'", -1,
+                       &triggers, nullptr);
+    ASSERT_EQ(sqlite3_step(triggers), SQLITE_ROW);
+    EXPECT_EQ(sqlite3_column_int(triggers, 0), 0);
+    sqlite3_finalize(triggers);
+    sqlite3_close(db);
     WriteTransaction txn(store, "test");
     EXPECT_EQ(txn.used_bytes("nvme"), 2 * gib);
     Buffer b = job_buffer(3, 1, 3 * gib);
@@ -873,6 +877,43 @@ TEST_F(StateStoreTest, migration_3_fills_pool_usage_and_its_triggers_follow_the_
     txn.transition(b.key, S::teardown);
     txn.transition(b.key, S::complete);
     EXPECT_EQ(txn.used_bytes("nvme"), 2 * gib);
+}
+
+// Every write keeps each pool's figure equal to the sum of its rows: a queued request holds
+// nothing until alloc takes it, a resize or a move between pools counts where the space is.
+TEST_F(StateStoreTest, used_bytes_follow_every_write_of_a_row) {
+    auto store = open_with_pool();
+    WriteTransaction txn(*store, "test");
+    const auto expect = [&](std::uint64_t nvme, std::uint64_t ssd) {
+        EXPECT_EQ(txn.used_bytes("nvme"), nvme);
+        EXPECT_EQ(txn.used_bytes("ssd"), ssd);
+        EXPECT_EQ(txn.summed_used_bytes("nvme"), nvme);
+        EXPECT_EQ(txn.summed_used_bytes("ssd"), ssd);
+    };
+    Buffer b = job_buffer(1, 1, 3 * gib);
+    b.state = S::pending;
+    txn.insert_buffer(b);
+    expect(0, 0);
+    b = txn.get_buffer(b.key);
+    b.allocated_bytes = 4 * gib;
+    b.pool = "ssd";
+    txn.update_buffer(b);
+    expect(0, 0);
+    txn.transition(b.key, S::allocating);
+    expect(0, 4 * gib);
+    b = txn.get_buffer(b.key);
+    b.pool = "nvme";
+    txn.update_buffer(b);
+    expect(4 * gib, 0);
+    b.allocated_bytes = 1 * gib;
+    txn.update_buffer(b);
+    expect(1 * gib, 0);
+    txn.transition(b.key, S::allocated);
+    txn.transition(b.key, S::teardown);
+    expect(1 * gib, 0);
+    txn.transition(b.key, S::complete);
+    expect(0, 0);
+    txn.commit();
 }
 
 }  // namespace
