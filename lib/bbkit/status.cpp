@@ -17,6 +17,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/size.hpp"
+#include "bbkit/user.hpp"
 
 namespace bbkit {
 namespace {
@@ -421,17 +422,54 @@ std::optional<StagingProgress> read_progress(const std::string& state_dir, const
     }
 }
 
-JobStatus job_status(Transaction& txn, const Config& config, std::uint64_t job_id) {
+namespace {
+
+[[noreturn]] void no_job_buffer(std::uint64_t job_id) {
+    throw Error(ExitCode::no_input, "no burst buffer for job " + std::to_string(job_id));
+}
+
+}  // namespace
+
+bool privileged_viewer(const Config& config, uid_t viewer) {
+    if (viewer == 0)
+        return true;
+    if (config.state_owner == "root" || config.state_owner == "0")
+        return false;
+    try {
+        return lookup_user(config.state_owner).uid == viewer;
+    } catch (const Error&) {
+        return false;  // an owner that does not resolve privileges nobody
+    }
+}
+
+bool may_see(const Config& config, uid_t viewer, const Buffer& buffer) {
+    return !config.flags.private_data || buffer.uid == viewer || privileged_viewer(config, viewer);
+}
+
+void restrict_to_viewer(StatusSnapshot& snapshot, const Config& config, uid_t viewer) {
+    std::vector<BufferStatus> kept;
+    snapshot.counts.clear();
+    for (BufferStatus& status : snapshot.buffers)
+        if (may_see(config, viewer, status.buffer)) {
+            ++snapshot.counts[status.buffer.state];
+            kept.push_back(std::move(status));
+        }
+    snapshot.buffers = std::move(kept);
+}
+
+JobStatus job_status(Transaction& txn, const Config& config, std::uint64_t job_id,
+                     std::optional<uid_t> viewer) {
     std::optional<Buffer> buffer = txn.latest_job_buffer(config.cluster, job_id);
-    if (!buffer)
-        throw Error(ExitCode::no_input, "no burst buffer for job " + std::to_string(job_id));
+    if (!buffer || (viewer && !may_see(config, *viewer, *buffer)))
+        no_job_buffer(job_id);
     JobStatus job;
     job.progress = read_progress(config.state_dir, buffer->key);
     job.status = status_of(txn, config, std::move(*buffer));
     return job;
 }
 
-JobStatus job_status(const StatusSnapshot& snapshot, const Config& config, std::uint64_t job_id) {
+JobStatus job_status(const StatusSnapshot& snapshot, const Config& config, std::uint64_t job_id,
+                     std::optional<uid_t> viewer) {
     const BufferStatus* found = nullptr;
     for (const BufferStatus& status : snapshot.buffers) {
         const BufferKey& key = status.buffer.key;
@@ -439,8 +477,8 @@ JobStatus job_status(const StatusSnapshot& snapshot, const Config& config, std::
             key.job_id == job_id && (!found || key.incarnation > found->buffer.key.incarnation))
             found = &status;
     }
-    if (!found)
-        throw Error(ExitCode::no_input, "no burst buffer for job " + std::to_string(job_id));
+    if (!found || (viewer && !may_see(config, *viewer, found->buffer)))
+        no_job_buffer(job_id);
     return JobStatus{*found, std::nullopt};
 }
 

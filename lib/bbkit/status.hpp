@@ -76,10 +76,23 @@ StatusSnapshot read_status(Transaction& txn, const Config& config);
 // not what publish() writes.
 StatusSnapshot read_public_status(const Config& config, uid_t uid);
 
+// Root and the state directory's owner: they read the database and see every buffer.
+bool privileged_viewer(const Config& config, uid_t viewer);
+// Slurm's PrivateData for burst buffers: with the PrivateData flag a user sees only their own
+// buffers, root and the state directory's owner see all; without it everyone sees all.
+bool may_see(const Config& config, uid_t viewer, const Buffer& buffer);
+// Keeps what `viewer` may see of a snapshot (pool totals are everyone's; the counts become
+// those of the buffers kept): for a privileged caller answering for a user (`scontrol show
+// bbstat` runs as SlurmUser). Never shows more than the snapshot held.
+void restrict_to_viewer(StatusSnapshot& snapshot, const Config& config, uid_t viewer);
+
 // The newest incarnation of `job_id` in `cluster`, with staging progress (progress only when
-// `state_dir` is given and readable). Error(no_input) "no burst buffer for job N".
-JobStatus job_status(Transaction& txn, const Config& config, std::uint64_t job_id);
-JobStatus job_status(const StatusSnapshot& snapshot, const Config& config, std::uint64_t job_id);
+// `state_dir` is given and readable). Error(no_input) "no burst buffer for job N", also when
+// `viewer` is given and may not see it (the same answer: nobody learns it exists).
+JobStatus job_status(Transaction& txn, const Config& config, std::uint64_t job_id,
+                     std::optional<uid_t> viewer = std::nullopt);
+JobStatus job_status(const StatusSnapshot& snapshot, const Config& config, std::uint64_t job_id,
+                     std::optional<uid_t> viewer = std::nullopt);
 
 // <state>/progress/<key>; nullopt when absent, unreadable or not the expected JSON object.
 std::optional<StagingProgress> read_progress(const std::string& state_dir, const BufferKey& key);

@@ -142,8 +142,8 @@ CREATE INDEX buffers_persistent ON buffers(pool, state, allocated_bytes) WHERE n
     "DROP TRIGGER pool_usage_delete;\n"
     "DROP TRIGGER pool_usage_update;\n"
     "INSERT OR REPLACE INTO pool_usage (pool, used) SELECT name, (SELECT"
-    " COALESCE(SUM(allocated_bytes), 0) FROM buffers WHERE buffers.pool = pools.name AND state IN "
-    BBKIT_HOLDING_STATES ") FROM pools;\n",
+    " COALESCE(SUM(allocated_bytes), 0) FROM buffers WHERE buffers.pool = pools.name AND state "
+    "IN " BBKIT_HOLDING_STATES ") FROM pools;\n",
 };
 #undef BBKIT_HOLDING_STATES
 

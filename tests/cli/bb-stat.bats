@@ -206,14 +206,19 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
   assert_line --partial "allocated"
 }
 
-@test "with PrivateData a non-owner sees only their own buffers" {
+# PrivateData, job 1's buffer root's and job 2's the test user's ($user, $uid).
+private_pair() {
   write_config 'flags = ["PrivateData"]'
-  local user; user=$(test_user)
+  user=$(test_user)
   needs_bb_pool
   bb-pool alloc --job 1 --user root --pool nvme --capacity 1GiB
   bb-pool alloc --job 2 --user "$user" --pool nvme --capacity 2GiB
   open_state_dir
   uid=$(id -u "$user")
+}
+
+@test "with PrivateData a non-owner sees only their own buffers" {
+  private_pair
   [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers")" = "755 0" ]
   [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers/$uid")" = "700 $uid" ]
   [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers/0")" = "700 0" ]
@@ -227,6 +232,39 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
   assert_failure 66
   run runuser -u "$user" -- bb-stat job 2
   assert_success
+}
+
+@test "--for-uid shows what that user may see, and never more than the caller may" {
+  private_pair
+  # root answering for the user: their buffer only, pool totals for all.
+  run bb-stat sessions --for-uid "$uid"
+  assert_success
+  assert_equal "${#lines[@]}" 2
+  assert_output --partial "$uid"
+  run bb-stat burst --for-uid "$uid"
+  assert_success
+  assert_output --partial "JobID=2 "
+  refute_output --partial "JobID=1 "
+  assert_output --partial "UsedSpace=3GiB"
+  run bb-stat job 1 --for-uid "$uid"
+  assert_failure 66
+  assert_output "bb-stat: no burst buffer for job 1"
+  run bb-stat job 2 --for-uid "$uid" --json
+  assert_success
+  # Root and the owner see all; so does everyone without PrivateData.
+  run bb-stat sessions --for-uid 0
+  assert_equal "${#lines[@]}" 3
+  write_config
+  run bb-stat sessions --for-uid "$uid"
+  assert_equal "${#lines[@]}" 3
+  write_config 'flags = ["PrivateData"]'
+  bb-pool drain small  # any write resyncs public/
+  # A user answering for root still sees only their own.
+  run runuser -u "$user" -- bb-stat sessions --for-uid 0
+  assert_success
+  assert_equal "${#lines[@]}" 2
+  run bb-stat --for-uid nobody
+  assert_failure 64
 }
 
 @test "turning PrivateData on or off takes effect at the next write" {

@@ -341,6 +341,28 @@ job_script() {
   assert_line --partial "torn down: main.50.1"
 }
 
+@test "23.02+: get_status answers for the caller, so PrivateData holds for scontrol show bbstat" {
+  write_config 'mode = "slurm"' 'directives = ["BB_LUA"]' 'flags = ["PrivateData"]' \
+    '[timeouts]' 'stage_in = 600' 'stage_out = 600' 'other = 120'
+  local user; user=$(test_user)
+  uid=$(id -u "$user")
+  bb-pool alloc --job 60 --user root --pool small --capacity 1K >/dev/null
+  bb-pool alloc --job 61 --user "$user" --pool small --capacity 1K >/dev/null
+  API=23.02 install_scripts >/dev/null
+  run lua5.1 -e "
+    slurm = {SUCCESS = 0, ERROR = -1, log_error = function() end}
+    dofile('$CONF/burst_buffer.lua')
+    print(select(2, slurm_bb_get_status('$uid', '$uid', 'burst')))
+    print(select(2, slurm_bb_get_status('$uid', '$uid', 'job', '60')))
+    print(select(2, slurm_bb_get_status('0', '0', 'burst')))"
+  assert_success
+  assert_line --partial "JobID=61 "
+  assert_line "bb-stat: no burst buffer for job 60"
+  # root (the last call) sees both.
+  [ "$(grep -c 'JobID=60 ' <<<"$output")" = 1 ]
+  [ "$(grep -c 'JobID=61 ' <<<"$output")" = 2 ]
+}
+
 @test "24.05: test_data_in and test_data_out report the recorded stage" {
   API=24.05 install_scripts >/dev/null
   script=$(job_script 60 '#BB_LUA pool=small capacity=1K')

@@ -283,8 +283,8 @@ TEST_F(PoolTest, check_repair_quarantines_orphans_and_never_deletes) {
     EXPECT_TRUE(check(*store_, config_, false, "test").empty());
 }
 
-// pool_usage is kept by bbkit's writes; a figure that drifted from the rows (a hand-edited state.db)
-// is a finding, and --repair recomputes it from the rows.
+// pool_usage is kept by bbkit's writes; a figure that drifted from the rows (a hand-edited
+// state.db) is a finding, and --repair recomputes it from the rows.
 TEST_F(PoolTest, check_finds_and_repairs_a_used_figure_that_differs_from_the_rows) {
     allocate(*store_, config_, job(1, KiB), "test");
     allocate(*store_, config_, job(2, 2 * KiB), "test");

@@ -106,6 +106,53 @@ class StatusTest : public ::testing::Test {
     Config config_;
 };
 
+// ---- PrivateData --------------------------------------------------------------------------
+
+BufferStatus status_of_uid(std::uint64_t job, uid_t uid, BufferState state) {
+    BufferStatus status;
+    status.buffer = Buffer::for_key(BufferKey::job("main", job, 1));
+    status.buffer.uid = uid;
+    status.buffer.state = state;
+    return status;
+}
+
+TEST(PrivateData, a_viewer_keeps_their_own_buffers_root_and_the_owner_keep_all) {
+    Config config;
+    config.state_owner = "root";
+    config.flags.private_data = true;
+    const auto snapshot_of_three = [] {
+        StatusSnapshot snapshot;
+        snapshot.pools.push_back(pool("nvme", 4 * gib, 1));
+        snapshot.buffers = {status_of_uid(1, 1000, S::allocated),
+                            status_of_uid(2, 1001, S::allocated),
+                            status_of_uid(3, 1000, S::staging_in)};
+        snapshot.counts = {{S::allocated, 2}, {S::staging_in, 1}, {S::complete, 40}};
+        return snapshot;
+    };
+    StatusSnapshot seen = snapshot_of_three();
+    restrict_to_viewer(seen, config, 1000);
+    ASSERT_EQ(seen.buffers.size(), 2u);
+    EXPECT_EQ(seen.buffers[0].buffer.key.job_id, 1u);
+    EXPECT_EQ(seen.buffers[1].buffer.key.job_id, 3u);
+    EXPECT_EQ(seen.pools.size(), 1u);
+    const std::map<BufferState, std::size_t> counts{{S::allocated, 1}, {S::staging_in, 1}};
+    EXPECT_EQ(seen.counts, counts);
+    EXPECT_TRUE(privileged_viewer(config, 0));
+    EXPECT_FALSE(privileged_viewer(config, 1000));
+    seen = snapshot_of_three();
+    restrict_to_viewer(seen, config, 0);
+    EXPECT_EQ(seen.buffers.size(), 3u);
+    // The state directory's owner is privileged; a name that does not resolve privileges nobody.
+    config.state_owner = "nobody";  // 65534 on Debian
+    EXPECT_TRUE(may_see(config, 65534, status_of_uid(1, 1000, S::allocated).buffer));
+    config.state_owner = "no-such-user-bbkit";
+    EXPECT_FALSE(may_see(config, 1001, status_of_uid(1, 1000, S::allocated).buffer));
+    config.flags.private_data = false;
+    seen = snapshot_of_three();
+    restrict_to_viewer(seen, config, 1001);
+    EXPECT_EQ(seen.buffers.size(), 3u);
+}
+
 // ---- slurm_pools_json ---------------------------------------------------------------------
 
 TEST(SlurmPoolsJson, counts_quantity_and_free_in_granules) {

@@ -11,12 +11,11 @@
 #include "bbkit/buffer.hpp"
 #include "bbkit/config.hpp"
 #include "bbkit/error.hpp"
-#include "bbkit/render.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/render.hpp"
 #include "bbkit/status.hpp"
 #include "bbkit/store.hpp"
 #include "bbkit/tool.hpp"
-#include "bbkit/user.hpp"
 
 namespace {
 
@@ -34,6 +33,7 @@ struct Options {
     std::vector<std::string> words;
     bool json = false;
     std::optional<std::string> prometheus;
+    std::optional<uid_t> for_uid;
 };
 
 Request parse_words(const std::vector<std::string>& words) {
@@ -66,20 +66,6 @@ Request parse_words(const std::vector<std::string>& words) {
         throw Error(ExitCode::usage, "job needs exactly one job ID");
     request.job_id = parse_job_id(words[1], "job ID");
     return request;
-}
-
-// The owner (or root) reads the database; everyone else reads public/ and never needs it.
-bool reads_database(const Config& config) {
-    const uid_t euid = geteuid();
-    if (euid == 0)
-        return true;
-    if (config.state_owner == "root" || config.state_owner == "0")
-        return false;
-    try {
-        return lookup_user(config.state_owner).uid == euid;
-    } catch (const Error&) {
-        return false;
-    }
 }
 
 void print_json(const nlohmann::json& value) {
@@ -144,18 +130,21 @@ int run(const CommonOptions& common, const Options& options) {
 
     std::optional<JobStatus> job;
     StatusSnapshot snapshot;
-    if (reads_database(config)) {
+    // The owner (or root) reads the database; everyone else reads public/ and never needs it.
+    if (privileged_viewer(config, geteuid())) {
         StateStore store(config);
         ReadSnapshot txn(store);
         if (show && request.view == View::job)
-            job = job_status(txn, config, request.job_id);
+            job = job_status(txn, config, request.job_id, options.for_uid);
         if (options.prometheus || request.view != View::job)
             snapshot = read_status(txn, config);
     } else {
         snapshot = read_public_status(config, geteuid());
         if (show && request.view == View::job)
-            job = job_status(snapshot, config, request.job_id);
+            job = job_status(snapshot, config, request.job_id, options.for_uid);
     }
+    if (options.for_uid)
+        restrict_to_viewer(snapshot, config, *options.for_uid);
 
     if (options.prometheus)
         write_file_atomically(*options.prometheus, prometheus_text(snapshot), 0644);
@@ -181,6 +170,12 @@ int main(int argc, char** argv) {
     app.add_option("VIEW", options.words,
                    "pools (default), sessions, instances, configurations, burst, or job ID");
     app.add_flag("--json", options.json, "Print the view as JSON");
+    app.add_option("--for-uid", options.for_uid,
+                   "Show only what user UID may see: with the PrivateData flag, their own "
+                   "buffers (root and the state directory's owner see all). For a privileged "
+                   "caller answering for a user, as burst_buffer.lua does for scontrol show "
+                   "bbstat; it never shows more than the caller may see")
+        ->type_name("UID");
     app.add_option("--prometheus", options.prometheus,
                    "Write metrics in Prometheus text format to FILE, atomically (prints the view "
                    "only when one is named)")

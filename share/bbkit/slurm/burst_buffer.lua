@@ -548,10 +548,16 @@ function bbkit.status_args(words)
     return nil
 end
 
-local function get_status(words)
+-- uid: the caller of scontrol (Slurm 23.02 and later pass it; 22.05 does not): bb-stat then
+-- shows what that user may see, so PrivateData holds for scontrol show bbstat too.
+local function get_status(words, uid)
     local args = bbkit.status_args(words)
     if not args then
         return success_code(), bbkit.status_usage
+    end
+    if uid ~= nil and string.match(tostring(uid), "^%d+$") and #tostring(uid) <= 10 then
+        args[#args + 1] = "--for-uid"
+        args[#args + 1] = tostring(uid)
     end
     local status, output, message = bbkit.run_tool("bb-stat", args)
     if status ~= 0 then
@@ -623,7 +629,7 @@ if SLURM_API == "22.05" then
     end
 else
     function slurm_bb_get_status(uid, gid, ...)
-        return get_status(collect(...))
+        return get_status(collect(...), uid)
     end
 end
 
