@@ -227,6 +227,12 @@ assert_pool_clean() {
     "$TEST_DIR/pfs/live" >"$TEST_DIR/job.sh"
   bb-pool alloc --job 33 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
   start_writer "printf 'more data\n' >>'$TEST_DIR/pfs/live/growing'"
+  # On a loaded machine the writer may start late: let it append once before the copy starts.
+  local size tries=0; size=$(stat -c %s "$TEST_DIR/pfs/live/growing")
+  while [ "$(stat -c %s "$TEST_DIR/pfs/live/growing")" = "$size" ]; do
+    [ $((tries += 1)) -lt 1000 ] || fail "the writer never appended"
+    sleep 0.01
+  done
   run bb-stage in --job 33
   assert_failure 74
   assert_one_line_error bb-stage
