@@ -136,7 +136,7 @@ CREATE INDEX buffers_persistent ON buffers(pool, state, allocated_bytes) WHERE n
     "END;\n",
     // 4: pool_usage is kept by WriteTransaction's own writes, in the same statements' transaction
     // (add_used_bytes). SQLite parsed the triggers' text at every connection and compiled them
-    // into every statement that writes a buffer: a tenth of a short command's instructions.
+    // into every statement that writes a buffer: 7-9% of a short command's instructions.
     "DROP TRIGGER pool_usage_pool;\n"
     "DROP TRIGGER pool_usage_insert;\n"
     "DROP TRIGGER pool_usage_delete;\n"
