@@ -55,9 +55,11 @@ job_script() {
 }
 
 # The pool is whole again in Slurm's view and in bbkit's: nothing allocated, nothing in trash.
+# Space bbkit frees outside Slurm (reconcile, a teardown Slurm gave up on) reaches Slurm only
+# with its next slurm_bb_pools call, every 30 s after the previous one ended: wait two periods.
 assert_pool_whole() {
   local pool=$1 total=$2 figures
-  wait_until 30 "Slurm to report $pool free" sh -c "scontrol show burst | grep -q 'PoolName\[[0-9]*\]=$pool .*TotalSpace=$total FreeSpace=$total UsedSpace=0'"
+  wait_until 75 "Slurm to report $pool free" sh -c "scontrol show burst | grep -q 'PoolName\[[0-9]*\]=$pool .*TotalSpace=$total FreeSpace=$total UsedSpace=0'"
   slurm_run scontrol show burst
   figures=$(bbkit_pool "$pool")
   read -r t u tr f <<<"$figures"
