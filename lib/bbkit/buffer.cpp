@@ -255,7 +255,13 @@ void check_persistent_name(const std::string& name) {
 }
 
 ProcessId ProcessId::self() {
-    return of(::getpid());
+    // A process's start time never changes: read it once per process (a forked child has
+    // another pid and reads its own).
+    thread_local ProcessId cached;
+    const pid_t pid = ::getpid();
+    if (cached.pid != pid || cached.start_time == 0)
+        cached = of(pid);
+    return cached;
 }
 
 ProcessId ProcessId::of(pid_t pid) {

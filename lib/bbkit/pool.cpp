@@ -128,6 +128,7 @@ struct Reserved {
     Buffer buffer;
     bool existed = false;
     std::vector<std::pair<std::string, std::string>> uses;
+    std::optional<PoolDir> dir;  // opened and checked in the transaction that reserved
 };
 
 // The first transaction: the record as `allocating` (or the existing buffer). Loops while the
@@ -140,7 +141,7 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
     try {
         for (;;) {
             WriteTransaction txn(store, tool);
-            open_pool(txn, config, r.pool);  // marker and ownership checks
+            PoolDir dir = open_pool(txn, config, r.pool);  // marker and ownership checks
             const std::optional<PoolRecord> record = txn.find_pool(r.pool);
             if (record->draining)
                 throw Error(ExitCode::unavailable,
@@ -162,7 +163,7 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
                                 describe(r) + " is being allocated by pid " +
                                     std::to_string(live->run_lock_holder->pid) + " (retry later)");
                 Reserved out{*live, live->state != BufferState::allocating,
-                             check_uses(txn, config, r)};
+                             check_uses(txn, config, r), std::move(dir)};
                 if (!out.existed) {
                     // Resuming an allocation whose process died: claimed, so a recover that
                     // runs meanwhile leaves it alone.
@@ -235,7 +236,7 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
                 txn.insert_buffer(b);
             }
             txn.commit();
-            return Reserved{b, false, uses};
+            return Reserved{b, false, uses, std::move(dir)};
         }
     } catch (...) {
         if (queued)
@@ -436,10 +437,8 @@ AllocResult allocate(StateStore& store, const Config& config, const AllocRequest
     if (reserved.existed)
         return AllocResult{b, buffer_path(pool, b), true};
 
-    std::optional<PoolDir> dir;
+    std::optional<PoolDir>& dir = reserved.dir;
     try {
-        ReadSnapshot snapshot(store);
-        dir.emplace(open_pool(snapshot, config, r.pool));
         dir->create_buffer_dir(b.directory, b.uid, b.gid);
     } catch (const Error& e) {
         roll_back(store, config, b, e.what(), tool);

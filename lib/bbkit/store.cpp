@@ -550,20 +550,24 @@ void check_owned(const std::string& path, const struct stat& st, uid_t owner,
 
 // Creates `path` as a directory if missing; returns its status.
 struct stat ensure_directory(const std::string& path, mode_t mode, uid_t owner) {
-    if (::mkdir(path.c_str(), mode) == 0) {
-        // chmod: the umask must not decide who can read the state.
-        if (::chmod(path.c_str(), mode) != 0 ||
-            (geteuid() != owner && ::chown(path.c_str(), owner, static_cast<gid_t>(-1)) != 0))
-            throw Error(ExitCode::no_perm,
-                        "cannot set up directory " + path + ": " + std::strerror(errno));
-    } else if (errno != EEXIST) {
-        throw Error(ExitCode::config, "cannot create state directory " + path + ": " +
-                                          std::strerror(errno) +
-                                          " (create its parent, or set state_dir)");
-    }
     struct stat st {};
-    if (::lstat(path.c_str(), &st) != 0)
-        throw Error(ExitCode::config, "cannot inspect " + path + ": " + std::strerror(errno));
+    // Looked at first: a mkdir of an existing directory takes its parent's inode lock, which
+    // every tool call would otherwise take six times.
+    if (::lstat(path.c_str(), &st) != 0) {
+        if (::mkdir(path.c_str(), mode) == 0) {
+            // chmod: the umask must not decide who can read the state.
+            if (::chmod(path.c_str(), mode) != 0 ||
+                (geteuid() != owner && ::chown(path.c_str(), owner, static_cast<gid_t>(-1)) != 0))
+                throw Error(ExitCode::no_perm,
+                            "cannot set up directory " + path + ": " + std::strerror(errno));
+        } else if (errno != EEXIST) {
+            throw Error(ExitCode::config, "cannot create state directory " + path + ": " +
+                                              std::strerror(errno) +
+                                              " (create its parent, or set state_dir)");
+        }
+        if (::lstat(path.c_str(), &st) != 0)
+            throw Error(ExitCode::config, "cannot inspect " + path + ": " + std::strerror(errno));
+    }
     if (!S_ISDIR(st.st_mode))
         throw Error(ExitCode::config,
                     path + " is not a directory (move it aside so bbkit can create it)");
