@@ -70,6 +70,13 @@ CLI::Validator job_id_validator() {
         "JOBID");
 }
 
+bool on_command_line(int argc, char** argv, const char* word) {
+    for (int i = 1; i < argc; ++i)
+        if (std::strcmp(argv[i], word) == 0)
+            return true;
+    return false;
+}
+
 Config load_effective_config(const CommonOptions& options) {
     Config config = load_config(locate_config(options.config_path));
     if (options.state_dir) {

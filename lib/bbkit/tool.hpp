@@ -25,6 +25,11 @@ void add_common_options(CLI::App& app, CommonOptions& options, bool with_state_d
 // "99999999999999999999" into 2^64-1).
 CLI::Validator job_id_validator();
 
+// Whether `word` is one of the arguments: a tool with many subcommands adds a subcommand's
+// options only when its name is on the command line (CLI11 selects a subcommand only by its
+// exact name), since building every subcommand's options cost each call more than its parse.
+bool on_command_line(int argc, char** argv, const char* word);
+
 // Loads the configuration the options point at (--config, $BBKIT_CONFIG, /etc/bbkit/bbkit.toml)
 // and applies --state-dir / $BBKIT_STATE_DIR.
 Config load_effective_config(const CommonOptions& options);

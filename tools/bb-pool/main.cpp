@@ -103,70 +103,93 @@ int main(int argc, char** argv) {
     Options o;
     app.add_flag("--json", o.json, "Print JSON");
 
+    // Each subcommand's options only when its name is on the command line (on_command_line).
+    const auto named = [&](CLI::App* sub) {
+        return on_command_line(argc, argv, sub->get_name().c_str());
+    };
     CLI::App* list = app.add_subcommand("list", "Show every pool: total, used, trash, free, queue");
-    list->add_option("--format", o.format,
-                     "table (default) or slurm-lua (what slurm_bb_pools returns)")
-        ->check(CLI::IsMember({"table", "slurm-lua"}));
+    if (named(list)) {
+        list->add_option("--format", o.format,
+                         "table (default) or slurm-lua (what slurm_bb_pools returns)")
+            ->check(CLI::IsMember({"table", "slurm-lua"}));
+        list->add_flag("--json", o.json, "Print JSON");
+    }
     CLI::App* show = app.add_subcommand("show", "Show one pool (all without POOL)");
-    show->add_option("POOL", o.show_pool, "Pool name");
-    show->add_option("--format", o.format, "table (default) or slurm-lua")
-        ->check(CLI::IsMember({"table", "slurm-lua"}));
+    if (named(show)) {
+        show->add_option("POOL", o.show_pool, "Pool name");
+        show->add_option("--format", o.format, "table (default) or slurm-lua")
+            ->check(CLI::IsMember({"table", "slurm-lua"}));
+        show->add_flag("--json", o.json, "Print JSON");
+    }
 
     CLI::App* init =
         app.add_subcommand("init", "Write a pool's marker and create job/ persistent/ trash/");
-    init->add_option("POOL", o.pool, "Pool name from the configuration")->required();
+    if (named(init))
+        init->add_option("POOL", o.pool, "Pool name from the configuration")->required();
 
     CLI::App* alloc =
         app.add_subcommand("alloc", "Reserve a buffer for a job or a persistent buffer");
     AllocCommand& a = o.alloc;
-    alloc->add_option("--job", o.job_id, "Job id")->check(job_id_validator());
-    alloc->add_option("--user", a.user, "The job's user (name or uid)");
-    alloc->add_option("--pool", a.pool, "Pool (default: the request's, then default_pool)");
-    alloc->add_option("--capacity", a.capacity,
-                      "Size, e.g. 100GiB (rounded up to the granularity)");
-    alloc->add_option("--script", a.text.script,
-                      "Job script whose directives give pool, capacity and staging");
-    alloc->add_option("--bb", a.text.bb, "Directives as sbatch --bb takes them");
-    alloc->add_option("--job-name", a.job.job_name, "Job name (for %x in the directives)");
-    alloc->add_option("--workdir", a.job.workdir, "Job working directory (for %d)");
-    alloc->add_option("--array-job-id", a.job.array_job_id, "Array master job id (for %A)");
-    alloc->add_option("--array-task-id", a.job.array_task_id, "Array task id (for %a)");
-    alloc->add_option("--persistent", a.persistent, "Create a persistent buffer of this name");
-    alloc->add_option("--owner", a.owner, "Persistent buffer owner (default root)");
-    alloc->add_option("--access", a.access, "striped or private (one directory either way)");
-    alloc->add_option("--type", a.type, "scratch");
-    alloc->add_option("--expires", a.expires, "Persistent buffer expiry: YYYY-MM-DD[THH:MM:SS]");
-    CLI::Option* wait =
-        alloc
-            ->add_option("--wait", o.wait,
-                         "Short of space: wait in the pool's FIFO queue (SECONDS; none = no limit)")
-            ->expected(0, 1)
-            ->check(CLI::NonNegativeNumber);
-    alloc->add_flag("--json", o.json, "Print JSON");
+    CLI::Option* wait = nullptr;
+    if (named(alloc)) {
+        alloc->add_option("--job", o.job_id, "Job id")->check(job_id_validator());
+        alloc->add_option("--user", a.user, "The job's user (name or uid)");
+        alloc->add_option("--pool", a.pool, "Pool (default: the request's, then default_pool)");
+        alloc->add_option("--capacity", a.capacity,
+                          "Size, e.g. 100GiB (rounded up to the granularity)");
+        alloc->add_option("--script", a.text.script,
+                          "Job script whose directives give pool, capacity and staging");
+        alloc->add_option("--bb", a.text.bb, "Directives as sbatch --bb takes them");
+        alloc->add_option("--job-name", a.job.job_name, "Job name (for %x in the directives)");
+        alloc->add_option("--workdir", a.job.workdir, "Job working directory (for %d)");
+        alloc->add_option("--array-job-id", a.job.array_job_id, "Array master job id (for %A)");
+        alloc->add_option("--array-task-id", a.job.array_task_id, "Array task id (for %a)");
+        alloc->add_option("--persistent", a.persistent, "Create a persistent buffer of this name");
+        alloc->add_option("--owner", a.owner, "Persistent buffer owner (default root)");
+        alloc->add_option("--access", a.access, "striped or private (one directory either way)");
+        alloc->add_option("--type", a.type, "scratch");
+        alloc->add_option("--expires", a.expires,
+                          "Persistent buffer expiry: YYYY-MM-DD[THH:MM:SS]");
+        wait = alloc
+                   ->add_option(
+                       "--wait", o.wait,
+                       "Short of space: wait in the pool's FIFO queue (SECONDS; none = no limit)")
+                   ->expected(0, 1)
+                   ->check(CLI::NonNegativeNumber);
+        alloc->add_flag("--json", o.json, "Print JSON");
+    }
 
     CLI::App* drain = app.add_subcommand("drain", "Stop new allocations from a pool");
-    drain->add_option("POOL", o.pool, "Pool name")->required();
+    if (named(drain))
+        drain->add_option("POOL", o.pool, "Pool name")->required();
     CLI::App* resume = app.add_subcommand("resume", "Allow allocations from a drained pool again");
-    resume->add_option("POOL", o.pool, "Pool name")->required();
+    if (named(resume))
+        resume->add_option("POOL", o.pool, "Pool name")->required();
 
     CLI::App* check_cmd = app.add_subcommand("check", "Compare records with the pool directories");
-    check_cmd->add_flag("--repair", o.repair,
-                        "Quarantine what does not belong and close dead records");
-    check_cmd->add_flag("--json", o.json, "Print JSON");
+    if (named(check_cmd)) {
+        check_cmd->add_flag("--repair", o.repair,
+                            "Quarantine what does not belong and close dead records");
+        check_cmd->add_flag("--json", o.json, "Print JSON");
+    }
     CLI::App* recover_cmd =
         app.add_subcommand("recover", "Finish or undo what dead processes left half done");
-    recover_cmd->add_flag("--json", o.json, "Print JSON");
+    if (named(recover_cmd))
+        recover_cmd->add_flag("--json", o.json, "Print JSON");
     CLI::App* reap_cmd = app.add_subcommand("reap", "Empty trash/ and release that space");
-    reap_cmd->add_option("--budget", o.budget, "Seconds to spend at most (default 60)")
-        ->check(CLI::PositiveNumber);
-    reap_cmd->add_flag("--json", o.json, "Print JSON");
+    if (named(reap_cmd)) {
+        reap_cmd->add_option("--budget", o.budget, "Seconds to spend at most (default 60)")
+            ->check(CLI::PositiveNumber);
+        reap_cmd->add_flag("--json", o.json, "Print JSON");
+    }
     CLI::App* reconcile_cmd = app.add_subcommand(
         "reconcile", "List (--apply: tear down) buffers whose jobs the scheduler no longer knows");
-    reconcile_cmd->add_flag("--slurm", o.slurm, "Ask Slurm (squeue, scontrol) which jobs it knows");
-    reconcile_cmd->add_flag("--apply", o.apply, "Tear those buffers down (default: only list)");
-    reconcile_cmd->add_flag("--json", o.json, "Print JSON");
-    for (CLI::App* sub : {list, show})
-        sub->add_flag("--json", o.json, "Print JSON");
+    if (named(reconcile_cmd)) {
+        reconcile_cmd->add_flag("--slurm", o.slurm,
+                                "Ask Slurm (squeue, scontrol) which jobs it knows");
+        reconcile_cmd->add_flag("--apply", o.apply, "Tear those buffers down (default: only list)");
+        reconcile_cmd->add_flag("--json", o.json, "Print JSON");
+    }
 
     return run_tool(tool, app, argc, argv, common, [&]() -> int {
         const Config config = load_effective_config(common);
@@ -188,7 +211,7 @@ int main(int argc, char** argv) {
             a.job_id = o.job_id;
             if (a.text.script)
                 a.text.script = read_input_file(*a.text.script);
-            if (wait->count() > 0)
+            if (wait != nullptr && wait->count() > 0)
                 a.wait = o.wait.empty() ? std::chrono::milliseconds(std::chrono::hours(24 * 365))
                                         : std::chrono::milliseconds(static_cast<long long>(
                                               1000 * std::stod(o.wait.front())));
