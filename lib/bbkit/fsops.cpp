@@ -117,11 +117,14 @@ void replace(const std::string& path, const std::string& data, mode_t mode, bool
     TemporaryFile temporary(temporary_name(path));
     {
         const Fd fd(::open(temporary.path().c_str(),
-                           O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+                           O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode));
         if (!fd)
             fail("create", temporary.path(), errno);
-        // fchmod, not the open mode: the umask must not change what readers are allowed.
-        if (::fchmod(fd.get(), mode) != 0)
+        // The umask (or a default ACL) may have taken bits away: they are put back, since it
+        // must not change what readers are allowed. Only then: a chmod dirties the inode.
+        struct stat st {};
+        if (::fstat(fd.get(), &st) != 0 ||
+            ((st.st_mode & 07777) != mode && ::fchmod(fd.get(), mode) != 0))
             fail("set the mode of", temporary.path(), errno);
         write_all(fd.get(), data, temporary.path());
         if (durable && ::fsync(fd.get()) != 0)

@@ -285,6 +285,32 @@ TEST(config, reports_trailing_garbage_with_line) {
     EXPECT_EQ(message.find('\n'), std::string::npos);
 }
 
+TEST(config, whole_line_comments_change_nothing_and_keep_line_numbers) {
+    const std::string plain = "cluster = \"x\"\n[limits]\nmover_threads = 3\n" + pool_a;
+    const std::string commented =
+        "# heading\r\ncluster = \"x\" # trailing\n  \t# indented\n[limits]\n#\nmover_threads = "
+        "3\n" +
+        pool_a;
+    const Config a = parse_config(plain, "t.toml");
+    const Config b = parse_config(commented, "t.toml");
+    EXPECT_EQ(b.cluster, a.cluster);
+    EXPECT_EQ(b.limits.mover_threads, 3u);
+    ASSERT_EQ(b.pools.size(), 1u);
+    EXPECT_EQ(b.pools[0].path, a.pools[0].path);
+    EXPECT_TRUE(starts_with(config_error("# one\n  # two\ncluster = \"x\"\nstate_dir = \n"),
+                            "t.toml:4: invalid TOML: "));
+}
+
+TEST(config, a_line_starting_with_hash_inside_a_multi_line_string_is_content) {
+    EXPECT_NE(config_error("cluster = \"\"\"a\n# b\"\"\"\n").find("# b"), std::string::npos);
+    EXPECT_NE(config_error("cluster = '''a\n# b'''\n").find("# b"), std::string::npos);
+}
+
+TEST(config, a_comment_holding_a_control_character_is_still_refused) {
+    EXPECT_TRUE(starts_with(config_error("# bad \x01 byte\ncluster = \"x\"\n"),
+                            "t.toml:1: invalid TOML: "));
+}
+
 TEST(config, escapes_control_characters_to_keep_messages_on_one_line) {
     EXPECT_EQ(config_error("cluster = \"a\\nb\"\n"),
               "t.toml:1: cluster: invalid character in 'a\\x0ab' (use letters, digits, '_', '.', "
