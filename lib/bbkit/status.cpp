@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "bbkit/error.hpp"
+#include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/size.hpp"
 #include "bbkit/user.hpp"
@@ -834,25 +835,30 @@ void publish(WriteTransaction& txn, const StateStore& store, const Config& confi
         publish_pools(txn, store, config);
     const std::string unsettled = store.path("public/.unsettled");
     const std::map<std::string, uid_t> previous = read_unsettled(unsettled);
-    std::map<std::string, std::optional<Buffer>> buffers = touched_buffers(txn);
-    write_unsettled(unsettled, buffers);  // before any file it names is written
-    for (const auto& [key, uid] : previous)
-        if (!buffers.count(key))
-            buffers.emplace(key, find_by_text(txn, key));
-
+    const std::map<std::string, std::optional<Buffer>> touched = touched_buffers(txn);
     PublicBuffers out(store, config);
-    for (const auto& [key, buffer] : buffers) {
+    const auto settle = [&](const std::string& key, const std::optional<Buffer>& buffer) {
         // Gone (a rolled-back insert), or moved to another uid: the old file must not stay.
         const auto was = previous.find(key);
         if (was != previous.end() && (!buffer || buffer->uid != was->second))
             out.remove(key, was->second);
         if (!buffer)
-            continue;
+            return;
         if (is_final(buffer->state))
             out.remove(key, buffer->uid);
         else
             out.write(status_of(txn, config, *buffer));
-    }
+    };
+    // The last publish's keys that this transaction leaves alone are settled first, from the
+    // committed state, while .unsettled still names them: killed later, once .unsettled names
+    // only this transaction's keys, nothing is left that no publish would ever rewrite.
+    for (const auto& [key, uid] : previous)
+        if (!touched.count(key))
+            settle(key, find_by_text(txn, key));
+    write_unsettled(unsettled, touched);  // before any file it names is written
+    fault_point("publish.unsettled-written");
+    for (const auto& [key, buffer] : touched)
+        settle(key, buffer);
 }
 
 // ---- JSON ---------------------------------------------------------------------------------

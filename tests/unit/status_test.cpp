@@ -1,6 +1,7 @@
 #include "bbkit/status.hpp"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -559,6 +560,41 @@ TEST_F(StatusTest, the_next_publish_undoes_a_rolled_back_one) {
     EXPECT_NE(::access(file.c_str(), F_OK), 0);
     EXPECT_TRUE(read_public_status(config_, 4242).buffers.empty());
 }
+
+#ifdef BBKIT_FAULT_INJECTION
+// Killed once public/.unsettled names only its own keys, a publish has already settled the keys
+// the last one left unsettled: the file of a rolled-back buffer does not outlive both.
+TEST_F(StatusTest, a_publish_killed_after_naming_its_keys_settled_the_previous_ones_first) {
+    ::testing::FLAGS_gtest_death_test_style = "threadsafe";  // a fresh process reads BBKIT_FAULT
+    config_.pools.resize(1);
+    auto store = open_store();
+    const std::string file = config_.state_dir + "/public/buffers/1017/main.1.1.json";
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        publish(txn, *store, config_);
+    }  // rolled back: main.1.1's file shows a buffer that never was
+    ASSERT_EQ(::access(file.c_str(), F_OK), 0);
+    // The child runs this test again from the start, in a state directory of its own whose
+    // first publish (above) is a full one, without that point; then works on this process's.
+    ::setenv("BBKIT_TEST_STATE_DIR", config_.state_dir.c_str(), 0);
+    ::setenv("BBKIT_FAULT", "publish.unsettled-written", 1);
+    EXPECT_EXIT(
+        {
+            std::system(("rm -rf '" + root_ + "'").c_str());  // the child's own, unused
+            config_.state_dir = std::getenv("BBKIT_TEST_STATE_DIR");
+            StateStore shared(config_);
+            WriteTransaction txn(shared, "test");
+            allocate(txn, job(2, "pool1", kib, 1018, "other", t_169504));
+            publish(txn, shared, config_);
+            std::exit(0);
+        },
+        ::testing::KilledBySignal(SIGKILL), "");
+    ::unsetenv("BBKIT_FAULT");
+    ::unsetenv("BBKIT_TEST_STATE_DIR");
+    EXPECT_NE(::access(file.c_str(), F_OK), 0) << "the rolled-back buffer's file is left";
+}
+#endif
 
 TEST_F(StatusTest, a_dequeue_republishes_the_requests_behind_it) {
     config_.pools.resize(1);
