@@ -257,7 +257,7 @@ open_files_under() {
   find /proc/[0-9]*/fd -lname "$1/*" 2>/dev/null || true
 }
 
-# The 22.05 race (see slurm-notes): the kill meant for a cancelled stage-in also hits the
+# The 22.05 race (measured with Slurm 22.05 on this machine): the kill meant for a cancelled stage-in also hits the
 # teardown that follows, before the Lua runs, and the buffer stays in `teardown`. Only when
 # slurmctld logged exactly that is it restarted, which re-runs teardown; bbkit's own state is
 # asserted afterwards either way.
