@@ -27,7 +27,7 @@ CLI::Validator job_id_validator();
 
 // Whether `word` is one of the arguments: a tool with many subcommands adds a subcommand's
 // options only when its name is on the command line (CLI11 selects a subcommand only by its
-// exact name), since building every subcommand's options cost each call more than its parse.
+// exact name). Building all of bb-pool's took a third of `bb-pool --version`'s instructions.
 bool on_command_line(int argc, char** argv, const char* word);
 
 // Loads the configuration the options point at (--config, $BBKIT_CONFIG, /etc/bbkit/bbkit.toml)
