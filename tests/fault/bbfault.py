@@ -189,10 +189,31 @@ class World:
             if not any(e.startswith(key + ".") for key in trashed):
                 raise Violation(f"trash/{e} has no record")
 
+    def public_matches_records(self):
+        """Every buffer that is not final has its file in public/buffers/<uid>/, showing its
+        recorded state, and no other buffer has one. Only after a later write: a kill between
+        a publish and its commit leaves files that the next publish settles (.unsettled)."""
+        recorded = {key: (uid, state) for key, uid, state in self.rows(
+            "SELECT key, uid, state FROM buffers WHERE state NOT IN ('complete', 'deleted')")}
+        shown = {}
+        base = os.path.join(self.state, "public", "buffers")
+        for uid in os.listdir(base) if os.path.isdir(base) else []:
+            for name in os.listdir(os.path.join(base, uid)):
+                if not name.endswith(".json"):
+                    continue  # a temporary of a killed writer
+                with open(os.path.join(base, uid, name)) as f:
+                    shown[name[:-len(".json")]] = (int(uid), json.load(f)["state"])
+        if shown != recorded:
+            wrong = sorted(k for k in set(shown) | set(recorded) if shown.get(k) != recorded.get(k))
+            raise Violation("public/ differs from the records: " + ", ".join(
+                f"{k} shown {shown.get(k)} recorded {recorded.get(k)}" for k in wrong[:5]))
+
     def invariants(self, outs=(), after_forward=False):
         self.check_clean()
         self.accounting()
         self.directories_match_records()
+        if after_forward:
+            self.public_matches_records()
         for out in outs:
             out.verify(final=after_forward)
 
