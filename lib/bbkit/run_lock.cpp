@@ -1,9 +1,12 @@
 #include "bbkit/run_lock.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -77,15 +80,27 @@ bool wait_pidfd(int pidfd, std::chrono::milliseconds timeout) {
 }  // namespace
 
 std::optional<RunLock> RunLock::try_acquire(const std::string& state_dir, const std::string& key) {
-    Fd fd = open_lock_file(lock_path(state_dir, key));
-    if (flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-        if (errno == EWOULDBLOCK)
-            return std::nullopt;
-        throw Error(ExitCode::io,
-                    "cannot lock " + lock_path(state_dir, key) + ": " + std::strerror(errno));
+    const std::string path = lock_path(state_dir, key);
+    // A teardown removes the file while it holds the lock (remove_file): a process that opened
+    // it before and locked it after holds a file nobody else can see, and opens it again.
+    for (int attempt = 0; attempt < 100; ++attempt) {
+        Fd fd = open_lock_file(path);
+        if (flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+            if (errno == EWOULDBLOCK)
+                return std::nullopt;
+            throw Error(ExitCode::io, "cannot lock " + path + ": " + std::strerror(errno));
+        }
+        struct stat held {};
+        struct stat named {};
+        if (fstat(fd.get(), &held) != 0)
+            throw Error(ExitCode::io, "cannot inspect " + path + ": " + std::strerror(errno));
+        if (lstat(path.c_str(), &named) != 0 || named.st_ino != held.st_ino ||
+            named.st_dev != held.st_dev)
+            continue;
+        write_holder(fd.get());
+        return RunLock(std::move(fd), path);
     }
-    write_holder(fd.get());
-    return RunLock(std::move(fd));
+    throw Error(ExitCode::temp_fail, "cannot lock " + path + ": it keeps being removed");
 }
 
 RunLock RunLock::acquire(const std::string& state_dir, const std::string& key,
@@ -115,9 +130,9 @@ std::optional<ProcessId> RunLock::holder(const std::string& state_dir, const std
     return read_holder(fd.get());
 }
 
-void RunLock::remove(const std::string& state_dir, const std::string& key) {
-    if (std::optional<RunLock> lock = try_acquire(state_dir, key))
-        unlink(lock_path(state_dir, key).c_str());
+void RunLock::remove_file() {
+    if (fd_ && unlink(path_.c_str()) != 0 && errno != ENOENT)
+        spdlog::warn("cannot remove run lock {}: {}", path_, std::strerror(errno));
 }
 
 bool stop_process(const ProcessId& process, std::chrono::milliseconds grace) {

@@ -21,15 +21,17 @@ class RunLock {
                            std::chrono::milliseconds timeout);
     // The process holding the lock now, if any.
     static std::optional<ProcessId> holder(const std::string& state_dir, const std::string& key);
-    // Removes the lock file of a buffer that is over (only when nobody holds it).
-    static void remove(const std::string& state_dir, const std::string& key);
+    // Removes the lock file while holding it, once the buffer is over (one file per buffer
+    // would otherwise stay in run/ for good). Whoever waits for it then locks a new file.
+    void remove_file();
 
     RunLock(RunLock&&) = default;
     RunLock& operator=(RunLock&&) = default;
 
   private:
-    explicit RunLock(Fd fd) : fd_(std::move(fd)) {}
+    RunLock(Fd fd, std::string path) : fd_(std::move(fd)), path_(std::move(path)) {}
     Fd fd_;
+    std::string path_;
 };
 
 // Stops `process` if it still is that process: SIGTERM through a pidfd, up to `grace` for it

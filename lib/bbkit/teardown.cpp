@@ -132,6 +132,7 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
         txn.commit();
     }
     fault_point("teardown.ended");
+    lock.remove_file();
     remove_env_files(store, key);
     audit(
         config.state_dir, tool, key.kind() == BufferKind::job ? "teardown" : "destroy",

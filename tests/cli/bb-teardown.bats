@@ -35,6 +35,7 @@ teardown() { common_teardown; }
   assert_output --partial "torn down: main.3.1"
   assert_not_exist "$TEST_DIR/nvme/job/3.1"
   assert_not_exist "$TEST_DIR/state/env/main.3.1.env"
+  assert_not_exist "$TEST_DIR/state/run/main.3.1.lock"
   run bb-stat job 3 --json
   assert_output --partial '"state": "complete"'
   grep -q "action=teardown buffer=main.3.1" "$TEST_DIR/state/log/audit.log"

@@ -1,0 +1,102 @@
+#include "bbkit/run_lock.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace bbkit {
+namespace {
+
+class RunLockTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        char pattern[] = "/tmp/bbkit-runlock-XXXXXX";
+        ASSERT_NE(mkdtemp(pattern), nullptr);
+        dir_ = pattern;
+        ASSERT_EQ(::mkdir((dir_ + "/run").c_str(), 0700), 0);
+    }
+    void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
+
+    std::string file() const { return dir_ + "/run/main.1.1.lock"; }
+
+    std::string dir_;
+};
+
+TEST_F(RunLockTest, one_holder_at_a_time_and_it_is_named) {
+    std::optional<RunLock> first = RunLock::try_acquire(dir_, "main.1.1");
+    ASSERT_TRUE(first);
+    EXPECT_FALSE(RunLock::try_acquire(dir_, "main.1.1")) << "a second open file cannot take it";
+    const std::optional<ProcessId> holder = RunLock::holder(dir_, "main.1.1");
+    ASSERT_TRUE(holder);
+    EXPECT_EQ(*holder, ProcessId::self());
+    first.reset();
+    EXPECT_FALSE(RunLock::holder(dir_, "main.1.1"));
+}
+
+TEST_F(RunLockTest, remove_file_takes_the_file_away_and_the_next_holder_makes_a_new_one) {
+    std::optional<RunLock> lock = RunLock::try_acquire(dir_, "main.1.1");
+    ASSERT_TRUE(lock);
+    struct stat before {};
+    ASSERT_EQ(::stat(file().c_str(), &before), 0);
+    lock->remove_file();
+    EXPECT_NE(::access(file().c_str(), F_OK), 0);
+    lock.reset();
+    std::optional<RunLock> next = RunLock::try_acquire(dir_, "main.1.1");
+    ASSERT_TRUE(next);
+    EXPECT_EQ(::access(file().c_str(), F_OK), 0);
+}
+
+// Processes that take the lock, check that nobody else is inside, and remove the file before
+// they let go: whoever opened the file before a removal and locked it after must not count as
+// a holder next to the one that locked the new file.
+TEST_F(RunLockTest, removing_the_file_while_others_wait_keeps_one_holder_at_a_time) {
+    const std::string inside = dir_ + "/inside";
+    constexpr int processes = 4;
+    constexpr int rounds = 300;
+    std::vector<pid_t> children;
+    for (int p = 0; p < processes; ++p) {
+        const pid_t pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+            int status = 0;
+            for (int i = 0; i < rounds && status == 0; ++i) {
+                try {
+                    // Spinning, not acquire()'s 50 ms polls: a waiter must often open the file
+                    // just before the holder removes it.
+                    std::optional<RunLock> lock;
+                    while (!(lock = RunLock::try_acquire(dir_, "main.1.1")))
+                        continue;
+                    // O_EXCL: fails if another holder is inside right now.
+                    const int fd = ::open(inside.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600);
+                    if (fd < 0) {
+                        status = 3;
+                        break;
+                    }
+                    ::close(fd);
+                    ::usleep(100);
+                    ::unlink(inside.c_str());
+                    lock->remove_file();
+                } catch (...) {
+                    status = 4;
+                }
+            }
+            _exit(status);
+        }
+        children.push_back(pid);
+    }
+    for (pid_t pid : children) {
+        int status = 0;
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+            << "a child saw another holder inside (3) or failed (4): status " << status;
+    }
+}
+
+}  // namespace
+}  // namespace bbkit
