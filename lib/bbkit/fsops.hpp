@@ -5,7 +5,10 @@
 #include <dirent.h>
 #include <sys/types.h>
 
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace bbkit {
 
@@ -56,5 +59,43 @@ void replace_file(const std::string& path, const std::string& data, mode_t mode)
 
 // Makes the directory entries of `dir` (creations, renames) durable. Throws Error(io).
 void fsync_dir(const std::string& dir);
+
+// What to fsync and how to name it in an error.
+struct SyncTarget {
+    int fd;
+    std::string what;
+};
+
+// fsyncs running on helper threads while the caller goes on: flushes that wait at the same time
+// are merged by the block layer, and the caller's own work (a transaction's statements, its
+// status files) overlaps with the device's. wait() joins them and throws the first failure as
+// Error(io) naming what failed; whatever may be recorded only once they are durable (a commit)
+// calls wait() first. Destroyed without wait(), it joins and drops the outcome.
+class PendingSync {
+  public:
+    PendingSync();
+    // Starts an fsync of each target, on a duplicate of its descriptor (the caller may close
+    // its own). Without a thread to spare, a target is synced here and its outcome kept.
+    static PendingSync start(const std::vector<SyncTarget>& targets);
+    PendingSync(PendingSync&& other) noexcept;
+    PendingSync& operator=(PendingSync&& other) noexcept;
+    PendingSync(const PendingSync&) = delete;
+    PendingSync& operator=(const PendingSync&) = delete;
+    ~PendingSync();
+
+    void wait();
+    // Whether wait() found a failure.
+    bool failed() const { return failed_; }
+
+  private:
+    struct Job;
+    void join() noexcept;
+    std::vector<std::unique_ptr<Job>> jobs_;
+    bool failed_ = false;
+};
+
+// Syncs every target side by side (one on the calling thread) and returns once all are
+// durable. Throws Error(io) naming the first that failed.
+void sync_all(const std::vector<SyncTarget>& targets);
 
 }  // namespace bbkit

@@ -438,17 +438,18 @@ AllocResult allocate(StateStore& store, const Config& config, const AllocRequest
         return AllocResult{b, buffer_path(pool, b), true};
 
     std::optional<PoolDir>& dir = reserved.dir;
+    // Synced on helper threads while the second transaction does its work; its commit waits.
+    PendingSync durable;
     try {
-        dir->create_buffer_dir(b.directory, b.uid, b.gid);
+        durable = dir->create_buffer_dir(b.directory, b.uid, b.gid);
     } catch (const Error& e) {
         roll_back(store, config, b, e.what(), tool);
         throw;
     }
-    fault_point("alloc.dir-durable");
 
     try {
-        b = complete_allocation(store, config, b.key, reserved.uses, tool);
-    } catch (const Error&) {
+        b = complete_allocation(store, config, b.key, reserved.uses, durable, tool);
+    } catch (const Error& e) {
         // A teardown that stopped waiting for this allocation ended the record meanwhile: the
         // directory made above belongs to no record now.
         if (ended_meanwhile(store, b.key)) {
@@ -456,6 +457,8 @@ AllocResult allocate(StateStore& store, const Config& config, const AllocRequest
             throw Error(ExitCode::no_input, describe(r) + ": buffer " + b.key.str() +
                                                 " was torn down while it was being allocated");
         }
+        if (durable.failed())  // as when the directory cannot be made at all
+            roll_back(store, config, b, e.what(), tool);
         throw;
     }
     return AllocResult{b, buffer_path(pool, b), false};
@@ -486,7 +489,7 @@ std::vector<std::string> recorded_persistent_uses(const Buffer& buffer) {
 
 Buffer complete_allocation(StateStore& store, const Config& config, const BufferKey& key,
                            const std::vector<std::pair<std::string, std::string>>& uses,
-                           const std::string& tool) {
+                           PendingSync& directory_durable, const std::string& tool) {
     // Deferred: lost to a power cut, this leaves the state of alloc.dir-durable (recover rolls
     // it forward and rewrites the env files).
     WriteTransaction txn(store, tool, WriteTransaction::Durability::deferred);
@@ -505,6 +508,13 @@ Buffer complete_allocation(StateStore& store, const Config& config, const Buffer
         write_env_files(store, key, job_environment(buffer_path(pool, b), uses));
     fault_point("alloc.env-written");
     publish(txn, store, config);
+    try {
+        directory_durable.wait();  // `allocated` is never recorded before its directory is durable
+    } catch (const Error&) {
+        remove_env_files(store, key);
+        throw;  // the transaction rolls back; .unsettled settles what publish wrote
+    }
+    fault_point("alloc.dir-durable");
     txn.commit();
     fault_point("alloc.done");
     audit(store.dir(), tool, "alloc",

@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
-#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -115,46 +114,6 @@ void fsync_fd(int fd, const std::string& what) {
         throw io_error("cannot sync " + what, errno);
 }
 
-// Syncs two directories side by side: the block layer merges flushes that wait at the same
-// time, so the pair costs about one device flush instead of two (on this VM under load, two
-// directory fsyncs took 12-16 ms in a row and 3-6 ms side by side; bench/README.md).
-// The helper thread is a bare pthread with a small stack that neither allocates nor frees:
-// std::thread freed its state in the new thread, and glibc set up a malloc arena for that (an
-// mmap of 128 MiB, two munmaps and an mprotect per call).
-void fsync_pair(int a, const std::string& what_a, int b, const std::string& what_b) {
-    struct Job {
-        int fd;
-        int error;
-    } job{b, 0};
-    pthread_attr_t attr;
-    pthread_t other;
-    bool started = false;
-    if (pthread_attr_init(&attr) == 0) {
-        pthread_attr_setstacksize(&attr, 64 * 1024);
-        started = pthread_create(
-                      &other, &attr,
-                      [](void* arg) -> void* {
-                          Job* j = static_cast<Job*>(arg);
-                          j->error = fsync(j->fd) == 0 ? 0 : errno;
-                          return nullptr;
-                      },
-                      &job) == 0;
-        pthread_attr_destroy(&attr);
-    }
-    if (!started) {  // no thread to spare: one after the other
-        fsync_fd(a, what_a);
-        fsync_fd(b, what_b);
-        return;
-    }
-    const int error_a = fsync(a) == 0 ? 0 : errno;
-    pthread_join(other, nullptr);
-    const int error_b = job.error;
-    if (error_a != 0)
-        throw io_error("cannot sync " + what_a, error_a);
-    if (error_b != 0)
-        throw io_error("cannot sync " + what_b, error_b);
-}
-
 // Splits "job/42.1" into its two parts; anything else is a programming error.
 std::pair<std::string, std::string> split_directory(const std::string& directory) {
     const std::size_t slash = directory.find('/');
@@ -254,7 +213,7 @@ int PoolDir::subdir_fd(const std::string& subdir) const {
     throw Error(ExitCode::software, "no pool subdirectory '" + subdir + "'");
 }
 
-void PoolDir::create_buffer_dir(const std::string& directory, uid_t uid, gid_t gid) {
+PendingSync PoolDir::create_buffer_dir(const std::string& directory, uid_t uid, gid_t gid) {
     const auto [subdir, name] = split_directory(directory);
     const int parent = subdir_fd(subdir);
     const std::string what = path_ + "/" + directory;
@@ -270,7 +229,7 @@ void PoolDir::create_buffer_dir(const std::string& directory, uid_t uid, gid_t g
     if (fchown(fd.get(), uid, gid) != 0 || fchmod(fd.get(), private_dir) != 0)
         throw io_error("cannot hand " + what + " to uid " + std::to_string(uid), errno);
     fault_point("dir.owned");
-    fsync_pair(fd.get(), what, parent, path_ + "/" + subdir);
+    return PendingSync::start({{fd.get(), what}, {parent, path_ + "/" + subdir}});
 }
 
 bool PoolDir::exists(const std::string& directory) const {
@@ -290,7 +249,7 @@ bool PoolDir::move_to_trash(const std::string& directory, const std::string& tra
     }
     fault_point("trash.renamed");
     if (sync == Sync::now)
-        sync_removal(directory);
+        sync_removal(directory).wait();
     return true;
 }
 
@@ -300,9 +259,10 @@ void PoolDir::remove_if_empty(const std::string& directory) {
         fsync_fd(subdir_fd(subdir), path_ + "/" + subdir);
 }
 
-void PoolDir::sync_removal(const std::string& directory) {
+PendingSync PoolDir::sync_removal(const std::string& directory) {
     const auto [subdir, name] = split_directory(directory);
-    fsync_pair(trash_.get(), path_ + "/trash", subdir_fd(subdir), path_ + "/" + subdir);
+    return PendingSync::start(
+        {{trash_.get(), path_ + "/trash"}, {subdir_fd(subdir), path_ + "/" + subdir}});
 }
 
 namespace {

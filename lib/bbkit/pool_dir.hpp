@@ -48,9 +48,10 @@ class PoolDir {
     const std::string& path() const { return path_; }
 
     // Creates `directory` ("job/42.1" or "persistent/alpha") owned by uid:gid, mode 0700, and
-    // makes the entry durable. An existing directory (a crash rolled forward) is re-owned; a
-    // non-directory in its place is Error(exists).
-    void create_buffer_dir(const std::string& directory, uid_t uid, gid_t gid);
+    // starts making the entry durable: it is once the result's wait() returns, which must come
+    // before anything records the directory as made. An existing directory (a crash rolled
+    // forward) is re-owned; a non-directory in its place is Error(exists).
+    [[nodiscard]] PendingSync create_buffer_dir(const std::string& directory, uid_t uid, gid_t gid);
     bool exists(const std::string& directory) const;
     // Removes `directory` if it is still an empty directory (an allocation whose record was
     // ended meanwhile); anything in it stays for check to report. Durable.
@@ -73,9 +74,9 @@ class PoolDir {
     bool remove_from_trash(const std::string& trash_name,
                            std::chrono::steady_clock::time_point deadline, Sync sync = Sync::now);
 
-    // Makes durable what Sync::later left: the entries of trash/ and of `directory`'s parent
-    // (job/ or persistent/).
-    void sync_removal(const std::string& directory);
+    // Starts making durable what Sync::later left: the entries of trash/ and of `directory`'s
+    // parent (job/ or persistent/). Durable once the result's wait() returns.
+    [[nodiscard]] PendingSync sync_removal(const std::string& directory);
 
     // Moves `relative` (e.g. "job/17.2") aside into quarantine/<name>; never deletes.
     void quarantine(const std::string& relative, const std::string& name);

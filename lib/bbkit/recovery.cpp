@@ -102,14 +102,15 @@ std::string recover_allocating(StateStore& store, const Config& config, const Bu
             return "";
         return b.key.str() + ": allocating -> rolled back (no directory)";
     }
-    dir->create_buffer_dir(b.directory, b.uid, b.gid);  // re-own: the crash may have come first
+    // Re-owned (the crash may have come first) and synced while the roll-forward works.
+    PendingSync durable = dir->create_buffer_dir(b.directory, b.uid, b.gid);
     std::vector<std::pair<std::string, std::string>> uses;
     {
         ReadSnapshot snapshot(store);
         uses =
             resolve_persistent_uses(snapshot, config, b.uid, b.user, recorded_persistent_uses(b));
     }
-    complete_allocation(store, config, b.key, uses, tool);
+    complete_allocation(store, config, b.key, uses, durable, tool);
     return b.key.str() + ": allocating -> allocated (rolled forward)";
 }
 

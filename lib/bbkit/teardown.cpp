@@ -81,9 +81,23 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
     }
     // The directory leaves job/ (or persistent/) for trash/, and is reaped right away within
     // the budget, so that one transaction both ends the buffer and releases its space. Neither
-    // step is durable until sync_removal(), before that commit: a crash before it leaves the
-    // buffer in `teardown` (or `deleting`), which the next teardown or recover finishes.
+    // step is durable before `removed` is waited for, just before that commit: a crash before it
+    // leaves the buffer in `teardown` (or `deleting`), which the next teardown or recover
+    // finishes.
     bool reaped = false;
+    PendingSync removed;  // synced on helper threads while the transaction below does its work
+    const auto fail = [&](const Error& e) {
+        WriteTransaction txn(store, tool);
+        if (key.kind() == BufferKind::job)
+            txn.transition(key, BufferState::teardown_fail, "BurstBufferOperation", e.what());
+        publish(txn, store, config);
+        txn.commit();
+        audit(config.state_dir, tool, "teardown-fail",
+              "buffer=" + key.str() + " error=" + e.what());
+        throw Error(e.code(),
+                    "teardown of buffer " + key.str() + " failed: " + e.what() +
+                        " (the space stays charged; fix the cause and run bb-teardown again)");
+    };
     try {
         {
             ReadSnapshot snapshot(store);
@@ -99,22 +113,13 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
         } catch (const Error& e) {
             spdlog::warn("buffer {} stays in trash for the reaper: {}", key.str(), e.what());
         }
-        dir->sync_removal(b.directory);
-        fault_point("teardown.trashed");
+        removed = dir->sync_removal(b.directory);
     } catch (const Error& e) {
-        WriteTransaction txn(store, tool);
-        if (key.kind() == BufferKind::job)
-            txn.transition(key, BufferState::teardown_fail, "BurstBufferOperation", e.what());
-        publish(txn, store, config);
-        txn.commit();
-        audit(config.state_dir, tool, "teardown-fail",
-              "buffer=" + key.str() + " error=" + e.what());
-        throw Error(e.code(),
-                    "teardown of buffer " + key.str() + " failed: " + e.what() +
-                        " (the space stays charged; fix the cause and run bb-teardown again)");
+        fail(e);
     }
+    std::optional<Error> not_durable;
     {
-        // Deferred: lost to a power cut, this leaves the state of teardown.trashed above.
+        // Deferred: lost to a power cut, this leaves the state of teardown.trashed.
         WriteTransaction txn(store, tool, WriteTransaction::Durability::deferred);
         b = txn.transition(key, end_state(key));
         b.run_lock_holder.reset();
@@ -129,8 +134,18 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
             }
         }
         publish(txn, store, config);
-        txn.commit();
+        try {
+            removed.wait();  // the end is never recorded before the removal is durable
+        } catch (const Error& e) {
+            not_durable = e;  // rolled back below, then recorded as a failed teardown
+        }
+        if (!not_durable) {
+            fault_point("teardown.trashed");
+            txn.commit();
+        }
     }
+    if (not_durable)
+        fail(*not_durable);
     fault_point("teardown.ended");
     lock.remove_file();
     remove_env_files(store, key);

@@ -127,6 +127,65 @@ TEST_F(FsopsTest, fsync_dir_of_a_missing_directory_is_an_io_error) {
     }
 }
 
+int threads_of_this_process() {
+    int count = 0;
+    DIR* d = opendir("/proc/self/task");
+    while (dirent* e = readdir(d))
+        count += e->d_name[0] != '.';
+    closedir(d);
+    return count;
+}
+
+TEST_F(FsopsTest, pending_sync_syncs_duplicates_and_joins_before_reporting) {
+    const int before = threads_of_this_process();
+    int a = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int b = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(a, 0);
+    ASSERT_GE(b, 0);
+    PendingSync pending = PendingSync::start({{a, dir_}, {b, "/tmp"}});
+    close(a);  // the caller may close its own descriptors: the syncs work on duplicates
+    close(b);
+    PendingSync moved(std::move(pending));
+    EXPECT_NO_THROW(moved.wait());
+    EXPECT_FALSE(moved.failed());
+    EXPECT_EQ(threads_of_this_process(), before);
+}
+
+TEST_F(FsopsTest, pending_sync_names_what_failed_only_when_waited_for) {
+    int pipe_fds[2];
+    ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);  // fsync of a pipe fails with EINVAL
+    int d = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    PendingSync pending = PendingSync::start({{d, dir_}, {pipe_fds[0], "the pipe"}});
+    EXPECT_FALSE(pending.failed());
+    try {
+        pending.wait();
+        FAIL() << "no error";
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::io);
+        EXPECT_EQ(std::string(error.what()), "cannot sync the pipe: Invalid argument");
+    }
+    EXPECT_TRUE(pending.failed());
+    {
+        // Dropped without wait(): joined, the outcome discarded.
+        PendingSync dropped = PendingSync::start({{pipe_fds[1], "the other end"}});
+    }
+    for (const int first : {0, 1}) {
+        std::vector<SyncTarget> targets{{d, dir_}, {pipe_fds[0], "the pipe"}};
+        if (first)
+            std::swap(targets[0], targets[1]);
+        try {
+            sync_all(targets);
+            FAIL() << "no error";
+        } catch (const Error& error) {
+            EXPECT_EQ(std::string(error.what()), "cannot sync the pipe: Invalid argument");
+        }
+    }
+    EXPECT_NO_THROW(sync_all({{d, dir_}}));
+    close(d);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+}
+
 TEST(Fd, closes_once_and_moves) {
     int raw = open("/dev/null", O_RDONLY | O_CLOEXEC);
     ASSERT_GE(raw, 0);
