@@ -168,7 +168,7 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
                     // Resuming an allocation whose process died: claimed, so a recover that
                     // runs meanwhile leaves it alone.
                     out.buffer.run_lock_holder = ProcessId::self();
-                    txn.update_buffer(out.buffer);
+                    txn.set_run_lock_holder(out.buffer.key, out.buffer.run_lock_holder);
                 }
                 txn.commit();
                 return out;
@@ -209,9 +209,7 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
                     Buffer pending = new_record(config, r, key, allocated, BufferState::pending);
                     txn.insert_buffer(pending);
                 } else if (!queued) {
-                    Buffer mine = *live;
-                    mine.run_lock_holder = ProcessId::self();
-                    txn.update_buffer(mine);
+                    txn.set_run_lock_holder(live->key, ProcessId::self());
                 }
                 if (!txn.queue_position(key.str()))
                     txn.enqueue(pool.name, key.str(), allocated, ProcessId::self());
@@ -230,7 +228,7 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
                 txn.dequeue(key.str());
                 b = txn.transition(key, BufferState::allocating);
                 b.run_lock_holder = ProcessId::self();
-                txn.update_buffer(b);
+                txn.set_run_lock_holder(key, b.run_lock_holder);
             } else {
                 b = new_record(config, r, key, allocated, BufferState::allocating);
                 txn.insert_buffer(b);
@@ -496,7 +494,7 @@ Buffer complete_allocation(StateStore& store, const Config& config, const Buffer
     txn.touch_pools();  // reserve() committed the space as `allocating` without publishing it
     Buffer b = txn.transition(key, BufferState::allocated);
     b.run_lock_holder.reset();
-    txn.update_buffer(b);
+    txn.set_run_lock_holder(key, std::nullopt);
     for (const auto& use : uses) {
         Buffer p = txn.get_buffer(BufferKey::persistent(config.cluster, use.first));
         ++p.use_count;

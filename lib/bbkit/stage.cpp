@@ -243,7 +243,7 @@ Buffer enter(StateStore& store, const Config& config, const BufferKey& key, Buff
     WriteTransaction txn(store, tool);
     Buffer b = txn.transition(key, to);
     b.run_lock_holder = ProcessId::self();
-    txn.update_buffer(b);
+    txn.set_run_lock_holder(key, b.run_lock_holder);
     publish(txn, store, config);
     txn.commit();
     return b;
@@ -254,7 +254,7 @@ Buffer leave(StateStore& store, const Config& config, const BufferKey& key, Buff
     WriteTransaction txn(store, tool);
     Buffer b = txn.transition(key, to);
     b.run_lock_holder.reset();
-    txn.update_buffer(b);
+    txn.set_run_lock_holder(key, std::nullopt);
     publish(txn, store, config);
     txn.commit();
     return b;

@@ -406,17 +406,19 @@ class Query {
 
 // ---- the flock ------------------------------------------------------------------------------
 
-// Holds flock(LOCK_EX) on the lock file while alive, with the holder named in the file.
+// Holds flock(LOCK_EX) on the lock file while alive, with the holder named in the file. The
+// record always has the same length and is overwritten in place, blank once released: a
+// truncate and a new block per transaction cost more than the transaction's own statements.
 class HeldLock {
   public:
+    static constexpr std::size_t record_size = 256;
+
     HeldLock() = default;
     HeldLock(int fd, const std::string& who) : fd_(fd) {
-        const std::string holder =
-            std::to_string(getpid()) + " " + std::to_string(ProcessId::self().start_time) + " " +
-            std::to_string(to_nanos(std::chrono::system_clock::now())) + " " + who + "\n";
-        // Informational only (for waiters' messages), so neither failure nor fsync matters.
-        if (::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, holder.data(), holder.size(), 0) < 0) {
-        }
+        std::string holder = std::to_string(getpid()) + " " +
+                             std::to_string(ProcessId::self().start_time) + " " +
+                             std::to_string(to_nanos(std::chrono::system_clock::now())) + " " + who;
+        write_record(std::move(holder));
     }
     HeldLock(HeldLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
     HeldLock& operator=(HeldLock&& other) noexcept {
@@ -427,13 +429,20 @@ class HeldLock {
     HeldLock& operator=(const HeldLock&) = delete;
     ~HeldLock() {
         if (fd_ >= 0) {
-            if (::ftruncate(fd_, 0) != 0) {
-            }
+            write_record("");
             ::flock(fd_, LOCK_UN);
         }
     }
 
   private:
+    // Informational only (for waiters' messages), so neither failure nor fsync matters.
+    void write_record(std::string text) const {
+        text.resize(record_size - 1, ' ');
+        text += '\n';
+        if (::pwrite(fd_, text.data(), text.size(), 0) < 0) {
+        }
+    }
+
     int fd_ = -1;
 };
 
@@ -447,9 +456,10 @@ std::string describe_holder(int fd) {
     std::uint64_t start = 0;
     std::int64_t since = 0;
     std::string who;
-    if (!(fields >> pid >> start >> since))
-        return "another process";
+    if (!(fields >> pid >> start >> since) || pid <= 0)
+        return "another process";  // blank: released, or not yet written by the new holder
     std::getline(fields >> std::ws, who);
+    who.erase(who.find_last_not_of(' ') + 1);
     return "pid " + std::to_string(pid) + (who.empty() ? "" : " (" + who + ")") + " since " +
            local_time(since);
 }
@@ -616,8 +626,9 @@ void set_up_directory(const std::string& dir, uid_t owner, const std::string& ow
 std::string buffer_columns() {
     return "key, cluster, job_id, incarnation, name, pool, requested_bytes, allocated_bytes, uid, "
            "gid, user, state, reason, message, entered, directory, access, type, staging, owner, "
-           "expires, use_count, created, lock_pid, lock_start, reaped";
+           "expires, use_count, created, lock_pid, lock_start, reaped, id";
 }
+constexpr int row_id_column = 26;
 
 Buffer read_buffer(const Query& q) {
     Buffer b;
@@ -802,14 +813,36 @@ bool StateStore::syncs_commits() const {
 
 Transaction::Transaction(StateStore& store) : impl_(*store.impl_) {}
 
-std::optional<Buffer> Transaction::find_buffer(const BufferKey& key) {
+namespace {
+
+// A buffer's record and its row, which the writes of a transaction address directly.
+struct Row {
+    std::int64_t id;
+    Buffer buffer;
+};
+
+std::optional<Row> find_row(StateStore::Impl& impl, const BufferKey& key) {
     // Persistent names can be reused after deletion: the newest row is the buffer.
-    Query q = impl_.query("SELECT " + buffer_columns() +
-                          " FROM buffers WHERE key = ?1 ORDER BY id DESC LIMIT 1");
+    Query q = impl.query("SELECT " + buffer_columns() +
+                         " FROM buffers WHERE key = ?1 ORDER BY id DESC LIMIT 1");
     q.bind(1, key.str());
     if (!q.step())
         return std::nullopt;
-    return read_buffer(q);
+    return Row{q.integer(row_id_column), read_buffer(q)};
+}
+
+Row get_row(StateStore::Impl& impl, const BufferKey& key) {
+    if (auto row = find_row(impl, key))
+        return std::move(*row);
+    throw Error(ExitCode::no_input, "no buffer " + key.str());
+}
+
+}  // namespace
+
+std::optional<Buffer> Transaction::find_buffer(const BufferKey& key) {
+    if (auto row = find_row(impl_, key))
+        return std::move(row->buffer);
+    return std::nullopt;
 }
 
 Buffer Transaction::get_buffer(const BufferKey& key) {
@@ -820,13 +853,11 @@ Buffer Transaction::get_buffer(const BufferKey& key) {
 
 std::optional<Buffer> Transaction::latest_job_buffer(const std::string& cluster,
                                                      std::uint64_t job_id) {
-    Query q = impl_.query("SELECT " + buffer_columns() +
-                          " FROM buffers WHERE cluster = ?1 AND job_id = ?2"
-                          " ORDER BY incarnation DESC LIMIT 1");
-    q.bind(1, cluster).bind(2, job_id);
-    if (!q.step())
+    // Through the key: one statement less to compile per process than a query of its own.
+    const std::uint32_t latest = next_incarnation(cluster, job_id) - 1;
+    if (latest == 0)
         return std::nullopt;
-    return read_buffer(q);
+    return find_buffer(BufferKey::job(cluster, job_id, latest));
 }
 
 std::uint32_t Transaction::next_incarnation(const std::string& cluster, std::uint64_t job_id) {
@@ -1067,15 +1098,6 @@ void append_history(StateStore::Impl& impl, const std::string& key, std::optiona
     q.run();
 }
 
-std::int64_t latest_row_id(StateStore::Impl& impl, const BufferKey& key) {
-    Query q = impl.query("SELECT MAX(id) FROM buffers WHERE key = ?1");
-    q.bind(1, key.str());
-    q.step();
-    if (q.is_null(0))
-        throw Error(ExitCode::no_input, "no buffer " + key.str());
-    return q.integer(0);
-}
-
 // pool_usage follows every write of a row's pool, state or size, in the same transaction: the
 // one place besides recompute_used_bytes that writes it.
 void add_used_bytes(StateStore::Impl& impl, const std::string& pool, std::int64_t delta) {
@@ -1143,7 +1165,8 @@ void WriteTransaction::insert_buffer(Buffer& buffer) {
 }
 
 void WriteTransaction::update_buffer(const Buffer& buffer) {
-    const Buffer stored = get_buffer(buffer.key);
+    const Row row = get_row(impl_, buffer.key);
+    const Buffer& stored = row.buffer;
     if (stored.state != buffer.state)
         throw Error(ExitCode::software, "update of buffer " + buffer.key.str() +
                                             " would change its state from " +
@@ -1155,7 +1178,7 @@ void WriteTransaction::update_buffer(const Buffer& buffer) {
         " type = ?11, staging = ?12, owner = ?13, expires = ?14, use_count = ?15,"
         " lock_pid = ?16, lock_start = ?17, reaped = ?18 WHERE id = ?19");
     bind_mutable(q, buffer);
-    q.bind(19, latest_row_id(impl_, buffer.key));
+    q.bind(19, row.id);
     q.run();
     if (holds_space(stored.state) &&
         (stored.pool != buffer.pool || stored.allocated_bytes != buffer.allocated_bytes)) {
@@ -1170,7 +1193,8 @@ void WriteTransaction::update_buffer(const Buffer& buffer) {
 
 Buffer WriteTransaction::transition(const BufferKey& key, BufferState to, const std::string& reason,
                                     const std::string& message) {
-    Buffer buffer = get_buffer(key);
+    Row row = get_row(impl_, key);
+    Buffer& buffer = row.buffer;
     const BufferState from = buffer.state;
     check_transition(key.kind(), from, to, "buffer " + key.str());
     const TimePoint now = std::chrono::system_clock::now();
@@ -1184,7 +1208,7 @@ Buffer WriteTransaction::transition(const BufferKey& key, BufferState to, const 
         .bind(2, reason)
         .bind(3, message)
         .bind(4, encode_entered(buffer.entered))
-        .bind(5, latest_row_id(impl_, key));
+        .bind(5, row.id);
     q.run();
     if (holds_space(from) != holds_space(to))
         add_used_bytes(impl_, buffer.pool,
@@ -1194,16 +1218,32 @@ Buffer WriteTransaction::transition(const BufferKey& key, BufferState to, const 
     touched_keys_.insert(key.str());
     if (holds_space(from) != holds_space(to) || is_final(from) != is_final(to))
         pools_touched_ = true;
-    return buffer;
+    return std::move(buffer);
+}
+
+void WriteTransaction::set_run_lock_holder(const BufferKey& key,
+                                           const std::optional<ProcessId>& holder) {
+    const Row row = get_row(impl_, key);
+    // A statement of its own: it touches no indexed column, and compiling the full update
+    // costs a short command more than running it.
+    Query q = impl_.query("UPDATE buffers SET lock_pid = ?1, lock_start = ?2 WHERE id = ?3");
+    if (holder)
+        q.bind(1, static_cast<std::int64_t>(holder->pid)).bind(2, holder->start_time);
+    else
+        q.bind_null(1).bind_null(2);
+    q.bind(3, row.id);
+    q.run();
+    touched_keys_.insert(key.str());
 }
 
 void WriteTransaction::mark_reaped(const BufferKey& key) {
-    Buffer buffer = get_buffer(key);
+    const Row row = get_row(impl_, key);
+    const Buffer& buffer = row.buffer;
     if (!is_final(buffer.state))
         throw Error(ExitCode::data, "buffer " + key.str() + " is " + to_string(buffer.state) +
                                         ", cannot be reaped (only complete or deleted buffers)");
     Query q = impl_.query("UPDATE buffers SET reaped = 1 WHERE id = ?1");
-    q.bind(1, latest_row_id(impl_, key));
+    q.bind(1, row.id);
     q.run();
     touched_keys_.insert(key.str());
     pools_touched_ = true;

@@ -176,6 +176,9 @@ class WriteTransaction : public Transaction {
     // row. Error(no_input) for an unknown key, Error(data) for an illegal transition.
     Buffer transition(const BufferKey& key, BufferState to, const std::string& reason = "",
                       const std::string& message = "");
+    // Records (or, with nullopt, clears) the process that works on the buffer, as
+    // update_buffer() with only run_lock_holder changed would. Error(no_input) for an unknown key.
+    void set_run_lock_holder(const BufferKey& key, const std::optional<ProcessId>& holder);
     // The buffer's directory has left trash/: its space stops counting. Only for final states.
     void mark_reaped(const BufferKey& key);
 

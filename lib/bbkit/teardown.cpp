@@ -36,9 +36,7 @@ bool holder_alive(const Buffer& b) {
 // Records this process as the one ending the buffer, in the transaction that starts the end:
 // until it holds the run lock, recover and check must see a live owner, not a dead one.
 void claim(WriteTransaction& txn, const BufferKey& key) {
-    Buffer b = txn.get_buffer(key);
-    b.run_lock_holder = ProcessId::self();
-    txn.update_buffer(b);
+    txn.set_run_lock_holder(key, ProcessId::self());
 }
 
 // Stops whoever stages this buffer: waits for it unless hurrying, then TERM, then KILL.
@@ -123,7 +121,7 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
         WriteTransaction txn(store, tool, WriteTransaction::Durability::deferred);
         b = txn.transition(key, end_state(key));
         b.run_lock_holder.reset();
-        txn.update_buffer(b);
+        txn.set_run_lock_holder(key, std::nullopt);
         if (reaped)
             txn.mark_reaped(key);  // the bytes are gone: the space is free
         for (const std::string& name : recorded_persistent_uses(b)) {

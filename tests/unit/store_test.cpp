@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <set>
 
 #include "bbkit/error.hpp"
@@ -62,6 +64,18 @@ class StateStoreTest : public ::testing::Test {
         b.user = "alice";
         b.state = S::allocating;
         return b;
+    }
+
+    static Buffer persistent_buffer(const std::string& name, std::uint64_t bytes) {
+        Buffer b = job_buffer(1, 1, bytes);
+        Buffer p = Buffer::for_key(BufferKey::persistent("main", name));
+        p.pool = b.pool;
+        p.requested_bytes = p.allocated_bytes = bytes;
+        p.uid = b.uid;
+        p.gid = b.gid;
+        p.user = p.owner = b.user;
+        p.state = S::allocating;
+        return p;
     }
 
     static ExitCode code_of(const std::function<void()>& body, std::string* message = nullptr) {
@@ -427,6 +441,47 @@ TEST_F(StateStoreTest, update_cannot_change_the_state) {
     EXPECT_EQ(code_of([&] { txn.update_buffer(b); }), ExitCode::software);
 }
 
+TEST_F(StateStoreTest, run_lock_holder_is_set_and_cleared_on_the_newest_row_only) {
+    auto store = open_with_pool();
+    WriteTransaction txn(*store, "test");
+    Buffer old = persistent_buffer("scratch", gib);
+    txn.insert_buffer(old);
+    txn.transition(old.key, S::allocated);
+    txn.transition(old.key, S::deleting);
+    txn.transition(old.key, S::deleted);
+    Buffer b = persistent_buffer("scratch", 2 * gib);  // the name again: a new row
+    b.message = "kept";
+    txn.insert_buffer(b);
+    txn.set_run_lock_holder(b.key, ProcessId::self());
+    Buffer got = txn.get_buffer(b.key);
+    EXPECT_EQ(got.run_lock_holder, ProcessId::self());
+    EXPECT_EQ(got.message, "kept");
+    EXPECT_EQ(got.allocated_bytes, 2 * gib);
+    EXPECT_EQ(got.state, S::allocating);
+    EXPECT_TRUE(txn.touched_keys().count(b.key.str()));
+    txn.set_run_lock_holder(b.key, std::nullopt);
+    EXPECT_FALSE(txn.get_buffer(b.key).run_lock_holder.has_value());
+    EXPECT_EQ(
+        code_of([&] { txn.set_run_lock_holder(BufferKey::job("main", 77, 1), ProcessId::self()); }),
+        ExitCode::no_input);
+    EXPECT_EQ(txn.used_bytes("nvme"), 2 * gib);
+}
+
+TEST_F(StateStoreTest, latest_job_buffer_is_the_highest_incarnation) {
+    auto store = open_with_pool();
+    WriteTransaction txn(*store, "test");
+    EXPECT_FALSE(txn.latest_job_buffer("main", 5).has_value());
+    for (std::uint32_t incarnation : {1u, 2u, 3u}) {
+        Buffer b = job_buffer(5, incarnation, gib);
+        txn.insert_buffer(b);
+        txn.transition(b.key, S::complete);
+    }
+    Buffer other = job_buffer(6, 1, gib);
+    txn.insert_buffer(other);
+    EXPECT_EQ(txn.latest_job_buffer("main", 5)->key, BufferKey::job("main", 5, 3));
+    EXPECT_FALSE(txn.latest_job_buffer("other", 5).has_value());
+}
+
 TEST_F(StateStoreTest, rollback_on_exception_leaves_nothing) {
     auto store = open_with_pool(quick(0));
     const Buffer b = job_buffer(10, 1, gib);
@@ -673,6 +728,35 @@ TEST_F(StateStoreTest, lock_timeout_names_the_holder) {
     EXPECT_NE(message.find("retry later"), std::string::npos) << message;
     EXPECT_EQ(holder.finish(), 0);
     EXPECT_NO_THROW(WriteTransaction txn(store, "bb-teardown"));
+}
+
+TEST_F(StateStoreTest, lock_record_is_rewritten_in_place_and_blank_once_released) {
+    auto store = open_with_pool();
+    const std::string lock = config_.state_dir + "/lock";
+    const auto contents = [&] {
+        std::ifstream in(lock);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    {
+        WriteTransaction txn(*store, "bb-pool alloc");
+        const std::string record = contents();
+        EXPECT_EQ(record.size(), 256u);
+        EXPECT_EQ(record.rfind(std::to_string(getpid()) + " ", 0), 0u) << record;
+        EXPECT_NE(record.find(" bb-pool alloc "), std::string::npos) << record;
+        txn.commit();
+    }
+    EXPECT_EQ(contents(), std::string(255, ' ') + "\n");
+    // Locked by a process that has not written its record yet: no stale name is given.
+    const int other = open(lock.c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(other, 0);
+    ASSERT_EQ(flock(other, LOCK_EX), 0);
+    StateStore waiting(config_, quick(100));
+    std::string message;
+    EXPECT_EQ(code_of([&] { WriteTransaction txn(waiting, "bb-teardown"); }, &message),
+              ExitCode::temp_fail);
+    EXPECT_NE(message.find(" is locked by another process: gave up after "), std::string::npos)
+        << message;
+    close(other);
 }
 
 TEST_F(StateStoreTest, reader_works_while_a_writer_holds_the_lock) {
