@@ -8,6 +8,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,22 +32,39 @@ Fd open_lock_file(const std::string& path) {
     return Fd(fd);
 }
 
-std::optional<ProcessId> read_holder(int fd) {
-    char buf[64] = {};
-    const ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+// The holder ("pid start_time") is an extended attribute of the lock file: ext4 keeps a small one
+// in the inode, so the file never gets a data block. Written as content, a block was allocated
+// at each lock and freed with the file: about 0.2 ms of a teardown. Content is the fallback
+// where user xattrs are not supported (and what older versions wrote).
+constexpr const char* holder_attribute = "user.bbkit.holder";
+
+std::optional<ProcessId> parse_holder(const char* text, ssize_t n) {
     if (n <= 0)
         return std::nullopt;
-    std::istringstream in(std::string(buf, static_cast<std::size_t>(n)));
+    std::istringstream in(std::string(text, static_cast<std::size_t>(n)));
     ProcessId id;
     if (!(in >> id.pid >> id.start_time) || id.pid <= 0)
         return std::nullopt;
     return id;
 }
 
+std::optional<ProcessId> read_holder(int fd) {
+    char buf[64] = {};
+    const ssize_t n = fgetxattr(fd, holder_attribute, buf, sizeof buf - 1);
+    if (n >= 0)
+        return parse_holder(buf, n);
+    return parse_holder(buf, pread(fd, buf, sizeof buf - 1, 0));
+}
+
 void write_holder(int fd) {
     const ProcessId self = ProcessId::self();
     const std::string text =
         std::to_string(self.pid) + " " + std::to_string(self.start_time) + "\n";
+    if (fsetxattr(fd, holder_attribute, text.data(), text.size(), 0) == 0)
+        return;
+    if (errno != ENOTSUP && errno != EOPNOTSUPP && errno != EPERM)
+        throw Error(ExitCode::io,
+                    std::string("cannot record run lock holder: ") + std::strerror(errno));
     if (ftruncate(fd, 0) != 0 || pwrite(fd, text.data(), text.size(), 0) < 0)
         throw Error(ExitCode::io,
                     std::string("cannot record run lock holder: ") + std::strerror(errno));

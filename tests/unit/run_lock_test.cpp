@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -37,6 +39,36 @@ TEST_F(RunLockTest, one_holder_at_a_time_and_it_is_named) {
     EXPECT_EQ(*holder, ProcessId::self());
     first.reset();
     EXPECT_FALSE(RunLock::holder(dir_, "main.1.1"));
+}
+
+TEST_F(RunLockTest, the_holder_is_an_attribute_and_the_file_stays_empty) {
+    std::optional<RunLock> lock = RunLock::try_acquire(dir_, "main.1.1");
+    ASSERT_TRUE(lock);
+    char value[64] = {};
+    if (getxattr(file().c_str(), "user.bbkit.holder", value, sizeof value - 1) < 0)
+        GTEST_SKIP() << "no user xattrs on " << dir_ << ": the holder is the file's content";
+    const ProcessId self = ProcessId::self();
+    EXPECT_EQ(std::string(value),
+              std::to_string(self.pid) + " " + std::to_string(self.start_time) + "\n");
+    struct stat st {};
+    ASSERT_EQ(::stat(file().c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, 0);
+    EXPECT_EQ(st.st_blocks, 0) << "no data block to free when the file goes";
+}
+
+TEST_F(RunLockTest, a_holder_written_as_content_is_still_read) {
+    // What earlier versions wrote, held here through a second open file.
+    const int fd = ::open(file().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(flock(fd, LOCK_EX), 0);
+    const ProcessId self = ProcessId::self();
+    const std::string text =
+        std::to_string(self.pid) + " " + std::to_string(self.start_time) + "\n";
+    ASSERT_EQ(pwrite(fd, text.data(), text.size(), 0), static_cast<ssize_t>(text.size()));
+    const std::optional<ProcessId> holder = RunLock::holder(dir_, "main.1.1");
+    ASSERT_TRUE(holder);
+    EXPECT_EQ(*holder, self);
+    ::close(fd);
 }
 
 TEST_F(RunLockTest, remove_file_takes_the_file_away_and_the_next_holder_makes_a_new_one) {
