@@ -755,15 +755,77 @@ class PublicBuffers {
 // public/.unsettled: the keys (with their uid) that the last publish wrote. It ran before its
 // commit, which a rollback or a kill may have undone: the next publish rewrites these keys from
 // the committed state, so no file outlives a transaction that never happened.
-std::map<std::string, uid_t> read_unsettled(const std::string& path) {
-    std::map<std::string, uid_t> keys;
-    std::istringstream in(read_optional_file(path, "").value_or(""));
-    std::string uid, key;
-    while (in >> uid >> key)
-        if (all_digits(uid))
-            keys.emplace(key, static_cast<uid_t>(std::stoull(uid)));
-    return keys;
-}
+//
+// Only writers read it, under the state lock, so it is rewritten in place through the
+// descriptor it was read from: a new file per publish cost a data block allocated and one freed
+// each time. A kill between the write and the truncation leaves the new keys followed by part
+// of the old ones, which were settled before (publish settles them first): settling any of
+// them again, or a fragment that names nothing, is harmless. A power cut may leave anything
+// here, but it also changes the boot id, which makes the next writer resync all of public/.
+class UnsettledFile {
+  public:
+    explicit UnsettledFile(const std::string& path) : path_(path) {
+        fd_.reset(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
+                         0600));
+        struct stat st {};
+        if (!fd_ || ::fstat(fd_.get(), &st) != 0)
+            throw Error(ExitCode::io, "cannot open " + path + ": " + std::strerror(errno));
+        if (!S_ISREG(st.st_mode))
+            throw Error(ExitCode::io, path + " is not a regular file (remove it)");
+        char chunk[65536];
+        for (;;) {
+            const ssize_t n = ::read(fd_.get(), chunk, sizeof chunk);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0)
+                throw Error(ExitCode::io, "cannot read " + path + ": " + std::strerror(errno));
+            if (n == 0)
+                break;
+            text_.append(chunk, static_cast<std::size_t>(n));
+        }
+    }
+
+    std::map<std::string, uid_t> keys() const {
+        std::map<std::string, uid_t> keys;
+        std::istringstream in(text_);
+        std::string uid, key;
+        while (in >> uid >> key)
+            if (all_digits(uid) && uid.size() < 11)
+                keys.emplace(key, static_cast<uid_t>(std::stoull(uid)));
+        return keys;
+    }
+
+    // Names the keys of `buffers` that have a record. Never shorter than one byte: truncating
+    // to nothing would free the block that the next publish allocates again.
+    void write(const std::map<std::string, std::optional<Buffer>>& buffers) {
+        std::string text;
+        for (const auto& [key, buffer] : buffers)
+            if (buffer)
+                text += std::to_string(buffer->uid) + " " + key + "\n";
+        if (text.empty())
+            text = "\n";
+        if (text == text_)
+            return;
+        std::size_t done = 0;
+        while (done < text.size()) {
+            const ssize_t n =
+                ::pwrite(fd_.get(), text.data() + done, text.size() - done, static_cast<off_t>(done));
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                throw Error(ExitCode::io, "cannot write " + path_ + ": " + std::strerror(errno));
+            done += static_cast<std::size_t>(n);
+        }
+        if (text.size() < text_.size() && ::ftruncate(fd_.get(), static_cast<off_t>(text.size())) != 0)
+            throw Error(ExitCode::io, "cannot write " + path_ + ": " + std::strerror(errno));
+        text_ = std::move(text);
+    }
+
+  private:
+    std::string path_;
+    Fd fd_;
+    std::string text_;
+};
 
 std::optional<Buffer> find_by_text(Transaction& txn, const std::string& key) {
     try {
@@ -786,15 +848,6 @@ std::map<std::string, std::optional<Buffer>> touched_buffers(WriteTransaction& t
     return buffers;
 }
 
-void write_unsettled(const std::string& path,
-                     const std::map<std::string, std::optional<Buffer>>& buffers) {
-    std::string text;
-    for (const auto& [key, buffer] : buffers)
-        if (buffer)
-            text += std::to_string(buffer->uid) + " " + key + "\n";
-    replace_if_changed(path, text, 0600);
-}
-
 void publish_pools(Transaction& txn, const StateStore& store, const Config& config) {
     const std::vector<PoolStatus> pools = pool_status(txn, config);
     replace_if_changed(store.path("pools.json"), slurm_pools_json(pools) + "\n", 0644);
@@ -808,7 +861,7 @@ void publish_pools(Transaction& txn, const StateStore& store, const Config& conf
 
 void publish_all(WriteTransaction& txn, const StateStore& store, const Config& config) {
     publish_pools(txn, store, config);
-    write_unsettled(store.path("public/.unsettled"), touched_buffers(txn));
+    UnsettledFile(store.path("public/.unsettled")).write(touched_buffers(txn));
     PublicBuffers out(store, config);
     BufferFilter live;
     live.live_only = true;
@@ -833,8 +886,8 @@ void publish(WriteTransaction& txn, const StateStore& store, const Config& confi
     }
     if (txn.pools_touched())
         publish_pools(txn, store, config);
-    const std::string unsettled = store.path("public/.unsettled");
-    const std::map<std::string, uid_t> previous = read_unsettled(unsettled);
+    UnsettledFile unsettled(store.path("public/.unsettled"));
+    const std::map<std::string, uid_t> previous = unsettled.keys();
     const std::map<std::string, std::optional<Buffer>> touched = touched_buffers(txn);
     PublicBuffers out(store, config);
     const auto settle = [&](const std::string& key, const std::optional<Buffer>& buffer) {
@@ -855,7 +908,7 @@ void publish(WriteTransaction& txn, const StateStore& store, const Config& confi
     for (const auto& [key, uid] : previous)
         if (!touched.count(key))
             settle(key, find_by_text(txn, key));
-    write_unsettled(unsettled, touched);  // before any file it names is written
+    unsettled.write(touched);  // before any file it names is written
     fault_point("publish.unsettled-written");
     for (const auto& [key, buffer] : touched)
         settle(key, buffer);

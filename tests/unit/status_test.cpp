@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -559,6 +560,55 @@ TEST_F(StatusTest, the_next_publish_undoes_a_rolled_back_one) {
     }
     EXPECT_NE(::access(file.c_str(), F_OK), 0);
     EXPECT_TRUE(read_public_status(config_, 4242).buffers.empty());
+}
+
+TEST_F(StatusTest, unsettled_is_rewritten_in_place_and_a_torn_tail_is_harmless) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    const std::string unsettled = config_.state_dir + "/public/.unsettled";
+    const auto contents = [&] {
+        std::ifstream in(unsettled);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    const auto inode = [&] {
+        struct stat st {};
+        EXPECT_EQ(::stat(unsettled.c_str(), &st), 0);
+        return st.st_ino;
+    };
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        allocate(txn, job(2, "pool1", kib, 1017, "marshall", t_169504));
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    EXPECT_EQ(contents(), "1017 main.1.1\n1017 main.2.1\n");
+    const ino_t first = inode();
+    {
+        WriteTransaction txn(*store, "test");
+        txn.transition(BufferKey::job("main", 1, 1), S::teardown);
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    EXPECT_EQ(contents(), "1017 main.1.1\n");
+    EXPECT_EQ(inode(), first);
+    // What a kill between the write and the truncation leaves: the new keys, then part of the
+    // old ones (all settled already), here cut in the middle of a line.
+    {
+        std::ofstream out(unsettled, std::ios::app);
+        out << "7 main.2.1\n1017 main.2";
+    }
+    {
+        WriteTransaction txn(*store, "test");
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    EXPECT_EQ(contents(), "\n");
+    EXPECT_EQ(inode(), first);
+    const StatusSnapshot seen = read_public_status(config_, 1017);
+    ASSERT_EQ(seen.buffers.size(), 2u);
+    EXPECT_EQ(seen.buffers[0].buffer.state, S::teardown);
+    EXPECT_EQ(seen.buffers[1].buffer.state, S::allocated);
 }
 
 #ifdef BBKIT_FAULT_INJECTION
