@@ -73,9 +73,15 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
     fault_point("teardown.locked");
     Buffer b;
     std::optional<PoolDir> dir;
+    std::optional<Error> unopened;  // a pool that cannot be opened fails the teardown below
     {
         ReadSnapshot snapshot(store);
         b = snapshot.get_buffer(key);
+        try {
+            dir.emplace(open_pool(snapshot, config, b.pool));
+        } catch (const Error& e) {
+            unopened = e;
+        }
     }
     // The directory leaves job/ (or persistent/) for trash/, and is reaped right away within
     // the budget, so that one transaction both ends the buffer and releases its space. Neither
@@ -97,10 +103,8 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
                         " (the space stays charged; fix the cause and run bb-teardown again)");
     };
     try {
-        {
-            ReadSnapshot snapshot(store);
-            dir.emplace(open_pool(snapshot, config, b.pool));
-        }
+        if (unopened)
+            throw *unopened;
         if (!dir->move_to_trash(b.directory, trash_name(b), PoolDir::Sync::later))
             spdlog::info("buffer {}: directory {}/{} was already gone", key.str(), dir->path(),
                          b.directory);
