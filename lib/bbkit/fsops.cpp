@@ -252,6 +252,14 @@ void replace_file(const std::string& path, const std::string& data, mode_t mode)
     replace(path, data, mode, false);
 }
 
+void link_file(const std::string& existing, const std::string& path) {
+    TemporaryFile temporary(temporary_name(path));
+    if (::link(existing.c_str(), temporary.path().c_str()) != 0)
+        fail("link " + existing + " to", temporary.path(), errno);
+    swap_into_place(temporary.path(), path);
+    temporary.keep();
+}
+
 DirStream::DirStream(int fd) {
     const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (copy >= 0)

@@ -57,6 +57,11 @@ void write_file_atomically(const std::string& path, const std::string& data, mod
 // is left as it is.
 void replace_file(const std::string& path, const std::string& data, mode_t mode);
 
+// Puts a second name of the file `existing` (same directory's file system) in place of `path`,
+// as replace_file would put new content there: a hard link, so no data is written and no
+// block allocated; like replace_file, not durable. Throws Error(io) naming the paths.
+void link_file(const std::string& existing, const std::string& path);
+
 // Makes the directory entries of `dir` (creations, renames) durable. Throws Error(io).
 void fsync_dir(const std::string& dir);
 

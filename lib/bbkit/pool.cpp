@@ -1,6 +1,7 @@
 #include "bbkit/pool.hpp"
 
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -547,9 +548,12 @@ std::string job_env_file_path(const StateStore& store, const BufferKey& key) {
 }
 
 void write_env_files(const StateStore& store, const BufferKey& key, const std::string& text) {
-    replace_file(env_file_path(store, key), text, 0644);
+    const std::string own = env_file_path(store, key);
+    replace_file(own, text, 0644);
+    // The job's name for the same file: a second file cost a data block written and, at
+    // teardown, one freed.
     if (key.kind() == BufferKind::job)
-        replace_file(job_env_file_path(store, key), text, 0644);
+        link_file(own, job_env_file_path(store, key));
 }
 
 namespace {
@@ -568,10 +572,19 @@ std::optional<std::string> read_env_file(const std::string& path) {
 void remove_env_files(const StateStore& store, const BufferKey& key) {
     const std::string own = env_file_path(store, key);
     if (key.kind() == BufferKind::job) {
-        const std::optional<std::string> mine = read_env_file(own);
+        // The job's name is removed only while it is this buffer's file: a link to it, or (as
+        // older versions wrote it) a copy with the same content.
         const std::string job_level = job_env_file_path(store, key);
-        if (mine && read_env_file(job_level) == mine)
+        struct stat mine {};
+        struct stat job {};
+        const bool linked = lstat(own.c_str(), &mine) == 0 && lstat(job_level.c_str(), &job) == 0 &&
+                            mine.st_ino == job.st_ino && mine.st_dev == job.st_dev;
+        if (linked) {
             unlink(job_level.c_str());
+        } else if (const std::optional<std::string> text = read_env_file(own);
+                   text && read_env_file(job_level) == text) {
+            unlink(job_level.c_str());
+        }
     }
     unlink(own.c_str());
 }

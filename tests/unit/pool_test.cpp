@@ -345,6 +345,13 @@ TEST_F(PoolTest, job_level_env_file_follows_the_current_incarnation) {
     allocate(*store_, config_, job(7, KiB), "test");
     EXPECT_EQ(read(job_level), read(dir_ + "/state/env/t.7.1.env"));
     EXPECT_NE(read(job_level).find("BB_JOB_DIR=" + dir_ + "/small/job/7.1\n"), std::string::npos);
+    EXPECT_TRUE(fs::equivalent(job_level, dir_ + "/state/env/t.7.1.env")) << "one file, two names";
+    EXPECT_EQ(fs::hard_link_count(job_level), 2u);
+    // A copy with the same content, as older versions wrote it, goes with its buffer too.
+    const std::string text = read(job_level);
+    fs::remove(job_level);
+    std::ofstream(job_level) << text;
+    ASSERT_FALSE(fs::equivalent(job_level, dir_ + "/state/env/t.7.1.env"));
     teardown_job(*store_, config_, 7, {}, "test");
     EXPECT_FALSE(fs::exists(job_level));
     EXPECT_FALSE(fs::exists(dir_ + "/state/env/t.7.1.env"));
