@@ -764,14 +764,22 @@ class PublicBuffers {
 // here, but it also changes the boot id, which makes the next writer resync all of public/.
 class UnsettledFile {
   public:
-    explicit UnsettledFile(const std::string& path) : path_(path) {
-        fd_.reset(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
-                         0600));
+    // `owner`: public/'s owner and group, which the file is given when root writes it (the
+    // state directory's owner must be able to rewrite it in place).
+    UnsettledFile(const std::string& path, uid_t owner, gid_t group) : path_(path) {
+        const int flags = O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+        fd_.reset(::open(path.c_str(), flags, 0600));
+        if (!fd_ && errno == EACCES && ::unlink(path.c_str()) == 0)  // someone else's: ours now
+            fd_.reset(::open(path.c_str(), flags, 0600));
         struct stat st {};
         if (!fd_ || ::fstat(fd_.get(), &st) != 0)
             throw Error(ExitCode::io, "cannot open " + path + ": " + std::strerror(errno));
         if (!S_ISREG(st.st_mode))
             throw Error(ExitCode::io, path + " is not a regular file (remove it)");
+        if (geteuid() == 0 && (st.st_uid != owner || st.st_gid != group) &&
+            ::fchown(fd_.get(), owner, group) != 0)
+            throw Error(ExitCode::io, "cannot give " + path + " to uid " + std::to_string(owner) +
+                                          ": " + std::strerror(errno));
         char chunk[65536];
         for (;;) {
             const ssize_t n = ::read(fd_.get(), chunk, sizeof chunk);
@@ -808,15 +816,16 @@ class UnsettledFile {
             return;
         std::size_t done = 0;
         while (done < text.size()) {
-            const ssize_t n =
-                ::pwrite(fd_.get(), text.data() + done, text.size() - done, static_cast<off_t>(done));
+            const ssize_t n = ::pwrite(fd_.get(), text.data() + done, text.size() - done,
+                                       static_cast<off_t>(done));
             if (n < 0 && errno == EINTR)
                 continue;
             if (n <= 0)
                 throw Error(ExitCode::io, "cannot write " + path_ + ": " + std::strerror(errno));
             done += static_cast<std::size_t>(n);
         }
-        if (text.size() < text_.size() && ::ftruncate(fd_.get(), static_cast<off_t>(text.size())) != 0)
+        if (text.size() < text_.size() &&
+            ::ftruncate(fd_.get(), static_cast<off_t>(text.size())) != 0)
             throw Error(ExitCode::io, "cannot write " + path_ + ": " + std::strerror(errno));
         text_ = std::move(text);
     }
@@ -848,6 +857,14 @@ std::map<std::string, std::optional<Buffer>> touched_buffers(WriteTransaction& t
     return buffers;
 }
 
+UnsettledFile open_unsettled(const StateStore& store) {
+    const std::string dir = store.path("public");
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0)
+        throw Error(ExitCode::io, "cannot inspect " + dir + ": " + std::strerror(errno));
+    return UnsettledFile(dir + "/.unsettled", st.st_uid, st.st_gid);
+}
+
 void publish_pools(Transaction& txn, const StateStore& store, const Config& config) {
     const std::vector<PoolStatus> pools = pool_status(txn, config);
     replace_if_changed(store.path("pools.json"), slurm_pools_json(pools) + "\n", 0644);
@@ -861,7 +878,7 @@ void publish_pools(Transaction& txn, const StateStore& store, const Config& conf
 
 void publish_all(WriteTransaction& txn, const StateStore& store, const Config& config) {
     publish_pools(txn, store, config);
-    UnsettledFile(store.path("public/.unsettled")).write(touched_buffers(txn));
+    open_unsettled(store).write(touched_buffers(txn));
     PublicBuffers out(store, config);
     BufferFilter live;
     live.live_only = true;
@@ -886,7 +903,7 @@ void publish(WriteTransaction& txn, const StateStore& store, const Config& confi
     }
     if (txn.pools_touched())
         publish_pools(txn, store, config);
-    UnsettledFile unsettled(store.path("public/.unsettled"));
+    UnsettledFile unsettled = open_unsettled(store);
     const std::map<std::string, uid_t> previous = unsettled.keys();
     const std::map<std::string, std::optional<Buffer>> touched = touched_buffers(txn);
     PublicBuffers out(store, config);
