@@ -179,18 +179,6 @@ void PendingSync::wait() {
         }
 }
 
-void sync_all(const std::vector<SyncTarget>& targets) {
-    if (targets.empty())
-        return;
-    PendingSync others =
-        PendingSync::start(std::vector<SyncTarget>(targets.begin() + 1, targets.end()));
-    const int error = ::fsync(targets.front().fd) == 0 ? 0 : errno;
-    others.wait();
-    if (error != 0)
-        throw Error(error == ENOENT ? ExitCode::no_input : ExitCode::io,
-                    "cannot sync " + targets.front().what + ": " + std::strerror(error));
-}
-
 namespace {
 
 // Puts `temporary` in place of `path` without the write-back ext4 starts (auto_da_alloc) when a

@@ -99,8 +99,4 @@ class PendingSync {
     bool failed_ = false;
 };
 
-// Syncs every target side by side (one on the calling thread) and returns once all are
-// durable. Throws Error(io) naming the first that failed.
-void sync_all(const std::vector<SyncTarget>& targets);
-
 }  // namespace bbkit

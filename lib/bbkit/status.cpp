@@ -81,6 +81,23 @@ std::string table(const std::vector<std::string>& headers,
     return out;
 }
 
+// What is left to read from `fd` (the file at `path`). Error(io) on a read error.
+std::string read_rest(int fd, const std::string& path) {
+    std::string data;
+    char chunk[65536];
+    for (;;) {
+        const ssize_t n = ::read(fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            throw Error(ExitCode::io, "cannot read " + path + ": " + std::strerror(errno));
+        if (n == 0)
+            break;
+        data.append(chunk, static_cast<std::size_t>(n));
+    }
+    return data;
+}
+
 // A small file's content; nullopt when it does not exist. Error(no_perm) / Error(io) otherwise.
 std::optional<std::string> read_optional_file(const std::string& path, const std::string& hint) {
     const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
@@ -91,19 +108,7 @@ std::optional<std::string> read_optional_file(const std::string& path, const std
         const ExitCode code = (err == EACCES || err == EPERM) ? ExitCode::no_perm : ExitCode::io;
         throw Error(code, "cannot read " + path + ": " + std::strerror(err) + hint);
     }
-    std::string data;
-    char chunk[65536];
-    for (;;) {
-        const ssize_t n = ::read(fd.get(), chunk, sizeof chunk);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            throw Error(ExitCode::io, "cannot read " + path + ": " + std::strerror(errno));
-        if (n == 0)
-            break;
-        data.append(chunk, static_cast<std::size_t>(n));
-    }
-    return data;
+    return read_rest(fd.get(), path);
 }
 
 json parse_published(const std::string& text) {
@@ -780,17 +785,7 @@ class UnsettledFile {
             ::fchown(fd_.get(), owner, group) != 0)
             throw Error(ExitCode::io, "cannot give " + path + " to uid " + std::to_string(owner) +
                                           ": " + std::strerror(errno));
-        char chunk[65536];
-        for (;;) {
-            const ssize_t n = ::read(fd_.get(), chunk, sizeof chunk);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n < 0)
-                throw Error(ExitCode::io, "cannot read " + path + ": " + std::strerror(errno));
-            if (n == 0)
-                break;
-            text_.append(chunk, static_cast<std::size_t>(n));
-        }
+        text_ = read_rest(fd_.get(), path);
     }
 
     std::map<std::string, uid_t> keys() const {
