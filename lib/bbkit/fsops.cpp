@@ -2,13 +2,15 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <random>
 
 #include "bbkit/error.hpp"
 
@@ -27,10 +29,20 @@ std::string parent_of(const std::string& path) {
     return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-// Unique per process and call, so concurrent writers of one file never share a temporary.
+// Unique per process and call, so concurrent writers of one file never share a temporary. The
+// pid makes it unique among live processes and the counter within one; the random start keeps
+// a reused pid from meeting a temporary its predecessor left behind. getrandom, not
+// std::random_device: that one probes the CPU with cpuid, which traps to the hypervisor on a VM
+// (tens of microseconds in every short command that writes a snapshot).
 std::string temporary_name(const std::string& path) {
-    static std::mt19937_64 random{std::random_device{}()};
-    return path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(random() % 1000000007);
+    static std::uint64_t next = [] {
+        std::uint64_t seed = 0;
+        if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof seed))
+            seed = static_cast<std::uint64_t>(
+                std::chrono::steady_clock::now().time_since_epoch().count());
+        return seed;
+    }();
+    return path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(next++ % 1000000007);
 }
 
 void write_all(int fd, const std::string& data, const std::string& path) {
@@ -99,13 +111,15 @@ void fsync_dir(const std::string& dir) {
 struct PendingSync::Job {
     Fd fd;
     std::string what;
+    bool data_only = false;
     int error = 0;
     pthread_t thread{};
     bool running = false;
 
     static void* run(void* arg) {
         Job* job = static_cast<Job*>(arg);
-        job->error = ::fsync(job->fd.get()) == 0 ? 0 : errno;
+        const int rc = job->data_only ? ::fdatasync(job->fd.get()) : ::fsync(job->fd.get());
+        job->error = rc == 0 ? 0 : errno;
         return nullptr;
     }
 
@@ -133,6 +147,7 @@ PendingSync PendingSync::start(const std::vector<SyncTarget>& targets) {
     for (const SyncTarget& target : targets) {
         auto job = std::make_unique<Job>();
         job->what = target.what;
+        job->data_only = target.data_only;
         job->fd.reset(::fcntl(target.fd, F_DUPFD_CLOEXEC, 0));
         if (!job->fd)
             job->error = errno;

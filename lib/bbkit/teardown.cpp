@@ -66,8 +66,8 @@ bool reap_one(StateStore& store, const Config& config, const Buffer& b, PoolDir&
 
 }  // namespace
 
-void finish_teardown(StateStore& store, const Config& config, const BufferKey& key,
-                     const TeardownOptions& options, const std::string& tool) {
+bool finish_teardown(StateStore& store, const Config& config, const BufferKey& key,
+                     const TeardownOptions& options, const std::string& tool, PendingSync* begun) {
     stop_stager(config, key, options);
     RunLock lock = RunLock::acquire(config.state_dir, key.str(), run_lock_wait);
     fault_point("teardown.locked");
@@ -105,6 +105,8 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
     try {
         if (unopened)
             throw *unopened;
+        if (begun != nullptr)
+            begun->wait();  // the directory moves only once `teardown` is durable
         if (!dir->move_to_trash(b.directory, trash_name(b), PoolDir::Sync::later))
             spdlog::info("buffer {}: directory {}/{} was already gone", key.str(), dir->path(),
                          b.directory);
@@ -154,6 +156,7 @@ void finish_teardown(StateStore& store, const Config& config, const BufferKey& k
     audit(
         config.state_dir, tool, key.kind() == BufferKind::job ? "teardown" : "destroy",
         "buffer=" + key.str() + " pool=" + b.pool + " bytes=" + std::to_string(b.allocated_bytes));
+    return reaped;
 }
 
 TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64_t job_id,
@@ -161,9 +164,12 @@ TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64
     const std::string job = "job " + std::to_string(job_id);
     const auto give_up = std::chrono::steady_clock::now() + alloc_in_flight_wait;
     BufferKey key;
+    PendingSync begun;  // the `teardown` record's sync, waited for before the directory moves
     for (;;) {
-        WriteTransaction txn(store, tool);
-        const std::optional<Buffer> b = txn.latest_job_buffer(config.cluster, job_id);
+        // `background`: the record syncs while the run lock is taken and the pool opened.
+        std::optional<WriteTransaction> txn;
+        txn.emplace(store, tool, WriteTransaction::Durability::background);
+        const std::optional<Buffer> b = txn->latest_job_buffer(config.cluster, job_id);
         if (!b)
             return TeardownResult{false, "", false, job + " has no burst buffer"};
         key = b->key;
@@ -171,45 +177,45 @@ TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64
             return TeardownResult{false, key.str(), b->reaped,
                                   job + "'s burst buffer is already torn down"};
         if (b->state == BufferState::pending) {  // still queued: it never held space
-            txn.dequeue(key.str());
-            txn.transition(key, BufferState::complete, "", "cancelled while waiting for space");
-            txn.mark_reaped(key);
-            publish(txn, store, config);
-            txn.commit();
+            txn->dequeue(key.str());
+            txn->transition(key, BufferState::complete, "", "cancelled while waiting for space");
+            txn->mark_reaped(key);
+            publish(*txn, store, config);
+            txn->commit_in_background().wait();
             audit(config.state_dir, tool, "teardown", "buffer=" + key.str() + " (queued)");
             return TeardownResult{true, key.str(), true, job + " left the queue"};
         }
         if (b->state == BufferState::allocating && holder_alive(*b) &&
             std::chrono::steady_clock::now() < give_up) {
-            txn.commit();  // let the allocation finish first: its directory must not be orphaned
+            txn.reset();  // let the allocation finish first: its directory must not be orphaned
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
             continue;
         }
         if (b->state == BufferState::teardown && holder_alive(*b) &&
             !(*b->run_lock_holder == ProcessId::self()) &&
             std::chrono::steady_clock::now() < give_up) {
-            txn.commit();  // another teardown is finishing it: wait rather than stop it
+            txn.reset();  // another teardown is finishing it: wait rather than stop it
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
             continue;
         }
         if (b->state != BufferState::teardown)
-            txn.transition(key, BufferState::teardown);
-        claim(txn, key);
-        publish(txn, store, config);
-        txn.commit();
+            txn->transition(key, BufferState::teardown);
+        claim(*txn, key);
+        publish(*txn, store, config);
+        begun = txn->commit_in_background();
         break;
     }
     fault_point("teardown.committed");
-    finish_teardown(store, config, key, options, tool);
-    ReadSnapshot snapshot(store);
-    return TeardownResult{true, key.str(), snapshot.get_buffer(key).reaped, ""};
+    const bool reaped = finish_teardown(store, config, key, options, tool, &begun);
+    return TeardownResult{true, key.str(), reaped, ""};
 }
 
 TeardownResult teardown_persistent(StateStore& store, const Config& config, const std::string& name,
                                    const TeardownOptions& options, const std::string& tool) {
     const BufferKey key = BufferKey::persistent(config.cluster, name);
+    PendingSync begun;  // as in teardown_job
     {
-        WriteTransaction txn(store, tool);
+        WriteTransaction txn(store, tool, WriteTransaction::Durability::background);
         const std::optional<Buffer> b = txn.find_buffer(key);
         if (!b || is_final(b->state))
             return TeardownResult{false, key.str(), false,
@@ -225,12 +231,11 @@ TeardownResult teardown_persistent(StateStore& store, const Config& config, cons
             txn.transition(key, ending_state(key));
         claim(txn, key);
         publish(txn, store, config);
-        txn.commit();
+        begun = txn.commit_in_background();
     }
     fault_point("teardown.committed");
-    finish_teardown(store, config, key, options, tool);
-    ReadSnapshot snapshot(store);
-    return TeardownResult{true, key.str(), snapshot.get_buffer(key).reaped, ""};
+    const bool reaped = finish_teardown(store, config, key, options, tool, &begun);
+    return TeardownResult{true, key.str(), reaped, ""};
 }
 
 ReapResult reap(StateStore& store, const Config& config, std::chrono::milliseconds budget,
