@@ -111,15 +111,13 @@ void fsync_dir(const std::string& dir) {
 struct PendingSync::Job {
     Fd fd;
     std::string what;
-    bool data_only = false;
     int error = 0;
     pthread_t thread{};
     bool running = false;
 
     static void* run(void* arg) {
         Job* job = static_cast<Job*>(arg);
-        const int rc = job->data_only ? ::fdatasync(job->fd.get()) : ::fsync(job->fd.get());
-        job->error = rc == 0 ? 0 : errno;
+        job->error = ::fsync(job->fd.get()) == 0 ? 0 : errno;
         return nullptr;
     }
 
@@ -147,7 +145,6 @@ PendingSync PendingSync::start(const std::vector<SyncTarget>& targets) {
     for (const SyncTarget& target : targets) {
         auto job = std::make_unique<Job>();
         job->what = target.what;
-        job->data_only = target.data_only;
         job->fd.reset(::fcntl(target.fd, F_DUPFD_CLOEXEC, 0));
         if (!job->fd)
             job->error = errno;

@@ -65,12 +65,10 @@ void link_file(const std::string& existing, const std::string& path);
 // Makes the directory entries of `dir` (creations, renames) durable. Throws Error(io).
 void fsync_dir(const std::string& dir);
 
-// What to fsync and how to name it in an error. `data_only`: fdatasync (a file whose size and
-// name are already durable, as a log rewritten in place).
+// What to fsync and how to name it in an error.
 struct SyncTarget {
     int fd;
     std::string what;
-    bool data_only = false;
 };
 
 // fsyncs running on helper threads while the caller goes on: flushes that wait at the same time

@@ -130,7 +130,6 @@ struct Reserved {
     bool existed = false;
     std::vector<std::pair<std::string, std::string>> uses;
     std::optional<PoolDir> dir;  // opened and checked in the transaction that reserved
-    PendingSync recorded;        // the `allocating` record's sync, running meanwhile
 };
 
 // The first transaction: the record as `allocating` (or the existing buffer). Loops while the
@@ -142,9 +141,7 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
     std::optional<BufferKey> queued;
     try {
         for (;;) {
-            // `background`: the record syncs while the next transaction does what needs no
-            // directory; the directory is made only once the record is durable.
-            WriteTransaction txn(store, tool, WriteTransaction::Durability::background);
+            WriteTransaction txn(store, tool);
             PoolDir dir = open_pool(txn, config, r.pool);  // marker and ownership checks
             const std::optional<PoolRecord> record = txn.find_pool(r.pool);
             if (record->draining)
@@ -167,14 +164,14 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
                                 describe(r) + " is being allocated by pid " +
                                     std::to_string(live->run_lock_holder->pid) + " (retry later)");
                 Reserved out{*live, live->state != BufferState::allocating,
-                             check_uses(txn, config, r), std::move(dir), PendingSync()};
+                             check_uses(txn, config, r), std::move(dir)};
                 if (!out.existed) {
                     // Resuming an allocation whose process died: claimed, so a recover that
                     // runs meanwhile leaves it alone.
                     out.buffer.run_lock_holder = ProcessId::self();
                     txn.set_run_lock_holder(out.buffer.key, out.buffer.run_lock_holder);
                 }
-                out.recorded = txn.commit_in_background();
+                txn.commit();
                 return out;
             }
             if (live && live->run_lock_holder && live->run_lock_holder->alive() &&
@@ -219,7 +216,7 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
                     txn.enqueue(pool.name, key.str(), allocated, ProcessId::self());
                 queued = key;
                 publish(txn, store, config);
-                txn.commit_in_background().wait();
+                txn.commit();
                 fault_point("alloc.queued");
                 if (std::chrono::steady_clock::now() >= deadline)
                     throw Error(ExitCode::temp_fail, "timed out waiting for space in pool '" +
@@ -237,8 +234,8 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
                 b = new_record(config, r, key, allocated, BufferState::allocating);
                 txn.insert_buffer(b);
             }
-            PendingSync recorded = txn.commit_in_background();
-            return Reserved{b, false, uses, std::move(dir), std::move(recorded)};
+            txn.commit();
+            return Reserved{b, false, uses, std::move(dir)};
         }
     } catch (...) {
         if (queued)
@@ -440,24 +437,26 @@ AllocResult allocate(StateStore& store, const Config& config, const AllocRequest
         return AllocResult{b, buffer_path(pool, b), true};
 
     std::optional<PoolDir>& dir = reserved.dir;
-    bool directory_failed = false;
+    // Synced on helper threads while the second transaction does its work; its commit waits.
+    PendingSync durable;
     try {
-        b = complete_allocation(
-            store, config, b.key, reserved.uses,
-            [&] {
-                reserved.recorded.wait();  // never a directory without a durable record
-                return dir->create_buffer_dir(b.directory, b.uid, b.gid);
-            },
-            tool, &directory_failed);
+        durable = dir->create_buffer_dir(b.directory, b.uid, b.gid);
     } catch (const Error& e) {
-        // A teardown that stopped waiting for this allocation ended the record meanwhile: a
+        roll_back(store, config, b, e.what(), tool);
+        throw;
+    }
+
+    try {
+        b = complete_allocation(store, config, b.key, reserved.uses, durable, tool);
+    } catch (const Error& e) {
+        // A teardown that stopped waiting for this allocation ended the record meanwhile: the
         // directory made above belongs to no record now.
         if (ended_meanwhile(store, b.key)) {
             dir->remove_if_empty(b.directory);
             throw Error(ExitCode::no_input, describe(r) + ": buffer " + b.key.str() +
                                                 " was torn down while it was being allocated");
         }
-        if (directory_failed)
+        if (durable.failed())  // as when the directory cannot be made at all
             roll_back(store, config, b, e.what(), tool);
         throw;
     }
@@ -489,8 +488,7 @@ std::vector<std::string> recorded_persistent_uses(const Buffer& buffer) {
 
 Buffer complete_allocation(StateStore& store, const Config& config, const BufferKey& key,
                            const std::vector<std::pair<std::string, std::string>>& uses,
-                           const std::function<PendingSync()>& make_directory,
-                           const std::string& tool, bool* directory_failed) {
+                           PendingSync& directory_durable, const std::string& tool) {
     // Deferred: lost to a power cut, this leaves the state of alloc.dir-durable (recover rolls
     // it forward and rewrites the env files).
     WriteTransaction txn(store, tool, WriteTransaction::Durability::deferred);
@@ -508,23 +506,11 @@ Buffer complete_allocation(StateStore& store, const Config& config, const Buffer
     if (key.kind() == BufferKind::job)
         write_env_files(store, key, job_environment(buffer_path(pool, b), uses));
     fault_point("alloc.env-written");
-    const auto directory_failure = [&] {
-        if (directory_failed != nullptr)
-            *directory_failed = true;
-        remove_env_files(store, key);
-    };
-    PendingSync directory_durable;
-    try {
-        directory_durable = make_directory();
-    } catch (const Error&) {
-        directory_failure();
-        throw;  // the transaction rolls back
-    }
-    publish(txn, store, config);  // while the directory's entry is synced
+    publish(txn, store, config);
     try {
         directory_durable.wait();  // `allocated` is never recorded before its directory is durable
     } catch (const Error&) {
-        directory_failure();
+        remove_env_files(store, key);
         throw;  // the transaction rolls back; .unsettled settles what publish wrote
     }
     fault_point("alloc.dir-durable");

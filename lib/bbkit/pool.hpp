@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -101,16 +100,15 @@ std::vector<std::pair<std::string, std::string>> resolve_persistent_uses(
 // The persistent buffers a job's recorded request uses (from Buffer::staging).
 std::vector<std::string> recorded_persistent_uses(const Buffer& buffer);
 
-// The last step of the alloc protocol: `allocating` -> `allocated`, use counts of the
-// persistent buffers used, the env files, then `make_directory` (which makes the directory, or
-// finds it made, and returns the sync of its entry), pools.json and public/ while that sync
-// runs, and the commit once it is done. If the directory cannot be made or synced, nothing is
-// committed, the env files are removed, *directory_failed is set and the error is thrown. Also
-// how recover rolls an interrupted allocation forward.
+// The last step of the alloc protocol, once the directory exists: `allocating` ->
+// `allocated`, use counts of the persistent buffers used, the env file, pools.json. It waits
+// for `directory_durable` (the directory's entry, being synced meanwhile) before its commit;
+// if that sync failed, nothing is committed, the env files are removed and the error is
+// thrown (directory_durable.failed() then says so). Also how recover rolls an interrupted
+// allocation forward.
 Buffer complete_allocation(StateStore& store, const Config& config, const BufferKey& key,
                            const std::vector<std::pair<std::string, std::string>>& uses,
-                           const std::function<PendingSync()>& make_directory,
-                           const std::string& tool, bool* directory_failed = nullptr);
+                           PendingSync& directory_durable, const std::string& tool);
 
 // The KEY=VALUE lines of a buffer's job environment: BB_JOB_DIR, DW_JOB_STRIPED,
 // DW_JOB_PRIVATE, and DW_PERSISTENT_STRIPED_<name> for each persistent buffer used ('-' in

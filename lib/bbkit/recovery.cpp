@@ -100,19 +100,17 @@ std::string recover_allocating(StateStore& store, const Config& config, const Bu
         if (!close_record(store, config, b, "allocation interrupted before its directory existed",
                           tool))
             return "";
-        remove_env_files(store, b.key);  // alloc writes them before it makes the directory
         return b.key.str() + ": allocating -> rolled back (no directory)";
     }
+    // Re-owned (the crash may have come first) and synced while the roll-forward works.
+    PendingSync durable = dir->create_buffer_dir(b.directory, b.uid, b.gid);
     std::vector<std::pair<std::string, std::string>> uses;
     {
         ReadSnapshot snapshot(store);
         uses =
             resolve_persistent_uses(snapshot, config, b.uid, b.user, recorded_persistent_uses(b));
     }
-    // Re-owned (the crash may have come first) and synced while the roll-forward works.
-    complete_allocation(
-        store, config, b.key, uses,
-        [&] { return dir->create_buffer_dir(b.directory, b.uid, b.gid); }, tool);
+    complete_allocation(store, config, b.key, uses, durable, tool);
     return b.key.str() + ": allocating -> allocated (rolled forward)";
 }
 

@@ -119,24 +119,20 @@ CREATE INDEX buffers_persistent ON buffers(pool, state, allocated_bytes) WHERE n
     "CREATE TRIGGER pool_usage_pool AFTER INSERT ON pools BEGIN\n"
     "    INSERT OR IGNORE INTO pool_usage (pool, used) VALUES (NEW.name, 0);\n"
     "END;\n"
-    "CREATE TRIGGER pool_usage_insert AFTER INSERT ON buffers WHEN NEW.state "
-    "IN " BBKIT_HOLDING_STATES
-    " BEGIN\n"
+    "CREATE TRIGGER pool_usage_insert AFTER INSERT ON buffers WHEN NEW.state IN "
+    BBKIT_HOLDING_STATES " BEGIN\n"
     "    UPDATE pool_usage SET used = used + NEW.allocated_bytes WHERE pool = NEW.pool;\n"
     "END;\n"
-    "CREATE TRIGGER pool_usage_delete AFTER DELETE ON buffers WHEN OLD.state "
-    "IN " BBKIT_HOLDING_STATES
-    " BEGIN\n"
+    "CREATE TRIGGER pool_usage_delete AFTER DELETE ON buffers WHEN OLD.state IN "
+    BBKIT_HOLDING_STATES " BEGIN\n"
     "    UPDATE pool_usage SET used = used - OLD.allocated_bytes WHERE pool = OLD.pool;\n"
     "END;\n"
     "CREATE TRIGGER pool_usage_update AFTER UPDATE OF pool, state, allocated_bytes ON buffers"
     " BEGIN\n"
     "    UPDATE pool_usage SET used = used - OLD.allocated_bytes\n"
-    "        WHERE pool = OLD.pool AND OLD.state IN " BBKIT_HOLDING_STATES
-    ";\n"
+    "        WHERE pool = OLD.pool AND OLD.state IN " BBKIT_HOLDING_STATES ";\n"
     "    UPDATE pool_usage SET used = used + NEW.allocated_bytes\n"
-    "        WHERE pool = NEW.pool AND NEW.state IN " BBKIT_HOLDING_STATES
-    ";\n"
+    "        WHERE pool = NEW.pool AND NEW.state IN " BBKIT_HOLDING_STATES ";\n"
     "END;\n",
     // 4: pool_usage is kept by WriteTransaction's own writes, in the same statements' transaction
     // (add_used_bytes). SQLite parsed the triggers' text at every connection and compiled them
@@ -485,7 +481,6 @@ struct StateStore::Impl {
     std::string db_path;
     StoreOptions options;
     Fd lock_fd;
-    Fd wal_fd;  // opened by the first commit_in_background
     DatabasePtr db;
     std::unordered_map<std::string, StatementPtr> statements;
     std::optional<HeldLock> lock;
@@ -769,9 +764,9 @@ StateStore::StateStore(const Config& config, StoreOptions options)
 
     sqlite3* raw = nullptr;
     sqlite3_vfs* vfs = bbkit_vfs();
-    const int rc =
-        sqlite3_open_v2(impl.db_path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
-                        vfs != nullptr ? vfs->zName : nullptr);
+    const int rc = sqlite3_open_v2(impl.db_path.c_str(), &raw,
+                                   SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+                                   vfs != nullptr ? vfs->zName : nullptr);
     impl.db.reset(raw);
     if (rc != SQLITE_OK)
         fail_sqlite(raw, rc, impl.db_path, "opening the state database failed");
@@ -791,9 +786,9 @@ StateStore::StateStore(const Config& config, StoreOptions options)
         throw Error(ExitCode::software, "enabling foreign keys on " + impl.db_path + " failed");
     if (sqlite3_wal_autocheckpoint(raw, wal_checkpoint_pages) != SQLITE_OK)
         fail_sqlite(raw, SQLITE_ERROR, impl.db_path, "setting wal_autocheckpoint failed");
-    impl.exec(
-        "PRAGMA synchronous = FULL; PRAGMA journal_size_limit = " + std::to_string(wal_size_limit),
-        "setting synchronous=FULL and journal_size_limit failed");
+    impl.exec("PRAGMA synchronous = FULL; PRAGMA journal_size_limit = " +
+                  std::to_string(wal_size_limit),
+              "setting synchronous=FULL and journal_size_limit failed");
     migrate(impl);
     {
         Query q = impl.query("PRAGMA journal_mode");
@@ -1053,7 +1048,7 @@ WriteTransaction::WriteTransaction(StateStore& store, std::string who, Durabilit
                     "a transaction on " + impl_.db_path + " is already open (one at a time)");
     HeldLock lock = impl_.acquire_lock(who_);
     // SQLite takes the safety level only outside a transaction.
-    if (durability_ != Durability::now)
+    if (durability_ == Durability::deferred)
         impl_.query("PRAGMA synchronous = NORMAL").run();
     try {
         impl_.begin(true);
@@ -1072,7 +1067,7 @@ WriteTransaction::~WriteTransaction() {
 }
 
 void WriteTransaction::restore_durability() {
-    if (durability_ != Durability::now) {
+    if (durability_ == Durability::deferred) {
         try {
             impl_.query("PRAGMA synchronous = FULL").run();  // compiled once per process
         } catch (const Error& e) {
@@ -1082,28 +1077,9 @@ void WriteTransaction::restore_durability() {
     }
 }
 
-PendingSync WriteTransaction::commit_in_background() {
-    if (durability_ != Durability::background)
-        throw Error(ExitCode::software, "commit_in_background on a transaction that is not one");
-    durability_ = Durability::deferred;  // from here on, commit() as a deferred one
-    commit();
-    // The WAL exists: this transaction wrote to it. fdatasync: it is rewritten in place, and
-    // the WAL header and frames carry their own checksums (as with synchronous=NORMAL).
-    if (!impl_.wal_fd) {
-        impl_.wal_fd.reset(::open((impl_.db_path + "-wal").c_str(), O_RDONLY | O_CLOEXEC));
-        if (!impl_.wal_fd)
-            throw Error(ExitCode::io, "cannot open " + impl_.db_path +
-                                          "-wal to sync it: " + std::strerror(errno));
-    }
-    return PendingSync::start({SyncTarget{impl_.wal_fd.get(), impl_.db_path + "-wal", true}});
-}
-
 void WriteTransaction::commit() {
     if (committed_)
         throw Error(ExitCode::software, "transaction committed twice");
-    if (durability_ == Durability::background)
-        throw Error(ExitCode::software,
-                    "a background transaction commits with commit_in_background");
     fault_point("txn.before-commit");
     impl_.query("COMMIT").run();
     impl_.in_transaction = false;
@@ -1295,11 +1271,11 @@ void WriteTransaction::put_pool(const PoolRecord& pool) {
 }
 
 void WriteTransaction::recompute_used_bytes(const std::string& pool) {
-    Query q =
-        impl_.query(std::string("INSERT INTO pool_usage (pool, used) VALUES (?1, (SELECT"
-                                " COALESCE(SUM(allocated_bytes), 0) FROM buffers"
-                                " WHERE pool = ?1 AND state IN ") +
-                    holding_states + ")) ON CONFLICT (pool) DO UPDATE SET used = excluded.used");
+    Query q = impl_.query(std::string("INSERT INTO pool_usage (pool, used) VALUES (?1, (SELECT"
+                                      " COALESCE(SUM(allocated_bytes), 0) FROM buffers"
+                                      " WHERE pool = ?1 AND state IN ") +
+                          holding_states +
+                          ")) ON CONFLICT (pool) DO UPDATE SET used = excluded.used");
     q.bind(1, pool);
     q.run();
     pools_touched_ = true;

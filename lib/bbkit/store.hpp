@@ -21,7 +21,6 @@
 
 #include "bbkit/buffer.hpp"
 #include "bbkit/config.hpp"
-#include "bbkit/fsops.hpp"
 
 namespace bbkit {
 
@@ -83,7 +82,7 @@ class StateStore {
     const std::string& dir() const;
     std::string path(const std::string& relative) const;  // dir() + "/" + relative
     // Whether this connection syncs every commit now (synchronous=FULL); false only inside a
-    // WriteTransaction opened with Durability::deferred or background.
+    // WriteTransaction opened with Durability::deferred.
     bool syncs_commits() const;
 
     struct Impl;  // store.cpp's; public only so that its helpers can name it
@@ -160,19 +159,12 @@ class WriteTransaction : public Transaction {
     // still syncs around checkpoints) and made durable by the next synced commit, so a power
     // cut may undo this step and leave what recover completes; a killed process loses nothing
     // (the kernel has the write). It saves one device flush per alloc and per teardown.
-    // `background`: committed as `deferred`, then commit_in_background() syncs the WAL on a
-    // helper thread; the step is durable once its PendingSync's wait() returns. For a step
-    // followed by work that needs no durability (reads, checks, status files) before the
-    // action that needs the step durable (a directory made or moved): the device's flush and
-    // that work overlap, and the action still never precedes a durable record.
-    enum class Durability { now, deferred, background };
+    enum class Durability { now, deferred };
 
     // `who` names the holder in lock messages and history: "bb-pool alloc".
     WriteTransaction(StateStore& store, std::string who, Durability durability = Durability::now);
     ~WriteTransaction();
-    void commit();  // Error(software) for a `background` transaction
-    // A `background` transaction's commit; Error(software) for the others.
-    [[nodiscard]] PendingSync commit_in_background();
+    void commit();
 
     // Inserts a new record in state pending or allocating (its creation is recorded in
     // history). Error(exists) when that key has a record (a live one, for persistent names).

@@ -67,7 +67,7 @@ bool reap_one(StateStore& store, const Config& config, const Buffer& b, PoolDir&
 }  // namespace
 
 bool finish_teardown(StateStore& store, const Config& config, const BufferKey& key,
-                     const TeardownOptions& options, const std::string& tool, PendingSync* begun) {
+                     const TeardownOptions& options, const std::string& tool) {
     stop_stager(config, key, options);
     RunLock lock = RunLock::acquire(config.state_dir, key.str(), run_lock_wait);
     fault_point("teardown.locked");
@@ -105,8 +105,6 @@ bool finish_teardown(StateStore& store, const Config& config, const BufferKey& k
     try {
         if (unopened)
             throw *unopened;
-        if (begun != nullptr)
-            begun->wait();  // the directory moves only once `teardown` is durable
         if (!dir->move_to_trash(b.directory, trash_name(b), PoolDir::Sync::later))
             spdlog::info("buffer {}: directory {}/{} was already gone", key.str(), dir->path(),
                          b.directory);
@@ -164,12 +162,9 @@ TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64
     const std::string job = "job " + std::to_string(job_id);
     const auto give_up = std::chrono::steady_clock::now() + alloc_in_flight_wait;
     BufferKey key;
-    PendingSync begun;  // the `teardown` record's sync, waited for before the directory moves
     for (;;) {
-        // `background`: the record syncs while the run lock is taken and the pool opened.
-        std::optional<WriteTransaction> txn;
-        txn.emplace(store, tool, WriteTransaction::Durability::background);
-        const std::optional<Buffer> b = txn->latest_job_buffer(config.cluster, job_id);
+        WriteTransaction txn(store, tool);
+        const std::optional<Buffer> b = txn.latest_job_buffer(config.cluster, job_id);
         if (!b)
             return TeardownResult{false, "", false, job + " has no burst buffer"};
         key = b->key;
@@ -177,45 +172,44 @@ TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64
             return TeardownResult{false, key.str(), b->reaped,
                                   job + "'s burst buffer is already torn down"};
         if (b->state == BufferState::pending) {  // still queued: it never held space
-            txn->dequeue(key.str());
-            txn->transition(key, BufferState::complete, "", "cancelled while waiting for space");
-            txn->mark_reaped(key);
-            publish(*txn, store, config);
-            txn->commit_in_background().wait();
+            txn.dequeue(key.str());
+            txn.transition(key, BufferState::complete, "", "cancelled while waiting for space");
+            txn.mark_reaped(key);
+            publish(txn, store, config);
+            txn.commit();
             audit(config.state_dir, tool, "teardown", "buffer=" + key.str() + " (queued)");
             return TeardownResult{true, key.str(), true, job + " left the queue"};
         }
         if (b->state == BufferState::allocating && holder_alive(*b) &&
             std::chrono::steady_clock::now() < give_up) {
-            txn.reset();  // let the allocation finish first: its directory must not be orphaned
+            txn.commit();  // let the allocation finish first: its directory must not be orphaned
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
             continue;
         }
         if (b->state == BufferState::teardown && holder_alive(*b) &&
             !(*b->run_lock_holder == ProcessId::self()) &&
             std::chrono::steady_clock::now() < give_up) {
-            txn.reset();  // another teardown is finishing it: wait rather than stop it
+            txn.commit();  // another teardown is finishing it: wait rather than stop it
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
             continue;
         }
         if (b->state != BufferState::teardown)
-            txn->transition(key, BufferState::teardown);
-        claim(*txn, key);
-        publish(*txn, store, config);
-        begun = txn->commit_in_background();
+            txn.transition(key, BufferState::teardown);
+        claim(txn, key);
+        publish(txn, store, config);
+        txn.commit();
         break;
     }
     fault_point("teardown.committed");
-    const bool reaped = finish_teardown(store, config, key, options, tool, &begun);
+    const bool reaped = finish_teardown(store, config, key, options, tool);
     return TeardownResult{true, key.str(), reaped, ""};
 }
 
 TeardownResult teardown_persistent(StateStore& store, const Config& config, const std::string& name,
                                    const TeardownOptions& options, const std::string& tool) {
     const BufferKey key = BufferKey::persistent(config.cluster, name);
-    PendingSync begun;  // as in teardown_job
     {
-        WriteTransaction txn(store, tool, WriteTransaction::Durability::background);
+        WriteTransaction txn(store, tool);
         const std::optional<Buffer> b = txn.find_buffer(key);
         if (!b || is_final(b->state))
             return TeardownResult{false, key.str(), false,
@@ -231,10 +225,10 @@ TeardownResult teardown_persistent(StateStore& store, const Config& config, cons
             txn.transition(key, ending_state(key));
         claim(txn, key);
         publish(txn, store, config);
-        begun = txn.commit_in_background();
+        txn.commit();
     }
     fault_point("teardown.committed");
-    const bool reaped = finish_teardown(store, config, key, options, tool, &begun);
+    const bool reaped = finish_teardown(store, config, key, options, tool);
     return TeardownResult{true, key.str(), reaped, ""};
 }
 

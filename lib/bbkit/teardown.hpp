@@ -37,12 +37,10 @@ TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64
 TeardownResult teardown_persistent(StateStore& store, const Config& config, const std::string& name,
                                    const TeardownOptions& options, const std::string& tool);
 
-// Finishes a buffer found in `teardown` or `teardown-fail` (recover uses it). `begun`: the sync
-// of the transaction that recorded `teardown`, if it still runs; the directory is moved only
-// after it. True when the directory was reaped within the budget (its space is released).
+// Finishes a buffer found in `teardown` or `teardown-fail` (recover uses it). True when its
+// directory was reaped within the budget (its space is released).
 bool finish_teardown(StateStore& store, const Config& config, const BufferKey& key,
-                     const TeardownOptions& options, const std::string& tool,
-                     PendingSync* begun = nullptr);
+                     const TeardownOptions& options, const std::string& tool);
 
 struct ReapResult {
     std::size_t reaped = 0;     // directories removed and released

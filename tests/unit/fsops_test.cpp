@@ -174,22 +174,6 @@ TEST_F(FsopsTest, pending_sync_names_what_failed_only_when_waited_for) {
     close(pipe_fds[1]);
 }
 
-TEST_F(FsopsTest, pending_sync_of_data_only_uses_fdatasync_and_reports_its_failure) {
-    const std::string file = dir_ + "/log";
-    write_file_atomically(file, "frames", 0600);
-    const Fd fd(open(file.c_str(), O_RDONLY | O_CLOEXEC));  // read-only is enough to sync
-    ASSERT_TRUE(fd);
-    PendingSync synced = PendingSync::start({{fd.get(), file, true}});
-    EXPECT_NO_THROW(synced.wait());
-    int pipe_fds[2];
-    ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);  // fdatasync of a pipe fails with EINVAL too
-    PendingSync failing = PendingSync::start({{pipe_fds[0], "the pipe", true}});
-    EXPECT_THROW(failing.wait(), Error);
-    EXPECT_TRUE(failing.failed());
-    close(pipe_fds[0]);
-    close(pipe_fds[1]);
-}
-
 TEST(Fd, closes_once_and_moves) {
     int raw = open("/dev/null", O_RDONLY | O_CLOEXEC);
     ASSERT_GE(raw, 0);

@@ -182,48 +182,6 @@ TEST_F(StateStoreTest, a_deferred_commit_is_kept_and_the_next_transaction_syncs_
     EXPECT_FALSE(snapshot.find_buffer(BufferKey::job("main", 2, 1)));
 }
 
-// The first step of alloc and teardown commits, then syncs the WAL on a helper thread while the
-// tool does work that needs no durability; the connection syncs every commit again after it.
-TEST_F(StateStoreTest, a_background_commit_is_visible_at_once_and_durable_once_waited_for) {
-    auto store = open_with_pool();
-    PendingSync synced;
-    {
-        WriteTransaction txn(*store, "test", WriteTransaction::Durability::background);
-        EXPECT_FALSE(store->syncs_commits());
-        Buffer b = job_buffer(1, 1, 1 << 20);
-        txn.insert_buffer(b);
-        EXPECT_THROW(txn.commit(), Error);  // a background transaction says so when it commits
-        synced = txn.commit_in_background();
-    }
-    EXPECT_TRUE(store->syncs_commits());
-    {
-        ReadSnapshot snapshot(*store);  // committed: visible before the sync is done
-        EXPECT_TRUE(snapshot.find_buffer(BufferKey::job("main", 1, 1)));
-    }
-    synced.wait();
-    EXPECT_FALSE(synced.failed());
-    {
-        // The WAL's descriptor is kept for the next one.
-        WriteTransaction txn(*store, "test", WriteTransaction::Durability::background);
-        Buffer b = job_buffer(2, 1, 1 << 20);
-        txn.insert_buffer(b);
-        txn.commit_in_background().wait();
-    }
-    store.reset();
-    StateStore again(config_);
-    ReadSnapshot snapshot(again);
-    EXPECT_TRUE(snapshot.find_buffer(BufferKey::job("main", 1, 1)));
-    EXPECT_TRUE(snapshot.find_buffer(BufferKey::job("main", 2, 1)));
-}
-
-TEST_F(StateStoreTest, only_a_background_transaction_commits_in_the_background) {
-    auto store = open_with_pool();
-    WriteTransaction txn(*store, "test");
-    EXPECT_THROW(txn.commit_in_background(), Error);
-    txn.commit();
-    EXPECT_TRUE(store->syncs_commits());
-}
-
 TEST_F(StateStoreTest, database_uses_wal) {
     { StateStore store(config_); }
     sqlite3* db = nullptr;
