@@ -1,7 +1,6 @@
 #include "bbkit/fsops.hpp"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -103,92 +102,21 @@ void fsync_dir(const std::string& dir) {
         fail("fsync directory", dir, errno);
 }
 
-// One fsync on a helper thread. Side by side, two directory fsyncs cost about one device flush
-// (on this VM under load, 12-16 ms in a row and 3-6 ms side by side; bench/README.md). The thread
-// is a bare pthread with a small stack that neither allocates nor frees: a std::thread frees its
-// state in the new thread, and glibc then set up a malloc arena for it (an mmap of 128 MiB, two
-// munmaps and an mprotect per call).
-struct PendingSync::Job {
-    Fd fd;
-    std::string what;
-    int error = 0;
-    pthread_t thread{};
-    bool running = false;
-
-    static void* run(void* arg) {
-        Job* job = static_cast<Job*>(arg);
-        job->error = ::fsync(job->fd.get()) == 0 ? 0 : errno;
-        return nullptr;
-    }
-
-    // Starts the fsync on a helper thread, or runs it here when no thread can be had.
-    void start() {
-        pthread_attr_t attr;
-        if (pthread_attr_init(&attr) == 0) {
-            pthread_attr_setstacksize(&attr, 64 * 1024);
-            running = pthread_create(&thread, &attr, &Job::run, this) == 0;
-            pthread_attr_destroy(&attr);
-        }
-        if (!running)
-            run(this);
-    }
-
-    void join() noexcept {
-        if (running)
-            pthread_join(thread, nullptr);
-        running = false;
-    }
-};
-
 PendingSync PendingSync::start(const std::vector<SyncTarget>& targets) {
     PendingSync pending;
-    for (const SyncTarget& target : targets) {
-        auto job = std::make_unique<Job>();
-        job->what = target.what;
-        job->fd.reset(::fcntl(target.fd, F_DUPFD_CLOEXEC, 0));
-        if (!job->fd)
-            job->error = errno;
-        pending.jobs_.push_back(std::move(job));
-        if (pending.jobs_.back()->fd)
-            pending.jobs_.back()->start();
-    }
+    for (const SyncTarget& target : targets)
+        if (::fsync(target.fd) != 0)
+            pending.failures_.push_back({target.what, errno});
     return pending;
 }
 
-PendingSync::PendingSync() = default;
-
-PendingSync::PendingSync(PendingSync&& other) noexcept
-    : jobs_(std::move(other.jobs_)), failed_(other.failed_) {
-    other.jobs_.clear();
-}
-
-PendingSync& PendingSync::operator=(PendingSync&& other) noexcept {
-    if (this != &other) {
-        join();
-        jobs_ = std::move(other.jobs_);
-        other.jobs_.clear();
-        failed_ = other.failed_;
-    }
-    return *this;
-}
-
-PendingSync::~PendingSync() {
-    join();
-}
-
-void PendingSync::join() noexcept {
-    for (const auto& job : jobs_)
-        job->join();
-}
-
 void PendingSync::wait() {
-    join();
-    for (const auto& job : jobs_)
-        if (job->error != 0) {
-            failed_ = true;
-            throw Error(job->error == ENOENT ? ExitCode::no_input : ExitCode::io,
-                        "cannot sync " + job->what + ": " + std::strerror(job->error));
-        }
+    if (failures_.empty())
+        return;
+    failed_ = true;
+    const Failure& first = failures_.front();
+    throw Error(first.error == ENOENT ? ExitCode::no_input : ExitCode::io,
+                "cannot sync " + first.what + ": " + std::strerror(first.error));
 }
 
 namespace {

@@ -437,7 +437,7 @@ AllocResult allocate(StateStore& store, const Config& config, const AllocRequest
         return AllocResult{b, buffer_path(pool, b), true};
 
     std::optional<PoolDir>& dir = reserved.dir;
-    // Synced on helper threads while the second transaction does its work; its commit waits.
+    // Synced here; a failure is reported by wait(), before the second transaction commits.
     PendingSync durable;
     try {
         durable = dir->create_buffer_dir(b.directory, b.uid, b.gid);

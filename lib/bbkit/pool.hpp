@@ -101,9 +101,9 @@ std::vector<std::pair<std::string, std::string>> resolve_persistent_uses(
 std::vector<std::string> recorded_persistent_uses(const Buffer& buffer);
 
 // The last step of the alloc protocol, once the directory exists: `allocating` ->
-// `allocated`, use counts of the persistent buffers used, the env file, pools.json. It waits
-// for `directory_durable` (the directory's entry, being synced meanwhile) before its commit;
-// if that sync failed, nothing is committed, the env files are removed and the error is
+// `allocated`, use counts of the persistent buffers used, the env file, pools.json. It checks
+// `directory_durable` (the sync of the directory and its entry) before its commit; if that
+// sync failed, nothing is committed, the env files are removed and the error is
 // thrown (directory_durable.failed() then says so). Also how recover rolls an interrupted
 // allocation forward.
 Buffer complete_allocation(StateStore& store, const Config& config, const BufferKey& key,

@@ -48,8 +48,8 @@ class PoolDir {
     const std::string& path() const { return path_; }
 
     // Creates `directory` ("job/42.1" or "persistent/alpha") owned by uid:gid, mode 0700, and
-    // starts making the entry durable: it is once the result's wait() returns, which must come
-    // before anything records the directory as made. An existing directory (a crash rolled
+    // syncs it and its entry: the result's wait() reports a failed sync, and must come before
+    // anything records the directory as made. An existing directory (a crash rolled
     // forward) is re-owned; a non-directory in its place is Error(exists).
     [[nodiscard]] PendingSync create_buffer_dir(const std::string& directory, uid_t uid, gid_t gid);
     bool exists(const std::string& directory) const;
@@ -74,8 +74,8 @@ class PoolDir {
     bool remove_from_trash(const std::string& trash_name,
                            std::chrono::steady_clock::time_point deadline, Sync sync = Sync::now);
 
-    // Starts making durable what Sync::later left: the entries of trash/ and of `directory`'s
-    // parent (job/ or persistent/). Durable once the result's wait() returns.
+    // Makes durable what Sync::later left: the entries of trash/ and of `directory`'s parent
+    // (job/ or persistent/). The result's wait() reports a failed sync.
     [[nodiscard]] PendingSync sync_removal(const std::string& directory);
 
     // Moves `relative` (e.g. "job/17.2") aside into quarantine/<name>; never deletes.

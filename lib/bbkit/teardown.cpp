@@ -89,7 +89,7 @@ bool finish_teardown(StateStore& store, const Config& config, const BufferKey& k
     // leaves the buffer in `teardown` (or `deleting`), which the next teardown or recover
     // finishes.
     bool reaped = false;
-    PendingSync removed;  // synced on helper threads while the transaction below does its work
+    PendingSync removed;  // the outcome of syncing trash/ and the parent, checked before commit
     const auto fail = [&](const Error& e) {
         WriteTransaction txn(store, tool);
         if (key.kind() == BufferKind::job)

@@ -136,19 +136,19 @@ int threads_of_this_process() {
     return count;
 }
 
-TEST_F(FsopsTest, pending_sync_syncs_duplicates_and_joins_before_reporting) {
+TEST_F(FsopsTest, pending_sync_syncs_at_once_in_the_calling_thread) {
     const int before = threads_of_this_process();
     int a = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     int b = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     ASSERT_GE(a, 0);
     ASSERT_GE(b, 0);
     PendingSync pending = PendingSync::start({{a, dir_}, {b, "/tmp"}});
-    close(a);  // the caller may close its own descriptors: the syncs work on duplicates
+    EXPECT_EQ(threads_of_this_process(), before);
+    close(a);  // synced already: the caller may close its own descriptors
     close(b);
     PendingSync moved(std::move(pending));
     EXPECT_NO_THROW(moved.wait());
     EXPECT_FALSE(moved.failed());
-    EXPECT_EQ(threads_of_this_process(), before);
 }
 
 TEST_F(FsopsTest, pending_sync_names_what_failed_only_when_waited_for) {
@@ -166,7 +166,7 @@ TEST_F(FsopsTest, pending_sync_names_what_failed_only_when_waited_for) {
     }
     EXPECT_TRUE(pending.failed());
     {
-        // Dropped without wait(): joined, the outcome discarded.
+        // Dropped without wait(): the outcome is discarded.
         PendingSync dropped = PendingSync::start({{pipe_fds[1], "the other end"}});
     }
     close(d);
