@@ -3,8 +3,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/aio_abi.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -217,12 +217,18 @@ struct Node {
     Kind kind = Kind::file;
     std::string src, dst;  // paths on their sides
     struct stat st {};
-    std::size_t link_to = 0;     // hard_link: the node whose copy this name links to
+    std::size_t link_to = 0;         // hard_link: the node whose copy this name links to
     std::size_t parent = no_parent;  // the directory node this entry was walked from
-    int depth = 0;               // directories: metadata is applied deepest first
-    bool keep_metadata = false;  // the buffer root: bbkit owns its mode
-    std::string temp;            // durable moves: the name written before the rename
-    bool created = false;        // directories: made by this move, so nothing is in them yet
+    int depth = 0;                   // directories: metadata is applied deepest first
+    bool keep_metadata = false;      // the buffer root: bbkit owns its mode
+    std::string temp;                // durable moves: the name written before the rename
+    bool created = false;            // directories: made by this move, so nothing is in them yet
+    // Directories of a durable move that did not exist: the top one is made under a temporary
+    // name, everything below it under final names, and the whole tree is renamed into place
+    // after the sync (one rename instead of one per file). `at` is where a directory is
+    // reached until then (its final path for every other directory).
+    bool temp_tree = false;
+    std::string at;
     // Created directories: the group a new file in it gets, and whether a file created with
     // mode M gets exactly M minus the umask (no inherited default ACL decides instead).
     gid_t new_file_gid = 0;
@@ -380,6 +386,14 @@ class Mover {
     bool in_new_dir(const Node& node) const {
         return node.parent != no_parent && nodes_[node.parent].created;
     }
+    bool in_temp_tree(const Node& node) const {
+        return node.parent != no_parent && nodes_[node.parent].temp_tree;
+    }
+    // The directory that holds `node` during the move (a path through a temporary directory
+    // until that is renamed into place).
+    std::string parent_path(const Node& node) const {
+        return node.parent != no_parent ? nodes_[node.parent].at : split_last(node.dst).first;
+    }
     void remove_stale_temps();
     // copy
     void run_task(const Task& task, Worker& worker);
@@ -401,8 +415,10 @@ class Mover {
     void place(Node& node, int dir, const std::string& name);
     std::string temp_name(const std::string& name);
     // finish
-    void link_hard_links();
-    void apply_dir_metadata(const Node& node);
+    void link_hard_links(bool temp_trees);
+    void apply_dir_metadata(const Node& node, bool sync);
+    void apply_dirs_metadata(bool temp_trees);
+    void publish_dir(Node& node);
     bool copy_xattrs(int src, int dst, bool directory, const std::string& what);
     void set_owner_mode_times(int fd, const struct stat& st, const std::string& what,
                               bool gid_set = false, bool mode_set = false);
@@ -426,6 +442,7 @@ class Mover {
     std::map<std::pair<dev_t, ino_t>, std::size_t> inodes_;
     std::vector<Worker> workers_;
     std::set<std::string> dirs_to_sync_;  // destination directories outside the trees
+    std::set<std::string> shared_dirs_;   // destination directories of more than one node
 
     std::atomic<bool> stop_{false};
     std::atomic<std::uint64_t> files_done_{0}, bytes_done_{0};
@@ -714,11 +731,37 @@ void Mover::make_parents(const std::string& path) {
 }
 
 void Mover::ensure_dir(Node& node) {
+    node.at = node.dst;
     if (node.keep_metadata)
         return;
-    const auto [parent, name] = split_last(node.dst);
+    const std::string parent = parent_path(node);
+    const std::string name = split_last(node.dst).second;
     const std::string shown = dst_->display(node.dst);
     const Fd dir = dst_->open_dir(parent);
+    if (in_temp_tree(node)) {  // nothing can be in the way in a directory made just now
+        if (mkdirat(dir.get(), name.c_str(), 0700) != 0)
+            fail("create directory " + shown, errno);
+        node.at = dst_->join(parent, name);
+        node.created = node.temp_tree = true;
+        learn_new_dir(node);
+        return;
+    }
+    // A durable move builds a directory that does not exist under a temporary name and renames
+    // it into place once everything in it is durable: no per-file temporary and rename inside
+    // it, and no final name below it before it is complete. Not for a destination that two
+    // entries share (each would build its own tree), nor where a non-directory is replaced.
+    struct stat st {};
+    if (plan_.durable && shared_dirs_.count(node.dst) == 0 &&
+        fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT) {
+        const std::string temp = temp_name(name);
+        if (mkdirat(dir.get(), temp.c_str(), 0700) != 0)
+            fail("create directory " + shown, errno);
+        node.temp = temp;
+        node.at = dst_->join(parent, temp);
+        node.created = node.temp_tree = true;
+        learn_new_dir(node);
+        return;
+    }
     if (mkdirat(dir.get(), name.c_str(), 0700) == 0) {
         node.created = true;
         learn_new_dir(node);
@@ -726,7 +769,6 @@ void Mover::ensure_dir(Node& node) {
     }
     if (errno != EEXIST)
         fail("create directory " + shown, errno);
-    struct stat st {};
     if (fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
         fail("stat " + shown, errno);
     if (S_ISLNK(st.st_mode))
@@ -750,7 +792,7 @@ void Mover::ensure_dir(Node& node) {
 // setgid, else ours; and its mode minus the umask unless the directory inherited any extended
 // attribute (a default ACL would decide the mode instead). Files then skip fchown/fchmod.
 void Mover::learn_new_dir(Node& node) {
-    const Fd fd = dst_->open_dir(node.dst, true);
+    const Fd fd = dst_->open_dir(node.at, true);
     struct stat st {};
     if (fstat(fd.get(), &st) != 0)
         return;
@@ -804,13 +846,49 @@ std::string temp_owner(const std::string& entry) {
     return "";
 }
 
+// Removes the entry `name` of `parent` and, for a directory, everything below it, as the
+// calling user and never following a symlink: each directory is opened with O_NOFOLLOW from the
+// one above, and made writable first (a killed move may already have given it a read-only
+// mode). Returns 0 or the errno of the first failure. Holds one descriptor per level.
+int remove_tree(int parent, const std::string& name) {
+    if (unlinkat(parent, name.c_str(), 0) == 0)
+        return 0;
+    if (errno != EISDIR)
+        return errno == ENOENT ? 0 : errno;
+    const int fd = openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : errno;
+    const Fd dir(fd);
+    struct stat st {};
+    if (fstat(fd, &st) == 0 && (st.st_mode & S_IRWXU) != S_IRWXU)
+        fchmod(fd, (st.st_mode & 07777) | S_IRWXU);
+    std::vector<std::string> names;
+    {
+        DirStream stream(fd);
+        if (!stream.dir)
+            return errno;
+        while (const dirent* entry = readdir(stream.dir))
+            if (std::strcmp(entry->d_name, ".") != 0 && std::strcmp(entry->d_name, "..") != 0)
+                names.emplace_back(entry->d_name);
+    }
+    for (const std::string& child : names)
+        if (const int err = remove_tree(fd, child); err != 0)
+            return err;
+    if (unlinkat(parent, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
+        return errno;
+    return 0;
+}
+
 // A move killed before its renames (stage-out, or symlinks and fifos of a stage-in) left its
-// temporaries beside the names it was writing. In every destination directory that existed
-// before this move, removes those made for a name this move writes there; an entry of the
-// source that merely looks like a temporary is kept, as is anything else.
+// temporaries beside the names it was writing: files, and whole directories a durable move was
+// building. In every destination directory that existed before this move, removes those made
+// for a name this move writes there (the contents of a temporary directory were never synced,
+// so nothing in it is reused); an entry of the source that merely looks like a temporary is
+// kept, as is anything else, and so are the temporary directories this move just made.
 void Mover::remove_stale_temps() {
     struct Names {
-        std::set<std::string> all, written;  // every name moved there; those written via a temp
+        std::set<std::string> all, written;  // every name moved there; owners of temporaries
+        std::set<std::string> ours;          // temporary directories of this move
     };
     std::map<std::string, Names> dirs;
     for (const Node& node : nodes_) {
@@ -819,14 +897,12 @@ void Mover::remove_stale_temps() {
         const auto [parent, name] = split_last(node.dst);
         Names& names = dirs[parent];
         names.all.insert(name);
-        if (node.kind != Kind::directory) {
-            names.written.insert(name);
-            names.written.insert("#" + long_name_tag(name));
-        }
+        names.written.insert(name);
+        names.written.insert("#" + long_name_tag(name));
+        if (node.kind == Kind::directory && !node.temp.empty())
+            names.ours.insert(node.temp);
     }
     for (const auto& [path, names] : dirs) {
-        if (names.written.empty())
-            continue;
         Fd dir;
         try {
             dir = dst_->open_dir(path);
@@ -839,7 +915,7 @@ void Mover::remove_stale_temps() {
             if (!stream.dir)
                 continue;
             while (const dirent* entry = readdir(stream.dir)) {
-                if (entry->d_type == DT_DIR || names.all.count(entry->d_name) != 0)
+                if (names.all.count(entry->d_name) != 0 || names.ours.count(entry->d_name) != 0)
                     continue;
                 const std::string owner = temp_owner(entry->d_name);
                 if (!owner.empty() && names.written.count(owner) != 0)
@@ -847,21 +923,22 @@ void Mover::remove_stale_temps() {
             }
         }
         for (const std::string& name : stale) {
-            if (unlinkat(dir.get(), name.c_str(), 0) != 0 && errno != ENOENT && errno != EISDIR)
+            if (const int err = remove_tree(dir.get(), name); err != 0)
                 warn("cannot remove the stale temporary " + dst_->display(dst_->join(path, name)) +
-                     ": " + reason(errno));
+                     ": " + reason(err));
         }
     }
 }
 
 // ---- copying ----------------------------------------------------------------------------
 
-// Creates the file that receives the copy: under a temporary name for durable moves, else
-// under its final name after removing what an earlier run left (which may be read-only).
+// Creates the file that receives the copy: under a temporary name for durable moves (except in
+// a directory tree that is renamed into place whole), else under its final name after removing
+// what an earlier run left (which may be read-only).
 Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
     const std::string shown = dst_->display(node.dst);
     std::string target = name;
-    if (plan_.durable) {
+    if (plan_.durable && !in_temp_tree(node)) {
         target = temp_name(name);
     } else if (!in_new_dir(node) && unlinkat(dir, name.c_str(), 0) != 0 && errno != ENOENT) {
         fail("replace " + shown, errno);
@@ -887,7 +964,7 @@ Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
         throw Error(code_for(err) == ExitCode::no_input ? ExitCode::io : code_for(err),
                     "cannot create " + shown + " in directory " + parent + ": " + reason(err));
     }
-    if (plan_.durable)
+    if (target != name)
         node.temp = target;
     return Fd(fd);
 }
@@ -917,8 +994,8 @@ bool same_mtime(const struct stat& a, const struct stat& b) {
 // complete (same size and ns mtime: a rerun after success or a crash).
 bool Mover::open_pair(Node& node, Worker& worker, Fd& src, Fd& dst, bool& direct) {
     const auto [src_parent, src_name] = split_last(node.src);
-    const auto [dst_parent, dst_name] = split_last(node.dst);
-    const int dst_dir = worker.dst_dir.get(*dst_, dst_parent);
+    const std::string dst_name = split_last(node.dst).second;
+    const int dst_dir = worker.dst_dir.get(*dst_, parent_path(node));
     // A directory this move created holds nothing yet: no earlier copy to look for.
     struct stat existing {};
     if (!in_new_dir(node) &&
@@ -1165,7 +1242,7 @@ bool Mover::copy_direct_pipelined(const Node& node, int in, int out, off_t from,
         slots[i].data = worker.direct_buffers.get() + i * direct_piece;
     unsigned busy = 0;
     off_t next = from;
-    bool end = false;     // a read came back short: the file ends there
+    bool end = false;      // a read came back short: the file ends there
     bool stopped = false;  // another worker failed
     int error = 0;
     std::string error_what;
@@ -1321,7 +1398,7 @@ void Mover::place(Node& node, int dir, const std::string& name) {
 
 void Mover::copy_symlink(Node& node, Worker& worker) {
     const auto [src_parent, src_name] = split_last(node.src);
-    const auto [dst_parent, dst_name] = split_last(node.dst);
+    const std::string dst_name = split_last(node.dst).second;
     const int src_dir = worker.src_dir.get(*src_, src_parent);
     std::string target(static_cast<std::size_t>(std::max<off_t>(node.st.st_size, 255)) + 1, '\0');
     for (;;) {
@@ -1334,7 +1411,7 @@ void Mover::copy_symlink(Node& node, Worker& worker) {
         }
         target.resize(target.size() * 2);
     }
-    const int dst_dir = worker.dst_dir.get(*dst_, dst_parent);
+    const int dst_dir = worker.dst_dir.get(*dst_, parent_path(node));
     const bool fresh = in_new_dir(node);
     struct stat existing {};
     if (!fresh && fstatat(dst_dir, dst_name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0 &&
@@ -1348,7 +1425,7 @@ void Mover::copy_symlink(Node& node, Worker& worker) {
         }
     }
     // Under its final name at once where nothing can be replaced and no rename is batched.
-    const bool direct_name = fresh && !plan_.durable;
+    const bool direct_name = fresh && (!plan_.durable || in_temp_tree(node));
     const std::string temp = direct_name ? dst_name : temp_name(dst_name);
     if (symlinkat(target.c_str(), dst_dir, temp.c_str()) != 0)
         fail("create " + dst_->display(node.dst), errno);
@@ -1364,8 +1441,8 @@ void Mover::copy_symlink(Node& node, Worker& worker) {
 }
 
 void Mover::copy_fifo(Node& node, Worker& worker) {
-    const auto [dst_parent, dst_name] = split_last(node.dst);
-    const int dst_dir = worker.dst_dir.get(*dst_, dst_parent);
+    const std::string dst_name = split_last(node.dst).second;
+    const int dst_dir = worker.dst_dir.get(*dst_, parent_path(node));
     const bool fresh = in_new_dir(node);
     struct stat existing {};
     if (!fresh && fstatat(dst_dir, dst_name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0 &&
@@ -1374,7 +1451,7 @@ void Mover::copy_fifo(Node& node, Worker& worker) {
         skipped_.fetch_add(1);
         return;
     }
-    const bool direct_name = fresh && !plan_.durable;
+    const bool direct_name = fresh && (!plan_.durable || in_temp_tree(node));
     const std::string temp = direct_name ? dst_name : temp_name(dst_name);
     const std::string shown = dst_->display(node.dst);
     if (mkfifoat(dst_dir, temp.c_str(), 0600) != 0)
@@ -1442,23 +1519,27 @@ bool Mover::copy_xattrs(int src, int dst, bool directory, const std::string& wha
 
 // ---- finishing ----------------------------------------------------------------------------
 
-void Mover::link_hard_links() {
+// `temp_trees`: the links inside directory trees still under a temporary name (made before the
+// sync, with final names, like the files beside them); else every other link, once the files
+// are in place. A link's target is reached where it is now: under its temporary name until
+// that is renamed.
+void Mover::link_hard_links(bool temp_trees) {
     std::map<std::string, Fd> dirs;
-    auto dir_of = [&](const std::string& path) {
-        const std::string parent = split_last(path).first;
+    auto dir_of = [&](const std::string& parent) {
         auto it = dirs.find(parent);
         if (it == dirs.end())
             it = dirs.emplace(parent, dst_->open_dir(parent)).first;
         return it->second.get();
     };
     for (Node& node : nodes_) {
-        if (node.kind != Kind::hard_link)
+        if (node.kind != Kind::hard_link || in_temp_tree(node) != temp_trees)
             continue;
         const Node& target = nodes_[node.link_to];
         const std::string link_name = split_last(node.dst).second;
-        const std::string target_name = split_last(target.dst).second;
-        const int link_dir = dir_of(node.dst);
-        const int target_dir = dir_of(target.dst);
+        const std::string target_name =
+            target.temp.empty() ? split_last(target.dst).second : target.temp;
+        const int link_dir = dir_of(parent_path(node));
+        const int target_dir = dir_of(parent_path(target));
         struct stat a {
         }, b{};
         const bool fresh = in_new_dir(node);
@@ -1478,28 +1559,78 @@ void Mover::link_hard_links() {
     }
 }
 
-void Mover::apply_dir_metadata(const Node& node) {
+void Mover::apply_dir_metadata(const Node& node, bool sync) {
     if (!node.keep_metadata) {
         const Fd src = src_->open_dir(node.src, true);
-        const Fd dst = dst_->open_dir(node.dst, true);
+        const Fd dst = dst_->open_dir(node.at, true);
         const std::string shown = dst_->display(node.dst);
         copy_xattrs(src.get(), dst.get(), true, shown);
         set_owner_mode_times(dst.get(), node.st, shown);
-        if (plan_.durable && fsync(dst.get()) != 0)
+        if (sync && fsync(dst.get()) != 0)
             fail("sync directory " + shown, errno);
-    } else if (plan_.durable && fsync(buffer_root_.get()) != 0) {
+    } else if (sync && fsync(buffer_root_.get()) != 0) {
         fail("sync directory " + plan_.buffer_root, errno);
     }
     files_done_.fetch_add(1);
 }
 
+// Directory modes and times come last (a 0500 directory had to stay writable while filled),
+// deepest first so a directory is final only after everything below it. `temp_trees`: the
+// directories of trees still under a temporary name, before the sync that covers them (each is
+// fsync'd where syncfs is not trusted); else the others, each fsync'd (renames landed in them).
+void Mover::apply_dirs_metadata(bool temp_trees) {
+    const bool sync = plan_.durable && (!temp_trees || !plan_.trust_syncfs);
+    int deepest = 0;
+    for (const Node& node : nodes_)
+        deepest = std::max(deepest, node.depth);
+    for (int depth = deepest; depth >= 0; --depth) {
+        std::vector<std::size_t> level;
+        for (std::size_t i = 0; i < nodes_.size(); ++i)
+            if (nodes_[i].kind == Kind::directory && nodes_[i].depth == depth &&
+                nodes_[i].temp_tree == temp_trees)
+                level.push_back(i);
+        run_parallel(level.size(),
+                     [&](std::size_t i, Worker&) { apply_dir_metadata(nodes_[level[i]], sync); });
+    }
+}
+
+// Renames a directory tree built under a temporary name into place. Never over anything: a
+// directory that appeared there meanwhile is not replaced (where the file system cannot refuse
+// a replacement, a plain rename still fails over anything but an empty directory).
+void Mover::publish_dir(Node& node) {
+    const auto [parent, name] = split_last(node.dst);
+    const std::string shown = dst_->display(node.dst);
+    const Fd dir = dst_->open_dir(parent);
+    int rc = renameat2(dir.get(), node.temp.c_str(), dir.get(), name.c_str(), RENAME_NOREPLACE);
+    if (rc != 0 && errno == EINVAL)
+        rc = renameat(dir.get(), node.temp.c_str(), dir.get(), name.c_str());
+    if (rc != 0)
+        fail("rename into place " + shown, errno);
+    node.temp.clear();
+    fault_point("mover.renamed");
+    // A rename changes the ctime of what it moves, not its mtime, on the file systems known
+    // here; should one differ, the times are set again and made durable.
+    struct stat st {};
+    if (fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        !same_mtime(st, node.st)) {
+        const Fd fd = dst_->open_dir(node.dst, true);
+        const struct timespec times[2] = {node.st.st_atim, node.st.st_mtim};
+        if (futimens(fd.get(), times) != 0 || fsync(fd.get()) != 0)
+            fail("set the times of " + shown, errno);
+    }
+}
+
+// After a failure: no temporary of this move is left (files, and trees not yet in place).
 void Mover::remove_temps() noexcept {
     for (Node& node : nodes_) {
         if (node.temp.empty())
             continue;
         try {
-            const Fd dir = dst_->open_dir(split_last(node.dst).first);
-            unlinkat(dir.get(), node.temp.c_str(), 0);
+            const Fd dir = dst_->open_dir(parent_path(node));
+            if (node.kind == Kind::directory)
+                remove_tree(dir.get(), node.temp);
+            else
+                unlinkat(dir.get(), node.temp.c_str(), 0);
         } catch (...) {
         }
         node.temp.clear();
@@ -1513,18 +1644,14 @@ MoveSummary Mover::run() {
     report(true);
     fault_point("mover.walked");
 
-    // Directories first, parents before children (the walk's order), all writable for now.
     for (const std::string& top : entry_tops_)
         make_parents(top);
-    for (Node& node : nodes_) {
-        if (node.kind == Kind::directory) {
-            ensure_dir(node);
-            report(false);
-        }
+    if (plan_.durable) {
+        std::set<std::string> seen;
+        for (const Node& node : nodes_)
+            if (node.kind == Kind::directory && !seen.insert(node.dst).second)
+                shared_dirs_.insert(node.dst);
     }
-    remove_stale_temps();
-    fault_point("mover.dirs-made");
-
     // A descriptor on each destination file system, opened before any data is written: since
     // Linux 5.8 syncfs reports the writeback errors that happened after this open.
     std::vector<Fd> file_systems;
@@ -1539,10 +1666,20 @@ MoveSummary Mover::run() {
     }
 
     try {
+        // Directories first, parents before children (the walk's order), all writable for now.
+        for (Node& node : nodes_) {
+            if (node.kind == Kind::directory) {
+                ensure_dir(node);
+                report(false);
+            }
+        }
+        remove_stale_temps();
+        fault_point("mover.dirs-made");
+
         // Chunks of large files first, in walk order (each large file is shared by all workers
         // at once, so only a few files are open at any time), then the small files in runs.
         std::vector<Task> tasks;
-        std::vector<std::pair<std::size_t, std::size_t>> runs;  // [first, last) of tasks
+        std::vector<std::pair<std::size_t, std::size_t>> runs;   // [first, last) of tasks
         std::map<std::size_t, std::vector<std::size_t>> by_dir;  // parent -> small nodes
         std::vector<std::size_t> dir_order;
         for (std::size_t i = 0; i < nodes_.size(); ++i) {
@@ -1591,6 +1728,9 @@ MoveSummary Mover::run() {
             }
         });
         tasks.clear();
+        // Trees under a temporary name are completed before the sync, so it covers all of them.
+        link_hard_links(true);
+        apply_dirs_metadata(true);
 
         fault_point("mover.before-syncfs");
         if (plan_.durable) {
@@ -1599,41 +1739,37 @@ MoveSummary Mover::run() {
                     fail("sync the destination file system", errno);
             fault_point("mover.before-renames");
             // Every temporary now holds durable bytes: only now may it take its final name.
-            std::vector<std::size_t> pending;
-            for (std::size_t i = 0; i < nodes_.size(); ++i)
+            std::vector<std::size_t> pending, trees;
+            for (std::size_t i = 0; i < nodes_.size(); ++i) {
                 if (!nodes_[i].temp.empty())
-                    pending.push_back(i);
+                    (nodes_[i].kind == Kind::directory ? trees : pending).push_back(i);
+            }
             run_parallel(pending.size(), [&](std::size_t i, Worker& worker) {
                 Node& node = nodes_[pending[i]];
-                const auto [parent, name] = split_last(node.dst);
-                const int dir = worker.dst_dir.get(*dst_, parent);
+                const std::string name = split_last(node.dst).second;
+                const int dir = worker.dst_dir.get(*dst_, parent_path(node));
                 if (renameat(dir, node.temp.c_str(), dir, name.c_str()) != 0)
                     fail("rename into place " + dst_->display(node.dst), errno);
                 node.temp.clear();
                 fault_point("mover.renamed");
             });
+            fault_point("mover.before-dir-renames");
+            for (const std::size_t i : trees)
+                publish_dir(nodes_[i]);
+            // Everything is reached under its final name from here on.
+            for (Node& node : nodes_)
+                if (node.kind == Kind::directory)
+                    node.at = node.dst;
         }
     } catch (...) {
         remove_temps();
         throw;
     }
-    link_hard_links();
+    link_hard_links(false);
     fault_point("mover.before-dir-metadata");
-
-    // Directory modes and times last (a 0500 directory had to stay writable while filled),
-    // deepest first so a directory is final only after everything below it.
-    int deepest = 0;
-    for (const Node& node : nodes_)
-        deepest = std::max(deepest, node.depth);
-    for (int depth = deepest; depth >= 0; --depth) {
-        std::vector<std::size_t> level;
-        for (std::size_t i = 0; i < nodes_.size(); ++i)
-            if (nodes_[i].kind == Kind::directory && nodes_[i].depth == depth)
-                level.push_back(i);
-        run_parallel(level.size(),
-                     [&](std::size_t i, Worker&) { apply_dir_metadata(nodes_[level[i]]); });
-    }
+    apply_dirs_metadata(false);
     fault_point("mover.before-dir-fsync");
+    // The parents of the entries' destinations: new names (and trees renamed) in them.
     if (plan_.durable) {
         for (const std::string& dir : dirs_to_sync_) {
             const Fd fd = dst_->open_dir(dir);

@@ -240,37 +240,84 @@ describe_tree() {
   [ "$(describe_tree "$TEST_DIR/pfs/many")" = "$(describe_tree "$TEST_DIR/nvme/job/31.1/m")" ]
 }
 
-@test "kill -9 in the middle of a stage-out, then --retry leaves no temporaries behind" {
+# Path, type, mode, link count, ns mtime, and size and link target of every entry but a
+# directory (whose size depends on its history) (the top directory's own line included), then
+# content hashes.
+describe_fully() {
+  (cd "$1" && { find . -type d -printf '%p %y %m %n %T@\n'; find . ! -type d -printf '%p %y %m %n %T@ %s %l\n'; } | sort &&
+    find . -type f -print0 | sort -z | xargs -0 -r sha1sum)
+}
+
+# Stages make_tree's tree in as `input` of job $1 and runs it to post-run; the job's stage_out
+# line copies it to $2.
+staged_tree_job() {
+  make_tree "$TEST_DIR/pfs/input"
+  job_script "#BB_LUA capacity=1G" \
+    "#BB_LUA stage_in type=directory source=$TEST_DIR/pfs/input destination=input" \
+    "#BB_LUA stage_out type=directory source=input destination=$2"
+  bb-pool alloc --job "$1" --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  bb-stage in --job "$1" >/dev/null
+  bb-stage pre-run --job "$1"
+  bb-stage post-run --job "$1"
+}
+
+@test "stage-out into a new destination gives an identical tree and leaves no temporary" {
+  staged_tree_job 35 "$TEST_DIR/pfs/results"
+  run bb-stage out --job 35
+  assert_success
+  # Round trip: content, modes, ns mtimes (the renamed top directory's too), symlink targets,
+  # link counts; the hard link is one inode.
+  diff <(describe_fully "$TEST_DIR/pfs/input") <(describe_fully "$TEST_DIR/pfs/results")
+  [ "$(stat -c %i "$TEST_DIR/pfs/results/plain")" = "$(stat -c %i "$TEST_DIR/pfs/results/hardlink")" ]
+  [ "$(stat -c %b "$TEST_DIR/pfs/results/sparse")" -lt 1000 ]
+  [ "$(stat -c %U "$TEST_DIR/pfs/results/sub/deeper/leaf")" = "$U" ]
+  [ -z "$(find "$TEST_DIR/pfs" -name '*.bbkit-*')" ]
+}
+
+@test "stage-out into an existing destination directory keeps what is there and adds the rest" {
+  as_user mkdir -p "$TEST_DIR/pfs/results/sub"
+  as_user sh -c "echo mine >'$TEST_DIR/pfs/results/mine'; echo old >'$TEST_DIR/pfs/results/plain'"
+  staged_tree_job 36 "$TEST_DIR/pfs/results"
+  run bb-stage out --job 36
+  assert_success
+  [ "$(cat "$TEST_DIR/pfs/results/mine")" = mine ]
+  # Everything staged is identical; the top directory lists one entry more.
+  diff <(describe_fully "$TEST_DIR/pfs/input" | grep -v '^\. d') \
+    <(describe_fully "$TEST_DIR/pfs/results" | grep -v -e '^\. d' -e '^\./mine ' -e ' \./mine$')
+  [ "$(stat -c %i "$TEST_DIR/pfs/results/plain")" = "$(stat -c %i "$TEST_DIR/pfs/results/hardlink")" ]
+  [ -z "$(find "$TEST_DIR/pfs" -name '*.bbkit-*')" ]
+}
+
+@test "kill -9 while a stage-out fills its temporary directory: no final name, then --retry completes" {
   job_script "#BB_LUA capacity=1G" "#BB_LUA stage_out type=directory source=res destination=$TEST_DIR/pfs/res"
   bb-pool alloc --job 33 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
   buf="$TEST_DIR/nvme/job/33.1"
   bb-stage in --job 33 >/dev/null; bb-stage pre-run --job 33
-  as_user mkdir "$buf/res"
-  as_user sh -c "cd '$buf/res' && for i in \$(seq 600); do head -c 100000 /dev/urandom >f\$i; done"
+  as_user mkdir -p "$buf/res/sub"
+  as_user sh -c "cd '$buf/res' && for i in \$(seq 600); do head -c 100000 /dev/urandom >f\$i; done; ln f1 sub/f1-link; ln -s f2 sub/f2-link"
   bb-stage post-run --job 33
   bb-stage out --job 33 >/dev/null 2>&1 &
   stager=$!
-  # Files are written under temporary names first, renamed only after one syncfs.
-  for _ in $(seq 200); do
-    [ "$(ls -A "$TEST_DIR/pfs/res" 2>/dev/null | grep -c '\.bbkit-')" -gt 20 ] && break
+  # A destination that does not exist is built as .res.bbkit-<hex> beside it, final names inside.
+  for _ in $(seq 300); do
+    [ "$(find "$TEST_DIR/pfs" -mindepth 2 -path '*/.res.bbkit-*' -type f 2>/dev/null | wc -l)" -gt 20 ] && break
     sleep 0.01
   done
-  # Freeze the mover where it is (before its renames), then kill the stager: the mover dies
+  # Freeze the mover where it is (before its rename), then kill the stager: the mover dies
   # with it (parent-death signal, SIGKILL even while stopped).
   pkill -STOP -u "$U" -f bb-mover || true
   kill -9 "$stager"; wait "$stager" || true
   sleep 0.5
   ! pgrep -u "$U" -f bb-mover
-  left=$(ls -A "$TEST_DIR/pfs/res" | grep -c '\.bbkit-' || true)
-  echo "temporaries left by the killed stage-out: $left"
-  [ "$left" -gt 0 ]
+  [ ! -e "$TEST_DIR/pfs/res" ]
+  left=$(find "$TEST_DIR/pfs" -mindepth 1 -maxdepth 1 -name '.res.bbkit-*' -type d | wc -l)
+  echo "temporary directories left by the killed stage-out: $left"
+  [ "$left" = 1 ]
   bb-pool recover >/dev/null
   run bb-stage out --job 33 --retry
   assert_success
-  run sh -c "ls -A '$TEST_DIR/pfs/res' | grep '\.bbkit-'"
-  assert_failure
-  # The top directory's size keeps the room the temporaries took (ext4 never shrinks one).
-  diff <(describe_tree "$buf/res" | grep -v '^\. d') <(describe_tree "$TEST_DIR/pfs/res" | grep -v '^\. d')
+  [ -z "$(find "$TEST_DIR/pfs" -name '*.bbkit-*')" ]
+  diff <(describe_fully "$buf/res") <(describe_fully "$TEST_DIR/pfs/res")
 }
 
 @test "paths prints the job's environment and writes Slurm's path file" {

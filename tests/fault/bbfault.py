@@ -288,19 +288,30 @@ def is_temporary(name):
 
 
 class StageOut:
-    """A stage-out destination: each final name must hold the complete old or new file."""
+    """A stage-out destination: each final name must hold the complete old or new file. A
+    `fresh` destination (it did not exist) is absent or complete, never partial: it is built
+    under a temporary name beside it and renamed whole."""
 
-    def __init__(self, dest, old, new):
-        self.dest, self.old, self.new = dest, old, new
+    def __init__(self, dest, old, new, fresh=False):
+        self.dest, self.old, self.new, self.fresh = dest, old, new, fresh
+
+    def sibling_temporaries(self):
+        parent, base = os.path.split(self.dest)
+        return [n for n in os.listdir(parent) if is_temporary(n) and n.startswith(f".{base}.")]
 
     def verify(self, final):
         got = {}
         temps = []
         for rel, data in read_tree(self.dest).items():
-            if is_temporary(os.path.basename(rel)):
+            # A file under a temporary name, or anywhere in a directory tree built under one.
+            if any(is_temporary(part) for part in rel.split(os.sep)):
                 temps.append(rel)
             else:
                 got[rel] = data
+        if self.fresh and os.path.lexists(self.dest) and got != self.new:
+            missing = sorted(set(self.new) - set(got))[:3]
+            raise Violation(f"stage-out: new destination {self.dest} appeared incomplete "
+                            f"(lacks {missing})")
         for rel, data in got.items():
             if rel not in self.old and rel not in self.new:
                 raise Violation(f"stage-out: {self.dest}/{rel} is neither old nor new")
@@ -318,5 +329,6 @@ class StageOut:
             for rel, data in self.new.items():
                 if got.get(rel) != data:
                     raise Violation(f"stage-out done but {self.dest}/{rel} is not the new file")
+            temps += self.sibling_temporaries()
             if temps:
                 raise Violation(f"stage-out done but temporaries are left: {temps[:3]}")

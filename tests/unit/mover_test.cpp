@@ -244,8 +244,9 @@ struct Outcome {
 };
 
 // Runs the move in a child that has become nobody, as bb-mover would, and reports back
-// through a pipe (gtest assertions do not cross a fork).
-Outcome move_as(uid_t uid, gid_t gid, const MovePlan& plan) {
+// through a pipe (gtest assertions do not cross a fork). `fault` arms BBKIT_FAULT in the child
+// (test builds): a child killed there reports code 128.
+Outcome move_as(uid_t uid, gid_t gid, const MovePlan& plan, const char* fault = nullptr) {
     int fds[2];
     if (pipe(fds) != 0)
         return {};
@@ -259,6 +260,8 @@ Outcome move_as(uid_t uid, gid_t gid, const MovePlan& plan) {
             code = 71;
             report = "cannot drop privileges";
         } else {
+            if (fault)
+                setenv("BBKIT_FAULT", fault, 1);
             try {
                 const MoveSummary s = run_move(plan, nullptr);
                 report = std::to_string(s.files) + " " + std::to_string(s.bytes) + " " +
@@ -301,8 +304,8 @@ Outcome move_as(uid_t uid, gid_t gid, const MovePlan& plan) {
     return out;
 }
 
-Outcome move_as_nobody(const MovePlan& plan) {
-    return move_as(nobody, nogroup, plan);
+Outcome move_as_nobody(const MovePlan& plan, const char* fault = nullptr) {
+    return move_as(nobody, nogroup, plan, fault);
 }
 
 std::string make_buffer(const TempDir& tmp, const std::string& name) {
@@ -526,8 +529,7 @@ TEST(mover, stage_out_rerun_removes_temporaries_a_killed_run_left) {
     EXPECT_EQ(read_file(tmp / "out/result"), "complete result");
     EXPECT_EQ(list_dir(tmp / "out"),
               (std::vector<std::string>{".other.bbkit-0123456789abcdef0001",
-                                        ".result.bbkit-notours", std::string(250, 'n'),
-                                        "result"}));
+                                        ".result.bbkit-notours", std::string(250, 'n'), "result"}));
 }
 
 TEST(mover, sources_the_user_cannot_read_or_that_are_missing) {
@@ -677,7 +679,8 @@ TEST(mover, direct_io_where_blocks_cannot_be_reserved) {
     ASSERT_EQ(in.code, 0) << in.message;
     // ext2 counts its indirect blocks in st_blocks: compare what a copy must keep.
     for (const std::string name : {"chunked", "single", "small"}) {
-        struct stat a {}, b{};
+        struct stat a {
+        }, b{};
         ASSERT_EQ(stat((tmp / "src/" + name).c_str(), &a), 0);
         ASSERT_EQ(stat((buffer + "/data/" + name).c_str(), &b), 0);
         EXPECT_EQ(a.st_size, b.st_size) << name;
@@ -709,8 +712,7 @@ TEST(mover, direct_io_on_a_full_file_system_fails_cleanly) {
     out.direct_io = true;
     const Outcome failed = move_as_nobody(out);
     EXPECT_EQ(failed.code, 74) << failed.message;
-    EXPECT_NE(failed.message.find(tmp / "small/out/chunked"), std::string::npos)
-        << failed.message;
+    EXPECT_NE(failed.message.find(tmp / "small/out/chunked"), std::string::npos) << failed.message;
     EXPECT_FALSE(has_temporaries(tmp / "small"));
     EXPECT_EQ(list_dir(tmp / "small/out"), std::vector<std::string>{});
 }
@@ -736,9 +738,9 @@ TEST(mover, rerun_removes_temporaries_of_a_killed_stage_out) {
     mkdir(out.c_str(), 0755);
     mkdir((out + "/sub").c_str(), 0755);
     const std::string tag = std::to_string(std::hash<std::string>{}(long_name));
-    const std::vector<std::string> stale = {
-        out + "/.a.bbkit-0123456789abcdef0001", out + "/sub/.b.bbkit-fedcba98765432100002",
-        out + "/.bbkit-" + tag + "-0123456789abcdef0003"};
+    const std::vector<std::string> stale = {out + "/.a.bbkit-0123456789abcdef0001",
+                                            out + "/sub/.b.bbkit-fedcba98765432100002",
+                                            out + "/.bbkit-" + tag + "-0123456789abcdef0003"};
     for (const std::string& path : stale)
         write_file(path, "partial");
     // Not temporaries of this move: another name, a wrong suffix, a user's own file.
@@ -770,8 +772,9 @@ TEST(mover, modes_and_groups_are_exact_in_new_directories) {
     mkdir((buffer + "/data").c_str(), 0755);
     mkdir((buffer + "/data/sub").c_str(), 0750);
     const std::vector<std::pair<std::string, mode_t>> files = {
-        {"data/f644", 0644}, {"data/f640", 0640}, {"data/f600", 0600}, {"data/f444", 0444},
-        {"data/sub/f755", 0755}, {"data/sub/f400", 0400}, {"data/sub/f666", 0666}};
+        {"data/f644", 0644},    {"data/f640", 0640},     {"data/f600", 0600},
+        {"data/f444", 0444},    {"data/sub/f755", 0755}, {"data/sub/f400", 0400},
+        {"data/sub/f666", 0666}};
     for (const auto& [name, mode] : files)
         write_file(buffer + "/" + name, name, mode);
     for_each_entry(buffer, [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
@@ -798,6 +801,162 @@ TEST(mover, modes_and_groups_are_exact_in_new_directories) {
     }
     umask(old_mask);
 }
+
+std::vector<std::string> temporaries_in(const std::string& dir) {
+    std::vector<std::string> found;
+    for (const std::string& name : list_dir(dir))
+        if (name.find(".bbkit-") != std::string::npos)
+            found.push_back(name);
+    return found;
+}
+
+// A destination directory that does not exist is built under a temporary name beside it, with
+// final names inside, and renamed into place whole: the result (mode and ns mtime of the top
+// directory included) is the same with one syncfs or with an fsync per file and directory.
+TEST(mover, stage_out_into_a_new_directory_renames_the_tree_into_place) {
+    TempDir tmp;
+    make_tricky_tree(tmp / "src");
+    const std::string buffer = make_buffer(tmp, "buffer");
+    ASSERT_EQ(move_as_nobody(plan_in(buffer, tmp / "src", "data")).code, 0);
+    mkdir((tmp / "out").c_str(), 0755);
+    chown((tmp / "out").c_str(), nobody, nogroup);
+    for (const bool trust_syncfs : {true, false}) {
+        const std::string name = trust_syncfs ? "syncfs" : "fsync";
+        MovePlan plan = plan_out(buffer, "data", tmp / "out/" + name + "/result");
+        plan.trust_syncfs = trust_syncfs;
+        const Outcome out = move_as_nobody(plan);
+        ASSERT_EQ(out.code, 0) << out.message;
+        expect_same_tree(tmp / "src", tmp / "out/" + name + "/result", nobody);
+        EXPECT_EQ(list_dir(tmp / "out/" + name), std::vector<std::string>{"result"});
+        EXPECT_FALSE(has_temporaries(tmp / "out/" + name));
+    }
+}
+
+// Two entries into the same new directory merge there as before (neither builds it aside).
+TEST(mover, two_entries_into_one_new_directory_merge) {
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    mkdir((buffer + "/a").c_str(), 0755);
+    mkdir((buffer + "/b").c_str(), 0755);
+    write_file(buffer + "/a/x", "x");
+    write_file(buffer + "/b/y", "y");
+    for_each_entry(buffer, [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
+    mkdir((tmp / "out").c_str(), 0755);
+    chown((tmp / "out").c_str(), nobody, nogroup);
+    MovePlan plan = plan_out(buffer, "a", tmp / "out/merged");
+    plan.entries.push_back({"b", tmp / "out/merged", StageType::directory});
+    const Outcome out = move_as_nobody(plan);
+    ASSERT_EQ(out.code, 0) << out.message;
+    EXPECT_EQ(list_dir(tmp / "out/merged"), (std::vector<std::string>{"x", "y"}));
+    EXPECT_EQ(list_dir(tmp / "out"), std::vector<std::string>{"merged"});
+}
+
+// Temporary directories left by a killed run are removed as the user: read-only directories
+// in them are opened up first, and a symlink in them is removed, never followed. Lookalikes
+// and temporaries of names this move does not write stay.
+TEST(mover, stale_temporary_directories_are_removed_without_following_symlinks) {
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    mkdir((buffer + "/data").c_str(), 0755);
+    mkdir((buffer + "/data/sub").c_str(), 0755);
+    write_file(buffer + "/data/sub/b", "b");
+    for_each_entry(buffer, [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
+    mkdir((tmp / "victim").c_str(), 0755);
+    write_file(tmp / "victim/keep", "keep");
+    const std::string out = tmp / "out";
+    const std::string stale = out + "/.sub.bbkit-0123456789abcdef0001";
+    const std::vector<std::string> kept = {out + "/.other.bbkit-0123456789abcdef0002",
+                                           out + "/.sub.bbkit-notours"};
+    mkdir(out.c_str(), 0755);
+    mkdir(stale.c_str(), 0755);
+    mkdir((stale + "/deeper").c_str(), 0755);
+    write_file(stale + "/x", "partial");
+    write_file(stale + "/deeper/y", "partial");
+    symlink((tmp / "victim").c_str(), (stale + "/escape").c_str());
+    for (const std::string& dir : kept)
+        mkdir(dir.c_str(), 0755);
+    for_each_entry(out, [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
+    lchown(out.c_str(), nobody, nogroup);
+    for_each_entry(tmp / "victim",
+                   [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
+    lchown((tmp / "victim").c_str(), nobody, nogroup);
+    chmod((stale + "/deeper").c_str(), 0500);  // as a killed run leaves final modes
+    chmod(stale.c_str(), 0555);
+
+    const Outcome rerun = move_as_nobody(plan_out(buffer, "data", out));
+    ASSERT_EQ(rerun.code, 0) << rerun.message;
+    EXPECT_TRUE(rerun.warnings.empty()) << rerun.warnings[0];
+    EXPECT_NE(access(stale.c_str(), F_OK), 0) << "stale temporary directory left";
+    EXPECT_EQ(read_file(tmp / "victim/keep"), "keep");
+    for (const std::string& dir : kept)
+        EXPECT_EQ(access(dir.c_str(), F_OK), 0) << dir;
+    EXPECT_EQ(read_file(out + "/sub/b"), "b");
+}
+
+#ifdef BBKIT_FAULT_INJECTION
+// Killed while it writes into the temporary directory, or with the tree complete and synced
+// just before its rename: no final name exists, only one temporary directory (the second run
+// removed the first's), and the rerun completes and leaves none.
+TEST(mover, stage_out_killed_before_its_directory_rename_shows_no_final_name) {
+    TempDir tmp;
+    make_tricky_tree(tmp / "src");
+    const std::string buffer = make_buffer(tmp, "buffer");
+    ASSERT_EQ(move_as_nobody(plan_in(buffer, tmp / "src", "data")).code, 0);
+    mkdir((tmp / "out").c_str(), 0755);
+    chown((tmp / "out").c_str(), nobody, nogroup);
+    const MovePlan plan = plan_out(buffer, "data", tmp / "out/result");
+    for (const std::string fault : {"mover.file-copied:5", "mover.before-dir-renames"}) {
+        const Outcome killed = move_as_nobody(plan, fault.c_str());
+        EXPECT_EQ(killed.code, 128) << fault << ": " << killed.message;
+        EXPECT_NE(access((tmp / "out/result").c_str(), F_OK), 0) << fault;
+        const std::vector<std::string> left = list_dir(tmp / "out");
+        ASSERT_EQ(left.size(), 1u) << fault;
+        EXPECT_EQ(left[0].rfind(".result.bbkit-", 0), 0u) << left[0];
+        if (fault == "mover.before-dir-renames")  // complete, final modes and times included
+            expect_same_tree(tmp / "src", tmp / "out/" + left[0], nobody);
+    }
+    const Outcome rerun = move_as_nobody(plan);
+    ASSERT_EQ(rerun.code, 0) << rerun.message;
+    expect_same_tree(tmp / "src", tmp / "out/result", nobody);
+    EXPECT_EQ(list_dir(tmp / "out"), std::vector<std::string>{"result"});
+}
+
+// Into an existing destination: files go there under temporaries renamed one by one, a new
+// subdirectory is built aside and renamed whole. Killed between the two, the files are in
+// place and the subdirectory is not; the rerun skips the files and rebuilds the subdirectory.
+TEST(mover, stage_out_into_an_existing_directory_resumes_after_a_kill) {
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    for (const std::string dir : {"data", "data/kept", "data/new", "data/new/deeper"})
+        mkdir((buffer + "/" + dir).c_str(), 0755);
+    for (const std::string file : {"f1", "f2", "kept/k", "new/g1", "new/g2", "new/deeper/h"})
+        write_file(buffer + "/data/" + file, "new " + file);
+    for_each_entry(buffer, [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
+    const std::string out = tmp / "out/result";
+    mkdir((tmp / "out").c_str(), 0755);
+    mkdir(out.c_str(), 0755);
+    mkdir((out + "/kept").c_str(), 0755);
+    write_file(out + "/f1", "old");
+    for_each_entry(tmp / "out", [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
+    lchown((tmp / "out").c_str(), nobody, nogroup);
+
+    const MovePlan plan = plan_out(buffer, "data", out);
+    EXPECT_EQ(move_as_nobody(plan, "mover.before-dir-renames").code, 128);
+    EXPECT_EQ(read_file(out + "/f1"), "new f1");
+    EXPECT_EQ(read_file(out + "/kept/k"), "new kept/k");
+    EXPECT_NE(access((out + "/new").c_str(), F_OK), 0);
+    const std::vector<std::string> temps = temporaries_in(out);
+    ASSERT_EQ(temps.size(), 1u);
+    EXPECT_EQ(temps[0].rfind(".new.bbkit-", 0), 0u) << temps[0];
+
+    const Outcome rerun = move_as_nobody(plan);
+    ASSERT_EQ(rerun.code, 0) << rerun.message;
+    EXPECT_EQ(rerun.skipped, 3u);  // f1, f2, kept/k
+    EXPECT_EQ(rerun.files, 3u);    // new/g1, new/g2, new/deeper/h
+    expect_same_tree(buffer + "/data", out, nobody);
+    EXPECT_FALSE(has_temporaries(tmp / "out"));
+}
+#endif
 
 TEST(mover, progress_reports_totals_and_ends_complete) {
     TempDir tmp;
