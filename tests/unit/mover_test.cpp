@@ -810,16 +810,24 @@ std::vector<std::string> temporaries_in(const std::string& dir) {
     return found;
 }
 
+// The tricky tree staged into a buffer's "data" as nobody, and an empty "out" of nobody's to stage
+// out into; returns the buffer.
+std::string stage_in_tricky_tree(const TempDir& tmp) {
+    make_tricky_tree(tmp / "src");
+    const std::string buffer = make_buffer(tmp, "buffer");
+    const Outcome in = move_as_nobody(plan_in(buffer, tmp / "src", "data"));
+    EXPECT_EQ(in.code, 0) << in.message;
+    mkdir((tmp / "out").c_str(), 0755);
+    chown((tmp / "out").c_str(), nobody, nogroup);
+    return buffer;
+}
+
 // A destination directory that does not exist is built under a temporary name beside it, with
 // final names inside, and renamed into place whole: the result (mode and ns mtime of the top
 // directory included) is the same with one syncfs or with an fsync per file and directory.
 TEST(mover, stage_out_into_a_new_directory_renames_the_tree_into_place) {
     TempDir tmp;
-    make_tricky_tree(tmp / "src");
-    const std::string buffer = make_buffer(tmp, "buffer");
-    ASSERT_EQ(move_as_nobody(plan_in(buffer, tmp / "src", "data")).code, 0);
-    mkdir((tmp / "out").c_str(), 0755);
-    chown((tmp / "out").c_str(), nobody, nogroup);
+    const std::string buffer = stage_in_tricky_tree(tmp);
     for (const bool trust_syncfs : {true, false}) {
         const std::string name = trust_syncfs ? "syncfs" : "fsync";
         MovePlan plan = plan_out(buffer, "data", tmp / "out/" + name + "/result");
@@ -899,11 +907,7 @@ TEST(mover, stale_temporary_directories_are_removed_without_following_symlinks) 
 // removed the first's), and the rerun completes and leaves none.
 TEST(mover, stage_out_killed_before_its_directory_rename_shows_no_final_name) {
     TempDir tmp;
-    make_tricky_tree(tmp / "src");
-    const std::string buffer = make_buffer(tmp, "buffer");
-    ASSERT_EQ(move_as_nobody(plan_in(buffer, tmp / "src", "data")).code, 0);
-    mkdir((tmp / "out").c_str(), 0755);
-    chown((tmp / "out").c_str(), nobody, nogroup);
+    const std::string buffer = stage_in_tricky_tree(tmp);
     const MovePlan plan = plan_out(buffer, "data", tmp / "out/result");
     for (const std::string fault : {"mover.file-copied:5", "mover.before-dir-renames"}) {
         const Outcome killed = move_as_nobody(plan, fault.c_str());
