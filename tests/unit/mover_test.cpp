@@ -802,14 +802,6 @@ TEST(mover, modes_and_groups_are_exact_in_new_directories) {
     umask(old_mask);
 }
 
-std::vector<std::string> temporaries_in(const std::string& dir) {
-    std::vector<std::string> found;
-    for (const std::string& name : list_dir(dir))
-        if (name.find(".bbkit-") != std::string::npos)
-            found.push_back(name);
-    return found;
-}
-
 // The tricky tree staged into a buffer's "data" as nobody, and an empty "out" of nobody's to stage
 // out into; returns the buffer.
 std::string stage_in_tricky_tree(const TempDir& tmp) {
@@ -902,6 +894,14 @@ TEST(mover, stale_temporary_directories_are_removed_without_following_symlinks) 
 }
 
 #ifdef BBKIT_FAULT_INJECTION
+std::vector<std::string> temporaries_in(const std::string& dir) {
+    std::vector<std::string> found;
+    for (const std::string& name : list_dir(dir))
+        if (name.find(".bbkit-") != std::string::npos)
+            found.push_back(name);
+    return found;
+}
+
 // Killed while it writes into the temporary directory, or with the tree complete and synced
 // just before its rename: no final name exists, only one temporary directory (the second run
 // removed the first's), and the rerun completes and leaves none.
