@@ -72,27 +72,34 @@ struct Armed {
     bool stop = false;  // SIGSTOP instead of SIGKILL: a test holds the process mid-operation
 };
 
-// BBKIT_FAULT=NAME[:NTH], read once.
+std::optional<Armed> parse_armed() {
+    const char* env = std::getenv("BBKIT_FAULT");
+    if (!env || !*env || std::strcmp(env, "list") == 0)
+        return std::nullopt;
+    Armed a;
+    a.name = env;
+    if (a.name.size() > 5 && a.name.compare(a.name.size() - 5, 5, ":stop") == 0) {
+        a.stop = true;
+        a.name.erase(a.name.size() - 5);
+    }
+    if (const auto colon = a.name.rfind(':'); colon != std::string::npos) {
+        a.nth = std::atol(a.name.c_str() + colon + 1);
+        a.name.erase(colon);
+    }
+    if (a.nth <= 0)
+        return std::nullopt;
+    return a;
+}
+
+// BBKIT_FAULT=NAME[:NTH], read once (again only by fault_rearm).
+std::optional<Armed>& armed_setting() {
+    static std::optional<Armed> setting = parse_armed();
+    return setting;
+}
+
 const Armed* armed() {
-    static const std::optional<Armed> parsed = []() -> std::optional<Armed> {
-        const char* env = std::getenv("BBKIT_FAULT");
-        if (!env || !*env || std::strcmp(env, "list") == 0)
-            return std::nullopt;
-        Armed a;
-        a.name = env;
-        if (a.name.size() > 5 && a.name.compare(a.name.size() - 5, 5, ":stop") == 0) {
-            a.stop = true;
-            a.name.erase(a.name.size() - 5);
-        }
-        if (const auto colon = a.name.rfind(':'); colon != std::string::npos) {
-            a.nth = std::atol(a.name.c_str() + colon + 1);
-            a.name.erase(colon);
-        }
-        if (a.nth <= 0)
-            return std::nullopt;
-        return a;
-    }();
-    return parsed ? &*parsed : nullptr;
+    const std::optional<Armed>& setting = armed_setting();
+    return setting ? &*setting : nullptr;
 }
 
 std::atomic<long> passes{0};
@@ -135,6 +142,11 @@ const std::vector<FaultPointInfo>& fault_points() {
     return table;
 }
 
+void fault_rearm() {
+    armed_setting() = parse_armed();
+    passes = 0;
+}
+
 std::map<std::string, std::string> fault_environment() {
     std::map<std::string, std::string> env;
     for (const char* key : {"BBKIT_FAULT", "BBKIT_FAULT_LOG"})
@@ -162,6 +174,8 @@ std::map<std::string, std::string> fault_environment() {
 bool fault_list_requested() {
     return false;
 }
+
+void fault_rearm() {}
 
 #endif
 

@@ -37,4 +37,9 @@ std::map<std::string, std::string> fault_environment();
 // BBKIT_FAULT=list: every tool prints the compiled-in points (name, tab, where) and exits 0.
 bool fault_list_requested();
 
+// Reads BBKIT_FAULT again and restarts the count of passes. A process reads the setting once,
+// at its first point; a test that forks a child and arms it with setenv calls this in the
+// child, before any other thread exists there. Does nothing without injection compiled in.
+void fault_rearm();
+
 }  // namespace bbkit

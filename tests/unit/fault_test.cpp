@@ -61,6 +61,21 @@ TEST_F(FaultDeath, unarmed_points_do_nothing) {
         ::testing::ExitedWithCode(7), "");
 }
 
+TEST_F(FaultDeath, rearm_reads_a_setting_made_after_the_first_point) {
+    EXPECT_EXIT(
+        {
+            unsetenv("BBKIT_FAULT");
+            fault_point("mover.renamed");  // the setting is read here: nothing armed
+            setenv("BBKIT_FAULT", "mover.renamed", 1);
+            fault_point("mover.renamed");
+            fprintf(stderr, "not armed without a rearm\n");
+            fault_rearm();
+            fault_point("mover.renamed");
+            exit(0);
+        },
+        ::testing::KilledBySignal(SIGKILL), "not armed without a rearm");
+}
+
 TEST_F(FaultDeath, unknown_point_name_aborts) {
     EXPECT_DEATH(fault_point("no.such-point"), "not in fault.cpp");
 }

@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include "bbkit/error.hpp"
+#include "bbkit/fault.hpp"
 
 namespace bbkit {
 namespace {
@@ -260,8 +261,10 @@ Outcome move_as(uid_t uid, gid_t gid, const MovePlan& plan, const char* fault = 
             code = 71;
             report = "cannot drop privileges";
         } else {
-            if (fault)
+            if (fault) {
                 setenv("BBKIT_FAULT", fault, 1);
+                fault_rearm();  // the parent may have read the setting already (one process)
+            }
             try {
                 const MoveSummary s = run_move(plan, nullptr);
                 report = std::to_string(s.files) + " " + std::to_string(s.bytes) + " " +
