@@ -30,6 +30,39 @@ make_tree() {
   as_user touch -d '2001-02-03 04:05:06.123456789' "$t/sub/deeper/leaf"
 }
 
+# Starts `bb-stage ARGS...` in the background (its pid in $stager) and returns once its mover
+# is frozen (SIGSTOP) part-way through the copy, after $FREEZE_AFTER whole files. With crash
+# injection compiled in, the mover stops itself there (BBKIT_FAULT=mover.file-copied:N:stop),
+# so the test cannot lose the race to a fast copy. Without it (the sanitizer build), pkill
+# stops it once $FREEZE_WATCH (a find expression's output, one line per file) shows enough
+# files; should the copy finish first, the test is skipped, never passed.
+start_frozen_stage() {
+  if [ -n "$(BBKIT_FAULT=list bb-pool)" ]; then
+    BBKIT_FAULT="mover.file-copied:$FREEZE_AFTER:stop" bb-stage "$@" >/dev/null 2>&1 &
+    stager=$!
+    local pid state
+    for _ in $(seq 1000); do
+      pid=$(pgrep -u "$U" -f bb-mover | head -n1)
+      state=
+      [ -z "$pid" ] || state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)
+      [ "$state" = T ] && return 0
+      kill -0 "$stager" 2>/dev/null || break
+      sleep 0.01
+    done
+    kill -9 "$stager" 2>/dev/null || true
+    echo "the mover never stopped after $FREEZE_AFTER files" >&2
+    return 1
+  fi
+  bb-stage "$@" >/dev/null 2>&1 &
+  stager=$!
+  for _ in $(seq 1000); do
+    [ "$(eval "$FREEZE_WATCH" 2>/dev/null | wc -l)" -gt "$FREEZE_AFTER" ] && break
+    sleep 0.01
+  done
+  pkill -STOP -u "$U" -f bb-mover || true
+  kill -0 "$stager" 2>/dev/null || skip "the copy finished before it could be frozen"
+}
+
 # Prints one line per entry: path, type, mode, size, mtime (ns), link target; content hashes.
 describe_tree() {
   (cd "$1" && find . -printf '%p %y %m %s %T@ %l\n' | sort && find . -type f -print0 | sort -z | xargs -0 -r sha1sum)
@@ -227,9 +260,8 @@ describe_tree() {
   as_user sh -c "cd '$TEST_DIR/pfs/many' && for i in \$(seq 300); do head -c 200000 /dev/urandom >f\$i; done"
   job_script "#BB_LUA capacity=1G" "#BB_LUA stage_in type=directory source=$TEST_DIR/pfs/many destination=m"
   bb-pool alloc --job 31 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
-  bb-stage in --job 31 >/dev/null 2>&1 &
-  stager=$!
-  for _ in $(seq 100); do [ "$(ls "$TEST_DIR/nvme/job/31.1/m" 2>/dev/null | wc -l)" -gt 20 ] && break; sleep 0.02; done
+  FREEZE_AFTER=20 FREEZE_WATCH="ls '$TEST_DIR/nvme/job/31.1/m'" start_frozen_stage in --job 31
+  # The mover dies with the stager (parent-death signal, SIGKILL even while stopped).
   kill -9 "$stager"; wait "$stager" || true
   sleep 0.5
   ! pgrep -u "$U" -f bb-mover
@@ -296,16 +328,11 @@ staged_tree_job() {
   as_user mkdir -p "$buf/res/sub"
   as_user sh -c "cd '$buf/res' && for i in \$(seq 600); do head -c 100000 /dev/urandom >f\$i; done; ln f1 sub/f1-link; ln -s f2 sub/f2-link"
   bb-stage post-run --job 33
-  bb-stage out --job 33 >/dev/null 2>&1 &
-  stager=$!
   # A destination that does not exist is built as .res.bbkit-<hex> beside it, final names inside.
-  for _ in $(seq 300); do
-    [ "$(find "$TEST_DIR/pfs" -mindepth 2 -path '*/.res.bbkit-*' -type f 2>/dev/null | wc -l)" -gt 20 ] && break
-    sleep 0.01
-  done
-  # Freeze the mover where it is (before its rename), then kill the stager: the mover dies
-  # with it (parent-death signal, SIGKILL even while stopped).
-  pkill -STOP -u "$U" -f bb-mover || true
+  FREEZE_AFTER=20 FREEZE_WATCH="find '$TEST_DIR/pfs' -mindepth 2 -path '*/.res.bbkit-*' -type f" \
+    start_frozen_stage out --job 33
+  # The mover is frozen before its rename; the stager is killed and the mover dies with it
+  # (parent-death signal, SIGKILL even while stopped).
   kill -9 "$stager"; wait "$stager" || true
   sleep 0.5
   ! pgrep -u "$U" -f bb-mover
