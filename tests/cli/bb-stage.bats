@@ -30,21 +30,24 @@ make_tree() {
   as_user touch -d '2001-02-03 04:05:06.123456789' "$t/sub/deeper/leaf"
 }
 
-# Starts `bb-stage ARGS...` in the background (its pid in $stager) and returns once its mover
-# is frozen (SIGSTOP) part-way through the copy, after $FREEZE_AFTER whole files. With crash
-# injection compiled in, the mover stops itself there (BBKIT_FAULT=mover.file-copied:N:stop),
-# so the test cannot lose the race to a fast copy. Without it (the sanitizer build), pkill
-# stops it once $FREEZE_WATCH (a find expression's output, one line per file) shows enough
-# files; should the copy finish first, the test is skipped, never passed.
+# Starts `bb-stage ARGS...` in the background (its pid in $stager, its mover's in $mover) and
+# returns once that mover is frozen (SIGSTOP) part-way through the copy, after $FREEZE_AFTER
+# whole files. With crash injection compiled in, the mover stops itself there
+# (BBKIT_FAULT=mover.file-copied:N:stop), so the test cannot lose the race to a fast copy.
+# Without it (the sanitizer build), it is stopped once $FREEZE_WATCH (a command printing one
+# line per file copied) shows enough files; should the copy finish first, the test is skipped,
+# never passed. Only this stager's own child is looked at: other suites run movers as the same
+# user at the same time.
 start_frozen_stage() {
+  local state
+  mover=
   if [ -n "$(BBKIT_FAULT=list bb-pool)" ]; then
     BBKIT_FAULT="mover.file-copied:$FREEZE_AFTER:stop" bb-stage "$@" >/dev/null 2>&1 &
     stager=$!
-    local pid state
-    for _ in $(seq 1000); do
-      pid=$(pgrep -u "$U" -f bb-mover | head -n1)
+    for _ in $(seq 3000); do
+      [ -n "$mover" ] || mover=$(pgrep -P "$stager" -x bb-mover || true)
       state=
-      [ -z "$pid" ] || state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)
+      [ -z "$mover" ] || state=$(awk '{print $3}' "/proc/$mover/stat" 2>/dev/null || true)
       [ "$state" = T ] && return 0
       kill -0 "$stager" 2>/dev/null || break
       sleep 0.01
@@ -55,12 +58,35 @@ start_frozen_stage() {
   fi
   bb-stage "$@" >/dev/null 2>&1 &
   stager=$!
-  for _ in $(seq 1000); do
+  for _ in $(seq 3000); do
     [ "$(eval "$FREEZE_WATCH" 2>/dev/null | wc -l)" -gt "$FREEZE_AFTER" ] && break
+    kill -0 "$stager" 2>/dev/null || break
     sleep 0.01
   done
-  pkill -STOP -u "$U" -f bb-mover || true
-  kill -0 "$stager" 2>/dev/null || skip "the copy finished before it could be frozen"
+  mover=$(pgrep -P "$stager" -x bb-mover || true)
+  # A mover that was stopped keeps its stager waiting, so the kill that follows lands mid-copy;
+  # one that already exited (a zombie takes the signal too) is not stopped.
+  [ -n "$mover" ] && kill -STOP "$mover" 2>/dev/null || skip "the copy finished before it could be frozen"
+  for _ in $(seq 100); do
+    state=$(awk '{print $3}' "/proc/$mover/stat" 2>/dev/null || true)
+    [ "$state" = T ] && return 0
+    [ "$state" = R ] || [ "$state" = S ] || [ "$state" = D ] || break
+    sleep 0.01
+  done
+  skip "the copy finished before it could be frozen"
+}
+
+# Kills the stager of start_frozen_stage and checks its mover dies with it (parent-death
+# signal, SIGKILL even while stopped).
+kill_frozen_stage() {
+  kill -9 "$stager"; wait "$stager" || true
+  for _ in $(seq 100); do [ -e "/proc/$mover" ] || break; sleep 0.05; done
+  [ ! -e "/proc/$mover" ]
+}
+
+# True when no process has a file open under this test's directory (no mover left behind).
+nothing_open_here() {
+  ! find /proc/[0-9]*/fd -lname "$TEST_DIR/*" 2>/dev/null | grep -q .
 }
 
 # Prints one line per entry: path, type, mode, size, mtime (ns), link target; content hashes.
@@ -250,7 +276,7 @@ describe_tree() {
   run bb-stage in --job 30
   assert_failure 75
   assert_output --partial "timed out"
-  ! pgrep -u "$U" -f bb-mover
+  nothing_open_here
   run bb-stat job 30 --json
   assert_output --partial "timed out"
 }
@@ -262,9 +288,7 @@ describe_tree() {
   bb-pool alloc --job 31 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
   FREEZE_AFTER=20 FREEZE_WATCH="ls '$TEST_DIR/nvme/job/31.1/m'" start_frozen_stage in --job 31
   # The mover dies with the stager (parent-death signal, SIGKILL even while stopped).
-  kill -9 "$stager"; wait "$stager" || true
-  sleep 0.5
-  ! pgrep -u "$U" -f bb-mover
+  kill_frozen_stage
   run bb-pool recover
   assert_output --partial "interrupted"
   run bb-stage in --job 31 --json
@@ -333,9 +357,7 @@ staged_tree_job() {
     start_frozen_stage out --job 33
   # The mover is frozen before its rename; the stager is killed and the mover dies with it
   # (parent-death signal, SIGKILL even while stopped).
-  kill -9 "$stager"; wait "$stager" || true
-  sleep 0.5
-  ! pgrep -u "$U" -f bb-mover
+  kill_frozen_stage
   [ ! -e "$TEST_DIR/pfs/res" ]
   left=$(find "$TEST_DIR/pfs" -mindepth 1 -maxdepth 1 -name '.res.bbkit-*' -type d | wc -l)
   echo "temporary directories left by the killed stage-out: $left"
