@@ -9,7 +9,10 @@ setup() {
   U=$(test_user)
   bb-pool init nvme >/dev/null
 }
-teardown() { common_teardown; }
+teardown() {
+  [ -z "${stager:-}" ] || kill -9 "$stager" 2>/dev/null || true
+  common_teardown
+}
 
 @test "help documents every option" {
   run bb-teardown --help
@@ -87,11 +90,14 @@ teardown() { common_teardown; }
   bb-pool alloc --job 6 --user "$U" --capacity 1G >/dev/null
   # A stand-in stager: holds the run lock and records itself as bb-stage would.
   # (read is a builtin: no subshell, so the start time is this very process's.)
+  # It tells the test it is ready only once it holds the lock and has recorded itself; its
+  # sleep does not keep bats' descriptor 3, so a failure cannot stall the suite.
   ( exec 9>"$TEST_DIR/state/run/main.6.1.lock"; flock 9
     read -r -a stat </proc/$BASHPID/stat
-    echo "$BASHPID ${stat[21]}" >&9; exec sleep 300 ) &
+    echo "$BASHPID ${stat[21]}" >&9; : >"$TEST_DIR/stand-in.ready"; exec sleep 300 ) 3>&- &
   stager=$!
-  sleep 0.5
+  for _ in $(seq 600); do [ -e "$TEST_DIR/stand-in.ready" ] && break; sleep 0.05; done
+  [ -e "$TEST_DIR/stand-in.ready" ]
   run timeout 20 bb-teardown --job 6 --hurry
   assert_success
   ! kill -0 "$stager" 2>/dev/null

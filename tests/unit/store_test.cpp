@@ -813,7 +813,9 @@ TEST_F(StateStoreTest, concurrent_writers_never_lose_an_update) {
         if (pid == 0) {
             int status = 0;
             try {
-                StateStore store(config_);
+                // This test is about lost updates, not waits: 320 fsync'd commits queue on
+                // one lock, which can take longer than the default wait under a sanitizer.
+                StateStore store(config_, StoreOptions{std::chrono::minutes(5)});
                 const BufferKey counter = BufferKey::persistent("main", "counter");
                 for (int i = 0; i < rounds; ++i) {
                     WriteTransaction txn(store, "writer " + std::to_string(w));
