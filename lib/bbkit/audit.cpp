@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 
@@ -32,6 +33,15 @@ std::string one_line(std::string text) {
     return text;
 }
 
+// Who ran the tool through sudo, when sudo did: root acts for them.
+std::string sudo_caller() {
+    const char* uid = std::getenv("SUDO_UID");
+    if (uid == nullptr)
+        return "";
+    const char* user = std::getenv("SUDO_USER");
+    return " sudo_uid=" + one_line(uid) + (user ? " sudo_user=" + one_line(user) : "");
+}
+
 }  // namespace
 
 void audit(const std::string& state_dir, const std::string& tool, const std::string& action,
@@ -44,7 +54,7 @@ void audit(const std::string& state_dir, const std::string& tool, const std::str
         return;
     }
     Fd fd(raw);
-    const std::string line = now_iso8601() + " uid=" + std::to_string(getuid()) +
+    const std::string line = now_iso8601() + " uid=" + std::to_string(getuid()) + sudo_caller() +
                              " pid=" + std::to_string(getpid()) + " tool=" + tool +
                              " action=" + action + " " + one_line(details) + "\n";
     if (write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))

@@ -18,6 +18,7 @@
 #include "bbkit/size.hpp"
 #include "bbkit/status.hpp"
 #include "bbkit/teardown.hpp"
+#include "bbkit/trust.hpp"
 
 namespace bbkit {
 namespace {
@@ -320,6 +321,7 @@ void run_hook(const Config& config, const Buffer& b, const std::string& phase) {
     const auto hook = config.hooks.find(phase);
     if (hook == config.hooks.end())
         return;
+    check_root_controlled(hook->second, phase + " hook");
     ProcessSpec spec;
     spec.path = hook->second;
     spec.timeout = std::chrono::seconds(config.timeouts.other);

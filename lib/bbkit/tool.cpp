@@ -6,13 +6,14 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
+#include <unistd.h>
 #include <iostream>
 #include <sstream>
 
 #include "bbkit/buffer.hpp"
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
+#include "bbkit/trust.hpp"
 
 namespace bbkit {
 namespace {
@@ -47,14 +48,21 @@ std::string bounded(const std::string& message) {
 
 void add_common_options(CLI::App& app, CommonOptions& options, bool with_state_dir) {
     app.set_version_flag("--version", std::string("bbkit ") + BBKIT_VERSION);
-    app.add_option("--config", options.config_path,
-                   "Configuration file (default: $BBKIT_CONFIG, then /etc/bbkit/bbkit.toml)");
+    add_file_option(app, options, "--config", options.config_path,
+                    "Configuration file (default: $BBKIT_CONFIG, then /etc/bbkit/bbkit.toml)");
     if (with_state_dir)
-        app.add_option(
-            "--state-dir", options.state_dir,
+        add_file_option(
+            app, options, "--state-dir", options.state_dir,
             "State directory (default: $BBKIT_STATE_DIR, then state_dir of the configuration)");
     app.add_flag("-v,--verbose", options.verbose, "More log output on stderr (repeatable)");
     app.add_flag("-q,--quiet", options.quiet, "Only errors on stderr");
+}
+
+CLI::Option* add_file_option(CLI::App& app, CommonOptions& options, const std::string& name,
+                             std::optional<std::string>& target, const std::string& help) {
+    CLI::Option* option = app.add_option(name, target, help);
+    options.file_options.push_back(option);
+    return option;
 }
 
 CLI::Validator job_id_validator() {
@@ -78,7 +86,9 @@ bool on_command_line(int argc, char** argv, const char* word) {
 }
 
 Config load_effective_config(const CommonOptions& options) {
-    Config config = load_config(locate_config(options.config_path));
+    const std::string path = locate_config(options.config_path);
+    check_root_controlled(path, "configuration");
+    Config config = load_config(path);
     if (options.state_dir) {
         config.state_dir = *options.state_dir;
     } else if (const char* env = std::getenv("BBKIT_STATE_DIR"); env && *env) {
@@ -92,6 +102,7 @@ Config load_effective_config(const CommonOptions& options) {
 
 int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
              const CommonOptions& options, const std::function<int()>& body) {
+    drop_caller_environment();
     if (fault_list_requested()) {  // for tests/fault/run: see bbkit(7), CRASH INJECTION
         for (const FaultPointInfo& point : fault_points())
             std::cout << point.name << '\t' << point.where << '\n';
@@ -107,6 +118,9 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
     }
     setup_logging(tool, options);
     try {
+        for (const CLI::Option* option : options.file_options)
+            if (option->count() > 0)
+                refuse_caller_file_choice(option->get_name());
         return body();
     } catch (const Error& e) {
         std::cerr << tool << ": " << bounded(e.what()) << '\n';
@@ -123,17 +137,19 @@ std::string read_input_file(const std::string& path) {
         data << std::cin.rdbuf();
         return data.str();
     }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        const int err = errno;
-        const ExitCode code =
-            (err == EACCES || err == EPERM) ? ExitCode::no_perm : ExitCode::no_input;
-        throw Error(code, "cannot read '" + path + "': " + std::strerror(err));
+    const Fd fd = open_as_caller(path);
+    std::string text;
+    char buffer[65536];
+    for (;;) {
+        const ssize_t n = read(fd.get(), buffer, sizeof buffer);
+        if (n == 0)
+            return text;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            throw Error(ExitCode::io, "cannot read '" + path + "': " + std::strerror(errno));
+        text.append(buffer, static_cast<std::size_t>(n));
     }
-    data << in.rdbuf();
-    if (in.bad())
-        throw Error(ExitCode::io, "cannot read '" + path + "': read error");
-    return data.str();
 }
 
 }  // namespace bbkit

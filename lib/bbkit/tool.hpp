@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "bbkit/config.hpp"
 
@@ -16,10 +17,18 @@ struct CommonOptions {
     std::optional<std::string> state_dir;
     int verbose = 0;
     bool quiet = false;
+    // Options naming a file root reads or writes: refused when root acts for a less
+    // privileged caller (bbkit(7), SECURITY).
+    std::vector<const CLI::Option*> file_options;
 };
 
 // Adds --config, --state-dir (when `with_state_dir`), -v/--verbose, -q/--quiet and --version.
 void add_common_options(CLI::App& app, CommonOptions& options, bool with_state_dir);
+
+// Adds an option naming a file the tool writes (or `app`'s subcommand reads as root); it is
+// refused, exit 77, when root runs the tool for a less privileged caller (sudo).
+CLI::Option* add_file_option(CLI::App& app, CommonOptions& options, const std::string& name,
+                             std::optional<std::string>& target, const std::string& help);
 
 // Checks a --job value with parse_job_id (CLI11 alone would accept " 7" and turn
 // "99999999999999999999" into 2^64-1).
@@ -31,7 +40,8 @@ CLI::Validator job_id_validator();
 bool on_command_line(int argc, char** argv, const char* word);
 
 // Loads the configuration the options point at (--config, $BBKIT_CONFIG, /etc/bbkit/bbkit.toml)
-// and applies --state-dir / $BBKIT_STATE_DIR.
+// and applies --state-dir / $BBKIT_STATE_DIR. As root, the file must be one only root can
+// change (check_root_controlled).
 Config load_effective_config(const CommonOptions& options);
 
 // Parses the command line and runs `body`; returns the process exit status. CLI11 errors exit
@@ -39,7 +49,8 @@ Config load_effective_config(const CommonOptions& options);
 int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
              const CommonOptions& options, const std::function<int()>& body);
 
-// Reads a whole file ("-" is standard input). Error(no_input) / Error(no_perm) name the path.
+// Reads a whole file ("-" is standard input), with the caller's permissions when root runs for
+// a less privileged caller (open_as_caller). Error(no_input) / Error(no_perm) name the path.
 std::string read_input_file(const std::string& path);
 
 }  // namespace bbkit

@@ -29,6 +29,16 @@ install_scripts() {
     --bindir "$BBKIT_BUILD_DIR/bin" --slurm-api "${API:-22.05}" "$@"
 }
 
+# install_scripts_for USER [ARG...]: install-slurm for an unprivileged SlurmUser, whose tools run
+# through sudo and read only /etc/bbkit/bbkit.toml: run where that file is $BBKIT_CONFIG.
+install_scripts_for() {
+  local user=$1
+  shift
+  "$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG" "$SLURM_SHARE/install-slurm" \
+    --slurm-conf-dir "$CONF" --bindir "$BBKIT_BUILD_DIR/bin" --slurm-api "${API:-22.05}" \
+    --slurm-user "$user" "$@"
+}
+
 # hook FUNCTION ARG...: runs one function of the installed burst_buffer.lua; what it logs
 # through slurm.log_* goes to $TEST_DIR/slurmctld.log.
 hook() {
@@ -146,19 +156,37 @@ job_script() {
   fi
 }
 
-@test "the sudoers drop-in lets an unprivileged SlurmUser run exactly the tools, and passes visudo" {
+@test "the sudoers drop-in lets an unprivileged SlurmUser make exactly the hooks' calls, keeps no environment, and passes visudo" {
   user=$(test_user)
-  run install_scripts --slurm-user "$user"
+  run install_scripts_for "$user"
   assert_success
   assert_output --partial "install -m 0440 -o root -g root $CONF/bbkit.sudoers /etc/sudoers.d/bbkit"
   run visudo -cf "$CONF/bbkit.sudoers"
   assert_success
   run stat -c %a "$CONF/bbkit.sudoers"
   assert_output 440
-  run grep NOPASSWD "$CONF/bbkit.sudoers"
-  assert_output "$user ALL = (root) NOPASSWD: $BBKIT_BUILD_DIR/bin/bb-pool, $BBKIT_BUILD_DIR/bin/bb-stage, $BBKIT_BUILD_DIR/bin/bb-teardown, $BBKIT_BUILD_DIR/bin/bb-stat, $BBKIT_BUILD_DIR/bin/bb-parse"
+  bin=$BBKIT_BUILD_DIR/bin
+  run awk '/^#/ { next } { line = line $0 } /\\$/ { sub(/\\$/, "", line); next } { gsub(/ +/, " ", line); print line; line = "" }' "$CONF/bbkit.sudoers"
+  assert_output "Defaults:$user !requiretty
+$user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bin/bb-stage --job *, $bin/bb-teardown --job *, $bin/bb-stat *"
+  run grep -c env_keep "$CONF/bbkit.sudoers"
+  assert_output 0
+  # The hooks must not name a configuration through sudo: none is written into them.
+  run grep -c -- '^BBKIT_CONFIG = ""' "$CONF/burst_buffer.lua"
+  assert_output 1
   run install_scripts --slurm-user 'bad user'
   assert_failure 64
+}
+
+@test "install-slurm refuses an unprivileged SlurmUser with a configuration other than root's own" {
+  user=$(test_user)
+  run install_scripts --slurm-user "$user"
+  assert_failure 78
+  assert_output "install-slurm: SlurmUser $user runs the tools through sudo, which read only /etc/bbkit/bbkit.toml: install $(readlink -f "$BBKIT_CONFIG") there (and run this without --config)"
+  assert_file_not_exists "$CONF/burst_buffer.lua"
+  # --sudo never: the tools run as SlurmUser itself, with whatever configuration it names.
+  run install_scripts --slurm-user "$user" --sudo never
+  assert_success
 }
 
 @test "hooks: a job's whole life through the real tools" {
@@ -434,7 +462,7 @@ job_script() {
   dropin=$DROPIN
   chmod 755 "$TEST_DIR" "$CONF"
   chmod 644 "$BBKIT_CONFIG"
-  run install_scripts --slurm-user "$user" --sudoers "$dropin"
+  run install_scripts_for "$user" --sudoers "$dropin"
   assert_success
   assert_output --partial "wrote $dropin"
   echo input >"$TEST_DIR/data/in.txt"
@@ -444,7 +472,8 @@ job_script() {
     "#BB_LUA stage_in type=file source=$TEST_DIR/data/in.txt destination=in.txt")
   chown -R "$user" "$TEST_DIR/statesave"
   as_slurm_user() {
-    setpriv --reuid "$user" --regid "$user" --clear-groups \
+    "$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG" \
+      setpriv --reuid "$user" --regid "$user" --clear-groups \
       lua5.1 "$CALL_HOOK" "$CONF/burst_buffer.lua" "$@" 2>>"$TEST_DIR/slurmctld.log"
   }
   run as_slurm_user slurm_bb_pools
@@ -455,7 +484,7 @@ job_script() {
   rm -f "$dropin"
   assert_line --index 0 "rc=0"
   assert_output --partial "allocated: main.70.1"
-  install_scripts --slurm-user "$user" --sudoers "$dropin" >/dev/null
+  install_scripts_for "$user" --sudoers "$dropin" >/dev/null
   run as_slurm_user slurm_bb_data_in 70 "$script"
   assert_line --index 0 "rc=0"
   assert_file_exists "$TEST_DIR/small/job/70.1/in.txt"

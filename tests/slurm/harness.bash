@@ -308,10 +308,16 @@ start_munge() {
 }
 
 # slurmctld inherits this environment, and slurmscriptd and every hook inherit slurmctld's.
+# Under an unprivileged SlurmUser (slurm.conf's) it runs where /etc/bbkit/bbkit.toml is
+# $BBKIT_CONFIG, the only configuration the tools read through sudo.
 start_slurmctld() {
+  local wrap=() user
+  user=$(sed -n 's/^SlurmUser=//p' "$SLURM_CONF" | tail -n 1)
+  [ "${user:-root}" = root ] ||
+    wrap=("$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG")
   (
     cd "$SLURM_DIR/log" &&
-      env -i PATH="$BBKIT_BIN:/usr/sbin:/usr/bin:/sbin:/bin" BBKIT_CONFIG="$BBKIT_CONFIG" \
+      "${wrap[@]}" env -i PATH="$BBKIT_BIN:/usr/sbin:/usr/bin:/sbin:/bin" BBKIT_CONFIG="$BBKIT_CONFIG" \
         SLURM_CONF="$SLURM_CONF" LANG=C.UTF-8 slurmctld -f "$SLURM_CONF"
   )
   wait_until 30 "slurmctld to answer" scontrol ping
@@ -391,11 +397,18 @@ start_guard() {
   echo $! >"$SLURM_DIR/run/guard.pid"
 }
 
-# Installs bbkit's Slurm scripts next to slurm.conf, as a site would.
+# Installs bbkit's Slurm scripts next to slurm.conf, as a site would. With an unprivileged
+# SlurmUser the tools run through sudo and read only /etc/bbkit/bbkit.toml: install-slurm (and
+# slurmctld, see start_slurmctld) then run where that is $BBKIT_CONFIG (with-default-config).
 install_bbkit_scripts() {
-  local args=(--slurm-conf-dir "$SLURM_DIR/etc" --config "$BBKIT_CONFIG" --bindir "$BBKIT_BIN"
-    --slurm-api 22.05 --slurm-user "${1:-root}")
-  "${BBKIT_INSTALL_SLURM:-$BBKIT_SOURCE_DIR/share/bbkit/slurm/install-slurm}" "${args[@]}" >"$SLURM_DIR/log/install-slurm.log" 2>&1 ||
+  local user=${1:-root} args wrap=()
+  args=(--slurm-conf-dir "$SLURM_DIR/etc" --bindir "$BBKIT_BIN" --slurm-api 22.05 --slurm-user "$user")
+  if [ "$user" = root ]; then
+    args+=(--config "$BBKIT_CONFIG")
+  else
+    wrap=("$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG")
+  fi
+  "${wrap[@]}" "${BBKIT_INSTALL_SLURM:-$BBKIT_SOURCE_DIR/share/bbkit/slurm/install-slurm}" "${args[@]}" >"$SLURM_DIR/log/install-slurm.log" 2>&1 ||
     { cat "$SLURM_DIR/log/install-slurm.log" >&2; return 1; }
   transcript "root# install-slurm $(printf '%q ' "${args[@]}")"
 }

@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
     CLI::App* post = app.add_subcommand("post-run", "running -> post-run, with the post_run hook");
     CLI::App* paths =
         app.add_subcommand("paths", "Print the job's environment: BB_JOB_DIR=..., DW_...");
-    paths->add_option("--output", output, "Write the lines to FILE (Slurm's path file) instead");
+    add_file_option(*paths, common, "--output", output,
+                    "Write the lines to FILE (Slurm's path file) instead; refused through sudo");
 
     return run_tool("bb-stage", app, argc, argv, common, [&]() -> int {
         const Config config = load_effective_config(common);

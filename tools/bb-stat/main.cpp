@@ -176,9 +176,9 @@ int main(int argc, char** argv) {
                    "caller answering for a user, as burst_buffer.lua does for scontrol show "
                    "bbstat; it never shows more than the caller may see")
         ->type_name("UID");
-    app.add_option("--prometheus", options.prometheus,
-                   "Write metrics in Prometheus text format to FILE, atomically (prints the view "
-                   "only when one is named)")
+    add_file_option(app, common, "--prometheus", options.prometheus,
+                    "Write metrics in Prometheus text format to FILE, atomically (prints the view "
+                    "only when one is named; refused through sudo)")
         ->type_name("FILE");
     app.footer(
         "Views:\n"

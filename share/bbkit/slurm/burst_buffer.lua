@@ -30,8 +30,8 @@ Reason names what failed.
 
 -- ---- install-time settings (install-slurm writes them; keep each on one line) ----------------
 BBKIT_BINDIR = ""                -- "" = the tools are found on slurmctld's PATH
-BBKIT_CONFIG = ""                -- "" = $BBKIT_CONFIG as for every tool, else /etc/bbkit/bbkit.toml
-BBKIT_STATE_DIR = "/var/lib/bbkit" -- where pools.json and env/ are read; passed as --state-dir
+BBKIT_CONFIG = ""                -- "" = $BBKIT_CONFIG as for every tool, else /etc/bbkit/bbkit.toml; never passed through sudo
+BBKIT_STATE_DIR = "/var/lib/bbkit" -- where pools.json and env/ are read; passed as --state-dir (not through sudo)
 BBKIT_CLUSTER = "main"           -- bbkit.toml's cluster (part of the env file's name)
 BBKIT_DIRECTIVE = "BB_LUA"       -- burst_buffer.conf's Directive = bbkit.toml's directives[1]
 SLURM_API = "22.05"              -- "22.05" | "23.02" | "24.05": which hook signatures Slurm uses
@@ -184,7 +184,8 @@ local tools_with_state_dir = {
 -- stdout, and the exit status appended (io.popen():close() gives none in Lua 5.1).
 function bbkit.command_line(tool, args)
     local words = {}
-    if use_sudo() then
+    local sudo = use_sudo()
+    if sudo then
         words[#words + 1] = "sudo -n"
     end
     local path = tool
@@ -192,10 +193,12 @@ function bbkit.command_line(tool, args)
         path = BBKIT_BINDIR .. "/" .. tool
     end
     words[#words + 1] = bbkit.shell_quote(path)
-    if BBKIT_CONFIG ~= "" then
+    -- Through sudo the tools refuse to be told which files root reads: they use root's own
+    -- configuration (install-slurm checks that it is the one named here).
+    if BBKIT_CONFIG ~= "" and not sudo then
         words[#words + 1] = "--config " .. bbkit.shell_quote(BBKIT_CONFIG)
     end
-    if tools_with_state_dir[tool] and BBKIT_STATE_DIR ~= "" then
+    if tools_with_state_dir[tool] and BBKIT_STATE_DIR ~= "" and not sudo then
         words[#words + 1] = "--state-dir " .. bbkit.shell_quote(BBKIT_STATE_DIR)
     end
     for _, arg in ipairs(args) do
