@@ -178,10 +178,12 @@ std::string BufferKey::str() const {
     return cluster + "." + std::to_string(job_id) + "." + std::to_string(incarnation);
 }
 
+// The whole key, cluster included: clusters sharing a pool never meet in one directory.
+// Records keep the directory they were created with (older versions left the cluster out).
 std::string BufferKey::directory() const {
     if (kind() == BufferKind::persistent)
-        return "persistent/" + name;
-    return "job/" + std::to_string(job_id) + "." + std::to_string(incarnation);
+        return "persistent/" + cluster + "." + name;
+    return "job/" + str();
 }
 
 bool BufferKey::operator==(const BufferKey& other) const {

@@ -78,7 +78,8 @@ struct BufferKey {
     BufferKind kind() const { return name.empty() ? BufferKind::job : BufferKind::persistent; }
     // Used in file names (env/<key>.env, run/<key>.lock): "main.42.1", "main.p.alpha".
     std::string str() const;
-    // The buffer's directory relative to its pool: "job/42.1", "persistent/alpha".
+    // The directory a new buffer gets, relative to its pool: "job/main.42.1",
+    // "persistent/main.alpha" (cluster first; a record keeps the one it was created with).
     std::string directory() const;
 
     bool operator==(const BufferKey& other) const;

@@ -232,15 +232,24 @@ std::string name_of(const Field& field) {
     return name;
 }
 
-std::string user_name_of(const Field& field) {
+// A user or group name as /etc/passwd and /etc/group can hold it; `kind` is "user" or "group".
+std::string account_name_of(const Field& field, const std::string& kind) {
     const std::string name = string_of(field);
     if (name.empty())
-        field.fail("a user name must not be empty");
+        field.fail("a " + kind + " name must not be empty");
     for (char c : name)
         if (std::isspace(static_cast<unsigned char>(c)) ||
             std::iscntrl(static_cast<unsigned char>(c)) || c == ':' || c == '/')
-            field.fail("'" + name + "' is not a valid user name");
+            field.fail("'" + name + "' is not a valid " + kind + " name");
     return name;
+}
+
+std::string user_name_of(const Field& field) {
+    return account_name_of(field, "user");
+}
+
+std::string group_name_of(const Field& field) {
+    return account_name_of(field, "group");
 }
 
 std::uint64_t capacity_of(const Field& field) {
@@ -357,6 +366,7 @@ std::vector<std::string> users_of(const Field& field) {
 void read_identity(const Field& root, Config& config) {
     read_if_present(root, "state_dir", config.state_dir, normalized_path_of);
     read_if_present(root, "state_owner", config.state_owner, user_name_of);
+    read_if_present(root, "state_group", config.state_group, group_name_of);
     read_if_present(root, "mode", config.mode, mode_of);
     read_if_present(root, "cluster", config.cluster, name_of);
     read_if_present(root, "directives", config.directives, directives_of);
@@ -460,7 +470,7 @@ std::string default_pool_of(const Field& field, const std::vector<PoolConfig>& p
 
 Config config_of(const Field& root) {
     reject_unknown_keys(
-        root, {"state_dir", "state_owner", "mode", "cluster", "directives", "default_pool", "flags",
+        root, {"state_dir", "state_owner", "state_group", "mode", "cluster", "directives", "default_pool", "flags",
                "allow_users", "deny_users", "allow_root", "timeouts", "limits", "pool", "hooks"});
     Config config;
     read_identity(root, config);

@@ -53,6 +53,7 @@ struct Config {
     std::string source;  // the file it was read from ("" for built-in defaults)
     std::string state_dir = "/var/lib/bbkit";
     std::string state_owner = "root";
+    std::string state_group;  // may read env/ (SlurmUser's group); "" = leave env/'s group as is
     Mode mode = Mode::standalone;
     std::string cluster = "main";
     std::vector<std::string> directives{"BB_LUA", "DW", "BB"};  // without the leading '#'

@@ -127,7 +127,8 @@ void leave_queue(StateStore& store, const Config& config, const BufferKey& key,
 
 struct Reserved {
     Buffer buffer;
-    bool existed = false;
+    bool existed = false;  // live and past `allocating`: nothing to do
+    bool resumed = false;  // an `allocating` record whose process died: its directory may exist
     std::vector<std::pair<std::string, std::string>> uses;
     std::optional<PoolDir> dir;  // opened and checked in the transaction that reserved
 };
@@ -164,7 +165,8 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
                                 describe(r) + " is being allocated by pid " +
                                     std::to_string(live->run_lock_holder->pid) + " (retry later)");
                 Reserved out{*live, live->state != BufferState::allocating,
-                             check_uses(txn, config, r), std::move(dir)};
+                             live->state == BufferState::allocating, check_uses(txn, config, r),
+                             std::move(dir)};
                 if (!out.existed) {
                     // Resuming an allocation whose process died: claimed, so a recover that
                     // runs meanwhile leaves it alone.
@@ -235,7 +237,7 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
                 txn.insert_buffer(b);
             }
             txn.commit();
-            return Reserved{b, false, uses, std::move(dir)};
+            return Reserved{b, false, false, uses, std::move(dir)};
         }
     } catch (...) {
         if (queued)
@@ -440,7 +442,9 @@ AllocResult allocate(StateStore& store, const Config& config, const AllocRequest
     // Synced here; a failure is reported by wait(), before the second transaction commits.
     PendingSync durable;
     try {
-        durable = dir->create_buffer_dir(b.directory, b.uid, b.gid);
+        durable = dir->create_buffer_dir(
+            b.directory, b.uid, b.gid,
+            reserved.resumed ? PoolDir::Creation::resume : PoolDir::Creation::fresh);
     } catch (const Error& e) {
         roll_back(store, config, b, e.what(), tool);
         throw;
@@ -549,7 +553,8 @@ std::string job_env_file_path(const StateStore& store, const BufferKey& key) {
 
 void write_env_files(const StateStore& store, const BufferKey& key, const std::string& text) {
     const std::string own = env_file_path(store, key);
-    replace_file(own, text, 0644);
+    // The state owner and env/'s group (SlurmUser's, for burst_buffer.lua) read it; nobody else.
+    replace_file(own, text, 0640);
     // The job's name for the same file: a second file cost a data block written and, at
     // teardown, one freed.
     if (key.kind() == BufferKind::job)

@@ -114,7 +114,7 @@ void fsync_fd(int fd, const std::string& what) {
         throw io_error("cannot sync " + what, errno);
 }
 
-// Splits "job/42.1" into its two parts; anything else is a programming error.
+// Splits "job/main.42.1" into its two parts; anything else is a programming error.
 std::pair<std::string, std::string> split_directory(const std::string& directory) {
     const std::size_t slash = directory.find('/');
     if (slash == std::string::npos || directory.find('/', slash + 1) != std::string::npos)
@@ -213,12 +213,40 @@ int PoolDir::subdir_fd(const std::string& subdir) const {
     throw Error(ExitCode::software, "no pool subdirectory '" + subdir + "'");
 }
 
-PendingSync PoolDir::create_buffer_dir(const std::string& directory, uid_t uid, gid_t gid) {
+namespace {
+
+bool is_empty_dir(int fd, const std::string& what) {
+    return entries_of(fd, what).empty();
+}
+
+// Whether an existing buffer directory is what an interrupted allocation of this buffer can
+// have left: made (root's and empty) or already handed over (uid's).
+bool left_by_allocation(int fd, uid_t uid, const std::string& what) {
+    struct stat st {};
+    if (fstat(fd, &st) != 0)
+        throw io_error("cannot stat " + what, errno);
+    return st.st_uid == uid || (st.st_uid == 0 && is_empty_dir(fd, what));
+}
+
+}  // namespace
+
+PendingSync PoolDir::create_buffer_dir(const std::string& directory, uid_t uid, gid_t gid,
+                                       Creation creation) {
     const auto [subdir, name] = split_directory(directory);
     const int parent = subdir_fd(subdir);
     const std::string what = path_ + "/" + directory;
-    if (mkdirat(parent, name.c_str(), private_dir) != 0 && errno != EEXIST)
-        throw io_error("cannot create buffer directory " + what, errno);
+    const auto taken = [&what]() {
+        return Error(ExitCode::exists,
+                     what + " already exists and belongs to no allocation of this buffer "
+                            "(another state directory sharing the pool under the same cluster "
+                            "name?): nothing was changed in it (see bb-pool check)");
+    };
+    if (mkdirat(parent, name.c_str(), private_dir) != 0) {
+        if (errno != EEXIST)
+            throw io_error("cannot create buffer directory " + what, errno);
+        if (creation == Creation::fresh)
+            throw taken();
+    }
     fault_point("dir.made");
     Fd fd;
     try {
@@ -226,6 +254,8 @@ PendingSync PoolDir::create_buffer_dir(const std::string& directory, uid_t uid, 
     } catch (const Error& e) {
         throw Error(ExitCode::exists, what + " exists and is not a directory: " + e.what());
     }
+    if (creation == Creation::resume && !left_by_allocation(fd.get(), uid, what))
+        throw taken();
     if (fchown(fd.get(), uid, gid) != 0 || fchmod(fd.get(), private_dir) != 0)
         throw io_error("cannot hand " + what + " to uid " + std::to_string(uid), errno);
     fault_point("dir.owned");

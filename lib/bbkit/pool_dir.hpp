@@ -47,11 +47,20 @@ class PoolDir {
     const PoolMarker& marker() const { return marker_; }
     const std::string& path() const { return path_; }
 
-    // Creates `directory` ("job/42.1" or "persistent/alpha") owned by uid:gid, mode 0700, and
-    // syncs it and its entry: the result's wait() reports a failed sync, and must come before
-    // anything records the directory as made. An existing directory (a crash rolled
-    // forward) is re-owned; a non-directory in its place is Error(exists).
-    [[nodiscard]] PendingSync create_buffer_dir(const std::string& directory, uid_t uid, gid_t gid);
+    // How create_buffer_dir treats a directory that is already there.
+    enum class Creation {
+        fresh,   // a new record: any existing entry is Error(exists), and is left untouched
+        resume,  // an `allocating` record whose process died: only what that process can
+                 // have left is taken (root's and empty, or already uid's); else Error(exists)
+    };
+
+    // Creates `directory` ("job/main.42.1" or "persistent/main.alpha") owned by uid:gid, mode
+    // 0700, and syncs it and its entry: the result's wait() reports a failed sync, and must
+    // come before anything records the directory as made. Never adopts a directory that
+    // another buffer, cluster or user made (see Creation); bb-pool check reports such an
+    // entry as an orphan.
+    [[nodiscard]] PendingSync create_buffer_dir(const std::string& directory, uid_t uid, gid_t gid,
+                                                Creation creation);
     bool exists(const std::string& directory) const;
     // Removes `directory` if it is still an empty directory (an allocation whose record was
     // ended meanwhile); anything in it stays for check to report. Durable.
@@ -78,7 +87,7 @@ class PoolDir {
     // (job/ or persistent/). The result's wait() reports a failed sync.
     [[nodiscard]] PendingSync sync_removal(const std::string& directory);
 
-    // Moves `relative` (e.g. "job/17.2") aside into quarantine/<name>; never deletes.
+    // Moves `relative` (e.g. "job/main.17.2") aside into quarantine/<name>; never deletes.
     void quarantine(const std::string& relative, const std::string& name);
 
     // The entry names of job/, persistent/ or trash/.

@@ -102,8 +102,18 @@ std::string recover_allocating(StateStore& store, const Config& config, const Bu
             return "";
         return b.key.str() + ": allocating -> rolled back (no directory)";
     }
-    // Re-owned (the crash may have come first) and synced while the roll-forward works.
-    PendingSync durable = dir->create_buffer_dir(b.directory, b.uid, b.gid);
+    // Re-owned (the crash may have come first) and synced while the roll-forward works. A
+    // directory this allocation cannot have made is left alone, for check to report.
+    PendingSync durable;
+    try {
+        durable = dir->create_buffer_dir(b.directory, b.uid, b.gid, PoolDir::Creation::resume);
+    } catch (const Error& e) {
+        if (e.code() != ExitCode::exists)
+            throw;
+        if (!close_record(store, config, b, e.what(), tool))
+            return "";
+        return b.key.str() + ": allocating -> rolled back (its directory is not its own)";
+    }
     std::vector<std::pair<std::string, std::string>> uses;
     {
         ReadSnapshot snapshot(store);
@@ -341,7 +351,7 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
                                 "waiter pid " + std::to_string(entry.waiter.pid) + " is gone",
                                 false});
 
-    std::map<std::string, std::set<std::string>> expected_dirs;   // pool -> "job/42.1"
+    std::map<std::string, std::set<std::string>> expected_dirs;   // pool -> "job/main.42.1"
     std::map<std::string, std::set<std::string>> expected_trash;  // pool -> trash names
     for (const Buffer& b : live) {
         if (b.state == BufferState::pending)

@@ -205,6 +205,7 @@ json config_json(const Config& config) {
     return {{"source", config.source},
             {"state_dir", config.state_dir},
             {"state_owner", config.state_owner},
+            {"state_group", config.state_group},
             {"mode", to_string(config.mode)},
             {"cluster", config.cluster},
             {"directives", config.directives},
@@ -233,6 +234,8 @@ std::string config_text(const Config& config) {
         << (config.source.empty() ? "" : " read from " + config.source) << '\n'
         << "state_dir = " << toml_string(config.state_dir) << '\n'
         << "state_owner = " << toml_string(config.state_owner) << '\n'
+        << (config.state_group.empty() ? ""
+                                       : "state_group = " + toml_string(config.state_group) + "\n")
         << "mode = " << toml_string(to_string(config.mode)) << '\n'
         << "cluster = " << toml_string(config.cluster) << '\n'
         << "directives = " << toml_array(config.directives) << '\n';

@@ -4,15 +4,18 @@
 
 #include <fcntl.h>
 #include <sqlite3.h>
+#include <grp.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <sstream>
 #include <thread>
+#include <optional>
 #include <unordered_map>
 
 #include "bbkit/error.hpp"
@@ -601,10 +604,40 @@ Fd open_owned_file(const std::string& path, uid_t owner) {
     return fd;
 }
 
-void set_up_directory(const std::string& dir, uid_t owner, const std::string& owner_name) {
+// The group config.state_group names, or nullopt when it names none.
+std::optional<gid_t> state_group_of(const Config& config) {
+    if (config.state_group.empty())
+        return std::nullopt;
+    if (std::all_of(config.state_group.begin(), config.state_group.end(),
+                    [](char c) { return c >= '0' && c <= '9'; }) &&
+        config.state_group.size() <= 10)
+        return static_cast<gid_t>(std::stoull(config.state_group));
+    if (const struct group* g = ::getgrnam(config.state_group.c_str()))
+        return g->gr_gid;
+    throw Error(ExitCode::config, "state_group '" + config.state_group +
+                                      "' is not a group on this host (groupadd it, or change "
+                                      "state_group in the configuration)");
+}
+
+// env/: its group (state_group, SlurmUser's) may enter it and read the env files, which it
+// passes on to the files created in it (setgid); nobody else can even learn which exist.
+void set_up_env_directory(const std::string& path, const struct stat& st,
+                          std::optional<gid_t> group) {
+    constexpr mode_t env_mode = 02710;
+    if (group && st.st_gid != *group && ::chown(path.c_str(), static_cast<uid_t>(-1), *group) != 0)
+        throw Error(ExitCode::no_perm, "cannot give " + path + " to group " +
+                                           std::to_string(*group) + ": " + std::strerror(errno));
+    if ((st.st_mode & 07777) != env_mode && ::chmod(path.c_str(), env_mode) != 0)
+        throw Error(ExitCode::no_perm, "cannot set the mode of " + path + ": " + std::strerror(errno));
+}
+
+void set_up_directory(const std::string& dir, uid_t owner, const std::string& owner_name,
+                      std::optional<gid_t> env_group) {
     if (geteuid() != owner && geteuid() != 0)
         throw Error(ExitCode::no_perm, "state directory " + dir + " belongs to " + owner_name +
-                                           " (run this as " + owner_name + " or root)");
+                                           (owner_name == "root" ? " (run this as root)"
+                                                                 : " (run this as " + owner_name +
+                                                                       " or root)"));
     // 0711: others may reach public/ (and nothing else: every other entry is 0700 or 0600).
     const struct stat st = ensure_directory(dir, 0711, owner);
     check_owned(dir, st, owner, owner_name);
@@ -615,15 +648,12 @@ void set_up_directory(const std::string& dir, uid_t owner, const std::string& ow
                         ": group or others may read or write it (chmod 0711 " + dir + ")");
     for (const char* name : subdirectories) {
         const std::string path = dir + "/" + name;
-        // env/: search only, so that SlurmUser's burst_buffer.lua opens a job's env file by
-        // name (slurm_bb_paths) without listing anyone's.
         const bool env = std::string(name) == "env";
-        const mode_t mode = std::string(name) == "public" ? 0755 : env ? 0711 : 0700;
+        const mode_t mode = std::string(name) == "public" ? 0755 : env ? 0710 : 0700;
         struct stat st = ensure_directory(path, mode, owner);
         check_owned(path, st, owner, owner_name);
-        if (env && (st.st_mode & 07777) == 0700 && ::chmod(path.c_str(), mode) != 0)
-            spdlog::warn("cannot open {} to SlurmUser (chmod 0711): {}", path,
-                         std::strerror(errno));
+        if (env)
+            set_up_env_directory(path, st, env_group);
     }
 }
 
@@ -757,7 +787,7 @@ StateStore::StateStore(const Config& config, StoreOptions options)
     impl.db_path = impl.dir + "/state.db";
     impl.options = options;
     const uid_t owner = owner_uid_of(config);
-    set_up_directory(impl.dir, owner, config.state_owner);
+    set_up_directory(impl.dir, owner, config.state_owner, state_group_of(config));
     impl.lock_fd = open_owned_file(impl.dir + "/lock", owner);
     // Created here so its owner and mode are ours; SQLite gives -wal and -shm the same ones.
     open_owned_file(impl.db_path, owner);

@@ -73,7 +73,7 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
   assert_success
   assert_output --partial '"allocated": 2147483648'
   assert_output --partial '"key": "main.42.1"'
-  dir="$TEST_DIR/nvme/job/42.1"
+  dir="$TEST_DIR/nvme/job/main.42.1"
   [ "$(stat -c '%U %a' "$dir")" = "$U 700" ]
   [ "$(used_of nvme)" = 2147483648 ]
   grep -q "^BB_JOB_DIR=$dir$" "$TEST_DIR/state/env/main.42.1.env"
@@ -108,7 +108,7 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
   run bb-pool alloc --job 42 --user "$U" --capacity 1G --json
   assert_success
   assert_output --partial '"incarnation": 2'
-  assert_dir_exists "$TEST_DIR/nvme/job/42.2"
+  assert_dir_exists "$TEST_DIR/nvme/job/main.42.2"
 }
 
 @test "a full pool exits 75 with BurstBufferResources" {
@@ -271,17 +271,17 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
   run bb-pool alloc --persistent shared --capacity 2G --owner "$U" --json
   assert_success
   assert_output --partial '"name": "shared"'
-  [ "$(stat -c %U "$TEST_DIR/nvme/persistent/shared")" = "$U" ]
+  [ "$(stat -c %U "$TEST_DIR/nvme/persistent/main.shared")" = "$U" ]
   run bb-pool alloc --job 9 --user "$U" --bb '#DW jobdw capacity=1G #DW persistentdw name=shared'
   assert_success
-  grep -q "^DW_PERSISTENT_STRIPED_shared=$TEST_DIR/nvme/persistent/shared$" "$TEST_DIR/state/env/main.9.1.env"
+  grep -q "^DW_PERSISTENT_STRIPED_shared=$TEST_DIR/nvme/persistent/main.shared$" "$TEST_DIR/state/env/main.9.1.env"
   run bb-teardown --persistent shared
   assert_failure 73
   assert_output --partial "--force"
   bb-teardown --job 9 >/dev/null
   run bb-teardown --persistent shared
   assert_success
-  assert_not_exist "$TEST_DIR/nvme/persistent/shared"
+  assert_not_exist "$TEST_DIR/nvme/persistent/main.shared"
 }
 
 @test "persistent names starting with a digit or holding a slash are refused" {
@@ -325,15 +325,15 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
 
 @test "check finds an orphan directory and repair quarantines it without deleting" {
   init_pools
-  mkdir "$TEST_DIR/nvme/job/999.1"
-  echo keep >"$TEST_DIR/nvme/job/999.1/data"
+  mkdir "$TEST_DIR/nvme/job/main.999.1"
+  echo keep >"$TEST_DIR/nvme/job/main.999.1/data"
   run bb-pool check --json
   assert_failure 1
   assert_output --partial "orphan-directory"
   run bb-pool check --repair
   assert_success
   assert_output --partial "[repaired]"
-  assert_not_exist "$TEST_DIR/nvme/job/999.1"
+  assert_not_exist "$TEST_DIR/nvme/job/main.999.1"
   grep -rq keep "$TEST_DIR/nvme/quarantine/"
   run bb-pool check
   assert_success
@@ -343,7 +343,7 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
 @test "check finds a record whose directory vanished; repair closes it and frees the space" {
   init_pools
   bb-pool alloc --job 5 --user "$U" --capacity 1G >/dev/null
-  rmdir "$TEST_DIR/nvme/job/5.1"
+  rmdir "$TEST_DIR/nvme/job/main.5.1"
   run bb-pool check
   assert_failure 1
   assert_output --partial "missing-directory"
@@ -359,7 +359,7 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
   sqlite3 "$TEST_DIR/state/state.db" "UPDATE buffers SET state='allocating', lock_pid=999999, lock_start=1 WHERE key='main.6.1'"
   bb-pool alloc --job 7 --user "$U" --capacity 1G >/dev/null
   sqlite3 "$TEST_DIR/state/state.db" "UPDATE buffers SET state='allocating', lock_pid=999999, lock_start=1 WHERE key='main.7.1'"
-  rmdir "$TEST_DIR/nvme/job/7.1"
+  rmdir "$TEST_DIR/nvme/job/main.7.1"
   run bb-pool recover
   assert_success
   assert_output --partial "main.6.1: allocating -> allocated (rolled forward)"
@@ -372,8 +372,8 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
 @test "reap empties trash within its budget and releases the space" {
   init_pools
   bb-pool alloc --job 8 --user "$U" --capacity 1G >/dev/null
-  mkdir -p "$TEST_DIR/nvme/job/8.1/a/b"
-  ln -s /etc "$TEST_DIR/nvme/job/8.1/a/etc-link"
+  mkdir -p "$TEST_DIR/nvme/job/main.8.1/a/b"
+  ln -s /etc "$TEST_DIR/nvme/job/main.8.1/a/etc-link"
   # Teardown with no reap budget leaves the directory in trash, still charged.
   sqlite3 "$TEST_DIR/state/state.db" "SELECT 1" >/dev/null
   bb-teardown --job 8 >/dev/null

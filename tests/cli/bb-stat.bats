@@ -325,7 +325,7 @@ private_pair() {
   assert_success
   assert_line "state:      allocated"
   assert_line "requested:  3GiB"
-  assert_line "directory:  $TEST_DIR/nvme/job/7.1"
+  assert_line "directory:  $TEST_DIR/nvme/job/main.7.1"
   run bb-stat job 7 --json
   assert_success
   echo "$output" | grep -q '"allocated": 3221225472'

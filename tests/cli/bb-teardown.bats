@@ -32,11 +32,11 @@ teardown() {
 
 @test "teardown moves the directory away, records complete and releases the space" {
   bb-pool alloc --job 3 --user "$U" --capacity 1G >/dev/null
-  echo data >"$TEST_DIR/nvme/job/3.1/f"
+  echo data >"$TEST_DIR/nvme/job/main.3.1/f"
   run bb-teardown --job 3
   assert_success
   assert_output --partial "torn down: main.3.1"
-  assert_not_exist "$TEST_DIR/nvme/job/3.1"
+  assert_not_exist "$TEST_DIR/nvme/job/main.3.1"
   assert_not_exist "$TEST_DIR/state/env/main.3.1.env"
   assert_not_exist "$TEST_DIR/state/run/main.3.1.lock"
   run bb-stat job 3 --json
@@ -58,8 +58,8 @@ teardown() {
 @test "a symlink planted in place of the buffer is moved, never followed" {
   bb-pool alloc --job 4 --user "$U" --capacity 1G >/dev/null
   mkdir "$TEST_DIR/victim"; echo precious >"$TEST_DIR/victim/file"
-  rmdir "$TEST_DIR/nvme/job/4.1"
-  ln -s "$TEST_DIR/victim" "$TEST_DIR/nvme/job/4.1"
+  rmdir "$TEST_DIR/nvme/job/main.4.1"
+  ln -s "$TEST_DIR/victim" "$TEST_DIR/nvme/job/main.4.1"
   run bb-teardown --job 4
   assert_success
   assert_file_exists "$TEST_DIR/victim/file"
@@ -68,8 +68,8 @@ teardown() {
 @test "symlinks inside the buffer are removed, their targets kept" {
   bb-pool alloc --job 4 --user "$U" --capacity 1G >/dev/null
   mkdir "$TEST_DIR/victim"; echo precious >"$TEST_DIR/victim/file"
-  ln -s "$TEST_DIR/victim" "$TEST_DIR/nvme/job/4.1/link"
-  ln -s "$TEST_DIR/victim/file" "$TEST_DIR/nvme/job/4.1/flink"
+  ln -s "$TEST_DIR/victim" "$TEST_DIR/nvme/job/main.4.1/link"
+  ln -s "$TEST_DIR/victim/file" "$TEST_DIR/nvme/job/main.4.1/flink"
   run bb-teardown --job 4
   assert_success
   assert_file_exists "$TEST_DIR/victim/file"
@@ -77,7 +77,7 @@ teardown() {
 
 @test "a deep tree is removed completely" {
   bb-pool alloc --job 5 --user "$U" --capacity 1G >/dev/null
-  d="$TEST_DIR/nvme/job/5.1"
+  d="$TEST_DIR/nvme/job/main.5.1"
   for i in $(seq 200); do d="$d/d"; done
   mkdir -p "$d" && touch "$d/leaf"
   run bb-teardown --job 5 --json
@@ -134,5 +134,5 @@ teardown() {
   run bb-pool recover
   assert_success
   assert_output --partial "main.9.1: teardown -> finished"
-  assert_not_exist "$TEST_DIR/nvme/job/9.1"
+  assert_not_exist "$TEST_DIR/nvme/job/main.9.1"
 }

@@ -29,6 +29,13 @@ install_scripts() {
     --bindir "$BBKIT_BUILD_DIR/bin" --slurm-api "${API:-22.05}" "$@"
 }
 
+# The setup's configuration, with env/ readable by USER's group, as an unprivileged SlurmUser
+# needs (state_group).
+config_for_slurm_user() {
+  write_config 'mode = "slurm"' 'directives = ["BB_LUA"]' "state_group = \"$(id -gn "$1")\"" \
+    '[timeouts]' 'stage_in = 600' 'stage_out = 600' 'other = 120'
+}
+
 # install_scripts_for USER [ARG...]: install-slurm for an unprivileged SlurmUser, whose tools run
 # through sudo and read only /etc/bbkit/bbkit.toml: run where that file is $BBKIT_CONFIG.
 install_scripts_for() {
@@ -158,6 +165,7 @@ job_script() {
 
 @test "the sudoers drop-in lets an unprivileged SlurmUser make exactly the hooks' calls, keeps no environment, and passes visudo" {
   user=$(test_user)
+  config_for_slurm_user "$user"
   run install_scripts_for "$user"
   assert_success
   assert_output --partial "install -m 0440 -o root -g root $CONF/bbkit.sudoers /etc/sudoers.d/bbkit"
@@ -178,8 +186,12 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   assert_failure 64
 }
 
-@test "install-slurm refuses an unprivileged SlurmUser with a configuration other than root's own" {
+@test "install-slurm refuses an unprivileged SlurmUser that cannot read env/ or would need a configuration other than root's own" {
   user=$(test_user)
+  run install_scripts_for "$user"
+  assert_failure 78
+  assert_output "install-slurm: SlurmUser $user cannot read the state directory's env/: set state_group = \"$(id -gn "$user")\" in bbkit.toml"
+  config_for_slurm_user "$user"
   run install_scripts --slurm-user "$user"
   assert_failure 78
   assert_output "install-slurm: SlurmUser $user runs the tools through sudo, which read only /etc/bbkit/bbkit.toml: install $(readlink -f "$BBKIT_CONFIG") there (and run this without --config)"
@@ -206,18 +218,18 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   assert_output --partial "allocated: main.17.1 2KiB in pool small"
   run hook slurm_bb_data_in 17 "$script"
   assert_line --index 0 "rc=0"
-  assert_file_exists "$TEST_DIR/small/job/17.1/in.txt"
+  assert_file_exists "$TEST_DIR/small/job/main.17.1/in.txt"
   run hook slurm_bb_real_size 17
   assert_output $'rc=0\n2048'
   : >"$TEST_DIR/path"
   run hook slurm_bb_paths 17 "$script" "$TEST_DIR/path"
   assert_output "rc=0"
   run cat "$TEST_DIR/path"
-  assert_line "BB_JOB_DIR=$TEST_DIR/small/job/17.1"
-  assert_line "DW_JOB_STRIPED=$TEST_DIR/small/job/17.1"
+  assert_line "BB_JOB_DIR=$TEST_DIR/small/job/main.17.1"
+  assert_line "DW_JOB_STRIPED=$TEST_DIR/small/job/main.17.1"
   run hook slurm_bb_pre_run 17 "$script"
   assert_line --index 0 "rc=0"
-  echo output >"$TEST_DIR/small/job/17.1/out.txt"
+  echo output >"$TEST_DIR/small/job/main.17.1/out.txt"
   run hook slurm_bb_post_run 17 "$script"
   assert_line --index 0 "rc=0"
   run hook slurm_bb_data_out 17 "$script"
@@ -229,7 +241,7 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   assert_line "state:      staged-out"
   run hook slurm_bb_job_teardown 17 "$script" false
   assert_line --index 0 "rc=0"
-  assert_dir_not_exists "$TEST_DIR/small/job/17.1"
+  assert_dir_not_exists "$TEST_DIR/small/job/main.17.1"
   assert_file_not_exists "$TEST_DIR/state/env/main.17.env"
   run hook slurm_bb_pools
   assert_output --partial '{"free":4,"granularity":1024,"id":"small","quantity":4}'
@@ -251,13 +263,13 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   run hook slurm_bb_data_in 21 "$script"
   assert_line --index 0 "rc=-1"
   assert_line --index 1 --regexp "^bb-stage: .*'$TEST_DIR/data/in.txt'.*No such file or directory"
-  assert_dir_exists "$TEST_DIR/small/job/21.1"
+  assert_dir_exists "$TEST_DIR/small/job/main.21.1"
   run grep -c "slurm.log_error: bbkit: bb-stage: script line 3: stage-in source" "$TEST_DIR/slurmctld.log"
   assert_output 1
   # scancel --hurry: teardown with hurry="true".
   run hook slurm_bb_job_teardown 21 "$script" true
   assert_line --index 0 "rc=0"
-  assert_dir_not_exists "$TEST_DIR/small/job/21.1"
+  assert_dir_not_exists "$TEST_DIR/small/job/main.21.1"
   # Setup validates again: a missing source is refused before any space is reserved.
   script=$(job_script 22 '#BB_LUA pool=small capacity=1K' \
     "#BB_LUA stage_in type=file source=$TEST_DIR/data/gone.txt destination=in.txt")
@@ -460,6 +472,7 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   user=$(test_user)
   DROPIN="/etc/sudoers.d/bbkit-test-$$"
   dropin=$DROPIN
+  config_for_slurm_user "$user"
   chmod 755 "$TEST_DIR" "$CONF"
   chmod 644 "$BBKIT_CONFIG"
   run install_scripts_for "$user" --sudoers "$dropin"
@@ -487,17 +500,17 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   install_scripts_for "$user" --sudoers "$dropin" >/dev/null
   run as_slurm_user slurm_bb_data_in 70 "$script"
   assert_line --index 0 "rc=0"
-  assert_file_exists "$TEST_DIR/small/job/70.1/in.txt"
+  assert_file_exists "$TEST_DIR/small/job/main.70.1/in.txt"
   : >"$TEST_DIR/path"
   chown "$user" "$TEST_DIR/path"
   run as_slurm_user slurm_bb_paths 70 "$script" "$TEST_DIR/path"
   assert_output "rc=0"
-  run grep -c "BB_JOB_DIR=$TEST_DIR/small/job/70.1" "$TEST_DIR/path"
+  run grep -c "BB_JOB_DIR=$TEST_DIR/small/job/main.70.1" "$TEST_DIR/path"
   assert_output 1
   run as_slurm_user slurm_bb_job_teardown 70 "$script" true
   rm -f "$dropin"
   assert_line --index 0 "rc=0"
-  assert_dir_not_exists "$TEST_DIR/small/job/70.1"
+  assert_dir_not_exists "$TEST_DIR/small/job/main.70.1"
   # Without the drop-in, sudo -n refuses at once (no password prompt) and Slurm gets why.
   run as_slurm_user slurm_bb_setup 71 0 0 small 1024 "$script"
   assert_line --index 0 "rc=-1"

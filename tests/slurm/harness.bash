@@ -267,6 +267,7 @@ write_bbkit_conf() {
 state_dir = "$SLURM_DIR/bbkit/state"
 mode = "slurm"
 cluster = "e2e"
+state_group = "slurm"
 directives = ["BB_LUA"]
 
 [timeouts]

@@ -168,14 +168,14 @@ TEST(Transitions, operation_is_recorded) {
 TEST(BufferKey, job_key_string_and_directory) {
     const BufferKey key = BufferKey::job("main", 42, 1);
     EXPECT_EQ(key.str(), "main.42.1");
-    EXPECT_EQ(key.directory(), "job/42.1");
+    EXPECT_EQ(key.directory(), "job/main.42.1");
     EXPECT_EQ(key.kind(), BufferKind::job);
 }
 
 TEST(BufferKey, persistent_key_string_and_directory) {
     const BufferKey key = BufferKey::persistent("main", "alpha");
     EXPECT_EQ(key.str(), "main.p.alpha");
-    EXPECT_EQ(key.directory(), "persistent/alpha");
+    EXPECT_EQ(key.directory(), "persistent/main.alpha");
     EXPECT_EQ(key.kind(), BufferKind::persistent);
 }
 
@@ -207,7 +207,7 @@ TEST(BufferKey, persistent_names_are_restricted) {
 }
 
 TEST(Buffer, for_key_fills_the_directory) {
-    EXPECT_EQ(Buffer::for_key(BufferKey::job("main", 9, 3)).directory, "job/9.3");
+    EXPECT_EQ(Buffer::for_key(BufferKey::job("main", 9, 3)).directory, "job/main.9.3");
 }
 
 TEST(ProcessId, self_is_alive_and_a_reused_pid_is_not) {

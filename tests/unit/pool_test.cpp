@@ -224,7 +224,102 @@ TEST_F(PoolTest, alloc_after_teardown_is_a_new_incarnation) {
     teardown_job(*store_, config_, 7, {}, "test");
     const AllocResult again = allocate(*store_, config_, job(7, KiB), "test");
     EXPECT_EQ(again.buffer.key.incarnation, 2u);
-    EXPECT_TRUE(fs::exists(dir_ + "/small/job/7.2"));
+    EXPECT_TRUE(fs::exists(dir_ + "/small/job/t.7.2"));
+}
+
+TEST_F(PoolTest, two_clusters_sharing_a_pool_never_share_a_buffer_directory) {
+    Config other = config_;
+    other.cluster = "u";
+    other.state_dir = dir_ + "/state-u";
+    StateStore other_store(other);
+    init_pool(other_store, other, "small", "test");
+    const AllocResult mine = allocate(*store_, config_, job(4242, KiB), "test");
+    std::ofstream(mine.path + "/data") << "cluster t's";
+    AllocRequest theirs = job(4242, KiB);
+    theirs.user = lookup_user("root");
+    const AllocResult other_buffer = allocate(other_store, other, theirs, "test");
+    EXPECT_EQ(mine.path, dir_ + "/small/job/t.4242.1");
+    EXPECT_EQ(other_buffer.path, dir_ + "/small/job/u.4242.1");
+    teardown_job(other_store, other, 4242, {}, "test");
+    struct stat st {};
+    ASSERT_EQ(stat((mine.path + "/data").c_str(), &st), 0);
+    ASSERT_EQ(stat(mine.path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, nobody_.uid);
+}
+
+TEST_F(PoolTest, alloc_never_adopts_a_directory_that_is_already_there) {
+    // As another state directory with the same cluster name (or anyone) could have left it.
+    const std::string taken = dir_ + "/small/" + BufferKey::job("t", 9, 1).directory();
+    fs::create_directory(taken);
+    std::ofstream(taken + "/secret") << "not the new owner's";
+    chmod(taken.c_str(), 0700);
+    try {
+        allocate(*store_, config_, job(9, KiB), "test");
+        ADD_FAILURE() << "alloc took over " << taken;
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ExitCode::exists);
+        EXPECT_NE(std::string(e.what()).find(taken + " already exists"), std::string::npos)
+            << e.what();
+    }
+    struct stat st {};
+    ASSERT_EQ(stat(taken.c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 0u);  // never chowned to the new buffer's user
+    EXPECT_TRUE(fs::exists(taken + "/secret"));
+    EXPECT_EQ(status().used, 0u);  // the allocation was rolled back
+    const auto findings = check(*store_, config_, false, "test");
+    ASSERT_EQ(findings.size(), 1u);
+    EXPECT_EQ(findings[0].kind, "orphan-directory");
+}
+
+TEST_F(PoolTest, recover_rolls_back_an_allocation_whose_directory_is_not_its_own) {
+    Buffer half = Buffer::for_key(BufferKey::job("t", 6, 1));
+    half.pool = "small";
+    half.requested_bytes = half.allocated_bytes = KiB;
+    half.uid = nobody_.uid;
+    half.gid = nobody_.gid;
+    half.user = "nobody";
+    half.state = BufferState::allocating;
+    half.run_lock_holder = ProcessId{999999, 1};
+    {
+        WriteTransaction txn(*store_, "test");
+        txn.insert_buffer(half);
+        txn.commit();
+    }
+    const std::string foreign = dir_ + "/small/" + half.directory;
+    fs::create_directory(foreign);
+    std::ofstream(foreign + "/data") << "someone else's";
+    chown(foreign.c_str(), 1, 1);
+    recover(*store_, config_, std::chrono::seconds(1), "test");
+    ReadSnapshot snapshot(*store_);
+    EXPECT_EQ(snapshot.get_buffer(half.key).state, BufferState::complete);
+    struct stat st {};
+    ASSERT_EQ(stat(foreign.c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 1u);
+    EXPECT_TRUE(fs::exists(foreign + "/data"));
+}
+
+TEST_F(PoolTest, a_buffer_recorded_with_the_old_directory_name_keeps_working) {
+    // Versions before the cluster was part of the name recorded "job/ID.INCARNATION".
+    Buffer old = Buffer::for_key(BufferKey::job("t", 5, 1));
+    old.directory = "job/5.1";
+    old.pool = "small";
+    old.requested_bytes = old.allocated_bytes = KiB;
+    old.uid = nobody_.uid;
+    old.gid = nobody_.gid;
+    old.user = "nobody";
+    old.state = BufferState::allocating;
+    {
+        WriteTransaction txn(*store_, "test");
+        txn.insert_buffer(old);
+        txn.transition(old.key, BufferState::allocated);
+        txn.commit();
+    }
+    fs::create_directory(dir_ + "/small/job/5.1");
+    chown((dir_ + "/small/job/5.1").c_str(), nobody_.uid, nobody_.gid);
+    EXPECT_TRUE(check(*store_, config_, false, "test").empty());
+    teardown_job(*store_, config_, 5, {}, "test");
+    EXPECT_FALSE(fs::exists(dir_ + "/small/job/5.1"));
+    EXPECT_TRUE(check(*store_, config_, false, "test").empty());
 }
 
 TEST_F(PoolTest, recover_rolls_a_dead_allocation_forward_when_its_directory_exists) {
@@ -242,7 +337,7 @@ TEST_F(PoolTest, recover_rolls_a_dead_allocation_forward_when_its_directory_exis
         txn.insert_buffer(half);
         txn.commit();
     }
-    fs::create_directory(dir_ + "/small/job/2.1");
+    fs::create_directory(dir_ + "/small/" + half.directory);
     Buffer gone = half;
     gone.key = BufferKey::job("t", 3, 1);
     gone.directory = gone.key.directory();
@@ -256,7 +351,7 @@ TEST_F(PoolTest, recover_rolls_a_dead_allocation_forward_when_its_directory_exis
     EXPECT_EQ(snapshot.get_buffer(half.key).state, BufferState::allocated);
     EXPECT_EQ(snapshot.get_buffer(gone.key).state, BufferState::complete);
     struct stat st {};
-    ASSERT_EQ(stat((dir_ + "/small/job/2.1").c_str(), &st), 0);
+    ASSERT_EQ(stat((dir_ + "/small/" + half.directory).c_str(), &st), 0);
     EXPECT_EQ(st.st_uid, nobody_.uid);  // re-owned: the crash may have come before fchown
     EXPECT_EQ(pool_status(snapshot, config_).at(0).used, KiB);
     EXPECT_GE(actions.size(), 2u);
@@ -344,7 +439,7 @@ TEST_F(PoolTest, job_level_env_file_follows_the_current_incarnation) {
     const std::string job_level = dir_ + "/state/env/t.7.env";
     allocate(*store_, config_, job(7, KiB), "test");
     EXPECT_EQ(read(job_level), read(dir_ + "/state/env/t.7.1.env"));
-    EXPECT_NE(read(job_level).find("BB_JOB_DIR=" + dir_ + "/small/job/7.1\n"), std::string::npos);
+    EXPECT_NE(read(job_level).find("BB_JOB_DIR=" + dir_ + "/small/job/t.7.1\n"), std::string::npos);
     EXPECT_TRUE(fs::equivalent(job_level, dir_ + "/state/env/t.7.1.env")) << "one file, two names";
     EXPECT_EQ(fs::hard_link_count(job_level), 2u);
     // A copy with the same content, as older versions wrote it, goes with its buffer too.
@@ -356,12 +451,12 @@ TEST_F(PoolTest, job_level_env_file_follows_the_current_incarnation) {
     EXPECT_FALSE(fs::exists(job_level));
     EXPECT_FALSE(fs::exists(dir_ + "/state/env/t.7.1.env"));
     allocate(*store_, config_, job(7, KiB), "test");
-    EXPECT_NE(read(job_level).find("/small/job/7.2\n"), std::string::npos);
+    EXPECT_NE(read(job_level).find("/small/job/t.7.2\n"), std::string::npos);
     // Removing an older incarnation's files leaves the current one's job-level copy.
     remove_env_files(*store_, BufferKey::job("t", 7, 1));
     EXPECT_TRUE(fs::exists(job_level));
     // recover rebuilds a lost copy.
     fs::remove(job_level);
     recover(*store_, config_, std::chrono::seconds(1), "test");
-    EXPECT_NE(read(job_level).find("/small/job/7.2\n"), std::string::npos);
+    EXPECT_NE(read(job_level).find("/small/job/t.7.2\n"), std::string::npos);
 }

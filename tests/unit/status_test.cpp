@@ -366,7 +366,7 @@ TEST_F(StatusTest, job_shows_queue_position_reason_and_directory) {
     ReadSnapshot txn(*store);
     const JobStatus job = job_status(txn, config_, 2);
     EXPECT_EQ(job.status.queue_position, std::optional<std::size_t>(1));
-    EXPECT_EQ(job.status.path, "/bb/pool1/job/2.1");
+    EXPECT_EQ(job.status.path, "/bb/pool1/job/main.2.1");
     const std::string text = job_text(job, at(t_169504 + 2));
     EXPECT_NE(text.find("reason:     BurstBufferResources\n"), std::string::npos) << text;
     EXPECT_NE(text.find("queue:      1\n"), std::string::npos) << text;
@@ -495,7 +495,7 @@ TEST_F(StatusTest, publish_writes_pools_json_and_one_file_per_live_buffer) {
     ASSERT_EQ(seen.buffers.size(), 1u);
     EXPECT_EQ(seen.buffers[0].buffer.key.str(), "main.1.1");
     EXPECT_EQ(seen.buffers[0].buffer.created, at(t_169502));
-    EXPECT_EQ(seen.buffers[0].path, "/bb/pool1/job/1.1");
+    EXPECT_EQ(seen.buffers[0].path, "/bb/pool1/job/main.1.1");
     EXPECT_EQ(seen.counts.at(S::allocated), 1u);
     EXPECT_EQ(job_status(seen, config_, 1).status.buffer.state, S::allocated);
 }

@@ -129,8 +129,8 @@ TEST_F(StateStoreTest, creates_the_layout_with_private_modes) {
     EXPECT_EQ(mode_of(config_.state_dir), 0711u);
     for (const char* name : {"run", "progress", "log"})
         EXPECT_EQ(mode_of(config_.state_dir + "/" + name), 0700u) << name;
-    // Search only: SlurmUser's burst_buffer.lua opens a job's env file by name.
-    EXPECT_EQ(mode_of(config_.state_dir + "/env"), 0711u);
+    // env/: its group (state_group) may enter and passes itself on; nobody else may.
+    EXPECT_EQ(mode_of(config_.state_dir + "/env"), 02710u);
     EXPECT_EQ(mode_of(config_.state_dir + "/public"), 0755u);
     EXPECT_EQ(mode_of(config_.state_dir + "/state.db"), 0600u);
     EXPECT_EQ(mode_of(config_.state_dir + "/lock"), 0600u);
@@ -290,7 +290,7 @@ TEST_F(StateStoreTest, buffer_round_trips_every_field) {
     EXPECT_EQ(got.state, S::allocating);
     EXPECT_EQ(got.reason, "BurstBufferOperation");
     EXPECT_EQ(got.message, "allocating");
-    EXPECT_EQ(got.directory, "job/42.1");
+    EXPECT_EQ(got.directory, "job/main.42.1");
     EXPECT_EQ(got.access, "striped");
     EXPECT_EQ(got.type, "scratch");
     EXPECT_EQ(got.staging, b.staging);
@@ -322,7 +322,7 @@ TEST_F(StateStoreTest, persistent_buffer_round_trips_and_can_be_recreated_after_
     {
         ReadSnapshot snapshot(*store);
         const Buffer got = snapshot.get_buffer(p.key);
-        EXPECT_EQ(got.directory, "persistent/alpha");
+        EXPECT_EQ(got.directory, "persistent/main.alpha");
         EXPECT_EQ(got.owner, "alice");
         EXPECT_EQ(got.expires, p.expires);
         EXPECT_EQ(got.use_count, 3u);

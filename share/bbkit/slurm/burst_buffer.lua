@@ -517,7 +517,7 @@ local function paths(job_id, job_script, path_file)
         end
         log_error("bbkit: cannot read %s: %s", env_file, tostring(why))
         return error_code(), "bbkit: cannot read " .. env_file .. ": " .. tostring(why)
-            .. " (SlurmUser must reach the state directory's env/)"
+            .. " (SlurmUser must be in bbkit.toml's state_group, which may read env/)"
     end
     local out, why = io.open(path_file, "w")
     if not out then
