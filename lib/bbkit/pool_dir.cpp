@@ -89,7 +89,15 @@ Fd open_root(const std::string& path) {
         if (errno == ENOENT)
             throw Error(ExitCode::unavailable,
                         "pool directory " + path + " does not exist (not mounted?)");
-        throw io_error("cannot open pool directory " + path, errno);
+        const int err = errno;
+        // O_NOFOLLOW: a symlink someone could repoint never decides where buffers go.
+        struct stat st {};
+        if ((err == ELOOP || err == ENOTDIR) && lstat(path.c_str(), &st) == 0 &&
+            S_ISLNK(st.st_mode))
+            throw Error(ExitCode::config, "pool directory " + path +
+                                              " is a symlink (name the directory it points to "
+                                              "in the configuration)");
+        throw io_error("cannot open pool directory " + path, err);
     }
     return Fd(fd);
 }

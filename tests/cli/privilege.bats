@@ -209,3 +209,13 @@ EOF
   run -78 bb-stat
   assert_output "bb-stat: state_group 'no-such-group-here' is not a group on this host (groupadd it, or change state_group in the configuration)"
 }
+
+@test "a pool root that is a symlink is reported as one, and receives nothing" {
+  mkdir "$TEST_DIR/real"
+  rmdir "$TEST_DIR/small" 2>/dev/null || rm -rf "$TEST_DIR/small"
+  ln -s "$TEST_DIR/real" "$TEST_DIR/small"
+  run -78 bb-pool init small
+  assert_output "bb-pool: pool directory $TEST_DIR/small is a symlink (name the directory it points to in the configuration)"
+  run find "$TEST_DIR/real" -mindepth 1
+  assert_output ''
+}
