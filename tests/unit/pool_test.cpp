@@ -56,6 +56,25 @@ class PoolTest : public ::testing::Test {
         return r;
     }
 
+    // Records an `allocating` job buffer of nobody's, as an allocator that died leaves it (its
+    // recorded directory is `directory` when given).
+    Buffer insert_allocating(std::uint64_t id, const std::string& directory = "") {
+        Buffer b = Buffer::for_key(BufferKey::job("t", id, 1));
+        if (!directory.empty())
+            b.directory = directory;
+        b.pool = "small";
+        b.requested_bytes = b.allocated_bytes = KiB;
+        b.uid = nobody_.uid;
+        b.gid = nobody_.gid;
+        b.user = "nobody";
+        b.state = BufferState::allocating;
+        b.run_lock_holder = ProcessId{999999, 1};
+        WriteTransaction txn(*store_, "test");
+        txn.insert_buffer(b);
+        txn.commit();
+        return b;
+    }
+
     PoolStatus status() {
         ReadSnapshot snapshot(*store_);
         return pool_status(snapshot, config_).at(0);
@@ -272,19 +291,7 @@ TEST_F(PoolTest, alloc_never_adopts_a_directory_that_is_already_there) {
 }
 
 TEST_F(PoolTest, recover_rolls_back_an_allocation_whose_directory_is_not_its_own) {
-    Buffer half = Buffer::for_key(BufferKey::job("t", 6, 1));
-    half.pool = "small";
-    half.requested_bytes = half.allocated_bytes = KiB;
-    half.uid = nobody_.uid;
-    half.gid = nobody_.gid;
-    half.user = "nobody";
-    half.state = BufferState::allocating;
-    half.run_lock_holder = ProcessId{999999, 1};
-    {
-        WriteTransaction txn(*store_, "test");
-        txn.insert_buffer(half);
-        txn.commit();
-    }
+    const Buffer half = insert_allocating(6);
     const std::string foreign = dir_ + "/small/" + half.directory;
     fs::create_directory(foreign);
     std::ofstream(foreign + "/data") << "someone else's";
@@ -300,17 +307,9 @@ TEST_F(PoolTest, recover_rolls_back_an_allocation_whose_directory_is_not_its_own
 
 TEST_F(PoolTest, a_buffer_recorded_with_the_old_directory_name_keeps_working) {
     // Versions before the cluster was part of the name recorded "job/ID.INCARNATION".
-    Buffer old = Buffer::for_key(BufferKey::job("t", 5, 1));
-    old.directory = "job/5.1";
-    old.pool = "small";
-    old.requested_bytes = old.allocated_bytes = KiB;
-    old.uid = nobody_.uid;
-    old.gid = nobody_.gid;
-    old.user = "nobody";
-    old.state = BufferState::allocating;
+    const Buffer old = insert_allocating(5, "job/5.1");
     {
         WriteTransaction txn(*store_, "test");
-        txn.insert_buffer(old);
         txn.transition(old.key, BufferState::allocated);
         txn.commit();
     }
@@ -324,28 +323,9 @@ TEST_F(PoolTest, a_buffer_recorded_with_the_old_directory_name_keeps_working) {
 
 TEST_F(PoolTest, recover_rolls_a_dead_allocation_forward_when_its_directory_exists) {
     // Records an allocator left behind when it died: one whose directory was made, one not.
-    Buffer half = Buffer::for_key(BufferKey::job("t", 2, 1));
-    half.pool = "small";
-    half.requested_bytes = half.allocated_bytes = KiB;
-    half.uid = nobody_.uid;
-    half.gid = nobody_.gid;
-    half.user = "nobody";
-    half.state = BufferState::allocating;
-    half.run_lock_holder = ProcessId{999999, 1};
-    {
-        WriteTransaction txn(*store_, "test");
-        txn.insert_buffer(half);
-        txn.commit();
-    }
+    const Buffer half = insert_allocating(2);
     fs::create_directory(dir_ + "/small/" + half.directory);
-    Buffer gone = half;
-    gone.key = BufferKey::job("t", 3, 1);
-    gone.directory = gone.key.directory();
-    {
-        WriteTransaction txn(*store_, "test");
-        txn.insert_buffer(gone);
-        txn.commit();
-    }
+    const Buffer gone = insert_allocating(3);
     const auto actions = recover(*store_, config_, std::chrono::seconds(1), "test");
     ReadSnapshot snapshot(*store_);
     EXPECT_EQ(snapshot.get_buffer(half.key).state, BufferState::allocated);
