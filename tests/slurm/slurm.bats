@@ -104,8 +104,8 @@ EOF2
 
   # The job saw its buffer directory through both variables, and read its input there.
   out=$(cat "$JOBS_DIR/scenario-$name-$JOB.out")
-  [[ $out == *"BB_JOB_DIR=$SLURM_DIR/pools/pool1/job/$JOB."* ]] || fail "job output: $out"
-  [[ $out == *"DW_JOB_STRIPED=$SLURM_DIR/pools/pool1/job/$JOB."* ]] || fail "job output: $out"
+  [[ $out == *"BB_JOB_DIR=$SLURM_DIR/pools/pool1/job/e2e.$JOB."* ]] || fail "job output: $out"
+  [[ $out == *"DW_JOB_STRIPED=$SLURM_DIR/pools/pool1/job/e2e.$JOB."* ]] || fail "job output: $out"
   # Its output is at the stage-out destination, owned by the user.
   assert_equal "$(cat "$DATA_DIR/$name/results/input.sha256")" "$sum"
   assert_equal "$(cat "$DATA_DIR/$name/results/upper.txt")" "HELLO FROM THE PARALLEL FILE SYSTEM"
@@ -188,7 +188,7 @@ bb_log_line() {
   touch "$JOBS_DIR/release-c"
   wait_job "$job1" 'JobState=COMPLETED .*BurstBufferState=complete' 60
   wait_job "$job2" 'JobState=COMPLETED .*BurstBufferState=complete' 90
-  grep -q "second ran in $SLURM_DIR/pools/small/job/$job2." "$JOBS_DIR/scenario-c2-$job2.out"
+  grep -q "second ran in $SLURM_DIR/pools/small/job/e2e.$job2." "$JOBS_DIR/scenario-c2-$job2.out"
   # The second's stage-in began only after the first's teardown finished.
   local done1 start2
   done1=$(bb_log_line "$job1" teardown complete)
