@@ -469,9 +469,9 @@ std::string default_pool_of(const Field& field, const std::vector<PoolConfig>& p
 }
 
 Config config_of(const Field& root) {
-    reject_unknown_keys(
-        root, {"state_dir", "state_owner", "state_group", "mode", "cluster", "directives", "default_pool", "flags",
-               "allow_users", "deny_users", "allow_root", "timeouts", "limits", "pool", "hooks"});
+    reject_unknown_keys(root, {"state_dir", "state_owner", "state_group", "mode", "cluster",
+                               "directives", "default_pool", "flags", "allow_users", "deny_users",
+                               "allow_root", "timeouts", "limits", "pool", "hooks"});
     Config config;
     read_identity(root, config);
     read_access(root, config);

@@ -37,9 +37,9 @@ std::optional<uid_t> uid_from_text(const char* text) {
 
 [[noreturn]] void untrusted(const std::string& what, const std::string& path,
                             const std::string& why, const std::string& fix) {
-    throw Error(ExitCode::config, what + " " + path + " is not trusted: " + why +
-                                      " (root reads and runs only what nobody else can change: " +
-                                      fix + ")");
+    throw Error(ExitCode::config,
+                what + " " + path + " is not trusted: " + why +
+                    " (root reads and runs only what nobody else can change: " + fix + ")");
 }
 
 // Walks `path` from the root the way the kernel resolves it, and checks that nobody but root
@@ -119,8 +119,8 @@ class PathCheck {
             struct stat st {};
             if (lstat(entry.c_str(), &st) != 0) {
                 const int err = errno;
-                throw Error(ExitCode::config, original_ + ": cannot read " + what_ + ": " +
-                                                  std::strerror(err));
+                throw Error(ExitCode::config,
+                            original_ + ": cannot read " + what_ + ": " + std::strerror(err));
             }
             check_entry(dir, dir_st, entry, st);
             if (S_ISLNK(st.st_mode)) {
@@ -141,8 +141,8 @@ class PathCheck {
             }
             if (!last) {
                 if (!S_ISDIR(st.st_mode))
-                    throw Error(ExitCode::config, what_ + " " + original_ + ": " + entry +
-                                                      " is not a directory");
+                    throw Error(ExitCode::config,
+                                what_ + " " + original_ + ": " + entry + " is not a directory");
                 check_directory(entry, st);
                 dir = entry;
                 dir_st = st;
@@ -177,8 +177,8 @@ class CallerFsIdentity {
             // A caller without a passwd entry keeps only its primary group.
         }
         if (setgroups(groups.size(), groups.data()) != 0)
-            throw Error(ExitCode::no_perm, std::string("cannot take the caller's groups: ") +
-                                               std::strerror(errno));
+            throw Error(ExitCode::no_perm,
+                        std::string("cannot take the caller's groups: ") + std::strerror(errno));
         setfsgid(caller.gid);
         setfsuid(caller.uid);
         if (static_cast<uid_t>(setfsuid(static_cast<uid_t>(-1))) != caller.uid ||
