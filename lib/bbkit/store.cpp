@@ -628,7 +628,8 @@ void set_up_env_directory(const std::string& path, const struct stat& st,
         throw Error(ExitCode::no_perm, "cannot give " + path + " to group " +
                                            std::to_string(*group) + ": " + std::strerror(errno));
     if ((st.st_mode & 07777) != env_mode && ::chmod(path.c_str(), env_mode) != 0)
-        throw Error(ExitCode::no_perm, "cannot set the mode of " + path + ": " + std::strerror(errno));
+        throw Error(ExitCode::no_perm,
+                    "cannot set the mode of " + path + ": " + std::strerror(errno));
 }
 
 void set_up_directory(const std::string& dir, uid_t owner, const std::string& owner_name,
