@@ -245,9 +245,10 @@ PendingSync PoolDir::create_buffer_dir(const std::string& directory, uid_t uid, 
     const std::string what = path_ + "/" + directory;
     const auto taken = [&what]() {
         return Error(ExitCode::exists,
-                     what + " already exists and belongs to no allocation of this buffer "
-                            "(another state directory sharing the pool under the same cluster "
-                            "name?): nothing was changed in it (see bb-pool check)");
+                     what +
+                         " already exists and belongs to no allocation of this buffer "
+                         "(another state directory sharing the pool under the same cluster "
+                         "name?): nothing was changed in it (see bb-pool check)");
     };
     if (mkdirat(parent, name.c_str(), private_dir) != 0) {
         if (errno != EEXIST)
@@ -305,10 +306,27 @@ PendingSync PoolDir::sync_removal(const std::string& directory) {
 
 namespace {
 
+// What a mount point found inside a buffer being removed says: bbkit removes only what is on
+// the pool's own mount, so the entry (and the buffer's space) stays until someone unmounts it.
+Error mount_in_the_way(const std::string& what) {
+    return Error(ExitCode::io, "cannot remove " + what +
+                                   ": a mount point (bbkit never removes across a mount; "
+                                   "unmount it, then run bb-pool reap)");
+}
+
+// Empties and removes buffer directories in trash/ as root, within two limits (bbkit(7),
+// SECURITY): it never leaves the pool's mount (a mount point inside a buffer stops the removal
+// of that buffer), and it deletes only what the buffer's owner could delete themselves. A user
+// may move into their buffer a directory of theirs that holds another user's directories;
+// such a directory (not the owner's, not empty) is not entered but kept aside in quarantine/
+// for an administrator, and bb-pool check reports it.
 struct Remover {
     int trash_fd;
-    std::string piece_prefix;  // trash name + ".piece"
+    int quarantine_fd;
+    std::string trash_name;
     std::chrono::steady_clock::time_point deadline;
+    RemovalResult& result;
+    uid_t owner = 0;  // of the directory being removed: the buffer's owner
     unsigned long pieces = 0;
     unsigned long visited = 0;
 
@@ -316,43 +334,98 @@ struct Remover {
         return (++visited % 256) == 0 && std::chrono::steady_clock::now() >= deadline;
     }
 
+    std::string piece_prefix() const { return trash_name + ".piece"; }
+
+    // Opens the directory `name` of `fd` as the entry `st` described, without following a
+    // symlink or entering another mount, and only if it is still that entry.
+    Fd open_dir(int fd, const std::string& name, const struct stat& st, const std::string& what) {
+        open_how how{};
+        how.flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+        how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV;
+        const long child = syscall(SYS_openat2, fd, name.c_str(), &how, sizeof how);
+        if (child < 0 && errno == EXDEV)
+            throw mount_in_the_way(what);
+        if (child < 0)
+            throw io_error("cannot open " + what, errno);
+        Fd owned(static_cast<int>(child));
+        struct stat now {};
+        if (fstat(owned.get(), &now) != 0)
+            throw io_error("cannot stat " + what, errno);
+        if (now.st_ino != st.st_ino || now.st_dev != st.st_dev || now.st_uid != st.st_uid)
+            throw Error(ExitCode::io, "cannot remove " + what + ": it changed while being removed");
+        return owned;
+    }
+
+    // Moves a directory the owner could not empty into quarantine/, untouched.
+    void keep(int fd, const std::string& name, const struct stat& st, const std::string& what) {
+        const std::string aside = trash_name + ".kept." + std::to_string(result.kept.size() + 1) +
+                                  "." + std::to_string(st.st_ino);
+        if (renameat2(fd, name.c_str(), quarantine_fd, aside.c_str(), RENAME_NOREPLACE) != 0) {
+            if (errno == EBUSY)
+                throw mount_in_the_way(what);
+            throw io_error("cannot move " + what + " to quarantine", errno);
+        }
+        result.kept.push_back({aside, st.st_uid, owner});
+    }
+
+    // Removes the entry `name` of the directory `fd` (the owner's); false when out of time.
+    bool remove_entry(int fd, const std::string& name, int depth, const std::string& what) {
+        struct stat st {};
+        if (fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno == ENOENT)
+                return true;
+            throw io_error("cannot stat " + what, errno);
+        }
+        if (!S_ISDIR(st.st_mode)) {
+            if (unlinkat(fd, name.c_str(), 0) == 0 || errno == ENOENT)
+                return true;
+            if (errno == EBUSY)  // a file mounted over this one
+                throw mount_in_the_way(what);
+            throw io_error("cannot remove " + what, errno);
+        }
+        if (st.st_uid != owner) {
+            // The owner may remove it only when it is empty: try just that.
+            if (unlinkat(fd, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT)
+                return true;
+            if (errno == ENOTEMPTY || errno == EEXIST) {
+                keep(fd, name, st, what);
+                return true;
+            }
+            if (errno == EBUSY)
+                throw mount_in_the_way(what);
+            throw io_error("cannot remove " + what, errno);
+        }
+        if (depth >= max_removal_depth) {
+            const std::string piece =
+                piece_prefix() + std::to_string(++pieces) + "." + std::to_string(st.st_ino);
+            if (renameat(fd, name.c_str(), trash_fd, piece.c_str()) != 0)
+                throw errno == EBUSY ? mount_in_the_way(what)
+                                     : io_error("cannot move " + what + " up", errno);
+            return true;
+        }
+        const Fd child = open_dir(fd, name, st, what);
+        if (!empty_dir(child.get(), depth + 1, what))
+            return false;
+        if (unlinkat(fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
+            throw io_error("cannot remove " + what, errno);
+        return true;
+    }
+
     // Empties the directory `fd`; returns false when the deadline stopped it.
     bool empty_dir(int fd, int depth, const std::string& what) {
         for (const std::string& name : entries_of(fd, what)) {
             if (out_of_time())
                 return false;
-            struct stat st {};
-            if (fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-                if (errno == ENOENT)
-                    continue;
-                throw io_error("cannot stat " + what + "/" + name, errno);
-            }
-            if (S_ISDIR(st.st_mode)) {
-                if (depth >= max_removal_depth) {
-                    const std::string piece =
-                        piece_prefix + std::to_string(++pieces) + "." + std::to_string(st.st_ino);
-                    if (renameat(fd, name.c_str(), trash_fd, piece.c_str()) != 0)
-                        throw io_error("cannot move " + what + "/" + name + " up", errno);
-                    continue;
-                }
-                const int child =
-                    openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                if (child < 0)
-                    throw io_error("cannot open " + what + "/" + name, errno);
-                Fd owned(child);
-                if (!empty_dir(child, depth + 1, what + "/" + name))
-                    return false;
-                if (unlinkat(fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
-                    throw io_error("cannot remove " + what + "/" + name, errno);
-            } else if (unlinkat(fd, name.c_str(), 0) != 0 && errno != ENOENT) {
-                throw io_error("cannot remove " + what + "/" + name, errno);
-            }
+            if (!remove_entry(fd, name, depth, what + "/" + name))
+                return false;
             fault_point("reap.partial");
         }
         return true;
     }
 
-    // Removes trash/<name>, a directory or anything else; true when it is gone.
+    // Removes trash/<name>, a directory or anything else, with the directory's own owner as
+    // the buffer's owner (trash/ is root's: nobody else can have put an entry there); true
+    // when it is gone.
     bool remove(const std::string& name, const std::string& what) {
         struct stat st {};
         if (fstatat(trash_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -360,48 +433,54 @@ struct Remover {
                 return true;
             throw io_error("cannot stat " + what, errno);
         }
-        if (S_ISDIR(st.st_mode)) {
-            const int fd =
-                openat(trash_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            if (fd < 0)
-                throw io_error("cannot open " + what, errno);
-            Fd owned(fd);
-            // A user may still hold write access through an open descriptor; take it away.
-            fchmod(fd, private_dir);
-            if (!empty_dir(fd, 1, what))
-                return false;
-            if (unlinkat(trash_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
+        if (!S_ISDIR(st.st_mode)) {
+            if (unlinkat(trash_fd, name.c_str(), 0) != 0 && errno != ENOENT)
                 throw io_error("cannot remove " + what, errno);
-        } else if (unlinkat(trash_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
-            throw io_error("cannot remove " + what, errno);
+            return true;
         }
+        owner = st.st_uid;
+        const Fd fd = open_dir(trash_fd, name, st, what);
+        // A user may still hold write access through an open descriptor; take it away.
+        fchmod(fd.get(), private_dir);
+        if (!empty_dir(fd.get(), 1, what))
+            return false;
+        if (unlinkat(trash_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
+            throw io_error("cannot remove " + what, errno);
         return true;
     }
 };
 
 }  // namespace
 
-bool PoolDir::remove_from_trash(const std::string& trash_name,
-                                std::chrono::steady_clock::time_point deadline, Sync sync) {
-    Remover remover{trash_.get(), trash_name + ".piece", deadline};
+RemovalResult PoolDir::remove_from_trash(const std::string& trash_name,
+                                         std::chrono::steady_clock::time_point deadline,
+                                         Sync sync) {
+    RemovalResult result;
+    Remover remover{trash_.get(), quarantine_.get(), trash_name, deadline, result};
+    const auto finish = [&](bool complete) {
+        result.complete = complete;
+        if (!result.kept.empty())
+            fsync_fd(quarantine_.get(), path_ + "/quarantine");
+        return result;
+    };
     if (!remover.remove(trash_name, path_ + "/trash/" + trash_name))
-        return false;
+        return finish(false);
     // Pieces moved up from deep trees; removing one may move up more, so loop until none.
     for (;;) {
         bool found = false;
         for (const std::string& name : entries_of(trash_.get(), path_ + "/trash")) {
-            if (name.rfind(remover.piece_prefix, 0) != 0)
+            if (name.rfind(remover.piece_prefix(), 0) != 0)
                 continue;
             found = true;
             if (!remover.remove(name, path_ + "/trash/" + name))
-                return false;
+                return finish(false);
         }
         if (!found)
             break;
     }
     if (sync == Sync::now)
         fsync_fd(trash_.get(), path_ + "/trash");
-    return true;
+    return finish(true);
 }
 
 void PoolDir::quarantine(const std::string& relative, const std::string& name) {

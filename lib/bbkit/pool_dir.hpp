@@ -29,6 +29,18 @@ struct PoolMarker {
     std::string uuid;
 };
 
+// A directory that removal kept aside in quarantine/ rather than delete as root.
+struct KeptEntry {
+    std::string name;  // in quarantine/: "<trash name>.kept.<n>.<inode>"
+    uid_t uid;         // its owner
+    uid_t buffer_owner;
+};
+
+struct RemovalResult {
+    bool complete = false;
+    std::vector<KeptEntry> kept;
+};
+
 class PoolDir {
   public:
     static constexpr const char* marker_file = ".bbkit-pool";
@@ -77,11 +89,14 @@ class PoolDir {
     bool move_to_trash(const std::string& directory, const std::string& trash_name,
                        Sync sync = Sync::now);
 
-    // Removes trash/<trash_name> (and the pieces it was split into) without following
-    // symlinks, until `deadline`. Returns true when nothing of it is left (durable with
-    // Sync::now).
-    bool remove_from_trash(const std::string& trash_name,
-                           std::chrono::steady_clock::time_point deadline, Sync sync = Sync::now);
+    // Removes trash/<trash_name> (and the pieces it was split into) until `deadline`, as the
+    // buffer's owner could (bbkit(7), SECURITY): without following symlinks, never across a
+    // mount point (Error(io) naming it: the entry stays until it is unmounted), and keeping
+    // aside in quarantine/ a non-empty directory that the owner does not own. `complete` when
+    // nothing of it is left in trash/ (durable with Sync::now).
+    RemovalResult remove_from_trash(const std::string& trash_name,
+                                    std::chrono::steady_clock::time_point deadline,
+                                    Sync sync = Sync::now);
 
     // Makes durable what Sync::later left: the entries of trash/ and of `directory`'s parent
     // (job/ or persistent/). The result's wait() reports a failed sync.

@@ -419,6 +419,19 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
             for (const std::string& name : dir->list(subdir))
                 candidates.push_back({pool, subdir, name});
     }
+    // What teardown kept aside rather than delete as root waits for an administrator; repair
+    // never deletes, so it stays a finding until someone removes it by hand.
+    for (auto& [pool, dir] : dirs) {
+        if (!dir)
+            continue;
+        for (const std::string& name : dir->list("quarantine"))
+            if (name.find(".kept.") != std::string::npos)
+                findings.push_back({"kept-entry", pool, "quarantine/" + name,
+                                    dir->path() + "/quarantine/" + name +
+                                        " is another user's directory that a teardown did not "
+                                        "delete as root (see the audit log; remove it by hand)",
+                                    false});
+    }
     std::optional<WriteTransaction> lock;
     if (repair)
         lock.emplace(store, tool);

@@ -24,7 +24,7 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
 struct Finding {
     std::string kind;  // orphan-directory, missing-directory, orphan-trash, reaped-unrecorded,
                        // interrupted, over-commit, expired-persistent, stale-queue,
-                       // pool-unavailable, usage-mismatch
+                       // pool-unavailable, usage-mismatch, kept-entry
     std::string pool;
     std::string subject;  // a buffer key, or a path relative to the pool
     std::string detail;

@@ -51,10 +51,30 @@ void stop_stager(const Config& config, const BufferKey& key, const TeardownOptio
                  options.hurry ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(5000));
 }
 
+// Removes the directory of buffer `key` from trash/ within `deadline`; true when nothing of it
+// is left there. What the buffer's owner could not have deleted is kept aside, audited and
+// reported by bb-pool check, and no longer counts as the buffer's (bbkit(7), SECURITY).
+bool remove_trashed(const Config& config, const BufferKey& key, PoolDir& dir,
+                    const std::string& trash_name, std::chrono::steady_clock::time_point deadline,
+                    PoolDir::Sync sync, const std::string& tool) {
+    const RemovalResult removal = dir.remove_from_trash(trash_name, deadline, sync);
+    for (const KeptEntry& kept : removal.kept) {
+        spdlog::warn(
+            "buffer {}: kept {}/quarantine/{} (owned by uid {}, which the buffer's owner "
+            "uid {} could not delete)",
+            key.str(), dir.path(), kept.name, kept.uid, kept.buffer_owner);
+        audit(config.state_dir, tool, "kept",
+              "buffer=" + key.str() + " entry=" + dir.path() + "/quarantine/" + kept.name +
+                  " uid=" + std::to_string(kept.uid) +
+                  " buffer_owner=" + std::to_string(kept.buffer_owner));
+    }
+    return removal.complete;
+}
+
 // Removes one buffer's directory from trash/ within `deadline`; releases its space when done.
 bool reap_one(StateStore& store, const Config& config, const Buffer& b, PoolDir& dir,
               std::chrono::steady_clock::time_point deadline, const std::string& tool) {
-    if (!dir.remove_from_trash(trash_name(b), deadline))
+    if (!remove_trashed(config, b.key, dir, trash_name(b), deadline, PoolDir::Sync::now, tool))
         return false;
     fault_point("reap.removed");
     WriteTransaction txn(store, tool);
@@ -109,9 +129,9 @@ bool finish_teardown(StateStore& store, const Config& config, const BufferKey& k
             spdlog::info("buffer {}: directory {}/{} was already gone", key.str(), dir->path(),
                          b.directory);
         try {
-            reaped = dir->remove_from_trash(trash_name(b),
-                                            std::chrono::steady_clock::now() + options.reap_budget,
-                                            PoolDir::Sync::later);
+            reaped = remove_trashed(config, key, *dir, trash_name(b),
+                                    std::chrono::steady_clock::now() + options.reap_budget,
+                                    PoolDir::Sync::later, tool);
         } catch (const Error& e) {
             spdlog::warn("buffer {} stays in trash for the reaper: {}", key.str(), e.what());
         }

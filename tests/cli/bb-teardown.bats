@@ -75,6 +75,50 @@ teardown() {
   assert_file_exists "$TEST_DIR/victim/file"
 }
 
+@test "a mount point inside a buffer stops its removal: nothing beneath it is deleted" {
+  bb-pool alloc --job 6 --user "$U" --capacity 1G >/dev/null
+  b="$TEST_DIR/nvme/job/main.6.1"
+  mkdir -p "$TEST_DIR/site/tree" "$b/mnt"
+  echo precious >"$TEST_DIR/site/tree/file"
+  chown "$U" "$b/mnt"
+  # Site tooling's bind mount, in a private mount namespace so that it ends with the test.
+  run unshare -m --propagation private sh -c 'mount --bind "$1" "$2" && exec bb-teardown --job 6' \
+    sh "$TEST_DIR/site" "$b/mnt"
+  assert_success
+  assert_output --partial "a mount point (bbkit never removes across a mount"
+  assert_file_exists "$TEST_DIR/site/tree/file"
+  [ -n "$(ls "$TEST_DIR/nvme/trash")" ]  # waits there, still charged
+  run bb-pool reap --budget 5           # outside the namespace nothing is mounted there
+  assert_success
+  assert_file_exists "$TEST_DIR/site/tree/file"
+  [ -z "$(ls "$TEST_DIR/nvme/trash")" ]
+}
+
+@test "teardown never deletes as root another user's directory the buffer's owner could not" {
+  bb-pool alloc --job 7 --user "$U" --capacity 1G >/dev/null
+  # A directory of the owner's holding one of nobody's, moved by the owner into the buffer.
+  mkdir -p "$TEST_DIR/home/proj/theirs" "$TEST_DIR/home/proj/empty-theirs"
+  echo theirs >"$TEST_DIR/home/proj/theirs/file"
+  echo mine >"$TEST_DIR/home/proj/mine"
+  chown "$U" "$TEST_DIR/home" "$TEST_DIR/home/proj" "$TEST_DIR/home/proj/mine"
+  chown -R nobody "$TEST_DIR/home/proj/theirs" "$TEST_DIR/home/proj/empty-theirs"
+  runuser -u "$U" -- mv "$TEST_DIR/home/proj" "$TEST_DIR/nvme/job/main.7.1/proj"
+  run bb-teardown --job 7
+  assert_success
+  assert_output --partial "could not delete"
+  kept=$(ls -d "$TEST_DIR"/nvme/quarantine/*.kept.*)
+  [ "$(echo "$kept" | wc -l)" = 1 ]
+  [ "$(stat -c %U "$kept")" = nobody ]
+  assert_file_exists "$kept/file"
+  assert_not_exist "$TEST_DIR/nvme/job/main.7.1"
+  [ -z "$(ls "$TEST_DIR/nvme/trash")" ]
+  grep -q "action=kept buffer=main.7.1 entry=$kept uid=" "$TEST_DIR/state/log/audit.log"
+  run bb-pool check --repair
+  assert_failure 1
+  assert_output --partial "kept-entry"
+  assert_file_exists "$kept/file"     # repair never deletes
+}
+
 @test "a deep tree is removed completely" {
   bb-pool alloc --job 5 --user "$U" --capacity 1G >/dev/null
   d="$TEST_DIR/nvme/job/main.5.1"

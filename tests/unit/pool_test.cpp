@@ -187,6 +187,45 @@ TEST_F(PoolTest, teardown_within_budget_ends_and_releases_in_one_transaction) {
     EXPECT_EQ(h.back().to, BufferState::complete);
 }
 
+// A user can move into their buffer a directory of theirs that holds another user's
+// directories (same file system): root removes only what the owner could have removed.
+TEST_F(PoolTest, teardown_keeps_aside_what_the_buffers_owner_could_not_delete) {
+    constexpr uid_t other = 54321;
+    const AllocResult r = allocate(*store_, config_, job(1, 2 * KiB), "test");
+    fs::create_directories(r.path + "/proj/theirs/deeper");
+    std::ofstream(r.path + "/proj/theirs/deeper/file") << "theirs";
+    fs::create_directory(r.path + "/proj/empty-theirs");
+    std::ofstream(r.path + "/proj/their-file") << "a name in the owner's directory";
+    ASSERT_EQ(chown((r.path + "/proj").c_str(), nobody_.uid, nobody_.gid), 0);
+    for (const char* name :
+         {"theirs", "theirs/deeper", "theirs/deeper/file", "empty-theirs", "their-file"})
+        ASSERT_EQ(chown((r.path + "/proj/" + name).c_str(), other, other), 0);
+    const TeardownResult t = teardown_job(*store_, config_, 1, {}, "test");
+    EXPECT_TRUE(t.reaped);  // nothing of the buffer is left in trash/
+    EXPECT_TRUE(fs::is_empty(dir_ + "/small/trash"));
+    std::vector<fs::path> kept;
+    for (const auto& entry : fs::directory_iterator(dir_ + "/small/quarantine"))
+        kept.push_back(entry.path());
+    ASSERT_EQ(kept.size(), 1u);
+    EXPECT_NE(kept[0].filename().string().find(".kept."), std::string::npos);
+    struct stat st {};
+    ASSERT_EQ(stat(kept[0].c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, other);
+    std::ifstream in(kept[0] / "deeper" / "file");
+    std::string text;
+    in >> text;
+    EXPECT_EQ(text, "theirs");
+    const std::vector<Finding> findings = check(*store_, config_, true, "test");
+    ASSERT_EQ(findings.size(), 1u);
+    EXPECT_EQ(findings[0].kind, "kept-entry");
+    EXPECT_FALSE(findings[0].repaired);  // repair never deletes
+    EXPECT_TRUE(fs::exists(kept[0] / "deeper" / "file"));
+    std::ifstream audit_log(config_.state_dir + "/log/audit.log");
+    std::stringstream audit_text;
+    audit_text << audit_log.rdbuf();
+    EXPECT_NE(audit_text.str().find("action=kept buffer=t.1.1"), std::string::npos);
+}
+
 TEST_F(PoolTest, a_teardown_killed_before_its_last_commit_is_finished_by_recover) {
     // Killed after the rename into trash/ (or after the reap too), before the commit: the
     // record says teardown and the directory is in trash/ or already gone.
