@@ -10,6 +10,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
 
 namespace bbkit {
@@ -25,21 +26,13 @@ std::string now_iso8601() {
     return buf;
 }
 
-// Newlines would let a value forge a line of its own.
-std::string one_line(std::string text) {
-    for (char& c : text)
-        if (c == '\n' || c == '\r' || c == '\0')
-            c = ' ';
-    return text;
-}
-
 // Who ran the tool through sudo, when sudo did: root acts for them.
 std::string sudo_caller() {
     const char* uid = std::getenv("SUDO_UID");
     if (uid == nullptr)
         return "";
     const char* user = std::getenv("SUDO_USER");
-    return " sudo_uid=" + one_line(uid) + (user ? " sudo_user=" + one_line(user) : "");
+    return " sudo_uid=" + printable(uid) + (user ? " sudo_user=" + printable(user) : "");
 }
 
 }  // namespace
@@ -56,7 +49,7 @@ void audit(const std::string& state_dir, const std::string& tool, const std::str
     Fd fd(raw);
     const std::string line = now_iso8601() + " uid=" + std::to_string(getuid()) + sudo_caller() +
                              " pid=" + std::to_string(getpid()) + " tool=" + tool +
-                             " action=" + action + " " + one_line(details) + "\n";
+                             " action=" + action + " " + printable(details) + "\n";
     if (write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
         spdlog::warn("cannot write the audit log {}: {}", path, std::strerror(errno));
 }

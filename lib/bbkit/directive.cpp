@@ -98,8 +98,7 @@ std::size_t last_nonblank(const std::string& s) {
 // thousands of continued lines stays linear.
 bool continues(const std::string& body) {
     const std::size_t last = last_nonblank(body);
-    return last != std::string::npos && body[last] == '\\' &&
-           (last == 0 || body[last - 1] != '\\');
+    return last != std::string::npos && body[last] == '\\' && (last == 0 || body[last - 1] != '\\');
 }
 
 // Drops the continuation backslash (and the blanks after it) in place.
@@ -227,6 +226,16 @@ std::string replace_symbols(const std::string& value, Symbols& symbols) {
         const std::optional<std::string> replacement =
             is_symbol(next) ? symbol_value(next, symbols.job) : std::nullopt;
         if (replacement) {
+            // A directive is one line: a job name (or user, or directory) holding a newline
+            // or another control character cannot be written back (--emit-script, Slurm).
+            if (std::any_of(replacement->begin(), replacement->end(), [](char r) {
+                    const auto byte = static_cast<unsigned char>(r);
+                    return (byte < 0x20 && r != '\t') || byte == 0x7f;
+                }))
+                throw invalid(std::string("the value of %") + next + " ('" +
+                              printable(*replacement) +
+                              "') holds a control character, which a directive line cannot "
+                              "hold (rename the job)");
             out += *replacement;
             continue;
         }
@@ -820,8 +829,7 @@ class Parser {
         if (s.type == StageType::file) {
             const std::string name = s.source.substr(s.source.rfind('/') + 1);
             if (in && name.empty())  // found by the directive fuzzer: "source=/ destination=in/"
-                throw invalid("source of a type=file stage must name a file, not '" + source +
-                              "'");
+                throw invalid("source of a type=file stage must name a file, not '" + source + "'");
             if (in && (s.destination.empty() || destination.back() == '/'))
                 s.destination = s.destination.empty() ? name : s.destination + "/" + name;
             if (!in && destination.back() == '/' && s.destination != "/")

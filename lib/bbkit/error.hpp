@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace bbkit {
 
@@ -31,5 +32,10 @@ class Error : public std::runtime_error {
   private:
     ExitCode code_;
 };
+
+// `text` with every control character (newline, carriage return, escape, NUL...) written as
+// \xNN: what a user chose (a file name, a job name, a directive) can then never start a line
+// of its own in a message, a log or a Slurm reason, nor drive a terminal (bbkit(7), SECURITY).
+std::string printable(std::string_view text);
 
 }  // namespace bbkit

@@ -1300,8 +1300,8 @@ std::string job_text(const JobStatus& job, TimePoint now) {
     const Buffer& b = job.status.buffer;
     std::ostringstream out;
     auto field = [&](const std::string& name, const std::string& value) {
-        out << name << ':' << std::string(name.size() < 11 ? 11 - name.size() : 1, ' ') << value
-            << '\n';
+        out << name << ':' << std::string(name.size() < 11 ? 11 - name.size() : 1, ' ')
+            << printable(value) << '\n';
     };
     field("job", token_of(b));
     field("buffer", b.key.str());

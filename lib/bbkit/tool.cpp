@@ -3,10 +3,10 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <unistd.h>
 #include <iostream>
 #include <sstream>
 
@@ -18,8 +18,31 @@
 namespace bbkit {
 namespace {
 
+// Log lines carry file names and users' text: each record is written as one line (see
+// printable), whatever its payload holds.
+class OneLineSink : public spdlog::sinks::sink {
+  public:
+    explicit OneLineSink(std::shared_ptr<spdlog::sinks::sink> inner) : inner_(std::move(inner)) {}
+    void log(const spdlog::details::log_msg& msg) override {
+        const std::string text = printable({msg.payload.data(), msg.payload.size()});
+        spdlog::details::log_msg copy = msg;
+        copy.payload = text;
+        inner_->log(copy);
+    }
+    void flush() override { inner_->flush(); }
+    void set_pattern(const std::string& pattern) override { inner_->set_pattern(pattern); }
+    void set_formatter(std::unique_ptr<spdlog::formatter> formatter) override {
+        inner_->set_formatter(std::move(formatter));
+    }
+
+  private:
+    std::shared_ptr<spdlog::sinks::sink> inner_;
+};
+
 void setup_logging(const std::string& tool, const CommonOptions& options) {
-    auto logger = spdlog::stderr_color_mt(tool);
+    auto logger = std::make_shared<spdlog::logger>(
+        tool,
+        std::make_shared<OneLineSink>(std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
     logger->set_pattern("%n: %^%l%$: %v");
     spdlog::level::level_enum level = spdlog::level::warn;
     if (options.quiet)
@@ -35,13 +58,21 @@ void setup_logging(const std::string& tool, const CommonOptions& options) {
 }
 
 // Messages echo the offending token, which hostile input can make megabytes long: keep the
-// start (what failed) and the end (what to do) of a long one.
-std::string bounded(const std::string& message) {
+// start (what failed) and the end (what to do) of a long one. They are the last line a tool
+// prints, which the Slurm hooks show as the job's reason: one line, whatever the token held.
+std::string bounded(const std::string& raw) {
     constexpr std::size_t keep = 480;
+    const std::string message = printable(raw);
     if (message.size() <= 2 * keep + 64)
         return message;
     return message.substr(0, keep) + "[... " + std::to_string(message.size() - 2 * keep) +
            " bytes ...]" + message.substr(message.size() - keep);
+}
+
+// The error goes last, after whatever the tool already printed on stdout.
+std::ostream& error_stream() {
+    std::cout.flush();
+    return std::cerr;
 }
 
 }  // namespace
@@ -113,7 +144,7 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
     } catch (const CLI::Success& e) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
-        std::cerr << tool << ": " << bounded(e.what()) << " (see " << tool << " --help)\n";
+        error_stream() << tool << ": " << bounded(e.what()) << " (see " << tool << " --help)\n";
         return static_cast<int>(ExitCode::usage);
     }
     setup_logging(tool, options);
@@ -123,10 +154,10 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
                 refuse_caller_file_choice(option->get_name());
         return body();
     } catch (const Error& e) {
-        std::cerr << tool << ": " << bounded(e.what()) << '\n';
+        error_stream() << tool << ": " << bounded(e.what()) << '\n';
         return e.exit_status();
     } catch (const std::exception& e) {
-        std::cerr << tool << ": internal error: " << bounded(e.what()) << '\n';
+        error_stream() << tool << ": internal error: " << bounded(e.what()) << '\n';
         return static_cast<int>(ExitCode::software);
     }
 }

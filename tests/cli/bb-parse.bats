@@ -418,6 +418,35 @@ script() {  # script NAME LINE... : writes a job script with a shebang
   assert_output --partial "$TEST_DIR/tree/inner/s"
 }
 
+@test "a file name with a newline cannot forge a second message line" {
+  u=$(test_user)
+  mkdir -p "$TEST_DIR/tree"
+  bad="$TEST_DIR/tree/s"$'\n'"bb-parse: forged reason"
+  echo secret >"$bad"
+  chmod 600 "$bad"
+  f=$(script job.sh '#BB_LUA capacity=1G' \
+      "#BB_LUA stage_in type=directory source=$TEST_DIR/tree destination=t")
+  run bb-parse --script "$f" --user "$u" --check-sources
+  assert_failure 77
+  [ "${#lines[@]}" = 1 ] || fail "message spans ${#lines[@]} lines: $output"
+  assert_output --partial "tree/s\\x0abb-parse: forged reason"
+}
+
+@test "a job name with a newline or an escape is refused, never emitted as a line" {
+  f=$(script job.sh '#BB_LUA capacity=1G' \
+      '#BB_LUA stage_in type=file source=/tmp/%x destination=x')
+  run bb-parse --script "$f" --job-id 5 --user root --job-name $'a\n#BB_LUA capacity=9T' --emit-script
+  assert_failure 65
+  [ "${#lines[@]}" = 1 ] || fail "message spans ${#lines[@]} lines: $output"
+  assert_output --partial "holds a control character"
+  run bb-parse --script "$f" --job-id 5 --user root --job-name $'a\e[2Jb' --emit-script
+  assert_failure 65
+  assert_output --partial 'a\x1b[2Jb'
+  run bb-parse --script "$f" --job-id 5 --user root --job-name $'tab\there' --emit-script
+  assert_success
+  [ "${#lines[@]}" = 2 ]
+}
+
 @test "check-sources expands list files" {
   echo data >"$TEST_DIR/one"
   printf '%s in/one\n# comment\n\n"%s" in/two\n' "$TEST_DIR/one" "$TEST_DIR/one" >"$TEST_DIR/list"

@@ -283,6 +283,29 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   assert_line --index 0 "rc=0"
 }
 
+@test "hooks: a file name cannot forge the reason Slurm shows" {
+  install_scripts >/dev/null
+  u=$(test_user)
+  mkdir -p "$TEST_DIR/data/tree"
+  chmod 755 "$TEST_DIR/data" "$TEST_DIR/data/tree"
+  bad="$TEST_DIR/data/tree/f"$'\n'"bb-stage: forged reason"
+  echo x >"$bad"
+  chmod 644 "$bad"
+  script=$(job_script 23 '#BB_LUA pool=small capacity=1K' \
+    "#BB_LUA stage_in type=directory source=$TEST_DIR/data/tree destination=t")
+  run hook slurm_bb_setup 23 "$(id -u "$u")" "$(id -g "$u")" small 1024 "$script"
+  assert_line --index 0 "rc=0"
+  chmod 600 "$bad"  # unreadable to the job's user once set up: the stage-in fails naming it
+  run hook slurm_bb_data_in 23 "$script"
+  assert_line --index 0 "rc=-1"
+  assert_line --index 1 --regexp "^bb-stage: .*tree/f\\\\x0abb-stage: forged reason.*Permission denied"
+  [ "${#lines[@]}" = 2 ] || fail "the reason spans lines: $output"
+  run grep -c "forged" "$TEST_DIR/slurmctld.log"
+  assert_output 1
+  run hook slurm_bb_job_teardown 23 "$script" true
+  assert_line --index 0 "rc=0"
+}
+
 @test "hooks: a bare #BB_LUA reserves nothing and every buffer hook succeeds" {
   install_scripts >/dev/null
   script=$(job_script 30 '#BB_LUA')
@@ -394,10 +417,13 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
     dofile('$CONF/burst_buffer.lua')
     print(select(2, slurm_bb_get_status('$uid', '$uid', 'burst')))
     print(select(2, slurm_bb_get_status('$uid', '$uid', 'job', '60')))
-    print(select(2, slurm_bb_get_status('0', '0', 'burst')))"
+    print(select(2, slurm_bb_get_status('0', '0', 'burst')))
+    print(select(2, slurm_bb_get_status('x1', '0', 'burst')))"
   assert_success
   assert_line --partial "JobID=61 "
   assert_line "bb-stat: no burst buffer for job 60"
+  # A uid that is not a number is refused, not dropped (which would show everything).
+  assert_line "bbkit: refusing to show status for caller uid 'x1': not a number"
   # root (the last call) sees both.
   [ "$(grep -c 'JobID=60 ' <<<"$output")" = 1 ]
   [ "$(grep -c 'JobID=61 ' <<<"$output")" = 2 ]
@@ -454,6 +480,18 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   assert_line --regexp "^error: bb-parse: .*'$TEST_DIR/data/private.txt'.*Permission denied"
   run submit "{type = 'sbatch', argv = {'$TEST_DIR/open.sh'}}"
   assert_output "rc=0"
+  # A file name cannot forge the message sbatch shows.
+  mkdir "$TEST_DIR/data/tree"
+  chmod 755 "$TEST_DIR/data/tree"
+  echo secret >"$TEST_DIR/data/tree/s"$'\n'"bb-parse: forged"
+  chmod 600 "$TEST_DIR/data/tree/s"$'\n'"bb-parse: forged"
+  printf '#!/bin/bash\n#BB_LUA pool=small capacity=1K\n#BB_LUA stage_in type=directory source=%s destination=x\necho\n' \
+    "$TEST_DIR/data/tree" >"$TEST_DIR/tree.sh"
+  chmod 644 "$TEST_DIR/tree.sh"
+  run submit "{type = 'sbatch', argv = {'$TEST_DIR/tree.sh'}}"
+  assert_line "rc=-1"
+  assert_line --regexp "^error: bb-parse: .*tree/s\\\\x0abb-parse: forged.*Permission denied"
+  refute_line --regexp "^error: bb-parse: forged"
   run submit "{type = 'sbatch', argv = {'$TEST_DIR/plain.sh'}}"
   assert_output "rc=0"
   run submit "{type = 'sbatch', wrap = 'hostname', bb = '#BB_LUA pool=small capacity=1.5K'}"

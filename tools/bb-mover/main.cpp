@@ -122,11 +122,11 @@ int main() {
         return run(input);
     } catch (const bbkit::Error& e) {
         report(bbkit::error_line(e.exit_status(), e.what()));
-        std::cerr << "bb-mover: " << e.what() << '\n';
+        std::cerr << "bb-mover: " << bbkit::printable(e.what()) << '\n';
         return e.exit_status();
     } catch (const std::exception& e) {
         report(bbkit::error_line(70, std::string("internal error: ") + e.what()));
-        std::cerr << "bb-mover: internal error: " << e.what() << '\n';
+        std::cerr << "bb-mover: internal error: " << bbkit::printable(e.what()) << '\n';
         return 70;
     }
 }

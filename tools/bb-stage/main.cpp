@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
         if (bar)
             std::cerr << '\n';
         for (const std::string& w : result.warnings)
-            std::cerr << "bb-stage: warning: " << w << '\n';
+            std::cerr << "bb-stage: warning: " << bbkit::printable(w) << '\n';
         if (json)
             std::cout << json_text(stage_result_json(result)) << '\n';
         else

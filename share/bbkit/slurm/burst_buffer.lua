@@ -207,17 +207,16 @@ function bbkit.command_line(tool, args)
     return table.concat(words, " ") .. " </dev/null 2>&1; echo \"bbkit-exit=$?\""
 end
 
--- The tool's error line: the last "bb-...: " line, else the last non-empty line.
+-- The tool's error: its whole last line (a tool's error is one line, with whatever the user
+-- chose escaped, and printed last). An earlier line is never taken, even one that looks like an
+-- error, so text a user put in a file or job name cannot stand in for the message.
 local function failure_message(tool, output, status)
-    local last_error, last_line
+    local last_line
     for line in string.gmatch(output, "[^\n]+") do
-        if string.match(line, "^bb%-[%w%-]+: ") then
-            last_error = line
-        end
         last_line = line
     end
-    if last_error then
-        return last_error
+    if last_line and string.match(last_line, "^bb%-[%w%-]+: ") then
+        return last_line
     end
     if last_line then
         return tool .. ": " .. last_line
@@ -558,7 +557,13 @@ local function get_status(words, uid)
     if not args then
         return success_code(), bbkit.status_usage
     end
-    if uid ~= nil and string.match(tostring(uid), "^%d+$") and #tostring(uid) <= 10 then
+    if uid ~= nil then
+        -- A uid that is not a plain number is refused, never dropped: dropping it would show
+        -- everything, past PrivateData.
+        if not string.match(tostring(uid), "^%d+$") or #tostring(uid) > 10 then
+            return success_code(), "bbkit: refusing to show status for caller uid '"
+                .. string.gsub(tostring(uid), "%c", "?") .. "': not a number"
+        end
         args[#args + 1] = "--for-uid"
         args[#args + 1] = tostring(uid)
     end

@@ -124,11 +124,13 @@ function bbkit_cli_check(args)
     if status == "0" then
         return nil
     end
+    -- bb-parse's error is its whole last line, never an earlier one (see burst_buffer.lua).
     local message
     for text in string.gmatch(body or output, "[^\n]+") do
-        if string.match(text, "^bb%-parse: ") then
-            message = text
-        end
+        message = text
+    end
+    if message and not string.match(message, "^bb%-parse: ") then
+        message = "bb-parse: " .. message
     end
     message = message or ("bb-parse: failed with exit status " .. tostring(status)
         .. " (is bbkit installed on this host?)")

@@ -1,0 +1,27 @@
+// printable: what users chose, made safe to put on one line of a message, a log or a reason.
+#include "bbkit/error.hpp"
+
+#include <gtest/gtest.h>
+
+using bbkit::printable;
+
+TEST(Printable, leaves_ordinary_text_and_utf8_alone) {
+    EXPECT_EQ(printable("/home/alice/in put/données.h5"), "/home/alice/in put/données.h5");
+    EXPECT_EQ(printable(""), "");
+}
+
+TEST(Printable, writes_every_control_character_as_an_escape) {
+    EXPECT_EQ(printable("a\nbb-stage: forged"), "a\\x0abb-stage: forged");
+    EXPECT_EQ(printable("\r\t\x1b[2J\x7f"), "\\x0d\\x09\\x1b[2J\\x7f");
+    EXPECT_EQ(printable(std::string("nul\0here", 8)), "nul\\x00here");
+}
+
+TEST(Printable, never_leaves_a_line_break_whatever_the_bytes) {
+    std::string all;
+    for (int c = 0; c < 256; ++c)
+        all += static_cast<char>(c);
+    const std::string out = printable(all);
+    EXPECT_EQ(out.find('\n'), std::string::npos);
+    EXPECT_EQ(out.find('\r'), std::string::npos);
+    EXPECT_EQ(out.find('\0'), std::string::npos);
+}
