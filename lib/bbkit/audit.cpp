@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <syslog.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,8 +38,20 @@ std::string sudo_caller() {
 
 }  // namespace
 
+// The same record for syslog (journald reads it): identifier "bbkit", facility authpriv, so a
+// site's log collection keeps who did what even when the state directory is lost. syslog adds
+// the time and the pid; without a syslog socket nothing is sent, and nothing fails.
+void to_syslog(const std::string& record) {
+    openlog("bbkit", LOG_PID, LOG_AUTHPRIV);
+    syslog(LOG_NOTICE, "%s", record.c_str());
+    closelog();
+}
+
 void audit(const std::string& state_dir, const std::string& tool, const std::string& action,
            const std::string& details) {
+    const std::string who = "uid=" + std::to_string(getuid()) + sudo_caller();
+    const std::string what = "tool=" + tool + " action=" + action + " " + printable(details);
+    to_syslog(who + " " + what);
     const std::string path = state_dir + "/log/audit.log";
     const int raw =
         open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -47,9 +60,8 @@ void audit(const std::string& state_dir, const std::string& tool, const std::str
         return;
     }
     Fd fd(raw);
-    const std::string line = now_iso8601() + " uid=" + std::to_string(getuid()) + sudo_caller() +
-                             " pid=" + std::to_string(getpid()) + " tool=" + tool +
-                             " action=" + action + " " + printable(details) + "\n";
+    const std::string line =
+        now_iso8601() + " " + who + " pid=" + std::to_string(getpid()) + " " + what + "\n";
     if (write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
         spdlog::warn("cannot write the audit log {}: {}", path, std::strerror(errno));
 }

@@ -140,6 +140,16 @@ EOF
   assert_output --regexp " uid=0 sudo_uid=$(id -u "$SU") sudo_user=$SU pid=[0-9]+ tool=bb-pool alloc action=alloc "
 }
 
+@test "privileged actions also go to syslog (identifier bbkit, authpriv), naming sudo's caller" {
+  run "$BBKIT_SOURCE_DIR/tests/with-log-socket" "$TEST_DIR/syslog" \
+    "$WITH_DEFAULT_CONFIG" "$BBKIT_CONFIG" runuser -u "$SU" -- \
+    sudo -n "$BIN/bb-pool" alloc --job 9 --user "$U" --pool nvme --capacity 1G
+  assert_success
+  # <85>: facility authpriv (10), severity notice (5).
+  run grep "bbkit\[" "$TEST_DIR/syslog"
+  assert_output --regexp "^<85>.*bbkit\[[0-9]+\]: uid=0 sudo_uid=$(id -u "$SU") sudo_user=$SU tool=bb-pool alloc action=alloc buffer=main.9.1 "
+}
+
 @test "root refuses a configuration that another user could change (78)" {
   chown "$U" "$BBKIT_CONFIG"
   run -78 bb-stat
