@@ -950,18 +950,8 @@ class Parser {
     }
 
     void check_user() const {
-        if (!user_ || !request_.has_directive)
-            return;
-        const std::string who = "user " + user_->name + " may not use burst buffers";
-        if (user_->uid == 0 && !config_.allow_root)
-            throw Error(ExitCode::no_perm, who + " (allow_root = false)");
-        const auto matches = [&](const std::string& c) { return user_matches(*user_, c); };
-        const auto& allow = config_.allow_users;
-        if (!allow.empty() && std::none_of(allow.begin(), allow.end(), matches))
-            throw Error(ExitCode::no_perm, who + " (not in allow_users)");
-        const auto& deny = config_.deny_users;
-        if (std::any_of(deny.begin(), deny.end(), matches))
-            throw Error(ExitCode::no_perm, who + " (listed in deny_users)");
+        if (user_ && request_.has_directive)
+            check_may_use_burst_buffers(config_, *user_);
     }
 
     const Config& config_;

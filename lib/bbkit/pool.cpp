@@ -19,6 +19,7 @@
 #include "bbkit/size.hpp"
 #include "bbkit/stage_plan.hpp"
 #include "bbkit/status.hpp"
+#include "bbkit/trust.hpp"
 
 namespace bbkit {
 namespace {
@@ -425,9 +426,13 @@ AllocResult allocate(StateStore& store, const Config& config, const AllocRequest
         throw Error(ExitCode::data, describe(r) + " requests no capacity");
     if (r.persistent_name) {
         check_persistent_name(*r.persistent_name);
-        if (getuid() != 0 && !config.flags.enable_persistent)
+        // Root itself, not root acting for SlurmUser through sudo (bbkit(7), SECURITY).
+        const bool root_itself = getuid() == 0 && !less_privileged_caller();
+        if (!root_itself && !config.flags.enable_persistent)
             throw Error(ExitCode::no_perm,
                         "only root may create persistent buffers (EnablePersistent is not set)");
+        if (!root_itself)
+            check_may_use_burst_buffers(config, r.user);
     }
     const std::uint64_t allocated = round_up(r.capacity, pool.granularity);
     check_capacity_fits_at_all(pool, r, allocated);
@@ -598,6 +603,36 @@ std::string trash_name(const Buffer& buffer) {
     const auto ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(buffer.created.time_since_epoch());
     return buffer.key.str() + "." + std::to_string(ns.count());
+}
+
+std::optional<std::string> cluster_of_entry(const std::string& subdir, const std::string& name) {
+    const auto cluster_of_key = [](const std::string& key) -> std::optional<std::string> {
+        try {
+            return parse_buffer_key(key).cluster;
+        } catch (const Error&) {
+            return std::nullopt;
+        }
+    };
+    if (subdir == "job")
+        return cluster_of_key(name);
+    if (subdir == "persistent") {  // CLUSTER.NAME: persistent names hold no '.'
+        const std::size_t dot = name.rfind('.');
+        if (dot == std::string::npos || dot == 0)
+            return std::nullopt;
+        return name.substr(0, dot);
+    }
+    if (subdir != "trash" && subdir != "quarantine")
+        return std::nullopt;
+    // A trash name is KEY.NANOSECONDS, then ".pieceN.INODE" for a piece; kept entries are
+    // "TRASHNAME.kept.N.INODE" in quarantine/.
+    std::string trashed = name;
+    for (const char* suffix : {".kept.", ".piece"})
+        if (const std::size_t at = trashed.find(suffix); at != std::string::npos)
+            trashed.resize(at);
+    const std::size_t dot = trashed.rfind('.');
+    if (dot == std::string::npos)
+        return std::nullopt;
+    return cluster_of_key(trashed.substr(0, dot));
 }
 
 }  // namespace bbkit

@@ -134,4 +134,9 @@ void remove_env_files(const StateStore& store, const BufferKey& key);
 // Where a buffer's directory goes in trash/: unique per record, even for a reused name.
 std::string trash_name(const Buffer& buffer);
 
+// The cluster an entry of a pool's job/, persistent/, trash/ or quarantine/ was named for by
+// the names above (pieces and kept entries included); nullopt when its name names none (older
+// directories, or anything else). Clusters sharing a pool leave each other's entries alone.
+std::optional<std::string> cluster_of_entry(const std::string& subdir, const std::string& name);
+
 }  // namespace bbkit

@@ -396,8 +396,10 @@ struct Remover {
             throw io_error("cannot remove " + what, errno);
         }
         if (depth >= max_removal_depth) {
-            const std::string piece =
-                piece_prefix() + std::to_string(++pieces) + "." + std::to_string(st.st_ino);
+            // The piece's name carries the buffer's owner: what is found under it later is
+            // judged against that owner, not against whoever owns what was moved.
+            const std::string piece = piece_prefix() + std::to_string(++pieces) + "." +
+                                      std::to_string(st.st_ino) + "." + std::to_string(owner);
             if (renameat(fd, name.c_str(), trash_fd, piece.c_str()) != 0)
                 throw errno == EBUSY ? mount_in_the_way(what)
                                      : io_error("cannot move " + what + " up", errno);
@@ -423,10 +425,24 @@ struct Remover {
         return true;
     }
 
-    // Removes trash/<name>, a directory or anything else, with the directory's own owner as
-    // the buffer's owner (trash/ is root's: nobody else can have put an entry there); true
-    // when it is gone.
-    bool remove(const std::string& name, const std::string& what) {
+    // The buffer's owner recorded in a piece's name (see remove_entry); nullopt for a name
+    // without one.
+    std::optional<uid_t> owner_of_piece(const std::string& name) const {
+        const std::string rest = name.substr(piece_prefix().size());  // N.INODE.UID
+        const std::size_t first = rest.find('.');
+        const std::size_t last = rest.rfind('.');
+        if (first == std::string::npos || last == first)
+            return std::nullopt;
+        const std::string uid = rest.substr(last + 1);
+        if (uid.empty() || uid.size() > 10 || uid.find_first_not_of("0123456789") != uid.npos)
+            return std::nullopt;
+        return static_cast<uid_t>(std::stoul(uid));
+    }
+
+    // Removes trash/<name>, a directory or anything else, as its owner could: the buffer's
+    // directory's own owner (trash/ is root's: nobody else can have put an entry there), or
+    // for a piece the owner its name records. True when it is gone.
+    bool remove(const std::string& name, const std::string& what, bool piece = false) {
         struct stat st {};
         if (fstatat(trash_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
             if (errno == ENOENT)
@@ -439,6 +455,16 @@ struct Remover {
             return true;
         }
         owner = st.st_uid;
+        if (piece)
+            owner = owner_of_piece(name).value_or(st.st_uid);
+        if (st.st_uid != owner) {  // swapped in before it was moved up: not the owner's
+            if (unlinkat(trash_fd, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT)
+                return true;
+            if (errno != ENOTEMPTY && errno != EEXIST)
+                throw io_error("cannot remove " + what, errno);
+            keep(trash_fd, name, st, what);
+            return true;
+        }
         const Fd fd = open_dir(trash_fd, name, st, what);
         // A user may still hold write access through an open descriptor; take it away.
         fchmod(fd.get(), private_dir);
@@ -472,7 +498,7 @@ RemovalResult PoolDir::remove_from_trash(const std::string& trash_name,
             if (name.rfind(remover.piece_prefix(), 0) != 0)
                 continue;
             found = true;
-            if (!remover.remove(name, path_ + "/trash/" + name))
+            if (!remover.remove(name, path_ + "/trash/" + name, true))
                 return finish(false);
         }
         if (!found)

@@ -415,9 +415,14 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
     for (auto& [pool, dir] : dirs) {
         if (!dir)
             continue;
+        // Another cluster's entries (a pool shared by clusters) are that cluster's to judge:
+        // this state directory cannot know its records.
         for (const std::string subdir : {"job", "persistent", "trash"})
-            for (const std::string& name : dir->list(subdir))
-                candidates.push_back({pool, subdir, name});
+            for (const std::string& name : dir->list(subdir)) {
+                const std::optional<std::string> cluster = cluster_of_entry(subdir, name);
+                if (!cluster || *cluster == config.cluster)
+                    candidates.push_back({pool, subdir, name});
+            }
     }
     // What teardown kept aside rather than delete as root waits for an administrator; repair
     // never deletes, so it stays a finding until someone removes it by hand.
@@ -425,7 +430,8 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
         if (!dir)
             continue;
         for (const std::string& name : dir->list("quarantine"))
-            if (name.find(".kept.") != std::string::npos)
+            if (name.find(".kept.") != std::string::npos &&
+                cluster_of_entry("quarantine", name) == config.cluster)
                 findings.push_back({"kept-entry", pool, "quarantine/" + name,
                                     dir->path() + "/quarantine/" + name +
                                         " is another user's directory that a teardown did not "

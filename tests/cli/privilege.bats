@@ -133,6 +133,20 @@ EOF
   run -0 as_slurm sudo -n "$BIN/bb-parse" --script "$TEST_DIR/root-only.sh" --json
 }
 
+@test "through sudo, a persistent buffer is refused without EnablePersistent, and its owner must be allowed" {
+  run as_slurm sudo -n "$BIN/bb-pool" alloc --persistent pp --pool nvme --capacity 1G
+  assert_failure 77
+  assert_output --partial "only root may create persistent buffers (EnablePersistent is not set)"
+  assert_not_exist "$TEST_DIR/nvme/persistent/main.pp"
+  write_config 'flags = ["EnablePersistent"]' "deny_users = [\"$U\"]"
+  run as_slurm sudo -n "$BIN/bb-pool" alloc --persistent pp --owner "$U" --pool nvme --capacity 1G
+  assert_failure 77
+  assert_output --partial "user $U may not use burst buffers (listed in deny_users)"
+  # Root itself still may, for anyone.
+  run bb-pool alloc --persistent pp --owner "$U" --pool nvme --capacity 1G
+  assert_success
+}
+
 @test "the audit log names sudo's caller" {
   run as_slurm sudo -n "$BIN/bb-pool" alloc --job 9 --user "$U" --pool nvme --capacity 1G
   assert_success

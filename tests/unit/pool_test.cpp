@@ -226,6 +226,26 @@ TEST_F(PoolTest, teardown_keeps_aside_what_the_buffers_owner_could_not_delete) {
     EXPECT_NE(audit_text.str().find("action=kept buffer=t.1.1"), std::string::npos);
 }
 
+// A piece (a deep directory moved up into trash/ on the way) is judged against the buffer's
+// owner its name records: one that is someone else's was swapped in, and is kept aside.
+TEST_F(PoolTest, reap_keeps_a_piece_that_is_not_the_buffers_owners) {
+    constexpr uid_t other = 54321;
+    const AllocResult r = allocate(*store_, config_, job(1, 2 * KiB), "test");
+    const std::string piece =
+        dir_ + "/small/trash/" + trash_name(r.buffer) + ".piece1.42." + std::to_string(nobody_.uid);
+    fs::create_directories(piece + "/inner");
+    std::ofstream(piece + "/inner/file") << "someone else's";
+    for (const std::string& path : {piece, piece + "/inner", piece + "/inner/file"})
+        ASSERT_EQ(chown(path.c_str(), other, other), 0);
+    const TeardownResult t = teardown_job(*store_, config_, 1, {}, "test");
+    EXPECT_TRUE(t.reaped);
+    EXPECT_TRUE(fs::is_empty(dir_ + "/small/trash"));
+    bool kept = false;
+    for (const auto& entry : fs::recursive_directory_iterator(dir_ + "/small/quarantine"))
+        kept = kept || entry.path().filename() == "file";
+    EXPECT_TRUE(kept);
+}
+
 TEST_F(PoolTest, a_teardown_killed_before_its_last_commit_is_finished_by_recover) {
     // Killed after the rename into trash/ (or after the reap too), before the commit: the
     // record says teardown and the directory is in trash/ or already gone.
@@ -303,6 +323,36 @@ TEST_F(PoolTest, two_clusters_sharing_a_pool_never_share_a_buffer_directory) {
     ASSERT_EQ(stat((mine.path + "/data").c_str(), &st), 0);
     ASSERT_EQ(stat(mine.path.c_str(), &st), 0);
     EXPECT_EQ(st.st_uid, nobody_.uid);
+}
+
+TEST_F(PoolTest, check_repair_leaves_another_clusters_buffers_on_a_shared_pool_alone) {
+    Config other = config_;
+    other.cluster = "u";
+    other.state_dir = dir_ + "/state-u";
+    StateStore other_store(other);
+    init_pool(other_store, other, "small", "test");
+    const AllocResult theirs = allocate(other_store, other, job(7, KiB), "test");
+    AllocRequest persistent;
+    persistent.persistent_name = "shared";
+    persistent.user = lookup_user("root");
+    persistent.pool = "small";
+    persistent.capacity = KiB;
+    allocate(other_store, other, persistent, "test");
+    // What the other cluster's teardowns leave in trash/ and quarantine/.
+    fs::create_directory(dir_ + "/small/trash/u.8.1.1700000000000000000");
+    fs::create_directory(dir_ + "/small/quarantine/u.8.1.1700000000000000000.kept.1.99");
+    const std::vector<Finding> findings = check(*store_, config_, true, "test");
+    EXPECT_TRUE(findings.empty()) << findings.front().kind << " " << findings.front().subject;
+    EXPECT_TRUE(fs::exists(theirs.path));
+    EXPECT_TRUE(fs::exists(dir_ + "/small/persistent/u.shared"));
+    EXPECT_TRUE(fs::exists(dir_ + "/small/trash/u.8.1.1700000000000000000"));
+    EXPECT_EQ(
+        std::distance(fs::directory_iterator(dir_ + "/small/quarantine"), fs::directory_iterator{}),
+        1);
+    EXPECT_EQ(cluster_of_entry("job", "a.b.7.1"), "a.b");
+    EXPECT_EQ(cluster_of_entry("job", "7.1"), std::nullopt);  // named before clusters were
+    EXPECT_EQ(cluster_of_entry("trash", "u.p.x.123.piece2.99.65534"), "u");
+    EXPECT_EQ(cluster_of_entry("quarantine", "u.8.1.123.kept.1.99"), "u");
 }
 
 TEST_F(PoolTest, alloc_never_adopts_a_directory_that_is_already_there) {
