@@ -644,11 +644,21 @@ std::size_t string_end(const std::string& text, std::size_t i) {
     return text.size();
 }
 
-// Refuses arrays and inline tables nested deeper than max_nesting before toml11 recurses into
-// them. Brackets in strings and comments do not count; a table header ([a] or [[pool]]) opens
-// and closes on its line, so it never adds up.
+[[noreturn]] void too_deep(const std::string& source, std::size_t line, const std::string& what) {
+    fail_at(source, line, "invalid TOML",
+            what + " nested more than " + std::to_string(max_nesting) +
+                " deep (bbkit.toml needs two levels at most: flatten them)");
+}
+
+// Refuses arrays, inline tables and dotted keys nested deeper than max_nesting before toml11
+// works on them: it recurses once per array or inline table, and takes time quadratic in the
+// parts of a dotted key. Brackets and dots in strings and comments do not count; a table header
+// ([a] or [[pool]]) opens and closes on its line, so it never adds up. Outside strings, only a
+// dotted key holds more than one dot between two of "=,[]{}" and a newline (a float or a time
+// holds one).
 void check_nesting(const std::string& text, const std::string& source) {
     std::size_t depth = 0;
+    std::size_t dots = 0;
     std::size_t line = 1;
     for (std::size_t i = 0; i < text.size(); ++i) {
         const char c = text[i];
@@ -657,18 +667,25 @@ void check_nesting(const std::string& text, const std::string& source) {
             line +=
                 static_cast<std::size_t>(std::count(text.begin() + i, text.begin() + end, '\n'));
             i = end - 1;
-        } else if (c == '#') {
+            continue;
+        }
+        if (c == '#') {
             i = std::min(text.find('\n', i), text.size()) - 1;
+        } else if (c == '.') {
+            if (++dots >= max_nesting)
+                too_deep(source, line, "dotted keys");
+            continue;
         } else if (c == '\n') {
             ++line;
         } else if (c == '[' || c == '{') {
             if (++depth > max_nesting)
-                fail_at(source, line, "invalid TOML",
-                        "arrays and inline tables nested more than " + std::to_string(max_nesting) +
-                            " deep (bbkit.toml needs two levels at most: flatten them)");
+                too_deep(source, line, "arrays and inline tables");
         } else if ((c == ']' || c == '}') && depth > 0) {
             --depth;
+        } else if (c != '=' && c != ',' && c != ']' && c != '}') {
+            continue;
         }
+        dots = 0;
     }
 }
 

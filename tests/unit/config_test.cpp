@@ -808,6 +808,27 @@ TEST(config, refuses_deeply_nested_array) {
                             "t.toml:1: invalid TOML: arrays and inline tables nested"));
 }
 
+TEST(config, refuses_dotted_keys_of_many_parts) {
+    std::string parts;
+    for (int i = 0; i < 100000; ++i)
+        parts += "a.";
+    EXPECT_TRUE(starts_with(config_error("[" + parts + "b]\n"),
+                            "t.toml:1: invalid TOML: dotted keys nested more than 8 deep"));
+    EXPECT_TRUE(starts_with(config_error("x = 1\n" + parts + "b = 1\n"),
+                            "t.toml:2: invalid TOML: dotted keys nested more than 8 deep"));
+    EXPECT_TRUE(starts_with(config_error("x = {a . b.c.d.e.f.g.h.i = 1}\n"),
+                            "t.toml:1: invalid TOML: dotted keys nested more than 8 deep"));
+    // Eight parts pass the scan (and then fail as unknown keys); dots in values never add up.
+    EXPECT_TRUE(starts_with(config_error("a.b.c.d.e.f.g.h = 1\n"), "t.toml:1: a: unknown key"));
+    EXPECT_TRUE(starts_with(config_error("x = [1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5]\n"
+                                         "y = 1979-05-27T07:32:00.999\n"
+                                         "z = '/a.b.c.d.e.f.g.h.i.j'\n"),
+                            "t.toml:1: x: unknown key"));
+    EXPECT_EQ(parse_config("limits.mover_threads = 2 # a.b.c.d.e.f.g.h.i.j\n", "t.toml")
+                  .limits.mover_threads,
+              2u);
+}
+
 TEST(config, brackets_in_strings_comments_and_headers_do_not_count_as_nesting) {
     const std::string b(20, '[');
     std::string text = "# " + b + "\n" +                                   // a comment
