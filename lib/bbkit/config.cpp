@@ -1,5 +1,8 @@
 #include "bbkit/config.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -27,6 +30,22 @@ constexpr unsigned max_stage_concurrency = 4096;
 constexpr unsigned max_mover_threads = 1024;
 // Names end up in file names with a job id and an incarnation: keep them well under NAME_MAX.
 constexpr std::size_t max_name_length = 64;
+// A site's bbkit.toml is a few KiB; a file past this bound is not one (bbkit.toml(5)), and
+// reading stops here, so a device or a growing file cannot fill the memory.
+constexpr std::size_t max_config_bytes = 1024 * 1024;
+// toml11 recurses once per nested array or inline table, so a deep enough nesting overflows the
+// stack; the schema needs two levels (pool = [{...}]).
+constexpr std::size_t max_nesting = 8;
+
+// C0 controls and DEL, whatever the locale.
+bool is_control(char c) {
+    const unsigned char byte = static_cast<unsigned char>(c);
+    return byte < 0x20 || byte == 0x7f;
+}
+
+std::string too_large() {
+    return "larger than " + format_size(max_config_bytes) + ", the most a bbkit.toml may hold";
+}
 
 // Keys and values are echoed in messages; a newline or NUL in them must not break the one line.
 std::string printable(const std::string& text) {
@@ -189,10 +208,13 @@ void read_if_present(const Field& table, const std::string& name, T& out, Read r
         out = read(*field);
 }
 
+// A path lands in env files, Slurm's path file and messages, each read line by line: a newline
+// or any other control character in it would split or forge a line (bbkit.toml(5)).
 std::string absolute_path_of(const Field& field) {
     const std::string path = string_of(field, "a string (an absolute path)");
-    if (path.find('\0') != std::string::npos)
-        field.fail("a path cannot contain a NUL character");
+    for (char c : path)
+        if (is_control(c))
+            field.fail("a path cannot contain a control character (newline, tab, NUL, ...)");
     if (path.empty() || path[0] != '/')
         field.fail("'" + path + "' is not an absolute path");
     return path;
@@ -546,8 +568,9 @@ void check_utf8(const std::string& text, const std::string& source) {
         const std::size_t length = utf8_sequence(text, i);
         if (length == 0)
             fail_at(source, line, "invalid UTF-8",
-                    "byte " + std::to_string(i + 1) + " does not start a valid UTF-8 character "
-                    "(TOML files are UTF-8: convert the file, e.g. with iconv)");
+                    "byte " + std::to_string(i + 1) +
+                        " does not start a valid UTF-8 character "
+                        "(TOML files are UTF-8: convert the file, e.g. with iconv)");
         if (text[i] == '\n')
             ++line;
         i += length;
@@ -588,8 +611,89 @@ std::string without_comment_lines(const std::string& text) {
     return out;
 }
 
+// The number of `quote` characters in the run starting at text[i].
+std::size_t quote_run(const std::string& text, std::size_t i, char quote) {
+    std::size_t n = 0;
+    while (i + n < text.size() && text[i + n] == quote)
+        ++n;
+    return n;
+}
+
+// Where the string opened at text[i] ends (the index past its closing quote, or the end of the
+// line or text when it is unterminated, which toml11 then reports). Basic strings ('"') take
+// backslash escapes, literal ones ('\'') do not; a run of three quotes opens a multi-line string,
+// which closes at the next run of three or more (up to two of them belong to its content).
+std::size_t string_end(const std::string& text, std::size_t i) {
+    const char quote = text[i];
+    const bool multi_line = quote_run(text, i, quote) >= 3;
+    for (i += multi_line ? 3 : 1; i < text.size(); ++i) {
+        const char c = text[i];
+        if (c == '\\' && quote == '"') {
+            ++i;
+        } else if (c == '\n' && !multi_line) {
+            return i;
+        } else if (c == quote) {
+            const std::size_t run = quote_run(text, i, quote);
+            if (!multi_line)
+                return i + 1;
+            if (run >= 3)
+                return i + run;
+            i += run - 1;
+        }
+    }
+    return text.size();
+}
+
+[[noreturn]] void too_deep(const std::string& source, std::size_t line, const std::string& what) {
+    fail_at(source, line, "invalid TOML",
+            what + " nested more than " + std::to_string(max_nesting) +
+                " deep (bbkit.toml needs two levels at most: flatten them)");
+}
+
+// Refuses arrays, inline tables and dotted keys nested deeper than max_nesting before toml11
+// works on them: it recurses once per array or inline table, and takes time quadratic in the
+// parts of a dotted key. Brackets and dots in strings and comments do not count; a table header
+// ([a] or [[pool]]) opens and closes on its line, so it never adds up. Outside strings, only a
+// dotted key holds more than one dot between two of "=,[]{}" and a newline (a float or a time
+// holds one).
+void check_nesting(const std::string& text, const std::string& source) {
+    std::size_t depth = 0;
+    std::size_t dots = 0;
+    std::size_t line = 1;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (c == '"' || c == '\'') {
+            const std::size_t end = string_end(text, i);
+            line +=
+                static_cast<std::size_t>(std::count(text.begin() + i, text.begin() + end, '\n'));
+            i = end - 1;
+            continue;
+        }
+        if (c == '#') {
+            i = std::min(text.find('\n', i), text.size()) - 1;
+        } else if (c == '.') {
+            if (++dots >= max_nesting)
+                too_deep(source, line, "dotted keys");
+            continue;
+        } else if (c == '\n') {
+            ++line;
+        } else if (c == '[' || c == '{') {
+            if (++depth > max_nesting)
+                too_deep(source, line, "arrays and inline tables");
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            --depth;
+        } else if (c != '=' && c != ',' && c != ']' && c != '}') {
+            continue;
+        }
+        dots = 0;
+    }
+}
+
 Value parse_toml(const std::string& text, const std::string& source) {
+    if (text.size() > max_config_bytes)
+        fail_at(source, 0, "refused", too_large() + " (is this a bbkit.toml?)");
     check_utf8(text, source);
+    check_nesting(text, source);
     std::istringstream stream(without_comment_lines(text));
     try {
         return toml::parse<toml::discard_comments, std::map, std::vector>(stream, source);
@@ -602,23 +706,47 @@ struct FileCloser {
     void operator()(std::FILE* file) const { std::fclose(file); }
 };
 
-[[noreturn]] void cannot_read(const std::string& path, int error_number) {
-    throw Error(ExitCode::config,
-                path + ": cannot read configuration: " + std::strerror(error_number) +
-                    " (use --config FILE or set BBKIT_CONFIG)");
+[[noreturn]] void cannot_read(const std::string& path, const std::string& why) {
+    throw Error(ExitCode::config, printable(path + ": cannot read configuration: " + why +
+                                            " (use --config FILE or set BBKIT_CONFIG)"));
 }
 
+[[noreturn]] void cannot_read(const std::string& path, int error_number) {
+    cannot_read(path, std::strerror(error_number));
+}
+
+// Opened without blocking, so that a FIFO with no writer is refused rather than waited for;
+// only a regular file is read, and at most one byte past max_config_bytes of it (a file in
+// /proc, or one that grows, may hold more than its size said).
 std::string file_text(const std::string& path) {
-    std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
-    if (!file)
+    const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
         cannot_read(path, errno);
+    std::unique_ptr<std::FILE, FileCloser> file(fdopen(fd, "rb"));
+    if (!file) {
+        const int error_number = errno;
+        close(fd);
+        cannot_read(path, error_number);
+    }
+    struct stat st {};
+    if (fstat(fd, &st) != 0)
+        cannot_read(path, errno);
+    if (S_ISDIR(st.st_mode))
+        cannot_read(path, EISDIR);
+    if (!S_ISREG(st.st_mode))
+        cannot_read(path, "not a regular file");
     std::string text;
     char buffer[65536];
     std::size_t count = 0;
-    while ((count = std::fread(buffer, 1, sizeof buffer, file.get())) > 0)
+    while (
+        text.size() <= max_config_bytes &&
+        (count = std::fread(buffer, 1, std::min(sizeof buffer, max_config_bytes + 1 - text.size()),
+                            file.get())) > 0)
         text.append(buffer, count);
     if (std::ferror(file.get()))
         cannot_read(path, errno);
+    if (text.size() > max_config_bytes)
+        cannot_read(path, too_large());
     return text;
 }
 

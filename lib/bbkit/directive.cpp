@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <set>
 #include <string_view>
 #include <utility>
@@ -154,6 +155,40 @@ std::vector<Token> tokenize(const std::string& body) {
             token.has_value = true;
         }
         tokens.push_back(std::move(token));
+    }
+}
+
+// ---- lengths ---------------------------------------------------------------------------------
+
+// A path longer than PATH_MAX - 1 bytes can never be opened, and every other value is a size,
+// a mode, a type or a name: each is refused past its bound at parse time, before a request is
+// stored anywhere (bb-parse(1), LIMITS). burst_buffer.lua checks the same bounds.
+constexpr std::size_t max_path_bytes = PATH_MAX - 1;
+constexpr std::size_t max_word_bytes = 256;
+
+bool is_path_key(const std::string& key) {
+    return key == "source" || key == "destination";
+}
+
+// Applied to the values as written and again after symbol replacement (%d and %x can lengthen
+// a path).
+void check_value_length(const Token& token) {
+    const bool path = is_path_key(token.key);
+    const std::size_t limit = path ? max_path_bytes : max_word_bytes;
+    if (token.value.size() > limit)
+        throw invalid(token.key + "= is " + std::to_string(token.value.size()) + " bytes long (" +
+                      (path ? "a path" : "a value") + " holds at most " + std::to_string(limit) +
+                      " bytes)");
+}
+
+void check_lengths(const std::vector<Token>& tokens) {
+    for (const Token& token : tokens) {
+        if (token.key.size() > max_word_bytes)
+            throw invalid("a word of " + std::to_string(token.key.size()) +
+                          " bytes (a key or word holds at most " + std::to_string(max_word_bytes) +
+                          " bytes)");
+        if (token.has_value)
+            check_value_length(token);
     }
 }
 
@@ -694,7 +729,9 @@ class Parser {
         const Location where{Origin::bb_option, 1};
         Pairs pairs;
         try {
-            Arguments args(tokenize(text));
+            const std::vector<Token> tokens = tokenize(text);
+            check_lengths(tokens);
+            Arguments args(tokens);
             for (const std::string& key : args.unknown())
                 if (key != "capacity" && key != "access" && key != "type" && key != "pool" &&
                     key != "swap")
@@ -722,10 +759,13 @@ class Parser {
     void parse(const DirectiveLine& line) {
         request_.has_directive = true;
         std::vector<Token> tokens = tokenize(line.body);
+        check_lengths(tokens);
         Symbols symbols(job_);
         for (Token& token : tokens)
-            if (token.has_value)
+            if (token.has_value) {
                 token.value = replace_symbols(token.value, symbols);
+                check_value_length(token);
+            }
         if (!symbols.unresolved.empty())
             request_.warnings.push_back(
                 {line.where, symbols.unresolved +

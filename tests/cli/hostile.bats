@@ -78,25 +78,51 @@ assert_pool_clean() {
   assert_output --partial "script line 2: 'capacity=' is given twice"
 }
 
-@test "a megabyte path is accepted; a --bb line of 5,000 directives splits in bounded time" {
+@test "a path past PATH_MAX is refused; a --bb line of 5,000 directives splits in bounded time" {
   long=$(repeat a 2000000)
   printf '#BB_LUA capacity=1G\n#BB_LUA stage_out type=file source=r destination=/x/%s\n' "$long" >"$TEST_DIR/bbf"
-  run --separate-stderr bb-parse --bbf "$TEST_DIR/bbf" --json
-  assert_success
-  [ "${#output}" -gt 2000000 ]
+  run bb-parse --bbf "$TEST_DIR/bbf" --json
+  assert_failure 65
+  assert_one_line_error bb-parse
+  assert_output 'bb-parse: --bbf line 2: destination= is 2000003 bytes long (a path holds at most 4095 bytes)'
   # A single argument is at most 128 KiB (MAX_ARG_STRLEN): 5,000 directives fill it.
   many=$(printf '#DW jobdw capacity=1G'; repeat x 5000 | sed 's/x/ #DW persistentdw name=p/g')
   [ "${#many}" -gt 100000 ]
   run bb-parse --bb "$many" --json
   assert_success
   assert_output --partial '"name": "p"'
-  # An error about a megabyte token is still one line, cut in the middle.
-  printf '#BB_LUA capacity=1G\n#BB_LUA stage_out type=file source=r destination=x/%s\n' "$long" >"$TEST_DIR/bbf"
+  # An error echoing a long token is still one line, cut in the middle.
+  printf '#BB_LUA capacity=1G\n#BB_LUA stage_out type=file source=r destination=x/%s\n' "$(repeat a 4000)" >"$TEST_DIR/bbf"
   run bb-parse --bbf "$TEST_DIR/bbf"
   assert_failure 65
   assert_one_line_error bb-parse
   [ "${#output}" -lt 2048 ] || fail "message of ${#output} bytes"
   assert_output --partial 'bytes ...]'
+}
+
+@test "a 20 MB source= is refused with one line before anything is stored" {
+  printf '#!/bin/bash\n#BB_LUA capacity=1G\n#BB_LUA stage_in type=file source=/%s destination=d\n' \
+    "$(repeat s 20971520)" >"$TEST_DIR/job.sh"
+  run bb-parse --script "$TEST_DIR/job.sh"
+  assert_failure 65
+  assert_one_line_error bb-parse
+  assert_output 'bb-parse: script line 3: source= is 20971521 bytes long (a path holds at most 4095 bytes)'
+  run bb-pool alloc --job 33 --user "$U" --script "$TEST_DIR/job.sh"
+  assert_failure 65
+  assert_one_line_error bb-pool
+  run bb-stat job 33
+  assert_failure 66
+  assert_pool_clean
+}
+
+@test "names and other values past 256 bytes are refused with 65 naming key and line" {
+  run bb-parse --bb "#BB_LUA capacity=1G pool=$(repeat p 257)"
+  assert_failure 65
+  assert_output 'bb-parse: --bb: pool= is 257 bytes long (a value holds at most 256 bytes)'
+  printf '#BB_LUA capacity=1G\n#BB create_persistent name=%s capacity=1G\n' "$(repeat n 300)" >"$TEST_DIR/bbf"
+  run bb-parse --bbf "$TEST_DIR/bbf"
+  assert_failure 65
+  assert_output 'bb-parse: --bbf line 2: name= is 300 bytes long (a value holds at most 256 bytes)'
 }
 
 @test "100,000 continued lines join in bounded time" {
@@ -111,18 +137,73 @@ assert_pool_clean() {
   assert_output --partial '"pool": "nvme"'
 }
 
-@test "a configuration line of megabytes is one clear error, not an echo of it" {
-  printf 'cluster = "%s"\n' "$(repeat x 2000000)" >"$TEST_DIR/big.toml"
+@test "a configuration line of a near-megabyte is one clear error, not an echo of it" {
+  printf 'cluster = "%s"\n' "$(repeat x 1000000)" >"$TEST_DIR/big.toml"
   run bb-parse --config "$TEST_DIR/big.toml" config
   assert_failure 78
   assert_one_line_error bb-parse
   assert_output --partial 'big.toml:1: cluster'
   [ "${#output}" -lt 4096 ] || fail "message of ${#output} bytes"
-  printf 'state_dir = "/x"\n%s = 1\n' "$(repeat k 2000000)" >"$TEST_DIR/key.toml"
+  printf 'state_dir = "/x"\n%s = 1\n' "$(repeat k 1000000)" >"$TEST_DIR/key.toml"
   run bb-parse --config "$TEST_DIR/key.toml" config
   assert_failure 78
   assert_one_line_error bb-parse
   [ "${#output}" -lt 4096 ] || fail "message of ${#output} bytes"
+}
+
+# Runs bb-parse as the unprivileged user (root refuses a file it does not control before reading
+# it), with at most 200 MB of address space and 30 seconds: a regression fails instead of
+# eating the machine. Sanitized builds reserve terabytes of address space: time alone bounds them.
+bounded_bb_parse() {
+  local limit="ulimit -v 204800;"
+  [ "${BBKIT_SANITIZE:-}" = 1 ] && limit=
+  run runuser -u "$U" -- timeout 30 bash -c "$limit exec bb-parse \"\$@\"" bb-parse "$@"
+}
+
+@test "a configuration that is not a bounded regular file exits 78 without reading it all" {
+  bounded_bb_parse --config /dev/zero config
+  assert_failure 78
+  assert_one_line_error bb-parse
+  assert_output 'bb-parse: /dev/zero: cannot read configuration: not a regular file (use --config FILE or set BBKIT_CONFIG)'
+  mkfifo -m 644 "$TEST_DIR/fifo.toml"
+  bounded_bb_parse --config "$TEST_DIR/fifo.toml" config
+  assert_failure 78
+  assert_output --partial 'not a regular file'
+  # 2 MiB of valid TOML (comments): refused for its size alone.
+  { repeat '#' 2097152; printf '\ncluster = "c"\n'; } >"$TEST_DIR/huge.toml"
+  bounded_bb_parse --config "$TEST_DIR/huge.toml" config
+  assert_failure 78
+  assert_one_line_error bb-parse
+  assert_output --partial 'huge.toml: cannot read configuration: larger than 1MiB'
+  # As root the same files are refused too.
+  run bb-parse --config /dev/zero config
+  assert_failure 78
+  assert_one_line_error bb-parse
+}
+
+@test "a deeply nested array in the configuration exits 78, not with a crash" {
+  { printf 'x = '; repeat '[' 100000; echo; } >"$TEST_DIR/nested.toml"
+  run bb-parse --config "$TEST_DIR/nested.toml" config
+  assert_failure 78
+  assert_one_line_error bb-parse
+  assert_output --partial 'nested.toml:1: invalid TOML: arrays and inline tables nested more than 8 deep'
+}
+
+@test "a newline in state_dir, a pool path or a hook path exits 78 naming the key" {
+  printf 'cluster = "c"\nstate_dir = "/var/lib/bbkit\\nBB_JOB_DIR=/etc"\n' >"$TEST_DIR/state.toml"
+  run bb-parse --config "$TEST_DIR/state.toml" config
+  assert_failure 78
+  assert_one_line_error bb-parse
+  assert_output --partial 'state.toml:2: state_dir: a path cannot contain a control character'
+  printf '[[pool]]\nname = "p"\npath = """/bb/p\n/etc"""\ncapacity = "1GiB"\n' >"$TEST_DIR/pool.toml"
+  run bb-parse --config "$TEST_DIR/pool.toml" config
+  assert_failure 78
+  assert_one_line_error bb-parse
+  assert_output --partial 'pool.toml:3: pool[0].path: a path cannot contain a control character'
+  printf '[hooks]\npre_run = "/etc/bbkit/pre\\r"\n' >"$TEST_DIR/hook.toml"
+  run bb-parse --config "$TEST_DIR/hook.toml" config
+  assert_failure 78
+  assert_output --partial 'hook.toml:2: hooks.pre_run: a path cannot contain a control character'
 }
 
 @test "NUL bytes: trailing ones in a script are ignored, others are errors naming the line" {

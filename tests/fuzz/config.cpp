@@ -1,6 +1,7 @@
 // Fuzz target for lib/bbkit/config: parse_config over arbitrary text must either return a
 // configuration that holds every documented rule or throw Error(config) with a one-line message
 // (bbkit.toml(5)).
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <set>
@@ -16,9 +17,18 @@ void check(bool condition) {
         std::abort();
 }
 
+// Paths land in env files and Slurm's path file, which are read line by line.
+bool without_control_characters(const std::string& text) {
+    return std::none_of(text.begin(), text.end(), [](char c) {
+        const unsigned char byte = static_cast<unsigned char>(c);
+        return byte < 0x20 || byte == 0x7f;
+    });
+}
+
 bool absolute_normalized(const std::string& path) {
-    return !path.empty() && path[0] == '/' && path.find("//") == std::string::npos &&
-           path.find("/./") == std::string::npos && path.find("/../") == std::string::npos;
+    return without_control_characters(path) && !path.empty() && path[0] == '/' &&
+           path.find("//") == std::string::npos && path.find("/./") == std::string::npos &&
+           path.find("/../") == std::string::npos;
 }
 
 void check_timeout(unsigned seconds) {
@@ -44,7 +54,7 @@ void check_config(const bbkit::Config& config) {
     if (config.default_pool)
         check(config.find_pool(*config.default_pool) != nullptr);
     for (const auto& [phase, path] : config.hooks)
-        check(!path.empty() && path[0] == '/');
+        check(!path.empty() && path[0] == '/' && without_control_characters(path));
 }
 
 }  // namespace

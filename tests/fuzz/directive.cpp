@@ -5,6 +5,7 @@
 //
 // The first input byte chooses the variant: bits 0-1 the text (script, --bb, --bbf, script with
 // an empty --bb), bit 2 Slurm mode, bit 3 a known job (id, array, name, working directory).
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -88,9 +89,9 @@ bool same(const bbkit::Request& a, const bbkit::Request& b) {
            same_list(a.stage_out, b.stage_out, same_stage) &&
            same_list(a.create, b.create,
                      [](const auto& x, const auto& y) {
-                         return x.name == y.name && x.pool == y.pool &&
-                                x.capacity == y.capacity && x.allocated == y.allocated &&
-                                x.access == y.access && x.type == y.type;
+                         return x.name == y.name && x.pool == y.pool && x.capacity == y.capacity &&
+                                x.allocated == y.allocated && x.access == y.access &&
+                                x.type == y.type;
                      }) &&
            same_list(a.destroy, b.destroy,
                      [](const auto& x, const auto& y) {
@@ -117,6 +118,8 @@ void check_request(const bbkit::Request& request, const bbkit::Config& config) {
     }
     for (const auto* stages : {&request.stage_in, &request.stage_out})
         for (const bbkit::StageDirective& s : *stages) {
+            // No path past PATH_MAX - 1 bytes is ever accepted (bb-parse(1), LIMITS).
+            check(s.source.size() < PATH_MAX && s.destination.size() < PATH_MAX);
             const std::string& inside = stages == &request.stage_in ? s.destination : s.source;
             // Inside the buffer: relative, normalized, never climbing out.
             check(inside.empty() || (inside.front() != '/' && inside.back() != '/'));

@@ -1,6 +1,7 @@
 #include "bbkit/config.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -699,8 +700,9 @@ namespace {
 
 TEST(config, names_longer_than_64_characters_are_refused) {
     const std::string long_name(65, 'c');
-    EXPECT_NE(config_error("cluster = \"" + long_name + "\"\n").find("65 characters long (at most 64)"),
-              std::string::npos);
+    EXPECT_NE(
+        config_error("cluster = \"" + long_name + "\"\n").find("65 characters long (at most 64)"),
+        std::string::npos);
     EXPECT_EQ(parse_config("cluster = \"" + std::string(64, 'c') + "\"\n", "t.toml").cluster,
               std::string(64, 'c'));
 }
@@ -723,6 +725,160 @@ TEST(config, invalid_utf8_is_an_error_naming_the_line) {
     EXPECT_TRUE(starts_with(config_error("a = 1\nb = 2\nx = '\xff'"), "t.toml:3: invalid UTF-8"));
     EXPECT_EQ(parse_config("cluster = \"main\" # caf\xc3\xa9 \xf0\x9f\x98\x80\n", "t.toml").cluster,
               "main");
+}
+
+}  // namespace
+}  // namespace bbkit
+
+namespace bbkit {
+namespace {
+
+// --- hostile configurations: bounded size and nesting, no control characters in paths ---
+
+// A temporary file holding `text`, removed at the end of the test.
+class TemporaryConfig {
+  public:
+    explicit TemporaryConfig(const std::string& text) {
+        const int fd = mkstemp(path_);
+        EXPECT_GE(fd, 0);
+        close(fd);
+        std::ofstream(path_, std::ios::binary) << text;
+    }
+    ~TemporaryConfig() { unlink(path_); }
+    TemporaryConfig(const TemporaryConfig&) = delete;
+    TemporaryConfig& operator=(const TemporaryConfig&) = delete;
+    std::string path() const { return path_; }
+
+  private:
+    char path_[32] = "/tmp/bbkit_config_test_XXXXXX";
+};
+
+std::string load_error(const std::string& path) {
+    try {
+        load_config(path);
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::config);
+        return error.what();
+    }
+    ADD_FAILURE() << "no error for " << path;
+    return "";
+}
+
+TEST(config, refuses_configuration_over_size_limit) {
+    // Valid TOML all along: only the size is wrong.
+    const std::string padding = "# " + std::string(1024 * 1024, 'x') + "\ncluster = \"c\"\n";
+    const TemporaryConfig file(padding);
+    EXPECT_EQ(load_error(file.path()),
+              file.path() +
+                  ": cannot read configuration: larger than 1MiB, the most a bbkit.toml may hold "
+                  "(use --config FILE or set BBKIT_CONFIG)");
+    EXPECT_TRUE(starts_with(config_error(padding), "t.toml: refused: larger than 1MiB"));
+}
+
+TEST(config, accepts_configuration_at_size_limit) {
+    const std::string line = "cluster = \"c\"\n";
+    const std::string text = std::string(1024 * 1024 - line.size() - 1, '#') + "\n" + line;
+    ASSERT_EQ(text.size(), 1024u * 1024u);
+    const TemporaryConfig file(text);
+    EXPECT_EQ(load_config(file.path()).cluster, "c");
+}
+
+TEST(config, refuses_a_device_or_fifo_without_reading_it) {
+    EXPECT_EQ(load_error("/dev/zero"),
+              "/dev/zero: cannot read configuration: not a regular file (use --config FILE or "
+              "set BBKIT_CONFIG)");
+    char directory[] = "/tmp/bbkit_config_test_XXXXXX";
+    ASSERT_NE(mkdtemp(directory), nullptr);
+    const std::string fifo = std::string(directory) + "/fifo";
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    // No writer: a blocking open would wait for ever.
+    EXPECT_NE(load_error(fifo).find("not a regular file"), std::string::npos);
+    unlink(fifo.c_str());
+    rmdir(directory);
+}
+
+TEST(config, refuses_deeply_nested_array) {
+    const std::string deep = "x = " + std::string(100000, '[') + std::string(100000, ']') + "\n";
+    EXPECT_TRUE(starts_with(config_error(deep),
+                            "t.toml:1: invalid TOML: arrays and inline tables "
+                            "nested more than 8 deep"));
+    EXPECT_TRUE(starts_with(config_error("a = 1\nx = " + std::string(9, '{') + "\n"),
+                            "t.toml:2: invalid TOML: arrays and inline tables nested"));
+    EXPECT_TRUE(starts_with(config_error("x = [{a = [{b = [[[[[1]]]]]}]}]\n"),
+                            "t.toml:1: invalid TOML: arrays and inline tables nested"));
+}
+
+TEST(config, refuses_dotted_keys_of_many_parts) {
+    std::string parts;
+    for (int i = 0; i < 100000; ++i)
+        parts += "a.";
+    EXPECT_TRUE(starts_with(config_error("[" + parts + "b]\n"),
+                            "t.toml:1: invalid TOML: dotted keys nested more than 8 deep"));
+    EXPECT_TRUE(starts_with(config_error("x = 1\n" + parts + "b = 1\n"),
+                            "t.toml:2: invalid TOML: dotted keys nested more than 8 deep"));
+    EXPECT_TRUE(starts_with(config_error("x = {a . b.c.d.e.f.g.h.i = 1}\n"),
+                            "t.toml:1: invalid TOML: dotted keys nested more than 8 deep"));
+    // Eight parts pass the scan (and then fail as unknown keys); dots in values never add up.
+    EXPECT_TRUE(starts_with(config_error("a.b.c.d.e.f.g.h = 1\n"), "t.toml:1: a: unknown key"));
+    EXPECT_TRUE(starts_with(config_error("x = [1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5]\n"
+                                         "y = 1979-05-27T07:32:00.999\n"
+                                         "z = '/a.b.c.d.e.f.g.h.i.j'\n"),
+                            "t.toml:1: x: unknown key"));
+    EXPECT_EQ(parse_config("limits.mover_threads = 2 # a.b.c.d.e.f.g.h.i.j\n", "t.toml")
+                  .limits.mover_threads,
+              2u);
+}
+
+TEST(config, brackets_in_strings_comments_and_headers_do_not_count_as_nesting) {
+    const std::string b(20, '[');
+    std::string text = "# " + b + "\n" +                                   // a comment
+                       "state_dir = \"/s/\\\"" + b + "\" # " + b + "\n" +  // an escaped quote
+                       "cluster = 'c' # '\n" +                             // a quote in a comment
+                       "[hooks]\n" +                                       // a table header
+                       "pre_run = '''/h/''" + b + "''''\n" +           // quotes in a literal string
+                       "post_run = \"\"\"/h/\"\"" + b + "\"\"\"\"\n";  // ... and in a basic one
+    for (int i = 0; i < 10; ++i)  // array-of-tables headers, more than the nesting bound
+        text += "[[pool]]\nname = \"p" + std::to_string(i) + "\"\npath = \"/bb/" +
+                std::to_string(i) + "\"\ncapacity = \"1GiB\"\n";
+    const Config config = parse_config(text, "t.toml");
+    EXPECT_EQ(config.state_dir, "/s/\"" + b);
+    EXPECT_EQ(config.hooks.at("pre_run"), "/h/''" + b + "'");
+    EXPECT_EQ(config.hooks.at("post_run"), "/h/\"\"" + b + "\"");
+    EXPECT_EQ(config.pools.size(), 10u);
+}
+
+TEST(config, refuses_newline_in_pool_path) {
+    EXPECT_EQ(config_error(pool_a.substr(0, pool_a.find("path")) +
+                           "path = \"/bb/a\\nBB_JOB_DIR=/etc\"\ncapacity = \"1TiB\"\n"),
+              "t.toml:3: pool[0].path: a path cannot contain a control character (newline, tab, "
+              "NUL, ...)");
+}
+
+TEST(config, refuses_control_characters_in_state_dir_and_hook_paths) {
+    for (const std::string escape : {"\\n", "\\r", "\\t", "\\u0000", "\\u001b", "\\u007f"}) {
+        EXPECT_TRUE(starts_with(config_error("state_dir = \"/var/lib/bb" + escape + "x\"\n"),
+                                "t.toml:1: state_dir: a path cannot contain a control character"))
+            << escape;
+        EXPECT_TRUE(starts_with(config_error("[hooks]\npre_run = \"/h" + escape + "\"\n"),
+                                "t.toml:2: hooks.pre_run: a path cannot contain a control"))
+            << escape;
+    }
+    // Multi-line strings hold raw newlines.
+    EXPECT_TRUE(starts_with(config_error("state_dir = \"\"\"/var\n/lib\"\"\"\n"),
+                            "t.toml:1: state_dir: a path cannot contain a control character"));
+}
+
+TEST(config, names_and_accounts_refuse_control_characters) {
+    EXPECT_NE(config_error("cluster = \"a\\nb\"\n").find("invalid character"), std::string::npos);
+    EXPECT_NE(config_error("[[pool]]\nname = \"a\\tb\"\npath = \"/bb/a\"\ncapacity = \"1TiB\"\n")
+                  .find("invalid character"),
+              std::string::npos);
+    EXPECT_NE(config_error("state_group = \"g\\n\"\n").find("not a valid group name"),
+              std::string::npos);
+    EXPECT_NE(config_error("allow_users = [\"u\\u007f\"]\n").find("not a valid user name"),
+              std::string::npos);
+    EXPECT_NE(config_error("directives = [\"BB\\n\"]\n").find("invalid character"),
+              std::string::npos);
 }
 
 }  // namespace

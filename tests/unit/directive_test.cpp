@@ -855,8 +855,9 @@ TEST(directive, rejects_paths_that_canonical_lines_cannot_write_back) {
                         "destination '/o/x\\' has a backslash at its end");
     expect_script_error(shebang + "#BB_LUA stage_in type=file source=/a\\/ destination=d\n",
                         "source '/a\\' has a backslash at its end");
-    expect_script_error(shebang + "#BB_LUA stage_in type=file source=/a\\\\x\\\\\\\"b destination=d\n",
-                        "source '/ax\\\\\"b' has a backslash at its end or before a '\"'");
+    expect_script_error(
+        shebang + "#BB_LUA stage_in type=file source=/a\\\\x\\\\\\\"b destination=d\n",
+        "source '/ax\\\\\"b' has a backslash at its end or before a '\"'");
     JobContext job;
     job.job_id = "7";
     const Request request = parse_script(
@@ -868,4 +869,70 @@ TEST(directive, rejects_paths_that_canonical_lines_cannot_write_back) {
     const Request reparsed = parse_script(again, job);
     ASSERT_EQ(reparsed.stage_in.size(), 1u);
     EXPECT_EQ(reparsed.stage_in[0].source, request.stage_in[0].source);
+}
+
+// ---- value lengths (bb-parse(1), LIMITS) -------------------------------------------------------
+
+TEST(directive, refuses_source_longer_than_path_max) {
+    const std::string long_path = "/" + std::string(4095, 'a');
+    expect_script_error(
+        shebang + "#BB_LUA stage_in type=file source=" + long_path + " destination=d\n",
+        "script line 2: source= is 4096 bytes long (a path holds at most 4095 bytes)");
+    const std::string huge = "/" + std::string(20 * 1024 * 1024, 'a');
+    const Error e = error_of(bbf("#BB_LUA stage_in type=file source=" + huge + " destination=d\n"));
+    EXPECT_EQ(e.code(), ExitCode::data);
+    EXPECT_LT(std::string(e.what()).size(), 200u) << "the value is not echoed";
+}
+
+TEST(directive, accepts_paths_of_path_max_minus_one_bytes) {
+    const std::string path = "/" + std::string(4094, 'a');
+    const Request r = parse_script(shebang + "#BB_LUA stage_in type=file source=" + path +
+                                   " destination=d\n#BB_LUA stage_out type=file source=d "
+                                   "destination=\"" +
+                                   path + "\"\n");
+    ASSERT_EQ(r.stage_in.size(), 1u);
+    EXPECT_EQ(r.stage_in[0].source, path);
+    EXPECT_EQ(r.stage_out.at(0).destination, path);
+}
+
+TEST(directive, refuses_destination_longer_than_path_max) {
+    expect_script_error(shebang + "#BB_LUA stage_in type=file source=/s destination=" +
+                            std::string(4096, 'd') + "\n",
+                        "destination= is 4096 bytes long (a path holds at most 4095 bytes)");
+}
+
+TEST(directive, refuses_a_path_that_symbol_replacement_makes_too_long) {
+    JobContext job;
+    job.job_name = std::string(200, 'x');
+    const std::string path = "/" + std::string(3900, 'a') + "/%x";
+    expect_error(script(shebang + "#BB_LUA stage_in type=file source=" + path + " destination=d\n"),
+                 ExitCode::data, "source= is 4102 bytes long (a path holds at most 4095 bytes)",
+                 test_config(), job);
+    job.job_name = "x";
+    EXPECT_EQ(
+        parse(script(shebang + "#BB_LUA stage_in type=file source=" + path + " destination=d\n"),
+              test_config(), job)
+            .stage_in.at(0)
+            .source.size(),
+        3903u);
+}
+
+TEST(directive, refuses_other_values_longer_than_256_bytes) {
+    const std::string long_value(257, 'p');
+    for (const std::string key : {"pool", "capacity", "access", "type", "unknown_key"}) {
+        const std::string others = key == "pool"       ? "capacity=1G"
+                                   : key == "capacity" ? "pool=nvme"
+                                                       : "capacity=1G pool=nvme";
+        expect_script_error(shebang + "#BB_LUA " + others + " " + key + "=" + long_value + "\n",
+                            key + "= is 257 bytes long (a value holds at most 256 bytes)");
+    }
+    expect_script_error(shebang + "#DW persistentdw name=" + long_value + "\n",
+                        "script line 2: name= is 257 bytes long (a value holds at most 256 bytes)");
+    expect_error(bb("capacity=1G pool=" + long_value), ExitCode::data,
+                 "--bb: pool= is 257 bytes long (a value holds at most 256 bytes)");
+    expect_script_error(shebang + "#BB_LUA capacity=1G " + std::string(257, 'w') + "\n",
+                        "a word of 257 bytes (a key or word holds at most 256 bytes)");
+    EXPECT_EQ(parse_script(shebang + "#BB_LUA capacity=1G k=" + std::string(256, 'v') + "\n")
+                  .warnings.size(),
+              1u);
 }

@@ -312,14 +312,57 @@ local function starts_word(text, at)
     return at == 1 or string.match(string.sub(text, at - 1, at - 1), "%s") ~= nil
 end
 
--- Cheap checks at submit (no fork): Slurm's view of capacity= and pool= equals bbkit's, and
--- the request fits the pool's total. Returns nil when acceptable, else the message.
+-- bb-parse's bounds on directive values (bb-parse(1), LIMITS): a path holds at most PATH_MAX - 1
+-- bytes, every other value and every key at most 256.
+bbkit.max_path_bytes = 4095
+bbkit.max_word_bytes = 256
+local path_keys = { source = true, destination = true }
+
+-- The bounds checked on a directive line as bb-parse reads its values as written: quotes
+-- group and are dropped, \" is a quote, \\ stays two characters. Words are split at blanks
+-- here, so a quoted value with a blank is measured in part: never more than bb-parse counts,
+-- which checks again, after symbol replacement, at setup. Returns nil or the message.
+function bbkit.check_lengths(text)
+    local quoted = false
+    for word in string.gmatch(text, "%S+") do
+        local plain = string.gsub(word, '\\([\\"])', function(c)
+            return c == '"' and "q" or "bb"
+        end)
+        local starts_quoted = quoted
+        local unquoted, quotes = string.gsub(plain, '"', "")
+        quoted = (quotes % 2 == 1) ~= quoted
+        local key, value = string.match(unquoted, "^([^=]+)=(.*)$")
+        -- A '=' after a quote may be inside it: then bb-parse reads no key there.
+        local written_key = string.match(word, "^[^=]*")
+        if key and not starts_quoted and not string.find(written_key, '"', 1, true) then
+            if #key > bbkit.max_word_bytes then
+                return "a word of " .. #key .. " bytes (a key or word holds at most "
+                    .. bbkit.max_word_bytes .. " bytes)"
+            end
+            local limit = path_keys[key] and bbkit.max_path_bytes or bbkit.max_word_bytes
+            if #value > limit then
+                return key .. "= is " .. #value .. " bytes long ("
+                    .. (path_keys[key] and "a path" or "a value") .. " holds at most " .. limit
+                    .. " bytes)"
+            end
+        end
+    end
+    return nil
+end
+
+-- Cheap checks at submit (no fork): values within bb-parse's bounds, Slurm's view of capacity=
+-- and pool= equals bbkit's, and the request fits the pool's total. Returns nil when acceptable,
+-- else the message.
 function bbkit.check_request(script, directive, pools)
     local buffer_line
     for _, line in ipairs(bbkit.directive_lines(script, directive)) do
         local after = string.sub(line.raw, #directive + 2, #directive + 2)
         if after ~= "" and not string.match(after, "%s") then
             return "'" .. line.raw .. "': write #" .. directive .. " followed by a blank"
+        end
+        local too_long = bbkit.check_lengths(line.text)
+        if too_long then
+            return too_long
         end
         if string.find(line.text, "capacity=", 1, true) then
             local first_word = string.match(line.text, "^%s*(%S+)") or ""
