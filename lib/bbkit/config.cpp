@@ -47,21 +47,6 @@ std::string too_large() {
     return "larger than " + format_size(max_config_bytes) + ", the most a bbkit.toml may hold";
 }
 
-// Keys and values are echoed in messages; a newline or NUL in them must not break the one line.
-std::string printable(const std::string& text) {
-    std::string out;
-    for (char c : text) {
-        if (!std::iscntrl(static_cast<unsigned char>(c))) {
-            out += c;
-            continue;
-        }
-        char escaped[8];
-        std::snprintf(escaped, sizeof escaped, "\\x%02x", static_cast<unsigned char>(c));
-        out += escaped;
-    }
-    return out;
-}
-
 [[noreturn]] void fail_at(const std::string& source, std::size_t line, const std::string& key,
                           const std::string& why) {
     std::string where = source;
