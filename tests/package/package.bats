@@ -51,6 +51,13 @@ UNITS="bbkit-recover.service bbkit-reap.service bbkit-reap.timer bbkit-check.ser
   [ "$(stat -c '%a %U' /var/lib/bbkit)" = "700 root" ]
 }
 
+@test "the package enables the recovery at boot and the timers" {
+  assert_link_exists /etc/systemd/system/multi-user.target.wants/bbkit-recover.service
+  for timer in bbkit-reap bbkit-check bbkit-reconcile bbkit-metrics; do
+    assert_link_exists "/etc/systemd/system/timers.target.wants/$timer.timer"
+  done
+}
+
 @test "the binaries are stripped and carry no crash-injection points" {
   run file -L /usr/bin/bb-pool /usr/libexec/bbkit/bb-mover
   refute_output --partial "not stripped"
