@@ -81,3 +81,13 @@ alloc_with_file() {
   run "$P/bin/bb-stat" job 9 --json
   assert_output --partial teardown
 }
+
+@test "the Debian package's bbkit.toml is valid and holds no pool" {
+  install -m 0644 "$BBKIT_SOURCE_DIR/share/bbkit/debian/bbkit.toml" "$TEST_DIR/package.toml"
+  sed -i "s|^state_dir = .*|state_dir = \"$TEST_DIR/package-state\"|" "$TEST_DIR/package.toml"
+  run "$P/bin/bb-parse" --config "$TEST_DIR/package.toml" config
+  assert_success
+  run "$P/bin/bb-pool" --config "$TEST_DIR/package.toml" list
+  assert_success
+  refute_output --partial nvme
+}
