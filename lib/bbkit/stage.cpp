@@ -279,6 +279,8 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
         result.nothing_to_do = true;
         return result;
     }
+    // Before the buffer changes state: a missing or untrusted mover is an installation problem.
+    const std::string mover = find_mover();
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout);
     std::vector<Fd> slot =
         take_slots(config, std::string("slot.") + (in ? "in" : "out"),
@@ -290,7 +292,6 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
     fault_point("stage.entered");
     const StagePlan plan =
         plan_for(store, config, b, direction, stages, static_cast<unsigned>(threads.size()));
-    const std::string mover = find_mover();
     const MoverRun run = run_mover(store, b, plan, options, mover, timeout, phase);
     threads.clear();
     slot.clear();
@@ -458,19 +459,32 @@ void write_paths_file(const std::string& path, const std::string& lines) {
 }
 
 std::string find_mover() {
+    // bbkit(7), FILES: the build tree keeps bb-mover beside the tools; an install under any
+    // prefix keeps it at the same place relative to the tools' directory; the configure-time
+    // directory is the last resort.
     std::string exe;
     char buf[4096];
     const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
     if (n > 0)
         exe.assign(buf, static_cast<std::size_t>(n));
-    const std::string beside = exe.substr(0, exe.rfind('/') + 1) + "bb-mover";
-    if (access(beside.c_str(), X_OK) == 0)
-        return beside;
-    const std::string installed = std::string(BBKIT_LIBEXECDIR) + "/bb-mover";
-    if (access(installed.c_str(), X_OK) == 0)
-        return installed;
-    throw Error(ExitCode::software,
-                "cannot find bb-mover next to " + exe + " or in " + BBKIT_LIBEXECDIR);
+    const std::string dir = exe.substr(0, exe.rfind('/') + 1);
+    const std::string candidates[] = {
+        dir + "bb-mover",
+        dir + BBKIT_MOVER_FROM_BINDIR + "/bb-mover",
+        std::string(BBKIT_LIBEXECDIR) + "/bb-mover",
+    };
+    for (const std::string& mover : candidates) {
+        if (exe.empty() && mover != candidates[2])
+            continue;
+        if (access(mover.c_str(), X_OK) != 0)
+            continue;
+        // bb-stage runs as root and bb-mover starts as root: only root may change it.
+        check_root_controlled(mover, "bb-mover");
+        return mover;
+    }
+    throw Error(ExitCode::software, "cannot find bb-mover: not next to " + exe + ", in " + dir +
+                                        BBKIT_MOVER_FROM_BINDIR + " or in " + BBKIT_LIBEXECDIR +
+                                        " (reinstall bbkit)");
 }
 
 }  // namespace bbkit

@@ -60,8 +60,9 @@ std::string job_paths(StateStore& store, const Config& config, std::uint64_t job
 // and written, never replaced or followed through a symlink; a missing file is created 0600).
 void write_paths_file(const std::string& path, const std::string& lines);
 
-// Where bb-mover is: next to this program (the build tree), else the installed libexec
-// directory.
+// Where bb-mover is: next to this program (the build tree), else the libexec directory of the
+// prefix this program is installed under, else the configure-time libexec directory. When the
+// process is root, the mover found must be one only root can change (Error(config) otherwise).
 std::string find_mover();
 
 }  // namespace bbkit

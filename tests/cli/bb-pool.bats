@@ -223,7 +223,7 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
 @test "a non-root user cannot use bb-pool on root's state (77)" {
   init_pools
   chmod 644 "$BBKIT_CONFIG"
-  run runuser -u "$U" -- env BBKIT_CONFIG="$BBKIT_CONFIG" "$BBKIT_BUILD_DIR/bin/bb-pool" alloc --job 5 --user "$U" --capacity 1G
+  run runuser -u "$U" -- env BBKIT_CONFIG="$BBKIT_CONFIG" "$BBKIT_BIN/bb-pool" alloc --job 5 --user "$U" --capacity 1G
   assert_failure 77
 }
 

@@ -1,5 +1,6 @@
-# Shared set-up for the command-line suites: the built tools on PATH, a scratch directory,
-# and a small valid configuration each test may extend.
+# Shared set-up for the command-line suites: the tools on PATH ($BBKIT_BIN: the installed tree's
+# bin/ that ctest gives in BBKIT_BIN_DIR, else the build's bin/), a scratch directory, and a
+# small valid configuration each test may extend.
 bats_load_library bats-support
 bats_load_library bats-assert
 bats_load_library bats-file
@@ -7,7 +8,8 @@ bats_load_library bats-file
 : "${BBKIT_BUILD_DIR:?run the suites through ctest (it sets BBKIT_BUILD_DIR)}"
 : "${BBKIT_SOURCE_DIR:?run the suites through ctest (it sets BBKIT_SOURCE_DIR)}"
 
-PATH="$BBKIT_BUILD_DIR/bin:$PATH"
+BBKIT_BIN=${BBKIT_BIN_DIR:-$BBKIT_BUILD_DIR/bin}
+PATH="$BBKIT_BIN:$PATH"
 export PATH
 unset BBKIT_CONFIG BBKIT_STATE_DIR
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env bats
-# The README's first command: the demo runs start to end on the built tree.
+# The README's first command: the demo runs start to end on the tools under test ($BBKIT_BIN).
 
 load common
 
 @test "the demo runs the whole walk-through and cleans up after itself" {
   before=$(ls -d /tmp/bbkit-demo.* 2>/dev/null | wc -l)
-  BBKIT_SKIP_BUILD=1 run "$BBKIT_SOURCE_DIR/scripts/demo"
+  BBKIT_BINDIR="$BBKIT_BIN" run "$BBKIT_SOURCE_DIR/scripts/demo"
   assert_success
   assert_output --partial "demo complete"
   assert_output --partial "allocated 96MiB"

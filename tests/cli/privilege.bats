@@ -27,13 +27,13 @@ setup() {
   SU_HOME=$(getent passwd "$SU" | cut -d: -f6)
   mkdir -p "$SU_HOME" && chown "$SU:" "$SU_HOME" && chmod 700 "$SU_HOME"
   # The drop-in install-slurm writes (slurm-scripts.bats checks that it does, the same way).
-  sed -e "s|@SLURM_USER@|$SU|g" -e "s|@BINDIR@|$BBKIT_BUILD_DIR/bin|g" \
+  sed -e "s|@SLURM_USER@|$SU|g" -e "s|@BINDIR@|$BBKIT_BIN|g" \
     "$SLURM_SHARE/sudoers" >"$TEST_DIR/bbkit.sudoers"
   # sudo skips drop-ins whose name holds a dot.
   DROPIN="/etc/sudoers.d/bbkit-privilege-test-$$"
   install -m 0440 -o root -g root "$TEST_DIR/bbkit.sudoers" "$DROPIN"
   visudo -cf "$DROPIN" >/dev/null
-  BIN=$BBKIT_BUILD_DIR/bin
+  BIN=$BBKIT_BIN
   MARK="$TEST_DIR/hook-ran-as-root"
 }
 

@@ -132,7 +132,7 @@ teardown() {
   for id in 1 2 3; do assert_dir_exists "$TEST_DIR/small/job/main.$id.1"; done
   # No clients at all.
   rm "$TEST_DIR/bin/squeue"
-  PATH="$TEST_DIR/bin" run "$BBKIT_BUILD_DIR/bin/bb-pool" reconcile --slurm --apply
+  PATH="$TEST_DIR/bin" run "$BBKIT_BIN/bb-pool" reconcile --slurm --apply
   assert_failure 69
   assert_output --partial "squeue is not on PATH"
   for id in 1 2 3; do assert_dir_exists "$TEST_DIR/small/job/main.$id.1"; done

@@ -6,8 +6,9 @@
 
 load common
 
+# The installed scripts when ctest gives an installed tree (BBKIT_BIN_DIR), else the sources.
 SLURM_SHARE="$BBKIT_SOURCE_DIR/share/bbkit/slurm"
-CALL_HOOK="$BBKIT_SOURCE_DIR/tests/slurm-lua/call-hook.lua"
+[ -n "${BBKIT_BIN_DIR:-}" ] && SLURM_SHARE="$BBKIT_BIN_DIR/../share/bbkit/slurm"
 
 setup() {
   common_setup
@@ -17,6 +18,9 @@ setup() {
   bb-pool init nvme >/dev/null
   bb-pool init small >/dev/null
   CONF="$TEST_DIR/etc"
+  # Where the hooks' users can read it: the checkout may be out of their reach.
+  CALL_HOOK="$TEST_DIR/call-hook.lua"
+  install -m 0644 "$BBKIT_SOURCE_DIR/tests/slurm-lua/call-hook.lua" "$CALL_HOOK"
 }
 
 teardown() {
@@ -26,7 +30,7 @@ teardown() {
 
 install_scripts() {
   "$SLURM_SHARE/install-slurm" --slurm-conf-dir "$CONF" --config "$BBKIT_CONFIG" \
-    --bindir "$BBKIT_BUILD_DIR/bin" --slurm-api "${API:-22.05}" "$@"
+    --bindir "$BBKIT_BIN" --slurm-api "${API:-22.05}" "$@"
 }
 
 # The setup's configuration, with env/ readable by USER's group, as an unprivileged SlurmUser
@@ -42,7 +46,7 @@ install_scripts_for() {
   local user=$1
   shift
   "$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG" "$SLURM_SHARE/install-slurm" \
-    --slurm-conf-dir "$CONF" --bindir "$BBKIT_BUILD_DIR/bin" --slurm-api "${API:-22.05}" \
+    --slurm-conf-dir "$CONF" --bindir "$BBKIT_BIN" --slurm-api "${API:-22.05}" \
     --slurm-user "$user" "$@"
 }
 
@@ -96,7 +100,7 @@ job_script() {
   run luac5.1 -p "$CONF/burst_buffer.lua" "$CONF/cli_filter.lua"
   assert_success
   run grep -E '^(BBKIT_[A-Z_]+|SLURM_API) = ' "$CONF/burst_buffer.lua"
-  assert_line "BBKIT_BINDIR = \"$BBKIT_BUILD_DIR/bin\""
+  assert_line "BBKIT_BINDIR = \"$BBKIT_BIN\""
   assert_line "BBKIT_CONFIG = \"$BBKIT_CONFIG\""
   assert_line "BBKIT_STATE_DIR = \"$TEST_DIR/state\""
   assert_line 'BBKIT_CLUSTER = "main"'
@@ -152,7 +156,7 @@ job_script() {
   assert_output "nil function"
   # Without --slurm-api: what this host's Slurm reports, or an error asking for it.
   run "$SLURM_SHARE/install-slurm" --slurm-conf-dir "$CONF" --config "$BBKIT_CONFIG" \
-    --bindir "$BBKIT_BUILD_DIR/bin"
+    --bindir "$BBKIT_BIN"
   if command -v slurmctld >/dev/null || command -v scontrol >/dev/null; then
     version=$( (slurmctld -V || scontrol -V) 2>/dev/null | sed -n 's/^slurm[^ ]* \([0-9]*\.[0-9]*\).*/\1/p' | head -n1)
     assert_success
@@ -173,7 +177,7 @@ job_script() {
   assert_success
   run stat -c %a "$CONF/bbkit.sudoers"
   assert_output 440
-  bin=$BBKIT_BUILD_DIR/bin
+  bin=$BBKIT_BIN
   run awk '/^#/ { next } { line = line $0 } /\\$/ { sub(/\\$/, "", line); next } { gsub(/ +/, " ", line); print line; line = "" }' "$CONF/bbkit.sudoers"
   assert_output "Defaults:$user !requiretty
 $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bin/bb-stage --job *, $bin/bb-teardown --job *, $bin/bb-stat *"

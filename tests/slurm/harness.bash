@@ -14,9 +14,12 @@ bats_load_library bats-file
 : "${BBKIT_BUILD_DIR:?run the suite through ctest (it sets BBKIT_BUILD_DIR)}"
 : "${BBKIT_SOURCE_DIR:?run the suite through ctest (it sets BBKIT_SOURCE_DIR)}"
 
-BBKIT_BIN=$BBKIT_BUILD_DIR/bin
+BBKIT_BIN=${BBKIT_BIN_DIR:-$BBKIT_BUILD_DIR/bin}
 PATH="$BBKIT_BIN:$PATH"
 export PATH
+# install-slurm of the installed tree when ctest gives one, else of the sources.
+INSTALL_SLURM=$BBKIT_SOURCE_DIR/share/bbkit/slurm/install-slurm
+[ -n "${BBKIT_BIN_DIR:-}" ] && INSTALL_SLURM=$BBKIT_BIN_DIR/../share/bbkit/slurm/install-slurm
 TRANSCRIPT=${BBKIT_SLURM_TRANSCRIPT:-$BBKIT_BUILD_DIR/tests/slurm/transcript.txt}
 SLURM_TEST_USER=bbkit-test
 
@@ -409,7 +412,7 @@ install_bbkit_scripts() {
   else
     wrap=("$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG")
   fi
-  "${wrap[@]}" "${BBKIT_INSTALL_SLURM:-$BBKIT_SOURCE_DIR/share/bbkit/slurm/install-slurm}" "${args[@]}" >"$SLURM_DIR/log/install-slurm.log" 2>&1 ||
+  "${wrap[@]}" "${BBKIT_INSTALL_SLURM:-$INSTALL_SLURM}" "${args[@]}" >"$SLURM_DIR/log/install-slurm.log" 2>&1 ||
     { cat "$SLURM_DIR/log/install-slurm.log" >&2; return 1; }
   transcript "root# install-slurm $(printf '%q ' "${args[@]}")"
 }
