@@ -280,14 +280,21 @@ PoolMarker init_pool(StateStore& store, const Config& config, const std::string&
     WriteTransaction txn(store, tool);
     if (std::optional<PoolRecord> known = txn.find_pool(name); known && known->path == pool.path) {
         // Re-initialising must never re-mark a different file system mounted at the old path.
-        if (pool_availability(pool, known->uuid, false) == PoolAvailability::unavailable)
+        try {
+            PoolDir::open(pool, known->uuid);
+        } catch (const Error& e) {
+            struct stat st {};
+            // A root that is there but lacks its marker: say how to bring the pool back.
+            if (e.code() != ExitCode::unavailable || ::lstat(pool.path.c_str(), &st) != 0 ||
+                !S_ISDIR(st.st_mode))
+                throw;
             throw Error(ExitCode::unavailable,
                         "cannot initialise pool '" + name + "': " + pool.path +
                             " lacks its marker (uuid " + known->uuid +
                             "): not mounted, or its file system was recreated (mount it; if it "
                             "was recreated and its data is gone: bb-pool init --replace " +
                             name + ")");
-        PoolDir::open(pool, known->uuid);
+        }
     }
     const PoolMarker marker = PoolDir::init(pool);
     txn.put_pool(PoolRecord{name, pool.path, marker.uuid, false});

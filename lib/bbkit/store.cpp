@@ -830,6 +830,7 @@ StateStore::StateStore(const Config& config, StoreOptions options)
     impl.options = options;
     const uid_t owner = owner_uid_of(config);
     if (options.read_only) {
+        state_group_of(config);  // a misconfigured state_group is an error for readers too
         check_existing_directory(impl.dir, owner, config.state_owner);
     } else {
         set_up_directory(impl.dir, owner, config.state_owner, state_group_of(config));

@@ -525,7 +525,10 @@ TEST_F(PoolTest, slurm_pools_json_reports_no_free_space_unless_up) {
     EXPECT_NE(slurm_pools_json({pool}).find("\"free\":4"), std::string::npos);
     for (PoolAvailability a : {PoolAvailability::draining, PoolAvailability::unavailable,
                                PoolAvailability::uninitialised}) {
+        pool = status();
         pool.availability = a;
+        pool.draining = a == PoolAvailability::draining;
+        pool.initialized = a != PoolAvailability::uninitialised;
         EXPECT_NE(slurm_pools_json({pool}).find("\"free\":0"), std::string::npos) << to_string(a);
     }
 }

@@ -59,6 +59,10 @@ PoolStatus pool(std::string name, std::uint64_t total, std::uint64_t granularity
     return p;
 }
 
+std::string fs_parent(const std::string& path) {
+    return path.substr(0, path.rfind('/'));
+}
+
 class StatusTest : public ::testing::Test {
   protected:
     void SetUp() override {
@@ -662,6 +666,8 @@ TEST_F(StatusTest, a_publish_killed_after_naming_its_keys_settled_the_previous_o
         {
             std::system(("rm -rf '" + root_ + "'").c_str());  // the child's own, unused
             config_.state_dir = std::getenv("BBKIT_TEST_STATE_DIR");
+            // The parent's pool too (public/.settings names the pool paths).
+            config_.pools[0].path = fs_parent(config_.state_dir) + "/bb/pool1";
             StateStore shared(config_);
             WriteTransaction txn(shared, "test");
             allocate(txn, job(2, "pool1", kib, 1018, "other", t_169504));
@@ -882,9 +888,6 @@ TEST(Prometheus, exposes_pool_bytes_buffers_queue_and_draining) {
     EXPECT_EQ(text.back(), '\n');
 }
 
-}  // namespace
-}  // namespace bbkit
-
 TEST_F(StatusTest, availability_is_in_every_view_and_in_the_published_snapshot) {
     config_.pools.resize(2);
     auto store = open_store();
@@ -919,3 +922,6 @@ TEST_F(StatusTest, availability_is_in_every_view_and_in_the_published_snapshot) 
     EXPECT_EQ(back.availability, PoolAvailability::unavailable);
     EXPECT_EQ(back.uuid, "uuid-pool2");
 }
+
+}  // namespace
+}  // namespace bbkit
