@@ -527,8 +527,7 @@ std::string slurm_pools_json(const std::vector<PoolStatus>& pools) {
         const std::uint64_t quantity =
             free_bytes(pool.total, pool.persistent, pool.trash) / granularity;
         const std::uint64_t free =
-            pool.draining || !pool.initialized ||
-                    pool.availability == PoolAvailability::unavailable
+            pool.draining || !pool.initialized || pool.availability == PoolAvailability::unavailable
                 ? 0
                 : free_bytes(pool.total, pool.used, pool.trash) / granularity;
         list.push_back({{"id", pool.name},
