@@ -24,6 +24,8 @@ const char* to_string(Origin origin) {
             return "--bb";
         case Origin::bbf_file:
             return "--bbf";
+        case Origin::command_line:
+            return "command line";
     }
     return "?";
 }
@@ -582,6 +584,8 @@ class Parser {
             read_bb(*text.bb);
         if (text.bbf)
             read_lines(split_lines(*text.bbf, Origin::bbf_file), Origin::bbf_file);
+        if (text.command_line)
+            read_lines(split_lines(*text.command_line, Origin::command_line), Origin::command_line);
         resolve_persistent_references();
         check_user();
         if (config_.mode == Mode::slurm && text.check_slurm_view)
@@ -603,6 +607,8 @@ class Parser {
     std::string label(const Location& where) const {
         if (where.origin == Origin::bb_option && bb_single_line_)
             return "--bb";
+        if (where.origin == Origin::command_line)
+            return "command line";
         return std::string(to_string(where.origin)) + " line " + std::to_string(where.line);
     }
 
@@ -729,9 +735,10 @@ class Parser {
         const Location where{Origin::bb_option, 1};
         Pairs pairs;
         try {
-            const std::vector<Token> tokens = tokenize(text);
+            std::vector<Token> tokens = tokenize(text);
             check_lengths(tokens);
-            Arguments args(tokens);
+            refuse_detached_unit(tokens);
+            Arguments args(std::move(tokens));
             for (const std::string& key : args.unknown())
                 if (key != "capacity" && key != "access" && key != "type" && key != "pool" &&
                     key != "swap")
@@ -775,6 +782,7 @@ class Parser {
             command = tokens[0].key;
             tokens.erase(tokens.begin());
         }
+        refuse_detached_unit(tokens);
         Arguments args(std::move(tokens));
         dispatch(command, args, line.where, !symbols.unresolved.empty());
         if (command == "stage_in" || command == "stage_out")
@@ -783,6 +791,31 @@ class Parser {
                               "' (quote a path that contains blanks: destination=\"a b\")");
         for (const std::string& key : args.unknown())
             request_.warnings.push_back({line.where, "unknown key '" + key + "' is ignored"});
+    }
+
+    // "capacity=10 GiB" would read as 10 bytes and an unknown key GiB: a size unit standing
+    // alone right after a capacity is the blank that bbkit(7), SIZES, refuses.
+    static void refuse_detached_unit(const std::vector<Token>& tokens) {
+        for (std::size_t i = 1; i < tokens.size(); ++i) {
+            const Token& before = tokens[i - 1];
+            const Token& word = tokens[i];
+            if (word.has_value || !before.has_value || before.key != "capacity" ||
+                before.value.empty() ||
+                !std::all_of(before.value.begin(), before.value.end(),
+                             [](char c) { return c >= '0' && c <= '9'; }))
+                continue;
+            bool unit = false;
+            try {
+                unit = !word.key.empty() && (word.key[0] < '0' || word.key[0] > '9') &&
+                       parse_size("1" + word.key).value > 0;
+            } catch (const Error&) {
+                unit = false;
+            }
+            if (unit)
+                throw invalid("capacity=" + before.value + " " + word.key +
+                              ": a blank between the number and its unit (write capacity=" +
+                              before.value + word.key + ")");
+        }
     }
 
     void dispatch(const std::string& command, Arguments& args, const Location& where,

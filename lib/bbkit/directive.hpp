@@ -30,8 +30,9 @@ struct JobContext {
 };
 
 // Where a directive line came from, for messages and JSON.
-enum class Origin { script, bb_option, bbf_file };
-const char* to_string(Origin origin);  // "script", "--bb", "--bbf"
+// command_line: a line bbkit writes from option values (bb-pool alloc --capacity ...).
+enum class Origin { script, bb_option, bbf_file, command_line };
+const char* to_string(Origin origin);  // "script", "--bb", "--bbf", "command line"
 
 struct Location {
     Origin origin = Origin::script;
@@ -102,6 +103,8 @@ struct RequestText {
     std::optional<std::string> script;  // a whole job script (may end with NUL bytes)
     std::optional<std::string> bb;      // --bb TEXT: directives or the short form
     std::optional<std::string> bbf;     // contents of --bbf FILE
+    // One directive line bbkit writes from a tool's options: its errors name "command line".
+    std::optional<std::string> command_line;
     // Slurm mode: also refuse a request Slurm would size or place differently (slurm_view.hpp).
     // Off only for lines bbkit writes itself from command-line values.
     bool check_slurm_view = true;

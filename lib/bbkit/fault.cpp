@@ -38,6 +38,8 @@ const std::vector<FaultPointInfo> table = {
     {"stage.entered", "staging-in/staging-out committed; mover not started"},
     {"stage.moved", "the mover succeeded; staged-in/staged-out not committed"},
     {"stage.failed", "a stage failure recorded; nothing else done"},
+    {"replace.marker-written",
+     "init --replace wrote the new marker; the closed records not committed"},
     {"hook.entered", "pre-run/post-run committed; the hook not run"},
     {"hook.ran", "the hook succeeded; the next state not committed"},
     {"mover.walked", "bb-mover walked the sources; nothing written"},

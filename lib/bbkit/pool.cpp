@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <ctime>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/render.hpp"
+#include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
 #include "bbkit/stage_plan.hpp"
 #include "bbkit/status.hpp"
@@ -279,7 +281,21 @@ PoolMarker init_pool(StateStore& store, const Config& config, const std::string&
     WriteTransaction txn(store, tool);
     if (std::optional<PoolRecord> known = txn.find_pool(name); known && known->path == pool.path) {
         // Re-initialising must never re-mark a different file system mounted at the old path.
-        PoolDir::open(pool, known->uuid);
+        try {
+            PoolDir::open(pool, known->uuid);
+        } catch (const Error& e) {
+            struct stat st {};
+            // A root that is there but lacks its marker: say how to bring the pool back.
+            if (e.code() != ExitCode::unavailable || ::lstat(pool.path.c_str(), &st) != 0 ||
+                !S_ISDIR(st.st_mode))
+                throw;
+            throw Error(ExitCode::unavailable,
+                        "cannot initialise pool '" + name + "': " + pool.path +
+                            " lacks its marker (uuid " + known->uuid +
+                            "): not mounted, or its file system was recreated (mount it; if it "
+                            "was recreated and its data is gone: bb-pool init --replace " +
+                            name + ")");
+        }
     }
     const PoolMarker marker = PoolDir::init(pool);
     txn.put_pool(PoolRecord{name, pool.path, marker.uuid, false});
@@ -288,6 +304,162 @@ PoolMarker init_pool(StateStore& store, const Config& config, const std::string&
     audit(store.dir(), tool, "init",
           "pool=" + name + " path=" + pool.path + " uuid=" + marker.uuid);
     return marker;
+}
+
+namespace {
+
+const std::string replaced_reason = "pool replaced: its file system was recreated";
+
+// Takes the run locks of the pool's live buffers that `held` does not hold yet, without
+// waiting: a live stager, teardown, allocation or queued waiter makes the replace refuse.
+void lock_live_buffers(Transaction& txn, const Config& config, const std::string& pool,
+                       std::map<std::string, RunLock>& held) {
+    BufferFilter filter;
+    filter.live_only = true;
+    filter.pool = pool;
+    for (const Buffer& b : txn.list_buffers(filter)) {
+        const std::string key = b.key.str();
+        const auto refuse = [&](const std::string& why) {
+            throw Error(ExitCode::unavailable, "cannot replace pool '" + pool + "': buffer " + key +
+                                                   " " + why +
+                                                   " (wait for it to finish, or stop it, and "
+                                                   "run bb-pool init --replace again)");
+        };
+        if (b.run_lock_holder && b.run_lock_holder->alive() &&
+            !(*b.run_lock_holder == ProcessId::self()))
+            refuse("is " + std::string(to_string(b.state)) + " by live pid " +
+                   std::to_string(b.run_lock_holder->pid));
+        if (b.state == BufferState::pending)
+            for (const QueueEntry& entry : txn.queue(pool))
+                if (entry.key == key && entry.waiter.alive())
+                    refuse("is waited for by live pid " + std::to_string(entry.waiter.pid));
+        if (held.count(key))
+            continue;
+        std::optional<RunLock> lock = RunLock::try_acquire(config.state_dir, key);
+        if (!lock) {
+            const std::optional<ProcessId> holder = RunLock::holder(config.state_dir, key);
+            refuse("is held by " +
+                   (holder ? "live pid " + std::to_string(holder->pid) : "another process") +
+                   " (staging or teardown)");
+        }
+        held.emplace(key, std::move(*lock));
+    }
+}
+
+// Closes one record whose data is gone, through the transition table's own steps.
+void close_lost_buffer(WriteTransaction& txn, const Config& config, const Buffer& b) {
+    using S = BufferState;
+    const BufferKey& key = b.key;
+    if (b.key.kind() == BufferKind::job) {
+        if (b.state == S::pending)
+            txn.dequeue(key.str());
+        else if (b.state != S::teardown)
+            txn.transition(key, S::teardown, "", replaced_reason);
+        txn.transition(key, S::complete, "", replaced_reason);
+        for (const std::string& name : recorded_persistent_uses(b)) {
+            std::optional<Buffer> p = txn.find_buffer(BufferKey::persistent(config.cluster, name));
+            if (p && p->use_count > 0 && !is_final(p->state)) {
+                --p->use_count;
+                txn.update_buffer(*p);
+            }
+        }
+    } else {
+        if (b.state == S::allocated)
+            txn.transition(key, S::deleting, "", replaced_reason);
+        txn.transition(key, S::deleted, "", replaced_reason);
+    }
+    txn.mark_reaped(key);  // nothing is left on the new file system: the space is free
+}
+
+}  // namespace
+
+std::chrono::milliseconds parse_wait(const std::string& seconds) {
+    if (seconds.empty())  // "no limit": a year outlasts any job's wait
+        return std::chrono::milliseconds(std::chrono::hours(24 * 365));
+    std::size_t used = 0;
+    double value = -1;
+    try {
+        value = std::stod(seconds, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used != seconds.size() || !(value >= 0) || value > 1e9)
+        throw Error(ExitCode::usage, "--wait " + seconds +
+                                         ": not a number of seconds (give SECONDS, or --wait "
+                                         "alone for no limit)");
+    return std::chrono::milliseconds(static_cast<long long>(value * 1000));
+}
+
+ReplaceResult replace_pool(StateStore& store, const Config& config, const std::string& name,
+                           const std::string& tool) {
+    const PoolConfig& pool = configured_pool(config, name);
+    std::map<std::string, RunLock> held;  // lock order: run locks, then the state lock
+    {
+        ReadSnapshot snapshot(store);
+        lock_live_buffers(snapshot, config, name, held);
+    }
+    WriteTransaction txn(store, tool);
+    const std::optional<PoolRecord> record = txn.find_pool(name);
+    if (!record || record->path != pool.path)
+        throw Error(ExitCode::unavailable, "cannot replace pool '" + name +
+                                               "': it was never initialised at " + pool.path +
+                                               " (run bb-pool init " + name + ")");
+    if (pool_availability(pool, record->uuid, false) != PoolAvailability::unavailable)
+        throw Error(ExitCode::exists, "cannot replace pool '" + name + "': " + pool.path +
+                                          " holds its recorded marker (uuid " + record->uuid +
+                                          "), so its buffers are there (--replace is only for a "
+                                          "file system that was recreated)");
+    lock_live_buffers(txn, config, name, held);  // buffers added since the snapshot
+    BufferFilter live;
+    live.live_only = true;
+    live.pool = name;
+    const std::vector<Buffer> buffers = txn.list_buffers(live);
+    for (const Buffer& b : buffers) {
+        struct stat st {};
+        if (!b.directory.empty() && ::lstat((pool.path + "/" + b.directory).c_str(), &st) == 0)
+            throw Error(ExitCode::exists,
+                        "cannot replace pool '" + name + "': " + pool.path + "/" + b.directory +
+                            " of buffer " + b.key.str() +
+                            " still exists (the file system was not recreated: mount the "
+                            "right one, or tear the buffer down)");
+    }
+    ReplaceResult result;
+    result.old_uuid = record->uuid;
+    for (const Buffer& b : buffers) {
+        close_lost_buffer(txn, config, b);
+        result.closed.push_back(b.key.str());
+        if (holds_space(b.state))
+            result.bytes_released += b.allocated_bytes;
+    }
+    BufferFilter trashed;
+    trashed.in_trash_only = true;
+    trashed.pool = name;
+    for (const Buffer& b : txn.list_buffers(trashed)) {
+        txn.mark_reaped(b.key);  // its trash/ went with the old file system
+        result.bytes_released += b.allocated_bytes;
+    }
+    result.marker = PoolDir::init_new_marker(pool);
+    // Killed here, nothing is committed and the new marker differs from the recorded one: the
+    // pool stays unavailable and init --replace runs again from the start.
+    fault_point("replace.marker-written");
+    PoolRecord updated = *record;
+    updated.uuid = result.marker.uuid;
+    txn.put_pool(updated);
+    txn.touch_pools();
+    publish(txn, store, config);
+    txn.commit();
+    for (const Buffer& b : buffers) {
+        remove_env_files(store, b.key);
+        audit(store.dir(), tool, "replace",
+              "buffer=" + b.key.str() + " pool=" + name +
+                  " bytes=" + std::to_string(b.allocated_bytes) + " state=" + to_string(b.state));
+    }
+    for (auto& [key, lock] : held)
+        lock.remove_file();
+    audit(store.dir(), tool, "init",
+          "pool=" + name + " path=" + pool.path + " uuid=" + result.marker.uuid +
+              " replaced=" + result.old_uuid + " closed=" + std::to_string(buffers.size()));
+    return result;
 }
 
 PoolDir open_pool(Transaction& txn, const Config& config, const std::string& name) {
@@ -335,7 +507,7 @@ namespace {
 // One synthesized directive line, parsed like a job's: the command line obeys script rules.
 Request parse_synthesized(const Config& config, const std::string& body, const JobContext& job) {
     RequestText text;
-    text.script = "#!/bin/sh\n#" + config.directives.front() + " " + body + "\n";
+    text.command_line = "#" + config.directives.front() + " " + body;
     text.check_slurm_view = false;  // bbkit's own line from command-line values
     return parse_request(text, config, job);
 }

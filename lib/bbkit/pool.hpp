@@ -25,6 +25,25 @@ const PoolConfig& configured_pool(const Config& config, const std::string& name)
 PoolMarker init_pool(StateStore& store, const Config& config, const std::string& name,
                      const std::string& tool);
 
+struct ReplaceResult {
+    PoolMarker marker;                // the new one
+    std::string old_uuid;             // the one the state recorded
+    std::vector<std::string> closed;  // BufferKey::str() of every record closed
+    std::uint64_t bytes_released = 0;
+};
+
+// bb-pool init --replace (bb-pool(1)): for a pool whose file system was recreated, so that its
+// marker is missing or carries another UUID than recorded. Under each live buffer's run lock
+// and the state lock it closes every record of the pool (job buffers -> complete, persistent
+// ones -> deleted, through the transition table; their space and trash released, env files
+// removed, one audit line each, action=replace), writes a new marker and records it.
+// Error(no_input) for an unknown pool; Error(unavailable) before bb-pool init, or while a
+// buffer of the pool is being staged, torn down, allocated or waited for by a live process;
+// Error(exists) when the recorded marker is in place or a buffer's directory still exists (the
+// file system was not recreated: nothing is closed).
+ReplaceResult replace_pool(StateStore& store, const Config& config, const std::string& name,
+                           const std::string& tool);
+
 // Opens the pool's directory and checks it against the recorded marker (see PoolDir::open);
 // Error(unavailable) "... is not initialised (run bb-pool init P)" before bb-pool init.
 PoolDir open_pool(Transaction& txn, const Config& config, const std::string& name);
@@ -71,6 +90,10 @@ struct AllocCommand {
 };
 
 AllocRequest build_alloc_request(const Config& config, const AllocCommand& command);
+
+// bb-pool alloc --wait's value: SECONDS (a non-negative number), or "" (--wait alone) for no
+// limit. Error(usage) naming the text otherwise.
+std::chrono::milliseconds parse_wait(const std::string& seconds);
 
 // YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS] in local time; Error(usage) naming the text otherwise.
 TimePoint parse_local_time(const std::string& text);

@@ -42,6 +42,8 @@ std::string new_uuid() {
     return uuid;
 }
 
+PoolMarker parse_marker(const Fd& owned, const std::string& pool_path);
+
 std::optional<PoolMarker> read_marker(int rootfd, const std::string& pool_path) {
     const int fd = openat(rootfd, PoolDir::marker_file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
@@ -49,7 +51,12 @@ std::optional<PoolMarker> read_marker(int rootfd, const std::string& pool_path) 
             return std::nullopt;
         throw io_error("cannot read " + pool_path + "/" + PoolDir::marker_file, errno);
     }
-    Fd owned(fd);
+    return parse_marker(Fd(fd), pool_path);
+}
+
+// The marker's name= and uuid= lines, read from an open marker file.
+PoolMarker parse_marker(const Fd& owned, const std::string& pool_path) {
+    const int fd = owned.get();
     char buf[512];
     const ssize_t n = read(fd, buf, sizeof buf);
     if (n < 0)
@@ -163,24 +170,83 @@ Fd open_beneath(int dirfd, const std::string& relative, int flags, const std::st
     return Fd(static_cast<int>(fd));
 }
 
-PoolMarker PoolDir::init(const PoolConfig& pool) {
+std::string to_string(PoolAvailability availability) {
+    switch (availability) {
+        case PoolAvailability::up:
+            return "up";
+        case PoolAvailability::draining:
+            return "draining";
+        case PoolAvailability::unavailable:
+            return "unavailable";
+        case PoolAvailability::uninitialised:
+            return "uninitialised";
+    }
+    return "unavailable";
+}
+
+PoolAvailability parse_pool_availability(const std::string& text) {
+    for (PoolAvailability a : {PoolAvailability::up, PoolAvailability::draining,
+                               PoolAvailability::unavailable, PoolAvailability::uninitialised})
+        if (to_string(a) == text)
+            return a;
+    throw Error(ExitCode::data, "unknown pool availability '" + text + "'");
+}
+
+PoolAvailability pool_availability(const PoolConfig& pool,
+                                   const std::optional<std::string>& recorded_uuid, bool draining,
+                                   PoolAvailability when_unreadable) {
+    if (!recorded_uuid)
+        return PoolAvailability::uninitialised;
+    const auto unreadable = [&](int err) {
+        return err == EACCES || err == EPERM ? when_unreadable : PoolAvailability::unavailable;
+    };
+    const Fd root(open(pool.path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!root)
+        return unreadable(errno);
+    const Fd marker(openat(root.get(), PoolDir::marker_file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (!marker)
+        return unreadable(errno);
+    try {
+        const PoolMarker found = parse_marker(marker, pool.path);
+        if (found.name != pool.name || found.uuid != *recorded_uuid)
+            return PoolAvailability::unavailable;
+    } catch (const Error&) {
+        return PoolAvailability::unavailable;
+    }
+    return draining ? PoolAvailability::draining : PoolAvailability::up;
+}
+
+namespace {
+
+PoolMarker init_pool_root(const PoolConfig& pool, bool new_marker) {
     Fd root = open_root(pool.path);
     check_owned_by_root(root.get(), pool.path);
     std::optional<PoolMarker> marker = read_marker(root.get(), pool.path);
     if (marker && marker->name != pool.name)
         throw Error(ExitCode::exists, pool.path + " already holds pool '" + marker->name +
-                                          "' (its marker " + pool.path + "/" + marker_file + ")");
+                                          "' (its marker " + pool.path + "/" +
+                                          PoolDir::marker_file + ")");
     make_subdir(root.get(), pool.path, "job", traversable);
     make_subdir(root.get(), pool.path, "persistent", traversable);
     make_subdir(root.get(), pool.path, "trash", private_dir);
     make_subdir(root.get(), pool.path, "quarantine", private_dir);
-    if (!marker) {
+    if (!marker || new_marker) {
         marker = PoolMarker{pool.name, new_uuid()};
-        write_file_atomically(pool.path + "/" + marker_file,
+        write_file_atomically(pool.path + "/" + PoolDir::marker_file,
                               "name=" + marker->name + "\nuuid=" + marker->uuid + "\n", 0644);
     }
     fsync_fd(root.get(), pool.path);
     return *marker;
+}
+
+}  // namespace
+
+PoolMarker PoolDir::init(const PoolConfig& pool) {
+    return init_pool_root(pool, false);
+}
+
+PoolMarker PoolDir::init_new_marker(const PoolConfig& pool) {
+    return init_pool_root(pool, true);
 }
 
 PoolDir PoolDir::open(const PoolConfig& pool, const std::optional<std::string>& expected_uuid) {
@@ -191,7 +257,9 @@ PoolDir PoolDir::open(const PoolConfig& pool, const std::optional<std::string>& 
     if (!marker)
         throw Error(ExitCode::unavailable,
                     "pool '" + pool.name + "' at " + pool.path + " has no " + marker_file +
-                        " marker (not mounted? run bb-pool init " + pool.name + " on a new pool)");
+                        " marker (not mounted? mount it; if its file system was recreated, "
+                        "bb-pool init --replace " +
+                        pool.name + " closes the buffers that were on it)");
     if (marker->name != pool.name || (expected_uuid && marker->uuid != *expected_uuid))
         throw Error(ExitCode::unavailable, "pool '" + pool.name + "' at " + pool.path +
                                                " holds the marker of another pool ('" +

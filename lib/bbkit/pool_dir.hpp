@@ -29,6 +29,25 @@ struct PoolMarker {
     std::string uuid;
 };
 
+// What bb-pool list and bb-stat show for a pool (bbkit(7), POOL AVAILABILITY).
+enum class PoolAvailability {
+    up,             // initialised, its marker in place, taking allocations
+    draining,       // marker in place, no new allocations (bb-pool drain)
+    unavailable,    // root missing or not a directory, marker missing or another's: not mounted
+    uninitialised,  // never bb-pool init'ed: the state records no marker
+};
+std::string to_string(PoolAvailability availability);
+// Error(data) for a word that is none of the above.
+PoolAvailability parse_pool_availability(const std::string& text);
+
+// Reads the pool's marker (one open and one read) and compares it with `recorded_uuid`, the
+// state's (nullopt before bb-pool init: uninitialised). A caller that may not read the root or
+// the marker (a user reading public/) gets `when_unreadable`. Never throws for the pool's
+// state: an unexpected error is unavailable.
+PoolAvailability pool_availability(
+    const PoolConfig& pool, const std::optional<std::string>& recorded_uuid, bool draining,
+    PoolAvailability when_unreadable = PoolAvailability::unavailable);
+
 // A directory that removal kept aside in quarantine/ rather than delete as root.
 struct KeptEntry {
     std::string name;  // in quarantine/: "<trash name>.kept.<n>.<inode>"
@@ -49,6 +68,9 @@ class PoolDir {
     // creates job/, persistent/, trash/ and quarantine/. Idempotent: an existing marker of
     // the same pool is kept; one naming another pool is Error(exists).
     static PoolMarker init(const PoolConfig& pool);
+    // For bb-pool init --replace: the same, but always a new marker with a new UUID (one of
+    // the same pool with another UUID is replaced; another pool's is still Error(exists)).
+    static PoolMarker init_new_marker(const PoolConfig& pool);
 
     // Opens a pool and checks it: the marker must exist and name this pool (and carry
     // `expected_uuid` when given), else Error(unavailable) "... not mounted?"; the root, job/

@@ -13,6 +13,8 @@ json location_json(const Location& where) {
 }
 
 std::string location_text(const Location& where) {
+    if (where.origin == Origin::command_line)
+        return to_string(where.origin);
     return std::string(to_string(where.origin)) + " line " + std::to_string(where.line);
 }
 
@@ -185,7 +187,7 @@ std::string sources_text(const SourceTotals& totals) {
     std::ostringstream out;
     const std::string bytes = std::to_string(totals.bytes) + " bytes";
     const std::string size = format_size(totals.bytes);
-    out << "stage-in sources: " << totals.files << " entries, "
+    out << "stage-in sources: " << counted(totals.files, "entry", "entries") << ", "
         << (size == std::to_string(totals.bytes) ? bytes : size + " (" + bytes + ")")
         << ", all readable\n";
     for (const Warning& w : totals.skipped)
@@ -278,14 +280,40 @@ std::string pool_list_text(const std::vector<PoolStatus>& pools) {
                   "USED", "TRASH", "FREE", "GRAN", "QUEUED", "STATE");
     out << line;
     for (const PoolStatus& p : pools) {
-        const char* state = !p.initialized ? "uninitialised" : p.draining ? "draining" : "up";
+        const std::string state = to_string(p.availability);
         std::snprintf(line, sizeof line, "%-16s %10s %10s %10s %10s %10s %6zu  %s\n",
                       p.name.c_str(), format_size(p.total).c_str(), format_size(p.used).c_str(),
                       format_size(p.trash).c_str(), format_size(p.free).c_str(),
-                      format_size(p.granularity).c_str(), p.queued, state);
+                      format_size(p.granularity).c_str(), p.queued, state.c_str());
         out << line;
     }
     return out.str();
+}
+
+json paths_json(const std::string& lines) {
+    json out = json::object();
+    std::istringstream in(lines);
+    std::string line;
+    while (std::getline(in, line)) {
+        const std::size_t eq = line.find('=');
+        if (eq != std::string::npos)
+            out[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+    return out;
+}
+
+std::string counted(std::uint64_t count, const std::string& singular, const std::string& plural) {
+    return std::to_string(count) + " " + (count == 1 ? singular : plural);
+}
+
+std::string replace_text(const ReplaceResult& result) {
+    std::string out = "pool " + result.marker.name + " replaced (uuid " + result.marker.uuid +
+                      ", was " + result.old_uuid + "): closed " +
+                      counted(result.closed.size(), "buffer", "buffers") + ", released " +
+                      format_size(result.bytes_released) + "\n";
+    for (const std::string& key : result.closed)
+        out += "closed " + key + "\n";
+    return out;
 }
 
 json alloc_json(const AllocResult& result) {
@@ -380,9 +408,8 @@ std::string stage_result_text(const StageResult& r, const std::string& phase) {
                (r.note.empty() ? "" : " (" + r.note + ")") + "\n";
     char line[256];
     std::snprintf(
-        line, sizeof line,
-        "%s of %s: %llu files, %s in %.2f s (%.1f MB/s), %llu already complete\n", phase.c_str(),
-        r.key.c_str(), static_cast<unsigned long long>(r.files),
+        line, sizeof line, "%s of %s: %s, %s in %.2f s (%.1f MB/s), %llu already complete\n",
+        phase.c_str(), r.key.c_str(), counted(r.files, "file", "files").c_str(),
         (format_size(r.bytes) == std::to_string(r.bytes) ? std::to_string(r.bytes) + " bytes"
                                                          : format_size(r.bytes))
             .c_str(),

@@ -40,6 +40,12 @@ std::string config_text(const Config& config);
 
 // bb-pool list / show: one row per pool.
 std::string pool_list_text(const std::vector<PoolStatus>& pools);
+// "pool P replaced (uuid U, was V): closed N buffers, released SIZE", one line per closed key.
+std::string replace_text(const ReplaceResult& result);
+// bb-stage paths --json: the KEY=VALUE lines as one object {"BB_JOB_DIR": "...", ...}.
+nlohmann::json paths_json(const std::string& lines);
+// "1 file", "2 files": `count` and the noun, plural unless it is one.
+std::string counted(std::uint64_t count, const std::string& singular, const std::string& plural);
 
 // bb-pool alloc: {"key", "job_id" | "name", "incarnation", "pool", "user", "requested",
 // "allocated", "path", "state", "existed"}.

@@ -281,10 +281,14 @@ std::vector<PoolStatus> pool_status(Transaction& txn, const Config& config) {
         pool.path = configured.path;
         pool.total = configured.capacity;
         pool.granularity = configured.granularity;
+        std::optional<std::string> uuid;
         if (const auto record = txn.find_pool(configured.name)) {
             pool.initialized = true;
             pool.draining = record->draining;
+            pool.uuid = record->uuid;
+            uuid = record->uuid;
         }
+        pool.availability = pool_availability(configured, uuid, pool.draining);
         pool.used = txn.used_bytes(configured.name);
         pool.trash = txn.trash_bytes(configured.name);
         pool.persistent = txn.persistent_used_bytes(configured.name);
@@ -394,6 +398,17 @@ StatusSnapshot read_public_status(const Config& config, uid_t uid) {
     try {
         for (const json& pool : parse_published(*pools))
             snapshot.pools.push_back(pool_status_from_json(pool));
+    } catch (const Error& error) {
+        throw Error(ExitCode::data, "cannot read " + pools_path + ": " + error.what());
+    }
+    // The snapshot is as old as the last write; a pool unmounted since shows now.
+    for (PoolStatus& pool : snapshot.pools)
+        if (const PoolConfig* configured = config.find_pool(pool.name))
+            pool.availability = pool_availability(
+                *configured,
+                pool.initialized ? std::optional<std::string>(pool.uuid) : std::nullopt,
+                pool.draining, pool.availability);
+    try {
     } catch (const Error& error) {
         throw Error(ExitCode::data, "cannot read " + pools_path + ": " + error.what());
     }
@@ -512,7 +527,7 @@ std::string slurm_pools_json(const std::vector<PoolStatus>& pools) {
         const std::uint64_t quantity =
             free_bytes(pool.total, pool.persistent, pool.trash) / granularity;
         const std::uint64_t free =
-            pool.draining || !pool.initialized
+            pool.draining || !pool.initialized || pool.availability == PoolAvailability::unavailable
                 ? 0
                 : free_bytes(pool.total, pool.used, pool.trash) / granularity;
         list.push_back({{"id", pool.name},
@@ -869,6 +884,31 @@ void publish_pools(Transaction& txn, const StateStore& store, const Config& conf
     replace_if_changed(store.path("public/pools.json"), list.dump(2) + "\n", 0644);
 }
 
+// Whether a pool's availability differs from public/pools.json's: an unmount or a recreated
+// file system changes no record, yet pools.json must then report free = 0 (one marker read per
+// pool, no sum over buffers).
+bool availability_changed(Transaction& txn, const StateStore& store, const Config& config) {
+    const auto published = read_optional_file(store.path("public/pools.json"), "");
+    if (!published)
+        return true;
+    std::map<std::string, std::string> was;
+    try {
+        for (const json& pool : parse_published(*published))
+            was[json_string(pool, "name")] = pool.value("availability", "");
+    } catch (const Error&) {
+        return true;
+    }
+    for (const PoolConfig& configured : config.pools) {
+        const std::optional<PoolRecord> record = txn.find_pool(configured.name);
+        const PoolAvailability now = pool_availability(
+            configured, record ? std::optional<std::string>(record->uuid) : std::nullopt,
+            record && record->draining);
+        if (was[configured.name] != to_string(now))
+            return true;
+    }
+    return false;
+}
+
 }  // namespace
 
 void publish_all(WriteTransaction& txn, const StateStore& store, const Config& config) {
@@ -896,7 +936,7 @@ void publish(WriteTransaction& txn, const StateStore& store, const Config& confi
         publish_all(txn, store, config);
         return;
     }
-    if (txn.pools_touched())
+    if (txn.pools_touched() || availability_changed(txn, store, config))
         publish_pools(txn, store, config);
     UnsettledFile unsettled = open_unsettled(store);
     const std::map<std::string, uid_t> previous = unsettled.keys();
@@ -948,7 +988,9 @@ json pool_status_json(const PoolStatus& pool) {
             {"persistent", pool.persistent},
             {"queued", pool.queued},
             {"draining", pool.draining},
-            {"initialized", pool.initialized}};
+            {"initialized", pool.initialized},
+            {"uuid", pool.uuid.empty() ? json() : json(pool.uuid)},
+            {"availability", to_string(pool.availability)}};
 }
 
 PoolStatus pool_status_from_json(const json& value) {
@@ -966,6 +1008,14 @@ PoolStatus pool_status_from_json(const json& value) {
     pool.queued = static_cast<std::size_t>(json_uint(value, "queued"));
     pool.draining = value.value("draining", false);
     pool.initialized = value.value("initialized", false);
+    if (value.contains("uuid") && value["uuid"].is_string())
+        pool.uuid = value["uuid"].get<std::string>();
+    // Snapshots of older versions have no availability: what the records said.
+    pool.availability = value.contains("availability") && value["availability"].is_string()
+                            ? parse_pool_availability(value["availability"].get<std::string>())
+                        : !pool.initialized ? PoolAvailability::uninitialised
+                        : pool.draining     ? PoolAvailability::draining
+                                            : PoolAvailability::up;
     return pool;
 }
 
@@ -1061,8 +1111,9 @@ std::string pools_table(const std::vector<PoolStatus>& pools) {
     std::vector<std::vector<std::string>> rows;
     for (const PoolStatus& pool : pools)
         rows.push_back({pool.name, "bytes", format_size(pool.total), format_size(pool.free),
-                        format_size(pool.granularity)});
-    return table({"pool", "units", "quantity", "free", "gran"}, rows);
+                        format_size(pool.granularity), to_string(pool.availability)});
+    // state: bbkit's column after dwstat's five (bb-stat(1)).
+    return table({"pool", "units", "quantity", "free", "gran", "state"}, rows);
 }
 
 namespace {
@@ -1223,7 +1274,8 @@ std::string burst_text(const StatusSnapshot& snapshot, const Config& config) {
         out += "  PoolName[" + std::to_string(i) + "]=" + pool.name +
                " Granularity=" + format_size(pool.granularity) +
                " TotalSpace=" + format_size(pool.total) + " FreeSpace=" + format_size(pool.free) +
-               " UsedSpace=" + format_size(pool.used) + "\n";
+               " UsedSpace=" + format_size(pool.used) +
+               " Availability=" + to_string(pool.availability) + "\n";
     }
     out += "  Flags=" + joined(flag_names(config.flags), ",") + "\n";
     const Timeouts& t = config.timeouts;
@@ -1261,7 +1313,8 @@ json burst_json(const StatusSnapshot& snapshot, const Config& config) {
                          {"granularity", pool.granularity},
                          {"total", pool.total},
                          {"free", pool.free},
-                         {"used", pool.used}});
+                         {"used", pool.used},
+                         {"availability", to_string(pool.availability)}});
     const std::vector<const Buffer*> allocated = allocated_buffers(snapshot);
     json buffers = json::array();
     for (const Buffer* b : allocated) {
@@ -1334,6 +1387,15 @@ std::string job_text(const JobStatus& job, TimePoint now) {
 
 json job_json(const JobStatus& job, TimePoint now) {
     json out = buffer_status_json(job.status);
+    // Times a person or a script reads are Slurm's ISO 8601 form, as everywhere else in bbkit's
+    // JSON (bb-stat(1), JSON); only public/'s own files keep epoch seconds.
+    const Buffer& b = job.status.buffer;
+    out["created"] = slurm_time(b.created);
+    out["expires"] = b.expires ? json(slurm_time(*b.expires)) : json();
+    json entered = json::object();
+    for (const auto& [state, time] : b.entered)
+        entered[to_string(state)] = slurm_time(time);
+    out["entered"] = entered;
     if (job.progress)
         out["progress"] = {{"files_done", job.progress->files_done},
                            {"files_total", job.progress->files_total},
@@ -1344,7 +1406,7 @@ json job_json(const JobStatus& job, TimePoint now) {
     json phases = json::array();
     for (const Phase& phase : phases_of(job.status.buffer, now))
         phases.push_back({{"state", to_string(phase.state)},
-                          {"entered", to_seconds(phase.entered)},
+                          {"entered", slurm_time(phase.entered)},
                           {"seconds", phase.seconds}});
     out["phases"] = phases;
     return out;
@@ -1380,6 +1442,15 @@ std::string prometheus_text(const StatusSnapshot& snapshot) {
     for (const PoolStatus& pool : snapshot.pools)
         out << "bbkit_pool_draining{pool=\"" << escape_label(pool.name) << "\"} "
             << (pool.draining ? 1 : 0) << '\n';
+    out << "# HELP bbkit_pool_availability 1 for the pool's availability (up, draining, "
+           "unavailable, uninitialised), 0 for the others.\n"
+        << "# TYPE bbkit_pool_availability gauge\n";
+    for (const PoolStatus& pool : snapshot.pools)
+        for (PoolAvailability a : {PoolAvailability::up, PoolAvailability::draining,
+                                   PoolAvailability::unavailable, PoolAvailability::uninitialised})
+            out << "bbkit_pool_availability{pool=\"" << escape_label(pool.name)
+                << "\",availability=\"" << to_string(a) << "\"} "
+                << (pool.availability == a ? 1 : 0) << '\n';
     return out.str();
 }
 

@@ -17,12 +17,13 @@
 
 #include "bbkit/buffer.hpp"
 #include "bbkit/config.hpp"
+#include "bbkit/pool_dir.hpp"
 #include "bbkit/store.hpp"
 
 namespace bbkit {
 
-// One configured pool, in bytes. free is the real free space (it stays so while draining:
-// only the Slurm JSON reports 0 then).
+// One configured pool, in bytes. free is the real free space (it stays so while the pool is
+// not up: only the Slurm JSON reports 0 then).
 struct PoolStatus {
     std::string name;
     std::string path;
@@ -35,6 +36,9 @@ struct PoolStatus {
     std::size_t queued = 0;
     bool draining = false;
     bool initialized = false;  // bb-pool init has recorded it in the state database
+    std::string uuid;          // the recorded marker's UUID ("" before bb-pool init)
+    // From the marker on disk when the snapshot was read (pool_availability()).
+    PoolAvailability availability = PoolAvailability::uninitialised;
 };
 
 // A buffer as status views show it.
@@ -65,15 +69,17 @@ struct JobStatus {
     std::optional<StagingProgress> progress;
 };
 
-// Per configured pool, in configuration order.
+// Per configured pool, in configuration order, with each pool's availability read from its
+// marker now.
 std::vector<PoolStatus> pool_status(Transaction& txn, const Config& config);
 // Pools, live buffers and counts of all records, from one snapshot.
 StatusSnapshot read_status(Transaction& txn, const Config& config);
 // What a user who is not the state directory's owner may see: public/pools.json and every
 // public/buffers/<uid>/<key>.json they may read (only their own with PrivateData; directories
-// they cannot enter are skipped). Error(unavailable) when nothing was published yet,
-// Error(no_perm) when public/pools.json exists but may not be read, Error(data) when a file is
-// not what publish() writes.
+// they cannot enter are skipped). Availability is read from the markers again, as the caller
+// may (the published one when the caller may not read a pool root). Error(unavailable) when nothing
+// was published yet, Error(no_perm) when public/pools.json exists but may not be read, Error(data)
+// when a file is not what publish() writes.
 StatusSnapshot read_public_status(const Config& config, uid_t uid);
 
 // Root and the state directory's owner: they read the database and see every buffer.
@@ -104,7 +110,8 @@ std::string slurm_reason(const Buffer& buffer);
 // Exactly what Slurm 22.05's slurm_bb_pools expects: {"pools":[{"id","quantity","granularity",
 // "free"}]}, integers only, counted in granules. quantity = floor((total - persistent - trash)
 // / granularity), free = floor((total - used - trash) / granularity), both clamped at 0, and
-// free = 0 while the pool drains or before bb-pool init. With no pools: {"pools":[]}.
+// free = 0 unless the pool is up: while it drains, before bb-pool init, or while it is
+// unavailable (its marker missing or different). With no pools: {"pools":[]}.
 std::string slurm_pools_json(const std::vector<PoolStatus>& pools);
 std::string slurm_pools_json(Transaction& txn, const Config& config);
 

@@ -510,6 +510,10 @@ struct StateStore::Impl {
     }
 
     HeldLock acquire_lock(const std::string& who) {
+        if (!lock_fd)
+            throw Error(ExitCode::software, "cannot write " + db_path +
+                                                ": the store was opened read-only (a reading "
+                                                "command never changes state)");
         using Clock = std::chrono::steady_clock;
         const auto deadline = Clock::now() + options.lock_timeout;
         auto pause = std::chrono::microseconds(200);
@@ -658,6 +662,38 @@ void set_up_directory(const std::string& dir, uid_t owner, const std::string& ow
     }
 }
 
+// What a reading command checks instead of set_up_directory: the same owner and mode rules,
+// but a missing directory is an answer (66), never something to create (bbkit(7), STATE
+// DIRECTORY).
+void check_existing_directory(const std::string& dir, uid_t owner, const std::string& owner_name) {
+    if (geteuid() != owner && geteuid() != 0)
+        throw Error(ExitCode::no_perm, "state directory " + dir + " belongs to " + owner_name +
+                                           " (run this as " + owner_name + " or root)");
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) != 0) {
+        if (errno == ENOENT)
+            throw Error(ExitCode::no_input,
+                        "cannot read state directory " + dir +
+                            ": it does not exist (check state_dir and --state-dir; bb-pool init "
+                            "creates it)");
+        throw Error(ExitCode::config,
+                    "cannot inspect state directory " + dir + ": " + std::strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode))
+        throw Error(ExitCode::config, "cannot read state directory " + dir +
+                                          ": not a directory (check state_dir and --state-dir)");
+    check_owned(dir, st, owner, owner_name);
+    if ((st.st_mode & 066) != 0)
+        throw Error(ExitCode::no_perm,
+                    "state directory " + dir + " has mode " + octal_mode(st.st_mode) +
+                        ": group or others may read or write it (chmod 0711 " + dir + ")");
+    const std::string db = dir + "/state.db";
+    if (::lstat(db.c_str(), &st) != 0 && errno == ENOENT)
+        throw Error(ExitCode::no_input, "cannot read " + db +
+                                            ": it does not exist (check state_dir and "
+                                            "--state-dir; bb-pool init creates it)");
+}
+
 std::string buffer_columns() {
     return "key, cluster, job_id, incarnation, name, pool, requested_bytes, allocated_bytes, uid, "
            "gid, user, state, reason, message, entered, directory, access, type, staging, owner, "
@@ -760,6 +796,11 @@ void migrate(StateStore::Impl& impl) {
                                           std::to_string(known) + " (upgrade bbkit)");
     if (found == known)
         return;
+    if (impl.options.read_only)
+        throw Error(ExitCode::config, "cannot read state.db: its schema version " +
+                                          std::to_string(found) + " is older than this bbkit's " +
+                                          std::to_string(known) +
+                                          " (run bb-pool recover once to migrate it)");
     const HeldLock lock = impl.acquire_lock("bbkit schema migration");
     // WAL is a property of the file: set once, by whoever creates or migrates it.
     impl.exec("PRAGMA journal_mode=WAL", "enabling WAL failed");
@@ -788,10 +829,15 @@ StateStore::StateStore(const Config& config, StoreOptions options)
     impl.db_path = impl.dir + "/state.db";
     impl.options = options;
     const uid_t owner = owner_uid_of(config);
-    set_up_directory(impl.dir, owner, config.state_owner, state_group_of(config));
-    impl.lock_fd = open_owned_file(impl.dir + "/lock", owner);
-    // Created here so its owner and mode are ours; SQLite gives -wal and -shm the same ones.
-    open_owned_file(impl.db_path, owner);
+    if (options.read_only) {
+        state_group_of(config);  // a misconfigured state_group is an error for readers too
+        check_existing_directory(impl.dir, owner, config.state_owner);
+    } else {
+        set_up_directory(impl.dir, owner, config.state_owner, state_group_of(config));
+        impl.lock_fd = open_owned_file(impl.dir + "/lock", owner);
+        // Created here so its owner and mode are ours; SQLite gives -wal and -shm the same ones.
+        open_owned_file(impl.db_path, owner);
+    }
 
     sqlite3* raw = nullptr;
     sqlite3_vfs* vfs = bbkit_vfs();

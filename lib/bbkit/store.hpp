@@ -31,6 +31,11 @@ int state_schema_version();
 struct StoreOptions {
     // How long a writer waits for <state>/lock before Error(temp_fail) naming the holder.
     std::chrono::milliseconds lock_timeout{10000};
+    // For commands that only read (bb-stat, bb-pool list and show, bb-stage paths): nothing is
+    // created or changed. A missing state directory or state.db is Error(no_input) naming it;
+    // an older schema is Error(config) (any writing command migrates it); a WriteTransaction
+    // is Error(software). See bbkit(7), STATE DIRECTORY.
+    bool read_only = false;
 };
 
 struct PoolRecord {
@@ -73,7 +78,7 @@ class StateStore {
     // owned by config.state_owner and be neither readable nor writable by group or others (search
     // permission alone is allowed, so that non-owners can reach public/): otherwise Error(no_perm)
     // naming it and the fix. The caller must be the owner or root. A corrupt state.db is
-    // Error(config).
+    // Error(config). With options.read_only nothing is created (see StoreOptions).
     explicit StateStore(const Config& config, StoreOptions options = {});
     ~StateStore();
     StateStore(const StateStore&) = delete;

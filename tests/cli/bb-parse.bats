@@ -478,3 +478,16 @@ script() {  # script NAME LINE... : writes a job script with a shebang
   assert_output --partial '"unresolved": true'
   assert_output --partial 'not checked'
 }
+
+@test "a blank between a capacity and its unit is refused with 65" {
+  run bb-parse --script "$(script blank.sh '#DW jobdw capacity=10 GiB')"
+  assert_failure 65
+  assert_output --partial "capacity=10 GiB"
+  assert_output --partial "script line 2"
+  refute_output --partial "unknown key"
+  run bb-parse --bb "capacity=10 GiB"
+  assert_failure 65
+  assert_output --partial "blank between the number and its unit"
+  run bb-parse --script "$(script fine.sh '#DW jobdw capacity=10GiB')"
+  assert_success
+}

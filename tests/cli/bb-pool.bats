@@ -7,6 +7,7 @@ setup() {
   common_setup
   mkdir -p "$TEST_DIR/nvme" "$TEST_DIR/small"
   U=$(test_user)
+  bb-pool recover >/dev/null  # a writing command creates the state directory
 }
 teardown() { common_teardown; }
 
@@ -381,4 +382,176 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
   assert_success
   [ -e /etc/passwd ]
   [ "$(used_of nvme)" = 0 ]
+}
+
+@test "list, show and stage paths create no state directory" {
+  run bb-pool --state-dir "$TEST_DIR/typo" list
+  assert_failure 66
+  assert_equal "${#lines[@]}" 1
+  run bb-pool --state-dir "$TEST_DIR/typo" show nvme
+  assert_failure 66
+  run bb-stage --state-dir "$TEST_DIR/typo" --job 7 paths
+  assert_failure 66
+  assert_not_exist "$TEST_DIR/typo"
+}
+
+# --- availability and init --replace ------------------------------------------------------
+
+# Empties a pool's directory as a reformat or a tmpfs after a reboot would.
+wipe_pool() { find "$TEST_DIR/$1" -mindepth 1 -delete; }
+
+@test "list shows up, draining, unavailable and uninitialised" {
+  run bb-pool list
+  assert_line --regexp '^nvme .* uninitialised$'
+  init_pools
+  bb-pool drain small >/dev/null
+  run bb-pool list
+  assert_line --regexp '^nvme .* up$'
+  assert_line --regexp '^small .* draining$'
+  rm "$TEST_DIR/nvme/.bbkit-pool"
+  run bb-pool list --json
+  assert_output --partial '"availability": "unavailable"'
+  run bb-pool list
+  assert_line --regexp '^nvme .* unavailable$'
+  printf 'name=nvme\nuuid=00000000-0000-0000-0000-000000000000\n' >"$TEST_DIR/nvme/.bbkit-pool"
+  run bb-pool list
+  assert_line --regexp '^nvme .* unavailable$'
+  rm -r "$TEST_DIR/nvme"; touch "$TEST_DIR/nvme"
+  run bb-pool list
+  assert_line --regexp '^nvme .* unavailable$'
+}
+
+@test "an unavailable or draining pool has free 0 in pools.json after the next write" {
+  init_pools
+  bb-pool alloc --job 1 --user "$U" --capacity 1G >/dev/null
+  grep -q '{"free":99,"granularity":1073741824,"id":"nvme"' "$TEST_DIR/state/pools.json"
+  bb-pool drain small >/dev/null
+  grep -q '{"free":0,"granularity":1024,"id":"small"' "$TEST_DIR/state/pools.json"
+  rm "$TEST_DIR/nvme/.bbkit-pool"
+  bb-pool resume small >/dev/null  # the next write: pools.json follows the marker
+  grep -q '{"free":0,"granularity":1073741824,"id":"nvme"' "$TEST_DIR/state/pools.json"
+}
+
+@test "init on a wiped pool refuses and names init --replace" {
+  init_pools
+  bb-pool alloc --job 42 --user "$U" --capacity 1G >/dev/null
+  wipe_pool nvme
+  run bb-pool init nvme
+  assert_failure 69
+  assert_equal "${#lines[@]}" 1
+  assert_output --partial "bb-pool init --replace nvme"
+  run bb-pool alloc --job 43 --user "$U" --capacity 1G
+  assert_failure 69
+  assert_output --partial "init --replace nvme"
+}
+
+@test "init --replace closes the lost buffers, releases their space and writes a new marker" {
+  init_pools
+  old=$(sed -n 's/^uuid=//p' "$TEST_DIR/nvme/.bbkit-pool")
+  bb-pool alloc --job 42 --user "$U" --capacity 1G >/dev/null
+  bb-pool alloc --job 43 --user "$U" --capacity 2G >/dev/null
+  bb-pool alloc --job 44 --user "$U" --capacity 1K --pool small >/dev/null
+  bb-teardown --job 43 >/dev/null  # in trash: charged until reaped
+  wipe_pool nvme
+  run bb-pool init --replace nvme
+  assert_success
+  assert_output --partial "closed 1 buffer,"
+  assert_line "closed main.42.1"
+  new=$(sed -n 's/^uuid=//p' "$TEST_DIR/nvme/.bbkit-pool")
+  [ -n "$new" ] && [ "$new" != "$old" ]
+  for d in job persistent trash quarantine; do assert_dir_exists "$TEST_DIR/nvme/$d"; done
+  assert_equal "$(used_of nvme)" 0
+  bb-pool show nvme --json | grep -q '"trash": 0'
+  bb-pool show nvme --json | grep -q '"availability": "up"'
+  assert_equal "$(used_of small)" 1024
+  grep -q 'action=replace.*buffer=main.42.1' "$TEST_DIR/state/log/audit.log"
+  assert_not_exist "$TEST_DIR/state/env/main.42.1.env"
+  run bb-teardown --job 42
+  assert_success
+  assert_output --partial "already torn down"
+  run bb-stat job 42 --json
+  assert_output --partial '"state": "complete"'
+  run bb-pool alloc --job 45 --user "$U" --capacity 1G
+  assert_success
+}
+
+@test "init --replace refuses a pool whose marker is in place, an unknown or uninitialised pool" {
+  init_pools
+  bb-pool alloc --job 42 --user "$U" --capacity 1G >/dev/null
+  run bb-pool init --replace nvme
+  assert_failure 73
+  assert_output --partial "recorded marker"
+  assert_equal "$(used_of nvme)" 1073741824
+  run bb-pool init --replace nope
+  assert_failure 66
+  run bb-pool --state-dir "$TEST_DIR/other" init --replace nvme
+  assert_failure 69
+  assert_output --partial "never initialised"
+}
+
+@test "init --replace refuses when a buffer directory is still there" {
+  init_pools
+  bb-pool alloc --job 42 --user "$U" --capacity 1G >/dev/null
+  rm "$TEST_DIR/nvme/.bbkit-pool"
+  run bb-pool init --replace nvme
+  assert_failure 73
+  assert_output --partial "still exists"
+  assert_equal "$(used_of nvme)" 1073741824
+}
+
+@test "init --replace refuses while a stager holds a buffer's run lock" {
+  init_pools
+  bb-pool alloc --job 42 --user "$U" --capacity 1G >/dev/null
+  wipe_pool nvme
+  ( exec 9>"$TEST_DIR/state/run/main.42.1.lock"; flock 9
+    : >"$TEST_DIR/stand-in.ready"; exec sleep 300 ) 3>&- &
+  stager=$!
+  for _ in $(seq 600); do [ -e "$TEST_DIR/stand-in.ready" ] && break; sleep 0.05; done
+  run bb-pool init --replace nvme
+  kill "$stager"; wait "$stager" 2>/dev/null || true
+  assert_failure 69
+  assert_output --partial "main.42.1"
+  assert_equal "$(used_of nvme)" 1073741824
+  run bb-pool init --replace nvme
+  assert_success
+}
+
+# --- found on the way -------------------------------------------------------------------------
+
+@test "alloc --wait without a value means no limit" {
+  init_pools
+  run bb-pool alloc --job 5 --user "$U" --capacity 1K --pool small --wait
+  assert_success
+  run bb-pool alloc --job 6 --user "$U" --capacity 1K --pool small --wait 0
+  assert_success
+  run bb-pool alloc --job 7 --user "$U" --capacity 1K --pool small --wait abc
+  assert_failure 64
+}
+
+@test "a command-line capacity error names the command line, not a script line" {
+  init_pools
+  run bb-pool alloc --job 5 --user "$U" --capacity 1.5G
+  assert_failure 65
+  assert_output --partial "command line"
+  refute_output --partial "script line"
+  run bb-pool alloc --persistent p1 --capacity 0
+  assert_failure
+  refute_output --partial "script line"
+}
+
+@test "init --replace killed after the new marker is written is run again" {
+  [ -n "$(BBKIT_FAULT=list bb-pool)" ] || skip "built without fault injection"
+  init_pools
+  bb-pool alloc --job 42 --user "$U" --capacity 1G >/dev/null
+  wipe_pool nvme
+  run env BBKIT_FAULT=replace.marker-written bb-pool init --replace nvme
+  assert_failure 137
+  assert_file_exists "$TEST_DIR/nvme/.bbkit-pool"
+  assert_equal "$(used_of nvme)" 1073741824
+  run bb-pool list
+  assert_line --regexp '^nvme .* unavailable$'
+  run bb-pool init --replace nvme
+  assert_success
+  assert_line "closed main.42.1"
+  assert_equal "$(used_of nvme)" 0
 }

@@ -417,3 +417,21 @@ staged_tree_job() {
   run bb-stat job 42 --json
   assert_output --partial '"state": "staged-in"'
 }
+
+@test "paths --json prints the environment as one JSON object" {
+  bb-pool alloc --job 34 --user "$U" --capacity 1G >/dev/null
+  run bb-stage --json paths --job 34
+  assert_success
+  assert_output --partial "\"BB_JOB_DIR\": \"$TEST_DIR/nvme/job/main.34.1\""
+  assert_output --partial '"DW_JOB_STRIPED"'
+  [ "${output:0:1}" = "{" ]
+}
+
+@test "one file staged is counted as 1 file" {
+  as_user sh -c "printf 'x' >'$TEST_DIR/pfs/one'"
+  job_script "#BB_LUA capacity=1G" "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/one destination=one"
+  bb-pool alloc --job 35 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  run bb-stage in --job 35
+  assert_success
+  assert_output --partial ": 1 file,"
+}

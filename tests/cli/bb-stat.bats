@@ -3,7 +3,10 @@
 
 load common
 
-setup() { common_setup; }
+setup() {
+  common_setup
+  bb-pool recover >/dev/null  # a writing command creates the state directory
+}
 teardown() { common_teardown; }
 
 needs_bb_pool() {
@@ -60,13 +63,13 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
 @test "no argument prints dwstat's pool table" {
   run bb-stat
   assert_success
-  assert_equal "${lines[0]}" " pool units quantity   free gran"
-  assert_equal "${lines[1]}" " nvme bytes   100GiB 100GiB 1GiB"
-  assert_equal "${lines[2]}" "small bytes     4KiB   4KiB 1KiB"
+  assert_equal "${lines[0]}" " pool units quantity   free gran         state"
+  assert_equal "${lines[1]}" " nvme bytes   100GiB 100GiB 1GiB uninitialised"
+  assert_equal "${lines[2]}" "small bytes     4KiB   4KiB 1KiB uninitialised"
   assert_equal "${#lines[@]}" 3
   run bb-stat pools
   assert_success
-  assert_equal "${lines[0]}" " pool units quantity   free gran"
+  assert_equal "${lines[0]}" " pool units quantity   free gran         state"
 }
 
 @test "pools --json has the documented fields in bytes" {
@@ -100,8 +103,8 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
   run bb-stat burst
   assert_success
   assert_equal "${lines[0]}" "Name=bbkit DefaultPool=nvme Granularity=1 TotalSpace=0 FreeSpace=0 UsedSpace=0"
-  assert_equal "${lines[1]}" "  PoolName[0]=nvme Granularity=1GiB TotalSpace=100GiB FreeSpace=100GiB UsedSpace=0"
-  assert_equal "${lines[2]}" "  PoolName[1]=small Granularity=1KiB TotalSpace=4KiB FreeSpace=4KiB UsedSpace=0"
+  assert_equal "${lines[1]}" "  PoolName[0]=nvme Granularity=1GiB TotalSpace=100GiB FreeSpace=100GiB UsedSpace=0 Availability=uninitialised"
+  assert_equal "${lines[2]}" "  PoolName[1]=small Granularity=1KiB TotalSpace=4KiB FreeSpace=4KiB UsedSpace=0 Availability=uninitialised"
   assert_equal "${lines[3]}" "  Flags=DisablePersistent"
   assert_equal "${lines[4]}" "  StageInTimeout=86400 StageOutTimeout=86400 ValidateTimeout=5 OtherTimeout=300"
   assert_equal "${lines[5]}" "  GetSysState=(null)"
@@ -160,16 +163,52 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
 }
 
 @test "--state-dir overrides the configuration" {
+  bb-pool --state-dir "$TEST_DIR/other" recover >/dev/null
   run bb-stat --state-dir "$TEST_DIR/other"
   assert_success
-  assert_dir_exists "$TEST_DIR/other"
+  assert_file_exists "$TEST_DIR/other/state.db"
+}
+
+@test "a missing state directory is 66 and bb-stat creates nothing" {
+  run bb-stat --state-dir "$TEST_DIR/typo"
+  assert_failure 66
+  assert_equal "${#lines[@]}" 1
+  assert_output --partial "$TEST_DIR/typo: it does not exist"
+  assert_not_exist "$TEST_DIR/typo"
+  for view in burst sessions "job 7"; do
+    run bb-stat --state-dir "$TEST_DIR/typo" $view
+    assert_failure 66
+  done
+  run bb-stat --state-dir "$TEST_DIR/typo" --prometheus "$TEST_DIR/metrics"
+  assert_failure 66
+  assert_not_exist "$TEST_DIR/typo"
+  assert_not_exist "$TEST_DIR/metrics"
+}
+
+@test "a state directory without state.db is 66 and stays empty" {
+  mkdir -m 0711 "$TEST_DIR/empty"
+  run bb-stat --state-dir "$TEST_DIR/empty"
+  assert_failure 66
+  assert_output --partial "state.db: it does not exist"
+  [ -z "$(ls -A "$TEST_DIR/empty")" ]
+}
+
+@test "bb-stat leaves the state directory as it was" {
+  needs_bb_pool
+  local before after
+  before=$(cd "$TEST_DIR/state" && find . -printf '%p %s %T@\n' | grep -v -e state.db -e '\.shm' | sort)
+  bb-stat >/dev/null
+  bb-stat burst >/dev/null
+  bb-stat --json >/dev/null
+  after=$(cd "$TEST_DIR/state" && find . -printf '%p %s %T@\n' | grep -v -e state.db -e '\.shm' | sort)
+  assert_equal "$after" "$before"
 }
 
 # --- other users --------------------------------------------------------------------------
 
 @test "a non-owner never opens the database and needs published status" {
   local user; user=$(test_user)
-  bb-stat >/dev/null  # the owner creates the state directory
+  rm "$TEST_DIR/state/public/pools.json"  # as before the first publish
   open_state_dir
   run runuser -u "$user" -- bb-stat
   assert_failure 69
@@ -197,7 +236,7 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
   [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers/$uid/main.2.1.json")" = "644 0" ]
   run runuser -u "$user" -- bb-stat
   assert_success
-  assert_line " nvme bytes   100GiB 97GiB 1GiB"
+  assert_line " nvme bytes   100GiB 97GiB 1GiB    up"
   run runuser -u "$user" -- bb-stat sessions
   assert_success
   assert_equal "${#lines[@]}" 3
@@ -311,7 +350,7 @@ private_pair() {
   bb-pool alloc --job 42 --user root --pool small --capacity 1K
   run bb-stat burst
   assert_success
-  assert_line "  PoolName[1]=small Granularity=1KiB TotalSpace=4KiB FreeSpace=3KiB UsedSpace=1KiB"
+  assert_line "  PoolName[1]=small Granularity=1KiB TotalSpace=4KiB FreeSpace=3KiB UsedSpace=1KiB Availability=up"
   assert_line "  Allocated Buffers:"
   assert_line --regexp '^    JobID=42 CreateTime=[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8} Pool=small Size=1KiB State=allocated UserID=root\(0\)$'
   assert_line "  Per User Buffer Use:"
@@ -347,4 +386,55 @@ private_pair() {
   assert_success
   grep -qx 'bbkit_buffers{state="allocated"} 1' "$TEST_DIR/m.prom"
   grep -qx 'bbkit_pool_bytes{pool="small",kind="used"} 1024' "$TEST_DIR/m.prom"
+}
+
+# --- availability -----------------------------------------------------------------------------
+
+@test "every view shows up, draining and unavailable pools" {
+  needs_bb_pool >/dev/null
+  bb-pool drain small >/dev/null
+  rm "$TEST_DIR/nvme/.bbkit-pool"
+  run bb-stat
+  assert_success
+  assert_line --regexp '^ *nvme bytes .* unavailable$'
+  assert_line --regexp '^ *small bytes .* draining$'
+  run bb-stat burst
+  assert_line "  PoolName[0]=nvme Granularity=1GiB TotalSpace=100GiB FreeSpace=100GiB UsedSpace=0 Availability=unavailable"
+  assert_line "  PoolName[1]=small Granularity=1KiB TotalSpace=4KiB FreeSpace=4KiB UsedSpace=0 Availability=draining"
+  run bb-stat burst --json
+  assert_output --partial '"availability": "unavailable"'
+  run bb-stat --json
+  assert_output --partial '"availability": "draining"'
+  bb-stat --prometheus "$TEST_DIR/metrics"
+  grep -qx 'bbkit_pool_availability{pool="nvme",availability="unavailable"} 1' "$TEST_DIR/metrics"
+  grep -qx 'bbkit_pool_availability{pool="nvme",availability="up"} 0' "$TEST_DIR/metrics"
+  grep -qx 'bbkit_pool_availability{pool="small",availability="draining"} 1' "$TEST_DIR/metrics"
+  bb-pool resume small >/dev/null
+  run bb-stat
+  assert_line --regexp '^ *small bytes .* up$'
+}
+
+@test "a non-owner sees a pool unmounted since the last write as unavailable" {
+  local user; user=$(test_user)
+  needs_bb_pool >/dev/null
+  open_state_dir
+  run runuser -u "$user" -- bb-stat --json
+  assert_success
+  assert_output --partial '"availability": "up"'
+  grep -q '"availability": "up"' "$TEST_DIR/state/public/pools.json"
+  rm "$TEST_DIR/nvme/.bbkit-pool"
+  run runuser -u "$user" -- bb-stat
+  assert_success
+  assert_line --regexp '^ *nvme bytes .* unavailable$'
+}
+
+@test "job --json gives times as ISO 8601 strings" {
+  needs_bb_pool >/dev/null
+  bb-pool alloc --job 9 --user root --capacity 1G >/dev/null
+  run bb-stat job 9 --json
+  assert_success
+  assert_output --regexp '"created": "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}"'
+  assert_output --regexp '"allocated": "[0-9]{4}-[0-9]{2}-[0-9]{2}T'
+  assert_output --regexp '"entered": "[0-9]{4}-'
+  refute_output --regexp '"(created|entered)": [0-9]'
 }

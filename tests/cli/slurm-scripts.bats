@@ -391,7 +391,7 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   install_scripts >/dev/null
   run hook slurm_bb_get_status pools
   assert_line --index 0 "rc=0"
-  assert_line --regexp "^small +bytes +4KiB +4KiB +1KiB$"
+  assert_line --regexp "^small +bytes +4KiB +4KiB +1KiB +(up|uninitialised)$"
   run hook slurm_bb_get_status burst
   assert_line --index 0 "rc=0"
   assert_output --partial "PoolName"

@@ -936,3 +936,28 @@ TEST(directive, refuses_other_values_longer_than_256_bytes) {
                   .warnings.size(),
               1u);
 }
+
+TEST(Directive, a_blank_between_capacity_and_its_unit_is_refused) {
+    expect_script_error("#!/bin/sh\n#DW jobdw capacity=10 GiB\n",
+                        "script line 2: capacity=10 GiB: a blank between the number and its unit "
+                        "(write capacity=10GiB)");
+    expect_error(bb("capacity=10 GiB"), ExitCode::data,
+                 "--bb: capacity=10 GiB: a blank between the number and its unit (write "
+                 "capacity=10GiB)");
+    // A word that is not a unit stays an unknown key, as before.
+    const Request r = parse_script("#DW jobdw capacity=10GiB access_mode=striped extra\n");
+    EXPECT_EQ(r.job_buffer->capacity, 10ULL << 30);
+}
+
+TEST(Directive, a_command_line_value_is_blamed_on_the_command_line) {
+    RequestText text;
+    text.command_line = "#DW jobdw capacity=\"1.5G\"";
+    text.check_slurm_view = false;
+    try {
+        parse_request(text, test_config(), {});
+        FAIL() << "1.5G was accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ExitCode::data);
+        EXPECT_EQ(std::string(e.what()).rfind("command line: ", 0), 0u) << e.what();
+    }
+}

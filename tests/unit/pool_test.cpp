@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <filesystem>
 #include <fstream>
@@ -13,6 +16,7 @@
 
 #include "bbkit/error.hpp"
 #include "bbkit/recovery.hpp"
+#include "bbkit/run_lock.hpp"
 #include "bbkit/status.hpp"
 #include "bbkit/teardown.hpp"
 
@@ -528,4 +532,130 @@ TEST_F(PoolTest, job_level_env_file_follows_the_current_incarnation) {
     fs::remove(job_level);
     recover(*store_, config_, std::chrono::seconds(1), "test");
     EXPECT_NE(read(job_level).find("/small/job/t.7.2\n"), std::string::npos);
+}
+
+// ---- availability and init --replace ------------------------------------------------------
+
+namespace {
+
+// Empties the pool's directory as a reformat or a tmpfs after a reboot would.
+void wipe(const std::string& path) {
+    for (const auto& entry : fs::directory_iterator(path))
+        fs::remove_all(entry.path());
+}
+
+std::string marker_uuid(const std::string& path) {
+    std::ifstream in(path + "/.bbkit-pool");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("uuid=", 0) == 0)
+            return line.substr(5);
+    return "";
+}
+
+}  // namespace
+
+TEST_F(PoolTest, availability_follows_the_marker_and_the_drain_flag) {
+    EXPECT_EQ(status().availability, PoolAvailability::up);
+    set_draining(*store_, config_, "small", true, "test");
+    EXPECT_EQ(status().availability, PoolAvailability::draining);
+    set_draining(*store_, config_, "small", false, "test");
+    fs::remove(dir_ + "/small/.bbkit-pool");
+    EXPECT_EQ(status().availability, PoolAvailability::unavailable);
+    std::ofstream(dir_ + "/small/.bbkit-pool") << "name=small\nuuid=not-the-recorded-one\n";
+    EXPECT_EQ(status().availability, PoolAvailability::unavailable);
+    EXPECT_EQ(pool_availability(config_.pools[0], std::nullopt, false),
+              PoolAvailability::uninitialised);
+    EXPECT_EQ(pool_availability({"gone", dir_ + "/nothing", KiB, KiB}, std::string("x"), false),
+              PoolAvailability::unavailable);
+}
+
+TEST_F(PoolTest, slurm_pools_json_reports_no_free_space_unless_up) {
+    PoolStatus pool = status();
+    EXPECT_NE(slurm_pools_json({pool}).find("\"free\":4"), std::string::npos);
+    for (PoolAvailability a : {PoolAvailability::draining, PoolAvailability::unavailable,
+                               PoolAvailability::uninitialised}) {
+        pool = status();
+        pool.availability = a;
+        pool.draining = a == PoolAvailability::draining;
+        pool.initialized = a != PoolAvailability::uninitialised;
+        EXPECT_NE(slurm_pools_json({pool}).find("\"free\":0"), std::string::npos) << to_string(a);
+    }
+}
+
+TEST_F(PoolTest, replace_closes_lost_records_releases_space_and_writes_a_new_uuid) {
+    allocate(*store_, config_, job(1, KiB), "test");
+    allocate(*store_, config_, job(2, KiB), "test");
+    TeardownOptions options;
+    options.reap_budget = std::chrono::milliseconds(0);
+    teardown_job(*store_, config_, 2, options, "test");
+    const std::string old_uuid = marker_uuid(dir_ + "/small");
+    wipe(dir_ + "/small");
+    EXPECT_EQ(status().availability, PoolAvailability::unavailable);
+    EXPECT_EQ(code_of([&] { init_pool(*store_, config_, "small", "test"); }),
+              ExitCode::unavailable);
+
+    const ReplaceResult r = replace_pool(*store_, config_, "small", "test");
+    EXPECT_EQ(r.old_uuid, old_uuid);
+    EXPECT_NE(r.marker.uuid, old_uuid);
+    EXPECT_EQ(marker_uuid(dir_ + "/small"), r.marker.uuid);
+    ASSERT_EQ(r.closed.size(), 1u);
+    EXPECT_EQ(r.closed[0], "t.1.1");
+    const PoolStatus after = status();
+    EXPECT_EQ(after.availability, PoolAvailability::up);
+    EXPECT_EQ(after.used, 0u);
+    EXPECT_EQ(after.trash, 0u);
+    EXPECT_EQ(after.free, 4 * KiB);
+    EXPECT_TRUE(fs::is_directory(dir_ + "/small/job"));
+    EXPECT_TRUE(fs::is_directory(dir_ + "/small/quarantine"));
+    {
+        ReadSnapshot snapshot(*store_);
+        const Buffer b = snapshot.get_buffer(BufferKey::job("t", 1, 1));
+        EXPECT_EQ(b.state, BufferState::complete);
+        EXPECT_TRUE(b.reaped);
+        EXPECT_EQ(snapshot.find_pool("small")->uuid, r.marker.uuid);
+    }
+    EXPECT_FALSE(teardown_job(*store_, config_, 1, options, "test").found);
+    EXPECT_NO_THROW(allocate(*store_, config_, job(3, KiB), "test"));
+}
+
+TEST_F(PoolTest, replace_refuses_a_pool_whose_marker_or_directories_are_in_place) {
+    allocate(*store_, config_, job(1, KiB), "test");
+    EXPECT_EQ(code_of([&] { replace_pool(*store_, config_, "small", "test"); }), ExitCode::exists);
+    fs::remove(dir_ + "/small/.bbkit-pool");
+    EXPECT_EQ(code_of([&] { replace_pool(*store_, config_, "small", "test"); }),
+              ExitCode::exists);  // job/t.1.1 is still there: not a recreated file system
+    EXPECT_EQ(status().used, KiB);
+    EXPECT_EQ(code_of([&] { replace_pool(*store_, config_, "nope", "test"); }), ExitCode::no_input);
+}
+
+TEST_F(PoolTest, replace_refuses_while_a_buffers_run_lock_is_held) {
+    allocate(*store_, config_, job(1, KiB), "test");
+    wipe(dir_ + "/small");
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        // Holds the run lock as a stager would, until killed.
+        std::optional<RunLock> lock = RunLock::try_acquire(config_.state_dir, "t.1.1");
+        std::ofstream(dir_ + "/held") << (lock ? "yes" : "no");
+        pause();
+        _exit(0);
+    }
+    for (int i = 0; i < 500 && !fs::exists(dir_ + "/held"); ++i)
+        usleep(10000);
+    EXPECT_EQ(code_of([&] { replace_pool(*store_, config_, "small", "test"); }),
+              ExitCode::unavailable);
+    EXPECT_EQ(status().used, KiB);
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    EXPECT_NO_THROW(replace_pool(*store_, config_, "small", "test"));
+    EXPECT_EQ(status().used, 0u);
+}
+
+TEST_F(PoolTest, wait_without_a_value_is_no_limit_and_garbage_is_a_usage_error) {
+    EXPECT_GE(parse_wait(""), std::chrono::hours(24 * 300));
+    EXPECT_EQ(parse_wait("1.5"), std::chrono::milliseconds(1500));
+    EXPECT_EQ(parse_wait("0"), std::chrono::milliseconds(0));
+    for (const char* bad : {"abc", "-1", "1x", "nan"})
+        EXPECT_EQ(code_of([&] { parse_wait(bad); }), ExitCode::usage) << bad;
 }

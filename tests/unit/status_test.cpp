@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -54,7 +55,12 @@ PoolStatus pool(std::string name, std::uint64_t total, std::uint64_t granularity
     p.persistent = persistent;
     p.free = used + trash >= total ? 0 : total - used - trash;
     p.initialized = true;
+    p.availability = PoolAvailability::up;
     return p;
+}
+
+std::string fs_parent(const std::string& path) {
+    return path.substr(0, path.rfind('/'));
 }
 
 class StatusTest : public ::testing::Test {
@@ -68,18 +74,23 @@ class StatusTest : public ::testing::Test {
         root_ = pattern;
         config_.state_dir = root_ + "/state";
         config_.state_owner = geteuid() == 0 ? "root" : std::to_string(geteuid());
-        config_.pools = {{"pool1", "/bb/pool1", 10000 * kib, kib},
-                         {"pool2", "/bb/pool2", 10, 2},
-                         {"pool3", "/bb/pool3", 4, 1},
-                         {"pool4", "/bb/pool4", 5000000000ULL, 1}};
+        config_.pools = {{"pool1", root_ + "/bb/pool1", 10000 * kib, kib},
+                         {"pool2", root_ + "/bb/pool2", 10, 2},
+                         {"pool3", root_ + "/bb/pool3", 4, 1},
+                         {"pool4", root_ + "/bb/pool4", 5000000000ULL, 1}};
     }
     void TearDown() override { std::system(("rm -rf '" + root_ + "'").c_str()); }
 
     std::unique_ptr<StateStore> open_store() {
         auto store = std::make_unique<StateStore>(config_);
         WriteTransaction txn(*store, "test");
-        for (const PoolConfig& p : config_.pools)
+        for (const PoolConfig& p : config_.pools) {
+            // Mounted: each pool's marker names it and its recorded UUID (up).
+            std::filesystem::create_directories(p.path);
+            std::ofstream(p.path + "/.bbkit-pool")
+                << "name=" << p.name << "\nuuid=uuid-" << p.name << "\n";
             txn.put_pool({p.name, p.path, "uuid-" + p.name, false});
+        }
         txn.commit();
         return store;
     }
@@ -210,10 +221,12 @@ TEST_F(StatusTest, burst_matches_the_guides_lua_example_byte_for_byte) {
     const std::string expected =
         "Name=bbkit DefaultPool=(null) Granularity=1 TotalSpace=0 FreeSpace=0 UsedSpace=0\n"
         "  PoolName[0]=pool1 Granularity=1KiB TotalSpace=10000KiB FreeSpace=9750KiB "
-        "UsedSpace=250KiB\n"
-        "  PoolName[1]=pool2 Granularity=2 TotalSpace=10 FreeSpace=10 UsedSpace=0\n"
-        "  PoolName[2]=pool3 Granularity=1 TotalSpace=4 FreeSpace=4 UsedSpace=0\n"
-        "  PoolName[3]=pool4 Granularity=1 TotalSpace=5GB FreeSpace=4GB UsedSpace=1GB\n"
+        "UsedSpace=250KiB Availability=up\n"
+        "  PoolName[1]=pool2 Granularity=2 TotalSpace=10 FreeSpace=10 UsedSpace=0 "
+        "Availability=up\n"
+        "  PoolName[2]=pool3 Granularity=1 TotalSpace=4 FreeSpace=4 UsedSpace=0 Availability=up\n"
+        "  PoolName[3]=pool4 Granularity=1 TotalSpace=5GB FreeSpace=4GB UsedSpace=1GB "
+        "Availability=up\n"
         "  Flags=DisablePersistent\n"
         "  StageInTimeout=86400 StageOutTimeout=86400 ValidateTimeout=5 OtherTimeout=300\n"
         "  GetSysState=(null)\n"
@@ -240,7 +253,7 @@ TEST_F(StatusTest, burst_without_buffers_has_no_buffer_sections) {
     EXPECT_EQ(burst_text(read_status(txn, config_), config_),
               "Name=bbkit DefaultPool=pool1 Granularity=1 TotalSpace=0 FreeSpace=0 UsedSpace=0\n"
               "  PoolName[0]=pool1 Granularity=1KiB TotalSpace=10000KiB FreeSpace=10000KiB "
-              "UsedSpace=0\n"
+              "UsedSpace=0 Availability=up\n"
               "  Flags=DisablePersistent,PrivateData,TeardownFailure\n"
               "  StageInTimeout=300 StageOutTimeout=300 ValidateTimeout=5 OtherTimeout=120\n"
               "  DenyUsers=eve,1234\n"
@@ -307,13 +320,13 @@ TEST_F(StatusTest, pool_status_derives_used_trash_and_free) {
 
 TEST(PoolsTable, is_right_aligned_with_slurm_sizes) {
     EXPECT_EQ(pools_table({pool("wlm_pool", 5800 * gib, gib, 1200 * gib), pool("p", 10, 2)}),
-              "    pool units quantity    free gran\n"
-              "wlm_pool bytes  5800GiB 4600GiB 1GiB\n"
-              "       p bytes       10      10    2\n");
+              "    pool units quantity    free gran state\n"
+              "wlm_pool bytes  5800GiB 4600GiB 1GiB    up\n"
+              "       p bytes       10      10    2    up\n");
 }
 
 TEST(PoolsTable, without_pools_prints_the_header) {
-    EXPECT_EQ(pools_table({}), "pool units quantity free gran\n");
+    EXPECT_EQ(pools_table({}), "pool units quantity free gran state\n");
 }
 
 TEST_F(StatusTest, dwstat_tables_have_one_row_per_live_buffer) {
@@ -366,7 +379,7 @@ TEST_F(StatusTest, job_shows_queue_position_reason_and_directory) {
     ReadSnapshot txn(*store);
     const JobStatus job = job_status(txn, config_, 2);
     EXPECT_EQ(job.status.queue_position, std::optional<std::size_t>(1));
-    EXPECT_EQ(job.status.path, "/bb/pool1/job/main.2.1");
+    EXPECT_EQ(job.status.path, root_ + "/bb/pool1/job/main.2.1");
     const std::string text = job_text(job, at(t_169504 + 2));
     EXPECT_NE(text.find("reason:     BurstBufferResources\n"), std::string::npos) << text;
     EXPECT_NE(text.find("queue:      1\n"), std::string::npos) << text;
@@ -376,6 +389,10 @@ TEST_F(StatusTest, job_shows_queue_position_reason_and_directory) {
     EXPECT_EQ(json["reason"], "BurstBufferResources");
     EXPECT_EQ(json["phases"][0]["seconds"], 2.0);
     EXPECT_TRUE(json["progress"].is_null());
+    // Times in bb-stat job --json are Slurm's ISO 8601 form, as in every other JSON view.
+    EXPECT_EQ(json["created"], "2021-08-11T10:13:38");
+    EXPECT_EQ(json["phases"][0]["entered"], "2021-08-11T10:13:38");
+    EXPECT_EQ(json["entered"]["pending"], "2021-08-11T10:13:38");
 
     try {
         job_status(txn, config_, 3);
@@ -495,7 +512,7 @@ TEST_F(StatusTest, publish_writes_pools_json_and_one_file_per_live_buffer) {
     ASSERT_EQ(seen.buffers.size(), 1u);
     EXPECT_EQ(seen.buffers[0].buffer.key.str(), "main.1.1");
     EXPECT_EQ(seen.buffers[0].buffer.created, at(t_169502));
-    EXPECT_EQ(seen.buffers[0].path, "/bb/pool1/job/main.1.1");
+    EXPECT_EQ(seen.buffers[0].path, root_ + "/bb/pool1/job/main.1.1");
     EXPECT_EQ(seen.counts.at(S::allocated), 1u);
     EXPECT_EQ(job_status(seen, config_, 1).status.buffer.state, S::allocated);
 }
@@ -649,6 +666,8 @@ TEST_F(StatusTest, a_publish_killed_after_naming_its_keys_settled_the_previous_o
         {
             std::system(("rm -rf '" + root_ + "'").c_str());  // the child's own, unused
             config_.state_dir = std::getenv("BBKIT_TEST_STATE_DIR");
+            // The parent's pool too (public/.settings names the pool paths).
+            config_.pools[0].path = fs_parent(config_.state_dir) + "/bb/pool1";
             StateStore shared(config_);
             WriteTransaction txn(shared, "test");
             allocate(txn, job(2, "pool1", kib, 1018, "other", t_169504));
@@ -867,6 +886,41 @@ TEST(Prometheus, exposes_pool_bytes_buffers_queue_and_draining) {
     EXPECT_NE(text.find("# TYPE bbkit_pool_draining gauge\nbbkit_pool_draining{pool=\"nvme\"} 1\n"),
               std::string::npos);
     EXPECT_EQ(text.back(), '\n');
+}
+
+TEST_F(StatusTest, availability_is_in_every_view_and_in_the_published_snapshot) {
+    config_.pools.resize(2);
+    auto store = open_store();
+    std::filesystem::remove(config_.pools[1].path + "/.bbkit-pool");
+    {
+        WriteTransaction txn(*store, "test");
+        txn.set_draining("pool1", true);
+        publish_all(txn, *store, config_);
+        txn.commit();
+    }
+    ReadSnapshot txn(*store);
+    const StatusSnapshot snapshot = read_status(txn, config_);
+    EXPECT_EQ(snapshot.pools[0].availability, PoolAvailability::draining);
+    EXPECT_EQ(snapshot.pools[1].availability, PoolAvailability::unavailable);
+    EXPECT_NE(burst_text(snapshot, config_).find("UsedSpace=0 Availability=unavailable\n"),
+              std::string::npos);
+    EXPECT_EQ(burst_json(snapshot, config_)["pools"][1]["availability"], "unavailable");
+    EXPECT_EQ(pool_status_json(snapshot.pools[0])["availability"], "draining");
+    const std::string metrics = prometheus_text(snapshot);
+    EXPECT_NE(
+        metrics.find("bbkit_pool_availability{pool=\"pool2\",availability=\"unavailable\"} 1"),
+        std::string::npos);
+    EXPECT_NE(metrics.find("bbkit_pool_availability{pool=\"pool2\",availability=\"up\"} 0"),
+              std::string::npos);
+    EXPECT_NE(read_file(config_.state_dir + "/public/pools.json")
+                  .find("\"availability\": \"unavailable\""),
+              std::string::npos);
+    EXPECT_NE(read_file(config_.state_dir + "/pools.json")
+                  .find(R"({"free":0,"granularity":2,"id":"pool2")"),
+              std::string::npos);
+    const PoolStatus back = pool_status_from_json(pool_status_json(snapshot.pools[1]));
+    EXPECT_EQ(back.availability, PoolAvailability::unavailable);
+    EXPECT_EQ(back.uuid, "uuid-pool2");
 }
 
 }  // namespace

@@ -137,6 +137,40 @@ TEST_F(StateStoreTest, creates_the_layout_with_private_modes) {
     EXPECT_EQ(store.path("env/x.env"), config_.state_dir + "/env/x.env");
 }
 
+TEST_F(StateStoreTest, read_only_open_of_a_missing_directory_creates_nothing) {
+    StoreOptions options;
+    options.read_only = true;
+    try {
+        StateStore store(config_, options);
+        FAIL() << "opened a missing state directory";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ExitCode::no_input);
+        EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos);
+    }
+    struct stat st {};
+    EXPECT_NE(lstat(config_.state_dir.c_str(), &st), 0);
+    ASSERT_EQ(mkdir(config_.state_dir.c_str(), 0711), 0);
+    EXPECT_THROW(StateStore(config_, options), Error);  // no state.db either
+    EXPECT_NE(lstat((config_.state_dir + "/state.db").c_str(), &st), 0);
+}
+
+TEST_F(StateStoreTest, read_only_store_reads_and_refuses_to_write) {
+    { open_with_pool(); }
+    StoreOptions options;
+    options.read_only = true;
+    StateStore store(config_, options);
+    {
+        ReadSnapshot snapshot(store);
+        EXPECT_EQ(snapshot.list_pools().size(), 2u);
+    }
+    try {
+        WriteTransaction txn(store, "test");
+        FAIL() << "wrote through a read-only store";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ExitCode::software);
+    }
+}
+
 TEST_F(StateStoreTest, reopening_keeps_the_data) {
     { open_with_pool(); }
     StateStore store(config_);

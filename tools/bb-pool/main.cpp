@@ -29,6 +29,7 @@ struct Options {
     double budget = 60;
     bool slurm = false;
     bool apply = false;
+    bool replace = false;
 };
 
 void print(const nlohmann::json& value) {
@@ -124,8 +125,13 @@ int main(int argc, char** argv) {
 
     CLI::App* init =
         app.add_subcommand("init", "Write a pool's marker and create job/ persistent/ trash/");
-    if (named(init))
+    if (named(init)) {
         init->add_option("POOL", o.pool, "Pool name from the configuration")->required();
+        init->add_flag("--replace", o.replace,
+                       "The pool's file system was recreated (its data is gone): close its "
+                       "buffers' records, release their space and write a new marker");
+        init->add_flag("--json", o.json, "Print JSON");
+    }
 
     CLI::App* alloc =
         app.add_subcommand("alloc", "Reserve a buffer for a job or a persistent buffer");
@@ -193,12 +199,26 @@ int main(int argc, char** argv) {
 
     return run_tool(tool, app, argc, argv, common, [&]() -> int {
         const Config config = load_effective_config(common);
-        StateStore store(config);
+        StoreOptions store_options;
+        store_options.read_only = *list || *show;  // reading commands never create state
+        StateStore store(config, store_options);
         const std::string who = tool + " " + app.get_subcommands().front()->get_name();
         if (*list)
             return run_list(store, config, o, false);
         if (*show)
             return run_list(store, config, o, o.show_pool.has_value());
+        if (*init && o.replace) {
+            const ReplaceResult r = replace_pool(store, config, o.pool, who);
+            if (o.json)
+                print({{"pool", r.marker.name},
+                       {"uuid", r.marker.uuid},
+                       {"replaced_uuid", r.old_uuid},
+                       {"closed", r.closed},
+                       {"bytes_released", r.bytes_released}});
+            else
+                std::cout << replace_text(r);
+            return 0;
+        }
         if (*init) {
             const PoolMarker marker = init_pool(store, config, o.pool, who);
             if (o.json)
@@ -212,9 +232,7 @@ int main(int argc, char** argv) {
             if (a.text.script)
                 a.text.script = read_input_file(*a.text.script);
             if (wait != nullptr && wait->count() > 0)
-                a.wait = o.wait.empty() ? std::chrono::milliseconds(std::chrono::hours(24 * 365))
-                                        : std::chrono::milliseconds(static_cast<long long>(
-                                              1000 * std::stod(o.wait.front())));
+                a.wait = parse_wait(o.wait.empty() ? "" : o.wait.front());
             const AllocResult result = allocate(store, config, build_alloc_request(config, a), who);
             if (o.json)
                 print(alloc_json(result));

@@ -38,12 +38,16 @@ int main(int argc, char** argv) {
 
     return run_tool("bb-stage", app, argc, argv, common, [&]() -> int {
         const Config config = load_effective_config(common);
-        StateStore store(config);
+        StoreOptions store_options;
+        store_options.read_only = paths->parsed();  // reading commands never create state
+        StateStore store(config, store_options);
         const std::string who = "bb-stage " + app.get_subcommands().front()->get_name();
         if (*paths) {
             const std::string lines = job_paths(store, config, job_id);
             if (output)
                 write_paths_file(*output, lines);
+            else if (json)
+                std::cout << json_text(paths_json(lines)) << '\n';
             else
                 std::cout << lines;
             return 0;

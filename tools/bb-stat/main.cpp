@@ -132,7 +132,9 @@ int run(const CommonOptions& common, const Options& options) {
     StatusSnapshot snapshot;
     // The owner (or root) reads the database; everyone else reads public/ and never needs it.
     if (privileged_viewer(config, geteuid())) {
-        StateStore store(config);
+        StoreOptions read_only;
+        read_only.read_only = true;
+        StateStore store(config, read_only);
         ReadSnapshot txn(store);
         if (show && request.view == View::job)
             job = job_status(txn, config, request.job_id, options.for_uid);
