@@ -3,8 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <fcntl.h>
-#include <sqlite3.h>
 #include <grp.h>
+#include <sqlite3.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,9 +13,9 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <optional>
 #include <sstream>
 #include <thread>
-#include <optional>
 #include <unordered_map>
 
 #include "bbkit/error.hpp"
@@ -122,20 +122,24 @@ CREATE INDEX buffers_persistent ON buffers(pool, state, allocated_bytes) WHERE n
     "CREATE TRIGGER pool_usage_pool AFTER INSERT ON pools BEGIN\n"
     "    INSERT OR IGNORE INTO pool_usage (pool, used) VALUES (NEW.name, 0);\n"
     "END;\n"
-    "CREATE TRIGGER pool_usage_insert AFTER INSERT ON buffers WHEN NEW.state IN "
-    BBKIT_HOLDING_STATES " BEGIN\n"
+    "CREATE TRIGGER pool_usage_insert AFTER INSERT ON buffers WHEN NEW.state "
+    "IN " BBKIT_HOLDING_STATES
+    " BEGIN\n"
     "    UPDATE pool_usage SET used = used + NEW.allocated_bytes WHERE pool = NEW.pool;\n"
     "END;\n"
-    "CREATE TRIGGER pool_usage_delete AFTER DELETE ON buffers WHEN OLD.state IN "
-    BBKIT_HOLDING_STATES " BEGIN\n"
+    "CREATE TRIGGER pool_usage_delete AFTER DELETE ON buffers WHEN OLD.state "
+    "IN " BBKIT_HOLDING_STATES
+    " BEGIN\n"
     "    UPDATE pool_usage SET used = used - OLD.allocated_bytes WHERE pool = OLD.pool;\n"
     "END;\n"
     "CREATE TRIGGER pool_usage_update AFTER UPDATE OF pool, state, allocated_bytes ON buffers"
     " BEGIN\n"
     "    UPDATE pool_usage SET used = used - OLD.allocated_bytes\n"
-    "        WHERE pool = OLD.pool AND OLD.state IN " BBKIT_HOLDING_STATES ";\n"
+    "        WHERE pool = OLD.pool AND OLD.state IN " BBKIT_HOLDING_STATES
+    ";\n"
     "    UPDATE pool_usage SET used = used + NEW.allocated_bytes\n"
-    "        WHERE pool = NEW.pool AND NEW.state IN " BBKIT_HOLDING_STATES ";\n"
+    "        WHERE pool = NEW.pool AND NEW.state IN " BBKIT_HOLDING_STATES
+    ";\n"
     "END;\n",
     // 4: pool_usage is kept by WriteTransaction's own writes, in the same statements' transaction
     // (add_used_bytes). SQLite parsed the triggers' text at every connection and compiled them
@@ -570,6 +574,20 @@ void check_owned(const std::string& path, const struct stat& st, uid_t owner,
                                            ", or set state_owner)");
 }
 
+// The directory at `path` itself, never what a symlink there points to: the state owner (not
+// root) owns the state directory and could swap an entry between a check and a change of mode
+// or owner, so root changes them only through this descriptor.
+Fd open_directory_entry(const std::string& path, const struct stat* expected) {
+    Fd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat st {};
+    if (!fd || ::fstat(fd.get(), &st) != 0)
+        throw Error(ExitCode::no_perm, "cannot open directory " + path + ": " +
+                                           std::strerror(errno) + " (is it a symlink?)");
+    if (expected && (st.st_ino != expected->st_ino || st.st_dev != expected->st_dev))
+        throw Error(ExitCode::no_perm, path + " changed while bbkit set it up (retry)");
+    return fd;
+}
+
 // Creates `path` as a directory if missing; returns its status.
 struct stat ensure_directory(const std::string& path, mode_t mode, uid_t owner) {
     struct stat st {};
@@ -577,9 +595,10 @@ struct stat ensure_directory(const std::string& path, mode_t mode, uid_t owner) 
     // every tool call would otherwise take six times.
     if (::lstat(path.c_str(), &st) != 0) {
         if (::mkdir(path.c_str(), mode) == 0) {
+            const Fd fd = open_directory_entry(path, nullptr);
             // chmod: the umask must not decide who can read the state.
-            if (::chmod(path.c_str(), mode) != 0 ||
-                (geteuid() != owner && ::chown(path.c_str(), owner, static_cast<gid_t>(-1)) != 0))
+            if (::fchmod(fd.get(), mode) != 0 ||
+                (geteuid() != owner && ::fchown(fd.get(), owner, static_cast<gid_t>(-1)) != 0))
                 throw Error(ExitCode::no_perm,
                             "cannot set up directory " + path + ": " + std::strerror(errno));
         } else if (errno != EEXIST) {
@@ -628,10 +647,14 @@ std::optional<gid_t> state_group_of(const Config& config) {
 void set_up_env_directory(const std::string& path, const struct stat& st,
                           std::optional<gid_t> group) {
     constexpr mode_t env_mode = 02710;
-    if (group && st.st_gid != *group && ::chown(path.c_str(), static_cast<uid_t>(-1), *group) != 0)
+    const bool regroup = group && st.st_gid != *group;
+    if (!regroup && (st.st_mode & 07777) == env_mode)
+        return;
+    const Fd fd = open_directory_entry(path, &st);
+    if (regroup && ::fchown(fd.get(), static_cast<uid_t>(-1), *group) != 0)
         throw Error(ExitCode::no_perm, "cannot give " + path + " to group " +
                                            std::to_string(*group) + ": " + std::strerror(errno));
-    if ((st.st_mode & 07777) != env_mode && ::chmod(path.c_str(), env_mode) != 0)
+    if (::fchmod(fd.get(), env_mode) != 0)
         throw Error(ExitCode::no_perm,
                     "cannot set the mode of " + path + ": " + std::strerror(errno));
 }
@@ -639,10 +662,10 @@ void set_up_env_directory(const std::string& path, const struct stat& st,
 void set_up_directory(const std::string& dir, uid_t owner, const std::string& owner_name,
                       std::optional<gid_t> env_group) {
     if (geteuid() != owner && geteuid() != 0)
-        throw Error(ExitCode::no_perm, "state directory " + dir + " belongs to " + owner_name +
-                                           (owner_name == "root" ? " (run this as root)"
-                                                                 : " (run this as " + owner_name +
-                                                                       " or root)"));
+        throw Error(ExitCode::no_perm,
+                    "state directory " + dir + " belongs to " + owner_name +
+                        (owner_name == "root" ? " (run this as root)"
+                                              : " (run this as " + owner_name + " or root)"));
     // 0711: others may reach public/ (and nothing else: every other entry is 0700 or 0600).
     const struct stat st = ensure_directory(dir, 0711, owner);
     check_owned(dir, st, owner, owner_name);
@@ -841,9 +864,9 @@ StateStore::StateStore(const Config& config, StoreOptions options)
 
     sqlite3* raw = nullptr;
     sqlite3_vfs* vfs = bbkit_vfs();
-    const int rc = sqlite3_open_v2(impl.db_path.c_str(), &raw,
-                                   SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
-                                   vfs != nullptr ? vfs->zName : nullptr);
+    const int rc =
+        sqlite3_open_v2(impl.db_path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+                        vfs != nullptr ? vfs->zName : nullptr);
     impl.db.reset(raw);
     if (rc != SQLITE_OK)
         fail_sqlite(raw, rc, impl.db_path, "opening the state database failed");
@@ -863,9 +886,9 @@ StateStore::StateStore(const Config& config, StoreOptions options)
         throw Error(ExitCode::software, "enabling foreign keys on " + impl.db_path + " failed");
     if (sqlite3_wal_autocheckpoint(raw, wal_checkpoint_pages) != SQLITE_OK)
         fail_sqlite(raw, SQLITE_ERROR, impl.db_path, "setting wal_autocheckpoint failed");
-    impl.exec("PRAGMA synchronous = FULL; PRAGMA journal_size_limit = " +
-                  std::to_string(wal_size_limit),
-              "setting synchronous=FULL and journal_size_limit failed");
+    impl.exec(
+        "PRAGMA synchronous = FULL; PRAGMA journal_size_limit = " + std::to_string(wal_size_limit),
+        "setting synchronous=FULL and journal_size_limit failed");
     migrate(impl);
     {
         Query q = impl.query("PRAGMA journal_mode");
@@ -1348,11 +1371,11 @@ void WriteTransaction::put_pool(const PoolRecord& pool) {
 }
 
 void WriteTransaction::recompute_used_bytes(const std::string& pool) {
-    Query q = impl_.query(std::string("INSERT INTO pool_usage (pool, used) VALUES (?1, (SELECT"
-                                      " COALESCE(SUM(allocated_bytes), 0) FROM buffers"
-                                      " WHERE pool = ?1 AND state IN ") +
-                          holding_states +
-                          ")) ON CONFLICT (pool) DO UPDATE SET used = excluded.used");
+    Query q =
+        impl_.query(std::string("INSERT INTO pool_usage (pool, used) VALUES (?1, (SELECT"
+                                " COALESCE(SUM(allocated_bytes), 0) FROM buffers"
+                                " WHERE pool = ?1 AND state IN ") +
+                    holding_states + ")) ON CONFLICT (pool) DO UPDATE SET used = excluded.used");
     q.bind(1, pool);
     q.run();
     pools_touched_ = true;
