@@ -87,6 +87,12 @@ alloc_with_file() {
   sed -i "s|^state_dir = .*|state_dir = \"$TEST_DIR/package-state\"|" "$TEST_DIR/package.toml"
   run "$P/bin/bb-parse" --config "$TEST_DIR/package.toml" config
   assert_success
+  # Reading commands never create state: the first writing one (recover, as the package's
+  # bbkit-recover.service runs at boot) does.
+  run "$P/bin/bb-pool" --config "$TEST_DIR/package.toml" list
+  assert_failure 66
+  run "$P/bin/bb-pool" --config "$TEST_DIR/package.toml" recover
+  assert_success
   run "$P/bin/bb-pool" --config "$TEST_DIR/package.toml" list
   assert_success
   refute_output --partial nvme
