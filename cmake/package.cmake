@@ -72,8 +72,9 @@ set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 # statically: BBKIT_STATIC_DEPS); the maintainer scripts use init-system-helpers' programs.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "init-system-helpers (>= 1.54~)")
-# install-slurm checks the Lua scripts with luac5.1 and writes a sudoers drop-in.
-set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "lua5.1, sudo")
+# install-slurm checks the Lua scripts with the luac of the Lua Slurm links (Debian's Slurm:
+# 5.1) and writes a sudoers drop-in.
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "lua5.1 | lua5.3 | lua5.4, sudo")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "slurmctld, slurm-client, prometheus-node-exporter")
 configure_file(${debian}/conffiles ${PROJECT_BINARY_DIR}/debian/conffiles COPYONLY)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA

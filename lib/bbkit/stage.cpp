@@ -234,8 +234,10 @@ Error explain_failure(const Buffer& b, bool in, const Error& mover) {
         text += " (free space in pool '" + b.pool + "', then bb-stage in --job " + job +
                 " again; files already copied are skipped)";
     else if (!in)
-        text += " (the data is kept in the buffer; fix the cause, then bb-stage out --retry "
-                "--job " + job + ")";
+        text +=
+            " (the data is kept in the buffer; fix the cause, then bb-stage out --retry "
+            "--job " +
+            job + ")";
     return Error(mover.code(), text);
 }
 
@@ -364,39 +366,44 @@ void hooked_phase(StateStore& store, const Config& config, Buffer b, BufferState
         leave(store, config, b.key, done, tool);
 }
 
-}  // namespace
+// What a stage finds before it moves anything: `done` when there is nothing left to do (the
+// states each direction accepts as done), else the live buffer it would work on. Throws what
+// the stage would throw for a buffer it cannot stage.
+struct StageStart {
+    std::optional<StageResult> done;
+    Buffer buffer;
+};
 
-StageResult stage_in(StateStore& store, const Config& config, std::uint64_t job_id,
-                     const StageOptions& options, const std::string& tool) {
+StageStart start_in(StateStore& store, const Config& config, std::uint64_t job_id) {
     const Buffer b = live_buffer(store, config, job_id);
     switch (b.state) {
         case BufferState::allocated:
         case BufferState::staging_in:
-            return run_stage(store, config, b, StageDirection::in, options, tool);
+            return {std::nullopt, b};
         case BufferState::staged_in:
         case BufferState::pre_run:
         case BufferState::running:
         case BufferState::post_run:
         case BufferState::staging_out:
         case BufferState::staged_out:
-            return already_done(b);
+            return {already_done(b), b};
         default:
             throw wrong_state(b, "stage in", "allocated");
     }
 }
 
-StageResult stage_out(StateStore& store, const Config& config, std::uint64_t job_id,
-                      const StageOptions& options, const std::string& tool) {
+StageStart start_out(StateStore& store, const Config& config, std::uint64_t job_id,
+                     const StageOptions& options) {
     if (const std::optional<Buffer> ended =
             ended_after(store, config, job_id, BufferState::staged_out)) {
         StageResult done = already_done(*ended);
         done.note = "staged out before it was torn down";
-        return done;
+        return {done, *ended};
     }
     const Buffer b = live_buffer(store, config, job_id);
     switch (b.state) {
         case BufferState::post_run:
-            return run_stage(store, config, b, StageDirection::out, options, tool);
+            return {std::nullopt, b};
         case BufferState::staging_out:
             if (b.reason == "BurstBufferOperation" && !options.retry)
                 throw Error(ExitCode::unavailable,
@@ -404,12 +411,48 @@ StageResult stage_out(StateStore& store, const Config& config, std::uint64_t job
                                 " (the data is kept; fix the cause, then bb-stage out "
                                 "--retry --job " +
                                 std::to_string(job_id) + ")");
-            return run_stage(store, config, b, StageDirection::out, options, tool);
+            return {std::nullopt, b};
         case BufferState::staged_out:
-            return already_done(b);
+            return {already_done(b), b};
         default:
             throw wrong_state(b, "stage out", "post-run");
     }
+}
+
+}  // namespace
+
+StageResult stage_in(StateStore& store, const Config& config, std::uint64_t job_id,
+                     const StageOptions& options, const std::string& tool) {
+    const StageStart start = start_in(store, config, job_id);
+    if (start.done)
+        return *start.done;
+    return run_stage(store, config, start.buffer, StageDirection::in, options, tool);
+}
+
+StageResult stage_out(StateStore& store, const Config& config, std::uint64_t job_id,
+                      const StageOptions& options, const std::string& tool) {
+    const StageStart start = start_out(store, config, job_id, options);
+    if (start.done)
+        return *start.done;
+    return run_stage(store, config, start.buffer, StageDirection::out, options, tool);
+}
+
+StageResult check_stage(StateStore& store, const Config& config, std::uint64_t job_id,
+                        StageDirection direction) {
+    const bool in = direction == StageDirection::in;
+    const StageStart start =
+        in ? start_in(store, config, job_id) : start_out(store, config, job_id, StageOptions{});
+    if (start.done)
+        return *start.done;
+    const Buffer& b = start.buffer;
+    const char* phase = in ? "stage-in" : "stage-out";
+    if (std::optional<ProcessId> holder = RunLock::holder(config.state_dir, b.key.str()))
+        throw Error(ExitCode::temp_fail, std::string(phase) + " of " + b.key.str() +
+                                             " is running: pid " + std::to_string(holder->pid) +
+                                             " works on it");
+    throw Error(ExitCode::data, std::string(phase) + " of " + b.key.str() +
+                                    " has not run to its end: it is " + to_string(b.state) +
+                                    " (bb-stage " + (in ? "in" : "out") + " runs it)");
 }
 
 void pre_run(StateStore& store, const Config& config, std::uint64_t job_id,

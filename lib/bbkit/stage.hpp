@@ -43,6 +43,14 @@ StageResult stage_in(StateStore& store, const Config& config, std::uint64_t job_
 StageResult stage_out(StateStore& store, const Config& config, std::uint64_t job_id,
                       const StageOptions& options, const std::string& tool);
 
+// Whether stage_in (direction in) or stage_out would find nothing to do, without doing
+// anything or taking the run lock: their result, note included, when the stage is done (the
+// same states count as done); Error(temp_fail) while another process holds the buffer's run
+// lock; else the error the stage itself would give, or Error(data) when it still has work.
+// Slurm 24.05+ asks this after data_in and data_out (slurm_bb_test_data_in/out).
+StageResult check_stage(StateStore& store, const Config& config, std::uint64_t job_id,
+                        StageDirection direction);
+
 // staged-in -> pre-run -> running (allocated -> staged-in first when nothing is staged in), and
 // running -> post-run, each running the configured admin hook (pre_run, post_run) with the
 // `other` timeout; a failing hook fails the phase with the last line of its stderr.

@@ -189,6 +189,49 @@ describe_tree() {
   assert_failure 66
 }
 
+@test "--check gives the stage's own verdict without running it: 0 done, 75 running elsewhere" {
+  bb-pool alloc --job 26 --user "$U" --capacity 1G >/dev/null
+  run bb-stage --job 26 in --check
+  assert_failure 65
+  assert_output "bb-stage: stage-in of main.26.1 has not run to its end: it is allocated (bb-stage in runs it)"
+  run bb-stage --job 26 out --check
+  assert_failure 65
+  assert_output --partial "cannot stage out main.26.1: it is allocated (stage out needs post-run)"
+  # Another process holds the run lock (as a stage-in started before a restart would).
+  mkdir -p "$TEST_DIR/state/run"
+  sleep 60 &
+  sleeper=$!
+  echo "$sleeper 1" >"$TEST_DIR/state/run/main.26.1.lock"
+  exec {lock}<"$TEST_DIR/state/run/main.26.1.lock"
+  flock -n "$lock"
+  run bb-stage --job 26 in --check
+  exec {lock}<&-
+  kill "$sleeper"
+  wait "$sleeper" 2>/dev/null || true
+  assert_failure 75
+  assert_output "bb-stage: stage-in of main.26.1 is running: pid $sleeper works on it"
+  bb-stage in --job 26 >/dev/null
+  run bb-stage --job 26 in --check
+  assert_success
+  assert_output "stage-in of main.26.1: done"
+  run bb-stage --job 26 in --check --json
+  assert_output --partial '"nothing_to_do": true'
+  bb-stage pre-run --job 26
+  bb-stage post-run --job 26
+  bb-stage out --job 26 >/dev/null
+  run bb-stage --job 26 out --check
+  assert_output "stage-out of main.26.1: done"
+  bb-teardown --job 26 >/dev/null
+  # A replay after teardown: done with bb-stage out's note; stage-in has no buffer any more.
+  run bb-stage --job 26 out --check
+  assert_success
+  assert_output "stage-out of main.26.1: done (staged out before it was torn down)"
+  run bb-stage --job 26 in --check
+  assert_failure 66
+  run bb-stage --job 26 out --check --retry
+  assert_failure 64
+}
+
 @test "a file the user cannot read is refused with 77 naming it; the state says why" {
   job_script "#BB_LUA capacity=1G" "#BB_LUA stage_in type=file source=/etc/shadow destination=s"
   bb-pool alloc --job 24 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null

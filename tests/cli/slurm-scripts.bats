@@ -1,10 +1,28 @@
 #!/usr/bin/env bats
 # bbkit's Slurm scripts: burst_buffer.lua, cli_filter.lua, the sudoers drop-in and
-# install-slurm. The Lua hooks run under lua5.1 (the Lua Slurm links) with Slurm's `slurm`
-# plugin table (tests/slurm-lua/call-hook.lua) against the real tools and a real state
-# directory. The end-to-end runs through a real slurmctld live in tests/slurm/.
+# install-slurm. The Lua hooks run under $LUA (lua5.1 by default; ctest runs the suite once
+# each under lua5.1, lua5.3 and lua5.4, the Lua versions Slurm may link) with a `slurm` table
+# shaped like a given release's (tests/slurm-lua/call-hook.lua) against the real tools and a
+# real state directory. The end-to-end runs through a real slurmctld live in tests/slurm/.
 
 load common
+
+LUA=${LUA:-lua5.1}
+LUAC=luac${LUA#lua}
+
+# Tests of install-slurm and the sudoers drop-in alone run once, under the default Lua.
+once_per_lua_set() {
+  [ "$LUA" = lua5.1 ] || skip "install-slurm itself is tested under lua5.1's run"
+}
+
+# The Slurm release whose `slurm` table the hooks see: one that calls API's signatures.
+release() {
+  case "${API:-22.05}" in
+    22.05) echo 22.05 ;;
+    23.02) echo 23.11 ;;
+    *) echo 24.11 ;;
+  esac
+}
 
 # The installed scripts when ctest gives an installed tree (BBKIT_BIN_DIR), else the sources.
 SLURM_SHARE="$BBKIT_SOURCE_DIR/share/bbkit/slurm"
@@ -53,7 +71,8 @@ install_scripts_for() {
 # hook FUNCTION ARG...: runs one function of the installed burst_buffer.lua; what it logs
 # through slurm.log_* goes to $TEST_DIR/slurmctld.log.
 hook() {
-  lua5.1 "$CALL_HOOK" "$CONF/burst_buffer.lua" "$@" 2>>"$TEST_DIR/slurmctld.log"
+  "$LUA" "$CALL_HOOK" --release "${RELEASE:-$(release)}" "$CONF/burst_buffer.lua" "$@" \
+    2>>"$TEST_DIR/slurmctld.log"
 }
 
 # job_script ID LINE...: a job script where Slurm keeps it (hash.<id%10>/job.<id>/script),
@@ -67,19 +86,20 @@ job_script() {
   echo "$dir/script"
 }
 
-@test "the shipped Lua is valid Lua 5.1" {
+@test "the shipped Lua compiles under this run's Lua" {
   for f in burst_buffer.lua cli_filter.lua; do
-    run luac5.1 -p "$SLURM_SHARE/$f"
+    run "$LUAC" -p "$SLURM_SHARE/$f"
     assert_success
   done
-  run luac5.1 -p "$CALL_HOOK"
+  run "$LUAC" -p "$CALL_HOOK"
   assert_success
 }
 
 @test "install-slurm --help documents every option" {
+  once_per_lua_set
   run "$SLURM_SHARE/install-slurm" --help
   assert_success
-  for opt in --slurm-conf-dir --config --bindir --slurm-api --slurm-user --sudoers --sudo; do
+  for opt in --slurm-conf-dir --config --bindir --slurm-api --lua --slurm-user --sudoers --sudo; do
     assert_output --partial -- "$opt"
   done
   run "$SLURM_SHARE/install-slurm" --bogus
@@ -93,11 +113,12 @@ job_script() {
 }
 
 @test "install-slurm fills in the settings from the effective configuration and checks them" {
+  once_per_lua_set
   run install_scripts
   assert_success
   assert_output --partial "BurstBufferType=burst_buffer/lua"
   assert_output --partial "CliFilterPlugins=cli_filter/lua"
-  run luac5.1 -p "$CONF/burst_buffer.lua" "$CONF/cli_filter.lua"
+  run "$LUAC" -p "$CONF/burst_buffer.lua" "$CONF/cli_filter.lua"
   assert_success
   run grep -E '^(BBKIT_[A-Z_]+|SLURM_API) = ' "$CONF/burst_buffer.lua"
   assert_line "BBKIT_BINDIR = \"$BBKIT_BIN\""
@@ -122,6 +143,7 @@ job_script() {
 }
 
 @test "install-slurm refuses a standalone configuration and a burst_buffer.conf that would SIGKILL bbkit" {
+  once_per_lua_set
   write_config 'mode = "standalone"'
   run install_scripts
   assert_failure 78
@@ -144,14 +166,51 @@ job_script() {
   assert_output --partial "burst_buffer.conf checked (kept as it is)"
 }
 
+@test "install-slurm checks the scripts with the luac of the Lua Slurm's plugin links" {
+  once_per_lua_set
+  command -v gcc >/dev/null || skip "no C compiler to build a stand-in burst_buffer_lua.so"
+  # A stand-in plugin linking liblua5.3 as SchedMD's packages do, in slurm.conf's PluginDir.
+  plugins="$TEST_DIR/plugins"
+  mkdir -p "$plugins"
+  stand_in() {  # stand_in LIBRARY: burst_buffer_lua.so linking LIBRARY
+    gcc -shared -o "$plugins/$1" -Wl,-soname,"$1" -x c /dev/null
+    gcc -shared -o "$plugins/burst_buffer_lua.so" -x c /dev/null -L"$plugins" \
+      -Wl,--no-as-needed -l:"$1"
+  }
+  stand_in liblua5.3.so.0
+  printf 'ClusterName=x\nPluginDir=%s:%s\n' "$TEST_DIR/none" "$plugins" >"$CONF/slurm.conf"
+  run install_scripts
+  assert_success
+  assert_line --index 0 "install-slurm: $plugins/burst_buffer_lua.so links Lua 5.3: checking the scripts with luac5.3 (--lua to override)"
+  stand_in liblua-5.4.so
+  run install_scripts
+  assert_line --index 0 "install-slurm: $plugins/burst_buffer_lua.so links Lua 5.4: checking the scripts with luac5.4 (--lua to override)"
+  stand_in liblua5.2.so.0
+  run install_scripts
+  assert_failure 78
+  assert_output "install-slurm: $plugins/burst_buffer_lua.so links Lua 5.2, which bbkit's scripts are not checked against: give --lua 5.1, 5.3 or 5.4"
+  run install_scripts --lua 5.1
+  assert_success
+  refute_output --partial "links Lua"
+  run install_scripts --lua 5.2
+  assert_failure 64
+  # No plugin there: the newest luac installed.
+  printf 'PluginDir=%s\n' "$TEST_DIR/none" >"$CONF/slurm.conf"
+  run install_scripts
+  assert_success
+  newest=$(for v in 5.4 5.3 5.1; do command -v "luac$v" >/dev/null && echo "$v" && break; done)
+  assert_line --index 0 "install-slurm: no burst_buffer_lua.so in $TEST_DIR/none: checking the scripts with luac$newest (--lua to choose the Lua Slurm links)"
+}
+
 @test "install-slurm picks the hook signatures it is told" {
   API=24.05 run install_scripts
   assert_success
-  run lua5.1 -e "slurm = {SUCCESS = 0, ERROR = -1}; dofile('$CONF/burst_buffer.lua');
+  run "$LUA" -e "slurm = {SUCCESS = 0, ERROR = -1, SLURM_BB_BUSY = 'BUSY'}
+    dofile('$CONF/burst_buffer.lua')
     print(type(slurm_bb_test_data_in) .. ' ' .. type(slurm_bb_test_data_out))"
   assert_output "function function"
   API=22.05 run install_scripts
-  run lua5.1 -e "slurm = {SUCCESS = 0, ERROR = -1}; dofile('$CONF/burst_buffer.lua');
+  run "$LUA" -e "slurm = {SUCCESS = 0, ERROR = -1}; dofile('$CONF/burst_buffer.lua');
     print(type(slurm_bb_test_data_in) .. ' ' .. type(slurm_bb_get_status))"
   assert_output "nil function"
   # Without --slurm-api: what this host's Slurm reports, or an error asking for it.
@@ -168,6 +227,7 @@ job_script() {
 }
 
 @test "the sudoers drop-in lets an unprivileged SlurmUser make exactly the hooks' calls, keeps no environment, and passes visudo" {
+  once_per_lua_set
   user=$(test_user)
   config_for_slurm_user "$user"
   run install_scripts_for "$user"
@@ -191,6 +251,7 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
 }
 
 @test "install-slurm refuses an unprivileged SlurmUser that cannot read env/ or would need a configuration other than root's own" {
+  once_per_lua_set
   user=$(test_user)
   run install_scripts_for "$user"
   assert_failure 78
@@ -409,10 +470,12 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
 }
 
 @test "23.02 signatures: uid, gid and job_info appended, get_status(uid, gid, ...)" {
-  API=23.02 install_scripts >/dev/null
+  API=23.02
+  install_scripts >/dev/null
   script=$(job_script 50 '#BB_LUA pool=small capacity=1K')
-  run lua5.1 -e "
-    slurm = {SUCCESS = 0, ERROR = -1, log_error = function() end}
+  run "$LUA" -e "
+    slurm = {SUCCESS = 0, ERROR = -1, log_error = function() end,
+             job_info_to_string = function() end}
     dofile('$CONF/burst_buffer.lua')
     local info = {job_id = 50}
     print(slurm_bb_job_process('$script', '0', '0', info))
@@ -435,9 +498,11 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   uid=$(id -u "$user")
   bb-pool alloc --job 60 --user root --pool small --capacity 1K >/dev/null
   bb-pool alloc --job 61 --user "$user" --pool small --capacity 1K >/dev/null
-  API=23.02 install_scripts >/dev/null
-  run lua5.1 -e "
-    slurm = {SUCCESS = 0, ERROR = -1, log_error = function() end}
+  API=23.02
+  install_scripts >/dev/null
+  run "$LUA" -e "
+    slurm = {SUCCESS = 0, ERROR = -1, log_error = function() end,
+             job_info_to_string = function() end}
     dofile('$CONF/burst_buffer.lua')
     print(select(2, slurm_bb_get_status('$uid', '$uid', 'burst')))
     print(select(2, slurm_bb_get_status('$uid', '$uid', 'job', '60')))
@@ -454,7 +519,8 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
 }
 
 @test "24.05: test_data_in and test_data_out report the recorded stage" {
-  API=24.05 install_scripts >/dev/null
+  API=24.05
+  install_scripts >/dev/null
   script=$(job_script 60 '#BB_LUA pool=small capacity=1K')
   run hook slurm_bb_setup 60 0 0 small 1024 "$script"
   assert_line --index 0 "rc=0"
@@ -468,8 +534,8 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   assert_line --index 0 "rc=0"
   run hook slurm_bb_test_data_out 60 "$script" 0 0
   assert_output "rc=0"
-  # A job without a buffer has nothing to wait for.
-  run hook slurm_bb_test_data_in 61 "$script" 0 0
+  # A job without a buffer (a bare #BB_LUA) has nothing to wait for.
+  run hook slurm_bb_test_data_in 61 "$(job_script 61 '#BB_LUA')" 0 0
   assert_output "rc=0"
   run hook slurm_bb_job_teardown 60 "$script" false
   assert_line --index 0 "rc=0"
@@ -492,7 +558,7 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   chmod 644 "$TEST_DIR"/*.sh
   submit() {  # submit OPTIONS-TABLE-LUA: runs slurm_cli_pre_submit as the test user
     setpriv --reuid "$user" --regid "$user" --clear-groups env PATH="$PATH" \
-      BBKIT_CONFIG="$BBKIT_CONFIG" lua5.1 -e "
+      BBKIT_CONFIG="$BBKIT_CONFIG" "$LUA" -e "
       slurm = {SUCCESS = 0, ERROR = -1,
                log_error = function(fmt, ...) io.write('error: ', string.format(fmt, ...), '\n') end,
                log_info = function(fmt, ...) io.write('info: ', string.format(fmt, ...), '\n') end}
@@ -549,7 +615,8 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   as_slurm_user() {
     "$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG" \
       setpriv --reuid "$user" --regid "$user" --clear-groups \
-      lua5.1 "$CALL_HOOK" "$CONF/burst_buffer.lua" "$@" 2>>"$TEST_DIR/slurmctld.log"
+      "$LUA" "$CALL_HOOK" --release 22.05 "$CONF/burst_buffer.lua" "$@" \
+      2>>"$TEST_DIR/slurmctld.log"
   }
   run as_slurm_user slurm_bb_pools
   assert_line --index 0 "rc=0"
@@ -577,4 +644,164 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   run as_slurm_user slurm_bb_setup 71 0 0 small 1024 "$script"
   assert_line --index 0 "rc=-1"
   assert_line --index 1 --partial "sudo"
+}
+
+@test "each release's slurm table: the script loads with its signatures, defines what the release requires, and refuses the others" {
+  install_scripts >/dev/null
+  for api in 22.05 23.02 24.05; do
+    sed "s/^SLURM_API = .*/SLURM_API = \"$api\"/" "$CONF/burst_buffer.lua" >"$CONF/bb.$api.lua"
+  done
+  for release in 22.05 23.02 23.11 24.05 24.11 25.05 25.11; do
+    case $release in
+      22.05) want=22.05 n=11 words="Slurm 22.05" ;;
+      23.*) want=23.02 n=11 words="Slurm 23.02 or 23.11" ;;
+      *) want=24.05 n=13 words="Slurm 24.05 or later" ;;
+    esac
+    run "$LUA" "$CALL_HOOK" --release "$release" "$CONF/bb.$want.lua" -
+    assert_success
+    assert_output "loaded: $n required functions"
+    for api in 22.05 23.02 24.05; do
+      [ "$api" = "$want" ] && continue
+      run "$LUA" "$CALL_HOOK" --release "$release" "$CONF/bb.$api.lua" -
+      assert_failure 3
+      why="bbkit: burst_buffer.lua has the $api hook signatures (SLURM_API) but is loaded by $words, which calls the $want ones: rerun install-slurm --slurm-api $want"
+      # Slurm's log says what to rerun, and the load fails with the same words.
+      assert_line --index 0 "slurm.log_error: $why"
+      assert_line --index 1 "$CONF/bb.$api.lua does not load: $why"
+      [ "${#lines[@]}" = 2 ] || fail "unexpected output: $output"
+    done
+  done
+  # Outside Slurm (no slurm table) the script loads with whatever it was installed with.
+  for api in 22.05 23.02 24.05; do
+    run "$LUA" "$CALL_HOOK" --release none "$CONF/bb.$api.lua" slurm_bb_get_status pools
+    assert_line --index 0 "rc=0"
+  done
+}
+
+@test "22.05 signatures: the words after scontrol show bbstat are never taken as a caller's uid" {
+  install_scripts >/dev/null
+  # 23.02's get_status(uid, gid, ...) under 22.05 would read "0 0 burst" as root asking.
+  RELEASE=22.05 run hook slurm_bb_get_status 0 0 burst
+  assert_output $'rc=0\nusage: scontrol show bbstat pools | burst | job JOBID'
+  sed -i 's/^SLURM_API = .*/SLURM_API = "23.02"/' "$CONF/burst_buffer.lua"
+  RELEASE=22.05 run hook slurm_bb_get_status 0 0 burst
+  assert_failure 3
+  refute_output --partial "PoolName"
+}
+
+@test "24.05+: a stage-out replayed after teardown succeeds, test_data_out included" {
+  API=24.05
+  install_scripts >/dev/null
+  echo input >"$TEST_DIR/data/in.txt"
+  script=$(job_script 80 '#BB_LUA pool=small capacity=1K' \
+    "#BB_LUA stage_in type=file source=$TEST_DIR/data/in.txt destination=in.txt" \
+    "#BB_LUA stage_out type=file source=\$BB_JOB_DIR/in.txt destination=$TEST_DIR/data/out.txt")
+  for step in "slurm_bb_setup 80 0 0 small 1024 $script" "slurm_bb_data_in 80 $script" \
+              "slurm_bb_test_data_in 80 $script" "slurm_bb_pre_run 80 $script" \
+              "slurm_bb_post_run 80 $script" "slurm_bb_data_out 80 $script" \
+              "slurm_bb_test_data_out 80 $script" "slurm_bb_job_teardown 80 $script false"; do
+    run hook $step
+    assert_line --index 0 "rc=0"
+  done
+  assert_file_exists "$TEST_DIR/data/out.txt"
+  # A restarted slurmctld that had not saved the end of the job replays from post_run.
+  run hook slurm_bb_post_run 80 "$script" 0 0
+  assert_line --index 0 "rc=0"
+  assert_line --index 1 "note: main.80.1 went through post-run before it was torn down"
+  run hook slurm_bb_data_out 80 "$script" 0 0
+  assert_line --index 0 "rc=0"
+  assert_line --index 1 "stage-out of main.80.1: nothing to do (staged out before it was torn down)"
+  run hook slurm_bb_test_data_out 80 "$script" 0 0
+  assert_output "rc=0"
+  run hook slurm_bb_job_teardown 80 "$script" false
+  assert_line --index 0 "rc=0"
+  # test_data_out answers what bb-stage out answers: a buffer torn down before it staged out
+  # (a cancelled job) did not stage out, for data_out and test_data_out alike.
+  script=$(job_script 81 '#BB_LUA pool=small capacity=1K')
+  run hook slurm_bb_setup 81 0 0 small 1024 "$script"
+  assert_line --index 0 "rc=0"
+  run hook slurm_bb_job_teardown 81 "$script" true
+  assert_line --index 0 "rc=0"
+  run hook slurm_bb_data_out 81 "$script" 0 0
+  assert_output $'rc=-1\nbb-stage: job 81 has no burst buffer (bb-pool alloc first)'
+  run hook slurm_bb_test_data_out 81 "$script" 0 0
+  assert_output $'rc=-1\nbb-stage: job 81 has no burst buffer (bb-pool alloc first)'
+  # The same for stage-in: test_data_in says what bb-stage in says.
+  run hook slurm_bb_data_in 81 "$script" 0 0
+  assert_line --index 0 "rc=-1"
+  run hook slurm_bb_test_data_in 81 "$script" 0 0
+  assert_output $'rc=-1\nbb-stage: job 81 has no burst buffer (bb-pool alloc first)'
+}
+
+@test "24.05+: test_data_in and test_data_out fail with bb-stage's words while the stage has not run" {
+  API=24.05
+  install_scripts >/dev/null
+  script=$(job_script 82 '#BB_LUA pool=small capacity=1K')
+  run hook slurm_bb_setup 82 0 0 small 1024 "$script"
+  assert_line --index 0 "rc=0"
+  run hook slurm_bb_test_data_in 82 "$script" 0 0
+  assert_output $'rc=-1\nbb-stage: stage-in of main.82.1 has not run to its end: it is allocated (bb-stage in runs it)'
+  run hook slurm_bb_test_data_out 82 "$script" 0 0
+  assert_output $'rc=-1\nbb-stage: cannot stage out main.82.1: it is allocated (stage out needs post-run)'
+  run bb-stage --job 82 out --check --retry
+  assert_failure 64
+  run hook slurm_bb_job_teardown 82 "$script" true
+  assert_line --index 0 "rc=0"
+}
+
+@test "hooks: a script Slurm passes as /proc/<pid>/fd/N (the job script holds a %) works in setup and the stage hooks" {
+  API=24.05
+  install_scripts >/dev/null
+  echo input >"$TEST_DIR/data/in.txt"
+  # What slurmctld passes then: an open file holding #!/bin/sh and the directive lines only.
+  printf '%s\n' '#!/bin/sh' '#BB_LUA pool=small capacity=2K' \
+    "#BB_LUA stage_in type=file source=$TEST_DIR/data/in.txt destination=in.txt" \
+    "#BB_LUA stage_out type=file source=\$BB_JOB_DIR/in.txt destination=$TEST_DIR/data/out.txt" \
+    >"$TEST_DIR/memfd"
+  exec {fd}<"$TEST_DIR/memfd"
+  rm "$TEST_DIR/memfd"
+  script=/proc/$$/fd/$fd
+  for step in "slurm_bb_setup 90 0 0 small 2048 $script" "slurm_bb_data_in 90 $script 0 0" \
+              "slurm_bb_test_data_in 90 $script 0 0" "slurm_bb_pre_run 90 $script 0 0" \
+              "slurm_bb_post_run 90 $script 0 0" "slurm_bb_data_out 90 $script 0 0" \
+              "slurm_bb_test_data_out 90 $script 0 0"; do
+    run hook $step
+    assert_line --index 0 "rc=0"
+  done
+  run cat "$TEST_DIR/data/out.txt"
+  assert_output input
+  : >"$TEST_DIR/path"
+  run hook slurm_bb_paths 90 "$script" "$TEST_DIR/path" 0 0
+  assert_output "rc=0"
+  run hook slurm_bb_job_teardown 90 "$script" false 0 0
+  assert_line --index 0 "rc=0"
+  exec {fd}<&-
+}
+
+@test "hooks: real_size replies digits only, and pools.json stays integer and below 2^63" {
+  API=24.05
+  install_scripts >/dev/null
+  script=$(job_script 95 '#BB_LUA pool=nvme capacity=3G')
+  run hook slurm_bb_setup 95 0 0 nvme 3221225472 "$script"
+  assert_line --index 0 "rc=0"
+  run hook slurm_bb_real_size 95 0 0
+  # 24.05+ rejects anything after the digits (a newline, a unit).
+  assert_output $'rc=0\n3221225472'
+  run hook slurm_bb_job_teardown 95 "$script" true
+  assert_line --index 0 "rc=0"
+  # A pool as large as bbkit allows: every number Slurm's JSON reader sees is a plain integer
+  # below 2^63.
+  write_config 'mode = "slurm"' 'directives = ["BB_LUA"]' '[[pool]]' 'name = "huge"' \
+    "path = \"$TEST_DIR/huge\"" 'capacity = "8191PiB"' 'granularity = "1"'
+  mkdir -p "$TEST_DIR/huge"
+  bb-pool init huge >/dev/null
+  run hook slurm_bb_pools
+  assert_line --index 0 "rc=0"
+  numbers=$(sed 1d <<<"$output" | grep -oE '"(quantity|granularity|free)":[^,}]*' | cut -d: -f2)
+  assert_output --partial '"granularity":1,"id":"huge","quantity":9222246136947933184'
+  [ -n "$numbers" ]
+  for n in $numbers; do
+    [[ $n =~ ^[0-9]+$ ]] || fail "not a plain integer in pools.json: $n"
+    [ "${#n}" -lt 19 ] || [[ ${#n} -eq 19 && $n < 9223372036854775808 ]] || fail "$n is 2^63 or more"
+  done
 }

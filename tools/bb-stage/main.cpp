@@ -18,16 +18,22 @@ int main(int argc, char** argv) {
     CommonOptions common;
     add_common_options(app, common, true);
     std::uint64_t job_id = 0;
-    bool json = false, progress = false, retry = false;
+    bool json = false, progress = false, retry = false, check = false;
     std::optional<std::string> output;
     app.add_option("--job", job_id, "Job id")->required()->check(job_id_validator());
     app.add_flag("--json", json, "Print a JSON summary");
     CLI::App* in = app.add_subcommand("in", "Stage in: allocated -> staging-in -> staged-in");
     CLI::App* out =
         app.add_subcommand("out", "Stage out: post-run -> staging-out -> staged-out (durable)");
-    out->add_flag("--retry", retry, "Run a failed stage-out again, after fixing its cause");
-    for (CLI::App* sub : {in, out})
+    CLI::Option* retry_opt =
+        out->add_flag("--retry", retry, "Run a failed stage-out again, after fixing its cause");
+    for (CLI::App* sub : {in, out}) {
         sub->add_flag("--progress", progress, "Progress bar on a terminal");
+        CLI::Option* check_opt = sub->add_flag(
+            "--check", check, "Only tell whether the stage is done: 0 done, 75 running elsewhere");
+        if (sub == out)
+            check_opt->excludes(retry_opt);
+    }
     CLI::App* pre =
         app.add_subcommand("pre-run", "staged-in -> pre-run -> running, with the pre_run hook");
     CLI::App* post = app.add_subcommand("post-run", "running -> post-run, with the post_run hook");
@@ -39,7 +45,8 @@ int main(int argc, char** argv) {
     return run_tool("bb-stage", app, argc, argv, common, [&]() -> int {
         const Config config = load_effective_config(common);
         StoreOptions store_options;
-        store_options.read_only = paths->parsed();  // reading commands never create state
+        // Reading commands never create state.
+        store_options.read_only = paths->parsed() || check;
         StateStore store(config, store_options);
         const std::string who = "bb-stage " + app.get_subcommands().front()->get_name();
         if (*paths) {
@@ -60,6 +67,16 @@ int main(int argc, char** argv) {
             const std::string note = post_run(store, config, job_id, who);
             if (!note.empty())
                 std::cout << "note: " << note << '\n';
+            return 0;
+        }
+        if (check) {
+            const StageResult done =
+                check_stage(store, config, job_id, *in ? StageDirection::in : StageDirection::out);
+            if (json)
+                std::cout << json_text(stage_result_json(done)) << '\n';
+            else
+                std::cout << (*in ? "stage-in" : "stage-out") << " of " << done.key << ": done"
+                          << (done.note.empty() ? "" : " (" + done.note + ")") << '\n';
             return 0;
         }
         StageOptions options;

@@ -1,9 +1,12 @@
 --[[
-bbkit's burst_buffer.lua for Slurm's burst_buffer/lua plugin (Lua 5.1, as Debian links it).
+bbkit's burst_buffer.lua for Slurm's burst_buffer/lua plugin (Lua 5.1, 5.3 or 5.4: whichever
+the plugin links).
 
 Install it with install-slurm(bbkit(7), "Use with Slurm"), which fills in the settings below
-from the effective bbkit configuration and checks the result with luac5.1 -p. Rerun
-install-slurm after changing bbkit.toml's state_dir, cluster or directives.
+from the effective bbkit configuration and checks the result with the luac of the Lua Slurm
+links. Rerun install-slurm after changing bbkit.toml's state_dir, cluster or directives, and
+after upgrading Slurm: the script refuses to load under a Slurm whose hook signatures are not
+SLURM_API's (it tells them from the `slurm` table Slurm prepares).
 
 What each hook does:
   in slurmctld (must not fork, must be fast):
@@ -15,12 +18,13 @@ What each hook does:
   timeout, and every tool stays in that group):
     slurm_bb_setup        bb-pool alloc (never refused for capacity in Slurm mode)
     slurm_bb_data_in      bb-stage in (the copy runs inside this call)
-    slurm_bb_test_data_in 24.05+: BUSY only while a stage started elsewhere still runs
+    slurm_bb_test_data_in 24.05+: bb-stage in --check (done as bb-stage in decides; BUSY only
+                          while a stage started elsewhere still runs)
     slurm_bb_real_size    the allocated size in bytes
     slurm_bb_pre_run      bb-stage pre-run
     slurm_bb_post_run     bb-stage post-run
     slurm_bb_data_out     bb-stage out (durable before it returns)
-    slurm_bb_test_data_out 24.05+: as test_data_in
+    slurm_bb_test_data_out 24.05+: bb-stage out --check, as test_data_in
     slurm_bb_job_teardown bb-teardown (--hurry when Slurm says "true")
     slurm_bb_get_status   bb-stat pools | burst | job <digits>, nothing else
 
@@ -264,7 +268,11 @@ end
 -- line not starting with '#', lines starting with '#' .. Directive, a trailing '\' joining the
 -- next directive line. Returns a list of {text = line after the directive, raw = first line}.
 function bbkit.directive_lines(script, directive)
-    script = string.gsub(script, "%z+$", "")
+    -- Slurm's trailing NUL bytes (a loop: "%z" is gone from Lua 5.2's patterns, and Lua 5.1's
+    -- patterns cannot hold a NUL).
+    while string.byte(script, -1) == 0 do
+        script = string.sub(script, 1, -2)
+    end
     local lines, continuing = {}, false
     local prefix = "#" .. directive
     for line in string.gmatch(script, "[^\n]+") do
@@ -519,20 +527,22 @@ local function state_of(job_id)
     return string.match(own, '"state"%s*:%s*"([^"]*)"'), output
 end
 
--- 24.05+: data_in/data_out already ran the copy to its end; BUSY only while another process
--- (one started before a slurmctld restart) still stages this buffer.
-local function test_stage(job_id, busy_state, done_states)
-    local state, why = state_of(job_id)
-    if not state then
-        return error_code(), why
-    end
-    if state == busy_state then
-        return success_code(), "BUSY"
-    end
-    if state == "none" or done_states[state] then
+-- 24.05+: data_in/data_out already ran the copy to its end (or answered a replay); whether the
+-- stage is done is bb-stage's own verdict (--check: exit 0 done, 75 while another process, one
+-- started before a slurmctld restart, still stages the buffer), never re-derived here.
+local function test_stage(sub, job_id, job_script)
+    if not bbkit.asks_for_space(job_script) then
         return success_code(), ""
     end
-    return error_code(), "bbkit: buffer of job " .. job_id .. " is " .. state
+    local status, _, message = bbkit.run_tool("bb-stage", { "--job", job_id, sub, "--check" })
+    if status == 0 then
+        return success_code(), ""
+    end
+    if status == 75 then
+        return success_code(), (slurm and slurm.SLURM_BB_BUSY) or "BUSY"
+    end
+    log_error("bbkit: %s", message)
+    return error_code(), message
 end
 
 local function real_size(job_id)
@@ -629,7 +639,40 @@ end
 
 if SLURM_API ~= "22.05" and SLURM_API ~= "23.02" and SLURM_API ~= "24.05" then
     error("burst_buffer.lua: SLURM_API must be \"22.05\", \"23.02\" or \"24.05\", got '"
-        .. tostring(SLURM_API) .. "' (rerun install-slurm --slurm-api)")
+        .. tostring(SLURM_API) .. "' (rerun install-slurm --slurm-api)", 0)
+end
+
+-- The signatures the loading Slurm calls with, told by the `slurm` table it fills before it
+-- runs the script (bbkit(7), "Use with Slurm"): SLURM_BB_BUSY from 24.05, job_info_to_string
+-- in 23.02 to 24.05, neither in 22.05. nil without a table (the script loaded outside Slurm).
+bbkit.slurm_releases = {
+    ["22.05"] = "Slurm 22.05",
+    ["23.02"] = "Slurm 23.02 or 23.11",
+    ["24.05"] = "Slurm 24.05 or later",
+}
+
+function bbkit.slurm_api_of(t)
+    if type(t) ~= "table" then
+        return nil
+    end
+    if t.SLURM_BB_BUSY ~= nil then
+        return "24.05"
+    end
+    if t.job_info_to_string ~= nil then
+        return "23.02"
+    end
+    return "22.05"
+end
+
+-- Wrong signatures fail quietly, or worse: 23.02's on 22.05 would take the first two words
+-- after `scontrol show bbstat` for the caller's uid and gid. Refuse to load instead.
+local loading_api = bbkit.slurm_api_of(slurm)
+if loading_api and loading_api ~= SLURM_API then
+    local why = "bbkit: burst_buffer.lua has the " .. SLURM_API .. " hook signatures (SLURM_API) "
+        .. "but is loaded by " .. bbkit.slurm_releases[loading_api] .. ", which calls the "
+        .. loading_api .. " ones: rerun install-slurm --slurm-api " .. loading_api
+    log_error("%s", why)
+    error(why, 0)
 end
 
 -- 22.05 and 23.02+ pass the same leading arguments; 23.02+ appends uid, gid and job_info,
@@ -686,10 +729,10 @@ end
 
 if SLURM_API == "24.05" then
     function slurm_bb_test_data_in(job_id, job_script)
-        return test_stage(job_id, "staging-in", { ["staged-in"] = true })
+        return test_stage("in", job_id, job_script)
     end
 
     function slurm_bb_test_data_out(job_id, job_script)
-        return test_stage(job_id, "staging-out", { ["staged-out"] = true })
+        return test_stage("out", job_id, job_script)
     end
 end
