@@ -88,25 +88,25 @@ std::string match_prefix(std::string_view line, const std::vector<std::string>& 
     return "";
 }
 
-// The index of the last character of `s` that is not blank, or npos.
-std::size_t last_nonblank(const std::string& s) {
-    std::size_t n = s.size();
-    while (n > 0 && is_blank(s[n - 1]))
-        --n;
-    return n == 0 ? std::string::npos : n - 1;
-}
-
-// A directive continues on the next line when it ends with exactly one backslash; "\\" at the
-// end is Slurm's stop marker, not a continuation. Looks only at the end of `body`, so joining
-// thousands of continued lines stays linear.
+// Slurm's joining of continued directives (bbkit(7), REQUESTS), exactly: a directive whose last
+// character is a backslash continues on the next line when that line is a directive too; the
+// backslash goes, the next line's prefix goes, and its leading blanks go only when a blank came
+// right before the backslash. Any other line ends the continuation (the backslash still goes).
+// Looks only at the ends of `body`, so joining thousands of continued lines stays linear.
 bool continues(const std::string& body) {
-    const std::size_t last = last_nonblank(body);
-    return last != std::string::npos && body[last] == '\\' && (last == 0 || body[last - 1] != '\\');
+    return !body.empty() && body.back() == '\\';
 }
 
-// Drops the continuation backslash (and the blanks after it) in place.
-void drop_backslash(std::string& body) {
-    body.erase(last_nonblank(body));
+// Appends `next` (a continued line's text after its prefix) to `body`, which continues.
+// Blanks as Slurm's isspace() sees them.
+void join_continued(std::string& body, std::string_view next) {
+    const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+    const bool blank_before = body.size() >= 2 && space(body[body.size() - 2]);
+    body.pop_back();
+    if (blank_before)
+        while (!next.empty() && space(next.front()))
+            next.remove_prefix(1);
+    body += next;
 }
 
 // ---- tokens ----------------------------------------------------------------------------------
@@ -658,27 +658,18 @@ class Parser {
             }
             std::string body = line.substr(prefix.size() + 1);
             while (continues(body) && i + 1 < lines.size()) {
+                while (i + 2 < lines.size() && lines[i + 1].empty())
+                    ++i;  // Slurm reads past empty lines
+                const std::string next = match_prefix(lines[i + 1], accepted_prefixes());
+                if (next.empty())
+                    break;
                 ++i;
-                drop_backslash(body);
-                body += ' ';
-                body += continuation(lines[i], {origin, static_cast<int>(i + 1)});
+                join_continued(body, std::string_view(lines[i]).substr(next.size() + 1));
             }
             if (continues(body))
-                drop_backslash(body);  // nothing left to continue
+                body.pop_back();  // nothing continues it
             parse_directive({where, body});
         }
-    }
-
-    // The continued line without its comment marker (and prefix, if repeated there).
-    std::string continuation(const std::string& line, const Location& where) const {
-        if (line.empty() || line[0] != '#') {
-            if (where.origin == Origin::script)
-                throw invalid(label(where) +
-                              ": a continued directive must continue on a comment line");
-            return line;
-        }
-        const std::string prefix = match_prefix(line, config_.directives);
-        return line.substr(prefix.size() + 1);
     }
 
     void warn_if_ignored_prefix(const std::string& line, const Location& where) {

@@ -371,6 +371,18 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   assert_line --index 0 "rc=0"
 }
 
+@test "hooks: a directive continued without a blank before the backslash is read as Slurm reads it" {
+  install_scripts >/dev/null
+  script=$(job_script 31 '#BB_LUA capacity=1K\' '#BB_LUA pool=small')
+  run hook slurm_bb_job_process "$script"
+  assert_line --index 0 "rc=0"
+  run hook slurm_bb_setup 31 0 0 small 1024 "$script"
+  assert_line --index 0 "rc=0"
+  assert_dir_exists "$TEST_DIR/small/job/main.31.1"
+  run hook slurm_bb_job_teardown 31 "$script" true
+  assert_line --index 0 "rc=0"
+}
+
 @test "hooks: a bare #BB_LUA reserves nothing and every buffer hook succeeds" {
   install_scripts >/dev/null
   script=$(job_script 30 '#BB_LUA')

@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
 #include <functional>
 
 #include "bbkit/error.hpp"
+#include "bbkit/render.hpp"
 
 using bbkit::buffer_relative_path;
 using bbkit::canonical_lines;
@@ -16,6 +19,7 @@ using bbkit::Mode;
 using bbkit::Origin;
 using bbkit::parse_request;
 using bbkit::Request;
+using bbkit::request_json;
 using bbkit::RequestText;
 using bbkit::StageDirective;
 using bbkit::StageType;
@@ -299,7 +303,8 @@ TEST(Directive, an_inner_nul_byte_is_an_error_naming_the_line) {
 
 TEST(Directive, a_trailing_backslash_continues_the_directive) {
     const Request r = parse_script(
-        "#!/bin/sh\n#BB_LUA stage_in type=file \\\n#   source=/data/in \\\n#BB_LUA destination=in\n"
+        "#!/bin/sh\n#BB_LUA stage_in type=file \\\n#BB_LUA source=/data/in \\\n#BB_LUA "
+        "destination=in\n"
         "#BB_LUA capacity=1G\n");
     ASSERT_EQ(r.stage_in.size(), 1u);
     EXPECT_EQ(r.stage_in[0].source, "/data/in");
@@ -308,17 +313,68 @@ TEST(Directive, a_trailing_backslash_continues_the_directive) {
     EXPECT_EQ(r.job_buffer->where.line, 5);
 }
 
-TEST(Directive, a_continuation_must_stay_in_the_comment_block) {
-    expect_script_error("#BB_LUA capacity=1G \\\nsrun a.out\n",
-                        "script line 2: a continued directive must continue on a comment line");
+// As Slurm reads it: a plain comment or a command ends a continuation, never joins it.
+TEST(Directive, only_a_directive_line_continues_a_directive) {
+    Request r = parse_script("#BB_LUA capacity=1G \\\nsrun a.out\n#BB_LUA pool=small\n");
+    ASSERT_TRUE(r.job_buffer);
+    EXPECT_EQ(r.job_buffer->pool, "nvme");  // the default: pool=small came after the command
+    expect_script_error("#!/bin/sh\n#BB_LUA stage_in type=file \\\n#   source=/data/in\n",
+                        "script line 2");
 }
 
-TEST(Directive, a_double_backslash_at_the_end_does_not_continue) {
-    const Request r = parse_script(
-        "#BB_LUA stage_in type=file source=/a destination=b\\\\\n#BB_LUA capacity=1G\n");
-    ASSERT_EQ(r.stage_in.size(), 1u);
-    EXPECT_EQ(r.stage_in[0].destination, "b");
-    EXPECT_TRUE(r.job_buffer);
+// Slurm continues a line ending in "\\" too: one backslash goes, one stays.
+TEST(Directive, a_double_backslash_at_the_end_continues_as_in_slurm) {
+    expect_script_error(
+        "#BB_LUA stage_in type=file source=/a destination=b\\\\\n#BB_LUA capacity=1G\n",
+        "has a backslash at its end");
+}
+
+// The table Slurm's reading is written down in, shared with the Lua reader
+// (tests/slurm-lua/directive-cases.lua): each script must parse exactly as its expected
+// directive lines, one per line, do.
+TEST(Directive, continued_lines_join_as_slurm_joins_them) {
+    std::ifstream in(std::string(BBKIT_SOURCE_DIR) + "/tests/data/directive-reading-cases.tsv");
+    ASSERT_TRUE(in) << "tests/data/directive-reading-cases.tsv is missing";
+    const auto without_lines = [](nlohmann::json value) {
+        std::function<void(nlohmann::json&)> strip = [&](nlohmann::json& v) {
+            if (v.is_object()) {
+                v.erase("line");
+                v.erase("where");
+            }
+            if (v.is_structured())
+                for (auto& child : v)
+                    strip(child);
+        };
+        strip(value);
+        return value;
+    };
+    const auto replaced = [](std::string text, char from, char to) {
+        std::replace(text.begin(), text.end(), from, to);
+        return text;
+    };
+    int cases = 0;
+    std::string row;
+    while (std::getline(in, row)) {
+        if (row.empty() || row[0] == '#')
+            continue;
+        const std::size_t tab1 = row.find('\t');
+        const std::size_t tab2 = row.find('\t', tab1 + 1);
+        ASSERT_NE(tab2, std::string::npos) << "malformed: " << row;
+        const std::string name = row.substr(0, tab1);
+        const std::string text = replaced(row.substr(tab1 + 1, tab2 - tab1 - 1), '|', '\n') + "\n";
+        std::string expected = "#!/bin/sh\n";
+        for (std::size_t at = tab2 + 1; at < row.size();) {
+            const std::size_t close = row.find(']', at);
+            ASSERT_TRUE(row[at] == '[' && close != std::string::npos) << "malformed: " << row;
+            expected += "#BB_LUA" + row.substr(at + 1, close - at - 1) + "\n";
+            at = close + 1;
+        }
+        EXPECT_EQ(without_lines(request_json(parse_script(text))),
+                  without_lines(request_json(parse_script(expected))))
+            << name;
+        ++cases;
+    }
+    EXPECT_GE(cases, 10);
 }
 
 // ---- tokens and symbols ----------------------------------------------------------------------

@@ -264,16 +264,18 @@ local function escape_pattern(text)
     return (string.gsub(text, "[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0"))
 end
 
--- The directive lines as Slurm's lua plugin collects them (burst_buffer_lua.c): up to the first
--- line not starting with '#', lines starting with '#' .. Directive, a trailing '\' joining the
--- next directive line. Returns a list of {text = line after the directive, raw = first line}.
+-- The directive lines as Slurm's lua plugin collects them: up to the first line not starting
+-- with '#', lines starting with '#' .. Directive, a trailing '\' joining the next directive
+-- line (without its prefix, and without its leading blanks only when a blank came right before
+-- the '\'; bbkit(7), REQUESTS). Returns a list of {text = line after the directive, raw = first
+-- line}.
 function bbkit.directive_lines(script, directive)
     -- Slurm's trailing NUL bytes (a loop: "%z" is gone from Lua 5.2's patterns, and Lua 5.1's
     -- patterns cannot hold a NUL).
     while string.byte(script, -1) == 0 do
         script = string.sub(script, 1, -2)
     end
-    local lines, continuing = {}, false
+    local lines, continuing, blank_before = {}, false, false
     local prefix = "#" .. directive
     for line in string.gmatch(script, "[^\n]+") do
         if string.sub(line, 1, 1) ~= "#" then
@@ -281,13 +283,27 @@ function bbkit.directive_lines(script, directive)
         end
         if string.sub(line, 1, #prefix) == prefix then
             local body = string.sub(line, #prefix + 1)
+            -- The text Slurm looks at for the blank before a '\': the whole first line, or what
+            -- is left of a continued one (a lone '\' looks at what was skipped before it).
+            local piece, stripped = line, false
             if continuing then
-                lines[#lines].text = lines[#lines].text .. string.gsub(body, "^%s+", "")
+                if blank_before then
+                    local rest = string.gsub(body, "^%s+", "")
+                    stripped = rest ~= body
+                    body = rest
+                end
+                piece = body
+                lines[#lines].text = lines[#lines].text .. body
             else
                 lines[#lines + 1] = { text = body, raw = line }
             end
             continuing = string.sub(body, -1) == "\\"
             if continuing then
+                if #piece >= 2 then
+                    blank_before = string.find(string.sub(piece, -2, -2), "^%s$") ~= nil
+                else
+                    blank_before = stripped
+                end
                 local current = lines[#lines].text
                 lines[#lines].text = string.sub(current, 1, -2)
             end
