@@ -8,9 +8,9 @@ line) it runs
     bb-parse --check-sources [--script FILE] [--bb TEXT] [--bbf FILE] [--job-name N] [--workdir D]
 
 so an invalid request, or a stage-in source that is missing or unreadable by the user, is
-refused at submit time with bbkit's one-line message ("sbatch: error: bb-parse: ..."). When
-the check itself cannot run on this host (no bb-parse, an unreadable bbkit.toml) the job goes
-on with a logged note. A
+refused at submit time with bbkit's one-line message ("sbatch: error: lua: bb-parse: ...":
+Slurm prefixes a Lua error with "lua: "). When the check itself cannot run on this host (no
+bb-parse, an unreadable bbkit.toml) the job goes on with a logged note. A
 script read from standard input cannot be seen here; slurm_bb_setup validates every job again
 (a client-side filter can be bypassed). Installed by install-slurm, which fills in the settings.
 ]]
