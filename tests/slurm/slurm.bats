@@ -124,9 +124,9 @@ EOF2
   script=$(job_script b.sh '#SBATCH --job-name=scenario-b' '#BB_LUA pool=small capacity=1GiB' <<<'true')
   submit "$script"
   [ "$status" -ne 0 ] || fail "sbatch accepted a request for 1GiB from a 10MiB pool: $output"
-  assert_output --partial "sbatch: error:"
-  assert_output --partial "capacity=1GiB"
-  assert_output --partial "'small' holds only 10MiB"
+  # The exact lines sbatch prints: Slurm prefixes the filter's message with "lua: ".
+  assert_line --regexp "^sbatch: error: lua: bb-parse: .*capacity=1GiB.*'small' holds only 10MiB"
+  assert_line "sbatch: error: cli_filter plugin terminated with error"
 
   # Without the client-side filter (a user may point sbatch at a slurm.conf of their own),
   # slurmctld's job_process hook refuses it too.
