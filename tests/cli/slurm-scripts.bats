@@ -536,6 +536,20 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   script=$(job_script 60 '#BB_LUA pool=small capacity=1K')
   run hook slurm_bb_setup 60 0 0 small 1024 "$script"
   assert_line --index 0 "rc=0"
+  # Another process stages the buffer (one started before a slurmctld restart): Slurm is told
+  # BUSY and polls again.
+  mkdir -p "$TEST_DIR/state/run"
+  sleep 60 &
+  sleeper=$!
+  echo "$sleeper 1" >"$TEST_DIR/state/run/main.60.1.lock"
+  exec {lock}<"$TEST_DIR/state/run/main.60.1.lock"
+  flock -n "$lock"
+  run hook slurm_bb_test_data_in 60 "$script" 0 0
+  exec {lock}<&-
+  kill "$sleeper"
+  wait "$sleeper" 2>/dev/null || true
+  assert_line --index 0 "rc=0"
+  assert_line --index 1 "BUSY"
   run hook slurm_bb_data_in 60 "$script" 0 0
   assert_line --index 0 "rc=0"
   run hook slurm_bb_test_data_in 60 "$script" 0 0
