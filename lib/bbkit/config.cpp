@@ -37,12 +37,6 @@ constexpr std::size_t max_config_bytes = 1024 * 1024;
 // stack; the schema needs two levels (pool = [{...}]).
 constexpr std::size_t max_nesting = 8;
 
-// C0 controls and DEL, whatever the locale.
-bool is_control(char c) {
-    const unsigned char byte = static_cast<unsigned char>(c);
-    return byte < 0x20 || byte == 0x7f;
-}
-
 std::string too_large() {
     return "larger than " + format_size(max_config_bytes) + ", the most a bbkit.toml may hold";
 }

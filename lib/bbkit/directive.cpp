@@ -265,10 +265,8 @@ std::string replace_symbols(const std::string& value, Symbols& symbols) {
         if (replacement) {
             // A directive is one line: a job name (or user, or directory) holding a newline
             // or another control character cannot be written back (--emit-script, Slurm).
-            if (std::any_of(replacement->begin(), replacement->end(), [](char r) {
-                    const auto byte = static_cast<unsigned char>(r);
-                    return (byte < 0x20 && r != '\t') || byte == 0x7f;
-                }))
+            if (std::any_of(replacement->begin(), replacement->end(),
+                            [](char r) { return is_control(r) && r != '\t'; }))
                 throw invalid(std::string("the value of %") + next + " ('" +
                               printable(*replacement) +
                               "') holds a control character, which a directive line cannot "

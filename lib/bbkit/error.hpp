@@ -38,4 +38,7 @@ class Error : public std::runtime_error {
 // of its own in a message, a log or a Slurm reason, nor drive a terminal (bbkit(7), SECURITY).
 std::string printable(std::string_view text);
 
+// Whether `c` is a C0 control character or DEL, whatever the locale: what printable() escapes.
+bool is_control(char c);
+
 }  // namespace bbkit
