@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "bbkit/error.hpp"
+#include "bbkit/text.hpp"
 
 namespace bbkit {
 namespace {
@@ -79,12 +80,6 @@ const std::vector<Transition> table = {
 
 bool legal_for(const Transition& t, BufferKind kind) {
     return kind == BufferKind::job ? t.job : t.persistent;
-}
-
-bool all_digits(const std::string& text) {
-    return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
-        return std::isdigit(static_cast<unsigned char>(c));
-    });
 }
 
 // Keys are bbkit's own output, so a plain number is all that is accepted.
@@ -232,8 +227,8 @@ std::uint64_t parse_job_id(const std::string& text, const std::string& what) {
         id = id * 10 + static_cast<std::uint64_t>(c - '0');
     }
     if (!valid || id > max_id)
-        throw Error(ExitCode::usage, what + " '" + text +
-                                         "' is not a number (Slurm's ids are whole numbers)");
+        throw Error(ExitCode::usage,
+                    what + " '" + text + "' is not a number (Slurm's ids are whole numbers)");
     return id;
 }
 
@@ -250,8 +245,9 @@ void check_persistent_name(const std::string& name) {
         throw Error(ExitCode::data, what + "use only letters, digits, '_' and '-'");
     if (std::isdigit(static_cast<unsigned char>(name[0])))
         throw Error(ExitCode::data,
-                    what + "it must not start with a digit (numeric names are reserved for job "
-                           "buffers)");
+                    what +
+                        "it must not start with a digit (numeric names are reserved for job "
+                        "buffers)");
     if (name[0] == '-')
         throw Error(ExitCode::data, what + "it must not start with '-'");
 }

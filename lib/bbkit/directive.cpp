@@ -12,6 +12,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/size.hpp"
 #include "bbkit/slurm_view.hpp"
+#include "bbkit/text.hpp"
 #include "bbkit/user.hpp"
 
 namespace bbkit {
@@ -68,11 +69,6 @@ std::string trim(const std::string& s) {
     while (end > begin && is_blank(s[end - 1]))
         --end;
     return s.substr(begin, end - begin);
-}
-
-bool all_digits(const std::string& s) {
-    return !s.empty() &&
-           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 // The prefix `line` starts with ("#" + prefix + blank or end), or "" when none does.

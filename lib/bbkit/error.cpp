@@ -1,8 +1,27 @@
 #include "bbkit/error.hpp"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 namespace bbkit {
+
+ExitCode exit_code_for(int err) {
+    switch (err) {
+        case EACCES:
+        case EPERM:
+            return ExitCode::no_perm;
+        case ENOENT:
+        case ENOTDIR:
+            return ExitCode::no_input;
+        default:
+            return ExitCode::io;
+    }
+}
+
+Error system_error(const std::string& what, int err) {
+    return Error(exit_code_for(err), what + ": " + std::strerror(err));
+}
 
 bool is_control(char c) {
     const auto byte = static_cast<unsigned char>(c);

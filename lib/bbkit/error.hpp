@@ -33,6 +33,15 @@ class Error : public std::runtime_error {
     ExitCode code_;
 };
 
+// The exit code of a failed system call, the same in every tool and library layer (bbkit(7),
+// EXIT STATUS): EACCES and EPERM are no_perm (77), ENOENT and ENOTDIR no_input (66), anything
+// else io (74). A refusal bbkit decides itself (a symlink in the way, a mount crossed) is not
+// an errno and says its own code.
+ExitCode exit_code_for(int err);
+
+// Error(exit_code_for(err), what + ": " + strerror(err)), e.g. "cannot open /x: Permission denied".
+Error system_error(const std::string& what, int err);
+
 // `text` with every control character (newline, carriage return, escape, NUL...) written as
 // \xNN: what a user chose (a file name, a job name, a directive) can then never start a line
 // of its own in a message, a log or a Slurm reason, nor drive a terminal (bbkit(7), SECURITY).

@@ -1,10 +1,13 @@
 #include "bbkit/fsops.hpp"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -17,8 +20,8 @@ namespace bbkit {
 namespace {
 
 [[noreturn]] void fail(const std::string& what, const std::string& path, int err) {
-    throw Error(ExitCode::io, "cannot " + what + " " + path + ": " + std::strerror(err) +
-                                  " (check free space and permissions)");
+    throw Error(exit_code_for(err), "cannot " + what + " " + path + ": " + std::strerror(err) +
+                                        " (check free space and permissions)");
 }
 
 std::string parent_of(const std::string& path) {
@@ -115,8 +118,7 @@ void PendingSync::wait() {
         return;
     failed_ = true;
     const Failure& first = failures_.front();
-    throw Error(first.error == ENOENT ? ExitCode::no_input : ExitCode::io,
-                "cannot sync " + first.what + ": " + std::strerror(first.error));
+    throw system_error("cannot sync " + first.what, first.error);
 }
 
 namespace {
@@ -190,15 +192,130 @@ void link_file(const std::string& existing, const std::string& path) {
 
 DirStream::DirStream(int fd) {
     const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (copy >= 0)
-        dir = fdopendir(copy);
-    if (!dir && copy >= 0)
+    if (copy < 0)
+        return;
+    dir_ = fdopendir(copy);
+    if (!dir_) {
+        const int err = errno;
         close(copy);
+        errno = err;
+        return;
+    }
+    rewinddir(dir_);
 }
 
 DirStream::~DirStream() {
-    if (dir)
-        closedir(dir);
+    if (dir_)
+        closedir(dir_);
+}
+
+const dirent* DirStream::next() {
+    errno = 0;
+    while (const dirent* entry = readdir(dir_)) {
+        const char* n = entry->d_name;
+        if (!(n[0] == '.' && (n[1] == '\0' || (n[1] == '.' && n[2] == '\0'))))
+            return entry;
+    }
+    return nullptr;
+}
+
+std::vector<std::string> list_directory(int fd, const std::string& what) {
+    DirStream stream(fd);
+    if (!stream)
+        throw system_error("cannot list " + what, errno);
+    std::vector<std::string> names;
+    while (const dirent* entry = stream.next())
+        names.emplace_back(entry->d_name);
+    if (errno != 0)
+        throw system_error("cannot list " + what, errno);
+    return names;
+}
+
+Fd open_beneath(int dirfd, const std::string& relative, int flags, const std::string& what,
+                mode_t mode) {
+    open_how how{};
+    how.flags = static_cast<std::uint64_t>(flags | O_CLOEXEC | O_NOFOLLOW);
+    how.mode = (flags & O_CREAT) ? mode : 0;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS;
+    const long fd = syscall(SYS_openat2, dirfd, relative.c_str(), &how, sizeof how);
+    if (fd < 0) {
+        const int err = errno;
+        if (err == ELOOP || err == EXDEV)
+            throw Error(ExitCode::no_perm,
+                        "refusing " + what + ": a symlink or mount point is in the way");
+        // O_DIRECTORY | O_NOFOLLOW on a symlink as the last component fails as "not a
+        // directory": say what it is.
+        struct stat st {};
+        if (err == ENOTDIR && fstatat(dirfd, relative.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISLNK(st.st_mode))
+            throw Error(ExitCode::no_perm, "refusing " + what + ": a symlink is in the way");
+        throw system_error("cannot open " + what, err);
+    }
+    return Fd(static_cast<int>(fd));
+}
+
+int remove_tree_beneath(int parent, const std::string& name) {
+    if (unlinkat(parent, name.c_str(), 0) == 0 || errno == ENOENT)
+        return 0;
+    const int unlink_error = errno;
+    if (unlink_error != EISDIR && unlink_error != EPERM)
+        return unlink_error;
+    open_how how{};
+    how.flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS;
+    const long raw = syscall(SYS_openat2, parent, name.c_str(), &how, sizeof how);
+    if (raw < 0)
+        return errno == ENOENT ? 0 : errno == ENOTDIR ? unlink_error : errno;
+    const Fd dir(static_cast<int>(raw));
+    struct stat st {};
+    if (fstat(dir.get(), &st) == 0 && (st.st_mode & S_IRWXU) != S_IRWXU)
+        fchmod(dir.get(), (st.st_mode & 07777) | S_IRWXU);
+    std::vector<std::string> names;
+    {
+        DirStream stream(dir.get());
+        if (!stream)
+            return errno;
+        while (const dirent* entry = stream.next())
+            names.emplace_back(entry->d_name);
+        if (errno != 0)
+            return errno;
+    }
+    for (const std::string& child : names)
+        if (const int err = remove_tree_beneath(dir.get(), child); err != 0)
+            return err;
+    if (unlinkat(parent, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
+        return errno;
+    return 0;
+}
+
+std::string read_all(int fd, const std::string& what, std::size_t limit) {
+    std::string text;
+    char buffer[65536];
+    for (;;) {
+        const std::size_t want = std::min(sizeof buffer, limit + 1 - text.size());
+        const ssize_t n = ::read(fd, buffer, want);
+        if (n == 0)
+            return text;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            throw system_error("cannot read " + what, errno);
+        text.append(buffer, static_cast<std::size_t>(n));
+        if (text.size() > limit)
+            throw Error(ExitCode::data,
+                        what + " is larger than " + std::to_string(limit) + " bytes");
+    }
+}
+
+std::optional<std::string> read_file(const std::string& path, const std::string& what,
+                                     std::size_t limit, int flags) {
+    const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | flags));
+    if (!fd) {
+        if (errno == ENOENT)
+            return std::nullopt;
+        throw system_error("cannot open " + what, errno);
+    }
+    return read_all(fd.get(), what, limit);
 }
 
 }  // namespace bbkit

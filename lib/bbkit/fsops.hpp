@@ -5,7 +5,9 @@
 #include <dirent.h>
 #include <sys/types.h>
 
+#include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,15 +34,49 @@ class Fd {
     int fd_ = -1;
 };
 
-// A directory stream over a duplicate of `fd` (the caller keeps its own descriptor); `dir` is
-// null when it could not be opened (errno says why). Closed exactly once.
-struct DirStream {
-    DIR* dir = nullptr;
+// A directory stream over a duplicate of `fd` (the caller keeps its own descriptor and its
+// offset), or over a path; `dir` is null when it could not be opened (errno says why). The one
+// way bbkit lists a directory: closed exactly once, "." and ".." never returned.
+class DirStream {
+  public:
     explicit DirStream(int fd);
-    ~DirStream();
     DirStream(const DirStream&) = delete;
     DirStream& operator=(const DirStream&) = delete;
+    ~DirStream();
+
+    explicit operator bool() const { return dir_ != nullptr; }
+    // The next entry, or null at the end (or on a read error: errno is then non-zero).
+    const dirent* next();
+
+  private:
+    DIR* dir_ = nullptr;
 };
+
+// The names in the directory `fd`, from its start. Throws system_error("cannot list " + what).
+std::vector<std::string> list_directory(int fd, const std::string& what);
+
+// Opens `relative` beneath the directory `dirfd` without following any symlink or leaving the
+// file system: bbkit's containment primitive wherever a less privileged party controls the
+// tree (a pool's buffers, a user's stage tree). Throws Error(no_perm) when a symlink or a
+// mount point is in the way, else system_error("cannot open " + what).
+Fd open_beneath(int dirfd, const std::string& relative, int flags, const std::string& what,
+                mode_t mode = 0);
+
+// Removes `name` in the directory `parent` and, if it is a directory, everything beneath it,
+// never following a symlink nor crossing into another file system; a directory without its
+// owner's rwx bits gets them first. Returns 0 (also when `name` is already gone) or the errno
+// of the first failure, leaving the rest in place.
+int remove_tree_beneath(int parent, const std::string& name);
+
+// Everything read from `fd` (from its offset) to the end, at most `limit` bytes: more is
+// Error(data) "<what> is larger than <limit> bytes"; a failed read is
+// system_error("cannot read " + what).
+std::string read_all(int fd, const std::string& what, std::size_t limit);
+
+// The content of the file `path` (read_all's rules; opening it follows read_all's errors, with
+// `flags` added to O_RDONLY | O_CLOEXEC). std::nullopt when it does not exist.
+std::optional<std::string> read_file(const std::string& path, const std::string& what,
+                                     std::size_t limit, int flags = 0);
 
 // Replaces `path` with `data`: a temporary file in the same directory is written with `mode`,
 // fsync'd and renamed over `path`, then the directory is fsync'd. Readers see the old or the

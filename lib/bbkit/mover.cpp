@@ -66,20 +66,8 @@ std::string reason(int err) {
     return text;
 }
 
-ExitCode code_for(int err) {
-    switch (err) {
-        case EACCES:
-        case EPERM:
-            return ExitCode::no_perm;
-        case ENOENT:
-            return ExitCode::no_input;
-        default:
-            return ExitCode::io;
-    }
-}
-
 [[noreturn]] void fail(const std::string& what, int err) {
-    throw Error(code_for(err), "cannot " + what + ": " + reason(err));
+    throw Error(exit_code_for(err), "cannot " + what + ": " + reason(err));
 }
 
 // Thrown inside a worker when another worker already failed: not an error of its own.
@@ -152,17 +140,8 @@ class Side {
     // buffer side never follows any symlink at all).
     Fd open_dir(const std::string& path, bool nofollow = false) const {
         if (in_buffer_) {
-            try {
-                return open_beneath(root_, path.empty() ? "." : path, O_RDONLY | O_DIRECTORY,
-                                    display(path));
-            } catch (const Error& e) {
-                // A symlink as the last component fails as "not a directory", not as a
-                // refused resolution: say what it is.
-                if (e.code() == ExitCode::io && !path.empty() && is_symlink(path))
-                    throw Error(ExitCode::no_perm,
-                                "refusing " + display(path) + ": a symlink is in the way");
-                throw;
-            }
+            return open_beneath(root_, path.empty() ? "." : path, O_RDONLY | O_DIRECTORY,
+                                display(path));
         }
         const int fd =
             ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0));
@@ -195,15 +174,6 @@ class Side {
     }
 
   private:
-    bool is_symlink(const std::string& path) const {
-        try {
-            struct stat st {};
-            return stat_entry(path, st) && S_ISLNK(st.st_mode);
-        } catch (const Error&) {
-            return false;
-        }
-    }
-
     bool in_buffer_;
     int root_;
     std::string root_path_;
@@ -647,15 +617,11 @@ void Mover::walk_dir(int parent, const std::string& src, const std::string& dst,
         dir = Fd(fd);
     }
     DirStream stream(dir.get());
-    if (!stream.dir)
+    if (!stream)
         fail("list " + src_->display(src), errno);
     std::vector<std::string> names;
-    errno = 0;
-    while (dirent* entry = readdir(stream.dir)) {
-        if (std::strcmp(entry->d_name, ".") != 0 && std::strcmp(entry->d_name, "..") != 0)
-            names.emplace_back(entry->d_name);
-        errno = 0;
-    }
+    while (const dirent* entry = stream.next())
+        names.emplace_back(entry->d_name);
     if (errno != 0)
         fail("list " + src_->display(src), errno);
     for (const std::string& name : names) {
@@ -846,39 +812,6 @@ std::string temp_owner(const std::string& entry) {
     return "";
 }
 
-// Removes the entry `name` of `parent` and, for a directory, everything below it, as the
-// calling user and never following a symlink: each directory is opened with O_NOFOLLOW from the
-// one above, and made writable first (a killed move may already have given it a read-only
-// mode). Returns 0 or the errno of the first failure. Holds one descriptor per level.
-int remove_tree(int parent, const std::string& name) {
-    if (unlinkat(parent, name.c_str(), 0) == 0)
-        return 0;
-    if (errno != EISDIR)
-        return errno == ENOENT ? 0 : errno;
-    const int fd = openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT ? 0 : errno;
-    const Fd dir(fd);
-    struct stat st {};
-    if (fstat(fd, &st) == 0 && (st.st_mode & S_IRWXU) != S_IRWXU)
-        fchmod(fd, (st.st_mode & 07777) | S_IRWXU);
-    std::vector<std::string> names;
-    {
-        DirStream stream(fd);
-        if (!stream.dir)
-            return errno;
-        while (const dirent* entry = readdir(stream.dir))
-            if (std::strcmp(entry->d_name, ".") != 0 && std::strcmp(entry->d_name, "..") != 0)
-                names.emplace_back(entry->d_name);
-    }
-    for (const std::string& child : names)
-        if (const int err = remove_tree(fd, child); err != 0)
-            return err;
-    if (unlinkat(parent, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
-        return errno;
-    return 0;
-}
-
 // A move killed before its renames (stage-out, or symlinks and fifos of a stage-in) left its
 // temporaries beside the names it was writing: files, and whole directories a durable move was
 // building. In every destination directory that existed before this move, removes those made
@@ -912,9 +845,9 @@ void Mover::remove_stale_temps() {
         std::vector<std::string> stale;
         {
             DirStream stream(dir.get());
-            if (!stream.dir)
+            if (!stream)
                 continue;
-            while (const dirent* entry = readdir(stream.dir)) {
+            while (const dirent* entry = stream.next()) {
                 if (names.all.count(entry->d_name) != 0 || names.ours.count(entry->d_name) != 0)
                     continue;
                 const std::string owner = temp_owner(entry->d_name);
@@ -923,7 +856,7 @@ void Mover::remove_stale_temps() {
             }
         }
         for (const std::string& name : stale) {
-            if (const int err = remove_tree(dir.get(), name); err != 0)
+            if (const int err = remove_tree_beneath(dir.get(), name); err != 0)
                 warn("cannot remove the stale temporary " + dst_->display(dst_->join(path, name)) +
                      ": " + reason(err));
         }
@@ -961,7 +894,7 @@ Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
     if (fd < 0) {
         const int err = errno;
         const std::string parent = dst_->display(split_last(node.dst).first);
-        throw Error(code_for(err) == ExitCode::no_input ? ExitCode::io : code_for(err),
+        throw Error(exit_code_for(err) == ExitCode::no_input ? ExitCode::io : exit_code_for(err),
                     "cannot create " + shown + " in directory " + parent + ": " + reason(err));
     }
     if (target != name)
@@ -1628,7 +1561,7 @@ void Mover::remove_temps() noexcept {
         try {
             const Fd dir = dst_->open_dir(parent_path(node));
             if (node.kind == Kind::directory)
-                remove_tree(dir.get(), node.temp);
+                remove_tree_beneath(dir.get(), node.temp);
             else
                 unlinkat(dir.get(), node.temp.c_str(), 0);
         } catch (...) {

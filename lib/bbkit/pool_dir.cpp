@@ -26,14 +26,6 @@ constexpr mode_t private_dir = 0700;
 // own, so removal never needs more than this many descriptors at once.
 constexpr int max_removal_depth = 64;
 
-Error system_error(ExitCode code, const std::string& what, int err) {
-    return Error(code, what + ": " + std::strerror(err));
-}
-
-Error io_error(const std::string& what, int err) {
-    return system_error(err == ENOENT ? ExitCode::no_input : ExitCode::io, what, err);
-}
-
 std::string new_uuid() {
     std::ifstream in("/proc/sys/kernel/random/uuid");
     std::string uuid;
@@ -49,7 +41,7 @@ std::optional<PoolMarker> read_marker(int rootfd, const std::string& pool_path) 
     if (fd < 0) {
         if (errno == ENOENT)
             return std::nullopt;
-        throw io_error("cannot read " + pool_path + "/" + PoolDir::marker_file, errno);
+        throw system_error("cannot read " + pool_path + "/" + PoolDir::marker_file, errno);
     }
     return parse_marker(Fd(fd), pool_path);
 }
@@ -60,7 +52,7 @@ PoolMarker parse_marker(const Fd& owned, const std::string& pool_path) {
     char buf[512];
     const ssize_t n = read(fd, buf, sizeof buf);
     if (n < 0)
-        throw io_error("cannot read " + pool_path + "/" + PoolDir::marker_file, errno);
+        throw system_error("cannot read " + pool_path + "/" + PoolDir::marker_file, errno);
     std::istringstream text(std::string(buf, static_cast<std::size_t>(n)));
     PoolMarker marker;
     std::string line;
@@ -77,7 +69,7 @@ PoolMarker parse_marker(const Fd& owned, const std::string& pool_path) {
 void check_owned_by_root(int fd, const std::string& path) {
     struct stat st {};
     if (fstat(fd, &st) != 0)
-        throw io_error("cannot stat " + path, errno);
+        throw system_error("cannot stat " + path, errno);
     if (!S_ISDIR(st.st_mode))
         throw Error(ExitCode::no_perm, path + " is not a directory");
     if (st.st_uid != 0)
@@ -104,7 +96,7 @@ Fd open_root(const std::string& path) {
             throw Error(ExitCode::config, "pool directory " + path +
                                               " is a symlink (name the directory it points to "
                                               "in the configuration)");
-        throw io_error("cannot open pool directory " + path, err);
+        throw system_error("cannot open pool directory " + path, err);
     }
     return Fd(fd);
 }
@@ -112,7 +104,7 @@ Fd open_root(const std::string& path) {
 // Creates (if missing) a root-owned subdirectory with `mode` and opens it.
 Fd make_subdir(int rootfd, const std::string& pool_path, const char* name, mode_t mode) {
     if (mkdirat(rootfd, name, mode) != 0 && errno != EEXIST)
-        throw io_error("cannot create " + pool_path + "/" + name, errno);
+        throw system_error("cannot create " + pool_path + "/" + name, errno);
     Fd fd = open_beneath(rootfd, name, O_RDONLY | O_DIRECTORY, pool_path + "/" + name);
     // Fixed only when wrong: a chown or chmod changes the inode's ctime even when it changes
     // nothing else, which cost every call an inode write-back for two untouched directories.
@@ -120,13 +112,13 @@ Fd make_subdir(int rootfd, const std::string& pool_path, const char* name, mode_
     if (fstat(fd.get(), &st) != 0 ||
         ((st.st_uid != 0 || st.st_gid != 0) && fchown(fd.get(), 0, 0) != 0) ||
         ((st.st_mode & 07777) != mode && fchmod(fd.get(), mode) != 0))
-        throw io_error("cannot set owner and mode of " + pool_path + "/" + name, errno);
+        throw system_error("cannot set owner and mode of " + pool_path + "/" + name, errno);
     return fd;
 }
 
 void fsync_fd(int fd, const std::string& what) {
     if (fsync(fd) != 0)
-        throw io_error("cannot sync " + what, errno);
+        throw system_error("cannot sync " + what, errno);
 }
 
 // Splits "job/main.42.1" into its two parts; anything else is a programming error.
@@ -137,38 +129,7 @@ std::pair<std::string, std::string> split_directory(const std::string& directory
     return {directory.substr(0, slash), directory.substr(slash + 1)};
 }
 
-std::vector<std::string> entries_of(int fd, const std::string& what) {
-    DirStream stream(fd);
-    if (!stream.dir)
-        throw io_error("cannot list " + what, errno);
-    rewinddir(stream.dir);
-    std::vector<std::string> names;
-    while (dirent* entry = readdir(stream.dir)) {
-        const std::string name = entry->d_name;
-        if (name != "." && name != "..")
-            names.push_back(name);
-    }
-    return names;
-}
-
 }  // namespace
-
-Fd open_beneath(int dirfd, const std::string& relative, int flags, const std::string& what,
-                mode_t mode) {
-    open_how how{};
-    how.flags = static_cast<std::uint64_t>(flags | O_CLOEXEC | O_NOFOLLOW);
-    how.mode = (flags & O_CREAT) ? mode : 0;
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS;
-    const long fd = syscall(SYS_openat2, dirfd, relative.c_str(), &how, sizeof how);
-    if (fd < 0) {
-        const int err = errno;
-        if (err == ELOOP || err == EXDEV)
-            throw Error(ExitCode::no_perm,
-                        "refusing " + what + ": a symlink or mount point is in the way");
-        throw io_error("cannot open " + what, err);
-    }
-    return Fd(static_cast<int>(fd));
-}
 
 std::string to_string(PoolAvailability availability) {
     switch (availability) {
@@ -292,7 +253,7 @@ int PoolDir::subdir_fd(const std::string& subdir) const {
 namespace {
 
 bool is_empty_dir(int fd, const std::string& what) {
-    return entries_of(fd, what).empty();
+    return list_directory(fd, what).empty();
 }
 
 // Whether an existing buffer directory is what an interrupted allocation of this buffer can
@@ -300,7 +261,7 @@ bool is_empty_dir(int fd, const std::string& what) {
 bool left_by_allocation(int fd, uid_t uid, const std::string& what) {
     struct stat st {};
     if (fstat(fd, &st) != 0)
-        throw io_error("cannot stat " + what, errno);
+        throw system_error("cannot stat " + what, errno);
     return st.st_uid == uid || (st.st_uid == 0 && is_empty_dir(fd, what));
 }
 
@@ -320,7 +281,7 @@ PendingSync PoolDir::create_buffer_dir(const std::string& directory, uid_t uid, 
     };
     if (mkdirat(parent, name.c_str(), private_dir) != 0) {
         if (errno != EEXIST)
-            throw io_error("cannot create buffer directory " + what, errno);
+            throw system_error("cannot create buffer directory " + what, errno);
         if (creation == Creation::fresh)
             throw taken();
     }
@@ -334,7 +295,7 @@ PendingSync PoolDir::create_buffer_dir(const std::string& directory, uid_t uid, 
     if (creation == Creation::resume && !left_by_allocation(fd.get(), uid, what))
         throw taken();
     if (fchown(fd.get(), uid, gid) != 0 || fchmod(fd.get(), private_dir) != 0)
-        throw io_error("cannot hand " + what + " to uid " + std::to_string(uid), errno);
+        throw system_error("cannot hand " + what + " to uid " + std::to_string(uid), errno);
     fault_point("dir.owned");
     return PendingSync::start({{fd.get(), what}, {parent, path_ + "/" + subdir}});
 }
@@ -352,7 +313,7 @@ bool PoolDir::move_to_trash(const std::string& directory, const std::string& tra
     if (renameat2(parent, name.c_str(), trash_.get(), trash_name.c_str(), RENAME_NOREPLACE) != 0) {
         if (errno == ENOENT)
             return false;
-        throw io_error("cannot move " + path_ + "/" + directory + " to trash", errno);
+        throw system_error("cannot move " + path_ + "/" + directory + " to trash", errno);
     }
     fault_point("trash.renamed");
     if (sync == Sync::now)
@@ -414,11 +375,11 @@ struct Remover {
         if (child < 0 && errno == EXDEV)
             throw mount_in_the_way(what);
         if (child < 0)
-            throw io_error("cannot open " + what, errno);
+            throw system_error("cannot open " + what, errno);
         Fd owned(static_cast<int>(child));
         struct stat now {};
         if (fstat(owned.get(), &now) != 0)
-            throw io_error("cannot stat " + what, errno);
+            throw system_error("cannot stat " + what, errno);
         if (now.st_ino != st.st_ino || now.st_dev != st.st_dev || now.st_uid != st.st_uid)
             throw Error(ExitCode::io, "cannot remove " + what + ": it changed while being removed");
         return owned;
@@ -431,7 +392,7 @@ struct Remover {
         if (renameat2(fd, name.c_str(), quarantine_fd, aside.c_str(), RENAME_NOREPLACE) != 0) {
             if (errno == EBUSY)
                 throw mount_in_the_way(what);
-            throw io_error("cannot move " + what + " to quarantine", errno);
+            throw system_error("cannot move " + what + " to quarantine", errno);
         }
         result.kept.push_back({aside, st.st_uid, owner});
     }
@@ -442,14 +403,14 @@ struct Remover {
         if (fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
             if (errno == ENOENT)
                 return true;
-            throw io_error("cannot stat " + what, errno);
+            throw system_error("cannot stat " + what, errno);
         }
         if (!S_ISDIR(st.st_mode)) {
             if (unlinkat(fd, name.c_str(), 0) == 0 || errno == ENOENT)
                 return true;
             if (errno == EBUSY)  // a file mounted over this one
                 throw mount_in_the_way(what);
-            throw io_error("cannot remove " + what, errno);
+            throw system_error("cannot remove " + what, errno);
         }
         if (st.st_uid != owner) {
             // The owner may remove it only when it is empty: try just that.
@@ -461,7 +422,7 @@ struct Remover {
             }
             if (errno == EBUSY)
                 throw mount_in_the_way(what);
-            throw io_error("cannot remove " + what, errno);
+            throw system_error("cannot remove " + what, errno);
         }
         if (depth >= max_removal_depth) {
             // The piece's name carries the buffer's owner: what is found under it later is
@@ -470,20 +431,20 @@ struct Remover {
                                       std::to_string(st.st_ino) + "." + std::to_string(owner);
             if (renameat(fd, name.c_str(), trash_fd, piece.c_str()) != 0)
                 throw errno == EBUSY ? mount_in_the_way(what)
-                                     : io_error("cannot move " + what + " up", errno);
+                                     : system_error("cannot move " + what + " up", errno);
             return true;
         }
         const Fd child = open_dir(fd, name, st, what);
         if (!empty_dir(child.get(), depth + 1, what))
             return false;
         if (unlinkat(fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
-            throw io_error("cannot remove " + what, errno);
+            throw system_error("cannot remove " + what, errno);
         return true;
     }
 
     // Empties the directory `fd`; returns false when the deadline stopped it.
     bool empty_dir(int fd, int depth, const std::string& what) {
-        for (const std::string& name : entries_of(fd, what)) {
+        for (const std::string& name : list_directory(fd, what)) {
             if (out_of_time())
                 return false;
             if (!remove_entry(fd, name, depth, what + "/" + name))
@@ -515,11 +476,11 @@ struct Remover {
         if (fstatat(trash_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
             if (errno == ENOENT)
                 return true;
-            throw io_error("cannot stat " + what, errno);
+            throw system_error("cannot stat " + what, errno);
         }
         if (!S_ISDIR(st.st_mode)) {
             if (unlinkat(trash_fd, name.c_str(), 0) != 0 && errno != ENOENT)
-                throw io_error("cannot remove " + what, errno);
+                throw system_error("cannot remove " + what, errno);
             return true;
         }
         owner = st.st_uid;
@@ -529,7 +490,7 @@ struct Remover {
             if (unlinkat(trash_fd, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT)
                 return true;
             if (errno != ENOTEMPTY && errno != EEXIST)
-                throw io_error("cannot remove " + what, errno);
+                throw system_error("cannot remove " + what, errno);
             keep(trash_fd, name, st, what);
             return true;
         }
@@ -539,7 +500,7 @@ struct Remover {
         if (!empty_dir(fd.get(), 1, what))
             return false;
         if (unlinkat(trash_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
-            throw io_error("cannot remove " + what, errno);
+            throw system_error("cannot remove " + what, errno);
         return true;
     }
 };
@@ -562,7 +523,7 @@ RemovalResult PoolDir::remove_from_trash(const std::string& trash_name,
     // Pieces moved up from deep trees; removing one may move up more, so loop until none.
     for (;;) {
         bool found = false;
-        for (const std::string& name : entries_of(trash_.get(), path_ + "/trash")) {
+        for (const std::string& name : list_directory(trash_.get(), path_ + "/trash")) {
             if (name.rfind(remover.piece_prefix(), 0) != 0)
                 continue;
             found = true;
@@ -581,14 +542,14 @@ void PoolDir::quarantine(const std::string& relative, const std::string& name) {
     const auto [subdir, entry] = split_directory(relative);
     if (renameat2(subdir_fd(subdir), entry.c_str(), quarantine_.get(), name.c_str(),
                   RENAME_NOREPLACE) != 0)
-        throw io_error("cannot move " + path_ + "/" + relative + " to quarantine", errno);
+        throw system_error("cannot move " + path_ + "/" + relative + " to quarantine", errno);
     fault_point("quarantine.renamed");
     fsync_fd(quarantine_.get(), path_ + "/quarantine");
     fsync_fd(subdir_fd(subdir), path_ + "/" + subdir);
 }
 
 std::vector<std::string> PoolDir::list(const std::string& subdir) const {
-    return entries_of(subdir_fd(subdir), path_ + "/" + subdir);
+    return list_directory(subdir_fd(subdir), path_ + "/" + subdir);
 }
 
 }  // namespace bbkit

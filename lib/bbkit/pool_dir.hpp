@@ -19,11 +19,6 @@
 
 namespace bbkit {
 
-// Opens `relative` beneath the directory `dirfd` without following any symlink or leaving the
-// file system. Throws Error naming `what` (io, or no_input for ENOENT).
-Fd open_beneath(int dirfd, const std::string& relative, int flags, const std::string& what,
-                mode_t mode = 0);
-
 struct PoolMarker {
     std::string name;
     std::string uuid;

@@ -10,6 +10,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/process.hpp"
 #include "bbkit/teardown.hpp"
+#include "bbkit/text.hpp"
 
 namespace bbkit {
 namespace {
@@ -57,11 +58,6 @@ std::string failure(const std::string& program, const ProcessOutcome& o) {
            "); nothing was torn down (is slurmctld up?)";
 }
 
-bool all_digits(const std::string& s) {
-    return !s.empty() && s.size() <= 19 &&
-           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
 }  // namespace
 
 SlurmClients::SlurmClients(std::chrono::milliseconds timeout) : timeout_(timeout) {}
@@ -79,11 +75,12 @@ std::map<std::uint64_t, std::string> SlurmClients::known_jobs() {
         if (!(fields >> id))
             continue;
         fields >> bb_state;  // absent for a job without a burst buffer
-        if (!all_digits(id))
+        const std::optional<std::uint64_t> job = parse_decimal(id);
+        if (!job)
             throw Error(ExitCode::unavailable, "cannot ask Slurm: squeue printed '" + line +
                                                    "' where a job id was expected; nothing was "
                                                    "torn down");
-        jobs[std::stoull(id)] = bb_state;
+        jobs[*job] = bb_state;
     }
     return jobs;
 }

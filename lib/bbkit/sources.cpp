@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "bbkit/error.hpp"
+#include "bbkit/fsops.hpp"
 
 namespace bbkit {
 namespace {
@@ -22,13 +23,8 @@ std::string where_text(const Location& where) {
 
 // The error for a failed system call on `path`, with the exit code its errno deserves.
 Error path_error(const Location& where, const std::string& path, const char* what, int err) {
-    ExitCode code = ExitCode::io;
-    if (err == ENOENT || err == ENOTDIR)
-        code = ExitCode::no_input;
-    if (err == EACCES || err == EPERM)
-        code = ExitCode::no_perm;
-    return Error(code, where_text(where) + ": stage-in source '" + path + "': " + what + ": " +
-                           std::strerror(err));
+    return Error(exit_code_for(err), where_text(where) + ": stage-in source '" + path +
+                                         "': " + what + ": " + std::strerror(err));
 }
 
 void require_readable(const Location& where, const std::string& path, bool directory) {
@@ -44,10 +40,6 @@ bool owner_may_read(const struct stat& st, bool directory) {
     return st.st_uid == geteuid() && (st.st_mode & need) == need;
 }
 
-struct DirCloser {
-    void operator()(DIR* d) const { closedir(d); }
-};
-
 // Walks a tree without following symlinks; an explicit stack keeps deep trees off the C stack.
 void measure_tree(const Location& where, const std::string& root, SourceTotals& totals) {
     std::vector<std::string> pending{root};
@@ -55,28 +47,25 @@ void measure_tree(const Location& where, const std::string& root, SourceTotals& 
         const std::string dir = pending.back();
         pending.pop_back();
         require_readable(where, dir, true);
-        std::unique_ptr<DIR, DirCloser> stream(opendir(dir.c_str()));
-        if (!stream)
+        const Fd dir_fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        DirStream stream(dir_fd.get());
+        if (!dir_fd || !stream)
             throw path_error(where, dir, "cannot open directory", errno);
-        const int dir_fd = dirfd(stream.get());
-        errno = 0;
-        while (dirent* entry = readdir(stream.get())) {
+        while (const dirent* entry = stream.next()) {
             const char* name = entry->d_name;
-            if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0)
-                continue;
             // Relative to the open directory: no walk of the whole path for every entry.
             struct stat st {};
-            if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            if (fstatat(dir_fd.get(), name, &st, AT_SYMLINK_NOFOLLOW) != 0)
                 throw path_error(where, dir + "/" + name, "cannot stat", errno);
             ++totals.files;
             if (S_ISDIR(st.st_mode)) {
                 pending.push_back(dir + "/" + name);
             } else if (S_ISREG(st.st_mode)) {
-                if (!owner_may_read(st, false) && faccessat(dir_fd, name, R_OK, AT_EACCESS) != 0)
+                if (!owner_may_read(st, false) &&
+                    faccessat(dir_fd.get(), name, R_OK, AT_EACCESS) != 0)
                     throw path_error(where, dir + "/" + name, "cannot read", errno);
                 totals.bytes += static_cast<std::uint64_t>(st.st_size);
             }
-            errno = 0;
         }
         if (errno != 0)
             throw path_error(where, dir, "cannot list directory", errno);

@@ -18,6 +18,7 @@
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/size.hpp"
+#include "bbkit/text.hpp"
 #include "bbkit/user.hpp"
 
 namespace bbkit {
@@ -146,11 +147,6 @@ void remove_file(const std::string& path) {
         throw Error(ExitCode::io, "cannot remove " + path + ": " + std::strerror(errno));
 }
 
-bool all_digits(const std::string& text) {
-    return !text.empty() && text.size() <= 10 &&
-           std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
 bool ends_with(const std::string& text, const std::string& suffix) {
     return text.size() > suffix.size() &&
            text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -197,8 +193,8 @@ std::vector<uid_t> user_files(const std::string& dir) {
             continue;
         const std::string digits =
             name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-        if (all_digits(digits))
-            uids.push_back(static_cast<uid_t>(std::stoull(digits)));
+        if (const std::optional<std::uint64_t> uid = parse_decimal(digits, max_uid))
+            uids.push_back(static_cast<uid_t>(*uid));
     }
     return uids;
 }
@@ -671,8 +667,9 @@ class PublicBuffers {
         for (const BufferStatus& status : live)
             by_user[status.buffer.uid].push_back(&status);
         for (const std::string& name : entries_of(fd_.get(), dir_)) {
-            const uid_t uid = all_digits(name) ? static_cast<uid_t>(std::stoull(name)) : 0;
-            if (!all_digits(name) || by_user.count(uid))
+            const std::optional<std::uint64_t> number = parse_decimal(name, max_uid);
+            const auto uid = static_cast<uid_t>(number.value_or(0));
+            if (!number || by_user.count(uid))
                 continue;
             guarded(uid, [&] {
                 if (UserDirectory* user = user_directory(uid, static_cast<gid_t>(-1), false)) {
@@ -808,8 +805,8 @@ class UnsettledFile {
         std::istringstream in(text_);
         std::string uid, key;
         while (in >> uid >> key)
-            if (all_digits(uid) && uid.size() < 11)
-                keys.emplace(key, static_cast<uid_t>(std::stoull(uid)));
+            if (const std::optional<std::uint64_t> number = parse_decimal(uid, max_uid))
+                keys.emplace(key, static_cast<uid_t>(*number));
         return keys;
     }
 

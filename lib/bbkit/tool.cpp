@@ -13,6 +13,7 @@
 #include "bbkit/buffer.hpp"
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
+#include "bbkit/fsops.hpp"
 #include "bbkit/trust.hpp"
 
 namespace bbkit {
@@ -163,24 +164,10 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
 }
 
 std::string read_input_file(const std::string& path) {
-    std::ostringstream data;
-    if (path == "-") {
-        data << std::cin.rdbuf();
-        return data.str();
-    }
+    if (path == "-")
+        return read_all(STDIN_FILENO, "standard input", max_input_bytes);
     const Fd fd = open_as_caller(path);
-    std::string text;
-    char buffer[65536];
-    for (;;) {
-        const ssize_t n = read(fd.get(), buffer, sizeof buffer);
-        if (n == 0)
-            return text;
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            throw Error(ExitCode::io, "cannot read '" + path + "': " + std::strerror(errno));
-        text.append(buffer, static_cast<std::size_t>(n));
-    }
+    return read_all(fd.get(), "'" + path + "'", max_input_bytes);
 }
 
 }  // namespace bbkit

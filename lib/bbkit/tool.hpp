@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstddef>
 #include <functional>
 #include <optional>
 #include <string>
@@ -49,8 +50,13 @@ Config load_effective_config(const CommonOptions& options);
 int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
              const CommonOptions& options, const std::function<int()>& body);
 
+// The largest job script or list a tool reads: Slurm's own ceiling for a batch script
+// (max_script_size may not exceed 512 MiB).
+constexpr std::size_t max_input_bytes = std::size_t{512} << 20;
+
 // Reads a whole file ("-" is standard input), with the caller's permissions when root runs for
-// a less privileged caller (open_as_caller). Error(no_input) / Error(no_perm) name the path.
+// a less privileged caller (open_as_caller). Errors name the path, with exit_code_for's code
+// (66, 77, 74); more than max_input_bytes is Error(data).
 std::string read_input_file(const std::string& path);
 
 }  // namespace bbkit

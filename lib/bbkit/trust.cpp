@@ -268,11 +268,8 @@ Fd open_as_caller(const std::string& path) {
         fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
         err = errno;
     }
-    if (fd < 0) {
-        const ExitCode code =
-            (err == EACCES || err == EPERM) ? ExitCode::no_perm : ExitCode::no_input;
-        throw Error(code, "cannot read '" + path + "': " + std::strerror(err));
-    }
+    if (fd < 0)
+        throw system_error("cannot read '" + path + "'", err);
     return Fd(fd);
 }
 

@@ -10,18 +10,10 @@
 
 #include "bbkit/config.hpp"
 #include "bbkit/error.hpp"
+#include "bbkit/text.hpp"
 
 namespace bbkit {
 namespace {
-
-bool all_digits(const std::string& s) {
-    if (s.empty() || s.size() > 10)
-        return false;
-    for (char c : s)
-        if (c < '0' || c > '9')
-            return false;
-    return true;
-}
 
 std::vector<gid_t> groups_of(const char* name, gid_t gid) {
     int count = 32;
@@ -41,9 +33,8 @@ User lookup_user(const std::string& name_or_uid, UserGroups groups) {
     passwd entry{};
     passwd* found = nullptr;
     int rc = 0;
-    if (all_digits(name_or_uid)) {
-        const unsigned long uid = std::stoul(name_or_uid);
-        rc = getpwuid_r(static_cast<uid_t>(uid), &entry, buf.data(), buf.size(), &found);
+    if (const std::optional<std::uint64_t> uid = parse_decimal(name_or_uid, max_uid)) {
+        rc = getpwuid_r(static_cast<uid_t>(*uid), &entry, buf.data(), buf.size(), &found);
     } else {
         rc = getpwnam_r(name_or_uid.c_str(), &entry, buf.data(), buf.size(), &found);
     }
@@ -63,7 +54,7 @@ User lookup_user(const std::string& name_or_uid, UserGroups groups) {
 
 bool user_matches(const User& user, const std::string& candidate) {
     if (all_digits(candidate))
-        return std::stoul(candidate) == user.uid;
+        return parse_decimal(candidate, max_uid) == std::uint64_t{user.uid};
     return candidate == user.name;
 }
 

@@ -3,11 +3,15 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace bbkit {
+
+// The largest valid uid: (uid_t)-1 means "no change" to the system calls, never a user.
+constexpr std::uint64_t max_uid = 4294967294;
 
 struct User {
     std::string name;

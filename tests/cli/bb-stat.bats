@@ -156,9 +156,9 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
   assert_file_exists "$TEST_DIR/m.prom"
 }
 
-@test "--prometheus into a missing directory fails with 74" {
+@test "--prometheus into a missing directory fails with 66 (ENOENT, as every tool maps it)" {
   run bb-stat --prometheus "$TEST_DIR/missing/m.prom"
-  assert_failure 74
+  assert_failure 66
   assert_output --partial "bb-stat: "
 }
 

@@ -25,3 +25,19 @@ TEST(Printable, never_leaves_a_line_break_whatever_the_bytes) {
     EXPECT_EQ(out.find('\r'), std::string::npos);
     EXPECT_EQ(out.find('\0'), std::string::npos);
 }
+
+TEST(ExitCodeFor, one_answer_for_each_errno_whoever_asks) {
+    using bbkit::ExitCode;
+    EXPECT_EQ(bbkit::exit_code_for(EACCES), ExitCode::no_perm);
+    EXPECT_EQ(bbkit::exit_code_for(EPERM), ExitCode::no_perm);
+    EXPECT_EQ(bbkit::exit_code_for(ENOENT), ExitCode::no_input);
+    EXPECT_EQ(bbkit::exit_code_for(ENOTDIR), ExitCode::no_input);
+    EXPECT_EQ(bbkit::exit_code_for(EIO), ExitCode::io);
+    EXPECT_EQ(bbkit::exit_code_for(ENOSPC), ExitCode::io);
+}
+
+TEST(SystemError, names_what_failed_and_why_with_the_errno_code) {
+    const bbkit::Error e = bbkit::system_error("cannot open /x", EACCES);
+    EXPECT_EQ(e.code(), bbkit::ExitCode::no_perm);
+    EXPECT_STREQ(e.what(), "cannot open /x: Permission denied");
+}

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -73,7 +74,7 @@ TEST_F(FsopsTest, failure_names_the_path_and_leaves_nothing) {
         write_file_atomically(dir_ + "/missing/pools.json", "x", 0644);
         FAIL() << "no error";
     } catch (const Error& error) {
-        EXPECT_EQ(error.code(), ExitCode::io);
+        EXPECT_EQ(error.code(), ExitCode::no_input);  // ENOENT, as exit_code_for says
         EXPECT_NE(std::string(error.what()).find(dir_ + "/missing/pools.json"), std::string::npos)
             << error.what();
     }
@@ -117,13 +118,13 @@ TEST_F(FsopsTest, replace_file_over_a_directory_fails_and_leaves_the_directory) 
     ASSERT_EQ(stat((dir_ + "/target/inside").c_str(), &st), 0);
 }
 
-TEST_F(FsopsTest, fsync_dir_of_a_missing_directory_is_an_io_error) {
+TEST_F(FsopsTest, fsync_dir_of_a_missing_directory_is_no_input) {
     EXPECT_NO_THROW(fsync_dir(dir_));
     try {
         fsync_dir(dir_ + "/nope");
         FAIL() << "no error";
     } catch (const Error& error) {
-        EXPECT_EQ(error.code(), ExitCode::io);
+        EXPECT_EQ(error.code(), ExitCode::no_input);
     }
 }
 
@@ -198,6 +199,59 @@ TEST(Fd, release_gives_up_ownership) {
     }
     EXPECT_NE(fcntl(raw, F_GETFD), -1);
     close(raw);
+}
+
+TEST_F(FsopsTest, list_directory_names_every_entry_but_dot_and_dot_dot) {
+    ASSERT_EQ(mkdir((dir_ + "/sub").c_str(), 0700), 0);
+    write_file_atomically(dir_ + "/..a", "x", 0600);
+    const Fd fd(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    std::vector<std::string> names = list_directory(fd.get(), dir_);
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"..a", "sub"}));
+    // The caller's descriptor keeps working: the listing read a duplicate from its start.
+    EXPECT_EQ(list_directory(fd.get(), dir_).size(), 2u);
+}
+
+TEST_F(FsopsTest, read_file_is_bounded_and_says_what_it_read) {
+    write_file_atomically(dir_ + "/f", "12345", 0600);
+    EXPECT_EQ(read_file(dir_ + "/f", "f", 5), std::optional<std::string>("12345"));
+    EXPECT_EQ(read_file(dir_ + "/none", "none", 5), std::nullopt);
+    try {
+        read_file(dir_ + "/f", "the list", 4);
+        FAIL() << "no error";
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::data);
+        EXPECT_STREQ(error.what(), "the list is larger than 4 bytes");
+    }
+}
+
+TEST_F(FsopsTest, open_beneath_refuses_a_symlink_on_the_way) {
+    ASSERT_EQ(mkdir((dir_ + "/real").c_str(), 0700), 0);
+    ASSERT_EQ(symlink("real", (dir_ + "/link").c_str()), 0);
+    const Fd root(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    EXPECT_TRUE(open_beneath(root.get(), "real", O_RDONLY | O_DIRECTORY, "real"));
+    try {
+        open_beneath(root.get(), "link", O_RDONLY | O_DIRECTORY, "link");
+        FAIL() << "followed the symlink";
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::no_perm);
+    }
+    EXPECT_THROW(open_beneath(root.get(), "../x", O_RDONLY, "up"), Error);
+}
+
+TEST_F(FsopsTest, remove_tree_beneath_removes_the_tree_but_never_what_a_symlink_names) {
+    ASSERT_EQ(mkdir((dir_ + "/keep").c_str(), 0700), 0);
+    write_file_atomically(dir_ + "/keep/precious", "x", 0600);
+    ASSERT_EQ(mkdir((dir_ + "/tree").c_str(), 0700), 0);
+    ASSERT_EQ(mkdir((dir_ + "/tree/ro").c_str(), 0700), 0);
+    write_file_atomically(dir_ + "/tree/ro/f", "x", 0600);
+    ASSERT_EQ(chmod((dir_ + "/tree/ro").c_str(), 0500), 0);
+    ASSERT_EQ(symlink("../keep", (dir_ + "/tree/link").c_str()), 0);
+    const Fd root(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    EXPECT_EQ(remove_tree_beneath(root.get(), "tree"), 0);
+    EXPECT_EQ(remove_tree_beneath(root.get(), "tree"), 0);  // already gone
+    EXPECT_EQ(entries(), std::vector<std::string>{"keep"});
+    EXPECT_EQ(read_file(dir_ + "/keep/precious", "precious", 10), std::optional<std::string>("x"));
 }
 
 }  // namespace
