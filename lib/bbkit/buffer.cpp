@@ -35,8 +35,8 @@ constexpr bool job = true;
 constexpr bool persistent = true;
 constexpr bool no = false;
 
-// The lifecycle of DESIGN.md. Self-transitions are reruns: a stage or teardown interrupted by
-// a crash is run again from the state it had committed.
+// The lifecycle of bbkit(7), BUFFER STATES. Self-transitions are reruns: a stage or teardown
+// interrupted by a crash is run again from the state it had committed.
 const std::vector<Transition> table = {
     // alloc: queued requests wait as pending; alloc's crash protocol passes through allocating.
     {S::pending, S::allocating, "alloc", job, no},
@@ -250,43 +250,6 @@ void check_persistent_name(const std::string& name) {
                         "buffers)");
     if (name[0] == '-')
         throw Error(ExitCode::data, what + "it must not start with '-'");
-}
-
-ProcessId ProcessId::self() {
-    // A process's start time never changes: read it once per process (a forked child has
-    // another pid and reads its own).
-    thread_local ProcessId cached;
-    const pid_t pid = ::getpid();
-    if (cached.pid != pid || cached.start_time == 0)
-        cached = of(pid);
-    return cached;
-}
-
-ProcessId ProcessId::of(pid_t pid) {
-    ProcessId id;
-    id.pid = pid;
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    if (!std::getline(stat, line))
-        return id;
-    // The command name (field 2) may hold spaces and parentheses: fields resume after the last
-    // ')'. Field 22 (starttime) is the 20th after it.
-    const auto paren = line.rfind(')');
-    if (paren == std::string::npos)
-        return id;
-    std::istringstream fields(line.substr(paren + 1));
-    std::string field;
-    for (int i = 3; i <= 22 && fields >> field; ++i) {
-        if (i == 3 && (field == "Z" || field == "X"))
-            return id;  // a zombie has exited: it holds nothing and waits for nothing
-        if (i == 22)
-            id.start_time = std::stoull(field);
-    }
-    return id;
-}
-
-bool ProcessId::alive() const {
-    return pid > 0 && start_time != 0 && of(pid) == *this;
 }
 
 Buffer Buffer::for_key(const BufferKey& key) {

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "bbkit/process.hpp"
+
 namespace bbkit {
 
 using TimePoint = std::chrono::system_clock::time_point;
@@ -97,21 +99,6 @@ void check_persistent_name(const std::string& name);
 // A Slurm job id (also an array job or task id) as text: digits only, at most 2^63-1, so it is
 // stored as it was given. Throws Error(usage) naming `what` ("job id") otherwise.
 std::uint64_t parse_job_id(const std::string& text, const std::string& what = "job id");
-
-// A process, named so that a reused pid is never mistaken for it.
-struct ProcessId {
-    pid_t pid = 0;
-    std::uint64_t start_time = 0;  // /proc/<pid>/stat field 22 (clock ticks since boot)
-
-    static ProcessId self();
-    // The process with that pid now, if any (start_time 0 when it does not exist).
-    static ProcessId of(pid_t pid);
-    // Whether this very process (same pid and start time) still exists.
-    bool alive() const;
-    bool operator==(const ProcessId& other) const {
-        return pid == other.pid && start_time == other.start_time;
-    }
-};
 
 struct Buffer {
     BufferKey key;

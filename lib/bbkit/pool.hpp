@@ -1,5 +1,5 @@
 // Capacity pools: initialising them, draining them, and reserving space for a buffer with
-// the crash protocol of DESIGN.md (record `allocating` -> directory -> `allocated`).
+// the crash protocol of bbkit(7), CRASHES (record `allocating` -> directory -> `allocated`).
 #pragma once
 
 #include <chrono>

@@ -1,16 +1,23 @@
 #include "bbkit/process.hpp"
 
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <boost/process.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "bbkit/error.hpp"
+#include "bbkit/fsops.hpp"
 
 namespace bbkit {
 namespace bp = boost::process;
@@ -117,6 +124,92 @@ ProcessOutcome run_process(const ProcessSpec& spec) {
     else
         outcome.exit_code = WEXITSTATUS(native);
     return outcome;
+}
+
+namespace {
+
+int pidfd_open_(pid_t pid) {
+    return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+}
+
+int pidfd_signal(int pidfd, int sig) {
+    return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
+}
+
+// A pidfd for `process`, or an empty Fd when that process (same start time) is gone.
+Fd pidfd_of(const ProcessId& process) {
+    Fd fd(pidfd_open_(process.pid));
+    if (!fd)
+        return Fd();
+    // The pidfd pins the pid: if the start time matches now, the fd is that very process.
+    if (!(ProcessId::of(process.pid) == process))
+        return Fd();
+    return fd;
+}
+
+bool wait_pidfd(int pidfd, std::chrono::milliseconds timeout) {
+    pollfd p{pidfd, POLLIN, 0};
+    const int rc = poll(&p, 1, static_cast<int>(timeout.count()));
+    return rc > 0;
+}
+
+}  // namespace
+
+ProcessId ProcessId::self() {
+    // A process's start time never changes: read it once per process (a forked child has
+    // another pid and reads its own).
+    thread_local ProcessId cached;
+    const pid_t pid = ::getpid();
+    if (cached.pid != pid || cached.start_time == 0)
+        cached = of(pid);
+    return cached;
+}
+
+ProcessId ProcessId::of(pid_t pid) {
+    ProcessId id;
+    id.pid = pid;
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line))
+        return id;
+    // The command name (field 2) may hold spaces and parentheses: fields resume after the last
+    // ')'. Field 22 (starttime) is the 20th after it.
+    const auto paren = line.rfind(')');
+    if (paren == std::string::npos)
+        return id;
+    std::istringstream fields(line.substr(paren + 1));
+    std::string field;
+    for (int i = 3; i <= 22 && fields >> field; ++i) {
+        if (i == 3 && (field == "Z" || field == "X"))
+            return id;  // a zombie has exited: it holds nothing and waits for nothing
+        if (i == 22)
+            id.start_time = std::stoull(field);
+    }
+    return id;
+}
+
+bool ProcessId::alive() const {
+    return pid > 0 && start_time != 0 && of(pid) == *this;
+}
+
+bool stop_process(const ProcessId& process, std::chrono::milliseconds grace) {
+    Fd fd = pidfd_of(process);
+    if (!fd)
+        return false;
+    if (pidfd_signal(fd.get(), SIGTERM) != 0)
+        return errno != ESRCH;
+    if (wait_pidfd(fd.get(), grace))
+        return true;
+    pidfd_signal(fd.get(), SIGKILL);
+    wait_pidfd(fd.get(), std::chrono::milliseconds(5000));
+    return true;
+}
+
+bool wait_for_exit(const ProcessId& process, std::chrono::milliseconds timeout) {
+    Fd fd = pidfd_of(process);
+    if (!fd)
+        return true;
+    return wait_pidfd(fd.get(), timeout);
 }
 
 }  // namespace bbkit

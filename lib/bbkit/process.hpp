@@ -1,15 +1,41 @@
-// Running other programs: admin hooks and the mover. The only file that includes
-// boost/process.hpp (it is slow to compile). Children stay in the caller's process group, so
-// Slurm's kill of a hook's group reaches them too.
+// Processes: naming one so that a reused pid is never mistaken for it, stopping one, and
+// running other programs (admin hooks and the mover). process.cpp is the only file that
+// includes boost/process.hpp (it is slow to compile). Children stay in the caller's process
+// group, so Slurm's kill of a hook's group reaches them too.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 namespace bbkit {
+
+// A process, named so that a reused pid is never mistaken for it.
+struct ProcessId {
+    pid_t pid = 0;
+    std::uint64_t start_time = 0;  // /proc/<pid>/stat field 22 (clock ticks since boot)
+
+    static ProcessId self();
+    // The process with that pid now, if any (start_time 0 when it does not exist).
+    static ProcessId of(pid_t pid);
+    // Whether this very process (same pid and start time) still exists.
+    bool alive() const;
+    bool operator==(const ProcessId& other) const {
+        return pid == other.pid && start_time == other.start_time;
+    }
+};
+
+// Stops `process` if it still is that process: SIGTERM through a pidfd, up to `grace` for it
+// to exit, then SIGKILL. Returns false when it was already gone.
+bool stop_process(const ProcessId& process, std::chrono::milliseconds grace);
+
+// Waits up to `timeout` for `process` to exit on its own; true when it is gone.
+bool wait_for_exit(const ProcessId& process, std::chrono::milliseconds timeout);
 
 struct ProcessSpec {
     std::string path;  // absolute; never looked up on PATH

@@ -70,31 +70,6 @@ void write_holder(int fd) {
                     std::string("cannot record run lock holder: ") + std::strerror(errno));
 }
 
-int pidfd_open_(pid_t pid) {
-    return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-}
-
-int pidfd_signal(int pidfd, int sig) {
-    return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
-}
-
-// A pidfd for `process`, or an empty Fd when that process (same start time) is gone.
-Fd pidfd_of(const ProcessId& process) {
-    Fd fd(pidfd_open_(process.pid));
-    if (!fd)
-        return Fd();
-    // The pidfd pins the pid: if the start time matches now, the fd is that very process.
-    if (!(ProcessId::of(process.pid) == process))
-        return Fd();
-    return fd;
-}
-
-bool wait_pidfd(int pidfd, std::chrono::milliseconds timeout) {
-    pollfd p{pidfd, POLLIN, 0};
-    const int rc = poll(&p, 1, static_cast<int>(timeout.count()));
-    return rc > 0;
-}
-
 }  // namespace
 
 std::optional<RunLock> RunLock::try_acquire(const std::string& state_dir, const std::string& key) {
@@ -151,26 +126,6 @@ std::optional<ProcessId> RunLock::holder(const std::string& state_dir, const std
 void RunLock::remove_file() {
     if (fd_ && unlink(path_.c_str()) != 0 && errno != ENOENT)
         spdlog::warn("cannot remove run lock {}: {}", path_, std::strerror(errno));
-}
-
-bool stop_process(const ProcessId& process, std::chrono::milliseconds grace) {
-    Fd fd = pidfd_of(process);
-    if (!fd)
-        return false;
-    if (pidfd_signal(fd.get(), SIGTERM) != 0)
-        return errno != ESRCH;
-    if (wait_pidfd(fd.get(), grace))
-        return true;
-    pidfd_signal(fd.get(), SIGKILL);
-    wait_pidfd(fd.get(), std::chrono::milliseconds(5000));
-    return true;
-}
-
-bool wait_for_exit(const ProcessId& process, std::chrono::milliseconds timeout) {
-    Fd fd = pidfd_of(process);
-    if (!fd)
-        return true;
-    return wait_pidfd(fd.get(), timeout);
 }
 
 }  // namespace bbkit

@@ -34,11 +34,4 @@ class RunLock {
     std::string path_;
 };
 
-// Stops `process` if it still is that process: SIGTERM through a pidfd, up to `grace` for it
-// to exit, then SIGKILL. Returns false when it was already gone.
-bool stop_process(const ProcessId& process, std::chrono::milliseconds grace);
-
-// Waits up to `timeout` for `process` to exit on its own; true when it is gone.
-bool wait_for_exit(const ProcessId& process, std::chrono::milliseconds timeout);
-
 }  // namespace bbkit

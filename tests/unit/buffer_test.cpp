@@ -13,7 +13,7 @@ namespace {
 
 using S = BufferState;
 
-// The lifecycle as DESIGN.md states it, written out independently of the table.
+// The lifecycle as bbkit(7) BUFFER STATES states it, written out independently of the table.
 const std::set<std::pair<S, S>> job_transitions = {
     {S::pending, S::allocating},      {S::pending, S::complete},
     {S::allocating, S::allocated},    {S::allocating, S::complete},
