@@ -457,6 +457,14 @@ StageResult check_stage(StateStore& store, const Config& config, std::uint64_t j
 
 void pre_run(StateStore& store, const Config& config, std::uint64_t job_id,
              const std::string& tool) {
+    // A scheduler that lost its saved state after the job ran (Slurm 22.05 saves its buffers
+    // only every 30 s) may start the job again: it must not run without its data.
+    if (const std::optional<Buffer> ended =
+            ended_after(store, config, job_id, BufferState::running))
+        throw Error(ExitCode::no_input,
+                    job_name(job_id) + " already ran with burst buffer " + ended->key.str() +
+                        ", which was torn down: it cannot run again without it (a scheduler "
+                        "restarted from older state? bbkit(7), CRASHES)");
     Buffer b = live_buffer(store, config, job_id);
     if (b.state == BufferState::running)
         return;

@@ -177,6 +177,10 @@ describe_tree() {
   assert_output "stage-out of main.24.1: nothing to do (staged out before it was torn down)"
   run bb-stage out --job 24 --json
   assert_output --partial '"note": "staged out before it was torn down"'
+  # Replayed pre-run of a job that already ran: refused, so that it never runs without its data.
+  run bb-stage pre-run --job 24
+  assert_failure 66
+  assert_output "bb-stage: job 24 already ran with burst buffer main.24.1, which was torn down: it cannot run again without it (a scheduler restarted from older state? bbkit(7), CRASHES)"
   # Torn down while running (a cancel): its results were never staged out.
   bb-pool alloc --job 25 --user "$U" --capacity 1G >/dev/null
   bb-stage in --job 25 >/dev/null

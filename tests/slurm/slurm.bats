@@ -26,6 +26,9 @@ setup() {
 }
 
 teardown() {
+  # A scenario that failed with its copy paused must not leave a stopped mover behind.
+  # shellcheck disable=SC2086
+  [ -z "${PAUSED_PIDS:-}" ] || kill -CONT $PAUSED_PIDS 2>/dev/null || true
   cancel_leftover_jobs
   if [ -n "${BATS_TEST_COMPLETED:-}" ]; then
     transcript "-- passed"
@@ -298,16 +301,41 @@ copy_started() {
 assert_still_copying() {
   local done total
   read -r done total < <(stage_progress "$1") || true
-  [ -n "$done" ] && [ "$done" -lt "$total" ] ||
-    fail "the stage-in of job $1 is not in progress (bytes ${done:-?} of ${total:-?}): make it longer with BBKIT_SLURM_SLOW_SECONDS"
+  if ! { [ -n "$done" ] && [ "$done" -lt "$total" ]; }; then
+    fail "the stage-in of job $1 is not in progress (bytes ${done:-?} of ${total:-?})"
+    return 1
+  fi
   echo "$done of $total bytes"
+}
+
+# The processes that have a file open in the slow pool's job buffers: the movers copying.
+copy_pids() {
+  open_files_under "$SLURM_DIR/pools/slow/job" | cut -d/ -f3 | sort -u
+}
+
+# Stops the processes copying into the slow pool (SIGSTOP) until resume_copy, so that what must
+# happen while a stage-in is in progress does not race the copy: on a fast disk even the largest
+# slow file is copied in a few seconds, less than waiting for Slurm to save its state takes.
+pause_copy() {
+  PAUSED_PIDS=$(copy_pids)
+  [ -n "$PAUSED_PIDS" ] || { fail "no process copies into the buffer"; return 1; }
+  # shellcheck disable=SC2086  # one pid per word
+  kill -STOP $PAUSED_PIDS
+  transcript "(copy paused: SIGSTOP to pid(s) $(echo $PAUSED_PIDS))"
+}
+
+resume_copy() {
+  # shellcheck disable=SC2086
+  kill -CONT $PAUSED_PIDS 2>/dev/null || true
+  transcript "(copy resumed)"
 }
 
 @test "e. scancel during a long stage-in stops the copy and frees the space" {
   start_slow_job e <<<'true'
   job=$JOB
-  [ -n "$(open_files_under "$SLURM_DIR/pools/slow/job")" ] || fail "no process copies into the buffer"
-  progress=$(assert_still_copying "$job") || return 1
+  pause_copy || return 1
+  progress=$(assert_still_copying "$job") || { resume_copy; return 1; }
+  resume_copy
   slurm_run -u scancel "$job"
   transcript "(scancel with the copy at $progress)"
   assert_equal "$status" 0
@@ -386,6 +414,7 @@ stat -c %s "$BB_JOB_DIR/slow.dat" >"$BB_JOB_DIR/results/size"
 tail -c 1048576 "$BB_JOB_DIR/slow.dat" | sha256sum | cut -d' ' -f1 >"$BB_JOB_DIR/results/tail.sha256"
 JOB
   job=$JOB
+  pause_copy || return 1
   # Crash once Slurm's saved state has both the job in staging-in and its buffer: 22.05 saves
   # the job only on job changes (a comment is one; bb state changes are not), and the buffer
   # from its bb agent (see wait_for_bb_agent_phase). A crash before that is one Slurm cannot
@@ -394,7 +423,9 @@ JOB
   slurm_run scontrol update JobId="$job" Comment=staging-in-saved
   wait_until 20 "slurmctld to save the job" test "$SLURM_DIR/state/job_state" -nt "$JOBS_DIR/g.saved"
   wait_until 40 "slurmctld to save its burst-buffer state" test "$SLURM_DIR/state/burst_buffer_lua_state" -nt "$JOBS_DIR/g.sh"
-  progress=$(assert_still_copying "$job") || return 1
+  progress=$(assert_still_copying "$job") || { resume_copy; return 1; }
+  # The copy goes on from where it was paused and lasts seconds more: the kill comes first.
+  resume_copy
   restart_slurmctld "SIGKILL during the stage-in of job $job, copy at $progress" KILL
   wait_job "$job" 'JobState=COMPLETED .*BurstBufferState=complete' 240
   slurm_run scontrol show job "$job"
