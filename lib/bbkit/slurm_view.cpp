@@ -206,8 +206,8 @@ void check_slurm_view(const RequestText& text, const Request& request, const Con
     if (view.capacity_lines.empty()) {
         if (job)
             throw differ("Slurm sees no capacity= on a " + where +
-                         " (write capacity= and pool= on one " + where +
-                         ", continued only by " + where + "s)");
+                         " (write capacity= and pool= on one " + where + ", continued only by " +
+                         where + "s)");
         return;
     }
     const SlurmBufferLine& line = view.capacity_lines.front();

@@ -20,17 +20,17 @@
 namespace bbkit {
 
 struct SlurmBufferLine {
-    std::string text;                // after the directive, continuations joined
+    std::string text;                 // after the directive, continuations joined
     std::optional<std::string> pool;  // Slurm's pool= value; absent: Slurm refuses the job
-    std::uint64_t size = 0;          // Slurm's number of bytes (0: Slurm refuses the job)
-    bool nodes = false;              // Slurm read a node count
+    std::uint64_t size = 0;           // Slurm's number of bytes (0: Slurm refuses the job)
+    bool nodes = false;               // Slurm read a node count
 };
 
 struct SlurmView {
     bool has_directive = false;
     std::vector<SlurmBufferLine> capacity_lines;  // the lines holding "capacity="
-    std::optional<std::string> pool;             // the last capacity line's pool
-    std::uint64_t total = 0;                     // sizes rounded to their pool's granularity
+    std::optional<std::string> pool;              // the last capacity line's pool
+    std::uint64_t total = 0;                      // sizes rounded to their pool's granularity
 };
 
 // The job text Slurm parses: the script with --bbf and then --bb text spliced in after its

@@ -19,7 +19,8 @@ ProcessSpec shell(const std::string& script) {
 }  // namespace
 
 TEST(Process, reports_exit_code_and_last_stderr_line) {
-    const ProcessOutcome o = run_process(shell("echo first >&2; echo 'the real cause' >&2; exit 3"));
+    const ProcessOutcome o =
+        run_process(shell("echo first >&2; echo 'the real cause' >&2; exit 3"));
     EXPECT_EQ(o.exit_code, 3);
     EXPECT_FALSE(o.timed_out);
     EXPECT_EQ(o.last_stderr_line, "the real cause");

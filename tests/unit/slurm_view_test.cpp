@@ -50,13 +50,14 @@ TEST(SlurmView, reads_what_slurms_lua_plugin_reads) {
     EXPECT_EQ(v.total, 2 * KiB);  // rounded to small's granularity
     EXPECT_EQ(v.pool, "small");
     // Lenient as Slurm: "1.5K" is 1 byte, an unknown unit is ignored, a tab is part of the unit.
-    EXPECT_EQ(slurm_view("#BB_LUA pool=nvme capacity=1.5K", "BB_LUA", config).capacity_lines[0].size,
-              1u);
+    EXPECT_EQ(
+        slurm_view("#BB_LUA pool=nvme capacity=1.5K", "BB_LUA", config).capacity_lines[0].size, 1u);
     EXPECT_EQ(slurm_view("#BB_LUA pool=nvme capacity=3X", "BB_LUA", config).capacity_lines[0].size,
               3u);
     EXPECT_EQ(slurm_view("#BB_LUA capacity=2G\tpool=nvme", "BB_LUA", config).capacity_lines[0].size,
               2u);
-    EXPECT_TRUE(slurm_view("#BB_LUA pool=nvme capacity=2N", "BB_LUA", config).capacity_lines[0].nodes);
+    EXPECT_TRUE(
+        slurm_view("#BB_LUA pool=nvme capacity=2N", "BB_LUA", config).capacity_lines[0].nodes);
     // Repeated capacities add up; the last pool wins.
     v = slurm_view("#BB_LUA pool=small capacity=1K\n#BB_LUA pool=nvme capacity=1G\n", "BB_LUA",
                    config);
@@ -101,9 +102,12 @@ TEST(SlurmView, refuses_requests_slurm_reads_differently) {
     expect("#BB_LUA capacity=1K\n", "Slurm needs pool= on the line with capacity=");
     expect("#BB_LUA pool=small capacity=1K\n#BB_LUA pool=small capacity=1K\n",
            "only one job buffer per job");  // bbkit's own rule comes first
-    expect("#BB_LUA pool=small capacity=1K\n#BB_LUA stage_out type=file source=a destination=/o/capacity=1K\n",
-           "2 #BB_LUA lines hold capacity= and Slurm adds them up");
-    expect("#BB_LUA mempool=x pool=small capacity=1K\n", "Slurm reads pool 'x', bbkit pool 'small'");
+    expect(
+        "#BB_LUA pool=small capacity=1K\n#BB_LUA stage_out type=file source=a "
+        "destination=/o/capacity=1K\n",
+        "2 #BB_LUA lines hold capacity= and Slurm adds them up");
+    expect("#BB_LUA mempool=x pool=small capacity=1K\n",
+           "Slurm reads pool 'x', bbkit pool 'small'");
     expect("#BB_LUA pool=small capacity=\"1K\"\n", "Slurm reads capacity 0 bytes, bbkit 1024");
     expect("#BB_LUA pool=small xcapacity=3G capacity=1K\n",
            "Slurm reads capacity 3221225472 bytes, bbkit 1024");

@@ -16,8 +16,8 @@ int main(int argc, char** argv) {
     std::optional<std::string> persistent;
     TeardownOptions options;
     bool json = false;
-    CLI::Option* job_opt = app.add_option("--job", job_id, "Job id whose buffer ends")
-                               ->check(job_id_validator());
+    CLI::Option* job_opt =
+        app.add_option("--job", job_id, "Job id whose buffer ends")->check(job_id_validator());
     CLI::Option* persistent_opt =
         app.add_option("--persistent", persistent, "Persistent buffer to destroy");
     job_opt->excludes(persistent_opt);
