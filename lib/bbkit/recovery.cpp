@@ -13,10 +13,11 @@
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/pool.hpp"
+#include "bbkit/publish.hpp"
 #include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
-#include "bbkit/status.hpp"
 #include "bbkit/teardown.hpp"
+#include "bbkit/views.hpp"
 
 namespace bbkit {
 namespace {

@@ -15,10 +15,11 @@
 #include <sstream>
 
 #include "bbkit/error.hpp"
+#include "bbkit/publish.hpp"
 #include "bbkit/recovery.hpp"
 #include "bbkit/run_lock.hpp"
-#include "bbkit/status.hpp"
 #include "bbkit/teardown.hpp"
+#include "bbkit/views.hpp"
 
 namespace fs = std::filesystem;
 using namespace bbkit;
