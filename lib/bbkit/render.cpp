@@ -377,7 +377,7 @@ std::string alloc_text(const AllocResult& result) {
 json findings_json(const std::vector<Finding>& findings) {
     json out = json::array();
     for (const Finding& f : findings)
-        out.push_back({{"kind", f.kind},
+        out.push_back({{"kind", to_string(f.kind)},
                        {"pool", f.pool},
                        {"subject", f.subject},
                        {"detail", f.detail},
@@ -390,9 +390,9 @@ std::string findings_text(const std::vector<Finding>& findings) {
         return "no findings\n";
     std::ostringstream out;
     for (const Finding& f : findings)
-        out << f.kind << ": " << (f.pool.empty() ? "" : "pool " + f.pool + ": ") << f.subject
-            << (f.detail.empty() ? "" : ": " + f.detail) << (f.repaired ? " [repaired]" : "")
-            << '\n';
+        out << to_string(f.kind) << ": " << (f.pool.empty() ? "" : "pool " + f.pool + ": ")
+            << f.subject << (f.detail.empty() ? "" : ": " + f.detail)
+            << (f.repaired ? " [repaired]" : "") << '\n';
     return out.str();
 }
 
