@@ -380,5 +380,36 @@ TEST_F(StatusTest, a_resync_removes_stale_files_and_directories) {
     EXPECT_EQ(read_public_status(config_, 4242).buffers.size(), 1u);
 }
 
+// With PrivateData a user owns their directory and may put a tree into it: a resync takes it
+// away with the rest, never following a link out. public/'s other files are not layout 1's.
+TEST_F(StatusTest, a_resync_removes_trees_planted_in_user_directories_and_nothing_else) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    const std::string pub = config_.state_dir + "/public";
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    std::filesystem::create_directories(pub + "/buffers/1017/planted/deeper");
+    std::filesystem::create_directories(pub + "/buffers/555/planted");
+    std::filesystem::create_directories(root_ + "/outside");
+    std::ofstream(root_ + "/outside/kept") << "x";
+    std::filesystem::create_directory_symlink(root_ + "/outside", pub + "/buffers/555/link");
+    std::ofstream(pub + "/buffers.notes.json") << "{}";  // not a name layout 1 used
+    ASSERT_EQ(::unlink((pub + "/.settings").c_str()), 0);
+    {
+        WriteTransaction txn(*store, "test");
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    EXPECT_FALSE(std::filesystem::exists(pub + "/buffers/1017/planted"));
+    EXPECT_FALSE(std::filesystem::exists(pub + "/buffers/555"));
+    EXPECT_TRUE(std::filesystem::exists(root_ + "/outside/kept"));
+    EXPECT_TRUE(std::filesystem::exists(pub + "/buffers/1017/main.1.1.json"));
+    EXPECT_TRUE(std::filesystem::exists(pub + "/buffers.notes.json"));
+}
+
 }  // namespace
 }  // namespace bbkit

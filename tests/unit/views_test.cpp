@@ -125,6 +125,21 @@ TEST_F(StatusTest, pool_status_derives_used_trash_and_free) {
               R"({"pools":[{"free":0,"granularity":1024,"id":"pool1","quantity":9950}]})");
 }
 
+TEST(PoolsJson, is_one_object_per_pool_in_configuration_order) {
+    const auto unavailable_pool = [](std::string name, std::uint64_t total,
+                                     std::uint64_t granularity, std::uint64_t used) {
+        PoolStatus p = pool(std::move(name), total, granularity, used);
+        p.availability = PoolAvailability::unavailable;
+        return p;
+    };
+    const nlohmann::json list = pools_json({pool("a", 10, 1), unavailable_pool("b", 20, 2, 4)});
+    ASSERT_EQ(list.size(), 2u);
+    EXPECT_EQ(list[1]["name"], "b");
+    EXPECT_EQ(list[1]["free"], 16u);
+    EXPECT_EQ(list[1]["availability"], "unavailable");
+    EXPECT_TRUE(pools_json({}).is_array());
+}
+
 // ---- public/ ------------------------------------------------------------------------------
 
 TEST_F(StatusTest, a_reader_skips_temporaries_and_sorts_oldest_first) {
