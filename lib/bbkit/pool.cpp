@@ -16,11 +16,11 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/publish.hpp"
 #include "bbkit/render.hpp"
 #include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
 #include "bbkit/stage_plan.hpp"
-#include "bbkit/status.hpp"
 #include "bbkit/trust.hpp"
 
 namespace bbkit {

@@ -13,10 +13,11 @@
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/pool.hpp"
+#include "bbkit/publish.hpp"
 #include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
-#include "bbkit/status.hpp"
 #include "bbkit/teardown.hpp"
+#include "bbkit/views.hpp"
 
 namespace bbkit {
 namespace {
@@ -261,6 +262,34 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
     return actions;
 }
 
+const char* to_string(FindingKind kind) {
+    switch (kind) {
+        case FindingKind::orphan_directory:
+            return "orphan-directory";
+        case FindingKind::missing_directory:
+            return "missing-directory";
+        case FindingKind::orphan_trash:
+            return "orphan-trash";
+        case FindingKind::reaped_unrecorded:
+            return "reaped-unrecorded";
+        case FindingKind::interrupted:
+            return "interrupted";
+        case FindingKind::over_commit:
+            return "over-commit";
+        case FindingKind::expired_persistent:
+            return "expired-persistent";
+        case FindingKind::stale_queue:
+            return "stale-queue";
+        case FindingKind::pool_unavailable:
+            return "pool-unavailable";
+        case FindingKind::usage_mismatch:
+            return "usage-mismatch";
+        case FindingKind::kept_entry:
+            return "kept-entry";
+    }
+    return "unknown";
+}
+
 namespace {
 
 // Check reads one snapshot, then looks at processes and directories; an operation that ended in
@@ -282,137 +311,211 @@ bool still_queued(StateStore& store, const QueueEntry& seen) {
     return false;
 }
 
-}  // namespace
+// One run of check: where it looks, whether it repairs, and who it says did.
+struct CheckRun {
+    StateStore& store;
+    const Config& config;
+    bool repair;
+    const std::string& tool;
+};
 
-std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
-                           const std::string& tool) {
-    std::vector<Finding> findings;
-    if (repair) {
-        for (const std::string& action : recover(store, config, std::chrono::seconds(5), tool))
-            findings.push_back({"interrupted", "", action, "", true});
-    }
+// What check compares, read from one snapshot, with each pool's directory opened from it.
+struct Survey {
     std::vector<Buffer> live, trashed;
-    std::map<std::string, std::optional<PoolDir>> dirs;
+    std::map<std::string, std::optional<PoolDir>> dirs;  // empty: the pool did not open
+    std::map<std::string, std::string> unopened;         // pool -> why it did not open
     std::vector<PoolStatus> pools;
     std::map<std::string, std::uint64_t> summed;  // pool -> used bytes summed from the rows
     std::vector<QueueEntry> queued;
-    {
-        ReadSnapshot snapshot(store);
-        BufferFilter filter;
-        filter.live_only = true;
-        live = snapshot.list_buffers(filter);
-        filter = BufferFilter{};
-        filter.in_trash_only = true;
-        trashed = snapshot.list_buffers(filter);
-        pools = pool_status(snapshot, config);
-        for (const PoolConfig& pool : config.pools) {
-            summed[pool.name] = snapshot.summed_used_bytes(pool.name);
-            try {
-                dirs[pool.name].emplace(open_pool(snapshot, config, pool.name));
-            } catch (const Error& e) {
-                dirs[pool.name];
-                findings.push_back({"pool-unavailable", pool.name, pool.path, e.what(), false});
-            }
-            for (const QueueEntry& entry : snapshot.queue(pool.name))
-                queued.push_back(entry);
+};
+
+Survey survey(StateStore& store, const Config& config) {
+    Survey s;
+    ReadSnapshot snapshot(store);
+    BufferFilter filter;
+    filter.live_only = true;
+    s.live = snapshot.list_buffers(filter);
+    filter = BufferFilter{};
+    filter.in_trash_only = true;
+    s.trashed = snapshot.list_buffers(filter);
+    s.pools = pool_status(snapshot, config);
+    for (const PoolConfig& pool : config.pools) {
+        s.summed[pool.name] = snapshot.summed_used_bytes(pool.name);
+        try {
+            s.dirs[pool.name].emplace(open_pool(snapshot, config, pool.name));
+        } catch (const Error& e) {
+            s.dirs[pool.name];
+            s.unopened[pool.name] = e.what();
         }
+        for (const QueueEntry& entry : snapshot.queue(pool.name))
+            s.queued.push_back(entry);
     }
-    fault_point("check.listed");
-    const auto now = std::chrono::system_clock::now();
-    for (PoolStatus& pool : pools) {
-        const std::uint64_t rows = summed[pool.name];
+    return s;
+}
+
+using Findings = std::vector<Finding>;
+
+// repair runs recover first: each of its actions is an interrupted operation finished or undone.
+void recovered(const CheckRun& run, Findings& findings) {
+    for (const std::string& action :
+         recover(run.store, run.config, std::chrono::seconds(5), run.tool))
+        findings.push_back({FindingKind::interrupted, "", action, "", true});
+}
+
+// A pool whose directory did not open (not mounted, another file system's marker).
+void pool_unavailable(const CheckRun& run, const Survey& s, Findings& findings) {
+    for (const PoolConfig& pool : run.config.pools)
+        if (const auto it = s.unopened.find(pool.name); it != s.unopened.end())
+            findings.push_back(
+                {FindingKind::pool_unavailable, pool.name, pool.path, it->second, false});
+}
+
+// pool_usage's running total against the sum over the buffers' rows; repair recomputes it.
+// Either way the over-commit check after it goes by the rows.
+void usage_mismatch(const CheckRun& run, Survey& s, Findings& findings) {
+    for (PoolStatus& pool : s.pools) {
+        const std::uint64_t rows = s.summed[pool.name];
         if (pool.used == rows)
             continue;
-        Finding f{"usage-mismatch", pool.name, pool.name,
+        Finding f{FindingKind::usage_mismatch, pool.name, pool.name,
                   "pool_usage holds " + std::to_string(pool.used) + " bytes but the buffers hold " +
                       std::to_string(rows),
                   false};
-        if (repair) {
-            WriteTransaction txn(store, tool);
+        if (run.repair) {
+            WriteTransaction txn(run.store, run.tool);
             txn.recompute_used_bytes(pool.name);
-            publish(txn, store, config);
+            publish(txn, run.store, run.config);
             txn.commit();
-            audit(config.state_dir, tool, "repair",
+            audit(run.config.state_dir, run.tool, "repair",
                   "pool=" + pool.name + " used bytes recomputed: " + std::to_string(rows));
             f.repaired = true;
         }
         findings.push_back(f);
-        pool.used = rows;  // the over-commit check below goes by the rows
+        pool.used = rows;
     }
-    for (const PoolStatus& pool : pools)
+}
+
+// More held than the pool has: used and trash together beyond its capacity.
+void over_commit(const Survey& s, Findings& findings) {
+    for (const PoolStatus& pool : s.pools)
         if (pool.used + pool.trash > pool.total)
-            findings.push_back({"over-commit", pool.name, pool.name,
+            findings.push_back({FindingKind::over_commit, pool.name, pool.name,
                                 "used " + format_size(pool.used) + " + trash " +
                                     format_size(pool.trash) + " exceeds " + format_size(pool.total),
                                 false});
-    for (const QueueEntry& entry : queued)
-        if (!entry.waiter.alive() && still_queued(store, entry))
-            findings.push_back({"stale-queue", entry.pool, entry.key,
+}
+
+// A queued request whose waiting process is gone; repair drops it at the end (see
+// drop_stale_queue).
+void stale_queue(const CheckRun& run, const Survey& s, Findings& findings) {
+    for (const QueueEntry& entry : s.queued)
+        if (!entry.waiter.alive() && still_queued(run.store, entry))
+            findings.push_back({FindingKind::stale_queue, entry.pool, entry.key,
                                 "waiter pid " + std::to_string(entry.waiter.pid) + " is gone",
                                 false});
+}
 
-    std::map<std::string, std::set<std::string>> expected_dirs;   // pool -> "job/main.42.1"
-    std::map<std::string, std::set<std::string>> expected_trash;  // pool -> trash names
-    for (const Buffer& b : live) {
+// A persistent buffer past its expiry, which only its owner's destroy ends.
+std::optional<Finding> expired_persistent(const Buffer& b, TimePoint now) {
+    if (b.key.kind() != BufferKind::persistent || !b.expires || *b.expires >= now)
+        return std::nullopt;
+    return Finding{FindingKind::expired_persistent, b.pool, b.key.str(),
+                   "expired; destroy it with bb-teardown --persistent " + b.key.name, false};
+}
+
+// An allocation or a teardown whose process died; recover finishes or undoes it.
+std::optional<Finding> interrupted(const CheckRun& run, const Buffer& b, bool in_flight) {
+    if (in_flight || (b.state != BufferState::allocating && !is_ending(b.state)) ||
+        !record_unchanged(run.store, b))
+        return std::nullopt;
+    return Finding{FindingKind::interrupted, b.pool, b.key.str(),
+                   std::string(to_string(b.state)) + " with no live owner (run bb-pool recover)",
+                   false};
+}
+
+// A settled buffer whose directory is gone; repair closes its record.
+std::optional<Finding> missing_directory(const CheckRun& run, const Buffer& b, const PoolDir& dir) {
+    if (dir.exists(b.directory))
+        return std::nullopt;
+    Finding f{FindingKind::missing_directory, b.pool, b.key.str(),
+              dir.path() + "/" + b.directory + " is gone", false};
+    if (!run.repair)
+        return record_unchanged(run.store, b) ? std::optional<Finding>(f) : std::nullopt;
+    if (!close_record(run.store, run.config, b, "repair: its directory was gone", run.tool))
+        return std::nullopt;  // a teardown moved it meanwhile
+    fault_point("repair.closed");
+    audit(run.config.state_dir, run.tool, "repair",
+          "closed buffer=" + b.key.str() + " (directory missing)");
+    f.repaired = true;
+    return f;
+}
+
+// The live buffers' findings, buffer by buffer in record order: expired-persistent, interrupted,
+// missing-directory.
+void live_buffers(const CheckRun& run, Survey& s, TimePoint now, Findings& findings) {
+    for (const Buffer& b : s.live) {
         if (b.state == BufferState::pending)
             continue;
-        expected_dirs[b.pool].insert(b.directory);
-        const bool in_flight = !owner_dead(config, b);
-        if (b.key.kind() == BufferKind::persistent && b.expires && *b.expires < now)
-            findings.push_back({"expired-persistent", b.pool, b.key.str(),
-                                "expired; destroy it with bb-teardown --persistent " + b.key.name,
-                                false});
-        const bool ending = is_ending(b.state);
-        if (!in_flight && (b.state == BufferState::allocating || ending) &&
-            record_unchanged(store, b))
-            findings.push_back(
-                {"interrupted", b.pool, b.key.str(),
-                 std::string(to_string(b.state)) + " with no live owner (run bb-pool recover)",
-                 false});
-        std::optional<PoolDir>& dir = dirs[b.pool];
-        if (!dir || in_flight || b.state == BufferState::allocating || ending)
+        const bool in_flight = !owner_dead(run.config, b);
+        if (std::optional<Finding> f = expired_persistent(b, now))
+            findings.push_back(*f);
+        if (std::optional<Finding> f = interrupted(run, b, in_flight))
+            findings.push_back(*f);
+        const std::optional<PoolDir>& dir = s.dirs[b.pool];
+        if (!dir || in_flight || b.state == BufferState::allocating || is_ending(b.state))
             continue;
-        if (!dir->exists(b.directory)) {
-            Finding f{"missing-directory", b.pool, b.key.str(),
-                      dir->path() + "/" + b.directory + " is gone", false};
-            if (!repair && !record_unchanged(store, b))
-                continue;
-            if (repair) {
-                if (!close_record(store, config, b, "repair: its directory was gone", tool))
-                    continue;  // a teardown moved it meanwhile
-                fault_point("repair.closed");
-                audit(config.state_dir, tool, "repair",
-                      "closed buffer=" + b.key.str() + " (directory missing)");
-                f.repaired = true;
-            }
-            findings.push_back(f);
-        }
+        if (std::optional<Finding> f = missing_directory(run, b, *dir))
+            findings.push_back(*f);
     }
-    for (const Buffer& b : trashed) {
-        expected_trash[b.pool].insert(trash_name(b));
-        std::optional<PoolDir>& dir = dirs[b.pool];
-        if (dir && !dir->exists("trash/" + trash_name(b))) {
-            Finding f{"reaped-unrecorded", b.pool, b.key.str(),
-                      "its trash entry is gone but the space is still charged", false};
-            if (!record_unchanged(store, b))
-                continue;  // a reap finished meanwhile
-            if (repair) {
-                WriteTransaction txn(store, tool);
-                txn.mark_reaped(b.key);
-                publish(txn, store, config);
-                txn.commit();
-                f.repaired = true;
-            }
-            findings.push_back(f);
+}
+
+// A buffer in trash whose entry is gone while its space is still charged; repair records the
+// reap.
+void reaped_unrecorded(const CheckRun& run, Survey& s, Findings& findings) {
+    for (const Buffer& b : s.trashed) {
+        const std::optional<PoolDir>& dir = s.dirs[b.pool];
+        if (!dir || dir->exists("trash/" + trash_name(b)))
+            continue;
+        Finding f{FindingKind::reaped_unrecorded, b.pool, b.key.str(),
+                  "its trash entry is gone but the space is still charged", false};
+        if (!record_unchanged(run.store, b))
+            continue;  // a reap finished meanwhile
+        if (run.repair) {
+            WriteTransaction txn(run.store, run.tool);
+            txn.mark_reaped(b.key);
+            publish(txn, run.store, run.config);
+            txn.commit();
+            f.repaired = true;
         }
+        findings.push_back(f);
     }
-    // Candidates first; they are confirmed against a fresh read, under the state lock when
-    // repairing, because an alloc commits its record before it creates the directory.
-    struct Candidate {
-        std::string pool, subdir, name;
-    };
+}
+
+// What teardown kept aside rather than delete as root waits for an administrator; repair
+// never deletes, so it stays a finding until someone removes it by hand.
+void kept_entry(const CheckRun& run, Survey& s, Findings& findings) {
+    for (auto& [pool, dir] : s.dirs) {
+        if (!dir)
+            continue;
+        for (const std::string& name : dir->list("quarantine"))
+            if (name.find(".kept.") != std::string::npos &&
+                cluster_of_entry("quarantine", name) == run.config.cluster)
+                findings.push_back({FindingKind::kept_entry, pool, "quarantine/" + name,
+                                    dir->path() + "/quarantine/" + name +
+                                        " is another user's directory that a teardown did not "
+                                        "delete as root (see the audit log; remove it by hand)",
+                                    false});
+    }
+}
+
+// An entry of a pool's job/, persistent/ or trash/ that may belong to no record.
+struct Candidate {
+    std::string pool, subdir, name;
+};
+
+std::vector<Candidate> orphan_candidates(const Config& config, Survey& s) {
     std::vector<Candidate> candidates;
-    for (auto& [pool, dir] : dirs) {
+    for (auto& [pool, dir] : s.dirs) {
         if (!dir)
             continue;
         // Another cluster's entries (a pool shared by clusters) are that cluster's to judge:
@@ -424,84 +527,138 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
                     candidates.push_back({pool, subdir, name});
             }
     }
-    // What teardown kept aside rather than delete as root waits for an administrator; repair
-    // never deletes, so it stays a finding until someone removes it by hand.
-    for (auto& [pool, dir] : dirs) {
-        if (!dir)
-            continue;
-        for (const std::string& name : dir->list("quarantine"))
-            if (name.find(".kept.") != std::string::npos &&
-                cluster_of_entry("quarantine", name) == config.cluster)
-                findings.push_back({"kept-entry", pool, "quarantine/" + name,
-                                    dir->path() + "/quarantine/" + name +
-                                        " is another user's directory that a teardown did not "
-                                        "delete as root (see the audit log; remove it by hand)",
-                                    false});
-    }
-    std::optional<WriteTransaction> lock;
-    if (repair)
-        lock.emplace(store, tool);
-    std::optional<ReadSnapshot> fresh;
-    if (!repair)
-        fresh.emplace(store);
-    Transaction& txn =
-        repair ? static_cast<Transaction&>(*lock) : static_cast<Transaction&>(*fresh);
-    expected_dirs.clear();
-    expected_trash.clear();
+    return candidates;
+}
+
+// The entries the records account for, per pool: "job/main.42.1" and the like, and trash names.
+struct Expected {
+    std::map<std::string, std::set<std::string>> dirs, trash;
+};
+
+Expected expected_entries(Transaction& txn) {
+    Expected expected;
     BufferFilter filter;
     filter.live_only = true;
     for (const Buffer& b : txn.list_buffers(filter)) {
-        expected_dirs[b.pool].insert(b.directory);
+        expected.dirs[b.pool].insert(b.directory);
         // A teardown renames the directory into trash/ before it commits the end: between
         // the two the entry belongs to a live record, and repair must not take it away.
         if (is_ending(b.state))
-            expected_trash[b.pool].insert(trash_name(b));
+            expected.trash[b.pool].insert(trash_name(b));
     }
     filter = BufferFilter{};
     filter.in_trash_only = true;
     for (const Buffer& b : txn.list_buffers(filter))
-        expected_trash[b.pool].insert(trash_name(b));
+        expected.trash[b.pool].insert(trash_name(b));
+    return expected;
+}
+
+// An orphan candidate still there (listed before the fresh read: a teardown or reap may have
+// moved it away since); repair quarantines it as <subdir>.<name>.<stamp>.
+std::optional<Finding> orphan(const CheckRun& run, PoolDir& dir, const Candidate& c,
+                              FindingKind kind, const std::string& stamp) {
+    const std::string relative = c.subdir + "/" + c.name;
+    if (!dir.exists(relative))
+        return std::nullopt;
+    Finding f{kind, c.pool, relative, dir.path() + "/" + relative + " has no record", false};
+    if (run.repair) {
+        const std::string aside = c.subdir + "." + c.name + "." + stamp;
+        dir.quarantine(relative, aside);
+        audit(run.config.state_dir, run.tool, "repair",
+              "quarantined " + dir.path() + "/" + relative + " as quarantine/" + aside);
+        f.repaired = true;
+        f.detail += " (moved to quarantine/" + aside + ")";
+    }
+    return f;
+}
+
+const std::set<std::string>& expected_in(const std::map<std::string, std::set<std::string>>& map,
+                                         const std::string& pool) {
+    static const std::set<std::string> none;
+    const auto it = map.find(pool);
+    return it == map.end() ? none : it->second;
+}
+
+// A directory in job/ or persistent/ that no live record names.
+std::optional<Finding> orphan_directory(const CheckRun& run, PoolDir& dir, const Candidate& c,
+                                        const Expected& expected, const std::string& stamp) {
+    if (expected_in(expected.dirs, c.pool).count(c.subdir + "/" + c.name))
+        return std::nullopt;
+    return orphan(run, dir, c, FindingKind::orphan_directory, stamp);
+}
+
+// An entry in trash/ that is neither a recorded trash entry nor a piece of one.
+std::optional<Finding> orphan_trash(const CheckRun& run, PoolDir& dir, const Candidate& c,
+                                    const Expected& expected, const std::string& stamp) {
+    for (const std::string& t : expected_in(expected.trash, c.pool))
+        if (c.name == t || c.name.rfind(t + ".piece", 0) == 0)
+            return std::nullopt;
+    return orphan(run, dir, c, FindingKind::orphan_trash, stamp);
+}
+
+// The candidates, in listing order, confirmed against a fresh read: under the state lock when
+// repairing, because an alloc commits its record before it creates the directory.
+void orphans(const CheckRun& run, Survey& s, const std::vector<Candidate>& candidates,
+             TimePoint now, Findings& findings) {
+    std::optional<WriteTransaction> lock;
+    std::optional<ReadSnapshot> fresh;
+    if (run.repair)
+        lock.emplace(run.store, run.tool);
+    else
+        fresh.emplace(run.store);
+    Transaction& txn =
+        run.repair ? static_cast<Transaction&>(*lock) : static_cast<Transaction&>(*fresh);
+    const Expected expected = expected_entries(txn);
     const std::string stamp = std::to_string(
         std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count());
     for (const Candidate& c : candidates) {
-        const std::string relative = c.subdir + "/" + c.name;
-        bool known = false;
-        if (c.subdir == "trash") {
-            for (const std::string& t : expected_trash[c.pool])
-                if (c.name == t || c.name.rfind(t + ".piece", 0) == 0)
-                    known = true;
-        } else {
-            known = expected_dirs[c.pool].count(relative) > 0;
-        }
-        PoolDir& dir = *dirs[c.pool];
-        // Listed before the fresh read: a teardown or reap may have moved it away since.
-        if (known || !dir.exists(relative))
-            continue;
-        Finding f{c.subdir == "trash" ? "orphan-trash" : "orphan-directory", c.pool, relative,
-                  dir.path() + "/" + relative + " has no record", false};
-        if (repair) {
-            const std::string aside = c.subdir + "." + c.name + "." + stamp;
-            dir.quarantine(relative, aside);
-            audit(config.state_dir, tool, "repair",
-                  "quarantined " + dir.path() + "/" + relative + " as quarantine/" + aside);
-            f.repaired = true;
-            f.detail += " (moved to quarantine/" + aside + ")";
-        }
-        findings.push_back(f);
+        PoolDir& dir = *s.dirs[c.pool];
+        const std::optional<Finding> f = c.subdir == "trash"
+                                             ? orphan_trash(run, dir, c, expected, stamp)
+                                             : orphan_directory(run, dir, c, expected, stamp);
+        if (f)
+            findings.push_back(*f);
     }
-    if (repair) {
+    if (run.repair)
         lock->commit();
-    }
-    if (repair && std::any_of(findings.begin(), findings.end(),
-                              [](const Finding& f) { return f.kind == "stale-queue"; })) {
-        WriteTransaction txn(store, tool);
-        txn.drop_dead_waiters();
-        publish(txn, store, config);
-        txn.commit();
-        for (Finding& f : findings)
-            if (f.kind == "stale-queue")
-                f.repaired = true;
-    }
+}
+
+// Repair of the stale-queue findings, last: the waiters still dead are dropped at once.
+void drop_stale_queue(const CheckRun& run, Findings& findings) {
+    const auto stale = [](const Finding& f) { return f.kind == FindingKind::stale_queue; };
+    if (std::none_of(findings.begin(), findings.end(), stale))
+        return;
+    WriteTransaction txn(run.store, run.tool);
+    txn.drop_dead_waiters();
+    publish(txn, run.store, run.config);
+    txn.commit();
+    for (Finding& f : findings)
+        if (stale(f))
+            f.repaired = true;
+}
+
+}  // namespace
+
+std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
+                           const std::string& tool) {
+    const CheckRun run{store, config, repair, tool};
+    Findings findings;
+    if (repair)
+        recovered(run, findings);
+    Survey s = survey(store, config);
+    fault_point("check.listed");
+    const auto now = std::chrono::system_clock::now();
+    pool_unavailable(run, s, findings);
+    usage_mismatch(run, s, findings);
+    over_commit(s, findings);
+    stale_queue(run, s, findings);
+    live_buffers(run, s, now, findings);
+    reaped_unrecorded(run, s, findings);
+    const std::vector<Candidate> candidates = orphan_candidates(config, s);
+    kept_entry(run, s, findings);
+    orphans(run, s, candidates, now, findings);
+    if (repair)
+        drop_stale_queue(run, findings);
     return findings;
 }
 

@@ -21,10 +21,25 @@ namespace bbkit {
 std::vector<std::string> recover(StateStore& store, const Config& config,
                                  std::chrono::milliseconds reap_budget, const std::string& tool);
 
+// What check can find, in no particular order (check's own is its functions' order).
+enum class FindingKind {
+    orphan_directory,    // a directory in job/ or persistent/ that no record names
+    missing_directory,   // a buffer whose directory is gone
+    orphan_trash,        // an entry in trash/ that no record names
+    reaped_unrecorded,   // a trash record whose entry is gone, its space still charged
+    interrupted,         // an operation whose process died (or what recover did about one)
+    over_commit,         // used + trash beyond the pool's capacity
+    expired_persistent,  // a persistent buffer past its expiry
+    stale_queue,         // a queued request whose waiter is gone
+    pool_unavailable,    // a pool whose directory does not open as itself
+    usage_mismatch,      // pool_usage's total unlike the sum of the rows
+    kept_entry,          // what a teardown kept aside in quarantine/ for an administrator
+};
+// The name bb-pool check prints and its --json holds: "orphan-directory", "stale-queue", ...
+const char* to_string(FindingKind kind);
+
 struct Finding {
-    std::string kind;  // orphan-directory, missing-directory, orphan-trash, reaped-unrecorded,
-                       // interrupted, over-commit, expired-persistent, stale-queue,
-                       // pool-unavailable, usage-mismatch, kept-entry
+    FindingKind kind = FindingKind::interrupted;
     std::string pool;
     std::string subject;  // a buffer key, or a path relative to the pool
     std::string detail;

@@ -1,5 +1,6 @@
 #include "bbkit/render.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -273,21 +274,49 @@ std::string config_text(const Config& config) {
     return out.str();
 }
 
+std::string text_table(const std::vector<Column>& columns,
+                       const std::vector<std::vector<std::string>>& rows) {
+    std::vector<std::size_t> widths;
+    for (const Column& column : columns)
+        widths.push_back(column.width.value_or(column.header.size()));
+    for (const auto& row : rows)
+        for (std::size_t i = 0; i < row.size() && i < columns.size(); ++i)
+            if (!columns[i].width)
+                widths[i] = std::max(widths[i], row[i].size());
+    const auto line = [&](const std::vector<std::string>& cells) {
+        std::string out;
+        for (std::size_t i = 0; i < cells.size() && i < columns.size(); ++i) {
+            const std::string padding(cells[i].size() < widths[i] ? widths[i] - cells[i].size() : 0,
+                                      ' ');
+            out += (i ? columns[i].gap : "") +
+                   (columns[i].left ? cells[i] + padding : padding + cells[i]);
+        }
+        return out + "\n";
+    };
+    std::vector<std::string> headers;
+    for (const Column& column : columns)
+        headers.push_back(column.header);
+    std::string out = line(headers);
+    for (const auto& row : rows)
+        out += line(row);
+    return out;
+}
+
 std::string pool_list_text(const std::vector<PoolStatus>& pools) {
-    std::ostringstream out;
-    char line[512];
-    std::snprintf(line, sizeof line, "%-16s %10s %10s %10s %10s %10s %6s  %s\n", "POOL", "TOTAL",
-                  "USED", "TRASH", "FREE", "GRAN", "QUEUED", "STATE");
-    out << line;
-    for (const PoolStatus& p : pools) {
-        const std::string state = to_string(p.availability);
-        std::snprintf(line, sizeof line, "%-16s %10s %10s %10s %10s %10s %6zu  %s\n",
-                      p.name.c_str(), format_size(p.total).c_str(), format_size(p.used).c_str(),
-                      format_size(p.trash).c_str(), format_size(p.free).c_str(),
-                      format_size(p.granularity).c_str(), p.queued, state.c_str());
-        out << line;
-    }
-    return out.str();
+    std::vector<std::vector<std::string>> rows;
+    for (const PoolStatus& p : pools)
+        rows.push_back({p.name, format_size(p.total), format_size(p.used), format_size(p.trash),
+                        format_size(p.free), format_size(p.granularity), std::to_string(p.queued),
+                        to_string(p.availability)});
+    return text_table({{"POOL", 16, true},
+                       {"TOTAL", 10},
+                       {"USED", 10},
+                       {"TRASH", 10},
+                       {"FREE", 10},
+                       {"GRAN", 10},
+                       {"QUEUED", 6},
+                       {"STATE", 0, true, "  "}},
+                      rows);
 }
 
 json paths_json(const std::string& lines) {
@@ -348,7 +377,7 @@ std::string alloc_text(const AllocResult& result) {
 json findings_json(const std::vector<Finding>& findings) {
     json out = json::array();
     for (const Finding& f : findings)
-        out.push_back({{"kind", f.kind},
+        out.push_back({{"kind", to_string(f.kind)},
                        {"pool", f.pool},
                        {"subject", f.subject},
                        {"detail", f.detail},
@@ -361,9 +390,9 @@ std::string findings_text(const std::vector<Finding>& findings) {
         return "no findings\n";
     std::ostringstream out;
     for (const Finding& f : findings)
-        out << f.kind << ": " << (f.pool.empty() ? "" : "pool " + f.pool + ": ") << f.subject
-            << (f.detail.empty() ? "" : ": " + f.detail) << (f.repaired ? " [repaired]" : "")
-            << '\n';
+        out << to_string(f.kind) << ": " << (f.pool.empty() ? "" : "pool " + f.pool + ": ")
+            << f.subject << (f.detail.empty() ? "" : ": " + f.detail)
+            << (f.repaired ? " [repaired]" : "") << '\n';
     return out.str();
 }
 
@@ -460,9 +489,8 @@ std::string reconcile_text(const ReconcileResult& result, bool applied) {
         const Buffer& b = e.buffer;
         out << (applied ? (e.torn_down ? "torn down: " : "NOT torn down: ")
                         : (e.lost_by_slurm ? "pending in Slurm: " : "unknown to Slurm: "))
-            << b.key.str() << " (job " << b.key.job_id << ", user " << b.user << ", pool "
-            << b.pool << ", " << format_size(b.allocated_bytes) << ", " << to_string(b.state)
-            << ")";
+            << b.key.str() << " (job " << b.key.job_id << ", user " << b.user << ", pool " << b.pool
+            << ", " << format_size(b.allocated_bytes) << ", " << to_string(b.state) << ")";
         if (!e.note.empty())
             out << ": " << e.note;
         out << '\n';

@@ -2,9 +2,12 @@
 // The JSON field names are documented in the man pages; change them only with them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "bbkit/config.hpp"
 #include "bbkit/directive.hpp"
@@ -14,8 +17,8 @@
 #include "bbkit/size.hpp"
 #include "bbkit/sources.hpp"
 #include "bbkit/stage.hpp"
-#include "bbkit/status.hpp"
 #include "bbkit/teardown.hpp"
+#include "bbkit/views.hpp"
 
 namespace bbkit {
 
@@ -23,6 +26,20 @@ namespace bbkit {
 // cannot, so such bytes print as U+FFFD instead of failing. Data that must survive byte for byte
 // travels hex-encoded (see stage_plan).
 std::string json_text(const nlohmann::json& value, int indent = 2);
+
+// One column of a table for people.
+struct Column {
+    std::string header;
+    // Every cell (the header too) is padded to this width, and a longer one overflows it, as
+    // printf's %10s does; nullopt: the width of the column's widest cell.
+    std::optional<std::size_t> width = std::nullopt;
+    bool left = false;      // aligned left; right otherwise
+    std::string gap = " ";  // what separates it from the column before
+};
+// The header line, then one line per row (one cell per column): every table bbkit prints,
+// bb-pool list's and bb-stat's alike.
+std::string text_table(const std::vector<Column>& columns,
+                       const std::vector<std::vector<std::string>>& rows);
 
 // bb-parse size: {"bytes", "nodes", "rounded", "text", "rounded_text"}.
 nlohmann::json size_json(const Size& size, std::uint64_t rounded);

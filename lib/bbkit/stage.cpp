@@ -14,9 +14,9 @@
 #include "bbkit/fsops.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/process.hpp"
+#include "bbkit/publish.hpp"
 #include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
-#include "bbkit/status.hpp"
 #include "bbkit/teardown.hpp"
 #include "bbkit/trust.hpp"
 

@@ -11,9 +11,9 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/pool.hpp"
+#include "bbkit/publish.hpp"
 #include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
-#include "bbkit/status.hpp"
 
 namespace bbkit {
 namespace {

@@ -15,10 +15,11 @@
 #include <sstream>
 
 #include "bbkit/error.hpp"
+#include "bbkit/publish.hpp"
 #include "bbkit/recovery.hpp"
 #include "bbkit/run_lock.hpp"
-#include "bbkit/status.hpp"
 #include "bbkit/teardown.hpp"
+#include "bbkit/views.hpp"
 
 namespace fs = std::filesystem;
 using namespace bbkit;
@@ -137,7 +138,7 @@ TEST_F(PoolTest, slurm_mode_never_refuses_for_capacity) {
     EXPECT_EQ(status().used, 5 * KiB);  // over-committed, as Slurm decided
     const auto findings = check(*store_, config_, false, "test");
     ASSERT_FALSE(findings.empty());
-    EXPECT_EQ(findings.front().kind, "over-commit");
+    EXPECT_EQ(findings.front().kind, FindingKind::over_commit);
 }
 
 TEST_F(PoolTest, user_capacity_limits_standalone_users) {
@@ -221,7 +222,7 @@ TEST_F(PoolTest, teardown_keeps_aside_what_the_buffers_owner_could_not_delete) {
     EXPECT_EQ(text, "theirs");
     const std::vector<Finding> findings = check(*store_, config_, true, "test");
     ASSERT_EQ(findings.size(), 1u);
-    EXPECT_EQ(findings[0].kind, "kept-entry");
+    EXPECT_EQ(findings[0].kind, FindingKind::kept_entry);
     EXPECT_FALSE(findings[0].repaired);  // repair never deletes
     EXPECT_TRUE(fs::exists(kept[0] / "deeper" / "file"));
     std::ifstream audit_log(config_.state_dir + "/log/audit.log");
@@ -346,7 +347,8 @@ TEST_F(PoolTest, check_repair_leaves_another_clusters_buffers_on_a_shared_pool_a
     fs::create_directory(dir_ + "/small/trash/u.8.1.1700000000000000000");
     fs::create_directory(dir_ + "/small/quarantine/u.8.1.1700000000000000000.kept.1.99");
     const std::vector<Finding> findings = check(*store_, config_, true, "test");
-    EXPECT_TRUE(findings.empty()) << findings.front().kind << " " << findings.front().subject;
+    EXPECT_TRUE(findings.empty()) << to_string(findings.front().kind) << " "
+                                  << findings.front().subject;
     EXPECT_TRUE(fs::exists(theirs.path));
     EXPECT_TRUE(fs::exists(dir_ + "/small/persistent/u.shared"));
     EXPECT_TRUE(fs::exists(dir_ + "/small/trash/u.8.1.1700000000000000000"));
@@ -380,7 +382,7 @@ TEST_F(PoolTest, alloc_never_adopts_a_directory_that_is_already_there) {
     EXPECT_EQ(status().used, 0u);  // the allocation was rolled back
     const auto findings = check(*store_, config_, false, "test");
     ASSERT_EQ(findings.size(), 1u);
-    EXPECT_EQ(findings[0].kind, "orphan-directory");
+    EXPECT_EQ(findings[0].kind, FindingKind::orphan_directory);
 }
 
 TEST_F(PoolTest, recover_rolls_back_an_allocation_whose_directory_is_not_its_own) {
@@ -441,7 +443,7 @@ TEST_F(PoolTest, check_repair_quarantines_orphans_and_never_deletes) {
     std::ofstream(dir_ + "/small/job/55.1/keep") << "data";
     auto findings = check(*store_, config_, false, "test");
     ASSERT_EQ(findings.size(), 1u);
-    EXPECT_EQ(findings[0].kind, "orphan-directory");
+    EXPECT_EQ(findings[0].kind, FindingKind::orphan_directory);
     findings = check(*store_, config_, true, "test");
     EXPECT_TRUE(findings.back().repaired);
     bool kept = false;
@@ -464,7 +466,7 @@ TEST_F(PoolTest, check_finds_and_repairs_a_used_figure_that_differs_from_the_row
     sqlite3_close(db);
     auto findings = check(*store_, config_, false, "test");
     ASSERT_EQ(findings.size(), 1u);
-    EXPECT_EQ(findings[0].kind, "usage-mismatch");
+    EXPECT_EQ(findings[0].kind, FindingKind::usage_mismatch);
     EXPECT_EQ(findings[0].detail, "pool_usage holds 1 bytes but the buffers hold 3072");
     EXPECT_FALSE(findings[0].repaired);
     findings = check(*store_, config_, true, "test");
@@ -489,7 +491,7 @@ TEST_F(PoolTest, check_leaves_the_trash_entry_of_a_teardown_in_flight_alone) {
     ASSERT_TRUE(dir.move_to_trash(a.buffer.directory, trash_name(a.buffer)));
     EXPECT_TRUE(check(*store_, config_, false, "test").empty());
     for (const Finding& f : check(*store_, config_, true, "test"))
-        EXPECT_NE(f.kind, "orphan-trash") << f.subject;
+        EXPECT_NE(f.kind, FindingKind::orphan_trash) << f.subject;
     EXPECT_TRUE(dir.exists("trash/" + trash_name(a.buffer)));
     EXPECT_TRUE(fs::is_empty(dir_ + "/small/quarantine"));
 }

@@ -6,10 +6,10 @@
 #include "bbkit/reconcile.hpp"
 #include "bbkit/recovery.hpp"
 #include "bbkit/render.hpp"
-#include "bbkit/status.hpp"
 #include "bbkit/store.hpp"
 #include "bbkit/teardown.hpp"
 #include "bbkit/tool.hpp"
+#include "bbkit/views.hpp"
 
 namespace {
 
@@ -54,9 +54,7 @@ int run_list(StateStore& store, const Config& config, const Options& o, bool one
     if (o.format == "slurm-lua") {
         std::cout << slurm_pools_json(pools) << '\n';
     } else if (o.json) {
-        nlohmann::json out = nlohmann::json::array();
-        for (const PoolStatus& p : pools)
-            out.push_back(pool_status_json(p));
+        const nlohmann::json out = pools_json(pools);
         print(one ? out.at(0) : out);
     } else {
         std::cout << pool_list_text(pools);

@@ -13,9 +13,10 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/render.hpp"
-#include "bbkit/status.hpp"
+#include "bbkit/stat_render.hpp"
 #include "bbkit/store.hpp"
 #include "bbkit/tool.hpp"
+#include "bbkit/views.hpp"
 
 namespace {
 
@@ -75,17 +76,12 @@ void print_json(const nlohmann::json& value) {
 void print_view(const Request& request, const StatusSnapshot& snapshot, const Config& config,
                 bool json) {
     switch (request.view) {
-        case View::pools: {
-            if (!json) {
+        case View::pools:
+            if (json)
+                print_json(pools_json(snapshot.pools));
+            else
                 std::cout << pools_table(snapshot.pools);
-                return;
-            }
-            nlohmann::json pools = nlohmann::json::array();
-            for (const PoolStatus& pool : snapshot.pools)
-                pools.push_back(pool_status_json(pool));
-            print_json(pools);
             return;
-        }
         case View::sessions:
             if (json)
                 print_json(sessions_json(snapshot.buffers));

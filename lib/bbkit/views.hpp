@@ -1,6 +1,7 @@
 // What bb-stat, bb-pool list and Slurm's slurm_bb_pools see: pool and buffer status computed
-// from one transaction, the snapshots published for readers who may not open the database,
-// and their renderings (dwstat tables, `scontrol show burst`, JSON, Prometheus text).
+// from one transaction (the state directory's owner and root) or read back from the snapshots
+// publish() leaves in public/ (everyone else), and the JSON form those snapshots are written in.
+// Rendering them for people is stat_render.hpp's; writing public/ is publish.hpp's.
 //
 // The JSON field names are documented in bb-stat(1); change them only with it.
 #pragma once
@@ -69,9 +70,14 @@ struct JobStatus {
     std::optional<StagingProgress> progress;
 };
 
+// The largest snapshot or progress file a reader accepts; a larger one is Error(data).
+constexpr std::size_t max_published_bytes = std::size_t{64} << 20;
+
 // Per configured pool, in configuration order, with each pool's availability read from its
 // marker now.
 std::vector<PoolStatus> pool_status(Transaction& txn, const Config& config);
+// `buffer` with its absolute path and, while pending, its place in its pool's queue.
+BufferStatus buffer_status(Transaction& txn, const Config& config, Buffer buffer);
 // Pools, live buffers and counts of all records, from one snapshot.
 StatusSnapshot read_status(Transaction& txn, const Config& config);
 // What a user who is not the state directory's owner may see: public/pools.json and every
@@ -115,52 +121,13 @@ std::string slurm_reason(const Buffer& buffer);
 std::string slurm_pools_json(const std::vector<PoolStatus>& pools);
 std::string slurm_pools_json(Transaction& txn, const Config& config);
 
-// Brings the snapshots up to date with what `txn` changed, in O(changes), not O(buffers):
-// <state>/pools.json and public/pools.json (0644, rewritten only when their content changed),
-// then public/buffers/<uid>/<key>.json (0644) of each key in txn.touched_keys() (and of the
-// requests behind a dequeued one): written while the buffer is live, removed once it is final.
-// Each <uid>/ directory is 0755 and owned like public/, or with PrivateData 0700 and owned by
-// that uid (when the state directory belongs to root). Nothing is fsync'd: the snapshots are
-// regenerated from state.db. When public/.settings (layout version, PrivateData, pool paths,
-// boot id) does not match, it calls publish_all() instead. Writers call it inside each write
-// transaction, before commit; the next publish repairs what a rollback leaves behind.
-// Throws Error(io) / Error(no_perm).
-void publish(WriteTransaction& txn, const StateStore& store, const Config& config);
-// The full resync, O(live buffers): rewrites every live buffer's file, removes every other file
-// and directory under public/buffers/ and layout 1's public/buffers*.json, then writes
-// public/.settings.
-void publish_all(WriteTransaction& txn, const StateStore& store, const Config& config);
-
-// ---- renderings ----------------------------------------------------------------------------
-
-// Slurm's time form in local time: 2021-08-11T10:13:38.
-std::string slurm_time(TimePoint time);
+// ---- the JSON of public/ and of --json ----------------------------------------------------
 
 nlohmann::json pool_status_json(const PoolStatus& pool);
 PoolStatus pool_status_from_json(const nlohmann::json& json);  // Error(data) when malformed
+// The pools as public/pools.json, `bb-stat --json` and `bb-pool list --json` hold them.
+nlohmann::json pools_json(const std::vector<PoolStatus>& pools);
 nlohmann::json buffer_status_json(const BufferStatus& status);
 BufferStatus buffer_status_from_json(const nlohmann::json& json);  // Error(data) when malformed
-
-// dwstat's tables: right-aligned columns, sizes in Slurm's printed form.
-std::string pools_table(const std::vector<PoolStatus>& pools);
-std::string sessions_table(const std::vector<BufferStatus>& buffers);
-std::string instances_table(const std::vector<BufferStatus>& buffers);
-std::string configurations_table(const std::vector<BufferStatus>& buffers);
-nlohmann::json sessions_json(const std::vector<BufferStatus>& buffers);
-nlohmann::json instances_json(const std::vector<BufferStatus>& buffers);
-nlohmann::json configurations_json(const std::vector<BufferStatus>& buffers);
-// dwstat's state flags, e.g. "CA---" (see bb-stat(1)).
-std::string dwstat_state(const Buffer& buffer);
-
-// `scontrol show burst` of the lua plugin, byte for byte, with Name=bbkit.
-std::string burst_text(const StatusSnapshot& snapshot, const Config& config);
-nlohmann::json burst_json(const StatusSnapshot& snapshot, const Config& config);
-
-// `bb-stat job ID`; `now` ends the current phase's duration.
-std::string job_text(const JobStatus& job, TimePoint now);
-nlohmann::json job_json(const JobStatus& job, TimePoint now);
-
-// The text exposition format for node_exporter's textfile collector.
-std::string prometheus_text(const StatusSnapshot& snapshot);
 
 }  // namespace bbkit

@@ -1,0 +1,470 @@
+#include "bbkit/stat_render.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <map>
+#include <sstream>
+
+#include "bbkit/error.hpp"
+#include "bbkit/render.hpp"
+#include "bbkit/size.hpp"
+
+namespace bbkit {
+namespace {
+
+using nlohmann::json;
+
+// Job id, or the persistent buffer's name: what Slurm shows as JobID= or Name=.
+std::string token_of(const Buffer& buffer) {
+    return buffer.key.kind() == BufferKind::job ? std::to_string(buffer.key.job_id)
+                                                : buffer.key.name;
+}
+
+std::string user_of(const Buffer& buffer) {
+    const std::string name = buffer.user.empty() ? std::to_string(buffer.uid) : buffer.user;
+    return name + "(" + std::to_string(buffer.uid) + ")";
+}
+
+std::string joined(const std::vector<std::string>& items, const char* separator) {
+    std::string out;
+    for (std::size_t i = 0; i < items.size(); ++i)
+        out += (i ? separator : "") + items[i];
+    return out;
+}
+
+std::string seconds_text(double seconds) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3fs", seconds);
+    return text;
+}
+
+struct Phase {
+    BufferState state;
+    TimePoint entered;
+    double seconds;  // until the next phase, or until now for the current one
+};
+
+std::vector<Phase> phases_of(const Buffer& buffer, TimePoint now) {
+    std::vector<Phase> phases;
+    for (const auto& [state, time] : buffer.entered)
+        phases.push_back({state, time, 0});
+    std::stable_sort(phases.begin(), phases.end(),
+                     [](const Phase& a, const Phase& b) { return a.entered < b.entered; });
+    for (std::size_t i = 0; i < phases.size(); ++i) {
+        const TimePoint end = i + 1 < phases.size()       ? phases[i + 1].entered
+                              : is_final(phases[i].state) ? phases[i].entered
+                                                          : now;
+        phases[i].seconds =
+            std::max(0.0, std::chrono::duration<double>(end - phases[i].entered).count());
+    }
+    return phases;
+}
+
+std::string escape_label(const std::string& value) {
+    std::string out;
+    for (char c : value) {
+        if (c == '\\' || c == '"')
+            out += '\\';
+        if (c == '\n') {
+            out += "\\n";
+            continue;
+        }
+        out += c;
+    }
+    return out;
+}
+
+bool is_active(BufferState state) {
+    return state == BufferState::pre_run || state == BufferState::running ||
+           state == BufferState::post_run;
+}
+
+// dwstat's layout: every column right-aligned and as wide as its widest cell.
+std::string dwstat_table(const std::vector<std::string>& headers,
+                         const std::vector<std::vector<std::string>>& rows) {
+    std::vector<Column> columns;
+    for (const std::string& header : headers)
+        columns.push_back({header});
+    return text_table(columns, rows);
+}
+
+}  // namespace
+
+std::string slurm_time(TimePoint time) {
+    const std::time_t seconds = std::chrono::system_clock::to_time_t(time);
+    std::tm tm{};
+    localtime_r(&seconds, &tm);
+    char text[32];
+    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm);
+    return text;
+}
+
+// ---- dwstat -------------------------------------------------------------------------------
+
+std::string dwstat_state(const Buffer& buffer) {
+    const BufferState s = buffer.state;
+    const bool ending = s == BufferState::teardown || s == BufferState::teardown_fail ||
+                        s == BufferState::deleting || is_final(s);
+    std::string flags = "-----";
+    if (s != BufferState::pending)
+        flags[0] = 'C';
+    if (holds_space(s) && !ending)
+        flags[1] = 'A';
+    if (ending)
+        flags[2] = 'D';
+    if (s == BufferState::teardown_fail)
+        flags[3] = 'T';
+    if (buffer.reason == "BurstBufferOperation")
+        flags[4] = 'F';
+    return flags;
+}
+
+std::string pools_table(const std::vector<PoolStatus>& pools) {
+    std::vector<std::vector<std::string>> rows;
+    for (const PoolStatus& pool : pools)
+        rows.push_back({pool.name, "bytes", format_size(pool.total), format_size(pool.free),
+                        format_size(pool.granularity), to_string(pool.availability)});
+    // state: bbkit's column after dwstat's five (bb-stat(1)).
+    return dwstat_table({"pool", "units", "quantity", "free", "gran", "state"}, rows);
+}
+
+namespace {
+
+std::string expiration_of(const Buffer& buffer) {
+    return buffer.expires ? slurm_time(*buffer.expires) : "never";
+}
+
+std::string access_type_of(const Buffer& buffer) {
+    return buffer.access == "private" ? "private" : "stripe";
+}
+
+std::string type_of(const Buffer& buffer) {
+    return buffer.type.empty() ? "scratch" : buffer.type;
+}
+
+std::uint32_t activations_of(const Buffer& buffer) {
+    if (buffer.key.kind() == BufferKind::persistent)
+        return buffer.use_count;
+    return is_active(buffer.state) ? 1 : 0;
+}
+
+}  // namespace
+
+std::string sessions_table(const std::vector<BufferStatus>& buffers) {
+    std::vector<std::vector<std::string>> rows;
+    std::size_t id = 0;
+    for (const BufferStatus& status : buffers) {
+        const Buffer& b = status.buffer;
+        rows.push_back({std::to_string(++id), dwstat_state(b), token_of(b), "bbkit",
+                        std::to_string(b.uid), slurm_time(b.created), expiration_of(b), "0"});
+    }
+    return dwstat_table(
+        {"sess", "state", "token", "creator", "owner", "created", "expiration", "nodes"}, rows);
+}
+
+std::string instances_table(const std::vector<BufferStatus>& buffers) {
+    std::vector<std::vector<std::string>> rows;
+    std::size_t id = 0;
+    for (const BufferStatus& status : buffers) {
+        const Buffer& b = status.buffer;
+        ++id;
+        rows.push_back({std::to_string(id), dwstat_state(b), std::to_string(id),
+                        format_size(b.allocated_bytes), "0", slurm_time(b.created),
+                        expiration_of(b), "true", token_of(b),
+                        b.key.kind() == BufferKind::persistent ? "true" : "false", "1"});
+    }
+    return dwstat_table({"inst", "state", "sess", "bytes", "nodes", "created", "expiration",
+                         "intact", "label", "public", "confs"},
+                        rows);
+}
+
+std::string configurations_table(const std::vector<BufferStatus>& buffers) {
+    std::vector<std::vector<std::string>> rows;
+    std::size_t id = 0;
+    for (const BufferStatus& status : buffers) {
+        const Buffer& b = status.buffer;
+        ++id;
+        rows.push_back({std::to_string(id), dwstat_state(b), std::to_string(id), type_of(b),
+                        access_type_of(b), std::to_string(activations_of(b))});
+    }
+    return dwstat_table({"conf", "state", "inst", "type", "access_type", "activs"}, rows);
+}
+
+json sessions_json(const std::vector<BufferStatus>& buffers) {
+    json list = json::array();
+    std::size_t id = 0;
+    for (const BufferStatus& status : buffers) {
+        const Buffer& b = status.buffer;
+        list.push_back({{"sess", ++id},
+                        {"state", dwstat_state(b)},
+                        {"token", token_of(b)},
+                        {"key", b.key.str()},
+                        {"creator", "bbkit"},
+                        {"owner", b.uid},
+                        {"created", slurm_time(b.created)},
+                        {"expiration", b.expires ? json(slurm_time(*b.expires)) : json()},
+                        {"nodes", 0}});
+    }
+    return list;
+}
+
+json instances_json(const std::vector<BufferStatus>& buffers) {
+    json list = json::array();
+    std::size_t id = 0;
+    for (const BufferStatus& status : buffers) {
+        const Buffer& b = status.buffer;
+        ++id;
+        list.push_back({{"inst", id},
+                        {"state", dwstat_state(b)},
+                        {"sess", id},
+                        {"bytes", b.allocated_bytes},
+                        {"nodes", 0},
+                        {"created", slurm_time(b.created)},
+                        {"expiration", b.expires ? json(slurm_time(*b.expires)) : json()},
+                        {"intact", true},
+                        {"label", token_of(b)},
+                        {"public", b.key.kind() == BufferKind::persistent},
+                        {"confs", 1}});
+    }
+    return list;
+}
+
+json configurations_json(const std::vector<BufferStatus>& buffers) {
+    json list = json::array();
+    std::size_t id = 0;
+    for (const BufferStatus& status : buffers) {
+        const Buffer& b = status.buffer;
+        ++id;
+        list.push_back({{"conf", id},
+                        {"state", dwstat_state(b)},
+                        {"inst", id},
+                        {"type", type_of(b)},
+                        {"access_type", access_type_of(b)},
+                        {"activs", activations_of(b)}});
+    }
+    return list;
+}
+
+// ---- scontrol show burst ------------------------------------------------------------------
+
+namespace {
+
+// Buffers Slurm lists under "Allocated Buffers:": those holding space, newest first.
+std::vector<const Buffer*> allocated_buffers(const StatusSnapshot& snapshot) {
+    std::vector<const Buffer*> buffers;
+    for (const BufferStatus& status : snapshot.buffers)
+        if (holds_space(status.buffer.state))
+            buffers.push_back(&status.buffer);
+    std::stable_sort(buffers.begin(), buffers.end(),
+                     [](const Buffer* a, const Buffer* b) { return a->created > b->created; });
+    return buffers;
+}
+
+struct UserUse {
+    std::string name;
+    std::uint64_t used = 0;
+};
+
+// Summed across pools, as Slurm does.
+std::map<uid_t, UserUse> use_by_user(const std::vector<const Buffer*>& buffers) {
+    std::map<uid_t, UserUse> users;
+    for (const Buffer* b : buffers) {
+        UserUse& use = users[b->uid];
+        use.name = b->user.empty() ? std::to_string(b->uid) : b->user;
+        use.used += b->allocated_bytes;
+    }
+    return users;
+}
+
+}  // namespace
+
+std::string burst_text(const StatusSnapshot& snapshot, const Config& config) {
+    std::string out = "Name=bbkit DefaultPool=" + config.default_pool.value_or("(null)") +
+                      " Granularity=1 TotalSpace=0 FreeSpace=0 UsedSpace=0\n";
+    for (std::size_t i = 0; i < snapshot.pools.size(); ++i) {
+        const PoolStatus& pool = snapshot.pools[i];
+        out += "  PoolName[" + std::to_string(i) + "]=" + pool.name +
+               " Granularity=" + format_size(pool.granularity) +
+               " TotalSpace=" + format_size(pool.total) + " FreeSpace=" + format_size(pool.free) +
+               " UsedSpace=" + format_size(pool.used) +
+               " Availability=" + to_string(pool.availability) + "\n";
+    }
+    out += "  Flags=" + joined(flag_names(config.flags), ",") + "\n";
+    const Timeouts& t = config.timeouts;
+    out += "  StageInTimeout=" + std::to_string(t.stage_in) +
+           " StageOutTimeout=" + std::to_string(t.stage_out) +
+           " ValidateTimeout=" + std::to_string(t.validate) +
+           " OtherTimeout=" + std::to_string(t.other) + "\n";
+    if (!config.allow_users.empty())
+        out += "  AllowUsers=" + joined(config.allow_users, ",") + "\n";
+    else if (!config.deny_users.empty())
+        out += "  DenyUsers=" + joined(config.deny_users, ",") + "\n";
+    out += "  GetSysState=(null)\n  GetSysStatus=(null)\n";
+
+    const std::vector<const Buffer*> buffers = allocated_buffers(snapshot);
+    if (!buffers.empty())
+        out += "  Allocated Buffers:\n";
+    for (const Buffer* b : buffers)
+        out += std::string("    ") + (b->key.kind() == BufferKind::job ? "JobID=" : "Name=") +
+               token_of(*b) + " CreateTime=" + slurm_time(b->created) + " Pool=" + b->pool +
+               " Size=" + format_size(b->allocated_bytes) + " State=" + to_string(b->state) +
+               " UserID=" + user_of(*b) + "\n";
+    const auto users = use_by_user(buffers);
+    if (!users.empty())
+        out += "  Per User Buffer Use:\n";
+    for (const auto& [uid, use] : users)
+        out += "    UserID=" + use.name + "(" + std::to_string(uid) +
+               ") Used=" + format_size(use.used) + "\n";
+    return out;
+}
+
+json burst_json(const StatusSnapshot& snapshot, const Config& config) {
+    json pools = json::array();
+    for (const PoolStatus& pool : snapshot.pools)
+        pools.push_back({{"name", pool.name},
+                         {"granularity", pool.granularity},
+                         {"total", pool.total},
+                         {"free", pool.free},
+                         {"used", pool.used},
+                         {"availability", to_string(pool.availability)}});
+    const std::vector<const Buffer*> allocated = allocated_buffers(snapshot);
+    json buffers = json::array();
+    for (const Buffer* b : allocated) {
+        const bool job = b->key.kind() == BufferKind::job;
+        buffers.push_back({{"job_id", job ? json(b->key.job_id) : json()},
+                           {"name", job ? json() : json(b->key.name)},
+                           {"created", slurm_time(b->created)},
+                           {"pool", b->pool},
+                           {"size", b->allocated_bytes},
+                           {"state", to_string(b->state)},
+                           {"user", b->user},
+                           {"uid", b->uid}});
+    }
+    json users = json::array();
+    for (const auto& [uid, use] : use_by_user(allocated))
+        users.push_back({{"user", use.name}, {"uid", uid}, {"used", use.used}});
+    const Timeouts& t = config.timeouts;
+    return {{"name", "bbkit"},
+            {"default_pool", config.default_pool ? json(*config.default_pool) : json()},
+            {"pools", pools},
+            {"flags", flag_names(config.flags)},
+            {"timeouts",
+             {{"stage_in", t.stage_in},
+              {"stage_out", t.stage_out},
+              {"validate", t.validate},
+              {"other", t.other}}},
+            {"allow_users", config.allow_users},
+            {"deny_users", config.deny_users},
+            {"buffers", buffers},
+            {"users", users}};
+}
+
+// ---- bb-stat job --------------------------------------------------------------------------
+
+std::string job_text(const JobStatus& job, TimePoint now) {
+    const Buffer& b = job.status.buffer;
+    std::ostringstream out;
+    auto field = [&](const std::string& name, const std::string& value) {
+        out << name << ':' << std::string(name.size() < 11 ? 11 - name.size() : 1, ' ')
+            << printable(value) << '\n';
+    };
+    field("job", token_of(b));
+    field("buffer", b.key.str());
+    field("state", to_string(b.state));
+    field("reason", slurm_reason(b));
+    if (!b.message.empty())
+        field("message", b.message);
+    if (job.status.queue_position)
+        field("queue", std::to_string(*job.status.queue_position));
+    field("pool", b.pool);
+    field("requested", format_size(b.requested_bytes));
+    field("allocated", format_size(b.allocated_bytes));
+    field("directory", job.status.path);
+    field("user", user_of(b));
+    field("created", slurm_time(b.created));
+    if (job.progress) {
+        const StagingProgress& p = *job.progress;
+        field("progress", std::to_string(p.files_done) + "/" + std::to_string(p.files_total) +
+                              " files, " + format_size(p.bytes_done) + "/" +
+                              format_size(p.bytes_total) + " bytes");
+    }
+    out << "phases:\n";
+    for (const Phase& phase : phases_of(b, now)) {
+        const std::string name = to_string(phase.state);
+        out << "  " << name << std::string(name.size() < 14 ? 14 - name.size() : 1, ' ')
+            << slurm_time(phase.entered) << "  " << seconds_text(phase.seconds) << '\n';
+    }
+    return out.str();
+}
+
+json job_json(const JobStatus& job, TimePoint now) {
+    json out = buffer_status_json(job.status);
+    // Times a person or a script reads are Slurm's ISO 8601 form, as everywhere else in bbkit's
+    // JSON (bb-stat(1), JSON); only public/'s own files keep epoch seconds.
+    const Buffer& b = job.status.buffer;
+    out["created"] = slurm_time(b.created);
+    out["expires"] = b.expires ? json(slurm_time(*b.expires)) : json();
+    json entered = json::object();
+    for (const auto& [state, time] : b.entered)
+        entered[to_string(state)] = slurm_time(time);
+    out["entered"] = entered;
+    if (job.progress)
+        out["progress"] = {{"files_done", job.progress->files_done},
+                           {"files_total", job.progress->files_total},
+                           {"bytes_done", job.progress->bytes_done},
+                           {"bytes_total", job.progress->bytes_total}};
+    else
+        out["progress"] = nullptr;
+    json phases = json::array();
+    for (const Phase& phase : phases_of(job.status.buffer, now))
+        phases.push_back({{"state", to_string(phase.state)},
+                          {"entered", slurm_time(phase.entered)},
+                          {"seconds", phase.seconds}});
+    out["phases"] = phases;
+    return out;
+}
+
+// ---- Prometheus ---------------------------------------------------------------------------
+
+std::string prometheus_text(const StatusSnapshot& snapshot) {
+    std::ostringstream out;
+    out << "# HELP bbkit_pool_bytes Burst buffer pool space in bytes, by kind.\n"
+        << "# TYPE bbkit_pool_bytes gauge\n";
+    for (const PoolStatus& pool : snapshot.pools) {
+        const std::string label = "{pool=\"" + escape_label(pool.name) + "\",kind=\"";
+        out << "bbkit_pool_bytes" << label << "total\"} " << pool.total << '\n'
+            << "bbkit_pool_bytes" << label << "used\"} " << pool.used << '\n'
+            << "bbkit_pool_bytes" << label << "trash\"} " << pool.trash << '\n'
+            << "bbkit_pool_bytes" << label << "free\"} " << pool.free << '\n';
+    }
+    out << "# HELP bbkit_buffers Burst buffers by state.\n"
+        << "# TYPE bbkit_buffers gauge\n";
+    for (BufferState state : all_buffer_states()) {
+        const auto it = snapshot.counts.find(state);
+        out << "bbkit_buffers{state=\"" << to_string(state) << "\"} "
+            << (it == snapshot.counts.end() ? 0 : it->second) << '\n';
+    }
+    out << "# HELP bbkit_pool_queue_length Requests waiting in the pool's queue.\n"
+        << "# TYPE bbkit_pool_queue_length gauge\n";
+    for (const PoolStatus& pool : snapshot.pools)
+        out << "bbkit_pool_queue_length{pool=\"" << escape_label(pool.name) << "\"} " << pool.queued
+            << '\n';
+    out << "# HELP bbkit_pool_draining 1 while the pool is draining, else 0.\n"
+        << "# TYPE bbkit_pool_draining gauge\n";
+    for (const PoolStatus& pool : snapshot.pools)
+        out << "bbkit_pool_draining{pool=\"" << escape_label(pool.name) << "\"} "
+            << (pool.draining ? 1 : 0) << '\n';
+    out << "# HELP bbkit_pool_availability 1 for the pool's availability (up, draining, "
+           "unavailable, uninitialised), 0 for the others.\n"
+        << "# TYPE bbkit_pool_availability gauge\n";
+    for (const PoolStatus& pool : snapshot.pools)
+        for (PoolAvailability a : {PoolAvailability::up, PoolAvailability::draining,
+                                   PoolAvailability::unavailable, PoolAvailability::uninitialised})
+            out << "bbkit_pool_availability{pool=\"" << escape_label(pool.name)
+                << "\",availability=\"" << to_string(a) << "\"} "
+                << (pool.availability == a ? 1 : 0) << '\n';
+    return out.str();
+}
+
+}  // namespace bbkit

@@ -1,0 +1,42 @@
+// bb-stat's views for people and monitors: dwstat's tables, `scontrol show burst`, one job's
+// buffer and Prometheus text, each with its JSON form. What they show comes from views.hpp.
+//
+// The JSON field names are documented in bb-stat(1); change them only with it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bbkit/buffer.hpp"
+#include "bbkit/config.hpp"
+#include "bbkit/views.hpp"
+
+namespace bbkit {
+
+// Slurm's time form in local time: 2021-08-11T10:13:38.
+std::string slurm_time(TimePoint time);
+
+// dwstat's tables: right-aligned columns, sizes in Slurm's printed form.
+std::string pools_table(const std::vector<PoolStatus>& pools);
+std::string sessions_table(const std::vector<BufferStatus>& buffers);
+std::string instances_table(const std::vector<BufferStatus>& buffers);
+std::string configurations_table(const std::vector<BufferStatus>& buffers);
+nlohmann::json sessions_json(const std::vector<BufferStatus>& buffers);
+nlohmann::json instances_json(const std::vector<BufferStatus>& buffers);
+nlohmann::json configurations_json(const std::vector<BufferStatus>& buffers);
+// dwstat's state flags, e.g. "CA---" (see bb-stat(1)).
+std::string dwstat_state(const Buffer& buffer);
+
+// `scontrol show burst` of the lua plugin, byte for byte, with Name=bbkit.
+std::string burst_text(const StatusSnapshot& snapshot, const Config& config);
+nlohmann::json burst_json(const StatusSnapshot& snapshot, const Config& config);
+
+// `bb-stat job ID`; `now` ends the current phase's duration.
+std::string job_text(const JobStatus& job, TimePoint now);
+nlohmann::json job_json(const JobStatus& job, TimePoint now);
+
+// The text exposition format for node_exporter's textfile collector.
+std::string prometheus_text(const StatusSnapshot& snapshot);
+
+}  // namespace bbkit

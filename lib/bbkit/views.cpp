@@ -1,0 +1,458 @@
+#include "bbkit/views.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "bbkit/error.hpp"
+#include "bbkit/fsops.hpp"
+#include "bbkit/user.hpp"
+
+namespace bbkit {
+namespace {
+
+using nlohmann::json;
+
+std::uint64_t free_bytes(std::uint64_t total, std::uint64_t used, std::uint64_t trash) {
+    const std::uint64_t taken = used + trash;  // both <= max_size, so no overflow
+    return taken >= total ? 0 : total - taken;
+}
+
+double to_seconds(TimePoint time) {
+    return std::chrono::duration<double>(time.time_since_epoch()).count();
+}
+
+TimePoint from_seconds(double seconds) {
+    return TimePoint(
+        std::chrono::duration_cast<TimePoint::duration>(std::chrono::duration<double>(seconds)));
+}
+
+// A file of public/ or progress/; nullopt when it does not exist. `hint` ends the message of a
+// file that exists but cannot be opened.
+std::optional<std::string> read_snapshot_file(const std::string& path, const std::string& hint) {
+    const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!fd) {
+        const int err = errno;
+        if (err == ENOENT)
+            return std::nullopt;
+        throw Error(exit_code_for(err), "cannot read " + path + ": " + std::strerror(err) + hint);
+    }
+    return read_all(fd.get(), path, max_published_bytes);
+}
+
+json parse_published(const std::string& text) {
+    json value = json::parse(text, nullptr, false);
+    if (value.is_discarded() || !value.is_array())
+        throw Error(ExitCode::data,
+                    "not a JSON array (the owner rewrites it at the next change; run bb-stat "
+                    "as the owner meanwhile)");
+    return value;
+}
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+    return text.size() > suffix.size() &&
+           text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::uint64_t json_uint(const json& object, const char* key) {
+    const auto it = object.find(key);
+    if (it == object.end() || !it->is_number_unsigned())
+        throw Error(ExitCode::data,
+                    std::string("field '") + key + "' is not a non-negative integer");
+    return it->get<std::uint64_t>();
+}
+
+std::string json_string(const json& object, const char* key) {
+    const auto it = object.find(key);
+    if (it == object.end() || !it->is_string())
+        throw Error(ExitCode::data, std::string("field '") + key + "' is not a string");
+    return it->get<std::string>();
+}
+
+}  // namespace
+
+// ---- reading ------------------------------------------------------------------------------
+
+std::vector<PoolStatus> pool_status(Transaction& txn, const Config& config) {
+    std::vector<PoolStatus> pools;
+    for (const PoolConfig& configured : config.pools) {
+        PoolStatus pool;
+        pool.name = configured.name;
+        pool.path = configured.path;
+        pool.total = configured.capacity;
+        pool.granularity = configured.granularity;
+        std::optional<std::string> uuid;
+        if (const auto record = txn.find_pool(configured.name)) {
+            pool.initialized = true;
+            pool.draining = record->draining;
+            pool.uuid = record->uuid;
+            uuid = record->uuid;
+        }
+        pool.availability = pool_availability(configured, uuid, pool.draining);
+        pool.used = txn.used_bytes(configured.name);
+        pool.trash = txn.trash_bytes(configured.name);
+        pool.persistent = txn.persistent_used_bytes(configured.name);
+        pool.queued = txn.queue_length(configured.name);
+        pool.free = free_bytes(pool.total, pool.used, pool.trash);
+        pools.push_back(std::move(pool));
+    }
+    return pools;
+}
+
+BufferStatus buffer_status(Transaction& txn, const Config& config, Buffer buffer) {
+    BufferStatus status;
+    const PoolConfig* pool = config.find_pool(buffer.pool);
+    status.path = (pool ? pool->path : std::string("(unknown pool)")) + "/" + buffer.directory;
+    if (buffer.state == BufferState::pending)
+        status.queue_position = txn.queue_position(buffer.key.str());
+    status.buffer = std::move(buffer);
+    return status;
+}
+
+StatusSnapshot read_status(Transaction& txn, const Config& config) {
+    StatusSnapshot snapshot;
+    snapshot.pools = pool_status(txn, config);
+    BufferFilter live;
+    live.live_only = true;
+    for (Buffer& buffer : txn.list_buffers(live))
+        snapshot.buffers.push_back(buffer_status(txn, config, std::move(buffer)));
+    snapshot.counts = txn.count_by_state();
+    return snapshot;
+}
+
+namespace {
+
+// Every public/buffers/<uid>/<key>.json the caller may read, oldest first. Directories and files
+// that cannot be opened are someone else's (PrivateData) or were removed meanwhile: skipped.
+std::vector<BufferStatus> read_public_buffers(const std::string& dir, bool private_data,
+                                              uid_t uid) {
+    std::vector<BufferStatus> buffers;
+    const Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) {
+        const int err = errno;
+        if (err == ENOENT)
+            return buffers;  // no buffer published yet
+        throw system_error("cannot read " + dir, err);
+    }
+    for (const std::string& user : list_directory(fd.get(), dir)) {
+        const std::string user_path = dir + "/" + user;
+        const Fd user_fd(
+            ::openat(fd.get(), user.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!user_fd)
+            continue;
+        for (const std::string& name : list_directory(user_fd.get(), user_path)) {
+            if (!ends_with(name, ".json"))
+                continue;  // a temporary being renamed into place
+            const std::string path = user_path + "/" + name;
+            std::optional<std::string> text;
+            try {
+                text = read_snapshot_file(path, "");
+            } catch (const Error&) {
+                continue;
+            }
+            if (!text)
+                continue;
+            try {
+                json value = json::parse(*text, nullptr, false);
+                if (value.is_discarded())
+                    throw Error(ExitCode::data,
+                                "not JSON (the owner rewrites it at the next change; run "
+                                "bb-stat as the owner meanwhile)");
+                BufferStatus status = buffer_status_from_json(value);
+                // Someone else's file left readable (PrivateData just set, not yet resynced).
+                if (private_data && status.buffer.uid != uid)
+                    continue;
+                buffers.push_back(std::move(status));
+            } catch (const Error& error) {
+                throw Error(ExitCode::data, "cannot read " + path + ": " + error.what());
+            }
+        }
+    }
+    // The database's order (record id) is creation order.
+    std::sort(buffers.begin(), buffers.end(), [](const BufferStatus& a, const BufferStatus& b) {
+        if (a.buffer.created != b.buffer.created)
+            return a.buffer.created < b.buffer.created;
+        return a.buffer.key.str() < b.buffer.key.str();
+    });
+    return buffers;
+}
+
+}  // namespace
+
+StatusSnapshot read_public_status(const Config& config, uid_t uid) {
+    const std::string dir = config.state_dir + "/public";
+    const std::string hint =
+        " (ask the administrator to make " + config.state_dir + " searchable: chmod 0711)";
+    StatusSnapshot snapshot;
+    const std::string pools_path = dir + "/pools.json";
+    const auto pools = read_snapshot_file(pools_path, hint);
+    if (!pools)
+        throw Error(ExitCode::unavailable, "no status published in " + dir +
+                                               " yet (bb-pool init publishes it, as the "
+                                               "state directory's owner)");
+    try {
+        for (const json& pool : parse_published(*pools))
+            snapshot.pools.push_back(pool_status_from_json(pool));
+    } catch (const Error& error) {
+        throw Error(ExitCode::data, "cannot read " + pools_path + ": " + error.what());
+    }
+    // The snapshot is as old as the last write; a pool unmounted since shows now.
+    for (PoolStatus& pool : snapshot.pools)
+        if (const PoolConfig* configured = config.find_pool(pool.name))
+            pool.availability = pool_availability(
+                *configured,
+                pool.initialized ? std::optional<std::string>(pool.uuid) : std::nullopt,
+                pool.draining, pool.availability);
+
+    snapshot.buffers = read_public_buffers(dir + "/buffers", config.flags.private_data, uid);
+    for (const BufferStatus& status : snapshot.buffers)
+        ++snapshot.counts[status.buffer.state];
+    return snapshot;
+}
+
+std::optional<StagingProgress> read_progress(const std::string& state_dir, const BufferKey& key) {
+    std::optional<std::string> text;
+    try {
+        text = read_snapshot_file(state_dir + "/progress/" + key.str(), "");
+    } catch (const Error&) {
+        return std::nullopt;  // progress is a hint; an unreadable file shows as none
+    }
+    if (!text)
+        return std::nullopt;
+    const json value = json::parse(*text, nullptr, false);
+    if (value.is_discarded() || !value.is_object())
+        return std::nullopt;
+    try {
+        StagingProgress progress;
+        progress.files_done = json_uint(value, "files_done");
+        progress.files_total = json_uint(value, "files_total");
+        progress.bytes_done = json_uint(value, "bytes_done");
+        progress.bytes_total = json_uint(value, "bytes_total");
+        return progress;
+    } catch (const Error&) {
+        return std::nullopt;
+    }
+}
+
+namespace {
+
+[[noreturn]] void no_job_buffer(std::uint64_t job_id) {
+    throw Error(ExitCode::no_input, "no burst buffer for job " + std::to_string(job_id));
+}
+
+}  // namespace
+
+bool privileged_viewer(const Config& config, uid_t viewer) {
+    if (viewer == 0)
+        return true;
+    if (config.state_owner == "root" || config.state_owner == "0")
+        return false;
+    try {
+        return lookup_user(config.state_owner).uid == viewer;
+    } catch (const Error&) {
+        return false;  // an owner that does not resolve privileges nobody
+    }
+}
+
+bool may_see(const Config& config, uid_t viewer, const Buffer& buffer) {
+    return !config.flags.private_data || buffer.uid == viewer || privileged_viewer(config, viewer);
+}
+
+void restrict_to_viewer(StatusSnapshot& snapshot, const Config& config, uid_t viewer) {
+    std::vector<BufferStatus> kept;
+    snapshot.counts.clear();
+    for (BufferStatus& status : snapshot.buffers)
+        if (may_see(config, viewer, status.buffer)) {
+            ++snapshot.counts[status.buffer.state];
+            kept.push_back(std::move(status));
+        }
+    snapshot.buffers = std::move(kept);
+}
+
+JobStatus job_status(Transaction& txn, const Config& config, std::uint64_t job_id,
+                     std::optional<uid_t> viewer) {
+    std::optional<Buffer> buffer = txn.latest_job_buffer(config.cluster, job_id);
+    if (!buffer || (viewer && !may_see(config, *viewer, *buffer)))
+        no_job_buffer(job_id);
+    JobStatus job;
+    job.progress = read_progress(config.state_dir, buffer->key);
+    job.status = buffer_status(txn, config, std::move(*buffer));
+    return job;
+}
+
+JobStatus job_status(const StatusSnapshot& snapshot, const Config& config, std::uint64_t job_id,
+                     std::optional<uid_t> viewer) {
+    const BufferStatus* found = nullptr;
+    for (const BufferStatus& status : snapshot.buffers) {
+        const BufferKey& key = status.buffer.key;
+        if (key.kind() == BufferKind::job && key.cluster == config.cluster &&
+            key.job_id == job_id && (!found || key.incarnation > found->buffer.key.incarnation))
+            found = &status;
+    }
+    if (!found || (viewer && !may_see(config, *viewer, found->buffer)))
+        no_job_buffer(job_id);
+    return JobStatus{*found, std::nullopt};
+}
+
+std::string slurm_reason(const Buffer& buffer) {
+    if (!buffer.reason.empty())
+        return buffer.reason;
+    switch (buffer.state) {
+        case BufferState::pending:
+            return "BurstBufferResources";
+        case BufferState::staging_in:
+        case BufferState::staged_in:
+            return "BurstBufferStageIn";
+        default:
+            return "None";
+    }
+}
+
+// ---- Slurm's pools ------------------------------------------------------------------------
+
+std::string slurm_pools_json(const std::vector<PoolStatus>& pools) {
+    json list = json::array();
+    for (const PoolStatus& pool : pools) {
+        const std::uint64_t granularity = std::max<std::uint64_t>(pool.granularity, 1);
+        // Slurm owns only job buffers: persistent buffers and trash are not its to hand out.
+        const std::uint64_t quantity =
+            free_bytes(pool.total, pool.persistent, pool.trash) / granularity;
+        const std::uint64_t free =
+            pool.draining || !pool.initialized || pool.availability == PoolAvailability::unavailable
+                ? 0
+                : free_bytes(pool.total, pool.used, pool.trash) / granularity;
+        list.push_back({{"id", pool.name},
+                        {"quantity", quantity},
+                        {"granularity", granularity},
+                        {"free", std::min(free, quantity)}});
+    }
+    return json{{"pools", list}}.dump();
+}
+
+std::string slurm_pools_json(Transaction& txn, const Config& config) {
+    return slurm_pools_json(pool_status(txn, config));
+}
+
+// ---- the JSON of public/ and of --json ----------------------------------------------------
+
+json pool_status_json(const PoolStatus& pool) {
+    return {{"name", pool.name},
+            {"path", pool.path},
+            {"total", pool.total},
+            {"used", pool.used},
+            {"trash", pool.trash},
+            {"free", pool.free},
+            {"granularity", pool.granularity},
+            {"persistent", pool.persistent},
+            {"queued", pool.queued},
+            {"draining", pool.draining},
+            {"initialized", pool.initialized},
+            {"uuid", pool.uuid.empty() ? json() : json(pool.uuid)},
+            {"availability", to_string(pool.availability)}};
+}
+
+PoolStatus pool_status_from_json(const json& value) {
+    if (!value.is_object())
+        throw Error(ExitCode::data, "a pool is not a JSON object");
+    PoolStatus pool;
+    pool.name = json_string(value, "name");
+    pool.path = json_string(value, "path");
+    pool.total = json_uint(value, "total");
+    pool.used = json_uint(value, "used");
+    pool.trash = json_uint(value, "trash");
+    pool.free = json_uint(value, "free");
+    pool.granularity = json_uint(value, "granularity");
+    pool.persistent = json_uint(value, "persistent");
+    pool.queued = static_cast<std::size_t>(json_uint(value, "queued"));
+    pool.draining = value.value("draining", false);
+    pool.initialized = value.value("initialized", false);
+    if (value.contains("uuid") && value["uuid"].is_string())
+        pool.uuid = value["uuid"].get<std::string>();
+    // Snapshots of older versions have no availability: what the records said.
+    pool.availability = value.contains("availability") && value["availability"].is_string()
+                            ? parse_pool_availability(value["availability"].get<std::string>())
+                        : !pool.initialized ? PoolAvailability::uninitialised
+                        : pool.draining     ? PoolAvailability::draining
+                                            : PoolAvailability::up;
+    return pool;
+}
+
+json pools_json(const std::vector<PoolStatus>& pools) {
+    json list = json::array();
+    for (const PoolStatus& pool : pools)
+        list.push_back(pool_status_json(pool));
+    return list;
+}
+
+json buffer_status_json(const BufferStatus& status) {
+    const Buffer& b = status.buffer;
+    const bool job = b.key.kind() == BufferKind::job;
+    json entered = json::object();
+    for (const auto& [state, time] : b.entered)
+        entered[to_string(state)] = to_seconds(time);
+    return {{"key", b.key.str()},
+            {"cluster", b.key.cluster},
+            {"job_id", job ? json(b.key.job_id) : json()},
+            {"incarnation", job ? json(b.key.incarnation) : json()},
+            {"name", job ? json() : json(b.key.name)},
+            {"pool", b.pool},
+            {"state", to_string(b.state)},
+            {"reason", slurm_reason(b)},
+            {"message", b.message},
+            {"requested", b.requested_bytes},
+            {"allocated", b.allocated_bytes},
+            {"uid", b.uid},
+            {"gid", b.gid},
+            {"user", b.user},
+            {"owner", b.owner.empty() ? json() : json(b.owner)},
+            {"directory", b.directory},
+            {"path", status.path},
+            {"access", b.access},
+            {"type", b.type},
+            {"created", to_seconds(b.created)},
+            {"entered", entered},
+            {"expires", b.expires ? json(to_seconds(*b.expires)) : json()},
+            {"use_count", b.use_count},
+            {"queue_position", status.queue_position ? json(*status.queue_position) : json()}};
+}
+
+BufferStatus buffer_status_from_json(const json& value) {
+    if (!value.is_object())
+        throw Error(ExitCode::data, "a buffer is not a JSON object");
+    BufferStatus status;
+    Buffer& b = status.buffer;
+    b.key = parse_buffer_key(json_string(value, "key"));
+    b.pool = json_string(value, "pool");
+    b.state = parse_buffer_state(json_string(value, "state"));
+    b.reason = json_string(value, "reason");
+    b.message = json_string(value, "message");
+    b.requested_bytes = json_uint(value, "requested");
+    b.allocated_bytes = json_uint(value, "allocated");
+    b.uid = static_cast<uid_t>(json_uint(value, "uid"));
+    b.gid = static_cast<gid_t>(json_uint(value, "gid"));
+    b.user = json_string(value, "user");
+    if (value.contains("owner") && value["owner"].is_string())
+        b.owner = value["owner"].get<std::string>();
+    b.directory = json_string(value, "directory");
+    status.path = json_string(value, "path");
+    b.access = json_string(value, "access");
+    b.type = json_string(value, "type");
+    if (!value.contains("created") || !value["created"].is_number())
+        throw Error(ExitCode::data, "field 'created' is not a number");
+    b.created = from_seconds(value["created"].get<double>());
+    if (value.contains("entered") && value["entered"].is_object())
+        for (const auto& [state, time] : value["entered"].items())
+            if (time.is_number())
+                b.entered[parse_buffer_state(state)] = from_seconds(time.get<double>());
+    if (value.contains("expires") && value["expires"].is_number())
+        b.expires = from_seconds(value["expires"].get<double>());
+    b.use_count = static_cast<std::uint32_t>(json_uint(value, "use_count"));
+    if (value.contains("queue_position") && value["queue_position"].is_number_unsigned())
+        status.queue_position = value["queue_position"].get<std::size_t>();
+    return status;
+}
+
+}  // namespace bbkit

@@ -1,0 +1,415 @@
+#include "bbkit/publish.hpp"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <iterator>
+#include <set>
+
+#include "bbkit/error.hpp"
+#include "bbkit/fsops.hpp"
+#include "status_fixture.hpp"
+
+namespace bbkit {
+namespace {
+
+using namespace fixture;
+
+[[maybe_unused]] std::string fs_parent(const std::string& path) {  // fault-injection builds only
+    return path.substr(0, path.rfind('/'));
+}
+
+TEST_F(StatusTest, write_transaction_records_the_keys_and_queues_it_touched) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        EXPECT_TRUE(txn.touched_keys().empty());
+        Buffer b = job(1, "pool1", kib, 1017, "marshall", t_169502);
+        txn.insert_buffer(b);
+        Buffer pending = job(2, "pool1", kib, 1017, "marshall", t_169504);
+        pending.state = S::pending;
+        txn.insert_buffer(pending);
+        txn.commit();
+    }
+    {
+        WriteTransaction txn(*store, "test");
+        txn.find_buffer(BufferKey::job("main", 1, 1));  // reads touch nothing
+        EXPECT_TRUE(txn.touched_keys().empty());
+        Buffer b = txn.transition(BufferKey::job("main", 1, 1), S::allocated);
+        b.message = "updated";
+        txn.update_buffer(b);
+        txn.enqueue("pool1", "main.2.1", kib, ProcessId::self());
+        EXPECT_EQ(txn.touched_keys(), (std::set<std::string>{"main.1.1", "main.2.1"}));
+        EXPECT_TRUE(txn.touched_queues().empty()) << "an append moves nobody up";
+        txn.commit();
+    }
+    {
+        WriteTransaction txn(*store, "test");
+        EXPECT_FALSE(txn.dequeue("main.9.1"));  // not queued: nothing changed
+        EXPECT_TRUE(txn.touched_queues().empty());
+        EXPECT_TRUE(txn.dequeue("main.2.1"));
+        txn.transition(BufferKey::job("main", 1, 1), S::teardown);
+        txn.transition(BufferKey::job("main", 1, 1), S::complete);
+        txn.mark_reaped(BufferKey::job("main", 1, 1));
+        EXPECT_EQ(txn.touched_keys(), (std::set<std::string>{"main.1.1", "main.2.1"}));
+        EXPECT_EQ(txn.touched_queues(), std::set<std::string>{"pool1"});
+    }
+}
+
+TEST_F(StatusTest, publish_writes_pools_json_and_one_file_per_live_buffer) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", 100 * kib, 1017, "marshall", t_169502));
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    const std::string dir = config_.state_dir;
+    EXPECT_EQ(read_file(dir + "/pools.json"),
+              R"({"pools":[{"free":9900,"granularity":1024,"id":"pool1","quantity":10000}]})"
+              "\n");
+    EXPECT_EQ(stat_of(dir + "/pools.json").st_mode & 07777, 0644u);
+    EXPECT_EQ(stat_of(dir + "/public/pools.json").st_mode & 07777, 0644u);
+    EXPECT_EQ(stat_of(dir + "/public/buffers").st_mode & 07777, 0755u);
+    EXPECT_EQ(stat_of(dir + "/public/buffers/1017").st_mode & 07777, 0755u);
+    EXPECT_EQ(stat_of(dir + "/public/buffers/1017").st_uid, geteuid());
+    EXPECT_EQ(stat_of(dir + "/public/buffers/1017/main.1.1.json").st_mode & 07777, 0644u);
+    EXPECT_NE(::access((dir + "/public/buffers.json").c_str(), F_OK), 0) << "layout 1 is gone";
+
+    const StatusSnapshot seen = read_public_status(config_, 4242);
+    ASSERT_EQ(seen.pools.size(), 1u);
+    EXPECT_EQ(seen.pools[0].used, 100 * kib);
+    ASSERT_EQ(seen.buffers.size(), 1u);
+    EXPECT_EQ(seen.buffers[0].buffer.key.str(), "main.1.1");
+    EXPECT_EQ(seen.buffers[0].buffer.created, at(t_169502));
+    EXPECT_EQ(seen.buffers[0].path, root_ + "/bb/pool1/job/main.1.1");
+    EXPECT_EQ(seen.counts.at(S::allocated), 1u);
+    EXPECT_EQ(job_status(seen, config_, 1).status.buffer.state, S::allocated);
+}
+
+TEST_F(StatusTest, publish_rewrites_only_the_touched_buffers_and_removes_final_ones) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    const std::string users = config_.state_dir + "/public/buffers";
+    const std::string one = users + "/1017/main.1.1.json", two = users + "/1018/main.2.1.json";
+    auto touch_one = [&](const std::string& message) {
+        WriteTransaction txn(*store, "test");
+        Buffer b = txn.get_buffer(BufferKey::job("main", 1, 1));
+        b.message = message;
+        txn.update_buffer(b);
+        publish(txn, *store, config_);
+        txn.commit();
+    };
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        allocate(txn, job(2, "pool1", kib, 1018, "other", t_169504));
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    touch_one("first");  // also settles the first publish's keys (see publish())
+    const ino_t two_before = stat_of(two).st_ino;
+    const ino_t one_before = stat_of(one).st_ino;
+    touch_one("second");
+    EXPECT_EQ(stat_of(two).st_ino, two_before) << "an untouched buffer's file is left alone";
+    EXPECT_NE(stat_of(one).st_ino, one_before);
+    EXPECT_NE(read_file(one).find("\"message\": \"second\""), std::string::npos) << read_file(one);
+
+    {
+        WriteTransaction txn(*store, "test");
+        txn.transition(BufferKey::job("main", 1, 1), S::teardown);
+        txn.transition(BufferKey::job("main", 1, 1), S::complete);
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    EXPECT_NE(::access(one.c_str(), F_OK), 0) << "a final buffer has no file";
+    EXPECT_NE(::access((users + "/1017").c_str(), F_OK), 0) << "nor does a user without buffers";
+    EXPECT_EQ(stat_of(two).st_ino, two_before);
+    const StatusSnapshot seen = read_public_status(config_, 4242);
+    ASSERT_EQ(seen.buffers.size(), 1u);
+    EXPECT_EQ(seen.buffers[0].buffer.key.str(), "main.2.1");
+}
+
+TEST_F(StatusTest, the_next_publish_undoes_a_rolled_back_one) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    const std::string file = config_.state_dir + "/public/buffers/1017/main.1.1.json";
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        publish(txn, *store, config_);
+    }  // rolled back, as a kill between publish and commit would
+    EXPECT_EQ(::access(file.c_str(), F_OK), 0);
+    {
+        WriteTransaction txn(*store, "test");
+        publish(txn, *store, config_);  // touches nothing itself
+        txn.commit();
+    }
+    EXPECT_NE(::access(file.c_str(), F_OK), 0);
+    EXPECT_TRUE(read_public_status(config_, 4242).buffers.empty());
+}
+
+TEST_F(StatusTest, unsettled_is_rewritten_in_place_and_a_torn_tail_is_harmless) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    const std::string unsettled = config_.state_dir + "/public/.unsettled";
+    const auto contents = [&] {
+        std::ifstream in(unsettled);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    const auto inode = [&] {
+        struct stat st {};
+        EXPECT_EQ(::stat(unsettled.c_str(), &st), 0);
+        return st.st_ino;
+    };
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        allocate(txn, job(2, "pool1", kib, 1017, "marshall", t_169504));
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    EXPECT_EQ(contents(), "1017 main.1.1\n1017 main.2.1\n");
+    const ino_t first = inode();
+    {
+        WriteTransaction txn(*store, "test");
+        txn.transition(BufferKey::job("main", 1, 1), S::teardown);
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    EXPECT_EQ(contents(), "1017 main.1.1\n");
+    EXPECT_EQ(inode(), first);
+    // What a kill between the write and the truncation leaves: the new keys, then part of the
+    // old ones (all settled already), here cut in the middle of a line.
+    {
+        std::ofstream out(unsettled, std::ios::app);
+        out << "7 main.2.1\n1017 main.2";
+    }
+    {
+        WriteTransaction txn(*store, "test");
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    EXPECT_EQ(contents(), "\n");
+    EXPECT_EQ(inode(), first);
+    if (geteuid() == 0) {  // root gives it (back) to public/'s owner, who rewrites it in place
+        ASSERT_EQ(::chown(unsettled.c_str(), 4242, 4242), 0);
+        {
+            WriteTransaction txn(*store, "test");
+            txn.transition(BufferKey::job("main", 2, 1), S::teardown);
+            publish(txn, *store, config_);
+            txn.commit();
+        }
+        struct stat file {};
+        struct stat dir {};
+        ASSERT_EQ(::stat(unsettled.c_str(), &file), 0);
+        ASSERT_EQ(::stat((config_.state_dir + "/public").c_str(), &dir), 0);
+        EXPECT_EQ(file.st_uid, dir.st_uid);
+        EXPECT_EQ(file.st_gid, dir.st_gid);
+        EXPECT_EQ(contents(), "1017 main.2.1\n");
+    }
+    const StatusSnapshot seen = read_public_status(config_, 1017);
+    ASSERT_EQ(seen.buffers.size(), 2u);
+    EXPECT_EQ(seen.buffers[0].buffer.state, S::teardown);
+    EXPECT_EQ(seen.buffers[1].buffer.state, geteuid() == 0 ? S::teardown : S::allocated);
+}
+
+#ifdef BBKIT_FAULT_INJECTION
+// Killed once public/.unsettled names only its own keys, a publish has already settled the keys
+// the last one left unsettled: the file of a rolled-back buffer does not outlive both.
+TEST_F(StatusTest, a_publish_killed_after_naming_its_keys_settled_the_previous_ones_first) {
+    ::testing::FLAGS_gtest_death_test_style = "threadsafe";  // a fresh process reads BBKIT_FAULT
+    config_.pools.resize(1);
+    auto store = open_store();
+    const std::string file = config_.state_dir + "/public/buffers/1017/main.1.1.json";
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        publish(txn, *store, config_);
+    }  // rolled back: main.1.1's file shows a buffer that never was
+    ASSERT_EQ(::access(file.c_str(), F_OK), 0);
+    // The child runs this test again from the start, in a state directory of its own whose
+    // first publish (above) is a full one, without that point; then works on this process's.
+    ::setenv("BBKIT_TEST_STATE_DIR", config_.state_dir.c_str(), 0);
+    ::setenv("BBKIT_FAULT", "publish.unsettled-written", 1);
+    EXPECT_EXIT(
+        {
+            std::system(("rm -rf '" + root_ + "'").c_str());  // the child's own, unused
+            config_.state_dir = std::getenv("BBKIT_TEST_STATE_DIR");
+            // The parent's pool too (public/.settings names the pool paths).
+            config_.pools[0].path = fs_parent(config_.state_dir) + "/bb/pool1";
+            StateStore shared(config_);
+            WriteTransaction txn(shared, "test");
+            allocate(txn, job(2, "pool1", kib, 1018, "other", t_169504));
+            publish(txn, shared, config_);
+            std::exit(0);
+        },
+        ::testing::KilledBySignal(SIGKILL), "");
+    ::unsetenv("BBKIT_FAULT");
+    ::unsetenv("BBKIT_TEST_STATE_DIR");
+    EXPECT_NE(::access(file.c_str(), F_OK), 0) << "the rolled-back buffer's file is left";
+}
+#endif
+
+TEST_F(StatusTest, a_dequeue_republishes_the_requests_behind_it) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        for (std::uint64_t id : {1, 2, 3}) {
+            Buffer b = job(id, "pool1", kib, 1017, "marshall", t_169502 + id);
+            b.state = S::pending;
+            txn.insert_buffer(b);
+            txn.enqueue("pool1", b.key.str(), kib, ProcessId::self());
+        }
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    {
+        WriteTransaction txn(*store, "test");
+        txn.dequeue("main.1.1");
+        txn.transition(BufferKey::job("main", 1, 1), S::allocating);
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    const StatusSnapshot seen = read_public_status(config_, 4242);
+    ASSERT_EQ(seen.buffers.size(), 3u);
+    EXPECT_FALSE(seen.buffers[0].queue_position);
+    EXPECT_EQ(seen.buffers[1].queue_position, std::optional<std::size_t>(1));
+    EXPECT_EQ(seen.buffers[2].queue_position, std::optional<std::size_t>(2));
+}
+
+TEST_F(StatusTest, private_data_changes_resync_the_user_directories) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "giving directories to other users needs root";
+    config_.pools.resize(1);
+    auto store = open_store();
+    const std::string pub = config_.state_dir + "/public";
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        allocate(txn, job(2, "pool1", 2 * kib, 1018, "other", t_169504));
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    std::ofstream(pub + "/buffers.json") << "[]";  // layout 1's files go at the next resync
+    std::ofstream(pub + "/buffers.1017.json") << "[]";
+    auto publish_nothing = [&] {
+        WriteTransaction txn(*store, "test");
+        publish(txn, *store, config_);  // touches no buffer: only a resync changes the tree
+        txn.commit();
+    };
+
+    config_.flags.private_data = true;
+    publish_nothing();
+    EXPECT_NE(::access((pub + "/buffers.json").c_str(), F_OK), 0) << "shared file must go";
+    EXPECT_NE(::access((pub + "/buffers.1017.json").c_str(), F_OK), 0);
+    EXPECT_EQ(stat_of(pub + "/buffers").st_mode & 07777, 0755u);
+    for (uid_t uid : {1017u, 1018u}) {
+        const struct stat st = stat_of(pub + "/buffers/" + std::to_string(uid));
+        EXPECT_EQ(st.st_mode & 07777, 0700u);
+        EXPECT_EQ(st.st_uid, uid);
+    }
+    const StatusSnapshot mine = read_public_status(config_, 1018);
+    ASSERT_EQ(mine.buffers.size(), 1u);
+    EXPECT_EQ(mine.buffers[0].buffer.key.job_id, 2u);
+    EXPECT_TRUE(read_public_status(config_, 999).buffers.empty());
+
+    config_.flags.private_data = false;
+    publish_nothing();
+    for (uid_t uid : {1017u, 1018u}) {
+        const struct stat st = stat_of(pub + "/buffers/" + std::to_string(uid));
+        EXPECT_EQ(st.st_mode & 07777, 0755u);
+        EXPECT_EQ(st.st_uid, 0u);
+    }
+    EXPECT_EQ(read_public_status(config_, 999).buffers.size(), 2u);
+}
+
+TEST_F(StatusTest, publish_restores_a_user_directorys_mode_when_writing_into_it) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "giving directories to other users needs root";
+    config_.pools.resize(1);
+    config_.flags.private_data = true;
+    auto store = open_store();
+    const std::string dir = config_.state_dir + "/public/buffers/1017";
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);  // what its owner may do
+    {
+        WriteTransaction txn(*store, "test");
+        txn.transition(BufferKey::job("main", 1, 1), S::staging_in);
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    EXPECT_EQ(stat_of(dir).st_mode & 07777, 0700u);
+    EXPECT_EQ(stat_of(dir).st_uid, 1017u);
+}
+
+TEST_F(StatusTest, a_resync_removes_stale_files_and_directories) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    const std::string users = config_.state_dir + "/public/buffers";
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    std::ofstream(users + "/1017/main.9.1.json") << "{}";         // a buffer long gone
+    std::ofstream(users + "/1017/main.1.1.json.tmp.1.2") << "{";  // a killed writer's
+    ASSERT_EQ(::mkdir((users + "/555").c_str(), 0755), 0);
+    std::ofstream(users + "/555/main.8.1.json") << "{}";
+    ASSERT_EQ(::unlink((config_.state_dir + "/public/.settings").c_str()), 0);
+    {
+        WriteTransaction txn(*store, "test");
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    EXPECT_NE(::access((users + "/1017/main.9.1.json").c_str(), F_OK), 0);
+    EXPECT_NE(::access((users + "/1017/main.1.1.json.tmp.1.2").c_str(), F_OK), 0);
+    EXPECT_NE(::access((users + "/555").c_str(), F_OK), 0);
+    EXPECT_EQ(::access((users + "/1017/main.1.1.json").c_str(), F_OK), 0);
+    EXPECT_EQ(read_public_status(config_, 4242).buffers.size(), 1u);
+}
+
+// With PrivateData a user owns their directory and may put a tree into it: a resync takes it
+// away with the rest, never following a link out. public/'s other files are not layout 1's.
+TEST_F(StatusTest, a_resync_removes_trees_planted_in_user_directories_and_nothing_else) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    const std::string pub = config_.state_dir + "/public";
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    std::filesystem::create_directories(pub + "/buffers/1017/planted/deeper");
+    std::filesystem::create_directories(pub + "/buffers/555/planted");
+    std::filesystem::create_directories(root_ + "/outside");
+    std::ofstream(root_ + "/outside/kept") << "x";
+    std::filesystem::create_directory_symlink(root_ + "/outside", pub + "/buffers/555/link");
+    std::ofstream(pub + "/buffers.notes.json") << "{}";  // not a name layout 1 used
+    ASSERT_EQ(::unlink((pub + "/.settings").c_str()), 0);
+    {
+        WriteTransaction txn(*store, "test");
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    EXPECT_FALSE(std::filesystem::exists(pub + "/buffers/1017/planted"));
+    EXPECT_FALSE(std::filesystem::exists(pub + "/buffers/555"));
+    EXPECT_TRUE(std::filesystem::exists(root_ + "/outside/kept"));
+    EXPECT_TRUE(std::filesystem::exists(pub + "/buffers/1017/main.1.1.json"));
+    EXPECT_TRUE(std::filesystem::exists(pub + "/buffers.notes.json"));
+}
+
+}  // namespace
+}  // namespace bbkit

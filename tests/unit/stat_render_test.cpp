@@ -1,0 +1,292 @@
+#include "bbkit/stat_render.hpp"
+
+#include <gtest/gtest.h>
+
+#include "bbkit/error.hpp"
+#include "bbkit/publish.hpp"
+#include "status_fixture.hpp"
+
+namespace bbkit {
+namespace {
+
+using namespace fixture;
+
+// ---- scontrol show burst ------------------------------------------------------------------
+
+TEST_F(StatusTest, burst_matches_the_guides_lua_example_byte_for_byte) {
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(169502, "pool4", 1000000000, 1017, "marshall", t_169502));
+        allocate(txn, job(169504, "pool1", 250 * kib, 1017, "marshall", t_169504));
+        txn.commit();
+    }
+    ReadSnapshot txn(*store);
+    const std::string expected =
+        "Name=bbkit DefaultPool=(null) Granularity=1 TotalSpace=0 FreeSpace=0 UsedSpace=0\n"
+        "  PoolName[0]=pool1 Granularity=1KiB TotalSpace=10000KiB FreeSpace=9750KiB "
+        "UsedSpace=250KiB Availability=up\n"
+        "  PoolName[1]=pool2 Granularity=2 TotalSpace=10 FreeSpace=10 UsedSpace=0 "
+        "Availability=up\n"
+        "  PoolName[2]=pool3 Granularity=1 TotalSpace=4 FreeSpace=4 UsedSpace=0 Availability=up\n"
+        "  PoolName[3]=pool4 Granularity=1 TotalSpace=5GB FreeSpace=4GB UsedSpace=1GB "
+        "Availability=up\n"
+        "  Flags=DisablePersistent\n"
+        "  StageInTimeout=86400 StageOutTimeout=86400 ValidateTimeout=5 OtherTimeout=300\n"
+        "  GetSysState=(null)\n"
+        "  GetSysStatus=(null)\n"
+        "  Allocated Buffers:\n"
+        "    JobID=169504 CreateTime=2021-08-11T10:13:38 Pool=pool1 Size=250KiB State=allocated "
+        "UserID=marshall(1017)\n"
+        "    JobID=169502 CreateTime=2021-08-11T10:12:06 Pool=pool4 Size=1GB State=allocated "
+        "UserID=marshall(1017)\n"
+        "  Per User Buffer Use:\n"
+        "    UserID=marshall(1017) Used=1000256KB\n";
+    EXPECT_EQ(burst_text(read_status(txn, config_), config_), expected);
+}
+
+TEST_F(StatusTest, burst_without_buffers_has_no_buffer_sections) {
+    config_.default_pool = "pool1";
+    config_.flags.private_data = true;
+    config_.flags.teardown_failure = true;
+    config_.deny_users = {"eve", "1234"};
+    config_.timeouts = {300, 300, 120, 5};
+    config_.pools.resize(1);
+    auto store = open_store();
+    ReadSnapshot txn(*store);
+    EXPECT_EQ(burst_text(read_status(txn, config_), config_),
+              "Name=bbkit DefaultPool=pool1 Granularity=1 TotalSpace=0 FreeSpace=0 UsedSpace=0\n"
+              "  PoolName[0]=pool1 Granularity=1KiB TotalSpace=10000KiB FreeSpace=10000KiB "
+              "UsedSpace=0 Availability=up\n"
+              "  Flags=DisablePersistent,PrivateData,TeardownFailure\n"
+              "  StageInTimeout=300 StageOutTimeout=300 ValidateTimeout=5 OtherTimeout=120\n"
+              "  DenyUsers=eve,1234\n"
+              "  GetSysState=(null)\n"
+              "  GetSysStatus=(null)\n");
+}
+
+TEST_F(StatusTest, burst_lists_persistent_buffers_by_name_and_skips_pending_ones) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        Buffer alpha = Buffer::for_key(BufferKey::persistent("main", "alpha"));
+        alpha.pool = "pool1";
+        alpha.requested_bytes = alpha.allocated_bytes = 2 * kib;
+        alpha.uid = 0;
+        alpha.user = "root";
+        alpha.owner = "root";
+        alpha.state = S::allocating;
+        alpha.created = at(t_169502);
+        allocate(txn, alpha);
+        Buffer waiting = job(7, "pool1", 20000 * kib, 1017, "marshall", t_169504);
+        waiting.state = S::pending;
+        txn.insert_buffer(waiting);
+        txn.commit();
+    }
+    ReadSnapshot txn(*store);
+    const std::string text = burst_text(read_status(txn, config_), config_);
+    EXPECT_NE(text.find("  Allocated Buffers:\n"
+                        "    Name=alpha CreateTime=2021-08-11T10:12:06 Pool=pool1 Size=2KiB "
+                        "State=allocated UserID=root(0)\n"
+                        "  Per User Buffer Use:\n"
+                        "    UserID=root(0) Used=2KiB\n"),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(text.find("JobID=7"), std::string::npos);
+}
+
+// ---- dwstat tables ------------------------------------------------------------------------
+
+TEST(PoolsTable, is_right_aligned_with_slurm_sizes) {
+    EXPECT_EQ(pools_table({pool("wlm_pool", 5800 * gib, gib, 1200 * gib), pool("p", 10, 2)}),
+              "    pool units quantity    free gran state\n"
+              "wlm_pool bytes  5800GiB 4600GiB 1GiB    up\n"
+              "       p bytes       10      10    2    up\n");
+}
+
+TEST(PoolsTable, without_pools_prints_the_header) {
+    EXPECT_EQ(pools_table({}), "pool units quantity free gran state\n");
+}
+
+TEST_F(StatusTest, dwstat_tables_have_one_row_per_live_buffer) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(832, "pool1", 4 * kib, 12345, "tester", t_169502));
+        txn.commit();
+    }
+    ReadSnapshot txn(*store);
+    const StatusSnapshot snapshot = read_status(txn, config_);
+    EXPECT_EQ(sessions_table(snapshot.buffers),
+              "sess state token creator owner             created expiration nodes\n"
+              "   1 CA---   832   bbkit 12345 2021-08-11T10:12:06      never     0\n");
+    EXPECT_EQ(configurations_table(snapshot.buffers),
+              "conf state inst    type access_type activs\n"
+              "   1 CA---    1 scratch      stripe      0\n");
+    EXPECT_NE(instances_table(snapshot.buffers).find("4KiB"), std::string::npos);
+    EXPECT_EQ(instances_json(snapshot.buffers)[0]["bytes"], 4 * kib);
+}
+
+TEST(DwstatState, flags_follow_the_lifecycle) {
+    Buffer b = Buffer::for_key(BufferKey::job("main", 1, 1));
+    b.state = S::pending;
+    EXPECT_EQ(dwstat_state(b), "-----");
+    b.state = S::running;
+    EXPECT_EQ(dwstat_state(b), "CA---");
+    b.state = S::teardown_fail;
+    EXPECT_EQ(dwstat_state(b), "C-DT-");
+    b.state = S::staging_in;
+    b.reason = "BurstBufferOperation";
+    EXPECT_EQ(dwstat_state(b), "CA--F");
+}
+
+// ---- bb-stat job --------------------------------------------------------------------------
+
+TEST_F(StatusTest, job_shows_queue_position_reason_and_directory) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", 9000 * kib, 1017, "marshall", t_169502));
+        Buffer waiting = job(2, "pool1", 2000 * kib, 1017, "marshall", t_169504);
+        waiting.state = S::pending;
+        txn.insert_buffer(waiting);
+        txn.enqueue("pool1", waiting.key.str(), waiting.requested_bytes, ProcessId::self());
+        txn.commit();
+    }
+    ReadSnapshot txn(*store);
+    const JobStatus job = job_status(txn, config_, 2);
+    EXPECT_EQ(job.status.queue_position, std::optional<std::size_t>(1));
+    EXPECT_EQ(job.status.path, root_ + "/bb/pool1/job/main.2.1");
+    const std::string text = job_text(job, at(t_169504 + 2));
+    EXPECT_NE(text.find("reason:     BurstBufferResources\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("queue:      1\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("  pending       2021-08-11T10:13:38  2.000s\n"), std::string::npos)
+        << text;
+    const nlohmann::json json = job_json(job, at(t_169504 + 2));
+    EXPECT_EQ(json["reason"], "BurstBufferResources");
+    EXPECT_EQ(json["phases"][0]["seconds"], 2.0);
+    EXPECT_TRUE(json["progress"].is_null());
+    // Times in bb-stat job --json are Slurm's ISO 8601 form, as in every other JSON view.
+    EXPECT_EQ(json["created"], "2021-08-11T10:13:38");
+    EXPECT_EQ(json["phases"][0]["entered"], "2021-08-11T10:13:38");
+    EXPECT_EQ(json["entered"]["pending"], "2021-08-11T10:13:38");
+
+    try {
+        job_status(txn, config_, 3);
+        FAIL() << "job 3 has no buffer";
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::no_input);
+        EXPECT_STREQ(error.what(), "no burst buffer for job 3");
+    }
+}
+
+TEST_F(StatusTest, job_reports_failures_and_staging_progress) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    const BufferKey key = BufferKey::job("main", 5, 1);
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(5, "pool1", kib, 1017, "marshall", t_169502));
+        txn.transition(key, S::staging_in);
+        txn.commit();
+    }
+    const std::string progress = config_.state_dir + "/progress/" + key.str();
+    {
+        ReadSnapshot txn(*store);
+        EXPECT_EQ(slurm_reason(job_status(txn, config_, 5).status.buffer), "BurstBufferStageIn");
+    }
+    std::ofstream(progress) << "{\"files_done\": 3, \"files_total\": 10, \"bytes_done\": 1024,"
+                               " \"bytes_total\": 4096}";
+    {
+        ReadSnapshot txn(*store);
+        const JobStatus job = job_status(txn, config_, 5);
+        ASSERT_TRUE(job.progress);
+        EXPECT_EQ(job.progress->files_total, 10u);
+        EXPECT_NE(job_text(job, at(t_169504)).find("progress:   3/10 files, 1KiB/4KiB bytes\n"),
+                  std::string::npos);
+    }
+    for (const char* garbage : {"", "{", "[]", "{\"files_done\": -1}", "{\"files_done\": \"3\"}"}) {
+        std::ofstream(progress) << garbage;
+        EXPECT_FALSE(read_progress(config_.state_dir, key)) << garbage;
+    }
+    {
+        WriteTransaction txn(*store, "test");
+        txn.transition(key, S::staging_in, "BurstBufferOperation", "source /x: No such file");
+        txn.commit();
+    }
+    ReadSnapshot txn(*store);
+    const JobStatus job = job_status(txn, config_, 5);
+    const std::string text = job_text(job, at(t_169504));
+    EXPECT_NE(text.find("reason:     BurstBufferOperation\nmessage:    source /x: No such file\n"),
+              std::string::npos)
+        << text;
+}
+
+// ---- Prometheus ---------------------------------------------------------------------------
+
+TEST(Prometheus, exposes_pool_bytes_buffers_queue_and_draining) {
+    StatusSnapshot snapshot;
+    snapshot.pools.push_back(pool("nvme", 4 * kib, kib, kib, kib));
+    snapshot.pools[0].queued = 2;
+    snapshot.pools[0].draining = true;
+    snapshot.counts[S::allocated] = 3;
+    const std::string text = prometheus_text(snapshot);
+    EXPECT_EQ(text.substr(0, text.find("bbkit_buffers{")),
+              "# HELP bbkit_pool_bytes Burst buffer pool space in bytes, by kind.\n"
+              "# TYPE bbkit_pool_bytes gauge\n"
+              "bbkit_pool_bytes{pool=\"nvme\",kind=\"total\"} 4096\n"
+              "bbkit_pool_bytes{pool=\"nvme\",kind=\"used\"} 1024\n"
+              "bbkit_pool_bytes{pool=\"nvme\",kind=\"trash\"} 1024\n"
+              "bbkit_pool_bytes{pool=\"nvme\",kind=\"free\"} 2048\n"
+              "# HELP bbkit_buffers Burst buffers by state.\n"
+              "# TYPE bbkit_buffers gauge\n");
+    EXPECT_NE(text.find("bbkit_buffers{state=\"allocated\"} 3\n"), std::string::npos);
+    EXPECT_NE(text.find("bbkit_buffers{state=\"teardown-fail\"} 0\n"), std::string::npos);
+    EXPECT_NE(text.find("# TYPE bbkit_pool_queue_length gauge\n"
+                        "bbkit_pool_queue_length{pool=\"nvme\"} 2\n"),
+              std::string::npos);
+    EXPECT_NE(text.find("# TYPE bbkit_pool_draining gauge\nbbkit_pool_draining{pool=\"nvme\"} 1\n"),
+              std::string::npos);
+    EXPECT_EQ(text.back(), '\n');
+}
+
+TEST_F(StatusTest, availability_is_in_every_view_and_in_the_published_snapshot) {
+    config_.pools.resize(2);
+    auto store = open_store();
+    std::filesystem::remove(config_.pools[1].path + "/.bbkit-pool");
+    {
+        WriteTransaction txn(*store, "test");
+        txn.set_draining("pool1", true);
+        publish_all(txn, *store, config_);
+        txn.commit();
+    }
+    ReadSnapshot txn(*store);
+    const StatusSnapshot snapshot = read_status(txn, config_);
+    EXPECT_EQ(snapshot.pools[0].availability, PoolAvailability::draining);
+    EXPECT_EQ(snapshot.pools[1].availability, PoolAvailability::unavailable);
+    EXPECT_NE(burst_text(snapshot, config_).find("UsedSpace=0 Availability=unavailable\n"),
+              std::string::npos);
+    EXPECT_EQ(burst_json(snapshot, config_)["pools"][1]["availability"], "unavailable");
+    EXPECT_EQ(pool_status_json(snapshot.pools[0])["availability"], "draining");
+    const std::string metrics = prometheus_text(snapshot);
+    EXPECT_NE(
+        metrics.find("bbkit_pool_availability{pool=\"pool2\",availability=\"unavailable\"} 1"),
+        std::string::npos);
+    EXPECT_NE(metrics.find("bbkit_pool_availability{pool=\"pool2\",availability=\"up\"} 0"),
+              std::string::npos);
+    EXPECT_NE(read_file(config_.state_dir + "/public/pools.json")
+                  .find("\"availability\": \"unavailable\""),
+              std::string::npos);
+    EXPECT_NE(read_file(config_.state_dir + "/pools.json")
+                  .find(R"({"free":0,"granularity":2,"id":"pool2")"),
+              std::string::npos);
+    const PoolStatus back = pool_status_from_json(pool_status_json(snapshot.pools[1]));
+    EXPECT_EQ(back.availability, PoolAvailability::unavailable);
+    EXPECT_EQ(back.uuid, "uuid-pool2");
+}
+
+}  // namespace
+}  // namespace bbkit

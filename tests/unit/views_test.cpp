@@ -1,0 +1,190 @@
+#include "bbkit/views.hpp"
+
+#include <gtest/gtest.h>
+
+#include "bbkit/error.hpp"
+#include "bbkit/publish.hpp"
+#include "status_fixture.hpp"
+
+namespace bbkit {
+namespace {
+
+using namespace fixture;
+
+// ---- PrivateData --------------------------------------------------------------------------
+
+BufferStatus status_of_uid(std::uint64_t job, uid_t uid, BufferState state) {
+    BufferStatus status;
+    status.buffer = Buffer::for_key(BufferKey::job("main", job, 1));
+    status.buffer.uid = uid;
+    status.buffer.state = state;
+    return status;
+}
+
+TEST(PrivateData, a_viewer_keeps_their_own_buffers_root_and_the_owner_keep_all) {
+    Config config;
+    config.state_owner = "root";
+    config.flags.private_data = true;
+    const auto snapshot_of_three = [] {
+        StatusSnapshot snapshot;
+        snapshot.pools.push_back(pool("nvme", 4 * gib, 1));
+        snapshot.buffers = {status_of_uid(1, 1000, S::allocated),
+                            status_of_uid(2, 1001, S::allocated),
+                            status_of_uid(3, 1000, S::staging_in)};
+        snapshot.counts = {{S::allocated, 2}, {S::staging_in, 1}, {S::complete, 40}};
+        return snapshot;
+    };
+    StatusSnapshot seen = snapshot_of_three();
+    restrict_to_viewer(seen, config, 1000);
+    ASSERT_EQ(seen.buffers.size(), 2u);
+    EXPECT_EQ(seen.buffers[0].buffer.key.job_id, 1u);
+    EXPECT_EQ(seen.buffers[1].buffer.key.job_id, 3u);
+    EXPECT_EQ(seen.pools.size(), 1u);
+    const std::map<BufferState, std::size_t> counts{{S::allocated, 1}, {S::staging_in, 1}};
+    EXPECT_EQ(seen.counts, counts);
+    EXPECT_TRUE(privileged_viewer(config, 0));
+    EXPECT_FALSE(privileged_viewer(config, 1000));
+    seen = snapshot_of_three();
+    restrict_to_viewer(seen, config, 0);
+    EXPECT_EQ(seen.buffers.size(), 3u);
+    // The state directory's owner is privileged; a name that does not resolve privileges nobody.
+    config.state_owner = "nobody";  // 65534 on Debian
+    EXPECT_TRUE(may_see(config, 65534, status_of_uid(1, 1000, S::allocated).buffer));
+    config.state_owner = "no-such-user-bbkit";
+    EXPECT_FALSE(may_see(config, 1001, status_of_uid(1, 1000, S::allocated).buffer));
+    config.flags.private_data = false;
+    seen = snapshot_of_three();
+    restrict_to_viewer(seen, config, 1001);
+    EXPECT_EQ(seen.buffers.size(), 3u);
+}
+
+// ---- slurm_pools_json ---------------------------------------------------------------------
+
+TEST(SlurmPoolsJson, counts_quantity_and_free_in_granules) {
+    // 10000 bytes in 1 KiB granules: 9 whole granules, the rest is never offered.
+    EXPECT_EQ(slurm_pools_json({pool("p", 10000, 1024)}),
+              R"({"pools":[{"free":9,"granularity":1024,"id":"p","quantity":9}]})");
+}
+
+TEST(SlurmPoolsJson, leaves_persistent_buffers_and_trash_out_of_quantity) {
+    // used 3 KiB of which 1 KiB persistent, 1 KiB trash: quantity (10000-1024-1024)/1024 = 7,
+    // free (10000-3072-1024)/1024 = 5.
+    EXPECT_EQ(slurm_pools_json({pool("p", 10000, 1024, 3 * kib, kib, kib)}),
+              R"({"pools":[{"free":5,"granularity":1024,"id":"p","quantity":7}]})");
+}
+
+TEST(SlurmPoolsJson, free_is_zero_while_draining_and_before_init) {
+    PoolStatus draining = pool("d", 4 * kib, kib);
+    draining.draining = true;
+    PoolStatus fresh = pool("f", 4 * kib, kib);
+    fresh.initialized = false;
+    EXPECT_EQ(slurm_pools_json({draining, fresh}),
+              R"({"pools":[{"free":0,"granularity":1024,"id":"d","quantity":4},)"
+              R"({"free":0,"granularity":1024,"id":"f","quantity":4}]})");
+}
+
+TEST(SlurmPoolsJson, over_commit_clamps_at_zero) {
+    EXPECT_EQ(slurm_pools_json({pool("p", 4 * kib, kib, 5 * kib, kib, 5 * kib)}),
+              R"({"pools":[{"free":0,"granularity":1024,"id":"p","quantity":0}]})");
+}
+
+TEST(SlurmPoolsJson, no_pools_is_an_object_with_an_empty_list) {
+    EXPECT_EQ(slurm_pools_json({}), R"({"pools":[]})");
+}
+
+TEST(SlurmPoolsJson, large_pools_stay_integers) {
+    const std::string text = slurm_pools_json({pool("nvme", 5800 * gib, 200 * gib, 1600 * gib)});
+    EXPECT_EQ(text,
+              R"({"pools":[{"free":21,"granularity":214748364800,"id":"nvme","quantity":29}]})");
+    EXPECT_EQ(text.find('.'), std::string::npos);
+}
+
+// ---- pools --------------------------------------------------------------------------------
+
+TEST_F(StatusTest, pool_status_derives_used_trash_and_free) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", 100 * kib, 1017, "marshall", t_169502));
+        allocate(txn, job(2, "pool1", 50 * kib, 1017, "marshall", t_169504));
+        txn.transition(BufferKey::job("main", 2, 1), S::teardown);
+        txn.transition(BufferKey::job("main", 2, 1), S::complete);  // in trash/ until reaped
+        txn.set_draining("pool1", true);
+        txn.commit();
+    }
+    ReadSnapshot txn(*store);
+    const std::vector<PoolStatus> pools = pool_status(txn, config_);
+    ASSERT_EQ(pools.size(), 1u);
+    EXPECT_EQ(pools[0].used, 100 * kib);
+    EXPECT_EQ(pools[0].trash, 50 * kib);
+    EXPECT_EQ(pools[0].free, 9850 * kib);  // the real free space, even while draining
+    EXPECT_TRUE(pools[0].draining);
+    EXPECT_TRUE(pools[0].initialized);
+    EXPECT_EQ(slurm_pools_json(pools),
+              R"({"pools":[{"free":0,"granularity":1024,"id":"pool1","quantity":9950}]})");
+}
+
+TEST(PoolsJson, is_one_object_per_pool_in_configuration_order) {
+    const auto unavailable_pool = [](std::string name, std::uint64_t total,
+                                     std::uint64_t granularity, std::uint64_t used) {
+        PoolStatus p = pool(std::move(name), total, granularity, used);
+        p.availability = PoolAvailability::unavailable;
+        return p;
+    };
+    const nlohmann::json list = pools_json({pool("a", 10, 1), unavailable_pool("b", 20, 2, 4)});
+    ASSERT_EQ(list.size(), 2u);
+    EXPECT_EQ(list[1]["name"], "b");
+    EXPECT_EQ(list[1]["free"], 16u);
+    EXPECT_EQ(list[1]["availability"], "unavailable");
+    EXPECT_TRUE(pools_json({}).is_array());
+}
+
+// ---- public/ ------------------------------------------------------------------------------
+
+TEST_F(StatusTest, a_reader_skips_temporaries_and_sorts_oldest_first) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(2, "pool1", kib, 1018, "other", t_169502));  // older, higher uid
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169504));
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    const std::string users = config_.state_dir + "/public/buffers";
+    std::ofstream(users + "/1017/main.1.1.json.tmp.7.8") << "{";
+    const StatusSnapshot seen = read_public_status(config_, 4242);
+    ASSERT_EQ(seen.buffers.size(), 2u);
+    EXPECT_EQ(seen.buffers[0].buffer.key.str(), "main.2.1");
+    EXPECT_EQ(seen.buffers[1].buffer.key.str(), "main.1.1");
+
+    std::ofstream(users + "/1017/main.1.1.json") << "{garbage";
+    try {
+        read_public_status(config_, 4242);
+        FAIL();
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::data);
+        EXPECT_NE(std::string(error.what()).find("main.1.1.json"), std::string::npos);
+    }
+}
+
+TEST_F(StatusTest, reading_public_before_anything_was_published_is_unavailable) {
+    auto store = open_store();
+    try {
+        read_public_status(config_, 4242);
+        FAIL();
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::unavailable);
+    }
+    std::ofstream(config_.state_dir + "/public/pools.json") << "{garbage";
+    try {
+        read_public_status(config_, 4242);
+        FAIL();
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::data);
+    }
+}
+
+}  // namespace
+}  // namespace bbkit
