@@ -1,15 +1,14 @@
 #include "bbkit/pool.hpp"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <ctime>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <thread>
 
 #include "bbkit/audit.hpp"
@@ -738,18 +737,14 @@ void write_env_files(const StateStore& store, const BufferKey& key, const std::s
         link_file(own, job_env_file_path(store, key));
 }
 
-namespace {
-
 std::optional<std::string> read_env_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
+    constexpr std::size_t max_env_file_bytes = 1 << 20;  // a few lines per buffer and use
+    try {
+        return read_file(path, path, max_env_file_bytes, O_NOFOLLOW);
+    } catch (const Error&) {
         return std::nullopt;
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
+    }
 }
-
-}  // namespace
 
 void remove_env_files(const StateStore& store, const BufferKey& key) {
     const std::string own = env_file_path(store, key);

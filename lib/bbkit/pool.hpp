@@ -150,6 +150,9 @@ std::string job_env_file_path(const StateStore& store, const BufferKey& key);
 // Writes a job buffer's env file and its job-level copy (not fsync'd: recover rewrites both).
 void write_env_files(const StateStore& store, const BufferKey& key, const std::string& text);
 
+// The content of an env file, or std::nullopt when it is missing or cannot be read.
+std::optional<std::string> read_env_file(const std::string& path);
+
 // Removes a buffer's env file, and the job-level copy when it still holds this incarnation's
 // lines (a newer incarnation's copy stays).
 void remove_env_files(const StateStore& store, const BufferKey& key);

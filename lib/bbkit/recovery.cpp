@@ -3,10 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "bbkit/audit.hpp"
 #include "bbkit/error.hpp"
@@ -26,14 +24,6 @@ namespace {
 bool is_ending(BufferState state) {
     return state == BufferState::teardown || state == BufferState::deleting ||
            state == BufferState::teardown_fail;
-}
-
-// The whole content of a small file, or "" when it cannot be read.
-std::string read_small_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    return in ? text.str() : std::string();
 }
 
 // Nobody works on this buffer any more: its run lock is free and its recorded holder is dead.
@@ -234,8 +224,8 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
                     job_environment(configured_pool(config, b.pool).path + "/" + b.directory,
                                     resolve_persistent_uses(snapshot, config, b.uid, b.user,
                                                             recorded_persistent_uses(b)));
-                if (read_small_file(env_file_path(store, b.key)) != text ||
-                    read_small_file(job_env_file_path(store, b.key)) != text) {
+                if (read_env_file(env_file_path(store, b.key)) != text ||
+                    read_env_file(job_env_file_path(store, b.key)) != text) {
                     write_env_files(store, b.key, text);
                     actions.push_back(b.key.str() + ": env file rewritten");
                 }
