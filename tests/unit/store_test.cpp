@@ -933,27 +933,6 @@ TEST_F(StateStoreTest, hot_queries_use_indexes) {
 namespace bbkit {
 namespace {
 
-TEST_F(StateStoreTest, migrates_an_older_schema_on_open) {
-    { StateStore store(config_); }
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open((config_.state_dir + "/state.db").c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db,
-                           "DROP INDEX buffers_persistent; DROP TABLE pool_usage;"
-                           " PRAGMA user_version = 1",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(db);
-    { StateStore store(config_); }
-    ASSERT_EQ(sqlite3_open((config_.state_dir + "/state.db").c_str(), &db), SQLITE_OK);
-    sqlite3_stmt* q = nullptr;
-    sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'buffers_persistent'",
-                       -1, &q, nullptr);
-    ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
-    EXPECT_EQ(sqlite3_column_int(q, 0), 1);
-    sqlite3_finalize(q);
-    sqlite3_close(db);
-}
-
 // Schema 3 fills pool_usage from the rows a schema-2 state.db already holds; schema 4 drops its
 // triggers (and fills it again), and every insert, state change and resize keeps it from then on.
 TEST_F(StateStoreTest, migrations_3_and_4_fill_pool_usage_and_writes_keep_it) {
