@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "bbkit/fsops.hpp"
 #include "bbkit/sqlite.hpp"
 #include "bbkit/store_schema.hpp"
+#include "bbkit/text.hpp"
 #include "bbkit/user.hpp"
 
 namespace bbkit {
@@ -163,7 +165,7 @@ struct StateStore::Impl {
             if (errno == EINTR)
                 continue;
             if (errno != EWOULDBLOCK)
-                throw Error(ExitCode::io, "cannot lock " + dir + "/lock: " + std::strerror(errno));
+                throw system_error("cannot lock " + dir + "/lock", errno);
             if (Clock::now() >= deadline) {
                 const auto waited = std::chrono::duration<double>(options.lock_timeout).count();
                 std::ostringstream seconds;
@@ -254,10 +256,9 @@ Fd open_owned_file(const std::string& path, uid_t owner) {
 std::optional<gid_t> state_group_of(const Config& config) {
     if (config.state_group.empty())
         return std::nullopt;
-    if (std::all_of(config.state_group.begin(), config.state_group.end(),
-                    [](char c) { return c >= '0' && c <= '9'; }) &&
-        config.state_group.size() <= 10)
-        return static_cast<gid_t>(std::stoull(config.state_group));
+    if (const std::optional<std::uint64_t> gid =
+            parse_decimal(config.state_group, std::numeric_limits<gid_t>::max()))
+        return static_cast<gid_t>(*gid);
     if (const struct group* g = ::getgrnam(config.state_group.c_str()))
         return g->gr_gid;
     throw Error(ExitCode::config, "state_group '" + config.state_group +

@@ -137,6 +137,25 @@ TEST_F(StateStoreTest, creates_the_layout_with_private_modes) {
     EXPECT_EQ(store.path("env/x.env"), config_.state_dir + "/env/x.env");
 }
 
+TEST_F(StateStoreTest, a_numeric_state_group_is_a_gid) {
+    config_.state_group = std::to_string(getegid());
+    StateStore store(config_);
+    struct stat st {};
+    ASSERT_EQ(lstat((config_.state_dir + "/env").c_str(), &st), 0);
+    EXPECT_EQ(st.st_gid, getegid());
+}
+
+// Beyond the largest gid, digits are a group name (which no host has), never a gid cut short:
+// 4294967296 would otherwise be gid 0.
+TEST_F(StateStoreTest, a_state_group_number_beyond_any_gid_is_looked_up_as_a_name) {
+    config_.state_group = "4294967296";
+    std::string message;
+    EXPECT_EQ(code_of([&] { StateStore store(config_); }, &message), ExitCode::config);
+    EXPECT_EQ(message,
+              "state_group '4294967296' is not a group on this host (groupadd it, or "
+              "change state_group in the configuration)");
+}
+
 TEST_F(StateStoreTest, read_only_open_of_a_missing_directory_creates_nothing) {
     StoreOptions options;
     options.read_only = true;
