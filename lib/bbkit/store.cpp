@@ -4,7 +4,6 @@
 
 #include <fcntl.h>
 #include <grp.h>
-#include <sqlite3.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,146 +12,24 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <thread>
-#include <unordered_map>
 
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/sqlite.hpp"
+#include "bbkit/store_schema.hpp"
+#include "bbkit/text.hpp"
 #include "bbkit/user.hpp"
 
 namespace bbkit {
+
+using sqlite::Query;
+
 namespace {
-
-// The states that hold space, as SQL; must agree with holds_space() (a test checks it).
-// Migrations 3 and 4 carry this list too (the rows' sums they fill pool_usage with).
-#define BBKIT_HOLDING_STATES                                                             \
-    "('allocating','allocated','staging-in','staged-in','pre-run','running','post-run'," \
-    "'staging-out','staged-out','teardown','teardown-fail','deleting')"
-const char* const holding_states = BBKIT_HOLDING_STATES;
-
-// Each entry moves the schema from version N-1 to N; never edit one that has shipped.
-const std::vector<const char*> migrations = {
-    // 1: the first schema.
-    R"sql(
-CREATE TABLE pools (
-    name        TEXT PRIMARY KEY,
-    path        TEXT NOT NULL,
-    uuid        TEXT NOT NULL,
-    draining    INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE buffers (
-    id              INTEGER PRIMARY KEY,
-    key             TEXT NOT NULL,
-    cluster         TEXT NOT NULL,
-    job_id          INTEGER,
-    incarnation     INTEGER,
-    name            TEXT,
-    pool            TEXT NOT NULL REFERENCES pools(name),
-    requested_bytes INTEGER NOT NULL,
-    allocated_bytes INTEGER NOT NULL,
-    uid             INTEGER NOT NULL,
-    gid             INTEGER NOT NULL,
-    user            TEXT NOT NULL,
-    state           TEXT NOT NULL,
-    reason          TEXT NOT NULL DEFAULT '',
-    message         TEXT NOT NULL DEFAULT '',
-    entered         TEXT NOT NULL DEFAULT '',
-    directory       TEXT NOT NULL,
-    access          TEXT NOT NULL DEFAULT '',
-    type            TEXT NOT NULL DEFAULT '',
-    staging         TEXT NOT NULL DEFAULT '',
-    owner           TEXT NOT NULL DEFAULT '',
-    expires         INTEGER,
-    use_count       INTEGER NOT NULL DEFAULT 0,
-    created         INTEGER NOT NULL,
-    lock_pid        INTEGER,
-    lock_start      INTEGER,
-    reaped          INTEGER NOT NULL DEFAULT 0,
-    CHECK ((job_id IS NULL) <> (name IS NULL))
-);
-CREATE UNIQUE INDEX buffers_job ON buffers(cluster, job_id, incarnation) WHERE job_id IS NOT NULL;
-CREATE INDEX buffers_key ON buffers(key);
-CREATE UNIQUE INDEX buffers_live_key ON buffers(key)
-    WHERE state NOT IN ('complete', 'deleted');
-CREATE INDEX buffers_state ON buffers(state);
-CREATE INDEX buffers_pool_state ON buffers(pool, state, allocated_bytes);
-CREATE INDEX buffers_uid_state ON buffers(uid, state, allocated_bytes);
-CREATE INDEX buffers_trash ON buffers(pool, allocated_bytes)
-    WHERE reaped = 0 AND state IN ('complete', 'deleted');
-CREATE TABLE queue (
-    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
-    pool            TEXT NOT NULL REFERENCES pools(name),
-    key             TEXT NOT NULL UNIQUE,
-    requested_bytes INTEGER NOT NULL,
-    waiter_pid      INTEGER NOT NULL,
-    waiter_start    INTEGER NOT NULL,
-    enqueued        INTEGER NOT NULL
-);
-CREATE INDEX queue_pool ON queue(pool, seq);
-CREATE TABLE history (
-    id          INTEGER PRIMARY KEY,
-    key         TEXT NOT NULL,
-    from_state  TEXT,
-    to_state    TEXT NOT NULL,
-    time        INTEGER NOT NULL,
-    who         TEXT NOT NULL,
-    reason      TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX history_key ON history(key, id);
-)sql",
-    // 2: persistent buffers' space per pool without visiting every live job buffer's row
-    // (pool_status needs it on every write).
-    R"sql(
-CREATE INDEX buffers_persistent ON buffers(pool, state, allocated_bytes) WHERE name IS NOT NULL;
-)sql",
-    // 3: each pool's used bytes, kept by triggers in the transaction that changes a buffer row,
-    // so a write no longer sums every live row (O(live buffers) twice per alloc). It is derived
-    // from the rows by SQLite itself, never written by bbkit; `bb-pool check` compares it with
-    // the sum and `check --repair` recomputes it.
-    "CREATE TABLE pool_usage (\n"
-    "    pool TEXT PRIMARY KEY,\n"
-    "    used INTEGER NOT NULL\n"
-    ") WITHOUT ROWID;\n"
-    "INSERT INTO pool_usage (pool, used) SELECT name, (SELECT COALESCE(SUM(allocated_bytes), 0)"
-    " FROM buffers WHERE buffers.pool = pools.name AND state IN " BBKIT_HOLDING_STATES
-    ") FROM pools;\n"
-    "CREATE TRIGGER pool_usage_pool AFTER INSERT ON pools BEGIN\n"
-    "    INSERT OR IGNORE INTO pool_usage (pool, used) VALUES (NEW.name, 0);\n"
-    "END;\n"
-    "CREATE TRIGGER pool_usage_insert AFTER INSERT ON buffers WHEN NEW.state "
-    "IN " BBKIT_HOLDING_STATES
-    " BEGIN\n"
-    "    UPDATE pool_usage SET used = used + NEW.allocated_bytes WHERE pool = NEW.pool;\n"
-    "END;\n"
-    "CREATE TRIGGER pool_usage_delete AFTER DELETE ON buffers WHEN OLD.state "
-    "IN " BBKIT_HOLDING_STATES
-    " BEGIN\n"
-    "    UPDATE pool_usage SET used = used - OLD.allocated_bytes WHERE pool = OLD.pool;\n"
-    "END;\n"
-    "CREATE TRIGGER pool_usage_update AFTER UPDATE OF pool, state, allocated_bytes ON buffers"
-    " BEGIN\n"
-    "    UPDATE pool_usage SET used = used - OLD.allocated_bytes\n"
-    "        WHERE pool = OLD.pool AND OLD.state IN " BBKIT_HOLDING_STATES
-    ";\n"
-    "    UPDATE pool_usage SET used = used + NEW.allocated_bytes\n"
-    "        WHERE pool = NEW.pool AND NEW.state IN " BBKIT_HOLDING_STATES
-    ";\n"
-    "END;\n",
-    // 4: pool_usage is kept by WriteTransaction's own writes, in the same statements' transaction
-    // (add_used_bytes). SQLite parsed the triggers' text at every connection and compiled them
-    // into every statement that writes a buffer: 7-9% of a short command's instructions.
-    "DROP TRIGGER pool_usage_pool;\n"
-    "DROP TRIGGER pool_usage_insert;\n"
-    "DROP TRIGGER pool_usage_delete;\n"
-    "DROP TRIGGER pool_usage_update;\n"
-    "INSERT OR REPLACE INTO pool_usage (pool, used) SELECT name, (SELECT"
-    " COALESCE(SUM(allocated_bytes), 0) FROM buffers WHERE buffers.pool = pools.name AND state "
-    "IN " BBKIT_HOLDING_STATES ") FROM pools;\n",
-};
-#undef BBKIT_HOLDING_STATES
 
 // Torn-down directories wait in each pool's own trash/ (a rename cannot cross file systems),
 // and quarantined ones in the pool's quarantine/, so neither is here.
@@ -204,216 +81,6 @@ std::map<BufferState, TimePoint> decode_entered(const std::string& text) {
     }
     return entered;
 }
-
-// ---- SQLite ---------------------------------------------------------------------------------
-
-// How many WAL pages may pile up before a commit checkpoints them into state.db. Every process
-// opens the database alone, so SQLite rebuilds the WAL index by reading the whole WAL at open:
-// a small WAL keeps that cheap, and a checkpoint (two syncs) every few dozen transactions
-// costs less than a checkpoint at every close. 128 pages (a checkpoint every seventh alloc or
-// teardown) beat 256 by 5% and 64 in interleaved runs (see bench/README.md).
-constexpr int wal_checkpoint_pages = 128;
-// The WAL file is truncated back to this size after a checkpoint that emptied it.
-constexpr int wal_size_limit = 4 << 20;
-// How much of state.db SQLite may read through mmap.
-constexpr long long state_db_mmap_bytes = 256LL << 20;
-
-// The unix VFS opens the WAL with O_CREAT and then, at the first sync, also syncs its directory
-// (a new file's name must be durable). The WAL now outlives our processes, so that would cost
-// every process one device flush for nothing. This VFS ("bbkit") opens an existing WAL without
-// SQLITE_OPEN_CREATE, so that only a WAL that has to be created gets the directory sync. Every
-// other call goes to the default VFS unchanged.
-sqlite3_vfs* base_vfs(sqlite3_vfs* vfs) {
-    return static_cast<sqlite3_vfs*>(vfs->pAppData);
-}
-
-int vfs_open(sqlite3_vfs* vfs, const char* name, sqlite3_file* file, int flags, int* out_flags) {
-    sqlite3_vfs* base = base_vfs(vfs);
-    if (name != nullptr && (flags & SQLITE_OPEN_WAL) != 0 && (flags & SQLITE_OPEN_CREATE) != 0) {
-        const int rc = base->xOpen(base, name, file, flags & ~SQLITE_OPEN_CREATE, out_flags);
-        if (rc != SQLITE_CANTOPEN)
-            return rc;
-    }
-    return base->xOpen(base, name, file, flags, out_flags);
-}
-
-sqlite3_vfs* bbkit_vfs() {
-    static sqlite3_vfs* const vfs = []() -> sqlite3_vfs* {
-        // Before SQLite initializes (the first call below does): a bbkit process uses SQLite
-        // from one thread only (the fsync, hook and mover threads never call it), so SQLite's
-        // mutexes and its memory statistics (a mutex on every allocation) are pure cost. A
-        // process that initialized SQLite already keeps its settings (SQLITE_MISUSE, ignored).
-        sqlite3_config(SQLITE_CONFIG_SINGLETHREAD);
-        sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
-        // Each process starts with an empty page cache: read state.db through a mapping (page
-        // faults on the kernel's cache) rather than one pread per page. Set here rather than
-        // by a PRAGMA, which every process would compile and run.
-        sqlite3_config(SQLITE_CONFIG_MMAP_SIZE, state_db_mmap_bytes, state_db_mmap_bytes);
-        sqlite3_vfs* base = sqlite3_vfs_find(nullptr);
-        if (base == nullptr)
-            return nullptr;
-        static sqlite3_vfs shim;
-        shim = *base;  // same sizes and version; forwards below
-        shim.pNext = nullptr;
-        shim.zName = "bbkit";
-        shim.pAppData = base;
-        shim.xOpen = vfs_open;
-        shim.xDelete = [](sqlite3_vfs* v, const char* n, int s) {
-            return base_vfs(v)->xDelete(base_vfs(v), n, s);
-        };
-        shim.xAccess = [](sqlite3_vfs* v, const char* n, int f, int* out) {
-            return base_vfs(v)->xAccess(base_vfs(v), n, f, out);
-        };
-        shim.xFullPathname = [](sqlite3_vfs* v, const char* n, int size, char* out) {
-            return base_vfs(v)->xFullPathname(base_vfs(v), n, size, out);
-        };
-        shim.xDlOpen = [](sqlite3_vfs* v, const char* n) {
-            return base_vfs(v)->xDlOpen(base_vfs(v), n);
-        };
-        shim.xDlError = [](sqlite3_vfs* v, int size, char* out) {
-            base_vfs(v)->xDlError(base_vfs(v), size, out);
-        };
-        shim.xDlSym = [](sqlite3_vfs* v, void* h, const char* n) {
-            return base_vfs(v)->xDlSym(base_vfs(v), h, n);
-        };
-        shim.xDlClose = [](sqlite3_vfs* v, void* h) { base_vfs(v)->xDlClose(base_vfs(v), h); };
-        shim.xRandomness = [](sqlite3_vfs* v, int size, char* out) {
-            return base_vfs(v)->xRandomness(base_vfs(v), size, out);
-        };
-        shim.xSleep = [](sqlite3_vfs* v, int us) { return base_vfs(v)->xSleep(base_vfs(v), us); };
-        shim.xCurrentTime = [](sqlite3_vfs* v, double* out) {
-            return base_vfs(v)->xCurrentTime(base_vfs(v), out);
-        };
-        shim.xGetLastError = [](sqlite3_vfs* v, int size, char* out) {
-            return base_vfs(v)->xGetLastError(base_vfs(v), size, out);
-        };
-        if (base->iVersion >= 2 && base->xCurrentTimeInt64 != nullptr)
-            shim.xCurrentTimeInt64 = [](sqlite3_vfs* v, sqlite3_int64* out) {
-                return base_vfs(v)->xCurrentTimeInt64(base_vfs(v), out);
-            };
-        if (base->iVersion >= 3) {
-            shim.xSetSystemCall = [](sqlite3_vfs* v, const char* n, sqlite3_syscall_ptr f) {
-                return base_vfs(v)->xSetSystemCall(base_vfs(v), n, f);
-            };
-            shim.xGetSystemCall = [](sqlite3_vfs* v, const char* n) {
-                return base_vfs(v)->xGetSystemCall(base_vfs(v), n);
-            };
-            shim.xNextSystemCall = [](sqlite3_vfs* v, const char* n) {
-                return base_vfs(v)->xNextSystemCall(base_vfs(v), n);
-            };
-        }
-        return sqlite3_vfs_register(&shim, 0) == SQLITE_OK ? &shim : nullptr;
-    }();
-    return vfs;
-}
-
-struct DatabaseCloser {
-    void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
-};
-struct StatementFinalizer {
-    void operator()(sqlite3_stmt* statement) const { sqlite3_finalize(statement); }
-};
-using DatabasePtr = std::unique_ptr<sqlite3, DatabaseCloser>;
-using StatementPtr = std::unique_ptr<sqlite3_stmt, StatementFinalizer>;
-
-[[noreturn]] void fail_sqlite(sqlite3* db, int rc, const std::string& db_path,
-                              const std::string& what) {
-    const std::string why = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-    const std::string failed = what + " in " + db_path + ": " + why;
-    switch (rc & 0xff) {
-        case SQLITE_CORRUPT:
-        case SQLITE_NOTADB:
-            throw Error(ExitCode::config, "state database " + db_path + " is unreadable: " + why +
-                                              " (restore it from a backup, or move it aside to "
-                                              "start empty and run bb-pool check)");
-        case SQLITE_BUSY:
-        case SQLITE_LOCKED:
-            throw Error(ExitCode::temp_fail, failed + " (retry later)");
-        case SQLITE_FULL:
-        case SQLITE_IOERR:
-            throw Error(ExitCode::io, failed + " (check the state directory's file system)");
-        case SQLITE_CANTOPEN:
-        case SQLITE_PERM:
-        case SQLITE_READONLY:
-            throw Error(ExitCode::no_perm,
-                        failed + " (check the state directory's owner and mode)");
-        case SQLITE_CONSTRAINT:
-            throw Error(ExitCode::exists, failed);
-        default:
-            throw Error(ExitCode::software, failed);
-    }
-}
-
-// One use of a cached prepared statement: binds, steps, and resets it when done.
-class Query {
-  public:
-    Query(sqlite3* db, sqlite3_stmt* statement, const std::string& db_path)
-        : db_(db), statement_(statement), db_path_(db_path) {}
-    Query(const Query&) = delete;
-    Query& operator=(const Query&) = delete;
-    ~Query() {
-        sqlite3_reset(statement_);
-        sqlite3_clear_bindings(statement_);
-    }
-
-    Query& bind(int index, std::int64_t value) {
-        check(sqlite3_bind_int64(statement_, index, value));
-        return *this;
-    }
-    Query& bind(int index, std::uint64_t value) {
-        return bind(index, static_cast<std::int64_t>(value));
-    }
-    Query& bind(int index, const std::string& value) {
-        check(sqlite3_bind_text(statement_, index, value.data(), static_cast<int>(value.size()),
-                                SQLITE_TRANSIENT));
-        return *this;
-    }
-    Query& bind_null(int index) {
-        check(sqlite3_bind_null(statement_, index));
-        return *this;
-    }
-    template <typename T>
-    Query& bind(int index, const std::optional<T>& value) {
-        return value ? bind(index, *value) : bind_null(index);
-    }
-
-    // True while there is a row to read.
-    bool step() {
-        const int rc = sqlite3_step(statement_);
-        if (rc == SQLITE_ROW)
-            return true;
-        if (rc == SQLITE_DONE)
-            return false;
-        fail_sqlite(db_, rc, db_path_, "query failed");
-    }
-    void run() {
-        while (step()) {
-        }
-    }
-
-    bool is_null(int column) const {
-        return sqlite3_column_type(statement_, column) == SQLITE_NULL;
-    }
-    std::int64_t integer(int column) const { return sqlite3_column_int64(statement_, column); }
-    std::uint64_t unsigned_integer(int column) const {
-        return static_cast<std::uint64_t>(integer(column));
-    }
-    std::string text(int column) const {
-        const auto* data = sqlite3_column_text(statement_, column);
-        const int size = sqlite3_column_bytes(statement_, column);
-        return data == nullptr ? std::string()
-                               : std::string(reinterpret_cast<const char*>(data), size);
-    }
-
-  private:
-    void check(int rc) {
-        if (rc != SQLITE_OK)
-            fail_sqlite(db_, rc, db_path_, "binding a value failed");
-    }
-    sqlite3* db_;
-    sqlite3_stmt* statement_;
-    const std::string& db_path_;
-};
 
 // ---- the flock ------------------------------------------------------------------------------
 
@@ -477,45 +144,18 @@ std::string describe_holder(int fd) {
 
 }  // namespace
 
-int state_schema_version() {
-    return static_cast<int>(migrations.size());
-}
-
 // ---- StateStore -----------------------------------------------------------------------------
 
 struct StateStore::Impl {
     std::string dir;
-    std::string db_path;
     StoreOptions options;
     Fd lock_fd;
-    DatabasePtr db;
-    std::unordered_map<std::string, StatementPtr> statements;
+    sqlite::Database db;
     std::optional<HeldLock> lock;
-    bool in_transaction = false;
-
-    Query query(const std::string& sql) {
-        auto found = statements.find(sql);
-        if (found == statements.end()) {
-            sqlite3_stmt* raw = nullptr;
-            const int rc = sqlite3_prepare_v3(db.get(), sql.c_str(), static_cast<int>(sql.size()),
-                                              SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
-            StatementPtr statement(raw);
-            if (rc != SQLITE_OK)
-                fail_sqlite(db.get(), rc, db_path, "preparing a query failed");
-            found = statements.emplace(sql, std::move(statement)).first;
-        }
-        return Query(db.get(), found->second.get(), db_path);
-    }
-
-    void exec(const std::string& sql, const std::string& what) {
-        const int rc = sqlite3_exec(db.get(), sql.c_str(), nullptr, nullptr, nullptr);
-        if (rc != SQLITE_OK)
-            fail_sqlite(db.get(), rc, db_path, what);
-    }
 
     HeldLock acquire_lock(const std::string& who) {
         if (!lock_fd)
-            throw Error(ExitCode::software, "cannot write " + db_path +
+            throw Error(ExitCode::software, "cannot write " + db.path() +
                                                 ": the store was opened read-only (a reading "
                                                 "command never changes state)");
         using Clock = std::chrono::steady_clock;
@@ -525,7 +165,7 @@ struct StateStore::Impl {
             if (errno == EINTR)
                 continue;
             if (errno != EWOULDBLOCK)
-                throw Error(ExitCode::io, "cannot lock " + dir + "/lock: " + std::strerror(errno));
+                throw system_error("cannot lock " + dir + "/lock", errno);
             if (Clock::now() >= deadline) {
                 const auto waited = std::chrono::duration<double>(options.lock_timeout).count();
                 std::ostringstream seconds;
@@ -539,21 +179,6 @@ struct StateStore::Impl {
             pause = std::min(pause * 2, std::chrono::microseconds(10000));
         }
         return HeldLock(lock_fd.get(), who);
-    }
-
-    void begin(bool write) {
-        if (in_transaction)
-            throw Error(ExitCode::software,
-                        "a transaction on " + db_path + " is already open (one at a time)");
-        query(write ? "BEGIN IMMEDIATE" : "BEGIN").run();
-        in_transaction = true;
-    }
-
-    void end(const char* sql) noexcept {
-        if (!in_transaction)
-            return;
-        in_transaction = false;
-        sqlite3_exec(db.get(), sql, nullptr, nullptr, nullptr);
     }
 };
 
@@ -631,10 +256,9 @@ Fd open_owned_file(const std::string& path, uid_t owner) {
 std::optional<gid_t> state_group_of(const Config& config) {
     if (config.state_group.empty())
         return std::nullopt;
-    if (std::all_of(config.state_group.begin(), config.state_group.end(),
-                    [](char c) { return c >= '0' && c <= '9'; }) &&
-        config.state_group.size() <= 10)
-        return static_cast<gid_t>(std::stoull(config.state_group));
+    if (const std::optional<std::uint64_t> gid =
+            parse_decimal(config.state_group, std::numeric_limits<gid_t>::max()))
+        return static_cast<gid_t>(*gid);
     if (const struct group* g = ::getgrnam(config.state_group.c_str()))
         return g->gr_gid;
     throw Error(ExitCode::config, "state_group '" + config.state_group +
@@ -806,17 +430,8 @@ const char* const queue_columns =
     "seq, pool, key, requested_bytes, waiter_pid, waiter_start, enqueued";
 
 void migrate(StateStore::Impl& impl) {
-    const auto version = [&] {
-        Query q = impl.query("PRAGMA user_version");
-        q.step();
-        return static_cast<int>(q.integer(0));
-    };
     const int known = state_schema_version();
-    const int found = version();  // the first read: a file that is not SQLite fails here
-    if (found > known)
-        throw Error(ExitCode::config, "state.db has schema version " + std::to_string(found) +
-                                          " but this bbkit knows only up to " +
-                                          std::to_string(known) + " (upgrade bbkit)");
+    const int found = schema_version(impl.db);  // refuses a file that is not SQLite, or newer
     if (found == known)
         return;
     if (impl.options.read_only)
@@ -825,22 +440,7 @@ void migrate(StateStore::Impl& impl) {
                                           std::to_string(known) +
                                           " (run bb-pool recover once to migrate it)");
     const HeldLock lock = impl.acquire_lock("bbkit schema migration");
-    // WAL is a property of the file: set once, by whoever creates or migrates it.
-    impl.exec("PRAGMA journal_mode=WAL", "enabling WAL failed");
-    impl.begin(true);
-    try {
-        for (int v = version(); v < known; ++v) {
-            impl.exec(migrations[static_cast<std::size_t>(v)],
-                      "migrating to schema " + std::to_string(v + 1) + " failed");
-            impl.exec("PRAGMA user_version = " + std::to_string(v + 1),
-                      "setting the version failed");
-        }
-        impl.exec("COMMIT", "committing the schema failed");
-        impl.in_transaction = false;
-    } catch (...) {
-        impl.end("ROLLBACK");
-        throw;
-    }
+    migrate_schema(impl.db);
 }
 
 }  // namespace
@@ -849,7 +449,7 @@ StateStore::StateStore(const Config& config, StoreOptions options)
     : impl_(std::make_unique<Impl>()) {
     Impl& impl = *impl_;
     impl.dir = config.state_dir;
-    impl.db_path = impl.dir + "/state.db";
+    const std::string db_path = impl.dir + "/state.db";
     impl.options = options;
     const uid_t owner = owner_uid_of(config);
     if (options.read_only) {
@@ -859,41 +459,15 @@ StateStore::StateStore(const Config& config, StoreOptions options)
         set_up_directory(impl.dir, owner, config.state_owner, state_group_of(config));
         impl.lock_fd = open_owned_file(impl.dir + "/lock", owner);
         // Created here so its owner and mode are ours; SQLite gives -wal and -shm the same ones.
-        open_owned_file(impl.db_path, owner);
+        open_owned_file(db_path, owner);
     }
 
-    sqlite3* raw = nullptr;
-    sqlite3_vfs* vfs = bbkit_vfs();
-    const int rc =
-        sqlite3_open_v2(impl.db_path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
-                        vfs != nullptr ? vfs->zName : nullptr);
-    impl.db.reset(raw);
-    if (rc != SQLITE_OK)
-        fail_sqlite(raw, rc, impl.db_path, "opening the state database failed");
-    sqlite3_extended_result_codes(raw, 0);
-    // The WAL stays between processes: a checkpoint at every close would cost each process two
-    // syncs, and deleting the WAL one more to create it again (with a directory sync). Commits
-    // checkpoint instead, every wal_checkpoint_pages pages. Committed transactions are in the
-    // WAL, synced (synchronous=FULL): state.db alone is not a backup (use sqlite3 .backup).
-    sqlite3_db_config(raw, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
-    // Writers are serialized by the flock; the busy timeout only covers SQLite's own short
-    // locks (checkpoints, WAL recovery after a crash).
-    sqlite3_busy_timeout(raw, 5000);
-    // Through the C API where one exists: a PRAGMA is compiled and run like any statement.
-    int enabled = 0;
-    sqlite3_db_config(raw, SQLITE_DBCONFIG_ENABLE_FKEY, 1, &enabled);
-    if (enabled != 1)
-        throw Error(ExitCode::software, "enabling foreign keys on " + impl.db_path + " failed");
-    if (sqlite3_wal_autocheckpoint(raw, wal_checkpoint_pages) != SQLITE_OK)
-        fail_sqlite(raw, SQLITE_ERROR, impl.db_path, "setting wal_autocheckpoint failed");
-    impl.exec(
-        "PRAGMA synchronous = FULL; PRAGMA journal_size_limit = " + std::to_string(wal_size_limit),
-        "setting synchronous=FULL and journal_size_limit failed");
+    impl.db = sqlite::Database(db_path);
     migrate(impl);
     {
-        Query q = impl.query("PRAGMA journal_mode");
+        Query q = impl.db.query("PRAGMA journal_mode");
         if (!q.step() || q.text(0) != "wal")
-            throw Error(ExitCode::config, "state database " + impl.db_path +
+            throw Error(ExitCode::config, "state database " + impl.db.path() +
                                               " is not in WAL mode (restore it from a backup)");
     }
 }
@@ -909,7 +483,7 @@ std::string StateStore::path(const std::string& relative) const {
 }
 
 bool StateStore::syncs_commits() const {
-    Query q = impl_->query("PRAGMA synchronous");
+    Query q = impl_->db.query("PRAGMA synchronous");
     return q.step() && q.integer(0) == 2;  // FULL
 }
 
@@ -927,8 +501,8 @@ struct Row {
 
 std::optional<Row> find_row(StateStore::Impl& impl, const BufferKey& key) {
     // Persistent names can be reused after deletion: the newest row is the buffer.
-    Query q = impl.query("SELECT " + buffer_columns() +
-                         " FROM buffers WHERE key = ?1 ORDER BY id DESC LIMIT 1");
+    Query q = impl.db.query("SELECT " + buffer_columns() +
+                            " FROM buffers WHERE key = ?1 ORDER BY id DESC LIMIT 1");
     q.bind(1, key.str());
     if (!q.step())
         return std::nullopt;
@@ -965,7 +539,7 @@ std::optional<Buffer> Transaction::latest_job_buffer(const std::string& cluster,
 }
 
 std::uint32_t Transaction::next_incarnation(const std::string& cluster, std::uint64_t job_id) {
-    Query q = impl_.query(
+    Query q = impl_.db.query(
         "SELECT COALESCE(MAX(incarnation), 0) FROM buffers WHERE cluster = ?1 AND job_id = ?2");
     q.bind(1, cluster).bind(2, job_id);
     q.step();
@@ -985,7 +559,7 @@ std::vector<Buffer> Transaction::list_buffers(const BufferFilter& filter) {
     if (filter.in_trash_only)
         sql += " AND reaped = 0 AND state IN ('complete', 'deleted')";
     sql += " ORDER BY id";
-    Query q = impl_.query(sql);
+    Query q = impl_.db.query(sql);
     if (filter.pool)
         q.bind(1, *filter.pool);
     if (filter.uid)
@@ -996,7 +570,7 @@ std::vector<Buffer> Transaction::list_buffers(const BufferFilter& filter) {
 }
 
 std::map<BufferState, std::size_t> Transaction::count_by_state() {
-    Query q = impl_.query("SELECT state, COUNT(*) FROM buffers GROUP BY state");
+    Query q = impl_.db.query("SELECT state, COUNT(*) FROM buffers GROUP BY state");
     std::map<BufferState, std::size_t> counts;
     while (q.step())
         counts[parse_buffer_state(q.text(0))] = static_cast<std::size_t>(q.integer(1));
@@ -1004,15 +578,15 @@ std::map<BufferState, std::size_t> Transaction::count_by_state() {
 }
 
 std::uint64_t Transaction::used_bytes(const std::string& pool) {
-    Query q = impl_.query("SELECT used FROM pool_usage WHERE pool = ?1");
+    Query q = impl_.db.query("SELECT used FROM pool_usage WHERE pool = ?1");
     q.bind(1, pool);
     return q.step() ? q.unsigned_integer(0) : 0;
 }
 
 std::uint64_t Transaction::summed_used_bytes(const std::string& pool) {
-    Query q = impl_.query(std::string("SELECT COALESCE(SUM(allocated_bytes), 0) FROM buffers"
-                                      " WHERE pool = ?1 AND state IN ") +
-                          holding_states);
+    Query q = impl_.db.query(std::string("SELECT COALESCE(SUM(allocated_bytes), 0) FROM buffers"
+                                         " WHERE pool = ?1 AND state IN ") +
+                             holding_states);
     q.bind(1, pool);
     q.step();
     return q.unsigned_integer(0);
@@ -1021,7 +595,7 @@ std::uint64_t Transaction::summed_used_bytes(const std::string& pool) {
 std::uint64_t Transaction::trash_bytes(const std::string& pool) {
     // Without INDEXED BY, SQLite walks buffers_pool_state through every complete row, which
     // is all of history; the partial index holds only what is still in trash/.
-    Query q = impl_.query(
+    Query q = impl_.db.query(
         "SELECT COALESCE(SUM(allocated_bytes), 0) FROM buffers INDEXED BY buffers_trash"
         " WHERE pool = ?1 AND reaped = 0 AND state IN ('complete', 'deleted')");
     q.bind(1, pool);
@@ -1030,16 +604,16 @@ std::uint64_t Transaction::trash_bytes(const std::string& pool) {
 }
 
 std::uint64_t Transaction::used_bytes_of_user(uid_t uid) {
-    Query q = impl_.query(std::string("SELECT COALESCE(SUM(allocated_bytes), 0) FROM buffers"
-                                      " WHERE uid = ?1 AND state IN ") +
-                          holding_states);
+    Query q = impl_.db.query(std::string("SELECT COALESCE(SUM(allocated_bytes), 0) FROM buffers"
+                                         " WHERE uid = ?1 AND state IN ") +
+                             holding_states);
     q.bind(1, static_cast<std::int64_t>(uid));
     q.step();
     return q.unsigned_integer(0);
 }
 
 std::optional<PoolRecord> Transaction::find_pool(const std::string& name) {
-    Query q = impl_.query("SELECT name, path, uuid, draining FROM pools WHERE name = ?1");
+    Query q = impl_.db.query("SELECT name, path, uuid, draining FROM pools WHERE name = ?1");
     q.bind(1, name);
     if (!q.step())
         return std::nullopt;
@@ -1047,7 +621,7 @@ std::optional<PoolRecord> Transaction::find_pool(const std::string& name) {
 }
 
 std::vector<PoolRecord> Transaction::list_pools() {
-    Query q = impl_.query("SELECT name, path, uuid, draining FROM pools ORDER BY name");
+    Query q = impl_.db.query("SELECT name, path, uuid, draining FROM pools ORDER BY name");
     std::vector<PoolRecord> pools;
     while (q.step())
         pools.push_back(PoolRecord{q.text(0), q.text(1), q.text(2), q.integer(3) != 0});
@@ -1055,8 +629,8 @@ std::vector<PoolRecord> Transaction::list_pools() {
 }
 
 std::vector<QueueEntry> Transaction::queue(const std::string& pool) {
-    Query q = impl_.query(std::string("SELECT ") + queue_columns +
-                          " FROM queue WHERE pool = ?1 ORDER BY seq");
+    Query q = impl_.db.query(std::string("SELECT ") + queue_columns +
+                             " FROM queue WHERE pool = ?1 ORDER BY seq");
     q.bind(1, pool);
     std::vector<QueueEntry> entries;
     while (q.step())
@@ -1065,8 +639,8 @@ std::vector<QueueEntry> Transaction::queue(const std::string& pool) {
 }
 
 std::optional<QueueEntry> Transaction::queue_head(const std::string& pool) {
-    Query q = impl_.query(std::string("SELECT ") + queue_columns +
-                          " FROM queue WHERE pool = ?1 ORDER BY seq LIMIT 1");
+    Query q = impl_.db.query(std::string("SELECT ") + queue_columns +
+                             " FROM queue WHERE pool = ?1 ORDER BY seq LIMIT 1");
     q.bind(1, pool);
     if (!q.step())
         return std::nullopt;
@@ -1074,7 +648,7 @@ std::optional<QueueEntry> Transaction::queue_head(const std::string& pool) {
 }
 
 std::optional<std::size_t> Transaction::queue_position(const std::string& key) {
-    Query q = impl_.query(
+    Query q = impl_.db.query(
         "SELECT (SELECT COUNT(*) FROM queue AS ahead WHERE ahead.pool = q.pool AND ahead.seq <= "
         "q.seq) FROM queue AS q WHERE q.key = ?1");
     q.bind(1, key);
@@ -1084,14 +658,14 @@ std::optional<std::size_t> Transaction::queue_position(const std::string& key) {
 }
 
 std::size_t Transaction::queue_length(const std::string& pool) {
-    Query q = impl_.query("SELECT COUNT(*) FROM queue WHERE pool = ?1");
+    Query q = impl_.db.query("SELECT COUNT(*) FROM queue WHERE pool = ?1");
     q.bind(1, pool);
     q.step();
     return static_cast<std::size_t>(q.integer(0));
 }
 
 std::vector<HistoryEntry> Transaction::history(const BufferKey& key) {
-    Query q = impl_.query(
+    Query q = impl_.db.query(
         "SELECT key, from_state, to_state, time, who, reason FROM history WHERE key = ?1"
         " ORDER BY id");
     q.bind(1, key.str());
@@ -1113,9 +687,9 @@ std::vector<HistoryEntry> Transaction::history(const BufferKey& key) {
 // ---- read-only queries added for status views (lib/bbkit/status.*) -------------------------
 
 std::uint64_t Transaction::persistent_used_bytes(const std::string& pool) {
-    Query q = impl_.query(std::string("SELECT COALESCE(SUM(allocated_bytes), 0) FROM buffers"
-                                      " WHERE pool = ?1 AND name IS NOT NULL AND state IN ") +
-                          holding_states);
+    Query q = impl_.db.query(std::string("SELECT COALESCE(SUM(allocated_bytes), 0) FROM buffers"
+                                         " WHERE pool = ?1 AND name IS NOT NULL AND state IN ") +
+                             holding_states);
     q.bind(1, pool);
     q.step();
     return q.unsigned_integer(0);
@@ -1126,32 +700,32 @@ std::uint64_t Transaction::persistent_used_bytes(const std::string& pool) {
 // ---- transactions ---------------------------------------------------------------------------
 
 ReadSnapshot::ReadSnapshot(StateStore& store) : Transaction(store) {
-    impl_.begin(false);
+    impl_.db.begin(false);
     try {
         // A deferred transaction starts reading at its first query: pin the snapshot now.
-        Query q = impl_.query("SELECT COUNT(*) FROM pools");
+        Query q = impl_.db.query("SELECT COUNT(*) FROM pools");
         q.step();
     } catch (...) {
-        impl_.end("ROLLBACK");
+        impl_.db.rollback();
         throw;
     }
 }
 
 ReadSnapshot::~ReadSnapshot() {
-    impl_.end("ROLLBACK");
+    impl_.db.rollback();
 }
 
 WriteTransaction::WriteTransaction(StateStore& store, std::string who, Durability durability)
     : Transaction(store), who_(std::move(who)), durability_(durability) {
-    if (impl_.in_transaction)
+    if (impl_.db.in_transaction())
         throw Error(ExitCode::software,
-                    "a transaction on " + impl_.db_path + " is already open (one at a time)");
+                    "a transaction on " + impl_.db.path() + " is already open (one at a time)");
     HeldLock lock = impl_.acquire_lock(who_);
     // SQLite takes the safety level only outside a transaction.
     if (durability_ == Durability::deferred)
-        impl_.query("PRAGMA synchronous = NORMAL").run();
+        impl_.db.query("PRAGMA synchronous = NORMAL").run();
     try {
-        impl_.begin(true);
+        impl_.db.begin(true);
     } catch (...) {
         restore_durability();
         throw;
@@ -1161,7 +735,7 @@ WriteTransaction::WriteTransaction(StateStore& store, std::string who, Durabilit
 
 WriteTransaction::~WriteTransaction() {
     if (!committed_)
-        impl_.end("ROLLBACK");
+        impl_.db.rollback();
     restore_durability();
     impl_.lock.reset();  // after the rollback: the next writer must not see our changes
 }
@@ -1169,7 +743,7 @@ WriteTransaction::~WriteTransaction() {
 void WriteTransaction::restore_durability() {
     if (durability_ == Durability::deferred) {
         try {
-            impl_.query("PRAGMA synchronous = FULL").run();  // compiled once per process
+            impl_.db.query("PRAGMA synchronous = FULL").run();  // compiled once per process
         } catch (const Error& e) {
             spdlog::warn("restoring synchronous=FULL failed: {}", e.what());
         }
@@ -1181,8 +755,7 @@ void WriteTransaction::commit() {
     if (committed_)
         throw Error(ExitCode::software, "transaction committed twice");
     fault_point("txn.before-commit");
-    impl_.query("COMMIT").run();
-    impl_.in_transaction = false;
+    impl_.db.commit();
     committed_ = true;
     restore_durability();
     fault_point("txn.committed");
@@ -1194,7 +767,7 @@ namespace {
 void append_history(StateStore::Impl& impl, const std::string& key, std::optional<BufferState> from,
                     BufferState to, TimePoint time, const std::string& who,
                     const std::string& reason) {
-    Query q = impl.query(
+    Query q = impl.db.query(
         "INSERT INTO history (key, from_state, to_state, time, who, reason)"
         " VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
     q.bind(1, key);
@@ -1211,7 +784,7 @@ void append_history(StateStore::Impl& impl, const std::string& key, std::optiona
 void add_used_bytes(StateStore::Impl& impl, const std::string& pool, std::int64_t delta) {
     if (delta == 0)
         return;
-    Query q = impl.query("UPDATE pool_usage SET used = used + ?2 WHERE pool = ?1");
+    Query q = impl.db.query("UPDATE pool_usage SET used = used + ?2 WHERE pool = ?1");
     q.bind(1, pool).bind(2, delta);
     q.run();
 }
@@ -1238,7 +811,7 @@ void WriteTransaction::insert_buffer(Buffer& buffer) {
     if (buffer.directory.empty())
         buffer.directory = buffer.key.directory();
 
-    Query q = impl_.query(
+    Query q = impl_.db.query(
         "INSERT INTO buffers (pool, requested_bytes, allocated_bytes, uid, gid, user, reason,"
         " message, directory, access, type, staging, owner, expires, use_count, lock_pid,"
         " lock_start, reaped, key, cluster, job_id, incarnation, name, state, entered, created)"
@@ -1280,7 +853,7 @@ void WriteTransaction::update_buffer(const Buffer& buffer) {
                                             " would change its state from " +
                                             to_string(stored.state) + " to " +
                                             to_string(buffer.state) + " (use transition)");
-    Query q = impl_.query(
+    Query q = impl_.db.query(
         "UPDATE buffers SET pool = ?1, requested_bytes = ?2, allocated_bytes = ?3, uid = ?4,"
         " gid = ?5, user = ?6, reason = ?7, message = ?8, directory = ?9, access = ?10,"
         " type = ?11, staging = ?12, owner = ?13, expires = ?14, use_count = ?15,"
@@ -1310,7 +883,7 @@ Buffer WriteTransaction::transition(const BufferKey& key, BufferState to, const 
     buffer.reason = reason;
     buffer.message = message;
     buffer.entered[to] = now;
-    Query q = impl_.query(
+    Query q = impl_.db.query(
         "UPDATE buffers SET state = ?1, reason = ?2, message = ?3, entered = ?4 WHERE id = ?5");
     q.bind(1, std::string(to_string(to)))
         .bind(2, reason)
@@ -1334,7 +907,7 @@ void WriteTransaction::set_run_lock_holder(const BufferKey& key,
     const Row row = get_row(impl_, key);
     // A statement of its own: it touches no indexed column, and compiling the full update
     // costs a short command more than running it.
-    Query q = impl_.query("UPDATE buffers SET lock_pid = ?1, lock_start = ?2 WHERE id = ?3");
+    Query q = impl_.db.query("UPDATE buffers SET lock_pid = ?1, lock_start = ?2 WHERE id = ?3");
     if (holder)
         q.bind(1, static_cast<std::int64_t>(holder->pid)).bind(2, holder->start_time);
     else
@@ -1350,7 +923,7 @@ void WriteTransaction::mark_reaped(const BufferKey& key) {
     if (!is_final(buffer.state))
         throw Error(ExitCode::data, "buffer " + key.str() + " is " + to_string(buffer.state) +
                                         ", cannot be reaped (only complete or deleted buffers)");
-    Query q = impl_.query("UPDATE buffers SET reaped = 1 WHERE id = ?1");
+    Query q = impl_.db.query("UPDATE buffers SET reaped = 1 WHERE id = ?1");
     q.bind(1, row.id);
     q.run();
     touched_keys_.insert(key.str());
@@ -1358,13 +931,13 @@ void WriteTransaction::mark_reaped(const BufferKey& key) {
 }
 
 void WriteTransaction::put_pool(const PoolRecord& pool) {
-    Query q = impl_.query(
+    Query q = impl_.db.query(
         "INSERT INTO pools (name, path, uuid, draining) VALUES (?1, ?2, ?3, ?4)"
         " ON CONFLICT (name) DO UPDATE SET path = excluded.path, uuid = excluded.uuid");
     q.bind(1, pool.name).bind(2, pool.path).bind(3, pool.uuid);
     q.bind(4, static_cast<std::int64_t>(pool.draining ? 1 : 0));
     q.run();
-    Query usage = impl_.query("INSERT OR IGNORE INTO pool_usage (pool, used) VALUES (?1, 0)");
+    Query usage = impl_.db.query("INSERT OR IGNORE INTO pool_usage (pool, used) VALUES (?1, 0)");
     usage.bind(1, pool.name);
     usage.run();
     pools_touched_ = true;
@@ -1372,10 +945,10 @@ void WriteTransaction::put_pool(const PoolRecord& pool) {
 
 void WriteTransaction::recompute_used_bytes(const std::string& pool) {
     Query q =
-        impl_.query(std::string("INSERT INTO pool_usage (pool, used) VALUES (?1, (SELECT"
-                                " COALESCE(SUM(allocated_bytes), 0) FROM buffers"
-                                " WHERE pool = ?1 AND state IN ") +
-                    holding_states + ")) ON CONFLICT (pool) DO UPDATE SET used = excluded.used");
+        impl_.db.query(std::string("INSERT INTO pool_usage (pool, used) VALUES (?1, (SELECT"
+                                   " COALESCE(SUM(allocated_bytes), 0) FROM buffers"
+                                   " WHERE pool = ?1 AND state IN ") +
+                       holding_states + ")) ON CONFLICT (pool) DO UPDATE SET used = excluded.used");
     q.bind(1, pool);
     q.run();
     pools_touched_ = true;
@@ -1383,12 +956,12 @@ void WriteTransaction::recompute_used_bytes(const std::string& pool) {
 
 void WriteTransaction::set_draining(const std::string& pool, bool draining) {
     {
-        Query q = impl_.query("UPDATE pools SET draining = ?1 WHERE name = ?2");
+        Query q = impl_.db.query("UPDATE pools SET draining = ?1 WHERE name = ?2");
         q.bind(1, static_cast<std::int64_t>(draining ? 1 : 0)).bind(2, pool);
         q.run();
     }
     pools_touched_ = true;
-    if (sqlite3_changes(impl_.db.get()) == 0)
+    if (impl_.db.changes() == 0)
         throw Error(ExitCode::no_input,
                     "no pool '" + pool + "' in the state database (run bb-pool init " + pool + ")");
 }
@@ -1407,14 +980,14 @@ QueueEntry WriteTransaction::enqueue(const std::string& pool, const std::string&
     entry.requested_bytes = requested_bytes;
     entry.waiter = waiter;
     entry.enqueued = std::chrono::system_clock::now();
-    Query q = impl_.query(
+    Query q = impl_.db.query(
         "INSERT INTO queue (pool, key, requested_bytes, waiter_pid, waiter_start, enqueued)"
         " VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
     q.bind(1, pool).bind(2, key).bind(3, requested_bytes);
     q.bind(4, static_cast<std::int64_t>(waiter.pid)).bind(5, waiter.start_time);
     q.bind(6, to_nanos(entry.enqueued));
     q.run();
-    entry.seq = sqlite3_last_insert_rowid(impl_.db.get());
+    entry.seq = impl_.db.last_insert_rowid();
     touched_keys_.insert(key);  // its queue position appears
     pools_touched_ = true;      // and the pool's queue length changes
     return entry;
@@ -1423,14 +996,14 @@ QueueEntry WriteTransaction::enqueue(const std::string& pool, const std::string&
 bool WriteTransaction::dequeue(const std::string& key) {
     std::optional<std::string> pool;
     {
-        Query q = impl_.query("SELECT pool FROM queue WHERE key = ?1");
+        Query q = impl_.db.query("SELECT pool FROM queue WHERE key = ?1");
         q.bind(1, key);
         if (q.step())
             pool = q.text(0);
     }
     if (!pool)
         return false;
-    Query q = impl_.query("DELETE FROM queue WHERE key = ?1");
+    Query q = impl_.db.query("DELETE FROM queue WHERE key = ?1");
     q.bind(1, key);
     q.run();
     touched_keys_.insert(key);
@@ -1442,7 +1015,8 @@ bool WriteTransaction::dequeue(const std::string& key) {
 std::vector<QueueEntry> WriteTransaction::drop_dead_waiters() {
     std::vector<QueueEntry> dead;
     {
-        Query q = impl_.query(std::string("SELECT ") + queue_columns + " FROM queue ORDER BY seq");
+        Query q =
+            impl_.db.query(std::string("SELECT ") + queue_columns + " FROM queue ORDER BY seq");
         while (q.step()) {
             QueueEntry entry = read_queue_entry(q);
             if (!entry.waiter.alive())

@@ -21,12 +21,9 @@
 
 #include "bbkit/buffer.hpp"
 #include "bbkit/config.hpp"
+#include "bbkit/store_schema.hpp"  // state_schema_version()
 
 namespace bbkit {
-
-// The newest state.db schema this build knows. An older database is migrated on open; a newer
-// one is refused with Error(config) asking to upgrade bbkit.
-int state_schema_version();
 
 struct StoreOptions {
     // How long a writer waits for <state>/lock before Error(temp_fail) naming the holder.

@@ -137,6 +137,25 @@ TEST_F(StateStoreTest, creates_the_layout_with_private_modes) {
     EXPECT_EQ(store.path("env/x.env"), config_.state_dir + "/env/x.env");
 }
 
+TEST_F(StateStoreTest, a_numeric_state_group_is_a_gid) {
+    config_.state_group = std::to_string(getegid());
+    StateStore store(config_);
+    struct stat st {};
+    ASSERT_EQ(lstat((config_.state_dir + "/env").c_str(), &st), 0);
+    EXPECT_EQ(st.st_gid, getegid());
+}
+
+// Beyond the largest gid, digits are a group name (which no host has), never a gid cut short:
+// 4294967296 would otherwise be gid 0.
+TEST_F(StateStoreTest, a_state_group_number_beyond_any_gid_is_looked_up_as_a_name) {
+    config_.state_group = "4294967296";
+    std::string message;
+    EXPECT_EQ(code_of([&] { StateStore store(config_); }, &message), ExitCode::config);
+    EXPECT_EQ(message,
+              "state_group '4294967296' is not a group on this host (groupadd it, or "
+              "change state_group in the configuration)");
+}
+
 TEST_F(StateStoreTest, read_only_open_of_a_missing_directory_creates_nothing) {
     StoreOptions options;
     options.read_only = true;
@@ -932,27 +951,6 @@ TEST_F(StateStoreTest, hot_queries_use_indexes) {
 
 namespace bbkit {
 namespace {
-
-TEST_F(StateStoreTest, migrates_an_older_schema_on_open) {
-    { StateStore store(config_); }
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open((config_.state_dir + "/state.db").c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db,
-                           "DROP INDEX buffers_persistent; DROP TABLE pool_usage;"
-                           " PRAGMA user_version = 1",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(db);
-    { StateStore store(config_); }
-    ASSERT_EQ(sqlite3_open((config_.state_dir + "/state.db").c_str(), &db), SQLITE_OK);
-    sqlite3_stmt* q = nullptr;
-    sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'buffers_persistent'",
-                       -1, &q, nullptr);
-    ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
-    EXPECT_EQ(sqlite3_column_int(q, 0), 1);
-    sqlite3_finalize(q);
-    sqlite3_close(db);
-}
 
 // Schema 3 fills pool_usage from the rows a schema-2 state.db already holds; schema 4 drops its
 // triggers (and fills it again), and every insert, state change and resize keeps it from then on.

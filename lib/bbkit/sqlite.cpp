@@ -1,0 +1,294 @@
+#include "bbkit/sqlite.hpp"
+
+#include <sqlite3.h>
+
+#include <utility>
+
+#include "bbkit/error.hpp"
+
+namespace bbkit::sqlite {
+namespace {
+
+// How many WAL pages may pile up before a commit checkpoints them into state.db. Every process
+// opens the database alone, so SQLite rebuilds the WAL index by reading the whole WAL at open:
+// a small WAL keeps that cheap, and a checkpoint (two syncs) every few dozen transactions
+// costs less than a checkpoint at every close. 128 pages (a checkpoint every seventh alloc or
+// teardown) beat 256 by 5% and 64 in interleaved runs (see bench/README.md).
+constexpr int wal_checkpoint_pages = 128;
+// The WAL file is truncated back to this size after a checkpoint that emptied it.
+constexpr int wal_size_limit = 4 << 20;
+// How much of state.db SQLite may read through mmap.
+constexpr long long state_db_mmap_bytes = 256LL << 20;
+
+// The unix VFS opens the WAL with O_CREAT and then, at the first sync, also syncs its directory
+// (a new file's name must be durable). The WAL now outlives our processes, so that would cost
+// every process one device flush for nothing. This VFS ("bbkit") opens an existing WAL without
+// SQLITE_OPEN_CREATE, so that only a WAL that has to be created gets the directory sync. Every
+// other call goes to the default VFS unchanged.
+sqlite3_vfs* base_vfs(sqlite3_vfs* vfs) {
+    return static_cast<sqlite3_vfs*>(vfs->pAppData);
+}
+
+int vfs_open(sqlite3_vfs* vfs, const char* name, sqlite3_file* file, int flags, int* out_flags) {
+    sqlite3_vfs* base = base_vfs(vfs);
+    if (name != nullptr && (flags & SQLITE_OPEN_WAL) != 0 && (flags & SQLITE_OPEN_CREATE) != 0) {
+        const int rc = base->xOpen(base, name, file, flags & ~SQLITE_OPEN_CREATE, out_flags);
+        if (rc != SQLITE_CANTOPEN)
+            return rc;
+    }
+    return base->xOpen(base, name, file, flags, out_flags);
+}
+
+sqlite3_vfs* bbkit_vfs() {
+    static sqlite3_vfs* const vfs = []() -> sqlite3_vfs* {
+        // Before SQLite initializes (the first call below does): a bbkit process uses SQLite
+        // from one thread only (the fsync, hook and mover threads never call it), so SQLite's
+        // mutexes and its memory statistics (a mutex on every allocation) are pure cost. A
+        // process that initialized SQLite already keeps its settings (SQLITE_MISUSE, ignored).
+        sqlite3_config(SQLITE_CONFIG_SINGLETHREAD);
+        sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+        // Each process starts with an empty page cache: read state.db through a mapping (page
+        // faults on the kernel's cache) rather than one pread per page. Set here rather than
+        // by a PRAGMA, which every process would compile and run.
+        sqlite3_config(SQLITE_CONFIG_MMAP_SIZE, state_db_mmap_bytes, state_db_mmap_bytes);
+        sqlite3_vfs* base = sqlite3_vfs_find(nullptr);
+        if (base == nullptr)
+            return nullptr;
+        static sqlite3_vfs shim;
+        shim = *base;  // same sizes and version; forwards below
+        shim.pNext = nullptr;
+        shim.zName = "bbkit";
+        shim.pAppData = base;
+        shim.xOpen = vfs_open;
+        shim.xDelete = [](sqlite3_vfs* v, const char* n, int s) {
+            return base_vfs(v)->xDelete(base_vfs(v), n, s);
+        };
+        shim.xAccess = [](sqlite3_vfs* v, const char* n, int f, int* out) {
+            return base_vfs(v)->xAccess(base_vfs(v), n, f, out);
+        };
+        shim.xFullPathname = [](sqlite3_vfs* v, const char* n, int size, char* out) {
+            return base_vfs(v)->xFullPathname(base_vfs(v), n, size, out);
+        };
+        shim.xDlOpen = [](sqlite3_vfs* v, const char* n) {
+            return base_vfs(v)->xDlOpen(base_vfs(v), n);
+        };
+        shim.xDlError = [](sqlite3_vfs* v, int size, char* out) {
+            base_vfs(v)->xDlError(base_vfs(v), size, out);
+        };
+        shim.xDlSym = [](sqlite3_vfs* v, void* h, const char* n) {
+            return base_vfs(v)->xDlSym(base_vfs(v), h, n);
+        };
+        shim.xDlClose = [](sqlite3_vfs* v, void* h) { base_vfs(v)->xDlClose(base_vfs(v), h); };
+        shim.xRandomness = [](sqlite3_vfs* v, int size, char* out) {
+            return base_vfs(v)->xRandomness(base_vfs(v), size, out);
+        };
+        shim.xSleep = [](sqlite3_vfs* v, int us) { return base_vfs(v)->xSleep(base_vfs(v), us); };
+        shim.xCurrentTime = [](sqlite3_vfs* v, double* out) {
+            return base_vfs(v)->xCurrentTime(base_vfs(v), out);
+        };
+        shim.xGetLastError = [](sqlite3_vfs* v, int size, char* out) {
+            return base_vfs(v)->xGetLastError(base_vfs(v), size, out);
+        };
+        if (base->iVersion >= 2 && base->xCurrentTimeInt64 != nullptr)
+            shim.xCurrentTimeInt64 = [](sqlite3_vfs* v, sqlite3_int64* out) {
+                return base_vfs(v)->xCurrentTimeInt64(base_vfs(v), out);
+            };
+        if (base->iVersion >= 3) {
+            shim.xSetSystemCall = [](sqlite3_vfs* v, const char* n, sqlite3_syscall_ptr f) {
+                return base_vfs(v)->xSetSystemCall(base_vfs(v), n, f);
+            };
+            shim.xGetSystemCall = [](sqlite3_vfs* v, const char* n) {
+                return base_vfs(v)->xGetSystemCall(base_vfs(v), n);
+            };
+            shim.xNextSystemCall = [](sqlite3_vfs* v, const char* n) {
+                return base_vfs(v)->xNextSystemCall(base_vfs(v), n);
+            };
+        }
+        return sqlite3_vfs_register(&shim, 0) == SQLITE_OK ? &shim : nullptr;
+    }();
+    return vfs;
+}
+[[noreturn]] void fail_sqlite(sqlite3* db, int rc, const std::string& db_path,
+                              const std::string& what) {
+    const std::string why = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    const std::string failed = what + " in " + db_path + ": " + why;
+    switch (rc & 0xff) {
+        case SQLITE_CORRUPT:
+        case SQLITE_NOTADB:
+            throw Error(ExitCode::config, "state database " + db_path + " is unreadable: " + why +
+                                              " (restore it from a backup, or move it aside to "
+                                              "start empty and run bb-pool check)");
+        case SQLITE_BUSY:
+        case SQLITE_LOCKED:
+            throw Error(ExitCode::temp_fail, failed + " (retry later)");
+        case SQLITE_FULL:
+        case SQLITE_IOERR:
+            throw Error(ExitCode::io, failed + " (check the state directory's file system)");
+        case SQLITE_CANTOPEN:
+        case SQLITE_PERM:
+        case SQLITE_READONLY:
+            throw Error(ExitCode::no_perm,
+                        failed + " (check the state directory's owner and mode)");
+        case SQLITE_CONSTRAINT:
+            throw Error(ExitCode::exists, failed);
+        default:
+            throw Error(ExitCode::software, failed);
+    }
+}
+}  // namespace
+
+// ---- Query ----------------------------------------------------------------------------------
+
+Query::~Query() {
+    sqlite3_reset(statement_);
+    sqlite3_clear_bindings(statement_);
+}
+
+Query& Query::bind(int index, std::int64_t value) {
+    check(sqlite3_bind_int64(statement_, index, value));
+    return *this;
+}
+
+Query& Query::bind(int index, std::uint64_t value) {
+    return bind(index, static_cast<std::int64_t>(value));
+}
+
+Query& Query::bind(int index, const std::string& value) {
+    check(sqlite3_bind_text(statement_, index, value.data(), static_cast<int>(value.size()),
+                            SQLITE_TRANSIENT));
+    return *this;
+}
+
+Query& Query::bind_null(int index) {
+    check(sqlite3_bind_null(statement_, index));
+    return *this;
+}
+
+bool Query::step(const std::string& what) {
+    const int rc = sqlite3_step(statement_);
+    if (rc == SQLITE_ROW)
+        return true;
+    if (rc == SQLITE_DONE)
+        return false;
+    fail_sqlite(db_, rc, db_path_, what);
+}
+
+void Query::run(const std::string& what) {
+    while (step(what)) {
+    }
+}
+
+bool Query::is_null(int column) const {
+    return sqlite3_column_type(statement_, column) == SQLITE_NULL;
+}
+
+std::int64_t Query::integer(int column) const {
+    return sqlite3_column_int64(statement_, column);
+}
+
+std::uint64_t Query::unsigned_integer(int column) const {
+    return static_cast<std::uint64_t>(integer(column));
+}
+
+std::string Query::text(int column) const {
+    const auto* data = sqlite3_column_text(statement_, column);
+    const int size = sqlite3_column_bytes(statement_, column);
+    return data == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(data), size);
+}
+
+void Query::check(int rc) {
+    if (rc != SQLITE_OK)
+        fail_sqlite(db_, rc, db_path_, "binding a value failed");
+}
+
+// ---- Database -------------------------------------------------------------------------------
+
+void Database::Closer::operator()(sqlite3* db) const {
+    sqlite3_close_v2(db);
+}
+
+void Database::Finalizer::operator()(sqlite3_stmt* statement) const {
+    sqlite3_finalize(statement);
+}
+
+Database::Database(std::string path) : path_(std::move(path)) {
+    sqlite3* raw = nullptr;
+    sqlite3_vfs* vfs = bbkit_vfs();
+    const int rc = sqlite3_open_v2(path_.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+                                   vfs != nullptr ? vfs->zName : nullptr);
+    db_.reset(raw);
+    if (rc != SQLITE_OK)
+        fail_sqlite(raw, rc, path_, "opening the state database failed");
+    sqlite3_extended_result_codes(raw, 0);
+    // The WAL stays between processes: a checkpoint at every close would cost each process two
+    // syncs, and deleting the WAL one more to create it again (with a directory sync). Commits
+    // checkpoint instead, every wal_checkpoint_pages pages. Committed transactions are in the
+    // WAL, synced (synchronous=FULL): state.db alone is not a backup (use sqlite3 .backup).
+    sqlite3_db_config(raw, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
+    // Writers are serialized by the flock; the busy timeout only covers SQLite's own short
+    // locks (checkpoints, WAL recovery after a crash).
+    sqlite3_busy_timeout(raw, 5000);
+    // Through the C API where one exists: a PRAGMA is compiled and run like any statement.
+    int enabled = 0;
+    sqlite3_db_config(raw, SQLITE_DBCONFIG_ENABLE_FKEY, 1, &enabled);
+    if (enabled != 1)
+        throw Error(ExitCode::software, "enabling foreign keys on " + path_ + " failed");
+    if (sqlite3_wal_autocheckpoint(raw, wal_checkpoint_pages) != SQLITE_OK)
+        fail_sqlite(raw, SQLITE_ERROR, path_, "setting wal_autocheckpoint failed");
+    exec("PRAGMA synchronous = FULL; PRAGMA journal_size_limit = " + std::to_string(wal_size_limit),
+         "setting synchronous=FULL and journal_size_limit failed");
+}
+
+Database::Database(Database&&) noexcept = default;
+Database& Database::operator=(Database&&) noexcept = default;
+Database::~Database() = default;
+
+Query Database::query(const std::string& sql) {
+    auto found = statements_.find(sql);
+    if (found == statements_.end()) {
+        sqlite3_stmt* raw = nullptr;
+        const int rc = sqlite3_prepare_v3(db_.get(), sql.c_str(), static_cast<int>(sql.size()),
+                                          SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
+        std::unique_ptr<sqlite3_stmt, Finalizer> statement(raw);
+        if (rc != SQLITE_OK)
+            fail_sqlite(db_.get(), rc, path_, "preparing a query failed");
+        found = statements_.emplace(sql, std::move(statement)).first;
+    }
+    return Query(db_.get(), found->second.get(), path_);
+}
+
+void Database::exec(const std::string& sql, const std::string& what) {
+    const int rc = sqlite3_exec(db_.get(), sql.c_str(), nullptr, nullptr, nullptr);
+    if (rc != SQLITE_OK)
+        fail_sqlite(db_.get(), rc, path_, what);
+}
+
+void Database::begin(bool write) {
+    if (in_transaction_)
+        throw Error(ExitCode::software,
+                    "a transaction on " + path_ + " is already open (one at a time)");
+    query(write ? "BEGIN IMMEDIATE" : "BEGIN").run();
+    in_transaction_ = true;
+}
+
+void Database::commit(const std::string& what) {
+    query("COMMIT").run(what);
+    in_transaction_ = false;
+}
+
+void Database::rollback() noexcept {
+    if (!in_transaction_)
+        return;
+    in_transaction_ = false;
+    sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+}
+
+int Database::changes() const {
+    return sqlite3_changes(db_.get());
+}
+
+std::int64_t Database::last_insert_rowid() const {
+    return sqlite3_last_insert_rowid(db_.get());
+}
+
+}  // namespace bbkit::sqlite

@@ -1,0 +1,102 @@
+// The thin layer between bbkit and SQLite: one connection with its prepared statements cached
+// for its whole life, one use of a statement at a time, and SQLite's result codes turned into
+// bbkit's errors. Every connection goes through the "bbkit" VFS and the settings state.db relies
+// on (WAL kept between processes, synchronous=FULL, foreign keys): bbkit(7), STATE DIRECTORY.
+// A connection must not cross a fork().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace bbkit::sqlite {
+
+// One use of a cached prepared statement: binds, steps, and resets it (bindings cleared) when
+// it goes out of scope. A failure is an Error whose code follows SQLite's result: a corrupt file
+// is config, busy temp_fail, a full or failing disk io, a refused open no_perm, a constraint
+// exists, anything else software.
+class Query {
+  public:
+    Query(sqlite3* db, sqlite3_stmt* statement, const std::string& db_path)
+        : db_(db), statement_(statement), db_path_(db_path) {}
+    Query(const Query&) = delete;
+    Query& operator=(const Query&) = delete;
+    ~Query();
+
+    Query& bind(int index, std::int64_t value);
+    Query& bind(int index, std::uint64_t value);  // stored as its two's-complement int64
+    Query& bind(int index, const std::string& value);
+    Query& bind_null(int index);
+    template <typename T>
+    Query& bind(int index, const std::optional<T>& value) {
+        return value ? bind(index, *value) : bind_null(index);
+    }
+
+    // True while there is a row to read; `what` begins the message of a failure.
+    bool step(const std::string& what = "query failed");
+    void run(const std::string& what = "query failed");  // steps to the end
+
+    bool is_null(int column) const;
+    std::int64_t integer(int column) const;
+    std::uint64_t unsigned_integer(int column) const;
+    std::string text(int column) const;  // "" for NULL
+
+  private:
+    void check(int rc);
+
+    sqlite3* db_;
+    sqlite3_stmt* statement_;
+    const std::string& db_path_;
+};
+
+// A connection to an existing database file, read-write. One transaction at a time.
+class Database {
+  public:
+    Database() = default;  // not open: only to be assigned an open one
+    // Opens `path`, which must exist (else Error(no_perm)): SQLite never creates it, so its owner
+    // and mode stay whoever created it chose.
+    explicit Database(std::string path);
+    Database(Database&&) noexcept;
+    Database& operator=(Database&&) noexcept;
+    ~Database();
+
+    const std::string& path() const { return path_; }
+
+    // The statement for `sql`, compiled at its first use and kept until the connection closes.
+    Query query(const std::string& sql);
+    // Runs `sql` (any number of statements) once, uncached; `what` begins the message of a failure.
+    void exec(const std::string& sql, const std::string& what);
+
+    // BEGIN IMMEDIATE (write: takes SQLite's write lock now) or BEGIN (a deferred read).
+    // Error(software) when a transaction is already open.
+    void begin(bool write);
+    // A failure leaves the transaction open: rollback() it.
+    void commit(const std::string& what = "query failed");
+    // Rolls back the open transaction, if any. Never throws: destructors call it.
+    void rollback() noexcept;
+    bool in_transaction() const { return in_transaction_; }
+
+    int changes() const;  // rows the last INSERT, UPDATE or DELETE changed
+    std::int64_t last_insert_rowid() const;
+
+  private:
+    struct Closer {
+        void operator()(sqlite3* db) const;
+    };
+    struct Finalizer {
+        void operator()(sqlite3_stmt* statement) const;
+    };
+
+    std::string path_;
+    std::unique_ptr<sqlite3, Closer> db_;
+    // After db_: finalized before the connection closes.
+    std::unordered_map<std::string, std::unique_ptr<sqlite3_stmt, Finalizer>> statements_;
+    bool in_transaction_ = false;
+};
+
+}  // namespace bbkit::sqlite

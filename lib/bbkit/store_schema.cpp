@@ -1,0 +1,183 @@
+#include "bbkit/store_schema.hpp"
+
+#include <string>
+#include <vector>
+
+#include "bbkit/error.hpp"
+#include "bbkit/sqlite.hpp"
+
+namespace bbkit {
+
+// holding_states, a macro so that migrations 3 and 4 can carry it too (the rows' sums they fill
+// pool_usage with); must agree with holds_space() (store_schema_test checks it).
+#define BBKIT_HOLDING_STATES                                                             \
+    "('allocating','allocated','staging-in','staged-in','pre-run','running','post-run'," \
+    "'staging-out','staged-out','teardown','teardown-fail','deleting')"
+const char* const holding_states = BBKIT_HOLDING_STATES;
+
+namespace {
+
+// Each entry moves the schema from version N-1 to N; never edit one that has shipped.
+const std::vector<const char*> migrations = {
+    // 1: the first schema.
+    R"sql(
+CREATE TABLE pools (
+    name        TEXT PRIMARY KEY,
+    path        TEXT NOT NULL,
+    uuid        TEXT NOT NULL,
+    draining    INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE buffers (
+    id              INTEGER PRIMARY KEY,
+    key             TEXT NOT NULL,
+    cluster         TEXT NOT NULL,
+    job_id          INTEGER,
+    incarnation     INTEGER,
+    name            TEXT,
+    pool            TEXT NOT NULL REFERENCES pools(name),
+    requested_bytes INTEGER NOT NULL,
+    allocated_bytes INTEGER NOT NULL,
+    uid             INTEGER NOT NULL,
+    gid             INTEGER NOT NULL,
+    user            TEXT NOT NULL,
+    state           TEXT NOT NULL,
+    reason          TEXT NOT NULL DEFAULT '',
+    message         TEXT NOT NULL DEFAULT '',
+    entered         TEXT NOT NULL DEFAULT '',
+    directory       TEXT NOT NULL,
+    access          TEXT NOT NULL DEFAULT '',
+    type            TEXT NOT NULL DEFAULT '',
+    staging         TEXT NOT NULL DEFAULT '',
+    owner           TEXT NOT NULL DEFAULT '',
+    expires         INTEGER,
+    use_count       INTEGER NOT NULL DEFAULT 0,
+    created         INTEGER NOT NULL,
+    lock_pid        INTEGER,
+    lock_start      INTEGER,
+    reaped          INTEGER NOT NULL DEFAULT 0,
+    CHECK ((job_id IS NULL) <> (name IS NULL))
+);
+CREATE UNIQUE INDEX buffers_job ON buffers(cluster, job_id, incarnation) WHERE job_id IS NOT NULL;
+CREATE INDEX buffers_key ON buffers(key);
+CREATE UNIQUE INDEX buffers_live_key ON buffers(key)
+    WHERE state NOT IN ('complete', 'deleted');
+CREATE INDEX buffers_state ON buffers(state);
+CREATE INDEX buffers_pool_state ON buffers(pool, state, allocated_bytes);
+CREATE INDEX buffers_uid_state ON buffers(uid, state, allocated_bytes);
+CREATE INDEX buffers_trash ON buffers(pool, allocated_bytes)
+    WHERE reaped = 0 AND state IN ('complete', 'deleted');
+CREATE TABLE queue (
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+    pool            TEXT NOT NULL REFERENCES pools(name),
+    key             TEXT NOT NULL UNIQUE,
+    requested_bytes INTEGER NOT NULL,
+    waiter_pid      INTEGER NOT NULL,
+    waiter_start    INTEGER NOT NULL,
+    enqueued        INTEGER NOT NULL
+);
+CREATE INDEX queue_pool ON queue(pool, seq);
+CREATE TABLE history (
+    id          INTEGER PRIMARY KEY,
+    key         TEXT NOT NULL,
+    from_state  TEXT,
+    to_state    TEXT NOT NULL,
+    time        INTEGER NOT NULL,
+    who         TEXT NOT NULL,
+    reason      TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX history_key ON history(key, id);
+)sql",
+    // 2: persistent buffers' space per pool without visiting every live job buffer's row
+    // (pool_status needs it on every write).
+    R"sql(
+CREATE INDEX buffers_persistent ON buffers(pool, state, allocated_bytes) WHERE name IS NOT NULL;
+)sql",
+    // 3: each pool's used bytes, kept by triggers in the transaction that changes a buffer row,
+    // so a write no longer sums every live row (O(live buffers) twice per alloc). It is derived
+    // from the rows by SQLite itself, never written by bbkit; `bb-pool check` compares it with
+    // the sum and `check --repair` recomputes it.
+    "CREATE TABLE pool_usage (\n"
+    "    pool TEXT PRIMARY KEY,\n"
+    "    used INTEGER NOT NULL\n"
+    ") WITHOUT ROWID;\n"
+    "INSERT INTO pool_usage (pool, used) SELECT name, (SELECT COALESCE(SUM(allocated_bytes), 0)"
+    " FROM buffers WHERE buffers.pool = pools.name AND state IN " BBKIT_HOLDING_STATES
+    ") FROM pools;\n"
+    "CREATE TRIGGER pool_usage_pool AFTER INSERT ON pools BEGIN\n"
+    "    INSERT OR IGNORE INTO pool_usage (pool, used) VALUES (NEW.name, 0);\n"
+    "END;\n"
+    "CREATE TRIGGER pool_usage_insert AFTER INSERT ON buffers WHEN NEW.state "
+    "IN " BBKIT_HOLDING_STATES
+    " BEGIN\n"
+    "    UPDATE pool_usage SET used = used + NEW.allocated_bytes WHERE pool = NEW.pool;\n"
+    "END;\n"
+    "CREATE TRIGGER pool_usage_delete AFTER DELETE ON buffers WHEN OLD.state "
+    "IN " BBKIT_HOLDING_STATES
+    " BEGIN\n"
+    "    UPDATE pool_usage SET used = used - OLD.allocated_bytes WHERE pool = OLD.pool;\n"
+    "END;\n"
+    "CREATE TRIGGER pool_usage_update AFTER UPDATE OF pool, state, allocated_bytes ON buffers"
+    " BEGIN\n"
+    "    UPDATE pool_usage SET used = used - OLD.allocated_bytes\n"
+    "        WHERE pool = OLD.pool AND OLD.state IN " BBKIT_HOLDING_STATES
+    ";\n"
+    "    UPDATE pool_usage SET used = used + NEW.allocated_bytes\n"
+    "        WHERE pool = NEW.pool AND NEW.state IN " BBKIT_HOLDING_STATES
+    ";\n"
+    "END;\n",
+    // 4: pool_usage is kept by WriteTransaction's own writes, in the same statements' transaction
+    // (add_used_bytes). SQLite parsed the triggers' text at every connection and compiled them
+    // into every statement that writes a buffer: 7-9% of a short command's instructions.
+    "DROP TRIGGER pool_usage_pool;\n"
+    "DROP TRIGGER pool_usage_insert;\n"
+    "DROP TRIGGER pool_usage_delete;\n"
+    "DROP TRIGGER pool_usage_update;\n"
+    "INSERT OR REPLACE INTO pool_usage (pool, used) SELECT name, (SELECT"
+    " COALESCE(SUM(allocated_bytes), 0) FROM buffers WHERE buffers.pool = pools.name AND state "
+    "IN " BBKIT_HOLDING_STATES ") FROM pools;\n",
+};
+#undef BBKIT_HOLDING_STATES
+
+// The version the file records, whatever it is.
+int recorded_version(sqlite::Database& db) {
+    sqlite::Query q = db.query("PRAGMA user_version");
+    q.step();
+    return static_cast<int>(q.integer(0));
+}
+
+}  // namespace
+
+int state_schema_version() {
+    return static_cast<int>(migrations.size());
+}
+
+int schema_version(sqlite::Database& db) {
+    const int known = state_schema_version();
+    const int found = recorded_version(db);
+    if (found > known)
+        throw Error(ExitCode::config, "state.db has schema version " + std::to_string(found) +
+                                          " but this bbkit knows only up to " +
+                                          std::to_string(known) + " (upgrade bbkit)");
+    return found;
+}
+
+void migrate_schema(sqlite::Database& db) {
+    const int known = state_schema_version();
+    // WAL is a property of the file: set once, by whoever creates or migrates it.
+    db.exec("PRAGMA journal_mode=WAL", "enabling WAL failed");
+    db.begin(true);
+    try {
+        // Read again under the lock: another process may have migrated the file meanwhile.
+        for (int v = recorded_version(db); v < known; ++v) {
+            db.exec(migrations[static_cast<std::size_t>(v)],
+                    "migrating to schema " + std::to_string(v + 1) + " failed");
+            db.exec("PRAGMA user_version = " + std::to_string(v + 1), "setting the version failed");
+        }
+        db.commit("committing the schema failed");
+    } catch (...) {
+        db.rollback();
+        throw;
+    }
+}
+
+}  // namespace bbkit

@@ -1,0 +1,30 @@
+// The schema of state.db and the migrations that bring an older file to it. The version is
+// SQLite's user_version. The migrations an open needs run in one write transaction: a file is
+// at its old version or the current one, never in between. Only a writing command migrates
+// (bbkit(7), STATE DIRECTORY).
+#pragma once
+
+namespace bbkit {
+
+namespace sqlite {
+class Database;
+}
+
+// The newest state.db schema this build knows. An older database is migrated on open; a newer
+// one is refused with Error(config) asking to upgrade bbkit.
+int state_schema_version();
+
+// The states that hold space, as an SQL list for `state IN ...`: holds_space() in SQL.
+extern const char* const holding_states;
+
+// The version `db` records, 0 for an empty file. StateStore reads it first, so a file that is
+// not SQLite fails here (Error(config)); a version newer than state_schema_version() is
+// Error(config) "... (upgrade bbkit)".
+int schema_version(sqlite::Database& db);
+
+// Brings `db` to state_schema_version() in one write transaction, and turns WAL on. The caller
+// keeps other writers out (StateStore holds <state>/lock). A failed step rolls back every step:
+// the file keeps the version it had.
+void migrate_schema(sqlite::Database& db);
+
+}  // namespace bbkit

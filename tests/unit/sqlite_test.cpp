@@ -1,0 +1,273 @@
+#include "bbkit/sqlite.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <limits>
+
+#include "bbkit/error.hpp"
+
+namespace bbkit::sqlite {
+namespace {
+
+class SqliteTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        char pattern[] = "/tmp/bbkit-sqlite-XXXXXX";
+        ASSERT_NE(mkdtemp(pattern), nullptr);
+        root_ = pattern;
+        path_ = root_ + "/test.db";
+    }
+    void TearDown() override { std::system(("rm -rf '" + root_ + "'").c_str()); }
+
+    // Database never creates its file: whoever does chooses its owner and mode.
+    Database create() {
+        const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        EXPECT_GE(fd, 0);
+        ::close(fd);
+        Database db(path_);
+        db.exec("CREATE TABLE t (a INTEGER, b INTEGER, c TEXT, d INTEGER)", "creating t");
+        return db;
+    }
+
+    static std::int64_t count(Database& db, const std::string& table = "t") {
+        Query q = db.query("SELECT COUNT(*) FROM " + table);
+        EXPECT_TRUE(q.step());
+        return q.integer(0);
+    }
+
+    static ExitCode code_of(const std::function<void()>& body, std::string* message = nullptr) {
+        try {
+            body();
+        } catch (const Error& error) {
+            if (message != nullptr)
+                *message = error.what();
+            return error.code();
+        }
+        return ExitCode::ok;
+    }
+
+    std::string root_;
+    std::string path_;
+};
+
+TEST_F(SqliteTest, binds_and_reads_back_integers_text_and_null) {
+    Database db = create();
+    const std::string with_nul("a\0b", 3);
+    constexpr std::uint64_t huge = std::numeric_limits<std::uint64_t>::max() - 1;
+    db.query("INSERT INTO t (a, b, c, d) VALUES (?1, ?2, ?3, ?4)")
+        .bind(1, std::int64_t{-5})
+        .bind(2, huge)
+        .bind(3, with_nul)
+        .bind(4, std::optional<std::string>())
+        .run();
+    Query q = db.query("SELECT a, b, c, d FROM t");
+    ASSERT_TRUE(q.step());
+    EXPECT_EQ(q.integer(0), -5);
+    EXPECT_EQ(q.unsigned_integer(1), huge);  // above INT64_MAX: kept as its bit pattern
+    EXPECT_EQ(q.text(2), with_nul);
+    EXPECT_FALSE(q.is_null(2));
+    EXPECT_TRUE(q.is_null(3));
+    EXPECT_EQ(q.text(3), "");
+    EXPECT_FALSE(q.step());
+}
+
+TEST_F(SqliteTest, step_is_true_once_per_row_then_false) {
+    Database db = create();
+    for (std::int64_t i = 1; i <= 3; ++i)
+        db.query("INSERT INTO t (a) VALUES (?1)").bind(1, i).run();
+    Query q = db.query("SELECT a FROM t ORDER BY a");
+    std::int64_t expected = 1;
+    while (q.step())
+        EXPECT_EQ(q.integer(0), expected++);
+    EXPECT_EQ(expected, 4);
+}
+
+// A cached statement is reused: a use left half-read starts from the first row again, and a
+// parameter bound by an earlier use is NULL unless bound again.
+TEST_F(SqliteTest, each_use_of_a_statement_starts_reset_with_no_bindings) {
+    Database db = create();
+    const std::string insert = "INSERT INTO t (a) VALUES (?1)";
+    db.query(insert).bind(1, std::int64_t{7}).run();
+    db.query(insert).run();
+    {
+        Query q = db.query("SELECT a FROM t ORDER BY rowid");
+        ASSERT_TRUE(q.step());
+        EXPECT_EQ(q.integer(0), 7);
+    }
+    Query q = db.query("SELECT a FROM t ORDER BY rowid");
+    ASSERT_TRUE(q.step());
+    EXPECT_EQ(q.integer(0), 7);
+    ASSERT_TRUE(q.step());
+    EXPECT_TRUE(q.is_null(0));
+}
+
+TEST_F(SqliteTest, committed_rows_reach_the_next_connection) {
+    {
+        Database db = create();
+        db.begin(true);
+        EXPECT_TRUE(db.in_transaction());
+        db.query("INSERT INTO t (a) VALUES (1)").run();
+        db.commit();
+        EXPECT_FALSE(db.in_transaction());
+    }
+    Database again(path_);
+    EXPECT_EQ(count(again), 1);
+}
+
+TEST_F(SqliteTest, rollback_undoes_the_open_transaction_and_is_a_no_op_without_one) {
+    Database db = create();
+    db.rollback();
+    db.begin(true);
+    db.query("INSERT INTO t (a) VALUES (1)").run();
+    db.rollback();
+    EXPECT_FALSE(db.in_transaction());
+    EXPECT_EQ(count(db), 0);
+    db.rollback();
+    db.begin(false);  // a new transaction may start
+    db.rollback();
+}
+
+// What the store does when a statement throws inside a transaction: the failure leaves the
+// transaction open, and rolling it back undoes the statements before it too.
+TEST_F(SqliteTest, a_failed_statement_leaves_the_transaction_open_for_rollback) {
+    Database db = create();
+    db.exec("CREATE TABLE u (id INTEGER PRIMARY KEY)", "creating u");
+    db.begin(true);
+    try {
+        db.query("INSERT INTO t (a) VALUES (1)").run();
+        db.query("INSERT INTO u (id) VALUES (1)").run();
+        db.query("INSERT INTO u (id) VALUES (1)").run();
+        FAIL() << "a duplicate key was inserted";
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::exists);
+        EXPECT_TRUE(db.in_transaction());
+        db.rollback();
+    }
+    EXPECT_EQ(count(db), 0);
+    EXPECT_EQ(count(db, "u"), 0);
+}
+
+TEST_F(SqliteTest, one_transaction_at_a_time) {
+    Database db = create();
+    db.begin(false);
+    std::string message;
+    EXPECT_EQ(code_of([&] { db.begin(true); }, &message), ExitCode::software);
+    EXPECT_EQ(message, "a transaction on " + path_ + " is already open (one at a time)");
+    EXPECT_TRUE(db.in_transaction());
+}
+
+TEST_F(SqliteTest, a_failed_commit_names_the_step_and_leaves_the_transaction_open) {
+    Database db = create();
+    db.exec(
+        "CREATE TABLE parent (id INTEGER PRIMARY KEY);"
+        " CREATE TABLE child (parent INTEGER REFERENCES parent(id)"
+        " DEFERRABLE INITIALLY DEFERRED)",
+        "creating the tables");
+    db.begin(true);
+    db.query("INSERT INTO child (parent) VALUES (9)").run();  // checked at COMMIT
+    std::string message;
+    EXPECT_EQ(code_of([&] { db.commit("committing the test"); }, &message), ExitCode::exists);
+    EXPECT_EQ(message.rfind("committing the test in " + path_ + ": ", 0), 0u) << message;
+    EXPECT_TRUE(db.in_transaction());
+    db.rollback();
+    EXPECT_EQ(count(db, "child"), 0);
+}
+
+TEST_F(SqliteTest, foreign_keys_are_enforced) {
+    Database db = create();
+    db.exec(
+        "CREATE TABLE parent (id INTEGER PRIMARY KEY);"
+        " CREATE TABLE child (parent INTEGER REFERENCES parent(id))",
+        "creating the tables");
+    EXPECT_EQ(code_of([&] { db.query("INSERT INTO child (parent) VALUES (9)").run(); }),
+              ExitCode::exists);
+}
+
+TEST_F(SqliteTest, commits_sync_fully) {
+    Database db = create();
+    Query q = db.query("PRAGMA synchronous");
+    ASSERT_TRUE(q.step());
+    EXPECT_EQ(q.integer(0), 2);  // FULL
+}
+
+TEST_F(SqliteTest, counts_changes_and_the_last_inserted_row) {
+    Database db = create();
+    db.query("INSERT INTO t (a) VALUES (1)").run();
+    db.query("INSERT INTO t (a) VALUES (1)").run();
+    EXPECT_EQ(db.last_insert_rowid(), 2);
+    db.query("UPDATE t SET b = 5 WHERE a = 1").run();
+    EXPECT_EQ(db.changes(), 2);
+    db.query("UPDATE t SET b = 5 WHERE a = 2").run();
+    EXPECT_EQ(db.changes(), 0);
+}
+
+TEST_F(SqliteTest, bad_sql_is_an_internal_error_naming_the_step_and_the_file) {
+    Database db = create();
+    std::string message;
+    EXPECT_EQ(code_of([&] { db.query("SELEKT 1"); }, &message), ExitCode::software);
+    EXPECT_EQ(message.rfind("preparing a query failed in " + path_ + ": ", 0), 0u) << message;
+    EXPECT_EQ(code_of([&] { db.exec("CREATE TABLE t (a)", "creating t again"); }, &message),
+              ExitCode::software);
+    EXPECT_EQ(message.rfind("creating t again in " + path_ + ": ", 0), 0u) << message;
+    EXPECT_NE(message.find("already exists"), std::string::npos) << message;
+}
+
+TEST_F(SqliteTest, a_missing_file_is_not_created) {
+    std::string message;
+    EXPECT_EQ(code_of([&] { Database db(path_); }, &message), ExitCode::no_perm);
+    EXPECT_NE(message.find("check the state directory's owner and mode"), std::string::npos)
+        << message;
+    struct stat st {};
+    EXPECT_NE(::lstat(path_.c_str(), &st), 0);
+}
+
+TEST_F(SqliteTest, a_file_that_is_not_sqlite_is_a_config_error) {
+    {
+        std::ofstream garbage(path_);
+        for (int i = 0; i < 2000; ++i)
+            garbage << "this is not a database " << i << "\n";
+    }
+    std::string message;
+    EXPECT_EQ(code_of(
+                  [&] {
+                      Database db(path_);
+                      db.query("PRAGMA user_version").step();
+                  },
+                  &message),
+              ExitCode::config);
+    EXPECT_NE(message.find("state database " + path_ + " is unreadable: "), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("backup"), std::string::npos) << message;
+}
+
+// The "bbkit" VFS opens an existing WAL without creating it and still creates a missing one; the
+// WAL outlives the connection (no checkpoint at close) and the next one reads its commits.
+TEST_F(SqliteTest, the_wal_is_created_once_and_read_by_the_next_connection) {
+    {
+        Database db = create();
+        EXPECT_NE(sqlite3_vfs_find("bbkit"), nullptr);
+        Query q = db.query("PRAGMA journal_mode=WAL");
+        ASSERT_TRUE(q.step());
+        EXPECT_EQ(q.text(0), "wal");
+    }
+    {
+        Database db(path_);
+        db.query("INSERT INTO t (a) VALUES (1)").run();
+    }
+    struct stat st {};
+    ASSERT_EQ(::stat((path_ + "-wal").c_str(), &st), 0);
+    EXPECT_GT(st.st_size, 0);
+    Database db(path_);
+    db.query("INSERT INTO t (a) VALUES (2)").run();
+    EXPECT_EQ(count(db), 2);
+}
+
+}  // namespace
+}  // namespace bbkit::sqlite

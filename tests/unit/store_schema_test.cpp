@@ -1,0 +1,165 @@
+#include "bbkit/store_schema.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+#include "bbkit/buffer.hpp"
+#include "bbkit/error.hpp"
+#include "bbkit/sqlite.hpp"
+
+namespace bbkit {
+namespace {
+
+constexpr std::int64_t gib = 1024LL * 1024 * 1024;
+
+class StoreSchemaTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        char pattern[] = "/tmp/bbkit-schema-XXXXXX";
+        ASSERT_NE(mkdtemp(pattern), nullptr);
+        root_ = pattern;
+        path_ = root_ + "/state.db";
+        const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        ASSERT_GE(fd, 0);
+        ::close(fd);
+        db_ = sqlite::Database(path_);
+    }
+    void TearDown() override {
+        db_ = sqlite::Database();
+        std::system(("rm -rf '" + root_ + "'").c_str());
+    }
+
+    std::int64_t number(const std::string& sql) {
+        sqlite::Query q = db_.query(sql);
+        EXPECT_TRUE(q.step()) << sql;
+        return q.integer(0);
+    }
+    std::string text(const std::string& sql) {
+        sqlite::Query q = db_.query(sql);
+        EXPECT_TRUE(q.step()) << sql;
+        return q.text(0);
+    }
+    bool has(const std::string& name) {
+        return number("SELECT COUNT(*) FROM sqlite_master WHERE name = '" + name + "'") == 1;
+    }
+
+    // Two pools and, in nvme, a buffer that holds space, one that no longer does (complete) and
+    // a persistent one that holds space.
+    void add_rows() {
+        db_.exec(
+            "INSERT INTO pools (name, path, uuid) VALUES ('nvme', '/bb/nvme', 'u1'),"
+            " ('ssd', '/bb/ssd', 'u2');"
+            "INSERT INTO buffers (key, cluster, job_id, incarnation, pool, requested_bytes,"
+            " allocated_bytes, uid, gid, user, state, directory, created) VALUES"
+            " ('main.1.1', 'main', 1, 1, 'nvme', 1, " +
+                std::to_string(2 * gib) +
+                ", 1000, 100, 'alice', 'running', 'job/main.1.1', 1),"
+                " ('main.2.1', 'main', 2, 1, 'nvme', 1, " +
+                std::to_string(7 * gib) +
+                ", 1000, 100, 'alice', 'complete', 'job/main.2.1', 2);"
+                "INSERT INTO buffers (key, cluster, name, pool, requested_bytes, allocated_bytes,"
+                " uid, gid, user, state, directory, created) VALUES"
+                " ('main.p', 'main', 'p', 'nvme', 1, " +
+                std::to_string(3 * gib) +
+                ", 1000, 100, 'alice', 'allocated', 'persistent/main.p', 3);",
+            "adding rows");
+    }
+
+    static ExitCode code_of(const std::function<void()>& body, std::string* message = nullptr) {
+        try {
+            body();
+        } catch (const Error& error) {
+            if (message != nullptr)
+                *message = error.what();
+            return error.code();
+        }
+        return ExitCode::ok;
+    }
+
+    std::string root_;
+    std::string path_;
+    sqlite::Database db_;
+};
+
+TEST_F(StoreSchemaTest, an_empty_file_gets_the_current_schema_in_wal_mode) {
+    EXPECT_EQ(schema_version(db_), 0);
+    migrate_schema(db_);
+    EXPECT_EQ(schema_version(db_), state_schema_version());
+    EXPECT_FALSE(db_.in_transaction());
+    EXPECT_EQ(text("PRAGMA journal_mode"), "wal");
+    for (const char* table : {"pools", "buffers", "queue", "history", "pool_usage"})
+        EXPECT_TRUE(has(table)) << table;
+    // pool_usage is kept by the store's own writes since schema 4, not by triggers.
+    EXPECT_EQ(number("SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger'"), 0);
+}
+
+TEST_F(StoreSchemaTest, migrating_the_current_schema_changes_nothing) {
+    migrate_schema(db_);
+    add_rows();
+    migrate_schema(db_);
+    EXPECT_EQ(schema_version(db_), state_schema_version());
+    EXPECT_EQ(number("SELECT COUNT(*) FROM buffers"), 3);
+}
+
+// A schema-1 file (no persistent-space index, no pool_usage) with rows in it: the migrations
+// keep every row, add what the later schemas have and fill pool_usage from the rows.
+TEST_F(StoreSchemaTest, migrating_from_schema_1_keeps_the_rows_and_records_the_version) {
+    migrate_schema(db_);
+    add_rows();
+    db_.exec("DROP INDEX buffers_persistent; DROP TABLE pool_usage; PRAGMA user_version = 1",
+             "going back to schema 1");
+    ASSERT_EQ(schema_version(db_), 1);
+    migrate_schema(db_);
+    EXPECT_EQ(schema_version(db_), state_schema_version());
+    EXPECT_EQ(number("SELECT COUNT(*) FROM pools"), 2);
+    EXPECT_EQ(number("SELECT COUNT(*) FROM buffers"), 3);
+    EXPECT_EQ(text("SELECT state FROM buffers WHERE key = 'main.2.1'"), "complete");
+    EXPECT_TRUE(has("buffers_persistent"));
+    EXPECT_EQ(number("SELECT used FROM pool_usage WHERE pool = 'nvme'"), 5 * gib);
+    EXPECT_EQ(number("SELECT used FROM pool_usage WHERE pool = 'ssd'"), 0);
+    EXPECT_EQ(number("SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger'"), 0);
+}
+
+TEST_F(StoreSchemaTest, refuses_a_newer_schema) {
+    migrate_schema(db_);
+    db_.exec("PRAGMA user_version = " + std::to_string(state_schema_version() + 1),
+             "setting a newer version");
+    std::string message;
+    EXPECT_EQ(code_of([&] { schema_version(db_); }, &message), ExitCode::config);
+    EXPECT_EQ(message, "state.db has schema version " + std::to_string(state_schema_version() + 1) +
+                           " but this bbkit knows only up to " +
+                           std::to_string(state_schema_version()) + " (upgrade bbkit)");
+}
+
+// Migration 3 creates pool_usage: a schema-2 file that has one already fails there, and the
+// steps before it in the same transaction are undone with it.
+TEST_F(StoreSchemaTest, a_failed_migration_leaves_the_file_at_its_version) {
+    migrate_schema(db_);
+    add_rows();
+    db_.exec("DROP INDEX buffers_persistent; PRAGMA user_version = 1", "going back to schema 1");
+    std::string message;
+    EXPECT_EQ(code_of([&] { migrate_schema(db_); }, &message), ExitCode::software);
+    EXPECT_EQ(message.rfind("migrating to schema 3 failed in " + path_ + ": ", 0), 0u) << message;
+    EXPECT_FALSE(db_.in_transaction());
+    EXPECT_EQ(schema_version(db_), 1);
+    EXPECT_FALSE(has("buffers_persistent"));  // schema 2's step, rolled back
+    EXPECT_EQ(number("SELECT COUNT(*) FROM buffers"), 3);
+}
+
+TEST_F(StoreSchemaTest, holding_states_are_the_states_that_hold_space) {
+    const std::string list = holding_states;
+    for (int i = 0; i <= static_cast<int>(BufferState::deleted); ++i) {
+        const auto state = static_cast<BufferState>(i);
+        const bool listed =
+            list.find(std::string("'") + to_string(state) + "'") != std::string::npos;
+        EXPECT_EQ(listed, holds_space(state)) << to_string(state);
+    }
+}
+
+}  // namespace
+}  // namespace bbkit
