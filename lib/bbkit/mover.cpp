@@ -61,35 +61,18 @@ std::pair<std::string, std::string> split_last(const std::string& path) {
     return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
 }
 
-std::vector<std::string> components(const std::string& path) {
-    std::vector<std::string> parts;
-    std::size_t start = 0;
-    while (start <= path.size()) {
-        std::size_t end = path.find('/', start);
-        if (end == std::string::npos)
-            end = path.size();
-        std::string part = path.substr(start, end - start);
-        if (!part.empty() && part != ".")
-            parts.push_back(std::move(part));
-        start = end + 1;
-    }
-    return parts;
-}
-
-// Buffer paths are relative and may not climb (".." could only lead out of the buffer);
-// outside paths are absolute and ordinary, but never end in "..".
+// Buffer paths are relative, outside paths absolute; neither may climb (directive.hpp's rule:
+// in the buffer ".." could only lead out of it).
 std::string normalize(const std::string& path, bool in_buffer, const std::string& what) {
     if (!in_buffer && (path.empty() || path[0] != '/'))
         throw Error(ExitCode::data, what + " '" + path + "' is not an absolute path");
     std::string out = in_buffer ? "" : "/";
-    const std::vector<std::string> parts = components(path);
-    for (std::size_t i = 0; i < parts.size(); ++i) {
-        if (parts[i] == ".." && (in_buffer || i + 1 == parts.size()))
-            throw Error(ExitCode::data, what + " '" + path + "' " +
-                                            (in_buffer ? "leaves the buffer" : "ends in .."));
+    const std::string shown = what + " '" + path + "'";
+    for (const std::string& part : path_components(
+             path, shown + (in_buffer ? " leaves the buffer" : " must not contain '..'"))) {
         if (!out.empty() && out != "/")
             out += '/';
-        out += parts[i];
+        out += part;
     }
     return out;
 }
@@ -556,7 +539,8 @@ void Mover::walk_dir(int parent, const std::string& src, const std::string& dst,
 void Mover::make_parents(const std::string& path) {
     const std::string parent = split_last(path).first;
     dirs_to_sync_.insert(parent);
-    const std::vector<std::string> parts = components(parent);
+    const std::vector<std::string> parts =
+        path_components(parent, dst_->display(parent) + " must not contain '..'");
     std::string so_far = dst_->in_buffer() ? "" : "/";
     Fd dir;
     if (dst_->in_buffer()) {
@@ -1276,9 +1260,7 @@ std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& p
         return groups;
     }
     for (const StageDirective& stage : plan.stages) {
-        if (stage.type == StageType::list)
-            throw Error(ExitCode::data,
-                        "stage_out type=list is not supported (list the files as lines)");
+        check_stage_type(stage.type, false);  // lines recorded before bb-parse refused it
         groups[root_of(plan, stage)].push_back({stage.source, stage.destination, stage.type});
     }
     return groups;

@@ -586,5 +586,36 @@ TEST(mover, entries_by_root_expands_stage_in_lists) {
     EXPECT_EQ(groups["/bb/job"][1].type, StageType::directory);
 }
 
+// Stage-out lines recorded before bb-parse refused type=list are refused the same way (65);
+// no path of a move may climb, outside the buffer either (directive.hpp's one '..' rule).
+TEST(mover, stage_out_lists_and_climbing_paths_are_refused_as_bb_parse_refuses_them) {
+    StagePlan plan;
+    plan.direction = StageDirection::out;
+    plan.job_root = "/bb/job";
+    StageDirective list;
+    list.type = StageType::list;
+    list.source = "out";
+    list.destination = "/home/alice/out";
+    plan.stages = {list};
+    try {
+        entries_by_root(plan);
+        ADD_FAILURE() << "a stage_out type=list record was accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ExitCode::data) << e.what();
+        EXPECT_NE(std::string(e.what()).find("stage_out type=list is not supported"),
+                  std::string::npos)
+            << e.what();
+    }
+
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    write_file(buffer + "/f", "f");
+    for (const std::string& destination : {tmp / "out/../f", tmp / "out/.."}) {
+        const Outcome out = move_as_nobody(plan_out(buffer, "f", destination, StageType::file));
+        EXPECT_EQ(out.code, 65) << destination << ": " << out.message;
+        EXPECT_NE(out.message.find("must not contain '..'"), std::string::npos) << out.message;
+    }
+}
+
 }  // namespace
 }  // namespace bbkit
