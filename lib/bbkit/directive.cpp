@@ -396,25 +396,6 @@ std::string variable_form(std::string name) {
     return name;
 }
 
-// The components of `path` without empty and "." ones; ".." is refused outright, because a
-// path that never climbs is safe without knowing what the symlinks below it are.
-std::vector<std::string> components(const std::string& path, const std::string& dotdot_error) {
-    std::vector<std::string> parts;
-    std::size_t begin = 0;
-    while (begin <= path.size()) {
-        std::size_t slash = path.find('/', begin);
-        if (slash == std::string::npos)
-            slash = path.size();
-        const std::string part = path.substr(begin, slash - begin);
-        if (part == "..")
-            throw invalid(dotdot_error);
-        if (!part.empty() && part != ".")
-            parts.push_back(part);
-        begin = slash + 1;
-    }
-    return parts;
-}
-
 std::string join(const std::vector<std::string>& parts) {
     std::string out;
     for (const std::string& part : parts)
@@ -471,7 +452,7 @@ std::string buffer_relative(const std::string& path, std::string& buffer, const 
                       " is outside the buffer (write it relative to the buffer or as "
                       "$DW_JOB_STRIPED/…)");
     }
-    return join(components(rest, what + " is outside the buffer ('..' is not allowed)"));
+    return join(path_components(rest, what + " is outside the buffer ('..' is not allowed)"));
 }
 
 // An absolute path outside the buffer, lexically normalized. `workdir_pending` lets a path
@@ -489,7 +470,7 @@ std::string outside_path(const std::string& path, const std::string& role, bool 
         throw invalid(what + " must be an absolute path (write %d/" + path +
                       " for a path under the job's working directory)");
     }
-    const std::string joined = join(components(rest, what + " must not contain '..'"));
+    const std::string joined = join(path_components(rest, what + " must not contain '..'"));
     if (joined.empty())
         return head == "/" ? "/" : "%d";
     return head + joined;
@@ -503,16 +484,6 @@ void check_writable(const std::string& path, const std::string& role) {
         throw invalid(role + " '" + path +
                       "' has a backslash at its end or before a '\"', which a directive cannot "
                       "hold (rename the file)");
-}
-
-StageType parse_stage_type(const std::string& type) {
-    if (type == "file")
-        return StageType::file;
-    if (type == "directory")
-        return StageType::directory;
-    if (type == "list")
-        return StageType::list;
-    throw invalid("unknown stage type '" + type + "' (use file, directory or list)");
 }
 
 // ---- canonical lines -------------------------------------------------------------------------
@@ -872,6 +843,7 @@ class Parser {
         const std::string command = in ? "stage_in" : "stage_out";
         StageDirective s;
         s.type = parse_stage_type(args.require("type", command));
+        check_stage_type(s.type, in);
         const std::string source = args.require("source", command);
         const std::string destination = args.require("destination", command);
         const bool workdir_pending = !job_.workdir;
@@ -1020,6 +992,43 @@ class Parser {
 };
 
 }  // namespace
+
+StageType parse_stage_type(const std::string& name) {
+    if (name == "file")
+        return StageType::file;
+    if (name == "directory")
+        return StageType::directory;
+    if (name == "list")
+        return StageType::list;
+    throw invalid("unknown stage type '" + name + "' (use file, directory or list)");
+}
+
+// A list file names sources outside the buffer, one a line: it has no meaning for a
+// stage-out, whose sources are in the buffer. Refused when the job is submitted rather than
+// when its output is staged out, after it ran.
+void check_stage_type(StageType type, bool stage_in) {
+    if (type == StageType::list && !stage_in)
+        throw invalid(
+            "stage_out type=list is not supported (write one stage_out line per file or "
+            "directory)");
+}
+
+std::vector<std::string> path_components(const std::string& path, const std::string& climbing) {
+    std::vector<std::string> parts;
+    std::size_t begin = 0;
+    while (begin <= path.size()) {
+        std::size_t slash = path.find('/', begin);
+        if (slash == std::string::npos)
+            slash = path.size();
+        std::string part = path.substr(begin, slash - begin);
+        if (part == "..")
+            throw invalid(climbing);
+        if (!part.empty() && part != ".")
+            parts.push_back(std::move(part));
+        begin = slash + 1;
+    }
+    return parts;
+}
 
 Request parse_request(const RequestText& text, const Config& config, const JobContext& job) {
     return Parser(config, job).run(text);

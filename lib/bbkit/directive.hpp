@@ -51,6 +51,20 @@ struct JobBufferRequest {
 enum class StageType { file, directory, list };
 const char* to_string(StageType type);
 
+// The stage type `name` names: file, directory or list. Throws Error(data) for any other word.
+// The one reading of a stage type, for directives and for stage lines recorded by bb-pool.
+StageType parse_stage_type(const std::string& name);
+
+// Refuses a type its direction cannot carry: type=list only stages in (bb-parse(1)). Throws
+// Error(data) "stage_out type=list is not supported (...)".
+void check_stage_type(StageType type, bool stage_in);
+
+// The components of `path` without empty and "." ones. A ".." component is refused with
+// Error(data) `climbing` (the caller's message naming the path): a path that never climbs is
+// safe without knowing what the symlinks below it are. The one ".." rule for directives, list
+// files and the mover's paths.
+std::vector<std::string> path_components(const std::string& path, const std::string& climbing);
+
 struct StageDirective {
     StageType type = StageType::file;
     // stage_in: source is an absolute path outside, destination is relative to the buffer.

@@ -2,10 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <linux/aio_abi.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,13 +24,20 @@
 #include <thread>
 #include <utility>
 
+#include "bbkit/copy_file.hpp"
+#include "bbkit/copy_metadata.hpp"
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
-#include "bbkit/pool_dir.hpp"
+#include "bbkit/mover_internal.hpp"
+#include "bbkit/sources.hpp"
 
 namespace bbkit {
 namespace {
+
+using mover_internal::fail;
+using mover_internal::reason;
+using mover_internal::same_mtime;
 
 using Clock = std::chrono::steady_clock;
 
@@ -41,16 +45,6 @@ using Clock = std::chrono::steady_clock;
 // flight on the device) share one file; below it a file is one worker's job.
 constexpr off_t large_file = off_t{64} << 20;
 constexpr off_t chunk_bytes = off_t{32} << 20;
-// One copy_file_range/pread/pwrite at a time moves at most this much: small enough to check
-// for cancellation and drop cache often, large enough to keep the device busy.
-constexpr std::size_t piece_bytes = std::size_t{8} << 20;
-// O_DIRECT pays one synchronous round trip per request: only worth it for big files.
-constexpr off_t direct_min_size = off_t{8} << 20;
-constexpr off_t direct_align = 4096;
-// O_DIRECT pieces in flight per worker (asynchronous reads and writes): one synchronous
-// request at a time leaves this disk idle between a read and its write.
-constexpr unsigned direct_depth = 6;
-constexpr std::size_t direct_piece = std::size_t{4} << 20;  // the disk's largest request
 // Small files are handed out in runs of this many from one directory, runs of different
 // directories in turn: workers then create in different directories (a create holds its
 // directory's lock, and on a cold cache may wait for an inode table read while holding it),
@@ -58,20 +52,6 @@ constexpr std::size_t direct_piece = std::size_t{4} << 20;  // the disk's larges
 constexpr std::size_t files_per_run = 16;
 constexpr std::size_t max_warnings = 100;
 constexpr auto progress_interval = std::chrono::milliseconds(100);
-
-std::string reason(int err) {
-    std::string text = std::strerror(err);
-    if (!text.empty())
-        text[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(text[0])));
-    return text;
-}
-
-[[noreturn]] void fail(const std::string& what, int err) {
-    throw Error(exit_code_for(err), "cannot " + what + ": " + reason(err));
-}
-
-// Thrown inside a worker when another worker already failed: not an error of its own.
-struct Stopped {};
 
 // "a/b" -> {"a", "b"}, "b" -> {"", "b"}, "/b" -> {"/", "b"}.
 std::pair<std::string, std::string> split_last(const std::string& path) {
@@ -81,35 +61,18 @@ std::pair<std::string, std::string> split_last(const std::string& path) {
     return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
 }
 
-std::vector<std::string> components(const std::string& path) {
-    std::vector<std::string> parts;
-    std::size_t start = 0;
-    while (start <= path.size()) {
-        std::size_t end = path.find('/', start);
-        if (end == std::string::npos)
-            end = path.size();
-        std::string part = path.substr(start, end - start);
-        if (!part.empty() && part != ".")
-            parts.push_back(std::move(part));
-        start = end + 1;
-    }
-    return parts;
-}
-
-// Buffer paths are relative and may not climb (".." could only lead out of the buffer);
-// outside paths are absolute and ordinary, but never end in "..".
+// Buffer paths are relative, outside paths absolute; neither may climb (directive.hpp's rule:
+// in the buffer ".." could only lead out of it).
 std::string normalize(const std::string& path, bool in_buffer, const std::string& what) {
     if (!in_buffer && (path.empty() || path[0] != '/'))
         throw Error(ExitCode::data, what + " '" + path + "' is not an absolute path");
     std::string out = in_buffer ? "" : "/";
-    const std::vector<std::string> parts = components(path);
-    for (std::size_t i = 0; i < parts.size(); ++i) {
-        if (parts[i] == ".." && (in_buffer || i + 1 == parts.size()))
-            throw Error(ExitCode::data, what + " '" + path + "' " +
-                                            (in_buffer ? "leaves the buffer" : "ends in .."));
+    const std::string shown = what + " '" + path + "'";
+    for (const std::string& part : path_components(
+             path, shown + (in_buffer ? " leaves the buffer" : " must not contain '..'"))) {
         if (!out.empty() && out != "/")
             out += '/';
-        out += parts[i];
+        out += part;
     }
     return out;
 }
@@ -199,70 +162,13 @@ struct Node {
     // reached until then (its final path for every other directory).
     bool temp_tree = false;
     std::string at;
-    // Created directories: the group a new file in it gets, and whether a file created with
-    // mode M gets exactly M minus the umask (no inherited default ACL decides instead).
-    gid_t new_file_gid = 0;
-    bool plain_modes = false;
+    // Created directories: what a file created in it gets by itself.
+    NewFileDefaults new_files;
     // Files: what creating it already got right (set by create_destination).
-    bool gid_set = false, mode_set = false;
+    InitialMetadata initial;
 };
 
-struct AlignedFree {
-    void operator()(char* p) const { std::free(p); }
-};
-
-char* aligned_buffer(std::size_t bytes) {
-    void* p = nullptr;
-    if (posix_memalign(&p, direct_align, bytes) != 0)
-        throw Error(ExitCode::software, "out of memory for an I/O buffer");
-    return static_cast<char*>(p);
-}
-
-// A kernel AIO context (io_setup): with O_DIRECT, reads and writes are queued to the device
-// and complete without a thread waiting on each one.
-class AioContext {
-  public:
-    AioContext() = default;
-    AioContext(const AioContext&) = delete;
-    AioContext& operator=(const AioContext&) = delete;
-    AioContext(AioContext&& other) noexcept : ctx_(std::exchange(other.ctx_, 0)) {}
-    AioContext& operator=(AioContext&&) = delete;
-    ~AioContext() {
-        if (ctx_ != 0)
-            syscall(SYS_io_destroy, ctx_);
-    }
-    // false when the kernel offers none (ENOSYS, or EAGAIN once fs.aio-max-nr is used up).
-    bool open(unsigned depth) {
-        if (ctx_ == 0 && syscall(SYS_io_setup, depth, &ctx_) != 0)
-            ctx_ = 0;
-        return ctx_ != 0;
-    }
-    // 0 or an errno.
-    int submit(iocb* cb) {
-        iocb* list[1] = {cb};
-        for (;;) {
-            if (syscall(SYS_io_submit, ctx_, 1, list) == 1)
-                return 0;
-            if (errno != EINTR && errno != EAGAIN)
-                return errno;
-        }
-    }
-    // Waits for at least one completion; returns how many were stored.
-    long wait(io_event* events, long max) {
-        for (;;) {
-            const long n = syscall(SYS_io_getevents, ctx_, 1, max, events, nullptr);
-            if (n >= 0)
-                return n;
-            if (errno != EINTR)
-                throw Error(ExitCode::io, "cannot wait for I/O: " + reason(errno));
-        }
-    }
-
-  private:
-    aio_context_t ctx_ = 0;
-};
-
-// What one worker thread keeps between items: an I/O buffer and the last parent directories
+// What one worker thread keeps between items: its I/O buffers and the last parent directories
 // it opened (files of one directory tend to be handed out together).
 struct Worker {
     struct CachedDir {
@@ -280,25 +186,7 @@ struct Worker {
         }
     };
     CachedDir src_dir, dst_dir;
-    std::unique_ptr<char, AlignedFree> buffer;
-    AioContext aio;
-    bool aio_tried = false;
-    std::unique_ptr<char, AlignedFree> direct_buffers;  // direct_depth pieces
-
-    char* io_buffer() {
-        if (!buffer)
-            buffer.reset(aligned_buffer(piece_bytes));
-        return buffer.get();
-    }
-    // The asynchronous O_DIRECT pipeline, or null where the kernel has no AIO to give.
-    AioContext* direct_pipeline() {
-        if (!aio_tried) {
-            aio_tried = true;
-            if (aio.open(direct_depth))
-                direct_buffers.reset(aligned_buffer(direct_depth * direct_piece));
-        }
-        return direct_buffers ? &aio : nullptr;
-    }
+    CopyBuffers buffers;
 };
 
 // Joins every thread it started, whatever happens.
@@ -326,8 +214,7 @@ struct SharedFile {
     bool opened = false;
     bool failed = false;  // opening or sizing it failed
     bool skip = false;
-    bool direct = false;
-    Fd src, dst;
+    FilePair pair;
     std::atomic<std::size_t> remaining{0};
 };
 
@@ -352,7 +239,11 @@ class Mover {
     // create directories
     void make_parents(const std::string& path);
     void ensure_dir(Node& node);
-    void learn_new_dir(Node& node);
+    // What a file created in this new directory gets by itself, so files can skip
+    // fchown/fchmod (copy_metadata.hpp).
+    void learn_new_dir(Node& node) {
+        node.new_files = new_file_defaults(dst_->open_dir(node.at, true).get());
+    }
     bool in_new_dir(const Node& node) const {
         return node.parent != no_parent && nodes_[node.parent].created;
     }
@@ -369,17 +260,12 @@ class Mover {
     void run_task(const Task& task, Worker& worker);
     void copy_small_file(Node& node, Worker& worker);
     void copy_chunk(const Task& task, Worker& worker);
-    bool open_pair(Node& node, Worker& worker, Fd& src, Fd& dst, bool& direct);
+    FileCopy file_copy(const Node& node) const {
+        return FileCopy{node.st, src_->display(node.src), dst_->display(node.dst)};
+    }
+    bool open_file(Node& node, const FileCopy& file, Worker& worker, FilePair& pair);
     Fd create_destination(Node& node, int dir, const std::string& name);
-    void size_destination(const Node& node, int fd, bool reserve);
-    void copy_data(const Node& node, int in, int out, off_t from, off_t to, bool direct,
-                   bool drop_cache, Worker& worker);
-    void copy_extent(const Node& node, int in, int out, off_t from, off_t to, bool direct,
-                     bool drop_cache, Worker& worker);
-    bool copy_direct_pipelined(const Node& node, int in, int out, off_t from, off_t to,
-                               Worker& worker);
-    void finish_file(Node& node, int src, int dst, bool truncate);
-    void check_unchanged(const Node& node, int src);
+    void finish_file(const Node& node, const FileCopy& file, const FilePair& pair, bool truncate);
     void copy_symlink(Node& node, Worker& worker);
     void copy_fifo(Node& node, Worker& worker);
     void place(Node& node, int dir, const std::string& name);
@@ -389,9 +275,6 @@ class Mover {
     void apply_dir_metadata(const Node& node, bool sync);
     void apply_dirs_metadata(bool temp_trees);
     void publish_dir(Node& node);
-    bool copy_xattrs(int src, int dst, bool directory, const std::string& what);
-    void set_owner_mode_times(int fd, const struct stat& st, const std::string& what,
-                              bool gid_set = false, bool mode_set = false);
     void remove_temps() noexcept;
 
     template <class Fn>
@@ -400,7 +283,7 @@ class Mover {
     void warn(const std::string& message);
     void check_stopped() const {
         if (stop_.load(std::memory_order_relaxed))
-            throw Stopped{};
+            throw CopyStopped{};
     }
 
     const MovePlan& plan_;
@@ -424,6 +307,7 @@ class Mover {
     std::vector<std::string> warnings_;
     std::set<std::string> warned_;
     std::size_t warnings_dropped_ = 0;
+    const CopyWarning warning_ = [this](const std::string& message) { warn(message); };
 
     mode_t umask_ = 077;  // the process's, read once
     std::uint64_t temp_prefix_ = 0;
@@ -491,7 +375,7 @@ void Mover::run_parallel(std::size_t count, Fn fn) {
                     break;
                 fn(i, worker);
             }
-        } catch (const Stopped&) {
+        } catch (const CopyStopped&) {
         } catch (...) {
             std::lock_guard<std::mutex> lock(mutex);
             if (!error)
@@ -655,7 +539,8 @@ void Mover::walk_dir(int parent, const std::string& src, const std::string& dst,
 void Mover::make_parents(const std::string& path) {
     const std::string parent = split_last(path).first;
     dirs_to_sync_.insert(parent);
-    const std::vector<std::string> parts = components(parent);
+    const std::vector<std::string> parts =
+        path_components(parent, dst_->display(parent) + " must not contain '..'");
     std::string so_far = dst_->in_buffer() ? "" : "/";
     Fd dir;
     if (dst_->in_buffer()) {
@@ -752,18 +637,6 @@ void Mover::ensure_dir(Node& node) {
     if ((st.st_mode & S_IRWXU) != S_IRWXU &&
         fchmodat(dir.get(), name.c_str(), (st.st_mode & 07777) | S_IRWXU, 0) != 0)
         fail("make " + shown + " writable", errno);
-}
-
-// What a file created in this new directory gets by itself: the directory's group if it is
-// setgid, else ours; and its mode minus the umask unless the directory inherited any extended
-// attribute (a default ACL would decide the mode instead). Files then skip fchown/fchmod.
-void Mover::learn_new_dir(Node& node) {
-    const Fd fd = dst_->open_dir(node.at, true);
-    struct stat st {};
-    if (fstat(fd.get(), &st) != 0)
-        return;
-    node.new_file_gid = (st.st_mode & S_ISGID) ? st.st_gid : getegid();
-    node.plain_modes = flistxattr(fd.get(), nullptr, 0) == 0;
 }
 
 // ---- temporaries --------------------------------------------------------------------------
@@ -876,21 +749,10 @@ Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
     } else if (!in_new_dir(node) && unlinkat(dir, name.c_str(), 0) != 0 && errno != ENOENT) {
         fail("replace " + shown, errno);
     }
-    // In a new directory without inherited ACLs a plain mode can be given at creation (the
-    // file is written through this descriptor whatever its mode); else 0600 until fchmod.
-    mode_t mode = 0600;
-    node.mode_set = node.gid_set = false;
-    if (in_new_dir(node)) {
-        const Node& parent = nodes_[node.parent];
-        const mode_t perm = node.st.st_mode & 0777;
-        node.gid_set = parent.new_file_gid == node.st.st_gid;
-        if (parent.plain_modes && (node.st.st_mode & 07000) == 0 && (perm & umask_) == 0) {
-            mode = perm;
-            node.mode_set = true;
-        }
-    }
-    const int fd =
-        openat(dir, target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    node.initial = initial_metadata(
+        node.st, in_new_dir(node) ? &nodes_[node.parent].new_files : nullptr, umask_);
+    const int fd = openat(dir, target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                          node.initial.mode);
     if (fd < 0) {
         const int err = errno;
         const std::string parent = dst_->display(split_last(node.dst).first);
@@ -902,68 +764,25 @@ Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
     return Fd(fd);
 }
 
-// Gives the destination its full size before chunks or O_DIRECT pieces land at their offsets.
-// `reserve` (dense files written with O_DIRECT) allocates the blocks up front: ext4 then lets
-// direct writes to one file run in parallel, where writes that allocate take the inode lock
-// exclusively one at a time, and a full file system fails here, before any copying. A file
-// system that cannot reserve gets a plain size.
-void Mover::size_destination(const Node& node, int fd, bool reserve) {
-    if (reserve) {
-        if (fallocate(fd, 0, 0, node.st.st_size) == 0)
-            return;
-        const int err = errno;
-        if (err != EOPNOTSUPP && err != ENOSYS && err != EINVAL)
-            fail("write " + dst_->display(node.dst), err);
-    }
-    if (ftruncate(fd, node.st.st_size) != 0)
-        fail("write " + dst_->display(node.dst), errno);
-}
-
-bool same_mtime(const struct stat& a, const struct stat& b) {
-    return a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec;
-}
-
 // Opens the source and creates the destination; false when the destination is already
-// complete (same size and ns mtime: a rerun after success or a crash).
-bool Mover::open_pair(Node& node, Worker& worker, Fd& src, Fd& dst, bool& direct) {
+// complete (a rerun after success or a crash).
+bool Mover::open_file(Node& node, const FileCopy& file, Worker& worker, FilePair& pair) {
     const auto [src_parent, src_name] = split_last(node.src);
     const std::string dst_name = split_last(node.dst).second;
     const int dst_dir = worker.dst_dir.get(*dst_, parent_path(node));
     // A directory this move created holds nothing yet: no earlier copy to look for.
-    struct stat existing {};
-    if (!in_new_dir(node) &&
-        fstatat(dst_dir, dst_name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0 &&
-        S_ISREG(existing.st_mode) && existing.st_size == node.st.st_size &&
-        same_mtime(existing, node.st))
+    if (!in_new_dir(node) && is_complete_copy(dst_dir, dst_name, node.st))
         return false;
     const int src_dir = worker.src_dir.get(*src_, src_parent);
-    direct = plan_.direct_io && node.st.st_size >= direct_min_size;
-    const int flags = O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC;
-    int fd = openat(src_dir, src_name.c_str(), flags | (direct ? O_DIRECT : 0));
-    if (fd < 0 && direct && errno == EINVAL) {  // the file system refuses O_DIRECT
-        direct = false;
-        fd = openat(src_dir, src_name.c_str(), flags);
-    }
-    if (fd < 0)
-        fail("read " + src_->display(node.src), errno == ELOOP ? EACCES : errno);
-    src = Fd(fd);
-    struct stat now {};
-    if (fstat(src.get(), &now) != 0 || !S_ISREG(now.st_mode))
-        throw Error(ExitCode::io,
-                    "cannot read " + src_->display(node.src) + ": it changed during the move");
-    dst = create_destination(node, dst_dir, dst_name);
-    if (direct) {
-        const int fl = fcntl(dst.get(), F_GETFL);
-        if (fl < 0 || fcntl(dst.get(), F_SETFL, fl | O_DIRECT) != 0) {
-            // The destination refuses O_DIRECT: reopen the source buffered as well.
-            direct = false;
-            fd = openat(src_dir, src_name.c_str(), flags);
-            if (fd < 0)
-                fail("read " + src_->display(node.src), errno);
-            src = Fd(fd);
-        }
-    }
+    pair = open_pair(file, src_dir, src_name, plan_.direct_io,
+                     [&] { return create_destination(node, dst_dir, dst_name); });
     return true;
+}
+
+void Mover::finish_file(const Node& node, const FileCopy& file, const FilePair& pair,
+                        bool truncate) {
+    bbkit::finish_file(file, pair.src.get(), pair.dst.get(), truncate, node.initial,
+                       plan_.durable && !plan_.trust_syncfs, warning_);
 }
 
 void Mover::run_task(const Task& task, Worker& worker) {
@@ -988,23 +807,20 @@ void Mover::run_task(const Task& task, Worker& worker) {
     files_done_.fetch_add(1);
 }
 
-bool is_sparse(const struct stat& st) {
-    return static_cast<off_t>(st.st_blocks) * 512 < st.st_size;
-}
-
 void Mover::copy_small_file(Node& node, Worker& worker) {
-    Fd src, dst;
-    bool direct = false;
+    FilePair pair;
     const auto size = static_cast<std::uint64_t>(node.st.st_size);
-    if (!open_pair(node, worker, src, dst, direct)) {
+    const FileCopy file = file_copy(node);
+    if (!open_file(node, file, worker, pair)) {
         skipped_.fetch_add(1);
     } else {
         const bool sparse = is_sparse(node.st);
-        if (sparse || direct)
-            size_destination(node, dst.get(), direct && !sparse);
+        if (sparse || pair.direct)
+            size_destination(file, pair.dst.get(), pair.direct && !sparse);
         if (node.st.st_size > 0)
-            copy_data(node, src.get(), dst.get(), 0, node.st.st_size, direct, false, worker);
-        finish_file(node, src.get(), dst.get(), direct);
+            copy_data(file, pair.src.get(), pair.dst.get(), 0, node.st.st_size, pair.direct, false,
+                      worker.buffers, stop_);
+        finish_file(node, file, pair, pair.direct);
         fault_point("mover.file-copied");
         files_written_.fetch_add(1);
         bytes_written_.fetch_add(size);
@@ -1015,305 +831,40 @@ void Mover::copy_small_file(Node& node, Worker& worker) {
 
 void Mover::copy_chunk(const Task& task, Worker& worker) {
     Node& node = nodes_[task.node];
+    const FileCopy copy = file_copy(node);
     SharedFile& file = *task.shared;
     {
         std::lock_guard<std::mutex> lock(file.mutex);
         if (file.failed)
-            throw Stopped{};  // the worker that opened it reports why
+            throw CopyStopped{};  // the worker that opened it reports why
         if (!file.opened) {
             // Once only: a second attempt would make a second temporary.
             file.failed = true;
-            file.skip = !open_pair(node, worker, file.src, file.dst, file.direct);
+            file.skip = !open_file(node, copy, worker, file.pair);
             // Full size first: chunks write at their own offsets, holes stay holes.
             if (!file.skip)
-                size_destination(node, file.dst.get(), file.direct && !is_sparse(node.st));
+                size_destination(copy, file.pair.dst.get(),
+                                 file.pair.direct && !is_sparse(node.st));
             file.opened = true;
             file.failed = false;
         }
     }
     if (!file.skip)
-        copy_data(node, file.src.get(), file.dst.get(), task.offset, task.offset + task.length,
-                  file.direct, true, worker);
+        copy_data(copy, file.pair.src.get(), file.pair.dst.get(), task.offset,
+                  task.offset + task.length, file.pair.direct, true, worker.buffers, stop_);
     bytes_done_.fetch_add(static_cast<std::uint64_t>(task.length));
     if (file.remaining.fetch_sub(1) != 1)
         return;
     if (file.skip) {
         skipped_.fetch_add(1);
     } else {
-        finish_file(node, file.src.get(), file.dst.get(), true);
+        finish_file(node, copy, file.pair, true);
         files_written_.fetch_add(1);
         bytes_written_.fetch_add(static_cast<std::uint64_t>(node.st.st_size));
     }
-    file.src.reset();
-    file.dst.reset();
+    file.pair.src.reset();
+    file.pair.dst.reset();
     files_done_.fetch_add(1);
-}
-
-// Copies the data of [from, to), skipping holes when the source has any.
-void Mover::copy_data(const Node& node, int in, int out, off_t from, off_t to, bool direct,
-                      bool drop_cache, Worker& worker) {
-    if (!is_sparse(node.st)) {
-        copy_extent(node, in, out, from, to, direct, drop_cache, worker);
-        return;
-    }
-    for (off_t pos = from; pos < to;) {
-        const off_t data = lseek(in, pos, SEEK_DATA);
-        if (data < 0 && errno == ENXIO)
-            return;  // only a hole is left
-        if (data < 0)
-            fail("read " + src_->display(node.src), errno);
-        if (data >= to)
-            return;
-        off_t hole = lseek(in, data, SEEK_HOLE);
-        if (hole < 0)
-            fail("read " + src_->display(node.src), errno);
-        hole = std::min(hole, to);
-        copy_extent(node, in, out, data, hole, direct, drop_cache, worker);
-        pos = hole;
-    }
-}
-
-bool copy_file_range_unsupported(int err) {
-    return err == EXDEV || err == EINVAL || err == ENOSYS || err == EOPNOTSUPP || err == EBADF;
-}
-
-bool is_write_error(int err) {
-    return err == ENOSPC || err == EDQUOT || err == EFBIG || err == EROFS;
-}
-
-void Mover::copy_extent(const Node& node, int in, int out, off_t from, off_t to, bool direct,
-                        bool drop_cache, Worker& worker) {
-    if (direct) {
-        // O_DIRECT wants aligned offsets and lengths; extents come from chunk boundaries and
-        // SEEK_DATA/SEEK_HOLE (block-aligned), so rounding only ever adds bytes of the same
-        // file, and the padding past the end is cut by the final ftruncate.
-        from -= from % direct_align;
-        to += (direct_align - to % direct_align) % direct_align;
-        if (copy_direct_pipelined(node, in, out, from, to, worker))
-            return;
-    }
-    bool use_copy_file_range = !direct;
-    for (off_t pos = from; pos < to;) {
-        check_stopped();
-        const std::size_t want = static_cast<std::size_t>(std::min<off_t>(piece_bytes, to - pos));
-        ssize_t n = -1;
-        if (use_copy_file_range) {
-            loff_t in_off = pos, out_off = pos;
-            n = copy_file_range(in, &in_off, out, &out_off, want, 0);
-            if (n < 0 && copy_file_range_unsupported(errno)) {
-                use_copy_file_range = false;
-                continue;
-            }
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n < 0) {
-                const int err = errno;
-                if (is_write_error(err))
-                    fail("write " + dst_->display(node.dst), err);
-                fail("copy " + src_->display(node.src) + " to " + dst_->display(node.dst), err);
-            }
-        } else {
-            char* buffer = worker.io_buffer();
-            n = pread(in, buffer, want, pos);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n < 0)
-                fail("read " + src_->display(node.src), errno);
-            std::size_t length = static_cast<std::size_t>(n);
-            if (direct && length % direct_align != 0) {  // end of file: pad to a whole block
-                const std::size_t padded = length + (direct_align - length % direct_align);
-                std::memset(buffer + length, 0, padded - length);
-                length = padded;
-            }
-            for (std::size_t done = 0; done < length;) {
-                const ssize_t w =
-                    pwrite(out, buffer + done, length - done, pos + static_cast<off_t>(done));
-                if (w < 0 && errno == EINTR)
-                    continue;
-                if (w < 0)
-                    fail("write " + dst_->display(node.dst), errno);
-                done += static_cast<std::size_t>(w);
-            }
-            if (direct && static_cast<std::size_t>(n) < want)
-                return;  // end of file: the next offset would not be aligned
-        }
-        if (n == 0)
-            return;  // the source shrank; the final ftruncate restores the walked size
-        if (drop_cache) {
-            // Big buffered copies: start writeback now and let go of the source's pages, so
-            // the page cache does not grow (fresh guest memory is expensive to touch here).
-            sync_file_range(out, pos, n, SYNC_FILE_RANGE_WRITE);
-            posix_fadvise(in, pos, n, POSIX_FADV_DONTNEED);
-            if (pos >= static_cast<off_t>(piece_bytes))
-                posix_fadvise(out, pos - static_cast<off_t>(piece_bytes), piece_bytes,
-                              POSIX_FADV_DONTNEED);
-        }
-        pos += n;
-        fault_point("mover.mid-copy");
-    }
-}
-
-// O_DIRECT copy of the aligned range [from, to) with direct_depth pieces in flight: each read
-// is queued as a slot frees up, and its write as soon as the read completes. The piece that
-// meets the end of the file is padded to a whole block (the final ftruncate cuts it). Returns
-// false, having copied nothing, where no AIO context is available.
-bool Mover::copy_direct_pipelined(const Node& node, int in, int out, off_t from, off_t to,
-                                  Worker& worker) {
-    AioContext* aio = worker.direct_pipeline();
-    if (!aio)
-        return false;
-    enum class State { idle, reading, writing };
-    struct Slot {
-        char* data = nullptr;
-        off_t pos = 0;
-        std::size_t length = 0;
-        State state = State::idle;
-        iocb cb{};
-    };
-    Slot slots[direct_depth];
-    for (unsigned i = 0; i < direct_depth; ++i)
-        slots[i].data = worker.direct_buffers.get() + i * direct_piece;
-    unsigned busy = 0;
-    off_t next = from;
-    bool end = false;      // a read came back short: the file ends there
-    bool stopped = false;  // another worker failed
-    int error = 0;
-    std::string error_what;
-    auto failed = [&](int err, const std::string& what) {
-        if (error == 0) {
-            error = err;
-            error_what = what;
-        }
-    };
-    auto submit = [&](Slot& slot, State state) {
-        slot.cb = iocb{};
-        slot.cb.aio_data = reinterpret_cast<std::uint64_t>(&slot);
-        slot.cb.aio_lio_opcode = state == State::reading ? IOCB_CMD_PREAD : IOCB_CMD_PWRITE;
-        slot.cb.aio_fildes = static_cast<std::uint32_t>(state == State::reading ? in : out);
-        slot.cb.aio_buf = reinterpret_cast<std::uint64_t>(slot.data);
-        slot.cb.aio_nbytes = slot.length;
-        slot.cb.aio_offset = slot.pos;
-        const int err = aio->submit(&slot.cb);
-        if (err != 0) {
-            failed(err, state == State::reading ? "read " + src_->display(node.src)
-                                                : "write " + dst_->display(node.dst));
-            slot.state = State::idle;
-            return;
-        }
-        slot.state = state;
-        ++busy;
-    };
-    io_event events[direct_depth];
-    for (;;) {
-        if (stop_.load(std::memory_order_relaxed))
-            stopped = true;
-        for (Slot& slot : slots) {
-            if (slot.state != State::idle || end || stopped || error != 0 || next >= to)
-                continue;
-            slot.pos = next;
-            slot.length = static_cast<std::size_t>(std::min<off_t>(direct_piece, to - next));
-            next += static_cast<off_t>(slot.length);
-            submit(slot, State::reading);
-        }
-        if (busy == 0)
-            break;
-        const long n = aio->wait(events, direct_depth);
-        for (long e = 0; e < n; ++e) {
-            Slot& slot = *reinterpret_cast<Slot*>(events[e].data);
-            const long long res = events[e].res;
-            --busy;
-            const State was = slot.state;
-            slot.state = State::idle;
-            if (was == State::reading) {
-                if (res < 0) {
-                    failed(static_cast<int>(-res), "read " + src_->display(node.src));
-                    continue;
-                }
-                auto got = static_cast<std::size_t>(res);
-                if (got < slot.length) {
-                    end = true;  // the source shrank or this is its last block
-                    if (got == 0)
-                        continue;
-                    const std::size_t padded =
-                        got + (direct_align - got % direct_align) % direct_align;
-                    std::memset(slot.data + got, 0, padded - got);
-                    slot.length = padded;
-                }
-                if (error == 0 && !stopped)
-                    submit(slot, State::writing);
-                continue;
-            }
-            if (res < 0) {
-                failed(static_cast<int>(-res), "write " + dst_->display(node.dst));
-                continue;
-            }
-            // A short write (rare: a full disk midway) finishes synchronously or fails there.
-            for (auto done = static_cast<std::size_t>(res); done < slot.length && error == 0;) {
-                const ssize_t w = pwrite(out, slot.data + done, slot.length - done,
-                                         slot.pos + static_cast<off_t>(done));
-                if (w < 0 && errno == EINTR)
-                    continue;
-                if (w <= 0)
-                    failed(w < 0 ? errno : ENOSPC, "write " + dst_->display(node.dst));
-                else
-                    done += static_cast<std::size_t>(w);
-            }
-        }
-    }
-    // Nothing is in flight any more: the buffers and descriptors may go.
-    if (error != 0)
-        fail(error_what, error);
-    if (stopped)
-        throw Stopped{};
-    return true;
-}
-
-void Mover::set_owner_mode_times(int fd, const struct stat& st, const std::string& what,
-                                 bool gid_set, bool mode_set) {
-    // The group only when the user may (a member of it); chown clears suid/sgid, so the mode
-    // comes after it, and the times come last because every change above touches ctime only.
-    if (!gid_set && fchown(fd, static_cast<uid_t>(-1), st.st_gid) != 0 && errno != EPERM)
-        fail("set the group of " + what, errno);
-    if (!mode_set && fchmod(fd, st.st_mode & 07777) != 0) {
-        if (errno != EPERM)
-            fail("set the mode of " + what, errno);
-        warn("cannot set the mode of " + what + ": " + reason(errno));
-    }
-    const struct timespec times[2] = {st.st_atim, st.st_mtim};
-    if (futimens(fd, times) != 0) {
-        if (errno != EPERM)
-            fail("set the times of " + what, errno);
-        warn("cannot set the times of " + what + ": " + reason(errno));
-    }
-}
-
-// A source written, truncated or replaced while it was copied leaves a copy that is neither its
-// old nor its new content: the move fails (exit 74) rather than report such a file done, and the
-// copy keeps a fresh mtime so a rerun copies it again. ctime catches a change that restored the
-// size and the mtime.
-void Mover::check_unchanged(const Node& node, int src) {
-    struct stat now {};
-    if (fstat(src, &now) != 0)
-        fail("read " + src_->display(node.src), errno);
-    if (now.st_ino != node.st.st_ino || now.st_dev != node.st.st_dev ||
-        now.st_size != node.st.st_size || !same_mtime(now, node.st) ||
-        now.st_ctim.tv_sec != node.st.st_ctim.tv_sec ||
-        now.st_ctim.tv_nsec != node.st.st_ctim.tv_nsec)
-        throw Error(ExitCode::io, "cannot copy " + src_->display(node.src) +
-                                      ": it changed while it was copied (rerun when the source "
-                                      "is no longer being written)");
-}
-
-void Mover::finish_file(Node& node, int src, int dst, bool truncate) {
-    const std::string shown = dst_->display(node.dst);
-    check_unchanged(node, src);
-    if (truncate && ftruncate(dst, node.st.st_size) != 0)
-        fail("write " + shown, errno);
-    // An ACL written to it rewrites the group bits of its mode: then fchmod as always.
-    const bool acl_or_xattr = copy_xattrs(src, dst, false, shown);
-    set_owner_mode_times(dst, node.st, shown, node.gid_set, node.mode_set && !acl_or_xattr);
-    if (plan_.durable && !plan_.trust_syncfs && fsync(dst) != 0)
-        fail("write " + shown, errno);
 }
 
 // Puts a symlink or fifo made under a temporary name in place; durable moves rename later,
@@ -1364,11 +915,7 @@ void Mover::copy_symlink(Node& node, Worker& worker) {
         fail("create " + dst_->display(node.dst), errno);
     if (!direct_name)
         node.temp = temp;
-    fchownat(dst_dir, temp.c_str(), static_cast<uid_t>(-1), node.st.st_gid,
-             AT_SYMLINK_NOFOLLOW);  // best effort, as for files
-    const struct timespec times[2] = {node.st.st_atim, node.st.st_mtim};
-    if (utimensat(dst_dir, temp.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0)
-        fail("set the times of " + dst_->display(node.dst), errno);
+    set_link_group_times(dst_dir, temp, node.st, dst_->display(node.dst));
     place(node, dst_dir, dst_name);
     files_written_.fetch_add(1);
 }
@@ -1397,57 +944,9 @@ void Mover::copy_fifo(Node& node, Worker& worker) {
     if (fd < 0)
         fail("open " + shown, errno);
     const Fd owned(fd);
-    set_owner_mode_times(fd, node.st, shown);
+    set_owner_mode_times(fd, node.st, shown, warning_);
     place(node, dst_dir, dst_name);
     files_written_.fetch_add(1);
-}
-
-bool xattr_copied(const char* name, bool directory) {
-    return std::strncmp(name, "user.", 5) == 0 ||
-           std::strcmp(name, "system.posix_acl_access") == 0 ||
-           (directory && std::strcmp(name, "system.posix_acl_default") == 0);
-}
-
-// user.* attributes and POSIX ACLs, as raw bytes (no libacl needed: the kernel's xattr form
-// of an ACL is the same on both sides).
-bool Mover::copy_xattrs(int src, int dst, bool directory, const std::string& what) {
-    std::string names(256, '\0');
-    ssize_t n;
-    while ((n = flistxattr(src, &names[0], names.size())) < 0 && errno == ERANGE)
-        names.resize(names.size() * 4);
-    if (n < 0) {
-        if (errno == ENOTSUP || errno == EOPNOTSUPP)
-            return false;
-        fail("list the extended attributes for " + what, errno);
-    }
-    bool written = false;
-    std::string value;
-    for (std::size_t at = 0; at < static_cast<std::size_t>(n);) {
-        const char* name = names.c_str() + at;
-        at += std::strlen(name) + 1;
-        if (!xattr_copied(name, directory))
-            continue;
-        value.resize(256);
-        ssize_t size;
-        while ((size = fgetxattr(src, name, &value[0], value.size())) < 0 && errno == ERANGE)
-            value.resize(value.size() * 4);
-        if (size < 0) {
-            if (errno == ENODATA)
-                continue;  // removed meanwhile
-            fail("read extended attribute " + std::string(name) + " for " + what, errno);
-        }
-        if (fsetxattr(dst, name, value.data(), static_cast<std::size_t>(size), 0) == 0) {
-            written = true;
-            continue;
-        }
-        const int err = errno;
-        if (err == ENOTSUP || err == EOPNOTSUPP || err == EPERM || err == EACCES)
-            warn("extended attribute " + std::string(name) + " not kept on " + what + ": " +
-                 reason(err));
-        else
-            fail("write extended attribute " + std::string(name) + " for " + what, err);
-    }
-    return written;
 }
 
 // ---- finishing ----------------------------------------------------------------------------
@@ -1497,8 +996,8 @@ void Mover::apply_dir_metadata(const Node& node, bool sync) {
         const Fd src = src_->open_dir(node.src, true);
         const Fd dst = dst_->open_dir(node.at, true);
         const std::string shown = dst_->display(node.dst);
-        copy_xattrs(src.get(), dst.get(), true, shown);
-        set_owner_mode_times(dst.get(), node.st, shown);
+        copy_xattrs(src.get(), dst.get(), true, shown, warning_);
+        set_owner_mode_times(dst.get(), node.st, shown, warning_);
         if (sync && fsync(dst.get()) != 0)
             fail("sync directory " + shown, errno);
     } else if (sync && fsync(buffer_root_.get()) != 0) {
@@ -1729,6 +1228,42 @@ MoveSummary run_move(const MovePlan& plan,
                      const std::function<void(const MoveProgress&)>& progress) {
     Mover mover(plan, progress);
     return mover.run();
+}
+
+namespace {
+
+std::string root_of(const StagePlan& plan, const StageDirective& stage) {
+    if (stage.buffer.empty())
+        return plan.job_root;
+    const auto root = plan.persistent_roots.find(stage.buffer);
+    if (root == plan.persistent_roots.end())
+        throw Error(ExitCode::no_input,
+                    "persistent buffer '" + stage.buffer + "' is not available to this job");
+    return root->second;
+}
+
+}  // namespace
+
+std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& plan) {
+    std::map<std::string, std::vector<MoveEntry>> groups;
+    if (plan.direction == StageDirection::in) {
+        measure_stage_in(plan.stages, plan.capacity);
+        for (const StageDirective& stage : plan.stages) {
+            std::vector<SourceEntry> expanded;
+            if (stage.type == StageType::list)
+                expanded = read_stage_list(stage);
+            else
+                expanded.push_back({stage.source, stage.destination, stage.type, stage.where});
+            for (const SourceEntry& e : expanded)
+                groups[root_of(plan, stage)].push_back({e.source, e.destination, e.type});
+        }
+        return groups;
+    }
+    for (const StageDirective& stage : plan.stages) {
+        check_stage_type(stage.type, false);  // lines recorded before bb-parse refused it
+        groups[root_of(plan, stage)].push_back({stage.source, stage.destination, stage.type});
+    }
+    return groups;
 }
 
 }  // namespace bbkit

@@ -11,10 +11,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "bbkit/directive.hpp"
+#include "bbkit/stage_plan.hpp"
 
 namespace bbkit {
 
@@ -67,5 +69,12 @@ struct MoveSummary {
 // a durable failure no temporary file is left and no final name holds a partial file.
 MoveSummary run_move(const MovePlan& plan,
                      const std::function<void(const MoveProgress&)>& progress);
+
+// A stage plan's lines as move entries, grouped by the buffer root they touch (the job's
+// buffer, or a persistent buffer's). Stage-in: the sources are measured against the job
+// buffer's capacity first and type=list files are read, both as the caller (who must already
+// be the job's user). Throws Error(no_input) for a persistent buffer the plan has no root for,
+// and measure_stage_in's and read_stage_list's errors (sources.hpp).
+std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& plan);
 
 }  // namespace bbkit

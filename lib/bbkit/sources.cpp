@@ -160,6 +160,8 @@ std::vector<SourceEntry> read_stage_list(const StageDirective& list) {
         if (entry.source.empty() || entry.source[0] != '/')
             throw Error(ExitCode::data,
                         context + ": source '" + entry.source + "' is not absolute");
+        path_components(entry.source,
+                        context + ": source '" + entry.source + "' must not contain '..'");
         std::string buffer;
         std::string relative;
         try {

@@ -25,26 +25,19 @@ std::string hex(const std::string& bytes) {
 
 std::string unhex(const std::string& text) {
     auto value = [&](char c) -> int {
-        if (c >= '0' && c <= '9') return c - '0';
-        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+        if (c >= '0' && c <= '9')
+            return c - '0';
+        if (c >= 'a' && c <= 'f')
+            return c - 'a' + 10;
         throw Error(ExitCode::data, "malformed hex string in stage plan");
     };
-    if (text.size() % 2) throw Error(ExitCode::data, "malformed hex string in stage plan");
+    if (text.size() % 2)
+        throw Error(ExitCode::data, "malformed hex string in stage plan");
     std::string out;
     out.reserve(text.size() / 2);
     for (std::size_t i = 0; i < text.size(); i += 2)
         out += static_cast<char>(value(text[i]) * 16 + value(text[i + 1]));
     return out;
-}
-
-StageType stage_type_of(const std::string& name) {
-    if (name == "file")
-        return StageType::file;
-    if (name == "directory")
-        return StageType::directory;
-    if (name == "list")
-        return StageType::list;
-    throw Error(ExitCode::data, "unknown stage type '" + name + "'");
 }
 
 json stage_json(const StageDirective& s) {
@@ -59,7 +52,7 @@ json stage_json(const StageDirective& s) {
 
 StageDirective stage_from(const json& j) {
     StageDirective s;
-    s.type = stage_type_of(j.at("type").get<std::string>());
+    s.type = parse_stage_type(j.at("type").get<std::string>());
     s.source = unhex(j.at("source_hex").get<std::string>());
     s.destination = unhex(j.at("destination_hex").get<std::string>());
     s.unresolved = j.value("unresolved", false);
@@ -137,9 +130,12 @@ StagePlan plan_from_json(const std::string& text) {
 
 std::string staging_record(const Request& request) {
     json in = json::array(), out = json::array(), uses = json::array();
-    for (const StageDirective& s : request.stage_in) in.push_back(stage_json(s));
-    for (const StageDirective& s : request.stage_out) out.push_back(stage_json(s));
-    for (const PersistentUse& u : request.use) uses.push_back(u.name);
+    for (const StageDirective& s : request.stage_in)
+        in.push_back(stage_json(s));
+    for (const StageDirective& s : request.stage_out)
+        out.push_back(stage_json(s));
+    for (const PersistentUse& u : request.use)
+        uses.push_back(u.name);
     return json{{"stage_in", in}, {"stage_out", out}, {"persistent_use", uses}}.dump();
 }
 
@@ -147,11 +143,14 @@ std::vector<StageDirective> recorded_stages(const std::string& staging_json,
                                             StageDirection direction) {
     std::vector<StageDirective> stages;
     const json j = json::parse(staging_json, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return stages;
+    if (j.is_discarded() || !j.is_object())
+        return stages;
     const char* key = direction == StageDirection::in ? "stage_in" : "stage_out";
-    if (!j.contains(key) || !j[key].is_array()) return stages;
+    if (!j.contains(key) || !j[key].is_array())
+        return stages;
     try {
-        for (const json& s : j[key]) stages.push_back(stage_from(s));
+        for (const json& s : j[key])
+            stages.push_back(stage_from(s));
     } catch (const json::exception& e) {
         throw Error(ExitCode::data, std::string("malformed recorded stage lines: ") + e.what());
     }
@@ -161,9 +160,11 @@ std::vector<StageDirective> recorded_stages(const std::string& staging_json,
 std::vector<std::string> recorded_persistent_uses(const std::string& staging_json) {
     std::vector<std::string> names;
     const json j = json::parse(staging_json, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("persistent_use")) return names;
+    if (j.is_discarded() || !j.is_object() || !j.contains("persistent_use"))
+        return names;
     for (const json& name : j["persistent_use"])
-        if (name.is_string()) names.push_back(name.get<std::string>());
+        if (name.is_string())
+            names.push_back(name.get<std::string>());
     return names;
 }
 

@@ -463,6 +463,21 @@ script() {  # script NAME LINE... : writes a job script with a shebang
   assert_output --partial "badlist' line 1"
 }
 
+@test "stage_out type=list is refused at parse time naming the line" {
+  f=$(script job.sh '#BB_LUA capacity=1G' \
+      '#BB_LUA stage_out type=list source=$BB_JOB_DIR/out destination=/tmp/out')
+  run bb-parse --script "$f"
+  assert_failure 65
+  assert_output --partial "script line 3: stage_out type=list is not supported"
+  [ "${#lines[@]}" -eq 1 ]
+  run bb-parse --script "$f" --emit-script
+  assert_failure 65
+  f=$(script job.sh '#BB_LUA capacity=1G' \
+      '#BB_LUA stage_in type=list source=/tmp/list destination=$BB_JOB_DIR/in')
+  run bb-parse --script "$f"
+  assert_success
+}
+
 @test "check-sources as root without --user is a usage error" {
   [ "$(id -u)" -eq 0 ] || skip "needs root"
   f=$(script job.sh '#BB_LUA capacity=1G')

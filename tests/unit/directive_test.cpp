@@ -585,6 +585,62 @@ TEST(Directive, type_cache_is_refused_with_the_reason) {
     expect_script_error("#DW jobdw capacity=1G type=other\n", "unknown type 'other'");
 }
 
+// A list file names sources outside the buffer: a stage-out of one is refused when the job is
+// submitted, naming the line, not when its output is staged out after it ran.
+TEST(Directive, stage_out_type_list_is_refused_naming_the_line) {
+    expect_script_error(
+        "#BB_LUA capacity=1G\n"
+        "#BB_LUA stage_out type=list source=$BB_JOB_DIR/out "
+        "destination=/lus/out\n",
+        "script line 2: stage_out type=list is not supported (write one "
+        "stage_out line per file or directory)");
+    expect_script_error(
+        "#DW jobdw capacity=1G\n"
+        "#DW stage_out type=list source=$DW_JOB_STRIPED/files destination=/x\n",
+        "script line 2: stage_out type=list is not supported");
+    EXPECT_EQ(parse_script("#BB_LUA stage_in type=list source=/lists/in.txt destination=in\n")
+                  .stage_in[0]
+                  .type,
+              StageType::list);
+}
+
+TEST(Directive, stage_types_are_read_in_one_place) {
+    EXPECT_EQ(bbkit::parse_stage_type("file"), StageType::file);
+    EXPECT_EQ(bbkit::parse_stage_type("directory"), StageType::directory);
+    EXPECT_EQ(bbkit::parse_stage_type("list"), StageType::list);
+    for (const std::string type : {"File", "dir", "", "list "}) {
+        try {
+            bbkit::parse_stage_type(type);
+            ADD_FAILURE() << "accepted '" << type << "'";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ExitCode::data);
+            EXPECT_NE(std::string(e.what()).find("(use file, directory or list)"),
+                      std::string::npos)
+                << e.what();
+        }
+    }
+    EXPECT_NO_THROW(bbkit::check_stage_type(StageType::list, true));
+    EXPECT_NO_THROW(bbkit::check_stage_type(StageType::directory, false));
+    EXPECT_THROW(bbkit::check_stage_type(StageType::list, false), Error);
+}
+
+TEST(Directive, path_components_refuse_every_dotdot) {
+    EXPECT_EQ(bbkit::path_components("/a//b/./c/", "climbs"),
+              (std::vector<std::string>{"a", "b", "c"}));
+    EXPECT_EQ(bbkit::path_components("", "climbs"), std::vector<std::string>{});
+    EXPECT_EQ(bbkit::path_components("a/..b/c..", "climbs"),
+              (std::vector<std::string>{"a", "..b", "c.."}));
+    for (const std::string path : {"..", "a/..", "/a/../b", "../a", "a/b/../../c"}) {
+        try {
+            bbkit::path_components(path, "'" + path + "' climbs");
+            ADD_FAILURE() << "accepted " << path;
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ExitCode::data);
+            EXPECT_EQ(std::string(e.what()), "'" + path + "' climbs");
+        }
+    }
+}
+
 TEST(Directive, unsupported_access_modes_are_refused) {
     expect_script_error("#BB_LUA capacity=1G access=ldbalance\n", "access mode 'ldbalance'");
     EXPECT_EQ(

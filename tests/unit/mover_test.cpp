@@ -24,88 +24,12 @@
 
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
+#include "move_test_support.hpp"
 
 namespace bbkit {
 namespace {
 
-constexpr uid_t nobody = 65534;
-constexpr gid_t nogroup = 65534;
-
-// A scratch directory everyone may traverse (the mover runs as nobody in most tests).
-class TempDir {
-  public:
-    TempDir() {
-        char pattern[] = "/tmp/bbkit-mover-XXXXXX";
-        path_ = mkdtemp(pattern);
-        chmod(path_.c_str(), 0755);
-    }
-    ~TempDir() { std::filesystem::remove_all(path_); }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-    std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-    const std::string& path() const { return path_; }
-
-  private:
-    std::string path_;
-};
-
-void write_file(const std::string& path, const std::string& content, mode_t mode = 0644) {
-    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    ASSERT_GE(fd, 0) << path;
-    ASSERT_EQ(write(fd, content.data(), content.size()), static_cast<ssize_t>(content.size()));
-    fchmod(fd, mode);
-    close(fd);
-}
-
-void write_at(const std::string& path, off_t offset, const std::string& content) {
-    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    ASSERT_GE(fd, 0) << path;
-    ASSERT_EQ(pwrite(fd, content.data(), content.size(), offset),
-              static_cast<ssize_t>(content.size()));
-    close(fd);
-}
-
-std::string read_file(const std::string& path) {
-    std::string data;
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return "<unreadable>";
-    char buf[1 << 16];
-    for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;)
-        data.append(buf, static_cast<std::size_t>(n));
-    close(fd);
-    return data;
-}
-
-std::vector<std::string> list_dir(const std::string& dir) {
-    std::vector<std::string> names;
-    DIR* d = opendir(dir.c_str());
-    if (!d)
-        return names;
-    while (dirent* e = readdir(d))
-        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
-            names.emplace_back(e->d_name);
-    closedir(d);
-    std::sort(names.begin(), names.end());
-    return names;
-}
-
-// Post-order over a tree (children before their directory), symlinks not followed.
-void for_each_entry(const std::string& dir, const std::function<void(const std::string&)>& fn) {
-    for (const std::string& name : list_dir(dir)) {
-        const std::string path = dir + "/" + name;
-        struct stat st {};
-        lstat(path.c_str(), &st);
-        if (S_ISDIR(st.st_mode))
-            for_each_entry(path, fn);
-        fn(path);
-    }
-}
-
-void set_times(const std::string& path, time_t sec, long nsec) {
-    const struct timespec times[2] = {{sec, nsec}, {sec, nsec}};
-    ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW), 0) << path;
-}
+using namespace move_test;
 
 // Everything cp -a keeps and a user may own. Owned by nobody, times set last.
 void make_tricky_tree(const std::string& root) {
@@ -176,172 +100,6 @@ void make_tricky_tree(const std::string& root) {
     set_times(at("ro"), 1500000000, 1);
     lchown(root.c_str(), nobody, nogroup);
     set_times(root, 1400000000, 42);
-}
-
-std::map<std::string, std::string> xattrs_of(const std::string& path) {
-    std::map<std::string, std::string> out;
-    char names[4096];
-    const ssize_t n = llistxattr(path.c_str(), names, sizeof names);
-    for (ssize_t at = 0; at < n; at += static_cast<ssize_t>(std::strlen(names + at)) + 1) {
-        const std::string name = names + at;
-        if (name.rfind("user.", 0) != 0 && name.rfind("system.posix_acl", 0) != 0)
-            continue;
-        char value[4096];
-        const ssize_t size = lgetxattr(path.c_str(), name.c_str(), value, sizeof value);
-        out[name] = size < 0 ? "<error>" : std::string(value, static_cast<std::size_t>(size));
-    }
-    return out;
-}
-
-// Compares two trees entry by entry: type, mode, ns mtime, content, link targets, holes,
-// xattrs, and hard-link groups (same source inode <=> same copy inode). `owner` is checked
-// when given.
-void expect_same_tree(const std::string& a, const std::string& b, uid_t owner = -1) {
-    std::map<ino_t, ino_t> links;
-    std::function<void(const std::string&, const std::string&)> compare =
-        [&](const std::string& x, const std::string& y) {
-            struct stat sx {
-            }, sy{};
-            ASSERT_EQ(lstat(x.c_str(), &sx), 0) << x;
-            ASSERT_EQ(lstat(y.c_str(), &sy), 0) << "missing copy " << y;
-            EXPECT_EQ(sx.st_mode, sy.st_mode) << y;
-            EXPECT_EQ(sx.st_mtim.tv_sec, sy.st_mtim.tv_sec) << y;
-            EXPECT_EQ(sx.st_mtim.tv_nsec, sy.st_mtim.tv_nsec) << y;
-            if (owner != static_cast<uid_t>(-1)) {
-                EXPECT_EQ(sy.st_uid, owner) << y;
-            }
-            EXPECT_EQ(sx.st_gid, sy.st_gid) << y;
-            if (!S_ISLNK(sx.st_mode)) {
-                EXPECT_EQ(xattrs_of(x), xattrs_of(y)) << y;
-            }
-            if (S_ISREG(sx.st_mode)) {
-                EXPECT_EQ(sx.st_size, sy.st_size) << y;
-                EXPECT_LE(sy.st_blocks, sx.st_blocks + 8) << "holes filled in " << y;
-                EXPECT_TRUE(read_file(x) == read_file(y)) << "content differs: " << y;
-                if (sx.st_nlink > 1) {
-                    EXPECT_EQ(sx.st_nlink, sy.st_nlink) << y;
-                    auto [it, first] = links.emplace(sx.st_ino, sy.st_ino);
-                    EXPECT_EQ(it->second, sy.st_ino) << "hard link split: " << y;
-                }
-            } else if (S_ISLNK(sx.st_mode)) {
-                char tx[4096] = {}, ty[4096] = {};
-                EXPECT_EQ(readlink(x.c_str(), tx, sizeof tx), readlink(y.c_str(), ty, sizeof ty));
-                EXPECT_STREQ(tx, ty) << y;
-            } else if (S_ISDIR(sx.st_mode)) {
-                const auto nx = list_dir(x), ny = list_dir(y);
-                EXPECT_EQ(nx, ny) << y;
-                for (const std::string& name : nx)
-                    compare(x + "/" + name, y + "/" + name);
-            }
-        };
-    compare(a, b);
-}
-
-struct Outcome {
-    int code = -1;  // 0, or the Error's exit status
-    std::string message;
-    std::uint64_t files = 0, bytes = 0, skipped = 0;
-    std::vector<std::string> warnings;
-};
-
-// Runs the move in a child that has become nobody, as bb-mover would, and reports back
-// through a pipe (gtest assertions do not cross a fork). `fault` arms BBKIT_FAULT in the child
-// (test builds): a child killed there reports code 128.
-Outcome move_as(uid_t uid, gid_t gid, const MovePlan& plan, const char* fault = nullptr) {
-    int fds[2];
-    if (pipe(fds) != 0)
-        return {};
-    const pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        std::string report;
-        int code = 0;
-        if (setgroups(0, nullptr) != 0 || setresgid(gid, gid, gid) != 0 ||
-            setresuid(uid, uid, uid) != 0) {
-            code = 71;
-            report = "cannot drop privileges";
-        } else {
-            if (fault) {
-                setenv("BBKIT_FAULT", fault, 1);
-                fault_rearm();  // the parent may have read the setting already (one process)
-            }
-            try {
-                const MoveSummary s = run_move(plan, nullptr);
-                report = std::to_string(s.files) + " " + std::to_string(s.bytes) + " " +
-                         std::to_string(s.skipped) + "\n";
-                for (const std::string& w : s.warnings)
-                    report += w + "\n";
-            } catch (const Error& e) {
-                code = e.exit_status();
-                report = e.what();
-            } catch (const std::exception& e) {
-                code = 70;
-                report = e.what();
-            }
-        }
-        (void)!write(fds[1], report.data(), report.size());
-        _exit(code);
-    }
-    close(fds[1]);
-    std::string text;
-    char buf[4096];
-    for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;)
-        text.append(buf, static_cast<std::size_t>(n));
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    Outcome out;
-    out.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-    if (out.code != 0) {
-        out.message = text;
-        return out;
-    }
-    std::size_t line_end = text.find('\n');
-    std::sscanf(text.substr(0, line_end).c_str(), "%lu %lu %lu", &out.files, &out.bytes,
-                &out.skipped);
-    while (line_end != std::string::npos && line_end + 1 < text.size()) {
-        const std::size_t next = text.find('\n', line_end + 1);
-        out.warnings.push_back(text.substr(line_end + 1, next - line_end - 1));
-        line_end = next;
-    }
-    return out;
-}
-
-Outcome move_as_nobody(const MovePlan& plan, const char* fault = nullptr) {
-    return move_as(nobody, nogroup, plan, fault);
-}
-
-std::string make_buffer(const TempDir& tmp, const std::string& name) {
-    const std::string path = tmp / name;
-    mkdir(path.c_str(), 0700);
-    chown(path.c_str(), nobody, nogroup);
-    return path;
-}
-
-MovePlan plan_in(const std::string& buffer, const std::string& source,
-                 const std::string& destination, StageType type = StageType::directory) {
-    MovePlan plan;
-    plan.direction = MoveDirection::in;
-    plan.buffer_root = buffer;
-    plan.entries.push_back({source, destination, type});
-    return plan;
-}
-
-MovePlan plan_out(const std::string& buffer, const std::string& source,
-                  const std::string& destination, StageType type = StageType::directory) {
-    MovePlan plan = plan_in(buffer, source, destination, type);
-    plan.direction = MoveDirection::out;
-    plan.durable = true;
-    return plan;
-}
-
-bool has_temporaries(const std::string& dir) {
-    bool found = false;
-    for_each_entry(dir, [&](const std::string& path) {
-        if (path.find(".bbkit-") != std::string::npos)
-            found = true;
-    });
-    return found;
 }
 
 TEST(mover, round_trip_as_the_user_keeps_everything_cp_a_keeps) {
@@ -551,175 +309,6 @@ TEST(mover, sources_the_user_cannot_read_or_that_are_missing) {
     EXPECT_TRUE(list_dir(buffer).empty());
 }
 
-// 200 MiB, mostly holes, with data across chunk boundaries and an unaligned end; plus a dense
-// 70 MiB file. Copied buffered and with O_DIRECT, threads sharing each file's chunks.
-TEST(mover, large_files_are_copied_in_chunks) {
-    TempDir tmp;
-    mkdir((tmp / "src").c_str(), 0755);
-    const std::string big = tmp / "src/big";
-    for (off_t at : {off_t{0}, (off_t{32} << 20) - 3000, off_t{100} << 20, off_t{150} << 20})
-        write_at(big, at, std::string(1 << 20, static_cast<char>('a' + at % 23)));
-    truncate(big.c_str(), (off_t{200} << 20) + 123);
-    std::string dense(70 << 20, '\0');
-    for (std::size_t i = 0; i < dense.size(); i += 4093)
-        dense[i] = static_cast<char>(i * 7);
-    write_file(tmp / "src/dense", dense);
-    for_each_entry(tmp / "src", [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
-    lchown((tmp / "src").c_str(), nobody, nogroup);
-
-    for (bool direct : {false, true}) {
-        const std::string buffer = make_buffer(tmp, direct ? "direct" : "buffered");
-        MovePlan plan = plan_in(buffer, tmp / "src", "data");
-        plan.direct_io = direct;
-        const Outcome in = move_as_nobody(plan);
-        ASSERT_EQ(in.code, 0) << in.message;
-        expect_same_tree(tmp / "src", buffer + "/data", nobody);
-        struct stat st {};
-        ASSERT_EQ(stat((buffer + "/data/big").c_str(), &st), 0);
-        EXPECT_LT(st.st_blocks * 512, 16 << 20) << "holes filled";
-    }
-}
-
-// A file system mounted for one test (tmpfs with a size, ramfs, an ext2 image on a loop
-// device), detached at the end. ok() is false where this machine cannot mount it.
-class Mount {
-  public:
-    Mount(const std::string& dir, const std::string& command) : dir_(dir) {
-        mkdir(dir.c_str(), 0755);
-        ok_ = std::system((command + " >/dev/null 2>&1").c_str()) == 0;
-        if (ok_)
-            chown(dir.c_str(), nobody, nogroup);
-    }
-    ~Mount() {
-        if (ok_)
-            umount2(dir_.c_str(), MNT_DETACH);
-    }
-    Mount(const Mount&) = delete;
-    Mount& operator=(const Mount&) = delete;
-    bool ok() const { return ok_; }
-
-  private:
-    std::string dir_;
-    bool ok_ = false;
-};
-
-// Dense data of `size` bytes that differs at every 4 KiB block (a misplaced block shows).
-std::string dense_data(std::size_t size, unsigned seed) {
-    std::string data(size, '\0');
-    for (std::size_t i = 0; i < size; i += 512)
-        data[i] = static_cast<char>((i / 4096) * 31 + seed);
-    if (size > 0)
-        data[size - 1] = static_cast<char>(seed + 1);
-    return data;
-}
-
-// Sources for the O_DIRECT paths: a chunked file (>= 64 MiB) and a one-worker file (8-64 MiB),
-// both ending in a partial block, plus a small file that stays buffered.
-void make_direct_sources(const std::string& src) {
-    mkdir(src.c_str(), 0755);
-    write_file(src + "/chunked", dense_data((std::size_t{70} << 20) + 4097, 3));
-    write_file(src + "/single", dense_data((std::size_t{9} << 20) + 1, 5));
-    write_file(src + "/small", "small\n");
-    for_each_entry(src, [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
-    lchown(src.c_str(), nobody, nogroup);
-}
-
-// Dense files of unaligned sizes go through O_DIRECT for all but their last partial block; the
-// destination's blocks are reserved first and the padding past the end is cut off.
-TEST(mover, direct_io_copies_unaligned_tails_exactly) {
-    TempDir tmp;
-    make_direct_sources(tmp / "src");
-    const std::string buffer = make_buffer(tmp, "buffer");
-    MovePlan in = plan_in(buffer, tmp / "src", "data");
-    in.direct_io = true;
-    const Outcome copied = move_as_nobody(in);
-    ASSERT_EQ(copied.code, 0) << copied.message;
-    EXPECT_EQ(copied.files, 3u);
-    expect_same_tree(tmp / "src", buffer + "/data", nobody);
-    EXPECT_EQ(read_file(buffer + "/data/chunked"), read_file(tmp / "src/chunked"));
-    EXPECT_EQ(read_file(buffer + "/data/single"), read_file(tmp / "src/single"));
-
-    mkdir((tmp / "out").c_str(), 0755);
-    chown((tmp / "out").c_str(), nobody, nogroup);
-    MovePlan out = plan_out(buffer, "data", tmp / "out/data");
-    out.direct_io = true;
-    const Outcome back = move_as_nobody(out);
-    ASSERT_EQ(back.code, 0) << back.message;
-    expect_same_tree(tmp / "src", tmp / "out/data", nobody);
-    EXPECT_EQ(read_file(tmp / "out/data/chunked"), read_file(tmp / "src/chunked"));
-    EXPECT_FALSE(has_temporaries(tmp / "out"));
-}
-
-// ramfs refuses O_DIRECT: the copy goes buffered, whole and exact.
-TEST(mover, direct_io_refused_by_the_file_system_falls_back_to_buffered) {
-    TempDir tmp;
-    make_direct_sources(tmp / "src");
-    const Mount ramfs(tmp / "ramfs", "mount -t ramfs ramfs " + tmp / "ramfs");
-    if (!ramfs.ok())
-        GTEST_SKIP() << "cannot mount ramfs here";
-    const std::string buffer = make_buffer(tmp, "ramfs/buffer");
-    MovePlan plan = plan_in(buffer, tmp / "src", "data");
-    plan.direct_io = true;
-    const Outcome in = move_as_nobody(plan);
-    ASSERT_EQ(in.code, 0) << in.message;
-    expect_same_tree(tmp / "src", buffer + "/data", nobody);
-    EXPECT_EQ(read_file(buffer + "/data/chunked"), read_file(tmp / "src/chunked"));
-}
-
-// ext2 (no extents) cannot reserve blocks with fallocate: the destination gets a plain size.
-TEST(mover, direct_io_where_blocks_cannot_be_reserved) {
-    TempDir tmp;
-    make_direct_sources(tmp / "src");
-    const std::string image = tmp / "ext2.img";
-    const Mount ext2(tmp / "ext2", "truncate -s 256M " + image + " && mkfs.ext2 -q -F " + image +
-                                       " && mount -o loop " + image + " " + tmp / "ext2");
-    if (!ext2.ok())
-        GTEST_SKIP() << "cannot make and loop-mount an ext2 image here (mkfs.ext2, loop devices)";
-    const std::string buffer = make_buffer(tmp, "ext2/buffer");
-    MovePlan plan = plan_in(buffer, tmp / "src", "data");
-    plan.direct_io = true;
-    const Outcome in = move_as_nobody(plan);
-    ASSERT_EQ(in.code, 0) << in.message;
-    // ext2 counts its indirect blocks in st_blocks: compare what a copy must keep.
-    for (const std::string name : {"chunked", "single", "small"}) {
-        struct stat a {
-        }, b{};
-        ASSERT_EQ(stat((tmp / "src/" + name).c_str(), &a), 0);
-        ASSERT_EQ(stat((buffer + "/data/" + name).c_str(), &b), 0);
-        EXPECT_EQ(a.st_size, b.st_size) << name;
-        EXPECT_EQ(a.st_mode, b.st_mode) << name;
-        EXPECT_EQ(a.st_mtim.tv_nsec, b.st_mtim.tv_nsec) << name;
-        EXPECT_EQ(read_file(tmp / "src/" + name), read_file(buffer + "/data/" + name)) << name;
-    }
-}
-
-// A destination too small for a file fails when its blocks are reserved (exit 74, naming the
-// file); a stage-out leaves no temporary and no final name behind.
-TEST(mover, direct_io_on_a_full_file_system_fails_cleanly) {
-    TempDir tmp;
-    make_direct_sources(tmp / "src");
-    const Mount small(tmp / "small", "mount -t tmpfs -o size=16m tmpfs " + tmp / "small");
-    if (!small.ok())
-        GTEST_SKIP() << "cannot mount tmpfs here";
-    const std::string buffer = make_buffer(tmp, "small/buffer");
-    MovePlan plan = plan_in(buffer, tmp / "src", "data");
-    plan.direct_io = true;
-    const Outcome in = move_as_nobody(plan);
-    EXPECT_EQ(in.code, 74) << in.message;
-    EXPECT_NE(in.message.find(buffer + "/data/chunked"), std::string::npos) << in.message;
-    EXPECT_NE(in.message.find("no space left on device"), std::string::npos) << in.message;
-
-    const std::string full = make_buffer(tmp, "buffer");
-    ASSERT_EQ(move_as_nobody(plan_in(full, tmp / "src", "data")).code, 0);
-    MovePlan out = plan_out(full, "data", tmp / "small/out");
-    out.direct_io = true;
-    const Outcome failed = move_as_nobody(out);
-    EXPECT_EQ(failed.code, 74) << failed.message;
-    EXPECT_NE(failed.message.find(tmp / "small/out/chunked"), std::string::npos) << failed.message;
-    EXPECT_FALSE(has_temporaries(tmp / "small"));
-    EXPECT_EQ(list_dir(tmp / "small/out"), std::vector<std::string>{});
-}
-
 // A stage-out killed before its renames leaves `.NAME.bbkit-<20 hex>` files (and the short
 // form `.bbkit-<tag>-<20 hex>` for names too long for that) beside the names it was writing.
 // The rerun removes them; a source entry or another file that only looks like one is kept.
@@ -764,45 +353,6 @@ TEST(mover, rerun_removes_temporaries_of_a_killed_stage_out) {
     EXPECT_EQ(read_file(out + "/" + lookalike), "source entry");
     EXPECT_EQ(read_file(out + "/sub/b"), "b");
     EXPECT_EQ(read_file(out + "/" + long_name), "long");
-}
-
-// Files in directories the move creates get their mode and group at creation where that is
-// certain, else by fchmod/fchown: the result is exact under an inherited default ACL (it would
-// decide the mode), a setgid parent (it would decide the group) and a restrictive umask.
-TEST(mover, modes_and_groups_are_exact_in_new_directories) {
-    TempDir tmp;
-    const std::string buffer = make_buffer(tmp, "buffer");
-    mkdir((buffer + "/data").c_str(), 0755);
-    mkdir((buffer + "/data/sub").c_str(), 0750);
-    const std::vector<std::pair<std::string, mode_t>> files = {
-        {"data/f644", 0644},    {"data/f640", 0640},     {"data/f600", 0600},
-        {"data/f444", 0444},    {"data/sub/f755", 0755}, {"data/sub/f400", 0400},
-        {"data/sub/f666", 0666}};
-    for (const auto& [name, mode] : files)
-        write_file(buffer + "/" + name, name, mode);
-    for_each_entry(buffer, [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
-
-    // Destinations: setgid and owned by root's group; with a default ACL that masks out
-    // "other"; and a plain one written under umask 077.
-    for (const std::string dir : {"setgid", "acl", "plain"}) {
-        mkdir((tmp / dir).c_str(), 0777);
-        chmod((tmp / dir).c_str(), dir == "setgid" ? 02777 : 0777);
-    }
-    ASSERT_EQ(std::system(("setfacl -d -m u::rwx,g::rwx,o::--- " + tmp / "acl").c_str()), 0)
-        << "setfacl (package acl) is needed";
-    const mode_t old_mask = umask(077);
-    for (const std::string dir : {"setgid", "acl", "plain"}) {
-        const Outcome out = move_as_nobody(plan_out(buffer, "data", tmp / dir + "/data"));
-        ASSERT_EQ(out.code, 0) << dir << ": " << out.message;
-        for (const auto& [name, mode] : files) {
-            struct stat st {};
-            ASSERT_EQ(lstat((tmp / dir + "/" + name).c_str(), &st), 0) << dir << "/" << name;
-            EXPECT_EQ(st.st_mode & 07777, mode) << dir << "/" << name;
-            EXPECT_EQ(st.st_gid, nogroup) << dir << "/" << name;
-            EXPECT_EQ(read_file(tmp / dir + "/" + name), name);
-        }
-    }
-    umask(old_mask);
 }
 
 // The tricky tree staged into a buffer's "data" as nobody, and an empty "out" of nobody's to stage
@@ -977,6 +527,94 @@ TEST(mover, progress_reports_totals_and_ends_complete) {
     EXPECT_EQ(seen.back().files_done, seen.back().files_total);
     EXPECT_EQ(seen.back().bytes_done, seen.back().bytes_total);
     EXPECT_GT(seen.back().bytes_total, 10u << 20);
+}
+
+// bb-mover's plan as the mover's entries: one group per buffer root; a persistent buffer the
+// plan holds no root for is exit 66.
+TEST(mover, entries_by_root_groups_stage_lines_by_their_buffer) {
+    StagePlan plan;
+    plan.direction = StageDirection::out;
+    plan.job_root = "/bb/job";
+    plan.persistent_roots["shared"] = "/bb/shared";
+    StageDirective job;
+    job.type = StageType::directory;
+    job.source = "out";
+    job.destination = "/home/alice/out";
+    StageDirective shared = job;
+    shared.buffer = "shared";
+    shared.source = "results";
+    plan.stages = {job, shared};
+    auto groups = entries_by_root(plan);
+    ASSERT_EQ(groups.size(), 2u);
+    ASSERT_EQ(groups["/bb/job"].size(), 1u);
+    EXPECT_EQ(groups["/bb/job"][0].source, "out");
+    EXPECT_EQ(groups["/bb/job"][0].type, StageType::directory);
+    ASSERT_EQ(groups["/bb/shared"].size(), 1u);
+    EXPECT_EQ(groups["/bb/shared"][0].source, "results");
+
+    shared.buffer = "gone";
+    plan.stages = {shared};
+    try {
+        entries_by_root(plan);
+        ADD_FAILURE() << "a persistent buffer without a root was accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ExitCode::no_input) << e.what();
+    }
+}
+
+// Stage-in expands a type=list file into its entries, under the line's destination.
+TEST(mover, entries_by_root_expands_stage_in_lists) {
+    TempDir tmp;
+    write_file(tmp / "a", "a");
+    mkdir((tmp / "d").c_str(), 0755);
+    write_file(tmp / "list", tmp / "a" + " x/a\n" + tmp / "d" + " y\n");
+    StagePlan plan;
+    plan.direction = StageDirection::in;
+    plan.job_root = "/bb/job";
+    plan.capacity = 1 << 20;
+    StageDirective list;
+    list.type = StageType::list;
+    list.source = tmp / "list";
+    list.destination = "in";
+    plan.stages = {list};
+    auto groups = entries_by_root(plan);
+    ASSERT_EQ(groups["/bb/job"].size(), 2u);
+    EXPECT_EQ(groups["/bb/job"][0].source, tmp / "a");
+    EXPECT_EQ(groups["/bb/job"][0].destination, "in/x/a");
+    EXPECT_EQ(groups["/bb/job"][0].type, StageType::file);
+    EXPECT_EQ(groups["/bb/job"][1].destination, "in/y");
+    EXPECT_EQ(groups["/bb/job"][1].type, StageType::directory);
+}
+
+// Stage-out lines recorded before bb-parse refused type=list are refused the same way (65);
+// no path of a move may climb, outside the buffer either (directive.hpp's one '..' rule).
+TEST(mover, stage_out_lists_and_climbing_paths_are_refused_as_bb_parse_refuses_them) {
+    StagePlan plan;
+    plan.direction = StageDirection::out;
+    plan.job_root = "/bb/job";
+    StageDirective list;
+    list.type = StageType::list;
+    list.source = "out";
+    list.destination = "/home/alice/out";
+    plan.stages = {list};
+    try {
+        entries_by_root(plan);
+        ADD_FAILURE() << "a stage_out type=list record was accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ExitCode::data) << e.what();
+        EXPECT_NE(std::string(e.what()).find("stage_out type=list is not supported"),
+                  std::string::npos)
+            << e.what();
+    }
+
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    write_file(buffer + "/f", "f");
+    for (const std::string& destination : {tmp / "out/../f", tmp / "out/.."}) {
+        const Outcome out = move_as_nobody(plan_out(buffer, "f", destination, StageType::file));
+        EXPECT_EQ(out.code, 65) << destination << ": " << out.message;
+        EXPECT_NE(out.message.find("must not contain '..'"), std::string::npos) << out.message;
+    }
 }
 
 }  // namespace

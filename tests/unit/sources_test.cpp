@@ -103,8 +103,9 @@ TEST_F(Sources, list_files_expand_under_the_directive_destination) {
 
 TEST_F(Sources, list_lines_that_escape_or_are_malformed_are_refused) {
     const std::string one = write("one", "1");
-    for (const std::string& line : {one + " ../up", one + " /etc/x", std::string("relative x"), one,
-                                    one + " a b", one + " \"unterminated"}) {
+    for (const std::string& line :
+         {one + " ../up", one + " /etc/x", std::string("relative x"), one, one + " a b",
+          one + " \"unterminated", dir + "/../" + one.substr(1) + " x"}) {
         const std::string list = write("bad", line + "\n");
         EXPECT_EQ(code_of([&] { bbkit::read_stage_list(stage(StageType::list, list, "d")); }),
                   ExitCode::data)

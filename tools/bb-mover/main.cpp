@@ -15,7 +15,6 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/mover.hpp"
-#include "bbkit/sources.hpp"
 #include "bbkit/stage_plan.hpp"
 #include "bbkit/user.hpp"
 
@@ -34,41 +33,6 @@ void report(const std::string& line) {
 void lower_priority() {
     setpriority(PRIO_PROCESS, 0, 10);
     syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_PRIO_VALUE(IOPRIO_CLASS_BE, 7));
-}
-
-std::string root_of(const StagePlan& plan, const StageDirective& stage) {
-    if (stage.buffer.empty())
-        return plan.job_root;
-    const auto root = plan.persistent_roots.find(stage.buffer);
-    if (root == plan.persistent_roots.end())
-        throw Error(ExitCode::no_input,
-                    "persistent buffer '" + stage.buffer + "' is not available to this job");
-    return root->second;
-}
-
-// The plan's lines grouped by the buffer they touch, lists expanded (as the user).
-std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& plan) {
-    std::map<std::string, std::vector<MoveEntry>> groups;
-    if (plan.direction == StageDirection::in) {
-        measure_stage_in(plan.stages, plan.capacity);
-        for (const StageDirective& stage : plan.stages) {
-            std::vector<SourceEntry> expanded;
-            if (stage.type == StageType::list)
-                expanded = read_stage_list(stage);
-            else
-                expanded.push_back({stage.source, stage.destination, stage.type, stage.where});
-            for (const SourceEntry& e : expanded)
-                groups[root_of(plan, stage)].push_back({e.source, e.destination, e.type});
-        }
-        return groups;
-    }
-    for (const StageDirective& stage : plan.stages) {
-        if (stage.type == StageType::list)
-            throw Error(ExitCode::data,
-                        "stage_out type=list is not supported (list the files as lines)");
-        groups[root_of(plan, stage)].push_back({stage.source, stage.destination, stage.type});
-    }
-    return groups;
 }
 
 int run(const std::string& input) {
