@@ -9,6 +9,7 @@
 #include <string_view>
 #include <utility>
 
+#include "bbkit/access.hpp"
 #include "bbkit/error.hpp"
 #include "bbkit/size.hpp"
 #include "bbkit/slurm_view.hpp"
@@ -919,10 +920,8 @@ class Parser {
     void check_persistent_allowed(const Location& where, const std::string& verb) const {
         if (where.origin == Origin::bb_option)
             throw invalid("--bb cannot create or destroy persistent burst buffers");
-        if (user_ && user_->uid != 0 && !config_.flags.enable_persistent)
-            throw Error(ExitCode::no_perm, "user " + user_->name + " may not " + verb +
-                                               " persistent burst buffers (EnablePersistent is "
-                                               "not set)");
+        if (user_)
+            check_may_manage_persistent(config_, *user_, PersistentRequest::job, verb);
     }
 
     // $DW_PERSISTENT_STRIPED_<name> must name a buffer this request uses or creates.

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "bbkit/access.hpp"
 #include "bbkit/audit.hpp"
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
@@ -597,13 +598,7 @@ AllocResult allocate(StateStore& store, const Config& config, const AllocRequest
         throw Error(ExitCode::data, describe(r) + " requests no capacity");
     if (r.persistent_name) {
         check_persistent_name(*r.persistent_name);
-        // Root itself, not root acting for SlurmUser through sudo (bbkit(7), SECURITY).
-        const bool root_itself = getuid() == 0 && !less_privileged_caller();
-        if (!root_itself && !config.flags.enable_persistent)
-            throw Error(ExitCode::no_perm,
-                        "only root may create persistent buffers (EnablePersistent is not set)");
-        if (!root_itself)
-            check_may_use_burst_buffers(config, r.user);
+        check_may_manage_persistent(config, r.user, PersistentRequest::command, "create");
     }
     const std::uint64_t allocated = round_up(r.capacity, pool.granularity);
     check_capacity_fits_at_all(pool, r, allocated);

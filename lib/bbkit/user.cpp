@@ -79,19 +79,6 @@ void become_user(const User& user) {
     }
 }
 
-void check_may_use_burst_buffers(const Config& config, const User& user) {
-    const std::string who = "user " + user.name + " may not use burst buffers";
-    if (user.uid == 0 && !config.allow_root)
-        throw Error(ExitCode::no_perm, who + " (allow_root = false)");
-    const auto matches = [&](const std::string& c) { return user_matches(user, c); };
-    const auto& allow = config.allow_users;
-    if (!allow.empty() && std::none_of(allow.begin(), allow.end(), matches))
-        throw Error(ExitCode::no_perm, who + " (not in allow_users)");
-    const auto& deny = config.deny_users;
-    if (std::any_of(deny.begin(), deny.end(), matches))
-        throw Error(ExitCode::no_perm, who + " (listed in deny_users)");
-}
-
 void act_as_user(const std::optional<std::string>& name, const std::string& what) {
     if (geteuid() == 0) {
         if (!name)

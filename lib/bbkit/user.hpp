@@ -32,10 +32,6 @@ bool user_matches(const User& user, const std::string& candidate);
 
 struct Config;
 
-// Throws Error(no_perm) unless `user` may use burst buffers under the configuration's
-// allow_root, allow_users and deny_users (the one check for job users and persistent owners).
-void check_may_use_burst_buffers(const Config& config, const User& user);
-
 // Makes sure what follows runs with `name`'s permissions: as root, becomes that user for good
 // (`name` is then required: Error(usage) naming `what`); as anyone else, `name` must be the
 // caller (Error(no_perm)).

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "bbkit/access.hpp"
 #include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/user.hpp"
@@ -244,22 +245,6 @@ namespace {
 }
 
 }  // namespace
-
-bool privileged_viewer(const Config& config, uid_t viewer) {
-    if (viewer == 0)
-        return true;
-    if (config.state_owner == "root" || config.state_owner == "0")
-        return false;
-    try {
-        return lookup_user(config.state_owner).uid == viewer;
-    } catch (const Error&) {
-        return false;  // an owner that does not resolve privileges nobody
-    }
-}
-
-bool may_see(const Config& config, uid_t viewer, const Buffer& buffer) {
-    return !config.flags.private_data || buffer.uid == viewer || privileged_viewer(config, viewer);
-}
 
 void restrict_to_viewer(StatusSnapshot& snapshot, const Config& config, uid_t viewer) {
     std::vector<BufferStatus> kept;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bbkit/access.hpp"
 #include "bbkit/buffer.hpp"
 #include "bbkit/config.hpp"
 #include "bbkit/pool_dir.hpp"
@@ -88,11 +89,6 @@ StatusSnapshot read_status(Transaction& txn, const Config& config);
 // when a file is not what publish() writes.
 StatusSnapshot read_public_status(const Config& config, uid_t uid);
 
-// Root and the state directory's owner: they read the database and see every buffer.
-bool privileged_viewer(const Config& config, uid_t viewer);
-// Slurm's PrivateData for burst buffers: with the PrivateData flag a user sees only their own
-// buffers, root and the state directory's owner see all; without it everyone sees all.
-bool may_see(const Config& config, uid_t viewer, const Buffer& buffer);
 // Keeps what `viewer` may see of a snapshot (pool totals are everyone's; the counts become
 // those of the buffers kept): for a privileged caller answering for a user (`scontrol show
 // bbstat` runs as SlurmUser). Never shows more than the snapshot held.

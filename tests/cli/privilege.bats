@@ -136,7 +136,7 @@ EOF
 @test "through sudo, a persistent buffer is refused without EnablePersistent, and its owner must be allowed" {
   run as_slurm sudo -n "$BIN/bb-pool" alloc --persistent pp --pool nvme --capacity 1G
   assert_failure 77
-  assert_output --partial "only root may create persistent buffers (EnablePersistent is not set)"
+  assert_output "bb-pool: user root may not create persistent burst buffers (EnablePersistent is not set)"
   assert_not_exist "$TEST_DIR/nvme/persistent/main.pp"
   write_config 'flags = ["EnablePersistent"]' "deny_users = [\"$U\"]"
   run as_slurm sudo -n "$BIN/bb-pool" alloc --persistent pp --owner "$U" --pool nvme --capacity 1G
