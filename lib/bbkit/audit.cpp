@@ -47,11 +47,11 @@ void to_syslog(const std::string& record) {
     closelog();
 }
 
-void audit(const std::string& state_dir, const std::string& tool, const std::string& action,
+void audit(const std::string& state_dir, const std::string& who, const std::string& action,
            const std::string& details) {
-    const std::string who = "uid=" + std::to_string(getuid()) + sudo_caller();
-    const std::string what = "tool=" + tool + " action=" + action + " " + printable(details);
-    to_syslog(who + " " + what);
+    const std::string caller = "uid=" + std::to_string(getuid()) + sudo_caller();
+    const std::string what = "tool=" + who + " action=" + action + " " + printable(details);
+    to_syslog(caller + " " + what);
     const std::string path = state_dir + "/log/audit.log";
     const int raw =
         open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -61,7 +61,7 @@ void audit(const std::string& state_dir, const std::string& tool, const std::str
     }
     Fd fd(raw);
     const std::string line =
-        now_iso8601() + " " + who + " pid=" + std::to_string(getpid()) + " " + what + "\n";
+        now_iso8601() + " " + caller + " pid=" + std::to_string(getpid()) + " " + what + "\n";
     if (write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
         spdlog::warn("cannot write the audit log {}: {}", path, std::strerror(errno));
 }

@@ -9,7 +9,7 @@ namespace bbkit {
 // Appends one line with a single write(2) to <state_dir>/log/audit.log (O_APPEND, so
 // concurrent writers never interleave within a line), and sends the same record to syslog
 // (identifier "bbkit", facility authpriv). Failing to audit is logged, not fatal.
-void audit(const std::string& state_dir, const std::string& tool, const std::string& action,
+void audit(const std::string& state_dir, const std::string& who, const std::string& action,
            const std::string& details);
 
 }  // namespace bbkit

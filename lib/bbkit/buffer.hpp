@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bbkit/buffer_key.hpp"
 #include "bbkit/process.hpp"
 
 namespace bbkit {
@@ -47,8 +48,6 @@ bool holds_space(BufferState state);
 // complete and deleted: the buffer is over; a new alloc for that job starts a new incarnation.
 bool is_final(BufferState state);
 
-enum class BufferKind { job, persistent };
-
 struct Transition {
     BufferState from;
     BufferState to;
@@ -65,40 +64,6 @@ const std::vector<Transition>& transition_table();
 // naming both states and the states that are legal from `from`.
 const Transition& check_transition(BufferKind kind, BufferState from, BufferState to,
                                    const std::string& what = "buffer");
-
-// (cluster, job id, incarnation) or (cluster, persistent name).
-struct BufferKey {
-    std::string cluster;
-    std::uint64_t job_id = 0;
-    std::uint32_t incarnation = 0;
-    std::string name;  // non-empty exactly for persistent buffers
-
-    static BufferKey job(std::string cluster, std::uint64_t job_id, std::uint32_t incarnation);
-    // Throws Error(data) when `name` is not a valid persistent buffer name.
-    static BufferKey persistent(std::string cluster, std::string name);
-
-    BufferKind kind() const { return name.empty() ? BufferKind::job : BufferKind::persistent; }
-    // Used in file names (env/<key>.env, run/<key>.lock): "main.42.1", "main.p.alpha".
-    std::string str() const;
-    // The directory a new buffer gets, relative to its pool: "job/main.42.1",
-    // "persistent/main.alpha" (cluster first; a record keeps the one it was created with).
-    std::string directory() const;
-
-    bool operator==(const BufferKey& other) const;
-    bool operator!=(const BufferKey& other) const { return !(*this == other); }
-};
-
-// Inverse of BufferKey::str(). Throws Error(data) naming `text`.
-BufferKey parse_buffer_key(const std::string& text);
-
-// Persistent names: 1 to 64 letters, digits, '_' and '-', not starting with a digit (Slurm
-// reserves numeric names for job buffers) or '-'. Throws Error(data) naming the name. The one
-// rule for every tool and the directive parser.
-void check_persistent_name(const std::string& name);
-
-// A Slurm job id (also an array job or task id) as text: digits only, at most 2^63-1, so it is
-// stored as it was given. Throws Error(usage) naming `what` ("job id") otherwise.
-std::uint64_t parse_job_id(const std::string& text, const std::string& what = "job id");
 
 struct Buffer {
     BufferKey key;

@@ -17,7 +17,6 @@
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/publish.hpp"
-#include "bbkit/render.hpp"
 #include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
 #include "bbkit/stage_plan.hpp"
@@ -116,9 +115,9 @@ Buffer new_record(const Config& config, const AllocRequest& r, const BufferKey& 
 
 // Gives up a queued request: leaves the queue and closes its pending record.
 void leave_queue(StateStore& store, const Config& config, const BufferKey& key,
-                 const std::string& tool) {
-    WriteTransaction txn(store, tool);
-    txn.dequeue(key.str());
+                 const std::string& who) {
+    WriteTransaction txn(store, who);
+    txn.dequeue(key);
     if (std::optional<Buffer> b = txn.find_buffer(key); b && b->state == BufferState::pending) {
         txn.transition(key, BufferState::complete, "BurstBufferResources",
                        "gave up waiting for space");
@@ -139,13 +138,13 @@ struct Reserved {
 // The first transaction: the record as `allocating` (or the existing buffer). Loops while the
 // request waits in the queue.
 Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
-                 const PoolConfig& pool, std::uint64_t allocated, const std::string& tool) {
+                 const PoolConfig& pool, std::uint64_t allocated, const std::string& who) {
     const auto deadline =
         std::chrono::steady_clock::now() + r.wait.value_or(std::chrono::milliseconds(0));
     std::optional<BufferKey> queued;
     try {
         for (;;) {
-            WriteTransaction txn(store, tool);
+            WriteTransaction txn(store, who);
             PoolDir dir = open_pool(txn, config, r.pool);  // marker and ownership checks
             const std::optional<PoolRecord> record = txn.find_pool(r.pool);
             if (record->draining)
@@ -217,8 +216,8 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
                 } else if (!queued) {
                     txn.set_run_lock_holder(live->key, ProcessId::self());
                 }
-                if (!txn.queue_position(key.str()))
-                    txn.enqueue(pool.name, key.str(), allocated, ProcessId::self());
+                if (!txn.queue_position(key))
+                    txn.enqueue(pool.name, key, allocated, ProcessId::self());
                 queued = key;
                 publish(txn, store, config);
                 txn.commit();
@@ -231,7 +230,7 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
             }
             Buffer b;
             if (live) {
-                txn.dequeue(key.str());
+                txn.dequeue(key);
                 b = txn.transition(key, BufferState::allocating);
                 b.run_lock_holder = ProcessId::self();
                 txn.set_run_lock_holder(key, b.run_lock_holder);
@@ -244,15 +243,15 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
         }
     } catch (...) {
         if (queued)
-            leave_queue(store, config, *queued, tool);
+            leave_queue(store, config, *queued, who);
         throw;
     }
 }
 
 // Undoes a reservation whose directory could not be made: the record ends, nothing to reap.
 void roll_back(StateStore& store, const Config& config, const Buffer& b, const std::string& why,
-               const std::string& tool) {
-    WriteTransaction txn(store, tool);
+               const std::string& who) {
+    WriteTransaction txn(store, who);
     const BufferState end =
         b.key.kind() == BufferKind::job ? BufferState::complete : BufferState::deleted;
     txn.transition(b.key, end, "BurstBufferOperation", why);
@@ -276,9 +275,9 @@ const PoolConfig& configured_pool(const Config& config, const std::string& name)
 }
 
 PoolMarker init_pool(StateStore& store, const Config& config, const std::string& name,
-                     const std::string& tool) {
+                     const std::string& who) {
     const PoolConfig& pool = configured_pool(config, name);
-    WriteTransaction txn(store, tool);
+    WriteTransaction txn(store, who);
     if (std::optional<PoolRecord> known = txn.find_pool(name); known && known->path == pool.path) {
         // Re-initialising must never re-mark a different file system mounted at the old path.
         try {
@@ -301,8 +300,7 @@ PoolMarker init_pool(StateStore& store, const Config& config, const std::string&
     txn.put_pool(PoolRecord{name, pool.path, marker.uuid, false});
     publish(txn, store, config);
     txn.commit();
-    audit(store.dir(), tool, "init",
-          "pool=" + name + " path=" + pool.path + " uuid=" + marker.uuid);
+    audit(store.dir(), who, "init", "pool=" + name + " path=" + pool.path + " uuid=" + marker.uuid);
     return marker;
 }
 
@@ -335,9 +333,9 @@ void lock_live_buffers(Transaction& txn, const Config& config, const std::string
                     refuse("is waited for by live pid " + std::to_string(entry.waiter.pid));
         if (held.count(key))
             continue;
-        std::optional<RunLock> lock = RunLock::try_acquire(config.state_dir, key);
+        std::optional<RunLock> lock = RunLock::try_acquire(config.state_dir, b.key);
         if (!lock) {
-            const std::optional<ProcessId> holder = RunLock::holder(config.state_dir, key);
+            const std::optional<ProcessId> holder = RunLock::holder(config.state_dir, b.key);
             refuse("is held by " +
                    (holder ? "live pid " + std::to_string(holder->pid) : "another process") +
                    " (staging or teardown)");
@@ -352,7 +350,7 @@ void close_lost_buffer(WriteTransaction& txn, const Config& config, const Buffer
     const BufferKey& key = b.key;
     if (b.key.kind() == BufferKind::job) {
         if (b.state == S::pending)
-            txn.dequeue(key.str());
+            txn.dequeue(key);
         else if (b.state != S::teardown)
             txn.transition(key, S::teardown, "", replaced_reason);
         txn.transition(key, S::complete, "", replaced_reason);
@@ -391,14 +389,14 @@ std::chrono::milliseconds parse_wait(const std::string& seconds) {
 }
 
 ReplaceResult replace_pool(StateStore& store, const Config& config, const std::string& name,
-                           const std::string& tool) {
+                           const std::string& who) {
     const PoolConfig& pool = configured_pool(config, name);
     std::map<std::string, RunLock> held;  // lock order: run locks, then the state lock
     {
         ReadSnapshot snapshot(store);
         lock_live_buffers(snapshot, config, name, held);
     }
-    WriteTransaction txn(store, tool);
+    WriteTransaction txn(store, who);
     const std::optional<PoolRecord> record = txn.find_pool(name);
     if (!record || record->path != pool.path)
         throw Error(ExitCode::unavailable, "cannot replace pool '" + name +
@@ -450,13 +448,13 @@ ReplaceResult replace_pool(StateStore& store, const Config& config, const std::s
     txn.commit();
     for (const Buffer& b : buffers) {
         remove_env_files(store, b.key);
-        audit(store.dir(), tool, "replace",
+        audit(store.dir(), who, "replace",
               "buffer=" + b.key.str() + " pool=" + name +
                   " bytes=" + std::to_string(b.allocated_bytes) + " state=" + to_string(b.state));
     }
     for (auto& [key, lock] : held)
         lock.remove_file();
-    audit(store.dir(), tool, "init",
+    audit(store.dir(), who, "init",
           "pool=" + name + " path=" + pool.path + " uuid=" + result.marker.uuid +
               " replaced=" + result.old_uuid + " closed=" + std::to_string(buffers.size()));
     return result;
@@ -472,16 +470,16 @@ PoolDir open_pool(Transaction& txn, const Config& config, const std::string& nam
 }
 
 void set_draining(StateStore& store, const Config& config, const std::string& name, bool draining,
-                  const std::string& tool) {
+                  const std::string& who) {
     configured_pool(config, name);
-    WriteTransaction txn(store, tool);
+    WriteTransaction txn(store, who);
     if (!txn.find_pool(name))
         throw Error(ExitCode::unavailable,
                     "pool '" + name + "' is not initialised (run bb-pool init " + name + ")");
     txn.set_draining(name, draining);
     publish(txn, store, config);
     txn.commit();
-    audit(store.dir(), tool, draining ? "drain" : "resume", "pool=" + name);
+    audit(store.dir(), who, draining ? "drain" : "resume", "pool=" + name);
 }
 
 AllocRequest job_alloc_request(const Request& request, std::uint64_t job_id, const User& user) {
@@ -592,7 +590,7 @@ AllocRequest build_alloc_request(const Config& config, const AllocCommand& c) {
 }
 
 AllocResult allocate(StateStore& store, const Config& config, const AllocRequest& r,
-                     const std::string& tool) {
+                     const std::string& who) {
     const PoolConfig& pool = configured_pool(config, r.pool);
     if (r.capacity == 0)
         throw Error(ExitCode::data, describe(r) + " requests no capacity");
@@ -603,7 +601,7 @@ AllocResult allocate(StateStore& store, const Config& config, const AllocRequest
     const std::uint64_t allocated = round_up(r.capacity, pool.granularity);
     check_capacity_fits_at_all(pool, r, allocated);
 
-    Reserved reserved = reserve(store, config, r, pool, allocated, tool);
+    Reserved reserved = reserve(store, config, r, pool, allocated, who);
     Buffer& b = reserved.buffer;
     fault_point("alloc.reserved");
     if (reserved.existed)
@@ -617,12 +615,12 @@ AllocResult allocate(StateStore& store, const Config& config, const AllocRequest
             b.directory, b.uid, b.gid,
             reserved.resumed ? PoolDir::Creation::resume : PoolDir::Creation::fresh);
     } catch (const Error& e) {
-        roll_back(store, config, b, e.what(), tool);
+        roll_back(store, config, b, e.what(), who);
         throw;
     }
 
     try {
-        b = complete_allocation(store, config, b.key, reserved.uses, durable, tool);
+        b = complete_allocation(store, config, b.key, reserved.uses, durable, who);
     } catch (const Error& e) {
         // A teardown that stopped waiting for this allocation ended the record meanwhile: the
         // directory made above belongs to no record now.
@@ -632,7 +630,7 @@ AllocResult allocate(StateStore& store, const Config& config, const AllocRequest
                                                 " was torn down while it was being allocated");
         }
         if (durable.failed())  // as when the directory cannot be made at all
-            roll_back(store, config, b, e.what(), tool);
+            roll_back(store, config, b, e.what(), who);
         throw;
     }
     return AllocResult{b, buffer_path(pool, b), false};
@@ -663,10 +661,10 @@ std::vector<std::string> recorded_persistent_uses(const Buffer& buffer) {
 
 Buffer complete_allocation(StateStore& store, const Config& config, const BufferKey& key,
                            const std::vector<std::pair<std::string, std::string>>& uses,
-                           PendingSync& directory_durable, const std::string& tool) {
+                           PendingSync& directory_durable, const std::string& who) {
     // Deferred: lost to a power cut, this leaves the state of alloc.dir-durable (recover rolls
     // it forward and rewrites the env files).
-    WriteTransaction txn(store, tool, WriteTransaction::Durability::deferred);
+    WriteTransaction txn(store, who, WriteTransaction::Durability::deferred);
     txn.touch_pools();  // reserve() committed the space as `allocating` without publishing it
     Buffer b = txn.transition(key, BufferState::allocated);
     b.run_lock_holder.reset();
@@ -691,7 +689,7 @@ Buffer complete_allocation(StateStore& store, const Config& config, const Buffer
     fault_point("alloc.dir-durable");
     txn.commit();
     fault_point("alloc.done");
-    audit(store.dir(), tool, "alloc",
+    audit(store.dir(), who, "alloc",
           "buffer=" + b.key.str() + " user=" + b.user + " pool=" + b.pool +
               " bytes=" + std::to_string(b.allocated_bytes));
     return b;

@@ -23,7 +23,7 @@ const PoolConfig& configured_pool(const Config& config, const std::string& name)
 // Writes the pool's marker and subdirectories and records the pool (name, path, UUID).
 // Idempotent. Error(unavailable) when the directory is missing.
 PoolMarker init_pool(StateStore& store, const Config& config, const std::string& name,
-                     const std::string& tool);
+                     const std::string& who);
 
 struct ReplaceResult {
     PoolMarker marker;                // the new one
@@ -42,7 +42,7 @@ struct ReplaceResult {
 // Error(exists) when the recorded marker is in place or a buffer's directory still exists (the
 // file system was not recreated: nothing is closed).
 ReplaceResult replace_pool(StateStore& store, const Config& config, const std::string& name,
-                           const std::string& tool);
+                           const std::string& who);
 
 // Opens the pool's directory and checks it against the recorded marker (see PoolDir::open);
 // Error(unavailable) "... is not initialised (run bb-pool init P)" before bb-pool init.
@@ -50,7 +50,7 @@ PoolDir open_pool(Transaction& txn, const Config& config, const std::string& nam
 
 // No new allocations while draining (Error(unavailable)); existing buffers are untouched.
 void set_draining(StateStore& store, const Config& config, const std::string& name, bool draining,
-                  const std::string& tool);
+                  const std::string& who);
 
 struct AllocRequest {
     std::optional<std::uint64_t> job_id;         // a job buffer, or
@@ -112,7 +112,7 @@ struct AllocResult {
 // Larger than the pool's total: Error(data) "can never be satisfied". Draining or unmounted:
 // Error(unavailable). Over limits.user_capacity (standalone): Error(temp_fail).
 AllocResult allocate(StateStore& store, const Config& config, const AllocRequest& request,
-                     const std::string& tool);
+                     const std::string& who);
 
 // The persistent buffers a job uses, as (name, absolute path): each must exist, be allocated
 // and belong to the user (root may use any). Error(no_input) / Error(no_perm) otherwise.
@@ -131,7 +131,7 @@ std::vector<std::string> recorded_persistent_uses(const Buffer& buffer);
 // allocation forward.
 Buffer complete_allocation(StateStore& store, const Config& config, const BufferKey& key,
                            const std::vector<std::pair<std::string, std::string>>& uses,
-                           PendingSync& directory_durable, const std::string& tool);
+                           PendingSync& directory_durable, const std::string& who);
 
 // The KEY=VALUE lines of a buffer's job environment: BB_JOB_DIR, DW_JOB_STRIPED,
 // DW_JOB_PRIVATE, and DW_PERSISTENT_STRIPED_<name> for each persistent buffer used ('-' in

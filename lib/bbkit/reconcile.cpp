@@ -96,7 +96,7 @@ bool SlurmClients::knows(std::uint64_t job_id) {
 }
 
 ReconcileResult reconcile_slurm(StateStore& store, const Config& config, SlurmJobs& slurm,
-                                bool apply, const std::string& tool) {
+                                bool apply, const std::string& who) {
     std::vector<Buffer> live;
     {
         ReadSnapshot snapshot(store);
@@ -130,7 +130,7 @@ ReconcileResult reconcile_slurm(StateStore& store, const Config& config, SlurmJo
             try {
                 TeardownOptions options;
                 options.hurry = true;  // its job is gone: nothing to wait for
-                const TeardownResult t = teardown_job(store, config, b.key.job_id, options, tool);
+                const TeardownResult t = teardown_job(store, config, b.key.job_id, options, who);
                 entry.torn_down = t.found;
                 entry.note = t.note;
             } catch (const Error& e) {

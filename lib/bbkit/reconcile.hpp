@@ -67,6 +67,6 @@ struct ReconcileResult {
 // anything is touched: any failure to ask is Error(unavailable) and nothing changes. A teardown
 // that fails is reported in its entry and the others go on.
 ReconcileResult reconcile_slurm(StateStore& store, const Config& config, SlurmJobs& slurm,
-                                bool apply, const std::string& tool);
+                                bool apply, const std::string& who);
 
 }  // namespace bbkit

@@ -30,7 +30,7 @@ bool is_ending(BufferState state) {
 bool owner_dead(const Config& config, const Buffer& b) {
     if (b.run_lock_holder && b.run_lock_holder->alive())
         return false;
-    return !RunLock::holder(config.state_dir, b.key.str());
+    return !RunLock::holder(config.state_dir, b.key);
 }
 
 // The record as it is now, if it is still what `seen` (read earlier, outside any write
@@ -49,14 +49,14 @@ std::optional<Buffer> still_abandoned(Transaction& txn, const Config& config, co
 // Ends the record `seen` showed without touching its directory (there is none, or it is gone).
 // False, and nothing changed, when the record moved on since (see still_abandoned).
 bool close_record(StateStore& store, const Config& config, const Buffer& seen,
-                  const std::string& why, const std::string& tool) {
-    WriteTransaction txn(store, tool);
+                  const std::string& why, const std::string& who) {
+    WriteTransaction txn(store, who);
     const std::optional<Buffer> b = still_abandoned(txn, config, seen);
     if (!b)
         return false;
     const BufferKey& key = seen.key;
     if (b->state == BufferState::pending) {
-        txn.dequeue(key.str());
+        txn.dequeue(key);
     } else if (key.kind() == BufferKind::job && b->state != BufferState::teardown &&
                b->state != BufferState::allocating) {
         txn.transition(key, BufferState::teardown, "BurstBufferOperation", why);
@@ -73,12 +73,12 @@ bool close_record(StateStore& store, const Config& config, const Buffer& seen,
 }
 
 std::string recover_allocating(StateStore& store, const Config& config, const Buffer& b,
-                               const std::string& tool) {
+                               const std::string& who) {
     std::optional<PoolDir> dir;
     {
         // Claimed first, so an alloc retried meanwhile backs off ("being allocated by pid")
         // instead of making the directory while this decides there is none.
-        WriteTransaction txn(store, tool);
+        WriteTransaction txn(store, who);
         std::optional<Buffer> now = still_abandoned(txn, config, b);
         if (!now)
             return "";
@@ -89,7 +89,7 @@ std::string recover_allocating(StateStore& store, const Config& config, const Bu
     }
     if (!dir->exists(b.directory)) {
         if (!close_record(store, config, b, "allocation interrupted before its directory existed",
-                          tool))
+                          who))
             return "";
         return b.key.str() + ": allocating -> rolled back (no directory)";
     }
@@ -101,7 +101,7 @@ std::string recover_allocating(StateStore& store, const Config& config, const Bu
     } catch (const Error& e) {
         if (e.code() != ExitCode::exists)
             throw;
-        if (!close_record(store, config, b, e.what(), tool))
+        if (!close_record(store, config, b, e.what(), who))
             return "";
         return b.key.str() + ": allocating -> rolled back (its directory is not its own)";
     }
@@ -111,18 +111,18 @@ std::string recover_allocating(StateStore& store, const Config& config, const Bu
         uses =
             resolve_persistent_uses(snapshot, config, b.uid, b.user, recorded_persistent_uses(b));
     }
-    complete_allocation(store, config, b.key, uses, durable, tool);
+    complete_allocation(store, config, b.key, uses, durable, who);
     return b.key.str() + ": allocating -> allocated (rolled forward)";
 }
 
 std::string mark_interrupted(StateStore& store, const Config& config, const Buffer& b,
-                             const std::string& tool) {
+                             const std::string& who) {
     const std::string message =
         std::string(b.state == BufferState::staging_in ? "stage-in" : "stage-out") +
         " interrupted: the stager died (run bb-stage again to resume)";
     if (b.message == message)
         return "";
-    WriteTransaction txn(store, tool);
+    WriteTransaction txn(store, who);
     if (!still_abandoned(txn, config, b))
         return "";
     txn.transition(b.key, b.state, "BurstBufferOperation", message);
@@ -135,11 +135,11 @@ std::string mark_interrupted(StateStore& store, const Config& config, const Buff
 }
 
 std::string finish_ending(StateStore& store, const Config& config, const Buffer& b,
-                          const std::string& tool) {
+                          const std::string& who) {
     {
         // Claimed in one transaction, as a teardown claims it: a teardown or another recover
         // that started meanwhile keeps it (and is not stopped by this one).
-        WriteTransaction txn(store, tool);
+        WriteTransaction txn(store, who);
         Buffer now = txn.get_buffer(b.key);
         if (now.state != b.state || (now.run_lock_holder && now.run_lock_holder->alive()))
             return "";
@@ -151,14 +151,14 @@ std::string finish_ending(StateStore& store, const Config& config, const Buffer&
     }
     TeardownOptions options;
     options.hurry = true;
-    finish_teardown(store, config, b.key, options, tool);
+    finish_teardown(store, config, b.key, options, who);
     return b.key.str() + ": " + to_string(b.state) + " -> finished";
 }
 
 }  // namespace
 
 std::vector<std::string> recover(StateStore& store, const Config& config,
-                                 std::chrono::milliseconds reap_budget, const std::string& tool) {
+                                 std::chrono::milliseconds reap_budget, const std::string& who) {
     std::vector<std::string> actions;
     std::vector<Buffer> live;
     {
@@ -175,20 +175,20 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
             std::string action;
             switch (b.state) {
                 case BufferState::pending:
-                    if (close_record(store, config, b, "the waiting process died", tool))
+                    if (close_record(store, config, b, "the waiting process died", who))
                         action = b.key.str() + ": pending -> dropped from the queue (waiter died)";
                     break;
                 case BufferState::allocating:
-                    action = recover_allocating(store, config, b, tool);
+                    action = recover_allocating(store, config, b, who);
                     break;
                 case BufferState::staging_in:
                 case BufferState::staging_out:
-                    action = mark_interrupted(store, config, b, tool);
+                    action = mark_interrupted(store, config, b, who);
                     break;
                 case BufferState::teardown:
                 case BufferState::teardown_fail:
                 case BufferState::deleting:
-                    action = finish_ending(store, config, b, tool);
+                    action = finish_ending(store, config, b, who);
                     break;
                 default:
                     break;
@@ -202,7 +202,7 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
         }
     }
     {
-        WriteTransaction txn(store, tool);
+        WriteTransaction txn(store, who);
         for (const QueueEntry& dropped : txn.drop_dead_waiters())
             actions.push_back(dropped.key + ": dead waiter pid " +
                               std::to_string(dropped.waiter.pid) + " left the queue");
@@ -235,12 +235,12 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
         }
     }
     {
-        WriteTransaction txn(store, tool);
+        WriteTransaction txn(store, who);
         publish_all(txn, store, config);
         txn.commit();
     }
     fault_point("recover.published");
-    const ReapResult reaped = reap(store, config, reap_budget, tool);
+    const ReapResult reaped = reap(store, config, reap_budget, who);
     if (reaped.reaped)
         actions.push_back("reaped " + std::to_string(reaped.reaped) + " buffer(s), released " +
                           format_size(reaped.bytes_released));
@@ -248,7 +248,7 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
         actions.push_back(std::to_string(reaped.remaining) +
                           " buffer(s) still in trash (run bb-pool reap)");
     if (!actions.empty())
-        audit(config.state_dir, tool, "recover", std::to_string(actions.size()) + " action(s)");
+        audit(config.state_dir, who, "recover", std::to_string(actions.size()) + " action(s)");
     return actions;
 }
 
@@ -306,7 +306,7 @@ struct CheckRun {
     StateStore& store;
     const Config& config;
     bool repair;
-    const std::string& tool;
+    const std::string& who;
 };
 
 // What check compares, read from one snapshot, with each pool's directory opened from it.
@@ -348,7 +348,7 @@ using Findings = std::vector<Finding>;
 // repair runs recover first: each of its actions is an interrupted operation finished or undone.
 void recovered(const CheckRun& run, Findings& findings) {
     for (const std::string& action :
-         recover(run.store, run.config, std::chrono::seconds(5), run.tool))
+         recover(run.store, run.config, std::chrono::seconds(5), run.who))
         findings.push_back({FindingKind::interrupted, "", action, "", true});
 }
 
@@ -372,11 +372,11 @@ void usage_mismatch(const CheckRun& run, Survey& s, Findings& findings) {
                       std::to_string(rows),
                   false};
         if (run.repair) {
-            WriteTransaction txn(run.store, run.tool);
+            WriteTransaction txn(run.store, run.who);
             txn.recompute_used_bytes(pool.name);
             publish(txn, run.store, run.config);
             txn.commit();
-            audit(run.config.state_dir, run.tool, "repair",
+            audit(run.config.state_dir, run.who, "repair",
                   "pool=" + pool.name + " used bytes recomputed: " + std::to_string(rows));
             f.repaired = true;
         }
@@ -431,10 +431,10 @@ std::optional<Finding> missing_directory(const CheckRun& run, const Buffer& b, c
               dir.path() + "/" + b.directory + " is gone", false};
     if (!run.repair)
         return record_unchanged(run.store, b) ? std::optional<Finding>(f) : std::nullopt;
-    if (!close_record(run.store, run.config, b, "repair: its directory was gone", run.tool))
+    if (!close_record(run.store, run.config, b, "repair: its directory was gone", run.who))
         return std::nullopt;  // a teardown moved it meanwhile
     fault_point("repair.closed");
-    audit(run.config.state_dir, run.tool, "repair",
+    audit(run.config.state_dir, run.who, "repair",
           "closed buffer=" + b.key.str() + " (directory missing)");
     f.repaired = true;
     return f;
@@ -471,7 +471,7 @@ void reaped_unrecorded(const CheckRun& run, Survey& s, Findings& findings) {
         if (!record_unchanged(run.store, b))
             continue;  // a reap finished meanwhile
         if (run.repair) {
-            WriteTransaction txn(run.store, run.tool);
+            WriteTransaction txn(run.store, run.who);
             txn.mark_reaped(b.key);
             publish(txn, run.store, run.config);
             txn.commit();
@@ -554,7 +554,7 @@ std::optional<Finding> orphan(const CheckRun& run, PoolDir& dir, const Candidate
     if (run.repair) {
         const std::string aside = c.subdir + "." + c.name + "." + stamp;
         dir.quarantine(relative, aside);
-        audit(run.config.state_dir, run.tool, "repair",
+        audit(run.config.state_dir, run.who, "repair",
               "quarantined " + dir.path() + "/" + relative + " as quarantine/" + aside);
         f.repaired = true;
         f.detail += " (moved to quarantine/" + aside + ")";
@@ -593,7 +593,7 @@ void orphans(const CheckRun& run, Survey& s, const std::vector<Candidate>& candi
     std::optional<WriteTransaction> lock;
     std::optional<ReadSnapshot> fresh;
     if (run.repair)
-        lock.emplace(run.store, run.tool);
+        lock.emplace(run.store, run.who);
     else
         fresh.emplace(run.store);
     Transaction& txn =
@@ -618,7 +618,7 @@ void drop_stale_queue(const CheckRun& run, Findings& findings) {
     const auto stale = [](const Finding& f) { return f.kind == FindingKind::stale_queue; };
     if (std::none_of(findings.begin(), findings.end(), stale))
         return;
-    WriteTransaction txn(run.store, run.tool);
+    WriteTransaction txn(run.store, run.who);
     txn.drop_dead_waiters();
     publish(txn, run.store, run.config);
     txn.commit();
@@ -630,8 +630,8 @@ void drop_stale_queue(const CheckRun& run, Findings& findings) {
 }  // namespace
 
 std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
-                           const std::string& tool) {
-    const CheckRun run{store, config, repair, tool};
+                           const std::string& who) {
+    const CheckRun run{store, config, repair, who};
     Findings findings;
     if (repair)
         recovered(run, findings);

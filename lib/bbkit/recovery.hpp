@@ -19,7 +19,7 @@ namespace bbkit {
 // waiters leave the queue and trash/ is reaped within `reap_budget`. Never replays Slurm's
 // own restart rules. Returns one line per action.
 std::vector<std::string> recover(StateStore& store, const Config& config,
-                                 std::chrono::milliseconds reap_budget, const std::string& tool);
+                                 std::chrono::milliseconds reap_budget, const std::string& who);
 
 // What check can find, in no particular order (check's own is its functions' order).
 enum class FindingKind {
@@ -50,6 +50,6 @@ struct Finding {
 // closes records whose directory is gone, runs recover for interrupted operations, and
 // records each repair in the audit log.
 std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
-                           const std::string& tool);
+                           const std::string& who);
 
 }  // namespace bbkit

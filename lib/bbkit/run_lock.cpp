@@ -21,8 +21,8 @@
 namespace bbkit {
 namespace {
 
-std::string lock_path(const std::string& state_dir, const std::string& key) {
-    return state_dir + "/run/" + key + ".lock";
+std::string lock_path(const std::string& state_dir, const BufferKey& key) {
+    return state_dir + "/run/" + key.str() + ".lock";
 }
 
 Fd open_lock_file(const std::string& path) {
@@ -72,7 +72,7 @@ void write_holder(int fd) {
 
 }  // namespace
 
-std::optional<RunLock> RunLock::try_acquire(const std::string& state_dir, const std::string& key) {
+std::optional<RunLock> RunLock::try_acquire(const std::string& state_dir, const BufferKey& key) {
     const std::string path = lock_path(state_dir, key);
     // A teardown removes the file while it holds the lock (remove_file): a process that opened
     // it before and locked it after holds a file nobody else can see, and opens it again.
@@ -96,7 +96,7 @@ std::optional<RunLock> RunLock::try_acquire(const std::string& state_dir, const 
     throw Error(ExitCode::temp_fail, "cannot lock " + path + ": it keeps being removed");
 }
 
-RunLock RunLock::acquire(const std::string& state_dir, const std::string& key,
+RunLock RunLock::acquire(const std::string& state_dir, const BufferKey& key,
                          std::chrono::milliseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
@@ -110,10 +110,10 @@ RunLock RunLock::acquire(const std::string& state_dir, const std::string& key,
     if (std::optional<ProcessId> h = holder(state_dir, key))
         who = "pid " + std::to_string(h->pid);
     throw Error(ExitCode::temp_fail,
-                "buffer " + key + " is busy: " + who + " holds its run lock (retry later)");
+                "buffer " + key.str() + " is busy: " + who + " holds its run lock (retry later)");
 }
 
-std::optional<ProcessId> RunLock::holder(const std::string& state_dir, const std::string& key) {
+std::optional<ProcessId> RunLock::holder(const std::string& state_dir, const BufferKey& key) {
     const int raw = open(lock_path(state_dir, key).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (raw < 0)
         return std::nullopt;

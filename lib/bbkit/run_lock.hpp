@@ -15,12 +15,12 @@ namespace bbkit {
 class RunLock {
   public:
     // Takes <state_dir>/run/<key>.lock without waiting; nullopt when another process holds it.
-    static std::optional<RunLock> try_acquire(const std::string& state_dir, const std::string& key);
+    static std::optional<RunLock> try_acquire(const std::string& state_dir, const BufferKey& key);
     // Waits up to `timeout`; Error(temp_fail) naming the holder when it does not get the lock.
-    static RunLock acquire(const std::string& state_dir, const std::string& key,
+    static RunLock acquire(const std::string& state_dir, const BufferKey& key,
                            std::chrono::milliseconds timeout);
     // The process holding the lock now, if any.
-    static std::optional<ProcessId> holder(const std::string& state_dir, const std::string& key);
+    static std::optional<ProcessId> holder(const std::string& state_dir, const BufferKey& key);
     // Removes the lock file while holding it, once the buffer is over (one file per buffer
     // would otherwise stay in run/ for good). Whoever waits for it then locks a new file.
     void remove_file();

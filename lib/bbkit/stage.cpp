@@ -66,10 +66,10 @@ Error wrong_state(const Buffer& b, const std::string& phase, const std::string& 
 }
 
 RunLock take_run_lock(const Config& config, const Buffer& b) {
-    if (std::optional<RunLock> lock = RunLock::try_acquire(config.state_dir, b.key.str()))
+    if (std::optional<RunLock> lock = RunLock::try_acquire(config.state_dir, b.key))
         return std::move(*lock);
     std::string who = "another process";
-    if (std::optional<ProcessId> holder = RunLock::holder(config.state_dir, b.key.str()))
+    if (std::optional<ProcessId> holder = RunLock::holder(config.state_dir, b.key))
         who = "pid " + std::to_string(holder->pid);
     throw Error(ExitCode::temp_fail,
                 "buffer " + b.key.str() + " is busy: " + who + " is working on it");
@@ -205,8 +205,8 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
 
 // Records the failure on the buffer (state kept) and returns the error to throw.
 Error record_failure(StateStore& store, const Config& config, const Buffer& b, const MoverRun& run,
-                     const std::string& tool) {
-    WriteTransaction txn(store, tool);
+                     const std::string& who) {
+    WriteTransaction txn(store, who);
     Buffer now = txn.get_buffer(b.key);  // the state stays: Slurm (or an admin) decides what next
     now.reason = "BurstBufferOperation";
     now.message = run.message;
@@ -242,8 +242,8 @@ Error explain_failure(const Buffer& b, bool in, const Error& mover) {
 }
 
 Buffer enter(StateStore& store, const Config& config, const BufferKey& key, BufferState to,
-             const std::string& tool) {
-    WriteTransaction txn(store, tool);
+             const std::string& who) {
+    WriteTransaction txn(store, who);
     Buffer b = txn.transition(key, to);
     b.run_lock_holder = ProcessId::self();
     txn.set_run_lock_holder(key, b.run_lock_holder);
@@ -253,8 +253,8 @@ Buffer enter(StateStore& store, const Config& config, const BufferKey& key, Buff
 }
 
 Buffer leave(StateStore& store, const Config& config, const BufferKey& key, BufferState to,
-             const std::string& tool) {
-    WriteTransaction txn(store, tool);
+             const std::string& who) {
+    WriteTransaction txn(store, who);
     Buffer b = txn.transition(key, to);
     b.run_lock_holder.reset();
     txn.set_run_lock_holder(key, std::nullopt);
@@ -264,7 +264,7 @@ Buffer leave(StateStore& store, const Config& config, const BufferKey& key, Buff
 }
 
 StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDirection direction,
-                      const StageOptions& options, const std::string& tool) {
+                      const StageOptions& options, const std::string& who) {
     const bool in = direction == StageDirection::in;
     const BufferState working = in ? BufferState::staging_in : BufferState::staging_out;
     const BufferState done = in ? BufferState::staged_in : BufferState::staged_out;
@@ -277,7 +277,7 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
     result.key = b.key.str();
     const std::vector<StageDirective> stages = recorded_stages(b.staging, direction);
     if (stages.empty()) {
-        leave(store, config, b.key, done, tool);
+        leave(store, config, b.key, done, who);
         result.nothing_to_do = true;
         return result;
     }
@@ -290,7 +290,7 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
     std::vector<Fd> threads = take_slots(
         config, "thread", config.limits.mover_threads,
         std::min(config.limits.mover_threads, max_threads_per_mover), deadline, "mover thread");
-    b = enter(store, config, b.key, working, tool);
+    b = enter(store, config, b.key, working, who);
     fault_point("stage.entered");
     const StagePlan plan =
         plan_for(store, config, b, direction, stages, static_cast<unsigned>(threads.size()));
@@ -298,7 +298,7 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
     threads.clear();
     slot.clear();
     if (!run.ok) {
-        Error error = record_failure(store, config, b, run, tool);
+        Error error = record_failure(store, config, b, run, who);
         if (!in || error.code() == ExitCode::io)  // a source problem needs no pool named
             error = explain_failure(b, in, error);
         fault_point("stage.failed");
@@ -306,12 +306,12 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
             lock.reset();  // teardown takes the run lock itself
             TeardownOptions teardown;
             teardown.hurry = true;
-            teardown_job(store, config, b.key.job_id, teardown, tool);
+            teardown_job(store, config, b.key.job_id, teardown, who);
         }
         throw error;
     }
     fault_point("stage.moved");
-    leave(store, config, b.key, done, tool);
+    leave(store, config, b.key, done, who);
     result.files = run.summary.files;
     result.bytes = run.summary.bytes;
     result.skipped = run.summary.skipped;
@@ -348,10 +348,10 @@ void run_hook(const Config& config, const Buffer& b, const std::string& phase) {
 
 // Runs a phase's hook while the buffer is in `working`; a failure stays recorded there.
 void hooked_phase(StateStore& store, const Config& config, Buffer b, BufferState working,
-                  BufferState done, const std::string& hook, const std::string& tool) {
+                  BufferState done, const std::string& hook, const std::string& who) {
     RunLock lock = take_run_lock(config, b);
     if (b.state != working)
-        b = enter(store, config, b.key, working, tool);
+        b = enter(store, config, b.key, working, who);
     fault_point("hook.entered");
     try {
         run_hook(config, b, hook);
@@ -359,11 +359,11 @@ void hooked_phase(StateStore& store, const Config& config, Buffer b, BufferState
         MoverRun failed;
         failed.exit_code = static_cast<int>(e.code());
         failed.message = e.what();
-        throw record_failure(store, config, b, failed, tool);
+        throw record_failure(store, config, b, failed, who);
     }
     fault_point("hook.ran");
     if (done != working)
-        leave(store, config, b.key, done, tool);
+        leave(store, config, b.key, done, who);
 }
 
 // What a stage finds before it moves anything: `done` when there is nothing left to do (the
@@ -422,19 +422,19 @@ StageStart start_out(StateStore& store, const Config& config, std::uint64_t job_
 }  // namespace
 
 StageResult stage_in(StateStore& store, const Config& config, std::uint64_t job_id,
-                     const StageOptions& options, const std::string& tool) {
+                     const StageOptions& options, const std::string& who) {
     const StageStart start = start_in(store, config, job_id);
     if (start.done)
         return *start.done;
-    return run_stage(store, config, start.buffer, StageDirection::in, options, tool);
+    return run_stage(store, config, start.buffer, StageDirection::in, options, who);
 }
 
 StageResult stage_out(StateStore& store, const Config& config, std::uint64_t job_id,
-                      const StageOptions& options, const std::string& tool) {
+                      const StageOptions& options, const std::string& who) {
     const StageStart start = start_out(store, config, job_id, options);
     if (start.done)
         return *start.done;
-    return run_stage(store, config, start.buffer, StageDirection::out, options, tool);
+    return run_stage(store, config, start.buffer, StageDirection::out, options, who);
 }
 
 StageResult check_stage(StateStore& store, const Config& config, std::uint64_t job_id,
@@ -446,7 +446,7 @@ StageResult check_stage(StateStore& store, const Config& config, std::uint64_t j
         return *start.done;
     const Buffer& b = start.buffer;
     const char* phase = in ? "stage-in" : "stage-out";
-    if (std::optional<ProcessId> holder = RunLock::holder(config.state_dir, b.key.str()))
+    if (std::optional<ProcessId> holder = RunLock::holder(config.state_dir, b.key))
         throw Error(ExitCode::temp_fail, std::string(phase) + " of " + b.key.str() +
                                              " is running: pid " + std::to_string(holder->pid) +
                                              " works on it");
@@ -456,7 +456,7 @@ StageResult check_stage(StateStore& store, const Config& config, std::uint64_t j
 }
 
 void pre_run(StateStore& store, const Config& config, std::uint64_t job_id,
-             const std::string& tool) {
+             const std::string& who) {
     // A scheduler that lost its saved state after the job ran (Slurm 22.05 saves its buffers
     // only every 30 s) may start the job again: it must not run without its data.
     if (const std::optional<Buffer> ended =
@@ -471,15 +471,15 @@ void pre_run(StateStore& store, const Config& config, std::uint64_t job_id,
     if (b.state == BufferState::allocated) {
         if (!recorded_stages(b.staging, StageDirection::in).empty())
             throw wrong_state(b, "pre-run", "staged-in (run bb-stage in first)");
-        b = leave(store, config, b.key, BufferState::staged_in, tool);
+        b = leave(store, config, b.key, BufferState::staged_in, who);
     }
     if (b.state != BufferState::staged_in && b.state != BufferState::pre_run)
         throw wrong_state(b, "pre-run", "staged-in");
-    hooked_phase(store, config, b, BufferState::pre_run, BufferState::running, "pre_run", tool);
+    hooked_phase(store, config, b, BufferState::pre_run, BufferState::running, "pre_run", who);
 }
 
 std::string post_run(StateStore& store, const Config& config, std::uint64_t job_id,
-                     const std::string& tool) {
+                     const std::string& who) {
     if (const std::optional<Buffer> ended =
             ended_after(store, config, job_id, BufferState::post_run))
         return ended->key.str() + " went through post-run before it was torn down";
@@ -488,7 +488,7 @@ std::string post_run(StateStore& store, const Config& config, std::uint64_t job_
         return "";
     if (b.state != BufferState::running && b.state != BufferState::post_run)
         throw wrong_state(b, "post-run", "running");
-    hooked_phase(store, config, b, BufferState::post_run, BufferState::post_run, "post_run", tool);
+    hooked_phase(store, config, b, BufferState::post_run, BufferState::post_run, "post_run", who);
     return "";
 }
 

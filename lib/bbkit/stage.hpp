@@ -34,14 +34,14 @@ struct StageResult {
 // keeps staging-in with reason BurstBufferOperation and the mover's message; in standalone mode
 // with TeardownFailure the buffer is then torn down. A timeout stops the mover and is recorded.
 StageResult stage_in(StateStore& store, const Config& config, std::uint64_t job_id,
-                     const StageOptions& options, const std::string& tool);
+                     const StageOptions& options, const std::string& who);
 
 // post-run -> staging-out -> staged-out, durable before it is recorded. A failure keeps the
 // buffer and its data in staging-out; only `retry` runs it again from there. A job whose last
 // incarnation reached staged-out and has been torn down since has nothing to do, with a note:
 // a restarted slurmctld replays the stage-out it had not yet recorded as done.
 StageResult stage_out(StateStore& store, const Config& config, std::uint64_t job_id,
-                      const StageOptions& options, const std::string& tool);
+                      const StageOptions& options, const std::string& who);
 
 // Whether stage_in (direction in) or stage_out would find nothing to do, without doing
 // anything or taking the run lock: their result, note included, when the stage is done (the
@@ -54,12 +54,11 @@ StageResult check_stage(StateStore& store, const Config& config, std::uint64_t j
 // staged-in -> pre-run -> running (allocated -> staged-in first when nothing is staged in), and
 // running -> post-run, each running the configured admin hook (pre_run, post_run) with the
 // `other` timeout; a failing hook fails the phase with the last line of its stderr.
-void pre_run(StateStore& store, const Config& config, std::uint64_t job_id,
-             const std::string& tool);
+void pre_run(StateStore& store, const Config& config, std::uint64_t job_id, const std::string& who);
 // post_run returns a note when there was nothing to do because the job's last incarnation went
 // through post-run and has been torn down since (replayed by a restarted slurmctld).
 std::string post_run(StateStore& store, const Config& config, std::uint64_t job_id,
-                     const std::string& tool);
+                     const std::string& who);
 
 // The KEY=VALUE lines of the job's environment (see job_environment).
 std::string job_paths(StateStore& store, const Config& config, std::uint64_t job_id);

@@ -647,7 +647,8 @@ std::optional<QueueEntry> Transaction::queue_head(const std::string& pool) {
     return read_queue_entry(q);
 }
 
-std::optional<std::size_t> Transaction::queue_position(const std::string& key) {
+std::optional<std::size_t> Transaction::queue_position(const BufferKey& buffer_key) {
+    const std::string key = buffer_key.str();
     Query q = impl_.db.query(
         "SELECT (SELECT COUNT(*) FROM queue AS ahead WHERE ahead.pool = q.pool AND ahead.seq <= "
         "q.seq) FROM queue AS q WHERE q.key = ?1");
@@ -966,9 +967,10 @@ void WriteTransaction::set_draining(const std::string& pool, bool draining) {
                     "no pool '" + pool + "' in the state database (run bb-pool init " + pool + ")");
 }
 
-QueueEntry WriteTransaction::enqueue(const std::string& pool, const std::string& key,
+QueueEntry WriteTransaction::enqueue(const std::string& pool, const BufferKey& buffer_key,
                                      std::uint64_t requested_bytes, const ProcessId& waiter) {
-    if (auto position = queue_position(key))
+    const std::string key = buffer_key.str();
+    if (auto position = queue_position(buffer_key))
         throw Error(ExitCode::exists, "request " + key + " is already queued (position " +
                                           std::to_string(*position) + ")");
     if (!find_pool(pool))
@@ -993,7 +995,8 @@ QueueEntry WriteTransaction::enqueue(const std::string& pool, const std::string&
     return entry;
 }
 
-bool WriteTransaction::dequeue(const std::string& key) {
+bool WriteTransaction::dequeue(const BufferKey& buffer_key) {
+    const std::string key = buffer_key.str();
     std::optional<std::string> pool;
     {
         Query q = impl_.db.query("SELECT pool FROM queue WHERE key = ?1");
@@ -1024,7 +1027,7 @@ std::vector<QueueEntry> WriteTransaction::drop_dead_waiters() {
         }
     }
     for (const QueueEntry& entry : dead)
-        dequeue(entry.key);
+        dequeue(parse_buffer_key(entry.key));
     return dead;
 }
 

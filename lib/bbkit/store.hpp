@@ -123,7 +123,7 @@ class Transaction {
 
     std::vector<QueueEntry> queue(const std::string& pool);  // FIFO order
     std::optional<QueueEntry> queue_head(const std::string& pool);
-    std::optional<std::size_t> queue_position(const std::string& key);  // 1 = head
+    std::optional<std::size_t> queue_position(const BufferKey& key);  // 1 = head
     std::size_t queue_length(const std::string& pool);
 
     std::vector<HistoryEntry> history(const BufferKey& key);  // oldest first
@@ -191,9 +191,9 @@ class WriteTransaction : public Transaction {
     void set_draining(const std::string& pool, bool draining);  // Error(no_input) if unknown
 
     // Appends to the pool's FIFO. Error(exists) when that key is already queued.
-    QueueEntry enqueue(const std::string& pool, const std::string& key,
-                       std::uint64_t requested_bytes, const ProcessId& waiter);
-    bool dequeue(const std::string& key);  // false when it was not queued
+    QueueEntry enqueue(const std::string& pool, const BufferKey& key, std::uint64_t requested_bytes,
+                       const ProcessId& waiter);
+    bool dequeue(const BufferKey& key);  // false when it was not queued
     std::vector<QueueEntry> drop_dead_waiters();
 
     const std::string& who() const { return who_; }

@@ -41,7 +41,7 @@ void claim(WriteTransaction& txn, const BufferKey& key) {
 
 // Stops whoever stages this buffer: waits for it unless hurrying, then TERM, then KILL.
 void stop_stager(const Config& config, const BufferKey& key, const TeardownOptions& options) {
-    const std::optional<ProcessId> holder = RunLock::holder(config.state_dir, key.str());
+    const std::optional<ProcessId> holder = RunLock::holder(config.state_dir, key);
     if (!holder || *holder == ProcessId::self())
         return;
     if (!options.hurry && wait_for_exit(*holder, std::chrono::seconds(config.timeouts.other / 2)))
@@ -56,14 +56,14 @@ void stop_stager(const Config& config, const BufferKey& key, const TeardownOptio
 // reported by bb-pool check, and no longer counts as the buffer's (bbkit(7), SECURITY).
 bool remove_trashed(const Config& config, const BufferKey& key, PoolDir& dir,
                     const std::string& trash_name, std::chrono::steady_clock::time_point deadline,
-                    PoolDir::Sync sync, const std::string& tool) {
+                    PoolDir::Sync sync, const std::string& who) {
     const RemovalResult removal = dir.remove_from_trash(trash_name, deadline, sync);
     for (const KeptEntry& kept : removal.kept) {
         spdlog::warn(
             "buffer {}: kept {}/quarantine/{} (owned by uid {}, which the buffer's owner "
             "uid {} could not delete)",
             key.str(), dir.path(), kept.name, kept.uid, kept.buffer_owner);
-        audit(config.state_dir, tool, "kept",
+        audit(config.state_dir, who, "kept",
               "buffer=" + key.str() + " entry=" + dir.path() + "/quarantine/" + kept.name +
                   " uid=" + std::to_string(kept.uid) +
                   " buffer_owner=" + std::to_string(kept.buffer_owner));
@@ -73,11 +73,11 @@ bool remove_trashed(const Config& config, const BufferKey& key, PoolDir& dir,
 
 // Removes one buffer's directory from trash/ within `deadline`; releases its space when done.
 bool reap_one(StateStore& store, const Config& config, const Buffer& b, PoolDir& dir,
-              std::chrono::steady_clock::time_point deadline, const std::string& tool) {
-    if (!remove_trashed(config, b.key, dir, trash_name(b), deadline, PoolDir::Sync::now, tool))
+              std::chrono::steady_clock::time_point deadline, const std::string& who) {
+    if (!remove_trashed(config, b.key, dir, trash_name(b), deadline, PoolDir::Sync::now, who))
         return false;
     fault_point("reap.removed");
-    WriteTransaction txn(store, tool);
+    WriteTransaction txn(store, who);
     txn.mark_reaped(b.key);
     publish(txn, store, config);
     txn.commit();
@@ -87,9 +87,9 @@ bool reap_one(StateStore& store, const Config& config, const Buffer& b, PoolDir&
 }  // namespace
 
 bool finish_teardown(StateStore& store, const Config& config, const BufferKey& key,
-                     const TeardownOptions& options, const std::string& tool) {
+                     const TeardownOptions& options, const std::string& who) {
     stop_stager(config, key, options);
-    RunLock lock = RunLock::acquire(config.state_dir, key.str(), run_lock_wait);
+    RunLock lock = RunLock::acquire(config.state_dir, key, run_lock_wait);
     fault_point("teardown.locked");
     Buffer b;
     std::optional<PoolDir> dir;
@@ -111,13 +111,12 @@ bool finish_teardown(StateStore& store, const Config& config, const BufferKey& k
     bool reaped = false;
     PendingSync removed;  // the outcome of syncing trash/ and the parent, checked before commit
     const auto fail = [&](const Error& e) {
-        WriteTransaction txn(store, tool);
+        WriteTransaction txn(store, who);
         if (key.kind() == BufferKind::job)
             txn.transition(key, BufferState::teardown_fail, "BurstBufferOperation", e.what());
         publish(txn, store, config);
         txn.commit();
-        audit(config.state_dir, tool, "teardown-fail",
-              "buffer=" + key.str() + " error=" + e.what());
+        audit(config.state_dir, who, "teardown-fail", "buffer=" + key.str() + " error=" + e.what());
         throw Error(e.code(),
                     "teardown of buffer " + key.str() + " failed: " + e.what() +
                         " (the space stays charged; fix the cause and run bb-teardown again)");
@@ -131,7 +130,7 @@ bool finish_teardown(StateStore& store, const Config& config, const BufferKey& k
         try {
             reaped = remove_trashed(config, key, *dir, trash_name(b),
                                     std::chrono::steady_clock::now() + options.reap_budget,
-                                    PoolDir::Sync::later, tool);
+                                    PoolDir::Sync::later, who);
         } catch (const Error& e) {
             spdlog::warn("buffer {} stays in trash for the reaper: {}", key.str(), e.what());
         }
@@ -142,7 +141,7 @@ bool finish_teardown(StateStore& store, const Config& config, const BufferKey& k
     std::optional<Error> not_durable;
     {
         // Deferred: lost to a power cut, this leaves the state of teardown.trashed.
-        WriteTransaction txn(store, tool, WriteTransaction::Durability::deferred);
+        WriteTransaction txn(store, who, WriteTransaction::Durability::deferred);
         b = txn.transition(key, end_state(key));
         b.run_lock_holder.reset();
         txn.set_run_lock_holder(key, std::nullopt);
@@ -172,18 +171,18 @@ bool finish_teardown(StateStore& store, const Config& config, const BufferKey& k
     lock.remove_file();
     remove_env_files(store, key);
     audit(
-        config.state_dir, tool, key.kind() == BufferKind::job ? "teardown" : "destroy",
+        config.state_dir, who, key.kind() == BufferKind::job ? "teardown" : "destroy",
         "buffer=" + key.str() + " pool=" + b.pool + " bytes=" + std::to_string(b.allocated_bytes));
     return reaped;
 }
 
 TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64_t job_id,
-                            const TeardownOptions& options, const std::string& tool) {
+                            const TeardownOptions& options, const std::string& who) {
     const std::string job = "job " + std::to_string(job_id);
     const auto give_up = std::chrono::steady_clock::now() + alloc_in_flight_wait;
     BufferKey key;
     for (;;) {
-        WriteTransaction txn(store, tool);
+        WriteTransaction txn(store, who);
         const std::optional<Buffer> b = txn.latest_job_buffer(config.cluster, job_id);
         if (!b)
             return TeardownResult{false, "", false, job + " has no burst buffer"};
@@ -192,12 +191,12 @@ TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64
             return TeardownResult{false, key.str(), b->reaped,
                                   job + "'s burst buffer is already torn down"};
         if (b->state == BufferState::pending) {  // still queued: it never held space
-            txn.dequeue(key.str());
+            txn.dequeue(key);
             txn.transition(key, BufferState::complete, "", "cancelled while waiting for space");
             txn.mark_reaped(key);
             publish(txn, store, config);
             txn.commit();
-            audit(config.state_dir, tool, "teardown", "buffer=" + key.str() + " (queued)");
+            audit(config.state_dir, who, "teardown", "buffer=" + key.str() + " (queued)");
             return TeardownResult{true, key.str(), true, job + " left the queue"};
         }
         if (b->state == BufferState::allocating && holder_alive(*b) &&
@@ -221,15 +220,15 @@ TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64
         break;
     }
     fault_point("teardown.committed");
-    const bool reaped = finish_teardown(store, config, key, options, tool);
+    const bool reaped = finish_teardown(store, config, key, options, who);
     return TeardownResult{true, key.str(), reaped, ""};
 }
 
 TeardownResult teardown_persistent(StateStore& store, const Config& config, const std::string& name,
-                                   const TeardownOptions& options, const std::string& tool) {
+                                   const TeardownOptions& options, const std::string& who) {
     const BufferKey key = BufferKey::persistent(config.cluster, name);
     {
-        WriteTransaction txn(store, tool);
+        WriteTransaction txn(store, who);
         const std::optional<Buffer> b = txn.find_buffer(key);
         if (!b || is_final(b->state))
             return TeardownResult{false, key.str(), false,
@@ -248,12 +247,12 @@ TeardownResult teardown_persistent(StateStore& store, const Config& config, cons
         txn.commit();
     }
     fault_point("teardown.committed");
-    const bool reaped = finish_teardown(store, config, key, options, tool);
+    const bool reaped = finish_teardown(store, config, key, options, who);
     return TeardownResult{true, key.str(), reaped, ""};
 }
 
 ReapResult reap(StateStore& store, const Config& config, std::chrono::milliseconds budget,
-                const std::string& tool) {
+                const std::string& who) {
     const auto deadline = std::chrono::steady_clock::now() + budget;
     ReapResult result;
     std::vector<Buffer> waiting;
@@ -279,7 +278,7 @@ ReapResult reap(StateStore& store, const Config& config, std::chrono::millisecon
         bool done = false;
         if (dir && std::chrono::steady_clock::now() < deadline) {
             try {
-                done = reap_one(store, config, b, *dir, deadline, tool);
+                done = reap_one(store, config, b, *dir, deadline, who);
             } catch (const Error& e) {
                 spdlog::warn("cannot reap buffer {}: {}", b.key.str(), e.what());
             }

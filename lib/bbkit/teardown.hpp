@@ -30,17 +30,17 @@ struct TeardownOptions {
 // commits `complete`, then reaps within the budget. A rename that fails leaves `teardown-fail`
 // (still charged) and throws. Unknown or already ended: found = false.
 TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64_t job_id,
-                            const TeardownOptions& options, const std::string& tool);
+                            const TeardownOptions& options, const std::string& who);
 
 // The same for a persistent buffer (`deleting` -> `deleted`); in use: Error(exists) unless
 // `force`.
 TeardownResult teardown_persistent(StateStore& store, const Config& config, const std::string& name,
-                                   const TeardownOptions& options, const std::string& tool);
+                                   const TeardownOptions& options, const std::string& who);
 
 // Finishes a buffer found in `teardown` or `teardown-fail` (recover uses it). True when its
 // directory was reaped within the budget (its space is released).
 bool finish_teardown(StateStore& store, const Config& config, const BufferKey& key,
-                     const TeardownOptions& options, const std::string& tool);
+                     const TeardownOptions& options, const std::string& who);
 
 struct ReapResult {
     std::size_t reaped = 0;     // directories removed and released
@@ -51,6 +51,6 @@ struct ReapResult {
 // Empties trash/ of every pool until `budget` is spent; the space of a buffer is released
 // only once its directory is gone.
 ReapResult reap(StateStore& store, const Config& config, std::chrono::milliseconds budget,
-                const std::string& tool);
+                const std::string& who);
 
 }  // namespace bbkit

@@ -108,7 +108,7 @@ BufferStatus buffer_status(Transaction& txn, const Config& config, Buffer buffer
     const PoolConfig* pool = config.find_pool(buffer.pool);
     status.path = (pool ? pool->path : std::string("(unknown pool)")) + "/" + buffer.directory;
     if (buffer.state == BufferState::pending)
-        status.queue_position = txn.queue_position(buffer.key.str());
+        status.queue_position = txn.queue_position(buffer.key);
     status.buffer = std::move(buffer);
     return status;
 }

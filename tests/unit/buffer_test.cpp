@@ -1,7 +1,6 @@
 #include "bbkit/buffer.hpp"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <set>
 #include <utility>
@@ -165,58 +164,8 @@ TEST(Transitions, operation_is_recorded) {
                  "destroy");
 }
 
-TEST(BufferKey, job_key_string_and_directory) {
-    const BufferKey key = BufferKey::job("main", 42, 1);
-    EXPECT_EQ(key.str(), "main.42.1");
-    EXPECT_EQ(key.directory(), "job/main.42.1");
-    EXPECT_EQ(key.kind(), BufferKind::job);
-}
-
-TEST(BufferKey, persistent_key_string_and_directory) {
-    const BufferKey key = BufferKey::persistent("main", "alpha");
-    EXPECT_EQ(key.str(), "main.p.alpha");
-    EXPECT_EQ(key.directory(), "persistent/main.alpha");
-    EXPECT_EQ(key.kind(), BufferKind::persistent);
-}
-
-TEST(BufferKey, string_form_round_trips_even_with_dotted_clusters) {
-    for (const BufferKey& key :
-         {BufferKey::job("main", 42, 1), BufferKey::job("a.b", 4294967295ULL, 7),
-          BufferKey::job("x.p", 1, 2), BufferKey::persistent("main", "alpha"),
-          BufferKey::persistent("c.p", "p"), BufferKey::persistent("main", "run-1_x")})
-        EXPECT_EQ(parse_buffer_key(key.str()), key) << key.str();
-}
-
-TEST(BufferKey, malformed_keys_are_refused) {
-    for (const char* text : {"", "main", "main.42", ".42.1", "main.42.x", "main.p.", "main.p.12",
-                             "main.042.1", "main.q.alpha", "main.p.a/b"}) {
-        try {
-            parse_buffer_key(text);
-            ADD_FAILURE() << "accepted '" << text << "'";
-        } catch (const Error& error) {
-            EXPECT_EQ(error.code(), ExitCode::data);
-        }
-    }
-}
-
-TEST(BufferKey, persistent_names_are_restricted) {
-    EXPECT_NO_THROW(check_persistent_name("alpha-1_B"));
-    for (const char* name : {"", "123", "a.b", "a/b", "a b", "../x"})
-        EXPECT_THROW(check_persistent_name(name), Error) << name;
-    EXPECT_THROW(check_persistent_name(std::string(65, 'a')), Error);
-}
-
 TEST(Buffer, for_key_fills_the_directory) {
     EXPECT_EQ(Buffer::for_key(BufferKey::job("main", 9, 3)).directory, "job/main.9.3");
-}
-
-TEST(ProcessId, self_is_alive_and_a_reused_pid_is_not) {
-    const ProcessId self = ProcessId::self();
-    EXPECT_EQ(self.pid, getpid());
-    EXPECT_NE(self.start_time, 0u);
-    EXPECT_TRUE(self.alive());
-    EXPECT_FALSE((ProcessId{self.pid, self.start_time + 1}).alive());
-    EXPECT_FALSE((ProcessId{0, 0}).alive());
 }
 
 }  // namespace

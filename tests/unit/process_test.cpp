@@ -1,6 +1,7 @@
 #include "bbkit/process.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 
@@ -14,6 +15,15 @@ ProcessSpec shell(const std::string& script) {
     spec.path = "/bin/sh";
     spec.args = {"-c", script};
     return spec;
+}
+
+TEST(ProcessId, self_is_alive_and_a_reused_pid_is_not) {
+    const ProcessId self = ProcessId::self();
+    EXPECT_EQ(self.pid, getpid());
+    EXPECT_NE(self.start_time, 0u);
+    EXPECT_TRUE(self.alive());
+    EXPECT_FALSE((ProcessId{self.pid, self.start_time + 1}).alive());
+    EXPECT_FALSE((ProcessId{0, 0}).alive());
 }
 
 }  // namespace

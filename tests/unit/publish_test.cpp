@@ -41,16 +41,16 @@ TEST_F(StatusTest, write_transaction_records_the_keys_and_queues_it_touched) {
         Buffer b = txn.transition(BufferKey::job("main", 1, 1), S::allocated);
         b.message = "updated";
         txn.update_buffer(b);
-        txn.enqueue("pool1", "main.2.1", kib, ProcessId::self());
+        txn.enqueue("pool1", parse_buffer_key("main.2.1"), kib, ProcessId::self());
         EXPECT_EQ(txn.touched_keys(), (std::set<std::string>{"main.1.1", "main.2.1"}));
         EXPECT_TRUE(txn.touched_queues().empty()) << "an append moves nobody up";
         txn.commit();
     }
     {
         WriteTransaction txn(*store, "test");
-        EXPECT_FALSE(txn.dequeue("main.9.1"));  // not queued: nothing changed
+        EXPECT_FALSE(txn.dequeue(parse_buffer_key("main.9.1")));  // not queued: nothing changed
         EXPECT_TRUE(txn.touched_queues().empty());
-        EXPECT_TRUE(txn.dequeue("main.2.1"));
+        EXPECT_TRUE(txn.dequeue(parse_buffer_key("main.2.1")));
         txn.transition(BufferKey::job("main", 1, 1), S::teardown);
         txn.transition(BufferKey::job("main", 1, 1), S::complete);
         txn.mark_reaped(BufferKey::job("main", 1, 1));
@@ -264,14 +264,14 @@ TEST_F(StatusTest, a_dequeue_republishes_the_requests_behind_it) {
             Buffer b = job(id, "pool1", kib, 1017, "marshall", t_169502 + id);
             b.state = S::pending;
             txn.insert_buffer(b);
-            txn.enqueue("pool1", b.key.str(), kib, ProcessId::self());
+            txn.enqueue("pool1", b.key, kib, ProcessId::self());
         }
         publish(txn, *store, config_);
         txn.commit();
     }
     {
         WriteTransaction txn(*store, "test");
-        txn.dequeue("main.1.1");
+        txn.dequeue(parse_buffer_key("main.1.1"));
         txn.transition(BufferKey::job("main", 1, 1), S::allocating);
         publish(txn, *store, config_);
         txn.commit();

@@ -183,7 +183,7 @@ TEST_F(CheckTest, a_queued_request_whose_waiter_died_is_a_stale_queue) {
     {
         WriteTransaction txn(*store_, "test");
         txn.insert_buffer(b);
-        txn.enqueue("small", b.key.str(), KiB, ProcessId{999999, 1});
+        txn.enqueue("small", b.key, KiB, ProcessId{999999, 1});
         txn.commit();
     }
     const Finding f = only_finding(FindingKind::stale_queue);

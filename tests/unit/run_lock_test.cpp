@@ -31,18 +31,19 @@ class RunLockTest : public ::testing::Test {
 };
 
 TEST_F(RunLockTest, one_holder_at_a_time_and_it_is_named) {
-    std::optional<RunLock> first = RunLock::try_acquire(dir_, "main.1.1");
+    std::optional<RunLock> first = RunLock::try_acquire(dir_, parse_buffer_key("main.1.1"));
     ASSERT_TRUE(first);
-    EXPECT_FALSE(RunLock::try_acquire(dir_, "main.1.1")) << "a second open file cannot take it";
-    const std::optional<ProcessId> holder = RunLock::holder(dir_, "main.1.1");
+    EXPECT_FALSE(RunLock::try_acquire(dir_, parse_buffer_key("main.1.1")))
+        << "a second open file cannot take it";
+    const std::optional<ProcessId> holder = RunLock::holder(dir_, parse_buffer_key("main.1.1"));
     ASSERT_TRUE(holder);
     EXPECT_EQ(*holder, ProcessId::self());
     first.reset();
-    EXPECT_FALSE(RunLock::holder(dir_, "main.1.1"));
+    EXPECT_FALSE(RunLock::holder(dir_, parse_buffer_key("main.1.1")));
 }
 
 TEST_F(RunLockTest, the_holder_is_an_attribute_and_the_file_stays_empty) {
-    std::optional<RunLock> lock = RunLock::try_acquire(dir_, "main.1.1");
+    std::optional<RunLock> lock = RunLock::try_acquire(dir_, parse_buffer_key("main.1.1"));
     ASSERT_TRUE(lock);
     char value[64] = {};
     if (getxattr(file().c_str(), "user.bbkit.holder", value, sizeof value - 1) < 0)
@@ -65,21 +66,21 @@ TEST_F(RunLockTest, a_holder_written_as_content_is_still_read) {
     const std::string text =
         std::to_string(self.pid) + " " + std::to_string(self.start_time) + "\n";
     ASSERT_EQ(pwrite(fd, text.data(), text.size(), 0), static_cast<ssize_t>(text.size()));
-    const std::optional<ProcessId> holder = RunLock::holder(dir_, "main.1.1");
+    const std::optional<ProcessId> holder = RunLock::holder(dir_, parse_buffer_key("main.1.1"));
     ASSERT_TRUE(holder);
     EXPECT_EQ(*holder, self);
     ::close(fd);
 }
 
 TEST_F(RunLockTest, remove_file_takes_the_file_away_and_the_next_holder_makes_a_new_one) {
-    std::optional<RunLock> lock = RunLock::try_acquire(dir_, "main.1.1");
+    std::optional<RunLock> lock = RunLock::try_acquire(dir_, parse_buffer_key("main.1.1"));
     ASSERT_TRUE(lock);
     struct stat before {};
     ASSERT_EQ(::stat(file().c_str(), &before), 0);
     lock->remove_file();
     EXPECT_NE(::access(file().c_str(), F_OK), 0);
     lock.reset();
-    std::optional<RunLock> next = RunLock::try_acquire(dir_, "main.1.1");
+    std::optional<RunLock> next = RunLock::try_acquire(dir_, parse_buffer_key("main.1.1"));
     ASSERT_TRUE(next);
     EXPECT_EQ(::access(file().c_str(), F_OK), 0);
 }
@@ -102,7 +103,7 @@ TEST_F(RunLockTest, removing_the_file_while_others_wait_keeps_one_holder_at_a_ti
                     // Spinning, not acquire()'s 50 ms polls: a waiter must often open the file
                     // just before the holder removes it.
                     std::optional<RunLock> lock;
-                    while (!(lock = RunLock::try_acquire(dir_, "main.1.1")))
+                    while (!(lock = RunLock::try_acquire(dir_, parse_buffer_key("main.1.1"))))
                         continue;
                     // O_EXCL: fails if another holder is inside right now.
                     const int fd = ::open(inside.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600);

@@ -153,7 +153,7 @@ TEST_F(StatusTest, job_shows_queue_position_reason_and_directory) {
         Buffer waiting = job(2, "pool1", 2000 * kib, 1017, "marshall", t_169504);
         waiting.state = S::pending;
         txn.insert_buffer(waiting);
-        txn.enqueue("pool1", waiting.key.str(), waiting.requested_bytes, ProcessId::self());
+        txn.enqueue("pool1", waiting.key, waiting.requested_bytes, ProcessId::self());
         txn.commit();
     }
     ReadSnapshot txn(*store);

@@ -543,7 +543,7 @@ TEST_F(StateStoreTest, rollback_on_exception_leaves_nothing) {
         Buffer copy = b;
         txn.insert_buffer(copy);
         txn.set_draining("nvme", true);
-        txn.enqueue("nvme", "main.11.1", gib, ProcessId::self());
+        txn.enqueue("nvme", parse_buffer_key("main.11.1"), gib, ProcessId::self());
         throw std::runtime_error("crash between steps");
     } catch (const std::runtime_error&) {
     }
@@ -664,24 +664,26 @@ TEST_F(StateStoreTest, queue_is_fifo_per_pool) {
     auto store = open_with_pool();
     WriteTransaction txn(*store, "test");
     const ProcessId me = ProcessId::self();
-    txn.enqueue("nvme", "main.1.1", gib, me);
-    txn.enqueue("ssd", "main.2.1", gib, me);
-    txn.enqueue("nvme", "main.3.1", 2 * gib, me);
-    txn.enqueue("nvme", "main.4.1", 3 * gib, me);
-    EXPECT_EQ(code_of([&] { txn.enqueue("nvme", "main.3.1", gib, me); }), ExitCode::exists);
-    EXPECT_EQ(code_of([&] { txn.enqueue("nope", "main.9.1", gib, me); }), ExitCode::no_input);
+    txn.enqueue("nvme", parse_buffer_key("main.1.1"), gib, me);
+    txn.enqueue("ssd", parse_buffer_key("main.2.1"), gib, me);
+    txn.enqueue("nvme", parse_buffer_key("main.3.1"), 2 * gib, me);
+    txn.enqueue("nvme", parse_buffer_key("main.4.1"), 3 * gib, me);
+    EXPECT_EQ(code_of([&] { txn.enqueue("nvme", parse_buffer_key("main.3.1"), gib, me); }),
+              ExitCode::exists);
+    EXPECT_EQ(code_of([&] { txn.enqueue("nope", parse_buffer_key("main.9.1"), gib, me); }),
+              ExitCode::no_input);
     EXPECT_EQ(txn.queue_length("nvme"), 3u);
-    EXPECT_EQ(txn.queue_position("main.1.1"), 1u);
-    EXPECT_EQ(txn.queue_position("main.2.1"), 1u);
-    EXPECT_EQ(txn.queue_position("main.4.1"), 3u);
-    EXPECT_FALSE(txn.queue_position("main.9.1").has_value());
+    EXPECT_EQ(txn.queue_position(parse_buffer_key("main.1.1")), 1u);
+    EXPECT_EQ(txn.queue_position(parse_buffer_key("main.2.1")), 1u);
+    EXPECT_EQ(txn.queue_position(parse_buffer_key("main.4.1")), 3u);
+    EXPECT_FALSE(txn.queue_position(parse_buffer_key("main.9.1")).has_value());
     EXPECT_EQ(txn.queue_head("nvme")->key, "main.1.1");
-    EXPECT_TRUE(txn.dequeue("main.1.1"));
-    EXPECT_FALSE(txn.dequeue("main.1.1"));
+    EXPECT_TRUE(txn.dequeue(parse_buffer_key("main.1.1")));
+    EXPECT_FALSE(txn.dequeue(parse_buffer_key("main.1.1")));
     EXPECT_EQ(txn.queue_head("nvme")->key, "main.3.1");
     EXPECT_EQ(txn.queue_head("nvme")->requested_bytes, 2 * gib);
     EXPECT_EQ(txn.queue_head("nvme")->waiter, me);
-    EXPECT_EQ(txn.queue_position("main.4.1"), 2u);
+    EXPECT_EQ(txn.queue_position(parse_buffer_key("main.4.1")), 2u);
     const auto entries = txn.queue("nvme");
     ASSERT_EQ(entries.size(), 2u);
     EXPECT_LT(entries[0].seq, entries[1].seq);
@@ -690,14 +692,15 @@ TEST_F(StateStoreTest, queue_is_fifo_per_pool) {
 TEST_F(StateStoreTest, dead_waiters_leave_the_queue) {
     auto store = open_with_pool();
     WriteTransaction txn(*store, "test");
-    txn.enqueue("nvme", "main.1.1", gib, ProcessId::self());
+    txn.enqueue("nvme", parse_buffer_key("main.1.1"), gib, ProcessId::self());
     // The same pid with another start time is a different (reused-pid) process.
-    txn.enqueue("nvme", "main.2.1", gib, ProcessId{getpid(), ProcessId::self().start_time + 1});
+    txn.enqueue("nvme", parse_buffer_key("main.2.1"), gib,
+                ProcessId{getpid(), ProcessId::self().start_time + 1});
     const pid_t child = fork();
     if (child == 0)
         _exit(0);
     waitpid(child, nullptr, 0);
-    txn.enqueue("nvme", "main.3.1", gib, ProcessId{child, 12345});
+    txn.enqueue("nvme", parse_buffer_key("main.3.1"), gib, ProcessId{child, 12345});
     const auto dropped = txn.drop_dead_waiters();
     ASSERT_EQ(dropped.size(), 2u);
     EXPECT_EQ(dropped[0].key, "main.2.1");
