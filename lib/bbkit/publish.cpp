@@ -39,11 +39,18 @@ bool same_file(const std::string& path, const std::string& data, mode_t mode) {
     }
 }
 
-// Removes `name` from the directory `fd` (the directory `dir`): a file, or a tree someone put
-// there. Gone already is fine.
+// Removes `name` from the directory `fd` (the directory `dir`): a file or an empty directory.
+// Gone already is fine. A directory with content stays: in a user's directory (PrivateData) it
+// may hold what that user could not remove themselves, such as another user's tree moved in
+// whole, and root deletes nothing on a user's behalf that the user could not (bbkit(7),
+// SECURITY). It only hides that user's own buffers from them.
 void remove_entry(int fd, const std::string& dir, const std::string& name) {
-    if (const int err = remove_tree_beneath(fd, name); err != 0)
-        throw Error(ExitCode::io, "cannot remove " + dir + "/" + name + ": " + std::strerror(err));
+    if (::unlinkat(fd, name.c_str(), 0) == 0 || errno == ENOENT)
+        return;
+    if (errno == EISDIR && (::unlinkat(fd, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT ||
+                            errno == ENOTEMPTY || errno == EEXIST))
+        return;
+    throw system_error("cannot remove " + dir + "/" + name, errno);
 }
 
 Fd open_directory_at(int parent, const std::string& name, const std::string& path) {
@@ -199,8 +206,10 @@ class PublicBuffers {
             if (!number || by_user.count(uid))
                 continue;
             guarded(uid, [&] {
-                remove_entry(fd_.get(), dir_, name);
-                open_.erase(uid);
+                if (UserDirectory* user = user_directory(uid, static_cast<gid_t>(-1), false))
+                    for (const std::string& entry : list_directory(user->fd.get(), user->path))
+                        remove_entry(user->fd.get(), user->path, entry);
+                remove_if_empty(uid);
             });
         }
         for (const auto& [uid, statuses] : by_user) {

@@ -380,10 +380,13 @@ TEST_F(StatusTest, a_resync_removes_stale_files_and_directories) {
     EXPECT_EQ(read_public_status(config_, 4242).buffers.size(), 1u);
 }
 
-// With PrivateData a user owns their directory and may put a tree into it: a resync takes it
-// away with the rest, never following a link out. public/'s other files are not layout 1's.
-TEST_F(StatusTest, a_resync_removes_trees_planted_in_user_directories_and_nothing_else) {
+// With PrivateData a user owns their directory and may put anything into it: a resync removes
+// their files and empty directories, but root never empties a directory for them (it may hold
+// another user's files, moved in whole), nor follows a link out. public/'s other files are not
+// layout 1's.
+TEST_F(StatusTest, a_resync_removes_what_users_could_remove_and_no_tree_they_planted) {
     config_.pools.resize(1);
+    config_.flags.private_data = true;
     auto store = open_store();
     const std::string pub = config_.state_dir + "/public";
     {
@@ -392,7 +395,10 @@ TEST_F(StatusTest, a_resync_removes_trees_planted_in_user_directories_and_nothin
         publish(txn, *store, config_);
         txn.commit();
     }
-    std::filesystem::create_directories(pub + "/buffers/1017/planted/deeper");
+    std::filesystem::create_directories(pub + "/buffers/1017/empty");
+    std::filesystem::create_directories(pub + "/buffers/1017/planted/other-users");
+    std::ofstream(pub + "/buffers/1017/planted/other-users/results") << "not marshall's";
+    std::ofstream(pub + "/buffers/1017/stale.json") << "{}";
     std::filesystem::create_directories(pub + "/buffers/555/planted");
     std::filesystem::create_directories(root_ + "/outside");
     std::ofstream(root_ + "/outside/kept") << "x";
@@ -404,8 +410,10 @@ TEST_F(StatusTest, a_resync_removes_trees_planted_in_user_directories_and_nothin
         publish(txn, *store, config_);
         txn.commit();
     }
-    EXPECT_FALSE(std::filesystem::exists(pub + "/buffers/1017/planted"));
-    EXPECT_FALSE(std::filesystem::exists(pub + "/buffers/555"));
+    EXPECT_FALSE(std::filesystem::exists(pub + "/buffers/1017/empty"));
+    EXPECT_FALSE(std::filesystem::exists(pub + "/buffers/1017/stale.json"));
+    EXPECT_TRUE(std::filesystem::exists(pub + "/buffers/1017/planted/other-users/results"));
+    EXPECT_FALSE(std::filesystem::exists(pub + "/buffers/555"));  // a link and an empty dir
     EXPECT_TRUE(std::filesystem::exists(root_ + "/outside/kept"));
     EXPECT_TRUE(std::filesystem::exists(pub + "/buffers/1017/main.1.1.json"));
     EXPECT_TRUE(std::filesystem::exists(pub + "/buffers.notes.json"));
