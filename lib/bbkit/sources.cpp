@@ -48,8 +48,10 @@ void measure_tree(const Location& where, const std::string& root, SourceTotals& 
         pending.pop_back();
         require_readable(where, dir, true);
         const Fd dir_fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        if (!dir_fd)
+            throw path_error(where, dir, "cannot open directory", errno);
         DirStream stream(dir_fd.get());
-        if (!dir_fd || !stream)
+        if (!stream)
             throw path_error(where, dir, "cannot open directory", errno);
         while (const dirent* entry = stream.next()) {
             const char* name = entry->d_name;

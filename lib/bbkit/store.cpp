@@ -996,7 +996,10 @@ QueueEntry WriteTransaction::enqueue(const std::string& pool, const BufferKey& b
 }
 
 bool WriteTransaction::dequeue(const BufferKey& buffer_key) {
-    const std::string key = buffer_key.str();
+    return dequeue_text(buffer_key.str());
+}
+
+bool WriteTransaction::dequeue_text(const std::string& key) {
     std::optional<std::string> pool;
     {
         Query q = impl_.db.query("SELECT pool FROM queue WHERE key = ?1");
@@ -1027,7 +1030,7 @@ std::vector<QueueEntry> WriteTransaction::drop_dead_waiters() {
         }
     }
     for (const QueueEntry& entry : dead)
-        dequeue(parse_buffer_key(entry.key));
+        dequeue_text(entry.key);
     return dead;
 }
 

@@ -213,6 +213,9 @@ class WriteTransaction : public Transaction {
 
   private:
     void restore_durability();
+    // dequeue() by the key's text as the queue stores it: a row whose key does not parse (a
+    // hand-edited database) is removed all the same.
+    bool dequeue_text(const std::string& key);
 
     std::string who_;
     Durability durability_;
