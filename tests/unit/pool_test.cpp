@@ -20,6 +20,7 @@
 #include "bbkit/run_lock.hpp"
 #include "bbkit/teardown.hpp"
 #include "bbkit/views.hpp"
+#include "code_of.hpp"
 
 namespace fs = std::filesystem;
 using namespace bbkit;
@@ -83,15 +84,6 @@ class PoolTest : public ::testing::Test {
     PoolStatus status() {
         ReadSnapshot snapshot(*store_);
         return pool_status(snapshot, config_).at(0);
-    }
-
-    static ExitCode code_of(const std::function<void()>& f) {
-        try {
-            f();
-        } catch (const Error& e) {
-            return e.code();
-        }
-        return ExitCode::ok;
     }
 
     std::string dir_;

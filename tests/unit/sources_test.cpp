@@ -9,8 +9,10 @@
 #include <fstream>
 
 #include "bbkit/error.hpp"
+#include "code_of.hpp"
 
 namespace fs = std::filesystem;
+using bbkit::code_of;
 using bbkit::Error;
 using bbkit::ExitCode;
 using bbkit::StageDirective;
@@ -46,15 +48,6 @@ class Sources : public ::testing::Test {
 
     std::string dir;
 };
-
-ExitCode code_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.code();
-    }
-    return ExitCode::ok;
-}
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "bbkit/error.hpp"
+#include "code_of.hpp"
 
 namespace bbkit::sqlite {
 namespace {
@@ -40,17 +41,6 @@ class SqliteTest : public ::testing::Test {
         Query q = db.query("SELECT COUNT(*) FROM " + table);
         EXPECT_TRUE(q.step());
         return q.integer(0);
-    }
-
-    static ExitCode code_of(const std::function<void()>& body, std::string* message = nullptr) {
-        try {
-            body();
-        } catch (const Error& error) {
-            if (message != nullptr)
-                *message = error.what();
-            return error.code();
-        }
-        return ExitCode::ok;
     }
 
     std::string root_;

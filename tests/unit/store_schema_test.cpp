@@ -11,6 +11,7 @@
 #include "bbkit/buffer.hpp"
 #include "bbkit/error.hpp"
 #include "bbkit/sqlite.hpp"
+#include "code_of.hpp"
 
 namespace bbkit {
 namespace {
@@ -68,17 +69,6 @@ class StoreSchemaTest : public ::testing::Test {
                 std::to_string(3 * gib) +
                 ", 1000, 100, 'alice', 'allocated', 'persistent/main.p', 3);",
             "adding rows");
-    }
-
-    static ExitCode code_of(const std::function<void()>& body, std::string* message = nullptr) {
-        try {
-            body();
-        } catch (const Error& error) {
-            if (message != nullptr)
-                *message = error.what();
-            return error.code();
-        }
-        return ExitCode::ok;
     }
 
     std::string root_;

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "bbkit/error.hpp"
+#include "code_of.hpp"
 
 namespace bbkit {
 namespace {
@@ -76,17 +77,6 @@ class StateStoreTest : public ::testing::Test {
         p.user = p.owner = b.user;
         p.state = S::allocating;
         return p;
-    }
-
-    static ExitCode code_of(const std::function<void()>& body, std::string* message = nullptr) {
-        try {
-            body();
-        } catch (const Error& error) {
-            if (message != nullptr)
-                *message = error.what();
-            return error.code();
-        }
-        return ExitCode::ok;
     }
 
     mode_t mode_of(const std::string& path) {
