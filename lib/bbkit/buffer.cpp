@@ -1,14 +1,6 @@
 #include "bbkit/buffer.hpp"
 
-#include <unistd.h>
-
-#include <algorithm>
-#include <cctype>
-#include <fstream>
-#include <sstream>
-
 #include "bbkit/error.hpp"
-#include "bbkit/text.hpp"
 
 namespace bbkit {
 namespace {
