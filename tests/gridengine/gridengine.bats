@@ -112,7 +112,8 @@ EOF
   wait_job Eqw
   run qstat -j "$job"
   assert_output --regexp 'error reason +1: +bb-'
-  ! grep -q "must not run" "$TEST_DIR/work/missing.out"
+  run grep -qs "must not run" "$TEST_DIR/work/missing.out"
+  assert_failure
   # The epilog that Grid Engine runs after the failed prolog ended the buffer.
   [ -z "$(ls "$TEST_DIR/nvme/job")" ]
   qdel "$job" >/dev/null
@@ -149,7 +150,8 @@ EOF
     sleep 0.2
   done
   grep -q "exit_status of prolog = 99" "$TEST_DIR/ge/execd/localhost/messages"
-  ! grep -qs ran "$TEST_DIR/work/full.out"
+  run grep -qs ran "$TEST_DIR/work/full.out"
+  assert_failure
   bb-teardown --job 1 >/dev/null
   wait_job
   [ "$(cat "$TEST_DIR/work/full.out")" = ran ]
