@@ -15,7 +15,8 @@ setup() {
   mkdir -p "$TEST_DIR/spool/job_scripts" "$TEST_DIR/spool/active_jobs" "$TEST_DIR/evil"
   chmod 755 "$TEST_DIR/spool" "$TEST_DIR/spool/job_scripts" "$TEST_DIR/spool/active_jobs"
   # What a user could put on the job's PATH or in BBKIT_BINDIR: never run.
-  for tool in bb-parse bb-pool bb-stage bb-stat bb-teardown sudo; do
+  for tool in bb-parse bb-pool bb-stage bb-stat bb-teardown sudo id env readlink stat tr sed \
+    dirname tail; do
     printf '#!/bin/sh\ntouch %s/ran-%s\nexit 0\n' "$TEST_DIR/evil" "$tool" >"$TEST_DIR/evil/$tool"
     chmod 755 "$TEST_DIR/evil/$tool"
   done
