@@ -209,6 +209,18 @@ no_buffers() {
   no_buffers
 }
 
+@test "qrsh/qlogin jobs (JOB_SCRIPT not a path) have nothing to do: 0" {
+  for word in QRSH QLOGIN INTERACTIVE; do
+    GE_SCRIPT=$word ge prolog 51
+    assert_success
+    assert_output ""
+  done
+  ge epilog 51
+  assert_success
+  no_evil_ran
+  no_buffers
+}
+
 @test "a job script that is a symlink planted by the user is refused with 100, nothing run" {
   spool_script 49 "#BB_LUA pool=nvme capacity=1G"
   as_user sh -c "printf '#!/bin/sh\n#BB_LUA pool=nvme capacity=1G\n' >'$TEST_DIR/pfs/mine.sh'"

@@ -195,8 +195,15 @@ bb-stage: forged'; do
   assert_failure 1
   assert_output --partial "is not a regular file (a symbolic link or missing)"
   [ "${#lines[@]}" -eq 1 ]
+  no_buffers
+}
+
+@test "an interactive job (no script in mom_priv/jobs) has nothing to do: 0" {
   prologue 70.server
-  assert_failure 1
+  assert_success
+  assert_output ""
+  epilogue 70.server
+  assert_success
   no_buffers
 }
 
@@ -209,5 +216,5 @@ bb-stage: forged'; do
   run env -i PATH=/usr/bin:/bin PBS_CONF_FILE="$TEST_DIR/nonexistent" BBKIT_CONFIG="$BBKIT_CONFIG" \
     "$PBS_DIR/prologue" 71.server "$U" "$G"
   assert_failure 1
-  assert_output --partial "/var/spool/pbs/mom_priv/jobs/71.server.SC"
+  assert_output --partial "no directory /var/spool/pbs/mom_priv/jobs"
 }
