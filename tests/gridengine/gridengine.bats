@@ -15,7 +15,7 @@ setup_file() {
     skip "Grid Engine is not installed (scripts/install-deps installs it)"
   staging_setup
   # A short wait for space, so a full pool reschedules quickly (where bbkit-job's tools are in).
-  if bb-stage end --help >/dev/null 2>&1; then write_config '[timeouts]' 'queue = 2'; fi
+  if bb-stage --help | grep -q '^ *end '; then write_config '[timeouts]' 'queue = 2'; fi
   export TEST_DIR BBKIT_CONFIG U
   export SGE_ROOT=/var/lib/gridengine SGE_CELL=bbkit-test.$$
   export SGE_QMASTER_PORT=${BBKIT_GE_QMASTER_PORT:-16444} SGE_EXECD_PORT=${BBKIT_GE_EXECD_PORT:-16445}
@@ -38,7 +38,7 @@ teardown_file() {
 setup() { [ -n "${TEST_DIR:-}" ]; }
 
 require_bbkit_job() {
-  bb-stage end --help >/dev/null 2>&1 && bb-stat env --help >/dev/null 2>&1 ||
+  bb-stage --help | grep -q '^ *end ' && bb-stat --help | grep -q '^ *env ' ||
     skip "bbkit-job needs 'bb-stage end' and 'bb-stat env', which this build does not have yet"
 }
 
