@@ -116,7 +116,7 @@ EOF
   run grep -qs "must not run" "$TEST_DIR/work/missing.out"
   assert_failure
   # The epilog that Grid Engine runs after the failed prolog ended the buffer.
-  [ -z "$(ls "$TEST_DIR/nvme/job")" ]
+  [ ! -e "$TEST_DIR/nvme/job/main.$job.1" ]
   qdel "$job" >/dev/null
   wait_job
 }
@@ -140,20 +140,25 @@ EOF
 
 @test "a full pool: the job is rescheduled (99) and runs once space is freed" {
   require_bbkit_job
-  bb-pool alloc --job 1 --user "$U" --pool small --capacity 4K >/dev/null
+  bb-pool alloc --job 999999 --user "$U" --pool small --capacity 4K >/dev/null
   submit full <<'EOF'
 #BB_LUA pool=small capacity=4K
 echo ran
 EOF
-  # Rescheduled at least once: the prolog's 99 shows in the execd's log, the job did not run.
+  # Rescheduled at least once: the execd logs bbkit's reason (the shepherd's exit status 25,
+  # "reschedule", after the prolog's 99) and the job is still there, not run.
+  msgs=$TEST_DIR/ge/execd/localhost/messages
   for _ in $(seq 150); do
-    grep -q "exit_status of prolog = 99" "$TEST_DIR/ge/execd/localhost/messages" 2>/dev/null && break
+    grep -qs "bb-pool: .*pool 'small'" "$msgs" && break
     sleep 0.2
   done
-  grep -q "exit_status of prolog = 99" "$TEST_DIR/ge/execd/localhost/messages"
+  grep -q "bb-pool: .*pool 'small'" "$msgs" || { cat "$msgs"; qstat -j "$job"; false; }
+  grep -q "shepherd of job $job.1 exited with exit status = 25" "$msgs"
+  run qstat -j "$job"
+  assert_success
   run grep -qs ran "$TEST_DIR/work/full.out"
   assert_failure
-  bb-teardown --job 1 >/dev/null
+  bb-teardown --job 999999 >/dev/null
   wait_job
   [ "$(cat "$TEST_DIR/work/full.out")" = ran ]
   [ -z "$(ls "$TEST_DIR/small/job")" ]
