@@ -74,6 +74,14 @@ no_buffers() {
   done
 }
 
+@test "installed as documented, a symlink in mom_priv, the prologue finds bbkit-job and its tools" {
+  ln -s "$PBS_DIR/prologue" "$PBS_HOME_DIR/mom_priv/prologue"
+  spool_script 60.server
+  mom_run "$PBS_HOME_DIR/mom_priv" "$PBS_HOME_DIR/mom_priv/prologue" 60.server "$U" "$G"
+  assert_success
+  assert_output ""
+}
+
 @test "a job without directives: prologue and epilogue exit 0 and do nothing" {
   spool_script 61.server
   prologue 61.server
