@@ -224,17 +224,26 @@ no_buffers() {
 }
 
 @test "a job script that is a symlink planted by the user is refused with 100, nothing run" {
-  spool_script 49 "#BB_LUA pool=nvme capacity=1G"
   as_user sh -c "printf '#!/bin/sh\n#BB_LUA pool=nvme capacity=1G\n' >'$TEST_DIR/pfs/mine.sh'"
-  as_user ln -s "$TEST_DIR/pfs/mine.sh" "$TEST_DIR/pfs/link.sh"
-  GE_SCRIPT="$TEST_DIR/pfs/link.sh" ge prolog 49
+  ln -s "$TEST_DIR/pfs/mine.sh" "$TEST_DIR/spool/job_scripts/49"
+  GE_SCRIPT="$TEST_DIR/spool/job_scripts/49" ge prolog 49
   assert_failure 100
   assert_output --partial "is not a regular file (a symbolic link or missing)"
   [ "${#lines[@]}" -eq 1 ]
   assert_equal "$(error_file 49)" "${lines[-1]}"
-  GE_SCRIPT="$TEST_DIR/spool/job_scripts/none" ge prolog 49
+  rm "$TEST_DIR/spool/job_scripts/49"
+  GE_SCRIPT="$TEST_DIR/spool/job_scripts/49" ge prolog 49
   assert_failure 100
   no_evil_ran
+  no_buffers
+}
+
+@test "a binary job (qsub -b y: JOB_SCRIPT is its command, not a spooled script) is not read" {
+  as_user sh -c "printf '#!/bin/sh\n#BB_LUA pool=nvme capacity=1G\n' >'$TEST_DIR/pfs/mine.sh'"
+  GE_SCRIPT="$TEST_DIR/pfs/mine.sh" ge prolog 52
+  assert_success
+  GE_SCRIPT=/bin/sleep ge prolog 52
+  assert_success
   no_buffers
 }
 
