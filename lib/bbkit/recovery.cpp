@@ -15,6 +15,7 @@
 #include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
 #include "bbkit/teardown.hpp"
+#include "bbkit/text.hpp"
 #include "bbkit/views.hpp"
 
 namespace bbkit {
@@ -276,6 +277,8 @@ const char* to_string(FindingKind kind) {
             return "usage-mismatch";
         case FindingKind::kept_entry:
             return "kept-entry";
+        case FindingKind::stale_environment:
+            return "stale-environment";
     }
     return "unknown";
 }
@@ -613,6 +616,58 @@ void orphans(const CheckRun& run, Survey& s, const std::vector<Candidate>& candi
         lock->commit();
 }
 
+// A job's environment file in a pool's env/ (standalone mode, bbkit(7) FILES) whose job has no
+// live buffer in that pool: a teardown killed between its commit and the file's removal.
+// Confirmed under the state lock when repairing, which removes it: a new incarnation's pre-run
+// writes the file only while its buffer is live. Another cluster's names and the writer's
+// temporaries (".NAME.tmp") are not this check's.
+void stale_environment(const CheckRun& run, Survey& s, Findings& findings) {
+    std::optional<WriteTransaction> lock;
+    std::optional<ReadSnapshot> fresh;
+    if (run.repair)
+        lock.emplace(run.store, run.who);
+    else
+        fresh.emplace(run.store);
+    Transaction& txn =
+        run.repair ? static_cast<Transaction&>(*lock) : static_cast<Transaction&>(*fresh);
+    const std::string prefix = run.config.cluster + ".";
+    for (auto& [pool, dir] : s.dirs) {
+        if (!dir)
+            continue;
+        std::vector<std::string> names;
+        try {
+            names = dir->list_job_environments();
+        } catch (const Error& e) {
+            findings.push_back({FindingKind::stale_environment, pool, "env", e.what(), false});
+            continue;
+        }
+        for (const std::string& name : names) {
+            const std::optional<std::uint64_t> job_id =
+                name.rfind(prefix, 0) == 0 ? parse_decimal(name.substr(prefix.size()))
+                                           : std::nullopt;
+            if (!job_id)
+                continue;
+            const std::optional<Buffer> b = txn.latest_job_buffer(run.config.cluster, *job_id);
+            if (b && !is_final(b->state) && b->pool == pool)
+                continue;
+            const std::string path = dir->path() + "/env/" + name;
+            Finding f{FindingKind::stale_environment, pool, "env/" + name,
+                      path + " belongs to no live buffer of job " + std::to_string(*job_id) +
+                          " in this pool",
+                      false};
+            if (run.repair) {
+                dir->remove_job_environment(name);
+                audit(run.config.state_dir, run.who, "repair", "removed " + path);
+                f.repaired = true;
+                f.detail += " (removed)";
+            }
+            findings.push_back(f);
+        }
+    }
+    if (run.repair)
+        lock->commit();
+}
+
 // Repair of the stale-queue findings, last: the waiters still dead are dropped at once.
 void drop_stale_queue(const CheckRun& run, Findings& findings) {
     const auto stale = [](const Finding& f) { return f.kind == FindingKind::stale_queue; };
@@ -647,6 +702,7 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
     const std::vector<Candidate> candidates = orphan_candidates(config, s);
     kept_entry(run, s, findings);
     orphans(run, s, candidates, now, findings);
+    stale_environment(run, s, findings);
     if (repair)
         drop_stale_queue(run, findings);
     return findings;
