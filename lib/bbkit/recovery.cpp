@@ -158,6 +158,30 @@ std::string finish_ending(StateStore& store, const Config& config, const Buffer&
 
 }  // namespace
 
+namespace {
+
+// The names in `dir`'s env/ (standalone mode, bbkit(7) FILES) of this cluster's jobs that have
+// no live buffer in `pool`: a teardown killed between its commit and the file's removal. Safe
+// to remove under the state lock: a new incarnation's pre-run writes the file only while its
+// buffer is live. Other clusters' names and the writer's temporaries (".NAME.tmp") are left.
+std::vector<std::string> stale_environment_names(Transaction& txn, const Config& config,
+                                                 const std::string& pool, const PoolDir& dir) {
+    std::vector<std::string> stale;
+    const std::string prefix = config.cluster + ".";
+    for (const std::string& name : dir.list_job_environments()) {
+        const std::optional<std::uint64_t> job_id =
+            name.rfind(prefix, 0) == 0 ? parse_decimal(name.substr(prefix.size())) : std::nullopt;
+        if (!job_id)
+            continue;
+        const std::optional<Buffer> b = txn.latest_job_buffer(config.cluster, *job_id);
+        if (!b || is_final(b->state) || b->pool != pool)
+            stale.push_back(name);
+    }
+    return stale;
+}
+
+}  // namespace
+
 std::vector<std::string> recover(StateStore& store, const Config& config,
                                  std::chrono::milliseconds reap_budget, const std::string& who) {
     std::vector<std::string> actions;
@@ -241,6 +265,24 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
         txn.commit();
     }
     fault_point("recover.published");
+    {
+        WriteTransaction txn(store, who);
+        for (const PoolConfig& pool : config.pools) {
+            try {
+                PoolDir dir = open_pool(txn, config, pool.name);
+                for (const std::string& name :
+                     stale_environment_names(txn, config, pool.name, dir)) {
+                    dir.remove_job_environment(name);
+                    actions.push_back(dir.path() + "/env/" + name +
+                                      ": removed (its job has no live buffer in pool " + pool.name +
+                                      ")");
+                }
+            } catch (const Error&) {
+                // An unavailable pool or a tampered env/: check reports it.
+            }
+        }
+        txn.commit();
+    }
     const ReapResult reaped = reap(store, config, reap_budget, who);
     if (reaped.reaped)
         actions.push_back("reaped " + std::to_string(reaped.reaped) + " buffer(s), released " +
@@ -616,11 +658,9 @@ void orphans(const CheckRun& run, Survey& s, const std::vector<Candidate>& candi
         lock->commit();
 }
 
-// A job's environment file in a pool's env/ (standalone mode, bbkit(7) FILES) whose job has no
-// live buffer in that pool: a teardown killed between its commit and the file's removal.
-// Confirmed under the state lock when repairing, which removes it: a new incarnation's pre-run
-// writes the file only while its buffer is live. Another cluster's names and the writer's
-// temporaries (".NAME.tmp") are not this check's.
+// A job's environment file that stale_environment_names finds (recover removes them, so this
+// sees one only when recover has not run since), confirmed under the state lock when
+// repairing, which removes it.
 void stale_environment(const CheckRun& run, Survey& s, Findings& findings) {
     std::optional<WriteTransaction> lock;
     std::optional<ReadSnapshot> fresh;
@@ -630,31 +670,20 @@ void stale_environment(const CheckRun& run, Survey& s, Findings& findings) {
         fresh.emplace(run.store);
     Transaction& txn =
         run.repair ? static_cast<Transaction&>(*lock) : static_cast<Transaction&>(*fresh);
-    const std::string prefix = run.config.cluster + ".";
     for (auto& [pool, dir] : s.dirs) {
         if (!dir)
             continue;
         std::vector<std::string> names;
         try {
-            names = dir->list_job_environments();
+            names = stale_environment_names(txn, run.config, pool, *dir);
         } catch (const Error& e) {
             findings.push_back({FindingKind::stale_environment, pool, "env", e.what(), false});
             continue;
         }
         for (const std::string& name : names) {
-            const std::optional<std::uint64_t> job_id =
-                name.rfind(prefix, 0) == 0 ? parse_decimal(name.substr(prefix.size()))
-                                           : std::nullopt;
-            if (!job_id)
-                continue;
-            const std::optional<Buffer> b = txn.latest_job_buffer(run.config.cluster, *job_id);
-            if (b && !is_final(b->state) && b->pool == pool)
-                continue;
             const std::string path = dir->path() + "/env/" + name;
             Finding f{FindingKind::stale_environment, pool, "env/" + name,
-                      path + " belongs to no live buffer of job " + std::to_string(*job_id) +
-                          " in this pool",
-                      false};
+                      path + " belongs to no live buffer of its job in this pool", false};
             if (run.repair) {
                 dir->remove_job_environment(name);
                 audit(run.config.state_dir, run.who, "repair", "removed " + path);

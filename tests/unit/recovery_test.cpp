@@ -110,6 +110,23 @@ TEST_F(CheckTest, an_environment_file_without_a_live_buffer_is_stale_and_repair_
     EXPECT_TRUE(check(*store_, config_, false, "test").empty());
 }
 
+TEST_F(CheckTest, recover_removes_an_environment_file_a_killed_teardown_left) {
+    allocate_job(1);
+    allocate_job(2);
+    teardown_job(*store_, config_, 2, TeardownOptions{}, "test");
+    PoolDir dir = PoolDir::open(config_.pools.at(0), std::nullopt);
+    for (const char* name : {"t.1", "t.2"})  // t.2: as if killed after its teardown's commit
+        dir.write_job_environment(name, "BB_JOB_DIR=/x\n", nobody_.uid, nobody_.gid);
+    const std::vector<std::string> actions =
+        recover(*store_, config_, std::chrono::seconds(1), "test");
+    EXPECT_TRUE(std::any_of(actions.begin(), actions.end(), [](const std::string& a) {
+        return a.find("/env/t.2: removed") != std::string::npos;
+    }));
+    EXPECT_TRUE(fs::exists(dir_ + "/small/env/t.1"));
+    EXPECT_FALSE(fs::exists(dir_ + "/small/env/t.2"));
+    EXPECT_TRUE(recover(*store_, config_, std::chrono::seconds(1), "test").empty());
+}
+
 TEST_F(CheckTest, env_itself_is_nothing_odd) {
     allocate_job(1);
     fs::remove(dir_ + "/small/env");  // nor its absence (a pool initialised before it)
