@@ -212,9 +212,10 @@ EOF2
   submit "$script"
   assert_equal "$status" 0
   job=$JOB
-  # The prolog failed for good: scontrol requeuehold (Slurm 22.05: Priority=0, Reason
-  # JobHeldUser), and the failed PrologSlurmctld's own requeue finds the job pending already.
-  wait_job "$job" 'JobState=PENDING Reason=JobHeldUser' 60
+  # The prolog failed for good: scontrol requeuehold (Slurm 22.05: Priority=0,
+  # Reason=job_requeued_in_held_state), and the failed PrologSlurmctld's own requeue finds the
+  # job pending already.
+  wait_job "$job" 'JobState=PENDING Reason=job_requeued_in_held_state' 60
   slurm_run scontrol show job "$job"
   assert_output --partial "Priority=0"
   assert_output --regexp "AdminComment=bbkit: bb-[a-z]+: .*$DATA_DIR/c/missing.dat"
