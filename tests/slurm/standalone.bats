@@ -190,13 +190,13 @@ EOF2
     fail "job $job2's output: $(cat "$JOBS_DIR/scenario-b2-$job2.out")"
   slurm_run scontrol show job "$job2"
   assert_output --partial "ExitCode=0:0"
-  # The second got its space only once the first's buffer was gone.
+  # The second got its space only once the first's buffer was being torn down.
   local done1 alloc2
-  done1=$(bb_entered "$job1" complete)
+  done1=$(bb_entered "$job1" teardown)
   alloc2=$(bb_entered "$job2" allocated)
-  transcript "(job $job1 complete at $done1, job $job2 allocated at $alloc2)"
+  transcript "(job $job1 teardown at $done1, job $job2 allocated at $alloc2)"
   [ -n "$done1" ] && [ -n "$alloc2" ] && ! [[ $alloc2 < $done1 ]] ||
-    fail "job $job2 was allocated ($alloc2) before job $job1's buffer was complete ($done1)"
+    fail "job $job2 was allocated ($alloc2) before job $job1's teardown ($done1)"
   wait_until 30 "job $job2's buffer to be complete" bb_state_is "$job2" complete
   assert_no_buffer_dir small "$job1"
   assert_no_buffer_dir small "$job2"
