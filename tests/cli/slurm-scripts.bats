@@ -178,8 +178,8 @@ job_script() {
   assert_line "PrologSlurmctld=$scripts/prolog-slurmctld"
   assert_line "EpilogSlurmctld=$scripts/epilog-slurmctld"
   assert_line "TaskProlog=$scripts/task-prolog"
-  refute_output --partial BurstBufferType
-  refute_output --partial CliFilterPlugins
+  refute_line --partial BurstBufferType=
+  refute_line --partial CliFilterPlugins=
   for name in prolog-slurmctld epilog-slurmctld task-prolog; do
     assert_file_executable "$scripts/$name"
   done
