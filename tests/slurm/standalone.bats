@@ -83,9 +83,12 @@ bb_entered() {
   bb-stat --json job "$1" | python3 -c 'import json, sys; print(json.load(sys.stdin)["entered"].get(sys.argv[1], ""))' "$2"
 }
 
-# The job is done in Slurm's view (no COMPLETING flag: EpilogSlurmctld has ended).
+# The job is done in Slurm's view (no COMPLETING flag: EpilogSlurmctld has ended). A job the
+# prolog held instead fails at once, with bbkit's reason.
 wait_job_done() {
-  wait_job "$1" "JobState=$2 " "${3:-120}"
+  wait_job "$1" "JobState=($2|PENDING Reason=job_requeued_in_held_state) " "${3:-120}" || return 1
+  [[ $JOB_STATE_LINE == "JobState=$2 "* ]] ||
+    fail "job $1 was held: $(scontrol show job "$1" | grep -o 'AdminComment=.*')"
 }
 
 # bbkit's pool is whole: nothing charged, nothing in trash (its own figures: Slurm has none).
