@@ -343,7 +343,18 @@ resume_copy() {
   assert_output --regexp "SlurmUser += slurm\($(id -u slurm)\)"
   assert_output --regexp "PrologSlurmctld += [^ ]*/share/bbkit/standalone/slurm/prolog-slurmctld"
   run_stage_in_and_out f
-  # The controller's scripts ran as slurm and reached root's tools only through sudo.
-  grep -q "sudo_user=slurm" "$SLURM_DIR/bbkit/state/log/audit.log" 2>/dev/null ||
-    transcript "(no sudo_user=slurm in the audit log)"
+  # SlurmUser (an operator) may set AdminComment and requeuehold: a failing job is held with
+  # bbkit's reason as under root.
+  script=$(job_script f-missing.sh '#SBATCH --job-name=scenario-f-missing' '#BB pool=small capacity=2MiB' \
+    "#BB stage_in type=file source=$DATA_DIR/f/missing.dat destination=\$BB_JOB_DIR/in" <<<'true')
+  submit "$script"
+  assert_equal "$status" 0
+  job=$JOB
+  wait_job "$job" 'JobState=PENDING Reason=job_requeued_in_held_state' 60
+  slurm_run scontrol show job "$job"
+  assert_output --regexp "AdminComment=bbkit: bb-[a-z]+: .*$DATA_DIR/f/missing.dat"
+  assert_pool_whole small
+  # The tools ran as root through sudo, for slurm (the audit log names sudo's caller).
+  slurm_run grep -c "sudo_user=slurm" "$SLURM_DIR/bbkit/state/log/audit.log"
+  assert_equal "$status" 0
 }
