@@ -135,4 +135,31 @@ Buffer Buffer::for_key(const BufferKey& key) {
     return buffer;
 }
 
+bool stage_stalled(const Buffer& b) {
+    if (b.state != BufferState::staging_in && b.state != BufferState::staging_out)
+        return false;
+    return !(b.run_lock_holder && b.run_lock_holder->alive());
+}
+
+std::string stalled_stage_text(const Buffer& b) {
+    if (!stage_stalled(b))
+        return "";
+    const bool in = b.state == BufferState::staging_in;
+    const std::string job = b.key.kind() == BufferKind::job ? std::to_string(b.key.job_id) : "";
+    const std::string phase = in ? "stage-in" : "stage-out";
+    std::string why;
+    if (b.run_lock_holder)
+        why = "its stager (pid " + std::to_string(b.run_lock_holder->pid) +
+              ") is gone without a word (killed?)";
+    else if (!b.message.empty())
+        why = "it failed: " + b.message;
+    else
+        why = "no stager runs it";
+    return phase + " stopped: " + why + "; the data is kept (" +
+           (in ? "bb-stage --job " + job + " in resumes it, bb-teardown --job " + job + " ends it"
+               : "bb-stage --job " + job + " out --retry delivers it, bb-teardown --force --job " +
+                     job + " discards it") +
+           ")";
+}
+
 }  // namespace bbkit

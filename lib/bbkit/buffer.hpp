@@ -87,8 +87,19 @@ struct Buffer {
     TimePoint created{};
     std::optional<ProcessId> run_lock_holder;  // the stager or teardown holding run/<key>.lock
     bool reaped = false;  // final and its directory is gone from trash/ (space released)
+    // The last phase that failed and why ("stage-out: cannot open ..."), and when; kept
+    // whatever state follows, so the reason outlives a teardown (bbkit(7), BUFFER STATES).
+    std::string failure;
+    std::optional<TimePoint> failed;
 
     static Buffer for_key(const BufferKey& key);  // directory filled in, the rest default
 };
+
+// A stage-in or stage-out that nobody runs any more: its stager failed (Buffer::failure says
+// why) or died without a word (killed: the record still names it). bb-stat job and bb-pool
+// check show it; bb-stage resumes it, bb-teardown ends it.
+bool stage_stalled(const Buffer& b);
+// Why, in one line, with the way on; "" when the stage is not stalled.
+std::string stalled_stage_text(const Buffer& b);
 
 }  // namespace bbkit

@@ -128,6 +128,8 @@ std::string mark_interrupted(StateStore& store, const Config& config, const Buff
     txn.transition(b.key, b.state, "BurstBufferOperation", message);
     Buffer updated = txn.get_buffer(b.key);
     updated.run_lock_holder.reset();
+    updated.failure = std::string(to_string(b.state)) + ": " + message;
+    updated.failed = std::chrono::system_clock::now();
     txn.update_buffer(updated);
     publish(txn, store, config);
     txn.commit();
@@ -264,6 +266,8 @@ const char* to_string(FindingKind kind) {
             return "reaped-unrecorded";
         case FindingKind::interrupted:
             return "interrupted";
+        case FindingKind::stalled_stage:
+            return "stalled-stage";
         case FindingKind::over_commit:
             return "over-commit";
         case FindingKind::expired_persistent:
@@ -423,6 +427,15 @@ std::optional<Finding> interrupted(const CheckRun& run, const Buffer& b, bool in
                    false};
 }
 
+// A stage nobody runs: its data waits for an operator (bb-stage again, or bb-teardown); repair
+// leaves it, recover only records why when the stager died without a word.
+std::optional<Finding> stalled_stage(const CheckRun& run, const Buffer& b) {
+    const std::string text = stalled_stage_text(b);
+    if (text.empty() || !record_unchanged(run.store, b))
+        return std::nullopt;
+    return Finding{FindingKind::stalled_stage, b.pool, b.key.str(), text, false};
+}
+
 // A settled buffer whose directory is gone; repair closes its record.
 std::optional<Finding> missing_directory(const CheckRun& run, const Buffer& b, const PoolDir& dir) {
     if (dir.exists(b.directory))
@@ -441,7 +454,7 @@ std::optional<Finding> missing_directory(const CheckRun& run, const Buffer& b, c
 }
 
 // The live buffers' findings, buffer by buffer in record order: expired-persistent, interrupted,
-// missing-directory.
+// stalled-stage, missing-directory.
 void live_buffers(const CheckRun& run, Survey& s, TimePoint now, Findings& findings) {
     for (const Buffer& b : s.live) {
         if (b.state == BufferState::pending)
@@ -450,6 +463,8 @@ void live_buffers(const CheckRun& run, Survey& s, TimePoint now, Findings& findi
         if (std::optional<Finding> f = expired_persistent(b, now))
             findings.push_back(*f);
         if (std::optional<Finding> f = interrupted(run, b, in_flight))
+            findings.push_back(*f);
+        if (std::optional<Finding> f = stalled_stage(run, b))
             findings.push_back(*f);
         const std::optional<PoolDir>& dir = s.dirs[b.pool];
         if (!dir || in_flight || b.state == BufferState::allocating || is_ending(b.state))

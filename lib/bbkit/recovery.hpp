@@ -34,6 +34,7 @@ enum class FindingKind {
     pool_unavailable,    // a pool whose directory does not open as itself
     usage_mismatch,      // pool_usage's total unlike the sum of the rows
     kept_entry,          // what a teardown kept aside in quarantine/ for an administrator
+    stalled_stage,       // a stage-in or stage-out nobody runs: failed, or its stager died
 };
 // The name bb-pool check prints and its --json holds: "orphan-directory", "stale-queue", ...
 const char* to_string(FindingKind kind);

@@ -446,6 +446,25 @@ std::string stage_result_text(const StageResult& r, const std::string& phase) {
     return line;
 }
 
+json end_result_json(const EndResult& r) {
+    json j = {{"key", r.key}, {"ran", r.ran}, {"reaped", r.reaped}, {"note", r.note}};
+    if (r.ran)
+        j["stage_out"] = stage_result_json(r.stage_out);
+    return j;
+}
+
+std::string end_result_text(const EndResult& r) {
+    std::string text;
+    if (r.ran)
+        text += stage_result_text(r.stage_out, "stage-out");
+    TeardownResult ended;
+    ended.found = !r.key.empty() && r.note.empty();
+    ended.key = r.key;
+    ended.reaped = r.reaped;
+    ended.note = r.note;
+    return text + teardown_text(ended);
+}
+
 std::string progress_bar(const MoverReport& r) {
     const double done =
         r.bytes_total ? static_cast<double>(r.bytes_done) / r.bytes_total

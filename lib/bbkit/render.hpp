@@ -83,6 +83,8 @@ std::string teardown_text(const TeardownResult& result);
 // bb-stage in/out: {"key", "nothing_to_do", "files", "bytes", "skipped", "seconds", "mb_per_s",
 // "warnings"}.
 nlohmann::json stage_result_json(const StageResult& result);
+nlohmann::json end_result_json(const EndResult& result);
+std::string end_result_text(const EndResult& result);
 std::string stage_result_text(const StageResult& result, const std::string& phase);
 // One carriage-returned progress bar line for a terminal.
 std::string progress_bar(const MoverReport& report);

@@ -210,6 +210,8 @@ Error record_failure(StateStore& store, const Config& config, const Buffer& b, c
     Buffer now = txn.get_buffer(b.key);  // the state stays: Slurm (or an admin) decides what next
     now.reason = "BurstBufferOperation";
     now.message = run.message;
+    now.failure = std::string(to_string(now.state)) + ": " + run.message;
+    now.failed = std::chrono::system_clock::now();
     now.run_lock_holder.reset();
     txn.update_buffer(now);
     publish(txn, store, config);
@@ -490,6 +492,44 @@ std::string post_run(StateStore& store, const Config& config, std::uint64_t job_
         throw wrong_state(b, "post-run", "running");
     hooked_phase(store, config, b, BufferState::post_run, BufferState::post_run, "post_run", who);
     return "";
+}
+
+EndResult end_job(StateStore& store, const Config& config, std::uint64_t job_id,
+                  const std::string& who) {
+    EndResult result;
+    std::optional<Buffer> b;
+    {
+        ReadSnapshot snapshot(store);
+        b = snapshot.latest_job_buffer(config.cluster, job_id);
+    }
+    if (!b || is_final(b->state)) {
+        result.note = job_name(job_id) +
+                      (b ? "'s burst buffer is already torn down" : " has no burst buffer");
+        return result;
+    }
+    TeardownOptions teardown;
+    switch (b->state) {
+        case BufferState::running:
+            post_run(store, config, job_id, who);
+            [[fallthrough]];
+        case BufferState::post_run:
+        case BufferState::staging_out:
+        case BufferState::staged_out:
+            result.ran = true;
+            result.stage_out = stage_out(store, config, job_id, StageOptions{}, who);
+            break;
+        case BufferState::teardown:
+        case BufferState::teardown_fail:
+            break;
+        default:
+            teardown.hurry = true;  // the job never ran: nothing of its making is lost
+            break;
+    }
+    const TeardownResult ended = teardown_job(store, config, job_id, teardown, who);
+    result.key = ended.key;
+    result.note = ended.note;
+    result.reaped = ended.reaped;
+    return result;
 }
 
 std::string job_paths(StateStore& store, const Config& config, std::uint64_t job_id) {

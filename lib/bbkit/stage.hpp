@@ -60,6 +60,21 @@ void pre_run(StateStore& store, const Config& config, std::uint64_t job_id, cons
 std::string post_run(StateStore& store, const Config& config, std::uint64_t job_id,
                      const std::string& who);
 
+struct EndResult {
+    std::string key;   // the buffer ended; "" when the job had none left
+    std::string note;  // why there was nothing to do
+    bool ran = false;  // the job ran: post-run and stage-out went first
+    StageResult stage_out;
+    bool reaped = false;  // its space is released already
+};
+
+// A job's end when no scheduler plugin sequences it (bbkit(7), STANDALONE MODE): post-run if
+// the job is running, stage-out, and teardown once the stage-out succeeded; a buffer whose job
+// never ran is torn down at once, stopping its stager. A failed stage-out throws its error and
+// keeps the buffer and its data (bb-stage out --retry, then end again). No live buffer: a note.
+EndResult end_job(StateStore& store, const Config& config, std::uint64_t job_id,
+                  const std::string& who);
+
 // The KEY=VALUE lines of the job's environment (see job_environment).
 std::string job_paths(StateStore& store, const Config& config, std::uint64_t job_id);
 

@@ -157,6 +157,19 @@ std::vector<StageDirective> recorded_stages(const std::string& staging_json,
     return stages;
 }
 
+std::vector<StageDirective> unstaged_results(const Buffer& b) {
+    if (b.key.kind() != BufferKind::job)
+        return {};
+    switch (b.state) {
+        case BufferState::running:
+        case BufferState::post_run:
+        case BufferState::staging_out:
+            return recorded_stages(b.staging, StageDirection::out);
+        default:
+            return {};
+    }
+}
+
 std::vector<std::string> recorded_persistent_uses(const std::string& staging_json) {
     std::vector<std::string> names;
     const json j = json::parse(staging_json, nullptr, false);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bbkit/buffer.hpp"
 #include "bbkit/directive.hpp"
 #include "bbkit/user.hpp"
 
@@ -41,6 +42,12 @@ std::string staging_record(const Request& request);
 std::vector<StageDirective> recorded_stages(const std::string& staging_json,
                                             StageDirection direction);
 std::vector<std::string> recorded_persistent_uses(const std::string& staging_json);
+
+// The stage_out lines whose data only `b` holds now: its job ran (running, post-run or
+// staging-out) and its stage-out has not succeeded. Empty for a job that never ran (nothing of
+// its making is in the buffer), for a staged-out buffer and for persistent buffers
+// (bbkit(7), STANDALONE MODE: what bb-teardown protects).
+std::vector<StageDirective> unstaged_results(const Buffer& b);
 
 // bb-mover's report lines.
 struct MoverReport {

@@ -375,6 +375,12 @@ std::string job_text(const JobStatus& job, TimePoint now) {
     field("reason", slurm_reason(b));
     if (!b.message.empty())
         field("message", b.message);
+    if (b.run_lock_holder && b.run_lock_holder->alive())
+        field("stager", "pid " + std::to_string(b.run_lock_holder->pid));
+    else if (const std::string stalled = stalled_stage_text(b); !stalled.empty())
+        field("stager", "none: " + stalled);
+    if (!b.failure.empty())
+        field("failure", (b.failed ? slurm_time(*b.failed) + " " : std::string()) + b.failure);
     if (job.status.queue_position)
         field("queue", std::to_string(*job.status.queue_position));
     field("pool", b.pool);
@@ -409,6 +415,8 @@ json job_json(const JobStatus& job, TimePoint now) {
     for (const auto& [state, time] : b.entered)
         entered[to_string(state)] = slurm_time(time);
     out["entered"] = entered;
+    out["failed"] = b.failed ? json(slurm_time(*b.failed)) : json();
+    out["stalled"] = stage_stalled(b);
     if (job.progress)
         out["progress"] = {{"files_done", job.progress->files_done},
                            {"files_total", job.progress->files_total},

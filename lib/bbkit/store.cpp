@@ -344,9 +344,9 @@ void check_existing_directory(const std::string& dir, uid_t owner, const std::st
 std::string buffer_columns() {
     return "key, cluster, job_id, incarnation, name, pool, requested_bytes, allocated_bytes, uid, "
            "gid, user, state, reason, message, entered, directory, access, type, staging, owner, "
-           "expires, use_count, created, lock_pid, lock_start, reaped, id";
+           "expires, use_count, created, lock_pid, lock_start, reaped, failure, failed, id";
 }
-constexpr int row_id_column = 26;
+constexpr int row_id_column = 28;
 
 Buffer read_buffer(const Query& q) {
     Buffer b;
@@ -377,6 +377,9 @@ Buffer read_buffer(const Query& q) {
     if (!q.is_null(23))
         b.run_lock_holder = ProcessId{static_cast<pid_t>(q.integer(23)), q.unsigned_integer(24)};
     b.reaped = q.integer(25) != 0;
+    b.failure = q.text(26);
+    if (!q.is_null(27))
+        b.failed = from_nanos(q.integer(27));
     return b;
 }
 
@@ -387,7 +390,7 @@ std::vector<Buffer> read_buffers(Query& q) {
     return buffers;
 }
 
-// Binds the fields update_buffer() may change, as parameters 1..18.
+// Binds the fields update_buffer() may change, as parameters 1..20.
 void bind_mutable(Query& q, const Buffer& b) {
     q.bind(1, b.pool)
         .bind(2, b.requested_bytes)
@@ -412,7 +415,11 @@ void bind_mutable(Query& q, const Buffer& b) {
             .bind(17, b.run_lock_holder->start_time);
     else
         q.bind_null(16).bind_null(17);
-    q.bind(18, static_cast<std::int64_t>(b.reaped ? 1 : 0));
+    q.bind(18, static_cast<std::int64_t>(b.reaped ? 1 : 0)).bind(19, b.failure);
+    if (b.failed)
+        q.bind(20, to_nanos(*b.failed));
+    else
+        q.bind_null(20);
 }
 
 QueueEntry read_queue_entry(const Query& q) {
@@ -815,20 +822,21 @@ void WriteTransaction::insert_buffer(Buffer& buffer) {
     Query q = impl_.db.query(
         "INSERT INTO buffers (pool, requested_bytes, allocated_bytes, uid, gid, user, reason,"
         " message, directory, access, type, staging, owner, expires, use_count, lock_pid,"
-        " lock_start, reaped, key, cluster, job_id, incarnation, name, state, entered, created)"
+        " lock_start, reaped, failure, failed, key, cluster, job_id, incarnation, name, state,"
+        " entered, created)"
         " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,"
-        " ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)");
+        " ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)");
     bind_mutable(q, buffer);
-    q.bind(19, buffer.key.str()).bind(20, buffer.key.cluster);
+    q.bind(21, buffer.key.str()).bind(22, buffer.key.cluster);
     if (buffer.key.kind() == BufferKind::job)
-        q.bind(21, buffer.key.job_id)
-            .bind(22, static_cast<std::int64_t>(buffer.key.incarnation))
-            .bind_null(23);
+        q.bind(23, buffer.key.job_id)
+            .bind(24, static_cast<std::int64_t>(buffer.key.incarnation))
+            .bind_null(25);
     else
-        q.bind_null(21).bind_null(22).bind(23, buffer.key.name);
-    q.bind(24, std::string(to_string(buffer.state)))
-        .bind(25, encode_entered(buffer.entered))
-        .bind(26, to_nanos(buffer.created));
+        q.bind_null(23).bind_null(24).bind(25, buffer.key.name);
+    q.bind(26, std::string(to_string(buffer.state)))
+        .bind(27, encode_entered(buffer.entered))
+        .bind(28, to_nanos(buffer.created));
     try {
         q.run();
     } catch (const Error& error) {
@@ -858,9 +866,10 @@ void WriteTransaction::update_buffer(const Buffer& buffer) {
         "UPDATE buffers SET pool = ?1, requested_bytes = ?2, allocated_bytes = ?3, uid = ?4,"
         " gid = ?5, user = ?6, reason = ?7, message = ?8, directory = ?9, access = ?10,"
         " type = ?11, staging = ?12, owner = ?13, expires = ?14, use_count = ?15,"
-        " lock_pid = ?16, lock_start = ?17, reaped = ?18 WHERE id = ?19");
+        " lock_pid = ?16, lock_start = ?17, reaped = ?18, failure = ?19, failed = ?20"
+        " WHERE id = ?21");
     bind_mutable(q, buffer);
-    q.bind(19, row.id);
+    q.bind(21, row.id);
     q.run();
     if (holds_space(stored.state) &&
         (stored.pool != buffer.pool || stored.allocated_bytes != buffer.allocated_bytes)) {

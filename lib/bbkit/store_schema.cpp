@@ -135,6 +135,12 @@ CREATE INDEX buffers_persistent ON buffers(pool, state, allocated_bytes) WHERE n
     "INSERT OR REPLACE INTO pool_usage (pool, used) SELECT name, (SELECT"
     " COALESCE(SUM(allocated_bytes), 0) FROM buffers WHERE buffers.pool = pools.name AND state "
     "IN " BBKIT_HOLDING_STATES ") FROM pools;\n",
+    // 5: a buffer's last failure, kept through the states that follow it (teardown included) so
+    // that bb-stat job still says why after a TeardownFailure or an operator's teardown.
+    R"sql(
+ALTER TABLE buffers ADD COLUMN failure TEXT NOT NULL DEFAULT '';
+ALTER TABLE buffers ADD COLUMN failed INTEGER;
+)sql",
 };
 #undef BBKIT_HOLDING_STATES
 

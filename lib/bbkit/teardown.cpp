@@ -14,6 +14,7 @@
 #include "bbkit/publish.hpp"
 #include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
+#include "bbkit/stage_plan.hpp"
 
 namespace bbkit {
 namespace {
@@ -27,6 +28,32 @@ BufferState end_state(const BufferKey& key) {
 
 BufferState ending_state(const BufferKey& key) {
     return key.kind() == BufferKind::job ? BufferState::teardown : BufferState::deleting;
+}
+
+// Standalone mode: a job's results that only its buffer holds are never deleted by default
+// (bbkit(7), STANDALONE MODE). In Slurm mode Slurm decides (its Flags=TeardownFailure).
+// Returns the stage_out lines at risk that --force discards; throws without it.
+std::vector<StageDirective> check_results_safe(const Config& config, const Buffer& b,
+                                               const TeardownOptions& options) {
+    if (config.mode != Mode::standalone)
+        return {};
+    std::vector<StageDirective> at_risk = unstaged_results(b);
+    if (at_risk.empty() || options.force)
+        return at_risk;
+    std::string data;
+    for (std::size_t i = 0; i < at_risk.size() && i < 3; ++i)
+        data += (i ? ", " : "") + at_risk[i].destination;
+    if (at_risk.size() > 3)
+        data += " and " + std::to_string(at_risk.size() - 3) + " more";
+    const std::string job = std::to_string(b.key.job_id);
+    const bool failed = b.state == BufferState::staging_out && !b.message.empty();
+    throw Error(ExitCode::unavailable,
+                "buffer " + b.key.str() + " holds job " + job + "'s results for " + data +
+                    ", not staged out (" +
+                    (failed ? "stage-out failed: " + b.message
+                            : std::string("it is ") + to_string(b.state)) +
+                    "): deliver them with bb-stage out " + (failed ? "--retry " : "") + "--job " +
+                    job + ", or discard them with bb-teardown --force --job " + job);
 }
 
 bool holder_alive(const Buffer& b) {
@@ -112,8 +139,13 @@ bool finish_teardown(StateStore& store, const Config& config, const BufferKey& k
     PendingSync removed;  // the outcome of syncing trash/ and the parent, checked before commit
     const auto fail = [&](const Error& e) {
         WriteTransaction txn(store, who);
-        if (key.kind() == BufferKind::job)
-            txn.transition(key, BufferState::teardown_fail, "BurstBufferOperation", e.what());
+        if (key.kind() == BufferKind::job) {
+            Buffer failed =
+                txn.transition(key, BufferState::teardown_fail, "BurstBufferOperation", e.what());
+            failed.failure = std::string("teardown: ") + e.what();
+            failed.failed = std::chrono::system_clock::now();
+            txn.update_buffer(failed);
+        }
         publish(txn, store, config);
         txn.commit();
         audit(config.state_dir, who, "teardown-fail", "buffer=" + key.str() + " error=" + e.what());
@@ -212,11 +244,20 @@ TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
             continue;
         }
+        const std::vector<StageDirective> discarded = check_results_safe(config, *b, options);
         if (b->state != BufferState::teardown)
             txn.transition(key, BufferState::teardown);
         claim(txn, key);
         publish(txn, store, config);
         txn.commit();
+        if (!discarded.empty()) {
+            std::string lines;
+            for (const StageDirective& s : discarded)
+                lines += " stage_out=" + s.source + "->" + s.destination;
+            audit(config.state_dir, who, "teardown-force",
+                  "buffer=" + key.str() + " state=" + to_string(b->state) +
+                      " discarded results not staged out:" + lines);
+        }
         break;
     }
     fault_point("teardown.committed");

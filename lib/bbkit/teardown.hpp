@@ -20,7 +20,9 @@ struct TeardownResult {
 
 struct TeardownOptions {
     bool hurry = false;  // do not wait for a running stager: stop it now
-    bool force = false;  // persistent buffers: destroy even while jobs use it
+    // Persistent buffers: destroy even while jobs use it. Job buffers in standalone mode: tear
+    // down even though the job's results are not staged out (audited).
+    bool force = false;
     // How long teardown may spend reaping before it leaves the rest to bb-pool reap.
     std::chrono::milliseconds reap_budget{2000};
 };
@@ -28,7 +30,9 @@ struct TeardownOptions {
 // Tears down the newest incarnation of a job's buffer. Commits `teardown`, stops a live
 // stager through a pidfd, renames the directory into trash/ (never following a symlink),
 // commits `complete`, then reaps within the budget. A rename that fails leaves `teardown-fail`
-// (still charged) and throws. Unknown or already ended: found = false.
+// (still charged) and throws. Unknown or already ended: found = false. In standalone mode a
+// buffer holding results not staged out (unstaged_results) is Error(unavailable) naming them,
+// unless `force`.
 TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64_t job_id,
                             const TeardownOptions& options, const std::string& who);
 

@@ -401,7 +401,12 @@ json buffer_status_json(const BufferStatus& status) {
             {"entered", entered},
             {"expires", b.expires ? json(to_seconds(*b.expires)) : json()},
             {"use_count", b.use_count},
-            {"queue_position", status.queue_position ? json(*status.queue_position) : json()}};
+            {"queue_position", status.queue_position ? json(*status.queue_position) : json()},
+            {"stager", b.run_lock_holder ? json{{"pid", b.run_lock_holder->pid},
+                                                {"start", b.run_lock_holder->start_time}}
+                                         : json()},
+            {"failure", b.failure},
+            {"failed", b.failed ? json(to_seconds(*b.failed)) : json()}};
 }
 
 BufferStatus buffer_status_from_json(const json& value) {
@@ -437,6 +442,14 @@ BufferStatus buffer_status_from_json(const json& value) {
     b.use_count = static_cast<std::uint32_t>(json_uint(value, "use_count"));
     if (value.contains("queue_position") && value["queue_position"].is_number_unsigned())
         status.queue_position = value["queue_position"].get<std::size_t>();
+    // Absent from what older versions published.
+    if (value.contains("stager") && value["stager"].is_object())
+        b.run_lock_holder = ProcessId{static_cast<pid_t>(json_uint(value["stager"], "pid")),
+                                      json_uint(value["stager"], "start")};
+    if (value.contains("failure") && value["failure"].is_string())
+        b.failure = value["failure"].get<std::string>();
+    if (value.contains("failed") && value["failed"].is_number())
+        b.failed = from_seconds(value["failed"].get<double>());
     return status;
 }
 

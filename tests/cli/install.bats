@@ -39,6 +39,9 @@ alloc_with_file() {
   done
   assert_file_not_exists "$P/share/bbkit/examples"
   assert_file_executable "$P/share/bbkit/slurm/install-slurm"
+  for s in pbs/prologue pbs/epilogue gridengine/prolog gridengine/epilog; do
+    assert_file_executable "$P/share/bbkit/standalone/$s"
+  done
   assert_file_exists "$P/share/bbkit/bbkit.toml.example"
   assert_file_exists "$P/share/man/man7/bbkit.7"
 }

@@ -40,6 +40,9 @@ UNITS="bbkit-recover.service bbkit-reap.service bbkit-reap.timer bbkit-check.ser
   assert_file_executable /usr/share/bbkit/standalone/bbkit-job
   assert_file_executable /usr/share/bbkit/standalone/slurm/prolog-slurmctld
   assert_file_executable /usr/share/bbkit/slurm/install-slurm
+  for s in pbs/prologue pbs/epilogue gridengine/prolog gridengine/epilog; do
+    assert_file_executable "/usr/share/bbkit/standalone/$s"
+  done
   assert_file_exists /usr/share/bbkit/bbkit.toml.example
   assert_file_exists /usr/share/man/man7/bbkit.7.gz
   assert_file_exists /usr/share/man/man1/bb-stage.1.gz

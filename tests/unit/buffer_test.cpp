@@ -168,5 +168,26 @@ TEST(Buffer, for_key_fills_the_directory) {
     EXPECT_EQ(Buffer::for_key(BufferKey::job("main", 9, 3)).directory, "job/main.9.3");
 }
 
+// A stage nobody runs: failed (no holder, a message) or killed (a holder that is gone).
+TEST(Buffer, a_stage_without_a_live_stager_is_stalled_and_says_how_to_go_on) {
+    Buffer b = Buffer::for_key(BufferKey::job("main", 7, 1));
+    b.state = BufferState::staging_in;
+    b.run_lock_holder = ProcessId::self();
+    EXPECT_FALSE(stage_stalled(b));
+    EXPECT_EQ(stalled_stage_text(b), "");
+    b.run_lock_holder = ProcessId{ProcessId::self().pid, ProcessId::self().start_time + 1};
+    EXPECT_TRUE(stage_stalled(b));
+    EXPECT_NE(stalled_stage_text(b).find("its stager (pid "), std::string::npos);
+    EXPECT_NE(stalled_stage_text(b).find("bb-stage --job 7 in resumes it"), std::string::npos);
+    b.run_lock_holder.reset();
+    b.state = BufferState::staging_out;
+    b.message = "cannot create directory /pfs/res: permission denied";
+    EXPECT_NE(stalled_stage_text(b).find("it failed: cannot create directory"), std::string::npos);
+    EXPECT_NE(stalled_stage_text(b).find("bb-teardown --force --job 7 discards it"),
+              std::string::npos);
+    b.state = BufferState::running;
+    EXPECT_FALSE(stage_stalled(b));
+}
+
 }  // namespace
 }  // namespace bbkit

@@ -75,3 +75,33 @@ TEST(StagePlan, recorded_stages_read_what_alloc_recorded) {
     EXPECT_EQ(recorded_persistent_uses(staging), std::vector<std::string>{"shared"});
     EXPECT_TRUE(recorded_stages("{}", StageDirection::in).empty());
 }
+
+// What bb-teardown protects in standalone mode: only a job that ran and whose stage-out has not
+// succeeded holds results found nowhere else.
+TEST(StagePlan, unstaged_results_are_those_of_a_job_that_ran_and_did_not_stage_out) {
+    Request request;
+    StageDirective out;
+    out.type = StageType::directory;
+    out.source = "out";
+    out.destination = "/pfs/res";
+    request.stage_out.push_back(out);
+    Buffer b = Buffer::for_key(BufferKey::job("main", 7, 1));
+    b.staging = staging_record(request);
+    for (BufferState s : all_buffer_states()) {
+        b.state = s;
+        const bool at_risk = s == BufferState::running || s == BufferState::post_run ||
+                             s == BufferState::staging_out;
+        const auto found = unstaged_results(b);
+        EXPECT_EQ(found.size(), at_risk ? 1u : 0u) << to_string(s);
+        if (at_risk) {
+            EXPECT_EQ(found[0].destination, "/pfs/res");
+        }
+    }
+    b.state = BufferState::running;
+    b.staging = staging_record(Request{});
+    EXPECT_TRUE(unstaged_results(b).empty());
+    Buffer persistent = Buffer::for_key(BufferKey::persistent("main", "p"));
+    persistent.state = BufferState::running;
+    persistent.staging = staging_record(request);
+    EXPECT_TRUE(unstaged_results(persistent).empty());
+}

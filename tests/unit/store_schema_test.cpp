@@ -101,8 +101,10 @@ TEST_F(StoreSchemaTest, migrating_the_current_schema_changes_nothing) {
 TEST_F(StoreSchemaTest, migrating_from_schema_1_keeps_the_rows_and_records_the_version) {
     migrate_schema(db_);
     add_rows();
-    db_.exec("DROP INDEX buffers_persistent; DROP TABLE pool_usage; PRAGMA user_version = 1",
-             "going back to schema 1");
+    db_.exec(
+        "DROP INDEX buffers_persistent; DROP TABLE pool_usage; ALTER TABLE buffers DROP "
+        "COLUMN failure; ALTER TABLE buffers DROP COLUMN failed; PRAGMA user_version = 1",
+        "going back to schema 1");
     ASSERT_EQ(schema_version(db_), 1);
     migrate_schema(db_);
     EXPECT_EQ(schema_version(db_), state_schema_version());
@@ -113,6 +115,19 @@ TEST_F(StoreSchemaTest, migrating_from_schema_1_keeps_the_rows_and_records_the_v
     EXPECT_EQ(number("SELECT used FROM pool_usage WHERE pool = 'nvme'"), 5 * gib);
     EXPECT_EQ(number("SELECT used FROM pool_usage WHERE pool = 'ssd'"), 0);
     EXPECT_EQ(number("SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger'"), 0);
+}
+
+// Schema 5 adds each buffer's last failure: rows from before it have none.
+TEST_F(StoreSchemaTest, migrating_from_schema_4_gives_existing_rows_no_failure) {
+    migrate_schema(db_);
+    add_rows();
+    db_.exec(
+        "ALTER TABLE buffers DROP COLUMN failure; ALTER TABLE buffers DROP COLUMN failed;"
+        " PRAGMA user_version = 4",
+        "going back to schema 4");
+    migrate_schema(db_);
+    EXPECT_EQ(schema_version(db_), state_schema_version());
+    EXPECT_EQ(number("SELECT COUNT(*) FROM buffers WHERE failure = '' AND failed IS NULL"), 3);
 }
 
 TEST_F(StoreSchemaTest, refuses_a_newer_schema) {

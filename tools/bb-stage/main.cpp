@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
     CLI::App* pre =
         app.add_subcommand("pre-run", "staged-in -> pre-run -> running, with the pre_run hook");
     CLI::App* post = app.add_subcommand("post-run", "running -> post-run, with the post_run hook");
+    CLI::App* end = app.add_subcommand(
+        "end", "Standalone job end: post-run if running, stage-out, teardown once staged out");
     CLI::App* paths =
         app.add_subcommand("paths", "Print the job's environment: BB_JOB_DIR=..., DW_...");
     add_file_option(*paths, common, "--output", output,
@@ -67,6 +69,14 @@ int main(int argc, char** argv) {
             const std::string note = post_run(store, config, job_id, who);
             if (!note.empty())
                 std::cout << "note: " << note << '\n';
+            return 0;
+        }
+        if (*end) {
+            const EndResult ended = end_job(store, config, job_id, who);
+            if (json)
+                std::cout << json_text(end_result_json(ended)) << '\n';
+            else
+                std::cout << end_result_text(ended);
             return 0;
         }
         if (check) {

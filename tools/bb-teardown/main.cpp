@@ -22,7 +22,9 @@ int main(int argc, char** argv) {
         app.add_option("--persistent", persistent, "Persistent buffer to destroy");
     job_opt->excludes(persistent_opt);
     app.add_flag("--hurry", options.hurry, "Do not wait for a running stager: stop it now");
-    app.add_flag("--force", options.force, "Destroy a persistent buffer even while jobs use it");
+    app.add_flag("--force", options.force,
+                 "Destroy a persistent buffer even while jobs use it; in standalone mode, end a "
+                 "job's buffer although its results are not staged out (audited)");
     app.add_flag("--json", json, "Print JSON");
 
     return run_tool("bb-teardown", app, argc, argv, common, [&]() -> int {
