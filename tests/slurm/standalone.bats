@@ -224,7 +224,7 @@ EOF2
   assert_output --regexp "AdminComment=bbkit: bb-[a-z]+: .*$DATA_DIR/c/missing.dat"
   refute_output --partial "should not run"
   # EpilogSlurmctld ran on the requeue (deallocate_nodes): the buffer is gone.
-  wait_until 30 "job $job's buffer to be ended" sh -c "! bb-stat --json job $job 2>/dev/null | grep -q '\"state\": *\"\(allocating\|allocated\|staging-in\|staged-in\)\"'"
+  wait_until 30 "job $job's buffer to be complete" bb_state_is "$job" complete
   assert_no_buffer_dir small "$job"
   assert_pool_whole small
   [ ! -e "$JOBS_DIR/scenario-c-$job.out" ] || fail "the job ran: $(cat "$JOBS_DIR/scenario-c-$job.out")"
