@@ -34,6 +34,7 @@ struct Timeouts {  // seconds; Slurm's defaults
     unsigned stage_out = 86400;
     unsigned other = 300;
     unsigned validate = 5;
+    unsigned queue = 600;  // bb-pool alloc --wait default: how long to wait in a pool's FIFO queue
 };
 
 struct Limits {

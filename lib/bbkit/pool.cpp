@@ -371,8 +371,10 @@ void close_lost_buffer(WriteTransaction& txn, const Config& config, const Buffer
 
 }  // namespace
 
-std::chrono::milliseconds parse_wait(const std::string& seconds) {
-    if (seconds.empty())  // "no limit": a year outlasts any job's wait
+std::chrono::milliseconds parse_wait(const std::string& seconds, unsigned queue_seconds) {
+    if (seconds == "default")
+        return std::chrono::seconds(queue_seconds);
+    if (seconds.empty() || seconds == "none")  // "no limit": a year outlasts any job's wait
         return std::chrono::milliseconds(std::chrono::hours(24 * 365));
     std::size_t used = 0;
     double value = -1;
@@ -383,8 +385,8 @@ std::chrono::milliseconds parse_wait(const std::string& seconds) {
     }
     if (used != seconds.size() || !(value >= 0) || value > 1e9)
         throw Error(ExitCode::usage, "--wait " + seconds +
-                                         ": not a number of seconds (give SECONDS, or --wait "
-                                         "alone for no limit)");
+                                         ": not a number of seconds (give SECONDS, default for "
+                                         "timeouts.queue, or none for no limit)");
     return std::chrono::milliseconds(static_cast<long long>(value * 1000));
 }
 

@@ -91,9 +91,10 @@ struct AllocCommand {
 
 AllocRequest build_alloc_request(const Config& config, const AllocCommand& command);
 
-// bb-pool alloc --wait's value: SECONDS (a non-negative number), or "" (--wait alone) for no
-// limit. Error(usage) naming the text otherwise.
-std::chrono::milliseconds parse_wait(const std::string& seconds);
+// bb-pool alloc --wait's value: SECONDS (a non-negative number), "none" or "" (--wait alone)
+// for no limit, or "default" for timeouts.queue (`queue_seconds`, what the standalone prologs
+// use). Error(usage) naming the text otherwise.
+std::chrono::milliseconds parse_wait(const std::string& seconds, unsigned queue_seconds);
 
 // YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS] in local time; Error(usage) naming the text otherwise.
 TimePoint parse_local_time(const std::string& text);

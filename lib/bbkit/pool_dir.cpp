@@ -191,6 +191,8 @@ PoolMarker init_pool_root(const PoolConfig& pool, bool new_marker) {
     make_subdir(root.get(), pool.path, "persistent", traversable);
     make_subdir(root.get(), pool.path, "trash", private_dir);
     make_subdir(root.get(), pool.path, "quarantine", private_dir);
+    // Users open their own file in env/ by name; listing it would tell them whose jobs run.
+    make_subdir(root.get(), pool.path, PoolDir::env_subdir, traversable);
     if (!marker || new_marker) {
         marker = PoolMarker{pool.name, new_uuid()};
         write_file_atomically(pool.path + "/" + PoolDir::marker_file,
@@ -550,6 +552,77 @@ void PoolDir::quarantine(const std::string& relative, const std::string& name) {
 
 std::vector<std::string> PoolDir::list(const std::string& subdir) const {
     return list_directory(subdir_fd(subdir), path_ + "/" + subdir);
+}
+
+std::string job_environment_name(const std::string& cluster, std::uint64_t job_id) {
+    return cluster + "." + std::to_string(job_id);
+}
+
+Fd PoolDir::env_dir(bool create) const {
+    const std::string what = path_ + "/" + env_subdir;
+    // Created beneath the open root, never by path; an existing entry is checked, not fixed:
+    // whatever put it there is not bbkit.
+    bool made = false;
+    if (create) {
+        made = mkdirat(root_.get(), env_subdir, traversable) == 0;
+        if (!made && errno != EEXIST)
+            throw system_error("cannot create " + what, errno);
+    }
+    struct stat st {};
+    if (!create && fstatat(root_.get(), env_subdir, &st, AT_SYMLINK_NOFOLLOW) != 0 &&
+        errno == ENOENT)
+        return Fd();
+    Fd fd = open_beneath(root_.get(), env_subdir, O_RDONLY | O_DIRECTORY, what);
+    if (made && fchmod(fd.get(), traversable) != 0)  // whatever the umask took away
+        throw system_error("cannot set the mode of " + what, errno);
+    check_owned_by_root(fd.get(), what);
+    return fd;
+}
+
+void PoolDir::write_job_environment(const std::string& name, const std::string& text, uid_t uid,
+                                    gid_t gid) {
+    const Fd dir = env_dir(true);
+    const std::string what = path_ + "/" + env_subdir + "/" + name;
+    const std::string temporary = "." + name + ".tmp";
+    // Left by a crash: only root writes env/, so it is ours to remove.
+    if (unlinkat(dir.get(), temporary.c_str(), 0) != 0 && errno != ENOENT)
+        throw system_error("cannot remove " + what + "'s temporary file", errno);
+    const Fd fd(openat(dir.get(), temporary.c_str(),
+                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
+    if (!fd)
+        throw system_error("cannot create " + what, errno);
+    bool written = fchown(fd.get(), uid, gid) == 0 && fchmod(fd.get(), 0400) == 0;
+    for (std::size_t done = 0; written && done < text.size();) {
+        const ssize_t n = write(fd.get(), text.data() + done, text.size() - done);
+        written = n > 0;
+        done += written ? static_cast<std::size_t>(n) : 0;
+    }
+    if (!written || fsync(fd.get()) != 0) {
+        const int err = errno;
+        unlinkat(dir.get(), temporary.c_str(), 0);
+        throw system_error("cannot write " + what, err);
+    }
+    if (renameat(dir.get(), temporary.c_str(), dir.get(), name.c_str()) != 0) {
+        const int err = errno;
+        unlinkat(dir.get(), temporary.c_str(), 0);
+        throw system_error("cannot write " + what, err);
+    }
+    fsync_fd(dir.get(), path_ + "/" + env_subdir);
+}
+
+std::vector<std::string> PoolDir::list_job_environments() const {
+    const Fd dir = env_dir(false);
+    if (!dir)
+        return {};
+    return list_directory(dir.get(), path_ + "/" + env_subdir);
+}
+
+void PoolDir::remove_job_environment(const std::string& name) {
+    const Fd dir = env_dir(false);
+    if (!dir)
+        return;
+    if (unlinkat(dir.get(), name.c_str(), 0) != 0 && errno != ENOENT)
+        throw system_error("cannot remove " + path_ + "/" + env_subdir + "/" + name, errno);
 }
 
 }  // namespace bbkit

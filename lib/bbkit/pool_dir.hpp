@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,12 +56,18 @@ struct RemovalResult {
     std::vector<KeptEntry> kept;
 };
 
+// The name in a pool's env/ of a job's environment file: "<cluster>.<jobid>", what the job's
+// tasks know (the cluster from bbkit.toml, the job id from the scheduler).
+std::string job_environment_name(const std::string& cluster, std::uint64_t job_id);
+
 class PoolDir {
   public:
+    static constexpr const char* env_subdir = "env";
+
     static constexpr const char* marker_file = ".bbkit-pool";
 
     // Writes the marker (name and a new UUID) into an existing root-owned directory and
-    // creates job/, persistent/, trash/ and quarantine/. Idempotent: an existing marker of
+    // creates job/, persistent/, trash/, quarantine/ and env/. Idempotent: an existing marker of
     // the same pool is kept; one naming another pool is Error(exists).
     static PoolMarker init(const PoolConfig& pool);
     // For bb-pool init --replace: the same, but always a new marker with a new UUID (one of
@@ -125,9 +132,24 @@ class PoolDir {
     // The entry names of job/, persistent/ or trash/.
     std::vector<std::string> list(const std::string& subdir) const;
 
+    // A job's environment for its tasks in standalone mode (bbkit(7), FILES): env/<name> (see
+    // job_environment_name), owned by uid:gid, mode 0400, in the root-owned env/ the user
+    // cannot write, so only the job's user reads it and nobody but root replaces it. Written to
+    // a temporary name and renamed over the old one, both durable. env/ is created when missing
+    // (pools initialised before it existed); one that is a symlink, not a directory, not root's
+    // or writable by group or others is Error(no_perm), and nothing is written.
+    void write_job_environment(const std::string& name, const std::string& text, uid_t uid,
+                               gid_t gid);
+    // Removes env/<name>; a missing file or env/ is no error.
+    void remove_job_environment(const std::string& name);
+    // The names in env/ (none when it is missing); env/ is checked as for writing.
+    std::vector<std::string> list_job_environments() const;
+
   private:
     PoolDir() = default;
     int subdir_fd(const std::string& subdir) const;
+    // env/, opened and checked; created first when `create`. An empty Fd when it is missing.
+    Fd env_dir(bool create) const;
 
     std::string path_;
     PoolMarker marker_;

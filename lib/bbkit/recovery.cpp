@@ -15,6 +15,7 @@
 #include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
 #include "bbkit/teardown.hpp"
+#include "bbkit/text.hpp"
 #include "bbkit/views.hpp"
 
 namespace bbkit {
@@ -159,6 +160,30 @@ std::string finish_ending(StateStore& store, const Config& config, const Buffer&
 
 }  // namespace
 
+namespace {
+
+// The names in `dir`'s env/ (standalone mode, bbkit(7) FILES) of this cluster's jobs that have
+// no live buffer in `pool`: a teardown killed between its commit and the file's removal. Safe
+// to remove under the state lock: a new incarnation's pre-run writes the file only while its
+// buffer is live. Other clusters' names and the writer's temporaries (".NAME.tmp") are left.
+std::vector<std::string> stale_environment_names(Transaction& txn, const Config& config,
+                                                 const std::string& pool, const PoolDir& dir) {
+    std::vector<std::string> stale;
+    const std::string prefix = config.cluster + ".";
+    for (const std::string& name : dir.list_job_environments()) {
+        const std::optional<std::uint64_t> job_id =
+            name.rfind(prefix, 0) == 0 ? parse_decimal(name.substr(prefix.size())) : std::nullopt;
+        if (!job_id)
+            continue;
+        const std::optional<Buffer> b = txn.latest_job_buffer(config.cluster, *job_id);
+        if (!b || is_final(b->state) || b->pool != pool)
+            stale.push_back(name);
+    }
+    return stale;
+}
+
+}  // namespace
+
 std::vector<std::string> recover(StateStore& store, const Config& config,
                                  std::chrono::milliseconds reap_budget, const std::string& who) {
     std::vector<std::string> actions;
@@ -242,6 +267,24 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
         txn.commit();
     }
     fault_point("recover.published");
+    {
+        WriteTransaction txn(store, who);
+        for (const PoolConfig& pool : config.pools) {
+            try {
+                PoolDir dir = open_pool(txn, config, pool.name);
+                for (const std::string& name :
+                     stale_environment_names(txn, config, pool.name, dir)) {
+                    dir.remove_job_environment(name);
+                    actions.push_back(dir.path() + "/env/" + name +
+                                      ": removed (its job has no live buffer in pool " + pool.name +
+                                      ")");
+                }
+            } catch (const Error&) {
+                // An unavailable pool or a tampered env/: check reports it.
+            }
+        }
+        txn.commit();
+    }
     const ReapResult reaped = reap(store, config, reap_budget, who);
     if (reaped.reaped)
         actions.push_back("reaped " + std::to_string(reaped.reaped) + " buffer(s), released " +
@@ -280,6 +323,8 @@ const char* to_string(FindingKind kind) {
             return "usage-mismatch";
         case FindingKind::kept_entry:
             return "kept-entry";
+        case FindingKind::stale_environment:
+            return "stale-environment";
     }
     return "unknown";
 }
@@ -628,6 +673,45 @@ void orphans(const CheckRun& run, Survey& s, const std::vector<Candidate>& candi
         lock->commit();
 }
 
+// A job's environment file that stale_environment_names finds (recover removes them, so this
+// sees one only when recover has not run since), confirmed under the state lock when
+// repairing, which removes it.
+void stale_environment(const CheckRun& run, Survey& s, Findings& findings) {
+    std::optional<WriteTransaction> lock;
+    std::optional<ReadSnapshot> fresh;
+    if (run.repair)
+        lock.emplace(run.store, run.who);
+    else
+        fresh.emplace(run.store);
+    Transaction& txn =
+        run.repair ? static_cast<Transaction&>(*lock) : static_cast<Transaction&>(*fresh);
+    for (auto& [pool, dir] : s.dirs) {
+        if (!dir)
+            continue;
+        std::vector<std::string> names;
+        try {
+            names = stale_environment_names(txn, run.config, pool, *dir);
+        } catch (const Error& e) {
+            findings.push_back({FindingKind::stale_environment, pool, "env", e.what(), false});
+            continue;
+        }
+        for (const std::string& name : names) {
+            const std::string path = dir->path() + "/env/" + name;
+            Finding f{FindingKind::stale_environment, pool, "env/" + name,
+                      path + " belongs to no live buffer of its job in this pool", false};
+            if (run.repair) {
+                dir->remove_job_environment(name);
+                audit(run.config.state_dir, run.who, "repair", "removed " + path);
+                f.repaired = true;
+                f.detail += " (removed)";
+            }
+            findings.push_back(f);
+        }
+    }
+    if (run.repair)
+        lock->commit();
+}
+
 // Repair of the stale-queue findings, last: the waiters still dead are dropped at once.
 void drop_stale_queue(const CheckRun& run, Findings& findings) {
     const auto stale = [](const Finding& f) { return f.kind == FindingKind::stale_queue; };
@@ -662,6 +746,7 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
     const std::vector<Candidate> candidates = orphan_candidates(config, s);
     kept_entry(run, s, findings);
     orphans(run, s, candidates, now, findings);
+    stale_environment(run, s, findings);
     if (repair)
         drop_stale_queue(run, findings);
     return findings;

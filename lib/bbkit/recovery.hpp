@@ -16,7 +16,8 @@ namespace bbkit {
 // and dead recorded holder), `pending` leaves the queue, `allocating` is rolled forward when
 // its directory exists and back when not, `staging-in`/`staging-out` are marked interrupted
 // (data kept; a rerun resumes), `teardown`/`deleting`/`teardown-fail` are finished; dead
-// waiters leave the queue and trash/ is reaped within `reap_budget`. Never replays Slurm's
+// waiters leave the queue, a pool's env/ file whose job has no live buffer there is removed,
+// and trash/ is reaped within `reap_budget`. Never replays Slurm's
 // own restart rules. Returns one line per action.
 std::vector<std::string> recover(StateStore& store, const Config& config,
                                  std::chrono::milliseconds reap_budget, const std::string& who);
@@ -35,6 +36,7 @@ enum class FindingKind {
     usage_mismatch,      // pool_usage's total unlike the sum of the rows
     kept_entry,          // what a teardown kept aside in quarantine/ for an administrator
     stalled_stage,       // a stage-in or stage-out nobody runs: failed, or its stager died
+    stale_environment,   // a job's env/ file in a pool where the job has no live buffer
 };
 // The name bb-pool check prints and its --json holds: "orphan-directory", "stale-queue", ...
 const char* to_string(FindingKind kind);

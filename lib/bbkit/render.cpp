@@ -221,7 +221,8 @@ json config_json(const Config& config) {
              {{"stage_in", config.timeouts.stage_in},
               {"stage_out", config.timeouts.stage_out},
               {"other", config.timeouts.other},
-              {"validate", config.timeouts.validate}}},
+              {"validate", config.timeouts.validate},
+              {"queue", config.timeouts.queue}}},
             {"limits",
              {{"stage_concurrency", config.limits.stage_concurrency},
               {"mover_threads", config.limits.mover_threads},
@@ -252,7 +253,8 @@ std::string config_text(const Config& config) {
         << "stage_in = " << config.timeouts.stage_in << '\n'
         << "stage_out = " << config.timeouts.stage_out << '\n'
         << "other = " << config.timeouts.other << '\n'
-        << "validate = " << config.timeouts.validate << "\n\n"
+        << "validate = " << config.timeouts.validate << '\n'
+        << "queue = " << config.timeouts.queue << "\n\n"
         << "[limits]\n"
         << "stage_concurrency = " << config.limits.stage_concurrency << '\n'
         << "mover_threads = " << config.limits.mover_threads << '\n';

@@ -348,15 +348,19 @@ void run_hook(const Config& config, const Buffer& b, const std::string& phase) {
                         (outcome.last_stderr_line.empty() ? "" : ": " + outcome.last_stderr_line));
 }
 
-// Runs a phase's hook while the buffer is in `working`; a failure stays recorded there.
+// Runs a phase's hook while the buffer is in `working`, then `before_done` (still under the run
+// lock); a failure of either stays recorded there.
 void hooked_phase(StateStore& store, const Config& config, Buffer b, BufferState working,
-                  BufferState done, const std::string& hook, const std::string& who) {
+                  BufferState done, const std::string& hook, const std::string& who,
+                  const std::function<void(const Buffer&)>& before_done = {}) {
     RunLock lock = take_run_lock(config, b);
     if (b.state != working)
         b = enter(store, config, b.key, working, who);
     fault_point("hook.entered");
     try {
         run_hook(config, b, hook);
+        if (before_done)
+            before_done(b);
     } catch (const Error& e) {
         MoverRun failed;
         failed.exit_code = static_cast<int>(e.code());
@@ -477,7 +481,20 @@ void pre_run(StateStore& store, const Config& config, std::uint64_t job_id,
     }
     if (b.state != BufferState::staged_in && b.state != BufferState::pre_run)
         throw wrong_state(b, "pre-run", "staged-in");
-    hooked_phase(store, config, b, BufferState::pre_run, BufferState::running, "pre_run", who);
+    // Standalone mode: no scheduler hands the job its environment, so its tasks read it from
+    // the pool (bb-stat env, bbkit(7) STANDALONE MODE WITH SLURM). Written before `running` is
+    // recorded: a crash in between leaves pre-run, which the next pre-run finishes.
+    const auto publish_environment = [&](const Buffer& now) {
+        if (config.mode != Mode::standalone || now.key.kind() != BufferKind::job)
+            return;
+        const std::string lines = job_paths(store, config, job_id);
+        ReadSnapshot snapshot(store);
+        open_pool(snapshot, config, now.pool)
+            .write_job_environment(job_environment_name(config.cluster, job_id), lines, now.uid,
+                                   now.gid);
+    };
+    hooked_phase(store, config, b, BufferState::pre_run, BufferState::running, "pre_run", who,
+                 publish_environment);
 }
 
 std::string post_run(StateStore& store, const Config& config, std::uint64_t job_id,

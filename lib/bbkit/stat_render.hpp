@@ -10,6 +10,7 @@
 
 #include "bbkit/buffer.hpp"
 #include "bbkit/config.hpp"
+#include "bbkit/task_environment.hpp"
 #include "bbkit/views.hpp"
 
 namespace bbkit {
@@ -35,6 +36,12 @@ nlohmann::json burst_json(const StatusSnapshot& snapshot, const Config& config);
 // `bb-stat job ID`; `now` ends the current phase's duration.
 std::string job_text(const JobStatus& job, TimePoint now);
 nlohmann::json job_json(const JobStatus& job, TimePoint now);
+
+// `bb-stat env ID`: Slurm's TaskProlog form, "export NAME=value" (the value taken verbatim to
+// the end of the line); with `shell`, "export NAME='value'" for eval in sh; as JSON, an object
+// of the variables.
+std::string task_environment_text(const TaskEnvironment& env, bool shell);
+nlohmann::json task_environment_json(const TaskEnvironment& env);
 
 // The text exposition format for node_exporter's textfile collector.
 std::string prometheus_text(const StatusSnapshot& snapshot);

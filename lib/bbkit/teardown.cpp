@@ -202,6 +202,14 @@ bool finish_teardown(StateStore& store, const Config& config, const BufferKey& k
     fault_point("teardown.ended");
     lock.remove_file();
     remove_env_files(store, key);
+    if (key.kind() == BufferKind::job && dir) {
+        // The tasks' copy on the pool (standalone mode; any mode, should the mode have changed).
+        try {
+            dir->remove_job_environment(job_environment_name(key.cluster, key.job_id));
+        } catch (const Error& e) {
+            spdlog::warn("buffer {}: {}", key.str(), e.what());
+        }
+    }
     audit(
         config.state_dir, who, key.kind() == BufferKind::job ? "teardown" : "destroy",
         "buffer=" + key.str() + " pool=" + b.pool + " bytes=" + std::to_string(b.allocated_bytes));

@@ -158,6 +158,26 @@ script() {  # script NAME LINE... : writes a job script with a shebang
   assert_output --partial "allow_root"
 }
 
+@test "config prints timeouts.queue: 600 by default, else the configured value" {
+  run bb-parse config
+  assert_success
+  assert_output --partial "queue = 600"
+  write_config '[timeouts]' 'queue = 42'
+  run bb-parse config
+  assert_output --partial "queue = 42"
+  run bb-parse config --json
+  echo "$output" | grep -q '"queue": 42' || fail "no queue in $output"
+}
+
+@test "a timeouts.queue that is not a positive number of seconds up to Slurm's maximum exits 78" {
+  for bad in 0 -5 '"600"' 1.5 2073601; do
+    write_config '[timeouts]' "queue = $bad"
+    run bb-parse config
+    assert_failure 78
+    assert_output --partial "queue"
+  done
+}
+
 @test "a decimal pool capacity exits 78 naming the pool key" {
   sed -i 's/capacity = "100GiB"/capacity = "1.5T"/' "$TEST_DIR/bbkit.toml"
   run bb-parse config

@@ -160,6 +160,29 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
   assert_output --partial '"queued": 0'
 }
 
+@test "--wait default waits timeouts.queue seconds, then 75" {
+  printf '\n[timeouts]\nqueue = 1\n' >>"$BBKIT_CONFIG"
+  init_pools
+  bb-pool alloc --job 1 --user "$U" --pool small --capacity 3K >/dev/null
+  start=$(date +%s%N)
+  run bb-pool alloc --job 2 --user "$U" --pool small --capacity 2K --wait default
+  elapsed=$(( ($(date +%s%N) - start) / 1000000 ))
+  assert_failure 75
+  assert_output --partial "timed out"
+  [ "$elapsed" -ge 900 ] || fail "gave up after ${elapsed} ms, before timeouts.queue"
+  [ "$elapsed" -lt 5000 ] || fail "waited ${elapsed} ms, far beyond timeouts.queue = 1"
+  run bb-pool show small --json
+  assert_output --partial '"queued": 0'
+}
+
+@test "--wait none is no limit; --wait default is granted when there is space" {
+  init_pools
+  run bb-pool alloc --job 1 --user "$U" --pool small --capacity 1K --wait none
+  assert_success
+  run bb-pool alloc --job 2 --user "$U" --pool small --capacity 1K --wait default
+  assert_success
+}
+
 @test "a waiter that is killed leaves the queue" {
   init_pools
   bb-pool alloc --job 1 --user "$U" --pool small --capacity 3K >/dev/null

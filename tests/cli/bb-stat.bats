@@ -24,8 +24,8 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
 @test "help lists every view and option of the man page" {
   run bb-stat --help
   assert_success
-  for word in pools sessions instances configurations burst job \
-              --json --prometheus --config --state-dir --verbose --quiet --version; do
+  for word in pools sessions instances configurations burst job env \
+              --json --shell --prometheus --config --state-dir --verbose --quiet --version; do
     assert_output --partial -- "$word"
     grep -q -- "${word//-/\\\\-}" "$BBKIT_SOURCE_DIR/man/man1/bb-stat.1" || fail "man page lacks $word"
   done
@@ -40,7 +40,7 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
 @test "unknown word is a usage error with exit 64" {
   run bb-stat frobnicate
   assert_failure 64
-  assert_output "bb-stat: unknown view 'frobnicate' (pools, sessions, instances, configurations, burst or job ID)"
+  assert_output "bb-stat: unknown view 'frobnicate' (pools, sessions, instances, configurations, burst, job ID or env ID)"
 }
 
 @test "job without a numeric ID and extra words are usage errors" {
@@ -437,4 +437,102 @@ private_pair() {
   assert_output --regexp '"allocated": "[0-9]{4}-[0-9]{2}-[0-9]{2}T'
   assert_output --regexp '"entered": "[0-9]{4}-'
   refute_output --regexp '"(created|entered)": [0-9]'
+}
+
+# --- env: a job's environment for its tasks (standalone mode) ---------------------------------
+
+# A job of the test user ($U) through alloc --script, stage-in and pre-run, as the standalone
+# prologs run them; the state directory then closed to everyone but root, as a compute node
+# that cannot reach it.
+env_job() {
+  local id=$1; shift
+  mkdir -p "$TEST_DIR/nvme" "$TEST_DIR/small"
+  bb-pool init nvme >/dev/null
+  printf '#!/bin/sh\n' >"$TEST_DIR/job$id.sh"
+  printf '%s\n' "$@" >>"$TEST_DIR/job$id.sh"
+  bb-pool alloc --job "$id" --user "$U" --script "$TEST_DIR/job$id.sh" --wait default >/dev/null
+  bb-stage in --job "$id" >/dev/null
+  bb-stage pre-run --job "$id" >/dev/null
+  chmod 0700 "$TEST_DIR/state"
+}
+
+@test "env prints the job's paths as TaskProlog exports for its user, without the state directory" {
+  U=$(test_user)
+  env_job 31 "#BB_LUA pool=nvme capacity=1G"
+  [ "$(stat -c '%U %a' "$TEST_DIR/nvme/env/main.31")" = "$U 400" ]
+  [ "$(stat -c '%U %a' "$TEST_DIR/nvme/env")" = "root 711" ]
+  run runuser -u "$U" -- bb-stat env 31
+  assert_success
+  assert_line "export BB_JOB_DIR=$TEST_DIR/nvme/job/main.31.1"
+  assert_line "export DW_JOB_STRIPED=$TEST_DIR/nvme/job/main.31.1"
+  [ "$(chmod 0711 "$TEST_DIR/state" && bb-stage paths --job 31 | sed 's/^/export /')" = "$output" ] ||
+    fail "not the lines of bb-stage paths"
+  chmod 0700 "$TEST_DIR/state"
+  run runuser -u "$U" -- bb-stat env 31 --json
+  assert_success
+  assert_output --partial "\"BB_JOB_DIR\": \"$TEST_DIR/nvme/job/main.31.1\""
+}
+
+@test "env --shell evals in sh" {
+  U=$(test_user)
+  env_job 32 "#BB_LUA pool=nvme capacity=1G"
+  run runuser -u "$U" -- sh -c 'eval "$(bb-stat env 32 --shell)" && printf "%s\n" "$BB_JOB_DIR"'
+  assert_success
+  assert_output "$TEST_DIR/nvme/job/main.32.1"
+}
+
+@test "env: another user gets 77, an unknown job 66" {
+  U=$(test_user)
+  env_job 33 "#BB_LUA pool=nvme capacity=1G"
+  run runuser -u nobody -- bb-stat env 33
+  assert_failure 77
+  run runuser -u "$U" -- bb-stat env 99
+  assert_failure 66
+  assert_output "bb-stat: job 99 has no burst-buffer environment on any pool (no buffer, not yet past pre-run, or not standalone mode)"
+}
+
+@test "env is gone after teardown (66)" {
+  U=$(test_user)
+  env_job 34 "#BB_LUA pool=nvme capacity=1G"
+  chmod 0711 "$TEST_DIR/state"
+  bb-teardown --job 34 >/dev/null
+  assert_not_exist "$TEST_DIR/nvme/env/main.34"
+  run runuser -u "$U" -- bb-stat env 34
+  assert_failure 66
+}
+
+@test "env of a #DW job names its persistent buffers" {
+  U=$(test_user)
+  mkdir -p "$TEST_DIR/nvme" && bb-pool init nvme >/dev/null
+  bb-pool alloc --persistent x --capacity 1G --owner "$U" >/dev/null
+  env_job 35 "#DW jobdw capacity=1G" "#DW persistentdw name=x"
+  run runuser -u "$U" -- bb-stat env 35
+  assert_success
+  assert_line "export DW_JOB_STRIPED=$TEST_DIR/nvme/job/main.35.1"
+  assert_line "export DW_PERSISTENT_STRIPED_x=$TEST_DIR/nvme/persistent/main.x"
+}
+
+@test "env is not written in Slurm mode" {
+  U=$(test_user)
+  write_config 'mode = "slurm"'
+  env_job 36 "#BB_LUA pool=nvme capacity=1G"
+  assert_not_exist "$TEST_DIR/nvme/env/main.36"
+  run runuser -u "$U" -- bb-stat env 36
+  assert_failure 66
+}
+
+@test "env: a malformed file is 65 naming it; usage errors are 64" {
+  U=$(test_user)
+  env_job 37 "#BB_LUA pool=nvme capacity=1G"
+  chmod 0600 "$TEST_DIR/nvme/env/main.37"
+  printf 'BB_JOB_DIR=/x\nnot a line\n' >"$TEST_DIR/nvme/env/main.37"
+  run runuser -u "$U" -- bb-stat env 37
+  assert_failure 65
+  assert_output --partial "$TEST_DIR/nvme/env/main.37"
+  run bb-stat env
+  assert_failure 64
+  run bb-stat env 37 --prometheus "$TEST_DIR/m.prom"
+  assert_failure 64
+  run bb-stat pools --shell
+  assert_failure 64
 }

@@ -42,10 +42,11 @@ assert_one_line_error() {
 # Prints a string of N bytes of the character C.
 repeat() { head -c "$2" /dev/zero | tr '\0' "$1"; }
 
-# The pool holds only what bbkit made: the marker, job/, persistent/, trash/ and buffers.
+# The pool holds only what bbkit made: the marker, job/, persistent/, trash/, quarantine/, env/
+# and buffers.
 assert_pool_clean() {
   run find "$TEST_DIR/nvme" -mindepth 1 -maxdepth 1 -not -name .bbkit-pool -not -name job \
-    -not -name persistent -not -name trash -not -name quarantine
+    -not -name persistent -not -name trash -not -name quarantine -not -name env
   assert_output ''
   run bb-pool check
   assert_success

@@ -94,6 +94,7 @@ TEST(config, empty_text_gives_defaults) {
     EXPECT_EQ(config.timeouts.stage_out, 86400u);
     EXPECT_EQ(config.timeouts.other, 300u);
     EXPECT_EQ(config.timeouts.validate, 5u);
+    EXPECT_EQ(config.timeouts.queue, 600u);
     EXPECT_EQ(config.limits.stage_concurrency, 128u);
     EXPECT_EQ(config.limits.mover_threads, 8u);
     EXPECT_FALSE(config.limits.user_capacity);
@@ -117,6 +118,7 @@ stage_in = 100
 stage_out = 200
 other = 30
 validate = 2
+queue = 45
 [limits]
 stage_concurrency = 16
 mover_threads = 4
@@ -150,6 +152,7 @@ post_run = "/etc/bbkit/post_run.sh"
     EXPECT_EQ(config.timeouts.stage_out, 200u);
     EXPECT_EQ(config.timeouts.other, 30u);
     EXPECT_EQ(config.timeouts.validate, 2u);
+    EXPECT_EQ(config.timeouts.queue, 45u);
     EXPECT_EQ(config.limits.stage_concurrency, 16u);
     EXPECT_EQ(config.limits.mover_threads, 4u);
     EXPECT_EQ(config.limits.user_capacity, 10 * 1024 * gib);
@@ -205,7 +208,7 @@ TEST(config, names_a_quoted_unknown_key_whole) {
 TEST(config, rejects_unknown_key_in_timeouts_with_line) {
     EXPECT_EQ(config_error("[timeouts]\nstage_in = 5\nstagein = 5\n"),
               "t.toml:3: timeouts.stagein: unknown key 'stagein' (known: stage_in, stage_out, "
-              "other, validate)");
+              "other, validate, queue)");
 }
 
 TEST(config, rejects_unknown_key_in_limits_with_line) {

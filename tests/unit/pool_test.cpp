@@ -648,9 +648,15 @@ TEST_F(PoolTest, replace_refuses_while_a_buffers_run_lock_is_held) {
 }
 
 TEST_F(PoolTest, wait_without_a_value_is_no_limit_and_garbage_is_a_usage_error) {
-    EXPECT_GE(parse_wait(""), std::chrono::hours(24 * 300));
-    EXPECT_EQ(parse_wait("1.5"), std::chrono::milliseconds(1500));
-    EXPECT_EQ(parse_wait("0"), std::chrono::milliseconds(0));
-    for (const char* bad : {"abc", "-1", "1x", "nan"})
-        EXPECT_EQ(code_of([&] { parse_wait(bad); }), ExitCode::usage) << bad;
+    EXPECT_GE(parse_wait("", 600), std::chrono::hours(24 * 300));
+    EXPECT_GE(parse_wait("none", 600), std::chrono::hours(24 * 300));
+    EXPECT_EQ(parse_wait("1.5", 600), std::chrono::milliseconds(1500));
+    EXPECT_EQ(parse_wait("0", 600), std::chrono::milliseconds(0));
+    for (const char* bad : {"abc", "-1", "1x", "nan", "Default"})
+        EXPECT_EQ(code_of([&] { parse_wait(bad, 600); }), ExitCode::usage) << bad;
+}
+
+TEST_F(PoolTest, wait_default_is_the_configured_queue_timeout) {
+    EXPECT_EQ(parse_wait("default", 7), std::chrono::seconds(7));
+    EXPECT_EQ(parse_wait("default", Timeouts{}.queue), std::chrono::seconds(600));
 }

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "bbkit/pool.hpp"
+#include "bbkit/pool_dir.hpp"
 #include "bbkit/teardown.hpp"
 #include "bbkit/user.hpp"
 
@@ -79,9 +80,57 @@ TEST(FindingKind, prints_the_names_scripts_match) {
         {FindingKind::stale_queue, "stale-queue"},
         {FindingKind::pool_unavailable, "pool-unavailable"},
         {FindingKind::usage_mismatch, "usage-mismatch"},
-        {FindingKind::kept_entry, "kept-entry"}};
+        {FindingKind::kept_entry, "kept-entry"},
+        {FindingKind::stale_environment, "stale-environment"}};
     for (const auto& [kind, name] : names)
         EXPECT_EQ(to_string(kind), name);
+}
+
+TEST_F(CheckTest, an_environment_file_without_a_live_buffer_is_stale_and_repair_removes_it) {
+    allocate_job(1);
+    allocate_job(2);
+    teardown_job(*store_, config_, 2, TeardownOptions{}, "test");
+    PoolDir dir = PoolDir::open(config_.pools.at(0), std::nullopt);
+    const std::string env = dir_ + "/small/env/";
+    for (const char* name : {"t.1", "t.2", "t.3", "other.4"})
+        dir.write_job_environment(name, "BB_JOB_DIR=/x\n", nobody_.uid, nobody_.gid);
+    std::vector<std::string> stale;
+    for (const Finding& f : check(*store_, config_, false, "test")) {
+        EXPECT_EQ(f.kind, FindingKind::stale_environment) << f.subject;
+        stale.push_back(f.subject);
+    }
+    std::sort(stale.begin(), stale.end());
+    EXPECT_EQ(stale, (std::vector<std::string>{"env/t.2", "env/t.3"}));
+    for (const Finding& f : check(*store_, config_, true, "test"))
+        EXPECT_TRUE(f.repaired) << f.subject;
+    EXPECT_TRUE(fs::exists(env + "t.1"));
+    EXPECT_FALSE(fs::exists(env + "t.2"));
+    EXPECT_FALSE(fs::exists(env + "t.3"));
+    EXPECT_TRUE(fs::exists(env + "other.4"));  // another cluster's
+    EXPECT_TRUE(check(*store_, config_, false, "test").empty());
+}
+
+TEST_F(CheckTest, recover_removes_an_environment_file_a_killed_teardown_left) {
+    allocate_job(1);
+    allocate_job(2);
+    teardown_job(*store_, config_, 2, TeardownOptions{}, "test");
+    PoolDir dir = PoolDir::open(config_.pools.at(0), std::nullopt);
+    for (const char* name : {"t.1", "t.2"})  // t.2: as if killed after its teardown's commit
+        dir.write_job_environment(name, "BB_JOB_DIR=/x\n", nobody_.uid, nobody_.gid);
+    const std::vector<std::string> actions =
+        recover(*store_, config_, std::chrono::seconds(1), "test");
+    EXPECT_TRUE(std::any_of(actions.begin(), actions.end(), [](const std::string& a) {
+        return a.find("/env/t.2: removed") != std::string::npos;
+    }));
+    EXPECT_TRUE(fs::exists(dir_ + "/small/env/t.1"));
+    EXPECT_FALSE(fs::exists(dir_ + "/small/env/t.2"));
+    EXPECT_TRUE(recover(*store_, config_, std::chrono::seconds(1), "test").empty());
+}
+
+TEST_F(CheckTest, env_itself_is_nothing_odd) {
+    allocate_job(1);
+    fs::remove(dir_ + "/small/env");  // nor its absence (a pool initialised before it)
+    EXPECT_TRUE(check(*store_, config_, false, "test").empty());
 }
 
 TEST_F(CheckTest, a_consistent_pool_has_no_findings) {

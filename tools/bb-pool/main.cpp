@@ -155,11 +155,10 @@ int main(int argc, char** argv) {
         alloc->add_option("--expires", a.expires,
                           "Persistent buffer expiry: YYYY-MM-DD[THH:MM:SS]");
         wait = alloc
-                   ->add_option(
-                       "--wait", o.wait,
-                       "Short of space: wait in the pool's FIFO queue (SECONDS; none = no limit)")
-                   ->expected(0, 1)
-                   ->check(CLI::NonNegativeNumber);
+                   ->add_option("--wait", o.wait,
+                                "Short of space: wait in the pool's FIFO queue (SECONDS; default = "
+                                "timeouts.queue; none or no value = no limit)")
+                   ->expected(0, 1);
         alloc->add_flag("--json", o.json, "Print JSON");
     }
 
@@ -230,7 +229,7 @@ int main(int argc, char** argv) {
             if (a.text.script)
                 a.text.script = read_input_file(*a.text.script);
             if (wait != nullptr && wait->count() > 0)
-                a.wait = parse_wait(o.wait.empty() ? "" : o.wait.front());
+                a.wait = parse_wait(o.wait.empty() ? "" : o.wait.front(), config.timeouts.queue);
             const AllocResult result = allocate(store, config, build_alloc_request(config, a), who);
             if (o.json)
                 print(alloc_json(result));

@@ -15,6 +15,7 @@
 #include "bbkit/render.hpp"
 #include "bbkit/stat_render.hpp"
 #include "bbkit/store.hpp"
+#include "bbkit/task_environment.hpp"
 #include "bbkit/tool.hpp"
 #include "bbkit/views.hpp"
 
@@ -22,7 +23,7 @@ namespace {
 
 using namespace bbkit;
 
-enum class View { pools, sessions, instances, configurations, burst, job };
+enum class View { pools, sessions, instances, configurations, burst, job, env };
 
 struct Request {
     View view = View::pools;
@@ -33,6 +34,7 @@ struct Request {
 struct Options {
     std::vector<std::string> words;
     bool json = false;
+    bool shell = false;
     std::optional<std::string> prometheus;
     std::optional<uid_t> for_uid;
 };
@@ -43,10 +45,13 @@ Request parse_words(const std::vector<std::string>& words) {
         return request;
     request.explicit_view = true;
     const std::string& word = words[0];
-    const std::vector<std::pair<std::string, View>> views{
-        {"pools", View::pools},         {"sessions", View::sessions},
-        {"instances", View::instances}, {"configurations", View::configurations},
-        {"burst", View::burst},         {"job", View::job}};
+    const std::vector<std::pair<std::string, View>> views{{"pools", View::pools},
+                                                          {"sessions", View::sessions},
+                                                          {"instances", View::instances},
+                                                          {"configurations", View::configurations},
+                                                          {"burst", View::burst},
+                                                          {"job", View::job},
+                                                          {"env", View::env}};
     bool known = false;
     for (const auto& [name, view] : views)
         if (word == name) {
@@ -56,15 +61,15 @@ Request parse_words(const std::vector<std::string>& words) {
     if (!known)
         throw Error(ExitCode::usage, "unknown view '" + word +
                                          "' (pools, sessions, instances, configurations, "
-                                         "burst or job ID)");
-    if (request.view != View::job) {
+                                         "burst, job ID or env ID)");
+    if (request.view != View::job && request.view != View::env) {
         if (words.size() > 1)
             throw Error(ExitCode::usage,
                         "'" + word + "' takes no argument, got '" + words[1] + "'");
         return request;
     }
     if (words.size() != 2)
-        throw Error(ExitCode::usage, "job needs exactly one job ID");
+        throw Error(ExitCode::usage, word + " needs exactly one job ID");
     request.job_id = parse_job_id(words[1], "job ID");
     return request;
 }
@@ -107,6 +112,7 @@ void print_view(const Request& request, const StatusSnapshot& snapshot, const Co
                 std::cout << burst_text(snapshot, config);
             return;
         case View::job:
+        case View::env:
             return;  // printed by run()
     }
 }
@@ -119,9 +125,26 @@ void print_job(const JobStatus& job, bool json) {
         std::cout << job_text(job, now);
 }
 
+// Runs as the job's user on a compute node (a TaskProlog): the pools and the configuration
+// only, never the state directory, which is the controller's.
+int run_env(const Config& config, const Request& request, const Options& options) {
+    const TaskEnvironment env = read_task_environment(config, request.job_id, geteuid());
+    if (options.json)
+        print_json(task_environment_json(env));
+    else
+        std::cout << task_environment_text(env, options.shell);
+    return 0;
+}
+
 int run(const CommonOptions& common, const Options& options) {
     const Request request = parse_words(options.words);
+    if (options.shell && request.view != View::env)
+        throw Error(ExitCode::usage, "--shell goes with the env view only");
+    if (request.view == View::env && (options.prometheus || options.for_uid))
+        throw Error(ExitCode::usage, "env takes neither --prometheus nor --for-uid");
     const Config config = load_effective_config(common);
+    if (request.view == View::env)
+        return run_env(config, request, options);
     const bool show = request.explicit_view || !options.prometheus;
 
     std::optional<JobStatus> job;
@@ -166,8 +189,11 @@ int main(int argc, char** argv) {
 
     Options options;
     app.add_option("VIEW", options.words,
-                   "pools (default), sessions, instances, configurations, burst, or job ID");
+                   "pools (default), sessions, instances, configurations, burst, job ID, or env "
+                   "ID");
     app.add_flag("--json", options.json, "Print the view as JSON");
+    app.add_flag("--shell", options.shell,
+                 "env: print export NAME='value' lines quoted for eval in sh");
     app.add_option("--for-uid", options.for_uid,
                    "Show only what user UID may see: with the PrivateData flag, their own "
                    "buffers (root and the state directory's owner see all). For a privileged "
@@ -187,6 +213,10 @@ int main(int argc, char** argv) {
         "  burst           the exact layout of Slurm's `scontrol show burst`\n"
         "  job ID          one job's buffer: state, Slurm reason, queue position, sizes,\n"
         "                  directory, per-phase timings, staging progress\n"
+        "  env ID          standalone mode, for a TaskProlog: the job's environment\n"
+        "                  (BB_JOB_DIR, DW_JOB_STRIPED, ...) as export NAME=value lines,\n"
+        "                  read from its pool's env/ as the job's user, without the state\n"
+        "                  directory (--shell: quoted for eval)\n"
         "The state directory's owner and root read the database; other users read public/.\n");
 
     return run_tool("bb-stat", app, argc, argv, common,
