@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # An install under a prefix other than the configured one (cmake --install --prefix): the
-# tools find their bb-mover, install-slurm and the examples find their tools, all relative to
+# tools find their bb-mover, install-slurm and the standalone scripts find their tools, all relative to
 # where they are installed (bbkit(7), FILES).
 
 load common
@@ -27,14 +27,17 @@ alloc_with_file() {
     --bb "#BB_LUA capacity=1G #BB_LUA stage_in type=file source=$TEST_DIR/pfs/in.txt destination=in.txt" >/dev/null
 }
 
-@test "the install puts the tools in bin, the mover in libexec/bbkit, the examples executable" {
+@test "the install puts the tools in bin, the mover in libexec/bbkit, the standalone scripts executable" {
   for tool in bb-parse bb-pool bb-stage bb-teardown bb-stat; do
     assert_file_executable "$P/bin/$tool"
   done
   assert_file_not_exists "$P/bin/bb-mover"
   assert_file_executable "$P/libexec/bbkit/bb-mover"
-  assert_file_executable "$P/share/bbkit/examples/prolog"
-  assert_file_executable "$P/share/bbkit/examples/epilog"
+  assert_file_executable "$P/share/bbkit/standalone/bbkit-job"
+  for script in prolog-slurmctld epilog-slurmctld task-prolog; do
+    assert_file_executable "$P/share/bbkit/standalone/slurm/$script"
+  done
+  assert_file_not_exists "$P/share/bbkit/examples"
   assert_file_executable "$P/share/bbkit/slurm/install-slurm"
   for s in pbs/prologue pbs/epilogue gridengine/prolog gridengine/epilog; do
     assert_file_executable "$P/share/bbkit/standalone/$s"
@@ -77,9 +80,9 @@ alloc_with_file() {
   assert_output "BBKIT_BINDIR = \"$P/bin\""
 }
 
-@test "the installed epilog finds the tools of its own prefix" {
+@test "the installed EpilogSlurmctld finds bbkit-job and the tools of its own prefix" {
   alloc_with_file 9
-  run env PATH=/usr/bin:/bin SLURM_JOB_ID=9 "$P/share/bbkit/examples/epilog"
+  run env PATH=/usr/bin:/bin SLURM_JOB_ID=9 "$P/share/bbkit/standalone/slurm/epilog-slurmctld"
   assert_success
   run "$P/bin/bb-stat" job 9 --json
   assert_output --partial teardown

@@ -148,6 +148,8 @@ job_script() {
   run install_scripts
   assert_failure 78
   assert_output --partial 'set mode = "slurm"'
+  assert_output --partial 'use --standalone'
+  assert_file_not_exists "$CONF/burst_buffer.lua"
   write_config 'mode = "slurm"' 'directives = ["BB_LUA"]' '[timeouts]' 'stage_in = 600' 'other = 120'
   printf 'Directive=DW\nStageInTimeout=600\n' >"$CONF/burst_buffer.conf"
   run install_scripts
@@ -164,6 +166,56 @@ job_script() {
   run install_scripts
   assert_success
   assert_output --partial "burst_buffer.conf checked (kept as it is)"
+}
+
+@test "install-slurm --standalone prints the slurm.conf lines naming the installed scripts and writes nothing next to slurm.conf" {
+  once_per_lua_set
+  write_config 'mode = "standalone"'
+  run "$SLURM_SHARE/install-slurm" --standalone --slurm-conf-dir "$CONF" --config "$BBKIT_CONFIG" \
+    --bindir "$BBKIT_BIN"
+  assert_success
+  scripts=$(cd "$SLURM_SHARE/../standalone/slurm" && pwd)
+  assert_line "PrologSlurmctld=$scripts/prolog-slurmctld"
+  assert_line "EpilogSlurmctld=$scripts/epilog-slurmctld"
+  assert_line "TaskProlog=$scripts/task-prolog"
+  refute_line --partial BurstBufferType=
+  refute_line --partial CliFilterPlugins=
+  for name in prolog-slurmctld epilog-slurmctld task-prolog; do
+    assert_file_executable "$scripts/$name"
+  done
+  assert_file_executable "$scripts/../bbkit-job"
+  # No Lua, no burst_buffer.conf, no drop-in for a root SlurmUser.
+  run ls -A "$CONF"
+  assert_output ""
+  # A Slurm-mode configuration is refused with --standalone, and the reverse.
+  write_config 'mode = "slurm"' 'directives = ["BB_LUA"]'
+  run "$SLURM_SHARE/install-slurm" --standalone --slurm-conf-dir "$CONF" --config "$BBKIT_CONFIG" \
+    --bindir "$BBKIT_BIN"
+  assert_failure 78
+  assert_output --partial '--standalone needs mode = "standalone"'
+}
+
+@test "install-slurm --standalone writes the sudoers drop-in an unprivileged SlurmUser needs for bbkit-job's calls" {
+  once_per_lua_set
+  user=$(test_user)
+  # SlurmUser needs no state_group in standalone mode: the job's user reads its own env file.
+  write_config 'mode = "standalone"'
+  run "$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG" "$SLURM_SHARE/install-slurm" \
+    --standalone --slurm-conf-dir "$CONF" --bindir "$BBKIT_BIN" --slurm-user "$user"
+  assert_success
+  assert_output --partial "install -m 0440 -o root -g root $CONF/bbkit.sudoers /etc/sudoers.d/bbkit"
+  assert_line --partial "PrologSlurmctld="
+  run visudo -cf "$CONF/bbkit.sudoers"
+  assert_success
+  bin=$BBKIT_BIN
+  run awk '/^#/ { next } { line = line $0 } /\\$/ { sub(/\\$/, "", line); next } { gsub(/ +/, " ", line); print line; line = "" }' "$CONF/bbkit.sudoers"
+  assert_output "Defaults:$user !requiretty
+$user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bin/bb-stage --job *, $bin/bb-teardown --job *, $bin/bb-stat *"
+  # Through sudo the tools read only /etc/bbkit/bbkit.toml: another configuration is refused.
+  run "$SLURM_SHARE/install-slurm" --standalone --slurm-conf-dir "$CONF" --config "$BBKIT_CONFIG" \
+    --bindir "$BBKIT_BIN" --slurm-user "$user"
+  assert_failure 78
+  assert_output --partial "which read only /etc/bbkit/bbkit.toml"
 }
 
 @test "install-slurm checks the scripts with the luac of the Lua Slurm's plugin links" {

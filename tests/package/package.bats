@@ -37,7 +37,8 @@ UNITS="bbkit-recover.service bbkit-reap.service bbkit-reap.timer bbkit-check.ser
     assert_file_executable "/usr/bin/$tool"
   done
   assert_file_executable /usr/libexec/bbkit/bb-mover
-  assert_file_executable /usr/share/bbkit/examples/prolog
+  assert_file_executable /usr/share/bbkit/standalone/bbkit-job
+  assert_file_executable /usr/share/bbkit/standalone/slurm/prolog-slurmctld
   assert_file_executable /usr/share/bbkit/slurm/install-slurm
   for s in pbs/prologue pbs/epilogue gridengine/prolog gridengine/epilog; do
     assert_file_executable "/usr/share/bbkit/standalone/$s"

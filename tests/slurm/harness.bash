@@ -1,8 +1,16 @@
-# A private Slurm cluster for the end-to-end suite: Debian's munged, slurmctld and slurmd
-# started by hand on loopback, in a temporary directory, with burst_buffer/lua and
-# cli_filter/lua running bbkit's scripts (installed through install-slurm) against a bbkit
-# configuration in Slurm mode. Only the processes started here are ever stopped, by their pid
-# files (SIGTERM, then SIGKILL); /etc/slurm and system services are never touched.
+# A private Slurm cluster for the end-to-end suites: Debian's munged, slurmctld and slurmd
+# started by hand on loopback, in a temporary directory. Two configurations, chosen by
+# HARNESS_MODE (set before loading this file):
+# - slurm (default, slurm.bats): burst_buffer/lua and cli_filter/lua run bbkit's scripts
+#   (installed through install-slurm) against a bbkit configuration in Slurm mode;
+# - standalone (standalone.bats): no burst_buffer plugin and no cli_filter; PrologSlurmctld,
+#   EpilogSlurmctld and TaskProlog are the installed tree's share/bbkit/standalone/slurm
+#   scripts (the lines `install-slurm --standalone` prints), bbkit.toml says mode =
+#   "standalone". Slurm 22.05 gives the controller scripts no environment, so slurmctld and
+#   slurmd run in a private mount namespace where /etc/slurm is this cluster's etc/ and
+#   /etc/bbkit/bbkit.toml its bbkit.toml (the host's files are never touched).
+# Only the processes started here are ever stopped, by their pid files (SIGTERM, then SIGKILL);
+# /etc/slurm and system services are never touched.
 #
 # Facts this relies on (Slurm 22.05 on Debian 12) are in the comments where they are used.
 # Every sbatch/squeue/scontrol line a test sees goes to $TRANSCRIPT.
@@ -22,6 +30,8 @@ INSTALL_SLURM=$BBKIT_SOURCE_DIR/share/bbkit/slurm/install-slurm
 [ -n "${BBKIT_BIN_DIR:-}" ] && INSTALL_SLURM=$BBKIT_BIN_DIR/../share/bbkit/slurm/install-slurm
 TRANSCRIPT=${BBKIT_SLURM_TRANSCRIPT:-$BBKIT_BUILD_DIR/tests/slurm/transcript.txt}
 SLURM_TEST_USER=bbkit-test
+HARNESS_MODE=${HARNESS_MODE:-slurm}
+case "$HARNESS_MODE" in slurm | standalone) ;; *) echo "HARNESS_MODE must be slurm or standalone" >&2; exit 64 ;; esac
 
 # ---------------------------------------------------------------------------------------------
 # Transcript and commands
@@ -256,28 +266,40 @@ SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-BurstBufferType=burst_buffer/lua
-CliFilterPlugins=cli_filter/lua
 NodeName=localhost NodeAddr=127.0.0.1 $hw State=UNKNOWN
 PartitionName=e2e Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
+  if [ "$HARNESS_MODE" = slurm ]; then
+    printf '%s\n' BurstBufferType=burst_buffer/lua CliFilterPlugins=cli_filter/lua >>"$SLURM_DIR/etc/slurm.conf"
+  else
+    # DebugFlags=Script logs every PrologSlurmctld/EpilogSlurmctld run in slurmctld.log.
+    sed -i 's/^DebugFlags=BurstBuffer$/DebugFlags=Script/' "$SLURM_DIR/etc/slurm.conf"
+  fi
 }
 
 # bbkit's configuration in Slurm mode: pools are directories inside the temporary directory.
 # Timeouts stay below burst_buffer.conf's so Slurm reports bbkit's message, not a kill.
+# In standalone mode every directive dialect is accepted (the default), and a job short of
+# space waits in the pool's queue, inside its PrologSlurmctld, up to [timeouts] queue seconds.
 write_bbkit_conf() {
+  local mode_lines='mode = "slurm"
+directives = ["BB_LUA"]' queue_line=''
+  if [ "$HARNESS_MODE" = standalone ]; then
+    mode_lines='mode = "standalone"'
+    queue_line="queue = ${BBKIT_SLURM_QUEUE_SECONDS:-150}"
+  fi
   cat >"$BBKIT_CONFIG" <<EOF
 state_dir = "$SLURM_DIR/bbkit/state"
-mode = "slurm"
+$mode_lines
 cluster = "e2e"
 state_group = "slurm"
-directives = ["BB_LUA"]
 
 [timeouts]
 stage_in = 240
 stage_out = 240
 other = 100
 validate = 4
+$queue_line
 
 [limits]
 mover_threads = 2
@@ -317,8 +339,12 @@ start_munge() {
 start_slurmctld() {
   local wrap=() user
   user=$(sed -n 's/^SlurmUser=//p' "$SLURM_CONF" | tail -n 1)
-  [ "${user:-root}" = root ] ||
+  if [ "$HARNESS_MODE" = standalone ]; then
+    site_paths_wrap
+    wrap=("${SITE_WRAP[@]}")
+  elif [ "${user:-root}" != root ]; then
     wrap=("$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG")
+  fi
   (
     cd "$SLURM_DIR/log" &&
       "${wrap[@]}" env -i PATH="$BBKIT_BIN:/usr/sbin:/usr/bin:/sbin:/bin" BBKIT_CONFIG="$BBKIT_CONFIG" \
@@ -328,8 +354,24 @@ start_slurmctld() {
   transcript "root# slurmctld -f $SLURM_CONF   # started, pid $(cat "$SLURM_DIR/run/slurmctld.pid" 2>/dev/null)"
 }
 
+# Standalone mode: the daemons (and every script and job they start) see this cluster's
+# slurm.conf and bbkit.toml at the default paths, /etc/slurm/slurm.conf and
+# /etc/bbkit/bbkit.toml, in a private mount namespace (Slurm 22.05 runs PrologSlurmctld and
+# EpilogSlurmctld with the job's variables only: no SLURM_CONF, no BBKIT_CONFIG). Sets SITE_WRAP.
+site_paths_wrap() {
+  mkdir -p /etc/slurm
+  # shellcheck disable=SC2016 # expanded by the inner shell
+  SITE_WRAP=("$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG"
+    sh -c 'mount --bind "$0" /etc/slurm && exec "$@"' "$SLURM_DIR/etc")
+}
+
 start_slurmd() {
-  (cd "$SLURM_DIR/log" && env -i PATH="/usr/sbin:/usr/bin:/sbin:/bin" SLURM_CONF="$SLURM_CONF" \
+  local wrap=()
+  if [ "$HARNESS_MODE" = standalone ]; then
+    site_paths_wrap
+    wrap=("${SITE_WRAP[@]}")
+  fi
+  (cd "$SLURM_DIR/log" && "${wrap[@]}" env -i PATH="/usr/sbin:/usr/bin:/sbin:/bin" SLURM_CONF="$SLURM_CONF" \
     slurmd -f "$SLURM_CONF" -N localhost)
   wait_until 30 "the node to be idle" node_idle
 }
@@ -406,7 +448,12 @@ start_guard() {
 # slurmctld, see start_slurmctld) then run where that is $BBKIT_CONFIG (with-default-config).
 install_bbkit_scripts() {
   local user=${1:-root} args wrap=()
-  args=(--slurm-conf-dir "$SLURM_DIR/etc" --bindir "$BBKIT_BIN" --slurm-api 22.05 --slurm-user "$user")
+  args=(--slurm-conf-dir "$SLURM_DIR/etc" --bindir "$BBKIT_BIN" --slurm-user "$user")
+  if [ "$HARNESS_MODE" = standalone ]; then
+    args=(--standalone "${args[@]}")
+  else
+    args+=(--slurm-api 22.05)
+  fi
   if [ "$user" = root ]; then
     args+=(--config "$BBKIT_CONFIG")
   else
@@ -415,6 +462,15 @@ install_bbkit_scripts() {
   "${wrap[@]}" "${BBKIT_INSTALL_SLURM:-$INSTALL_SLURM}" "${args[@]}" >"$SLURM_DIR/log/install-slurm.log" 2>&1 ||
     { cat "$SLURM_DIR/log/install-slurm.log" >&2; return 1; }
   transcript "root# install-slurm $(printf '%q ' "${args[@]}")"
+  if [ "$HARNESS_MODE" = standalone ]; then
+    # The slurm.conf lines install-slurm --standalone prints, as a site would add them.
+    local lines
+    lines=$(grep -E '^(PrologSlurmctld|EpilogSlurmctld|TaskProlog)=/' "$SLURM_DIR/log/install-slurm.log")
+    [ "$(printf '%s\n' "$lines" | wc -l)" -eq 3 ] ||
+      { cat "$SLURM_DIR/log/install-slurm.log" >&2; echo "install-slurm --standalone printed no slurm.conf lines" >&2; return 1; }
+    printf '%s\n' "$lines" >>"$SLURM_CONF"
+    transcript "$lines"
+  fi
 }
 
 # A stage-in that lasts seconds without any help from bbkit: one file of zeros copied into the
