@@ -646,18 +646,35 @@ std::optional<Finding> orphan_trash(const CheckRun& run, PoolDir& dir, const Can
     return orphan(run, dir, c, FindingKind::orphan_trash, stamp);
 }
 
+// The fresh read a finding is confirmed against: under the state lock when repairing (what
+// it repairs must not change meanwhile, and done() commits), else a plain snapshot.
+class ConfirmingRead {
+  public:
+    explicit ConfirmingRead(const CheckRun& run) {
+        if (run.repair)
+            lock_.emplace(run.store, run.who);
+        else
+            fresh_.emplace(run.store);
+    }
+    Transaction& txn() {
+        return lock_ ? static_cast<Transaction&>(*lock_) : static_cast<Transaction&>(*fresh_);
+    }
+    void done() {
+        if (lock_)
+            lock_->commit();
+    }
+
+  private:
+    std::optional<WriteTransaction> lock_;
+    std::optional<ReadSnapshot> fresh_;
+};
+
 // The candidates, in listing order, confirmed against a fresh read: under the state lock when
 // repairing, because an alloc commits its record before it creates the directory.
 void orphans(const CheckRun& run, Survey& s, const std::vector<Candidate>& candidates,
              TimePoint now, Findings& findings) {
-    std::optional<WriteTransaction> lock;
-    std::optional<ReadSnapshot> fresh;
-    if (run.repair)
-        lock.emplace(run.store, run.who);
-    else
-        fresh.emplace(run.store);
-    Transaction& txn =
-        run.repair ? static_cast<Transaction&>(*lock) : static_cast<Transaction&>(*fresh);
+    ConfirmingRead read(run);
+    Transaction& txn = read.txn();
     const Expected expected = expected_entries(txn);
     const std::string stamp = std::to_string(
         std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count());
@@ -669,22 +686,15 @@ void orphans(const CheckRun& run, Survey& s, const std::vector<Candidate>& candi
         if (f)
             findings.push_back(*f);
     }
-    if (run.repair)
-        lock->commit();
+    read.done();
 }
 
 // A job's environment file that stale_environment_names finds (recover removes them, so this
 // sees one only when recover has not run since), confirmed under the state lock when
 // repairing, which removes it.
 void stale_environment(const CheckRun& run, Survey& s, Findings& findings) {
-    std::optional<WriteTransaction> lock;
-    std::optional<ReadSnapshot> fresh;
-    if (run.repair)
-        lock.emplace(run.store, run.who);
-    else
-        fresh.emplace(run.store);
-    Transaction& txn =
-        run.repair ? static_cast<Transaction&>(*lock) : static_cast<Transaction&>(*fresh);
+    ConfirmingRead read(run);
+    Transaction& txn = read.txn();
     for (auto& [pool, dir] : s.dirs) {
         if (!dir)
             continue;
@@ -708,8 +718,7 @@ void stale_environment(const CheckRun& run, Survey& s, Findings& findings) {
             findings.push_back(f);
         }
     }
-    if (run.repair)
-        lock->commit();
+    read.done();
 }
 
 // Repair of the stale-queue findings, last: the waiters still dead are dropped at once.
