@@ -49,8 +49,12 @@ bool privileged_viewer(const Config& config, uid_t viewer) {
     }
 }
 
+bool buffers_are_public(const Config& config) {
+    return !config.flags.private_data;
+}
+
 bool may_see(const Config& config, uid_t viewer, const Buffer& buffer) {
-    return !config.flags.private_data || buffer.uid == viewer || privileged_viewer(config, viewer);
+    return buffers_are_public(config) || buffer.uid == viewer || privileged_viewer(config, viewer);
 }
 
 }  // namespace bbkit

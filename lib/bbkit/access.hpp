@@ -38,5 +38,7 @@ bool privileged_viewer(const Config& config, uid_t viewer);
 // Slurm's PrivateData for burst buffers: with the PrivateData flag a user sees only their own
 // buffers, root and the state directory's owner see all; without it everyone sees all.
 bool may_see(const Config& config, uid_t viewer, const Buffer& buffer);
+// Whether every user may see every buffer (PrivateData is not set).
+bool buffers_are_public(const Config& config);
 
 }  // namespace bbkit

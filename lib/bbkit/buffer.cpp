@@ -162,4 +162,8 @@ std::string stalled_stage_text(const Buffer& b) {
            ")";
 }
 
+bool is_session_only(const Buffer& b) {
+    return b.key.kind() == BufferKind::job && b.requested_bytes == 0;
+}
+
 }  // namespace bbkit

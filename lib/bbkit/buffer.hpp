@@ -67,6 +67,9 @@ const Transition& check_transition(BufferKind kind, BufferState from, BufferStat
 
 struct Buffer {
     BufferKey key;
+    // The record's row in state.db, fixed for its life (0 before it is stored): DataWarp's
+    // session, instance and configuration id (bbkit(7), USE WITH SLURM (DATAWARP PLUGIN)).
+    std::int64_t record_id = 0;
     std::string pool;
     std::uint64_t requested_bytes = 0;
     std::uint64_t allocated_bytes = 0;  // rounded to the pool's granularity; what is charged
@@ -94,6 +97,11 @@ struct Buffer {
 
     static Buffer for_key(const BufferKey& key);  // directory filled in, the rest default
 };
+
+// A job buffer of 0 bytes: a session without space of its own, for a job that only uses or
+// creates persistent buffers (datawarp mode). It has a directory like every buffer, but no
+// BB_JOB_DIR or DW_JOB_* variables and no DataWarp instance.
+bool is_session_only(const Buffer& b);
 
 // A stage-in or stage-out that nobody runs any more: its stager failed (Buffer::failure says
 // why) or died without a word (killed: the record still names it). bb-stat job and bb-pool

@@ -286,7 +286,9 @@ Mode mode_of(const Field& field) {
         return Mode::standalone;
     if (mode == "slurm")
         return Mode::slurm;
-    field.fail("must be \"standalone\" or \"slurm\", got '" + mode + "'");
+    if (mode == "datawarp")
+        return Mode::datawarp;
+    field.fail("must be \"standalone\", \"slurm\" or \"datawarp\", got '" + mode + "'");
 }
 
 void check_directive_word(const Field& field, const std::string& word) {
@@ -364,6 +366,24 @@ std::vector<std::string> users_of(const Field& field) {
     return users;
 }
 
+// Slurm's datawarp plugin reads #DW and #BB lines and nothing else, so bbkit must too: by
+// default in datawarp mode, and a `directives` that says otherwise is refused.
+void check_datawarp_directives(const Field& root, Config& config) {
+    if (config.mode != Mode::datawarp)
+        return;
+    const std::optional<Field> given = find(root, "directives");
+    if (!given) {
+        config.directives = datawarp_directives();
+        return;
+    }
+    std::vector<std::string> sorted = config.directives;
+    std::sort(sorted.begin(), sorted.end());
+    if (sorted != std::vector<std::string>{"BB", "DW"})
+        given->fail(
+            "must be [\"DW\", \"BB\"] in datawarp mode (what Slurm's datawarp plugin "
+            "reads), or left out");
+}
+
 void read_identity(const Field& root, Config& config) {
     read_if_present(root, "state_dir", config.state_dir, normalized_path_of);
     read_if_present(root, "state_owner", config.state_owner, user_name_of);
@@ -372,6 +392,7 @@ void read_identity(const Field& root, Config& config) {
     read_if_present(root, "cluster", config.cluster, name_of);
     read_if_present(root, "directives", config.directives, directives_of);
     read_if_present(root, "flags", config.flags, flags_of);
+    check_datawarp_directives(root, config);
 }
 
 void read_access(const Field& root, Config& config) {
@@ -483,6 +504,9 @@ Config config_of(const Field& root) {
     read_if_present(root, "hooks", config.hooks, hooks_of);
     if (auto field = find(root, "default_pool"))
         config.default_pool = default_pool_of(*field, config.pools);
+    // Slurm's datawarp plugin takes the first pool dw_wlm_cli lists as its DefaultPool.
+    if (config.mode == Mode::datawarp && !config.default_pool && !config.pools.empty())
+        config.default_pool = config.pools.front().name;
     return config;
 }
 
@@ -773,8 +797,14 @@ const char* to_string(Mode mode) {
             return "standalone";
         case Mode::slurm:
             return "slurm";
+        case Mode::datawarp:
+            return "datawarp";
     }
     return "standalone";
+}
+
+bool slurm_drives(Mode mode) {
+    return mode == Mode::slurm || mode == Mode::datawarp;
 }
 
 std::vector<std::string> flag_names(const Flags& flags) {

@@ -14,7 +14,21 @@
 
 namespace bbkit {
 
-enum class Mode { standalone, slurm };
+// Who drives a buffer's life (bbkit(7), MODES): the tools' callers (prolog/epilog scripts, an
+// admin), Slurm's burst_buffer/lua plugin through burst_buffer.lua, or Slurm's
+// burst_buffer/datawarp plugin through bbkit's dw_wlm_cli.
+enum class Mode { standalone, slurm, datawarp };
+
+// Whether slurmctld drives the lifecycle (either plugin): then Slurm owns capacity decisions
+// and failure policy, and bbkit records, moves data and never contradicts it.
+bool slurm_drives(Mode mode);
+
+// The directive prefixes Slurm's datawarp plugin reads: #DW for job buffers, staging and
+// persistent use, #BB for persistent creation and destruction.
+inline const std::vector<std::string>& datawarp_directives() {
+    static const std::vector<std::string> words{"DW", "BB"};
+    return words;
+}
 
 // Slurm's maximum for burst-buffer timeouts; larger values are refused.
 constexpr unsigned max_timeout_seconds = 2073600;

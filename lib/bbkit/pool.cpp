@@ -68,7 +68,7 @@ void check_capacity_fits_at_all(const PoolConfig& pool, const AllocRequest& r,
 
 void check_user_limit(Transaction& txn, const Config& config, const AllocRequest& r,
                       std::uint64_t allocated) {
-    if (config.mode == Mode::slurm || !config.limits.user_capacity)
+    if (slurm_drives(config.mode) || !config.limits.user_capacity)
         return;
     const std::uint64_t held = txn.used_bytes_of_user(r.user.uid);
     if (held + allocated > *config.limits.user_capacity)
@@ -194,7 +194,7 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
             const Grant grant = capacity_decision(txn, pool, key, allocated, free);
             if (config.mode == Mode::standalone)
                 check_user_limit(txn, config, r, allocated);
-            if (grant == Grant::wait && config.mode == Mode::slurm) {
+            if (grant == Grant::wait && slurm_drives(config.mode)) {
                 spdlog::warn(
                     "pool {} over-committed: {} needs {} and {} is free (Slurm decided; see "
                     "bb-pool check)",
@@ -504,6 +504,29 @@ AllocRequest job_alloc_request(const Request& request, std::uint64_t job_id, con
 
 namespace {
 
+// Slurm's datawarp plugin runs setup for every burst-buffer job, also for one that asks for no
+// space of its own (it only uses or creates persistent buffers): such a job gets a session of
+// 0 bytes in `pool` (Slurm's pool argument, else default_pool), which
+// records the persistent buffers it uses for paths, pre-run and teardown.
+AllocRequest session_request(const Config& config, const Request& request, std::uint64_t job_id,
+                             const User& user, const std::optional<std::string>& pool) {
+    AllocRequest r;
+    r.job_id = job_id;
+    r.user = user;
+    if (pool)
+        r.pool = *pool;
+    else if (config.default_pool)
+        r.pool = *config.default_pool;  // datawarp mode has one when a pool is configured
+    else
+        throw Error(ExitCode::config, "no pool is configured");
+    configured_pool(config, r.pool);
+    r.capacity = 0;
+    r.staging = staging_record(request);
+    for (const PersistentUse& use : request.use)
+        r.uses_persistent.push_back(use.name);
+    return r;
+}
+
 // One synthesized directive line, parsed like a job's: the command line obeys script rules.
 Request parse_synthesized(const Config& config, const std::string& body, const JobContext& job) {
     RequestText text;
@@ -571,6 +594,11 @@ AllocRequest build_alloc_request(const Config& config, const AllocCommand& c) {
     Request request;
     if (c.text.script || c.text.bb || c.text.bbf)
         request = parse_request(c.text, config, job);
+    if (!c.capacity && !request.job_buffer && config.mode == Mode::datawarp) {
+        AllocRequest r = session_request(config, request, *c.job_id, user, c.pool);
+        r.wait = c.wait;
+        return r;
+    }
     if (c.capacity || !request.job_buffer) {
         if (!c.capacity)
             throw Error(ExitCode::data,
@@ -594,7 +622,7 @@ AllocRequest build_alloc_request(const Config& config, const AllocCommand& c) {
 AllocResult allocate(StateStore& store, const Config& config, const AllocRequest& r,
                      const std::string& who) {
     const PoolConfig& pool = configured_pool(config, r.pool);
-    if (r.capacity == 0)
+    if (r.capacity == 0 && !(r.job_id && config.mode == Mode::datawarp))
         throw Error(ExitCode::data, describe(r) + " requests no capacity");
     if (r.persistent_name) {
         check_persistent_name(*r.persistent_name);
@@ -679,7 +707,7 @@ Buffer complete_allocation(StateStore& store, const Config& config, const Buffer
     const PoolConfig& pool = configured_pool(config, b.pool);
     // Not fsync'd: recover rewrites env files from the records after a crash.
     if (key.kind() == BufferKind::job)
-        write_env_files(store, key, job_environment(buffer_path(pool, b), uses));
+        write_env_files(store, key, job_environment(b, buffer_path(pool, b), uses));
     fault_point("alloc.env-written");
     publish(txn, store, config);
     try {
@@ -697,15 +725,17 @@ Buffer complete_allocation(StateStore& store, const Config& config, const Buffer
     return b;
 }
 
-std::string job_environment(const std::string& buffer_path,
+std::string job_environment(const Buffer& job, const std::string& buffer_path,
                             const std::vector<std::pair<std::string, std::string>>& persistent) {
     auto line = [](const std::string& key, const std::string& value) {
         if (value.find_first_of(std::string("\n\0", 2)) != std::string::npos)
             throw Error(ExitCode::data, "environment value of " + key + " holds a newline or NUL");
         return key + "=" + value + "\n";
     };
-    std::string out = line("BB_JOB_DIR", buffer_path) + line("DW_JOB_STRIPED", buffer_path) +
-                      line("DW_JOB_PRIVATE", buffer_path);
+    std::string out;
+    if (!is_session_only(job))
+        out = line("BB_JOB_DIR", buffer_path) + line("DW_JOB_STRIPED", buffer_path) +
+              line("DW_JOB_PRIVATE", buffer_path);
     for (const auto& [name, path] : persistent) {
         std::string var = "DW_PERSISTENT_STRIPED_" + name;
         std::replace(var.begin(), var.end(), '-', '_');

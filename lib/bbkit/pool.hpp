@@ -134,10 +134,11 @@ Buffer complete_allocation(StateStore& store, const Config& config, const Buffer
                            const std::vector<std::pair<std::string, std::string>>& uses,
                            PendingSync& directory_durable, const std::string& who);
 
-// The KEY=VALUE lines of a buffer's job environment: BB_JOB_DIR, DW_JOB_STRIPED,
-// DW_JOB_PRIVATE, and DW_PERSISTENT_STRIPED_<name> for each persistent buffer used ('-' in
-// names becomes '_'). Values are checked: no newline or NUL.
-std::string job_environment(const std::string& buffer_path,
+// The KEY=VALUE lines of a job buffer's environment: BB_JOB_DIR, DW_JOB_STRIPED,
+// DW_JOB_PRIVATE (at `buffer_path`; none for a session without space, which a job that only
+// uses persistent buffers has in datawarp mode), and DW_PERSISTENT_STRIPED_<name> for each
+// persistent buffer used ('-' in names becomes '_'). Values are checked: no newline or NUL.
+std::string job_environment(const Buffer& job, const std::string& buffer_path,
                             const std::vector<std::pair<std::string, std::string>>& persistent);
 
 // <state>/env/<key>.env.

@@ -248,7 +248,7 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
                 continue;
             try {
                 const std::string text =
-                    job_environment(configured_pool(config, b.pool).path + "/" + b.directory,
+                    job_environment(b, configured_pool(config, b.pool).path + "/" + b.directory,
                                     resolve_persistent_uses(snapshot, config, b.uid, b.user,
                                                             recorded_persistent_uses(b)));
                 if (read_env_file(env_file_path(store, b.key)) != text ||

@@ -553,7 +553,7 @@ std::string job_paths(StateStore& store, const Config& config, std::uint64_t job
     const Buffer b = live_buffer(store, config, job_id);
     ReadSnapshot snapshot(store);
     return job_environment(
-        pool_path_of(config, b),
+        b, pool_path_of(config, b),
         resolve_persistent_uses(snapshot, config, b.uid, b.user, recorded_persistent_uses(b)));
 }
 

@@ -6,9 +6,11 @@
 #include <map>
 #include <sstream>
 
+#include "bbkit/dws_render.hpp"
 #include "bbkit/error.hpp"
 #include "bbkit/render.hpp"
 #include "bbkit/size.hpp"
+#include "bbkit/stage_plan.hpp"
 
 namespace bbkit {
 namespace {
@@ -143,20 +145,46 @@ std::string type_of(const Buffer& buffer) {
     return buffer.type.empty() ? "scratch" : buffer.type;
 }
 
-std::uint32_t activations_of(const Buffer& buffer) {
-    if (buffer.key.kind() == BufferKind::persistent)
-        return buffer.use_count;
-    return is_active(buffer.state) ? 1 : 0;
+// A buffer with space is one DataWarp instance and one configuration; a job session without
+// space (datawarp mode's persistent-only jobs) has neither.
+bool has_instance(const Buffer& buffer) {
+    return !is_session_only(buffer);
+}
+
+// One activation per job buffer being used (pre-run to post-run) and configuration it
+// activates: its own, and each persistent buffer it uses (from its recorded request; a reader
+// of public/ sees only the first).
+struct Activation {
+    const Buffer* job;
+    const Buffer* configuration;
+};
+
+std::vector<Activation> activations(const std::vector<BufferStatus>& buffers) {
+    std::map<std::string, const Buffer*> persistent;
+    for (const BufferStatus& status : buffers)
+        if (status.buffer.key.kind() == BufferKind::persistent)
+            persistent[status.buffer.key.name] = &status.buffer;
+    std::vector<Activation> list;
+    for (const BufferStatus& status : buffers) {
+        const Buffer& b = status.buffer;
+        if (b.key.kind() != BufferKind::job || !is_active(b.state))
+            continue;
+        if (has_instance(b))
+            list.push_back({&b, &b});
+        for (const std::string& name : recorded_persistent_uses(b.staging))
+            if (auto it = persistent.find(name); it != persistent.end())
+                list.push_back({&b, it->second});
+    }
+    return list;
 }
 
 }  // namespace
 
 std::string sessions_table(const std::vector<BufferStatus>& buffers) {
     std::vector<std::vector<std::string>> rows;
-    std::size_t id = 0;
     for (const BufferStatus& status : buffers) {
         const Buffer& b = status.buffer;
-        rows.push_back({std::to_string(++id), dwstat_state(b), token_of(b), "bbkit",
+        rows.push_back({std::to_string(b.record_id), dwstat_state(b), token_of(b), "bbkit",
                         std::to_string(b.uid), slurm_time(b.created), expiration_of(b), "0"});
     }
     return dwstat_table(
@@ -165,13 +193,13 @@ std::string sessions_table(const std::vector<BufferStatus>& buffers) {
 
 std::string instances_table(const std::vector<BufferStatus>& buffers) {
     std::vector<std::vector<std::string>> rows;
-    std::size_t id = 0;
     for (const BufferStatus& status : buffers) {
         const Buffer& b = status.buffer;
-        ++id;
-        rows.push_back({std::to_string(id), dwstat_state(b), std::to_string(id),
-                        format_size(b.allocated_bytes), "0", slurm_time(b.created),
-                        expiration_of(b), "true", token_of(b),
+        if (!has_instance(b))
+            continue;
+        const std::string id = std::to_string(b.record_id);
+        rows.push_back({id, dwstat_state(b), id, format_size(b.allocated_bytes), "0",
+                        slurm_time(b.created), expiration_of(b), "true", token_of(b),
                         b.key.kind() == BufferKind::persistent ? "true" : "false", "1"});
     }
     return dwstat_table({"inst", "state", "sess", "bytes", "nodes", "created", "expiration",
@@ -181,22 +209,46 @@ std::string instances_table(const std::vector<BufferStatus>& buffers) {
 
 std::string configurations_table(const std::vector<BufferStatus>& buffers) {
     std::vector<std::vector<std::string>> rows;
-    std::size_t id = 0;
     for (const BufferStatus& status : buffers) {
         const Buffer& b = status.buffer;
-        ++id;
-        rows.push_back({std::to_string(id), dwstat_state(b), std::to_string(id), type_of(b),
-                        access_type_of(b), std::to_string(activations_of(b))});
+        if (!has_instance(b))
+            continue;
+        const std::string id = std::to_string(b.record_id);
+        rows.push_back({id, dwstat_state(b), id, type_of(b), access_type_of(b),
+                        std::to_string(activations_of(b))});
     }
     return dwstat_table({"conf", "state", "inst", "type", "access_type", "activs"}, rows);
 }
 
-json sessions_json(const std::vector<BufferStatus>& buffers) {
+std::string activations_table(const std::vector<BufferStatus>& buffers) {
+    std::vector<std::vector<std::string>> rows;
+    std::size_t id = 0;
+    for (const Activation& a : activations(buffers))
+        rows.push_back({std::to_string(++id), dwstat_state(*a.job),
+                        std::to_string(a.job->record_id),
+                        std::to_string(a.configuration->record_id), "0"});
+    return dwstat_table({"activ", "state", "sess", "conf", "nodes"}, rows);
+}
+
+json activations_json(const std::vector<BufferStatus>& buffers) {
     json list = json::array();
     std::size_t id = 0;
+    for (const Activation& a : activations(buffers))
+        list.push_back({{"activ", ++id},
+                        {"state", dwstat_state(*a.job)},
+                        {"sess", a.job->record_id},
+                        {"conf", a.configuration->record_id},
+                        {"token", token_of(*a.job)},
+                        {"configuration", token_of(*a.configuration)},
+                        {"nodes", 0}});
+    return list;
+}
+
+json sessions_json(const std::vector<BufferStatus>& buffers) {
+    json list = json::array();
     for (const BufferStatus& status : buffers) {
         const Buffer& b = status.buffer;
-        list.push_back({{"sess", ++id},
+        list.push_back({{"sess", b.record_id},
                         {"state", dwstat_state(b)},
                         {"token", token_of(b)},
                         {"key", b.key.str()},
@@ -211,13 +263,13 @@ json sessions_json(const std::vector<BufferStatus>& buffers) {
 
 json instances_json(const std::vector<BufferStatus>& buffers) {
     json list = json::array();
-    std::size_t id = 0;
     for (const BufferStatus& status : buffers) {
         const Buffer& b = status.buffer;
-        ++id;
-        list.push_back({{"inst", id},
+        if (!has_instance(b))
+            continue;
+        list.push_back({{"inst", b.record_id},
                         {"state", dwstat_state(b)},
-                        {"sess", id},
+                        {"sess", b.record_id},
                         {"bytes", b.allocated_bytes},
                         {"nodes", 0},
                         {"created", slurm_time(b.created)},
@@ -232,13 +284,13 @@ json instances_json(const std::vector<BufferStatus>& buffers) {
 
 json configurations_json(const std::vector<BufferStatus>& buffers) {
     json list = json::array();
-    std::size_t id = 0;
     for (const BufferStatus& status : buffers) {
         const Buffer& b = status.buffer;
-        ++id;
-        list.push_back({{"conf", id},
+        if (!has_instance(b))
+            continue;
+        list.push_back({{"conf", b.record_id},
                         {"state", dwstat_state(b)},
-                        {"inst", id},
+                        {"inst", b.record_id},
                         {"type", type_of(b)},
                         {"access_type", access_type_of(b)},
                         {"activs", activations_of(b)}});

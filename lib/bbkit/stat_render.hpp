@@ -18,11 +18,16 @@ namespace bbkit {
 // Slurm's time form in local time: 2021-08-11T10:13:38.
 std::string slurm_time(TimePoint time);
 
-// dwstat's tables: right-aligned columns, sizes in Slurm's printed form.
+// dwstat's tables: right-aligned columns, sizes in Slurm's printed form. Session, instance and
+// configuration ids are the buffers' record ids (the ones dw_wlm_cli gives Slurm).
 std::string pools_table(const std::vector<PoolStatus>& pools);
 std::string sessions_table(const std::vector<BufferStatus>& buffers);
 std::string instances_table(const std::vector<BufferStatus>& buffers);
 std::string configurations_table(const std::vector<BufferStatus>& buffers);
+// One row per configuration a job activates while it uses its buffers (pre-run to post-run):
+// its own buffer and each persistent buffer it uses; activ numbers the rows shown.
+std::string activations_table(const std::vector<BufferStatus>& buffers);
+nlohmann::json activations_json(const std::vector<BufferStatus>& buffers);
 nlohmann::json sessions_json(const std::vector<BufferStatus>& buffers);
 nlohmann::json instances_json(const std::vector<BufferStatus>& buffers);
 nlohmann::json configurations_json(const std::vector<BufferStatus>& buffers);

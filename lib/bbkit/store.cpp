@@ -380,6 +380,7 @@ Buffer read_buffer(const Query& q) {
     b.failure = q.text(26);
     if (!q.is_null(27))
         b.failed = from_nanos(q.integer(27));
+    b.record_id = q.integer(row_id_column);
     return b;
 }
 

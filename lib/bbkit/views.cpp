@@ -257,6 +257,13 @@ void restrict_to_viewer(StatusSnapshot& snapshot, const Config& config, uid_t vi
     snapshot.buffers = std::move(kept);
 }
 
+void restrict_to_anyone(StatusSnapshot& snapshot, const Config& config) {
+    if (buffers_are_public(config))
+        return;
+    snapshot.buffers.clear();
+    snapshot.counts.clear();
+}
+
 JobStatus job_status(Transaction& txn, const Config& config, std::uint64_t job_id,
                      std::optional<uid_t> viewer) {
     std::optional<Buffer> buffer = txn.latest_job_buffer(config.cluster, job_id);
@@ -379,6 +386,7 @@ json buffer_status_json(const BufferStatus& status) {
     for (const auto& [state, time] : b.entered)
         entered[to_string(state)] = to_seconds(time);
     return {{"key", b.key.str()},
+            {"id", b.record_id},
             {"cluster", b.key.cluster},
             {"job_id", job ? json(b.key.job_id) : json()},
             {"incarnation", job ? json(b.key.incarnation) : json()},
@@ -415,6 +423,8 @@ BufferStatus buffer_status_from_json(const json& value) {
     BufferStatus status;
     Buffer& b = status.buffer;
     b.key = parse_buffer_key(json_string(value, "key"));
+    if (value.contains("id") && value["id"].is_number_integer())  // absent from older snapshots
+        b.record_id = value["id"].get<std::int64_t>();
     b.pool = json_string(value, "pool");
     b.state = parse_buffer_state(json_string(value, "state"));
     b.reason = json_string(value, "reason");

@@ -93,6 +93,9 @@ StatusSnapshot read_public_status(const Config& config, uid_t uid);
 // those of the buffers kept): for a privileged caller answering for a user (`scontrol show
 // bbstat` runs as SlurmUser). Never shows more than the snapshot held.
 void restrict_to_viewer(StatusSnapshot& snapshot, const Config& config, uid_t viewer);
+// Keeps what any user may see, for a caller that cannot tell who asks (`scontrol show dwstat`
+// passes no uid): everything, or with PrivateData the pools only.
+void restrict_to_anyone(StatusSnapshot& snapshot, const Config& config);
 
 // The newest incarnation of `job_id` in `cluster`, with staging progress (progress only when
 // `state_dir` is given and readable). Error(no_input) "no burst buffer for job N", also when

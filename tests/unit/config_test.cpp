@@ -335,7 +335,33 @@ TEST(config, rejects_empty_state_owner) {
 
 TEST(config, rejects_unknown_mode) {
     EXPECT_EQ(config_error("mode = \"Slurm\"\n"),
-              "t.toml:1: mode: must be \"standalone\" or \"slurm\", got 'Slurm'");
+              "t.toml:1: mode: must be \"standalone\", \"slurm\" or \"datawarp\", got 'Slurm'");
+}
+
+TEST(config, datawarp_mode_reads_what_slurms_datawarp_plugin_reads) {
+    const Config config = parse_config(R"(mode = "datawarp"
+[[pool]]
+name = "a"
+path = "/bb/a"
+capacity = "1GiB"
+[[pool]]
+name = "b"
+path = "/bb/b"
+capacity = "1GiB"
+)",
+                                       "t.toml");
+    EXPECT_EQ(config.mode, Mode::datawarp);
+    EXPECT_TRUE(slurm_drives(config.mode));
+    EXPECT_EQ(config.directives, (std::vector<std::string>{"DW", "BB"}));
+    ASSERT_TRUE(config.default_pool);
+    EXPECT_EQ(*config.default_pool, "a");  // Slurm's DefaultPool: the first pool listed
+    EXPECT_EQ(
+        parse_config("mode = \"datawarp\"\ndirectives = [\"BB\", \"DW\"]\n", "t.toml").directives,
+        (std::vector<std::string>{"BB", "DW"}));
+    EXPECT_EQ(config_error("mode = \"datawarp\"\ndirectives = [\"BB_LUA\", \"DW\", \"BB\"]\n"),
+              "t.toml:2: directives: must be [\"DW\", \"BB\"] in datawarp mode (what Slurm's "
+              "datawarp plugin reads), or left out");
+    EXPECT_FALSE(slurm_drives(Mode::standalone));
 }
 
 TEST(config, rejects_empty_cluster) {

@@ -18,6 +18,7 @@
 #include "bbkit/publish.hpp"
 #include "bbkit/recovery.hpp"
 #include "bbkit/run_lock.hpp"
+#include "bbkit/stage.hpp"
 #include "bbkit/teardown.hpp"
 #include "bbkit/views.hpp"
 #include "code_of.hpp"
@@ -131,6 +132,41 @@ TEST_F(PoolTest, slurm_mode_never_refuses_for_capacity) {
     const auto findings = check(*store_, config_, false, "test");
     ASSERT_FALSE(findings.empty());
     EXPECT_EQ(findings.front().kind, FindingKind::over_commit);
+}
+
+TEST_F(PoolTest, datawarp_mode_gives_a_job_without_space_a_session_of_zero_bytes) {
+    AllocRequest persistent;
+    persistent.persistent_name = "ps";
+    persistent.user = nobody_;
+    persistent.pool = "small";
+    persistent.capacity = KiB;
+    config_.flags.enable_persistent = true;
+    allocate(*store_, config_, persistent, "test");
+
+    AllocCommand command;
+    command.job_id = 7;
+    command.user = "nobody";
+    command.text.bb = "#DW persistentdw name=ps";
+    EXPECT_EQ(code_of([&] { build_alloc_request(config_, command); }), ExitCode::data);
+
+    config_.mode = Mode::datawarp;
+    config_.directives = datawarp_directives();
+    const AllocRequest session = build_alloc_request(config_, command);
+    EXPECT_EQ(session.capacity, 0u);
+    EXPECT_EQ(session.pool, "small");
+    const AllocResult r = allocate(*store_, config_, session, "test");
+    EXPECT_TRUE(is_session_only(r.buffer));
+    EXPECT_EQ(r.buffer.allocated_bytes, 0u);
+    EXPECT_EQ(status().used, KiB);  // the persistent buffer's only
+    {
+        ReadSnapshot snapshot(*store_);
+        EXPECT_EQ(snapshot.get_buffer(BufferKey::persistent("t", "ps")).use_count, 1u);
+    }
+    EXPECT_EQ(job_paths(*store_, config_, 7),
+              "DW_PERSISTENT_STRIPED_ps=" + dir_ + "/small/persistent/t.ps\n");
+    // Outside datawarp mode a job buffer still needs space.
+    config_.mode = Mode::slurm;
+    EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(8, 0), "test"); }), ExitCode::data);
 }
 
 TEST_F(PoolTest, user_capacity_limits_standalone_users) {
@@ -489,11 +525,22 @@ TEST_F(PoolTest, check_leaves_the_trash_entry_of_a_teardown_in_flight_alone) {
 }
 
 TEST_F(PoolTest, environment_lines_name_every_buffer_path) {
-    const std::string env = job_environment("/bb/job/1.1", {{"my-data", "/bb/persistent/my-data"}});
+    Buffer job = Buffer::for_key(BufferKey::job("main", 1, 1));
+    job.requested_bytes = 1 << 20;
+    const std::string env =
+        job_environment(job, "/bb/job/1.1", {{"my-data", "/bb/persistent/my-data"}});
     EXPECT_EQ(env,
               "BB_JOB_DIR=/bb/job/1.1\nDW_JOB_STRIPED=/bb/job/1.1\nDW_JOB_PRIVATE=/bb/job/1.1\n"
               "DW_PERSISTENT_STRIPED_my_data=/bb/persistent/my-data\n");
-    EXPECT_THROW(job_environment("/bb/a\nb", {}), Error);
+    EXPECT_THROW(job_environment(job, "/bb/a\nb", {}), Error);
+}
+
+TEST_F(PoolTest, a_session_without_space_has_only_its_persistent_buffers_in_its_environment) {
+    Buffer job = Buffer::for_key(BufferKey::job("main", 1, 1));
+    job.requested_bytes = 0;
+    EXPECT_EQ(job_environment(job, "/bb/job/1.1", {{"ps", "/bb/persistent/ps"}}),
+              "DW_PERSISTENT_STRIPED_ps=/bb/persistent/ps\n");
+    EXPECT_EQ(job_environment(job, "/bb/job/1.1", {}), "");
 }
 
 TEST_F(PoolTest, job_level_env_file_follows_the_current_incarnation) {

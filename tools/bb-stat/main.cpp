@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "bbkit/access.hpp"
 #include "bbkit/buffer.hpp"
 #include "bbkit/config.hpp"
+#include "bbkit/dws_render.hpp"
 #include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/render.hpp"
@@ -23,7 +25,7 @@ namespace {
 
 using namespace bbkit;
 
-enum class View { pools, sessions, instances, configurations, burst, job, env };
+enum class View { pools, sessions, instances, configurations, activations, burst, job, env };
 
 struct Request {
     View view = View::pools;
@@ -34,7 +36,9 @@ struct Request {
 struct Options {
     std::vector<std::string> words;
     bool json = false;
+    bool dws = false;
     bool shell = false;
+    bool for_anyone = false;
     std::optional<std::string> prometheus;
     std::optional<uid_t> for_uid;
 };
@@ -49,6 +53,7 @@ Request parse_words(const std::vector<std::string>& words) {
                                                           {"sessions", View::sessions},
                                                           {"instances", View::instances},
                                                           {"configurations", View::configurations},
+                                                          {"activations", View::activations},
                                                           {"burst", View::burst},
                                                           {"job", View::job},
                                                           {"env", View::env}};
@@ -61,7 +66,7 @@ Request parse_words(const std::vector<std::string>& words) {
     if (!known)
         throw Error(ExitCode::usage, "unknown view '" + word +
                                          "' (pools, sessions, instances, configurations, "
-                                         "burst, job ID or env ID)");
+                                         "activations, burst, job ID or env ID)");
     if (request.view != View::job && request.view != View::env) {
         if (words.size() > 1)
             throw Error(ExitCode::usage,
@@ -105,6 +110,12 @@ void print_view(const Request& request, const StatusSnapshot& snapshot, const Co
             else
                 std::cout << configurations_table(snapshot.buffers);
             return;
+        case View::activations:
+            if (json)
+                print_json(activations_json(snapshot.buffers));
+            else
+                std::cout << activations_table(snapshot.buffers);
+            return;
         case View::burst:
             if (json)
                 print_json(burst_json(snapshot, config));
@@ -115,6 +126,42 @@ void print_view(const Request& request, const StatusSnapshot& snapshot, const Co
         case View::env:
             return;  // printed by run()
     }
+}
+
+// What Slurm's burst_buffer/datawarp plugin reads from dw_wlm_cli (dws_render.hpp).
+void print_dws(const Request& request, const StatusSnapshot& snapshot,
+               const std::optional<JobStatus>& job) {
+    switch (request.view) {
+        case View::pools:
+            std::cout << dws_pools(snapshot.pools) << '\n';
+            return;
+        case View::sessions:
+            std::cout << dws_sessions(snapshot.buffers) << '\n';
+            return;
+        case View::instances:
+            std::cout << dws_instances(snapshot.buffers) << '\n';
+            return;
+        case View::configurations:
+            std::cout << dws_configurations(snapshot.buffers) << '\n';
+            return;
+        case View::job:
+            std::cout << dws_real_size(job->status.buffer) << '\n';
+            return;
+        default:
+            return;  // refused by check_dws
+    }
+}
+
+void check_dws(const Request& request, const Options& options) {
+    if (!options.dws)
+        return;
+    if (options.json || options.prometheus)
+        throw Error(ExitCode::usage, "--dws goes with neither --json nor --prometheus");
+    const View v = request.view;
+    if (v != View::pools && v != View::sessions && v != View::instances &&
+        v != View::configurations && v != View::job)
+        throw Error(ExitCode::usage,
+                    "--dws shows pools, sessions, instances, configurations or job ID");
 }
 
 void print_job(const JobStatus& job, bool json) {
@@ -140,8 +187,13 @@ int run(const CommonOptions& common, const Options& options) {
     const Request request = parse_words(options.words);
     if (options.shell && request.view != View::env)
         throw Error(ExitCode::usage, "--shell goes with the env view only");
-    if (request.view == View::env && (options.prometheus || options.for_uid))
-        throw Error(ExitCode::usage, "env takes neither --prometheus nor --for-uid");
+    if (request.view == View::env &&
+        (options.prometheus || options.for_uid || options.for_anyone || options.dws))
+        throw Error(ExitCode::usage,
+                    "env takes neither --prometheus, --for-uid, --for-anyone nor --dws");
+    if (options.for_uid && options.for_anyone)
+        throw Error(ExitCode::usage, "give --for-uid or --for-anyone, not both");
+    check_dws(request, options);
     const Config config = load_effective_config(common);
     if (request.view == View::env)
         return run_env(config, request, options);
@@ -166,12 +218,20 @@ int run(const CommonOptions& common, const Options& options) {
     }
     if (options.for_uid)
         restrict_to_viewer(snapshot, config, *options.for_uid);
+    if (options.for_anyone) {
+        restrict_to_anyone(snapshot, config);
+        if (job && !buffers_are_public(config))
+            throw Error(ExitCode::no_input, "no burst buffer for job " +
+                                                std::to_string(request.job_id) + " (PrivateData)");
+    }
 
     if (options.prometheus)
         write_file_atomically(*options.prometheus, prometheus_text(snapshot), 0644);
     if (!show)
         return 0;
-    if (job)
+    if (options.dws)
+        print_dws(request, snapshot, job);
+    else if (job)
         print_job(*job, options.json);
     else
         print_view(request, snapshot, config, options.json);
@@ -192,6 +252,9 @@ int main(int argc, char** argv) {
                    "pools (default), sessions, instances, configurations, burst, job ID, or env "
                    "ID");
     app.add_flag("--json", options.json, "Print the view as JSON");
+    app.add_flag("--dws", options.dws,
+                 "Print the view as DataWarp's dw_wlm_cli answers Slurm's datawarp plugin: pools, "
+                 "sessions, instances, configurations, or job ID (real_size)");
     app.add_flag("--shell", options.shell,
                  "env: print export NAME='value' lines quoted for eval in sh");
     app.add_option("--for-uid", options.for_uid,
@@ -200,6 +263,9 @@ int main(int argc, char** argv) {
                    "caller answering for a user, as burst_buffer.lua does for scontrol show "
                    "bbstat; it never shows more than the caller may see")
         ->type_name("UID");
+    app.add_flag("--for-anyone", options.for_anyone,
+                 "Show only what any user may see: with PrivateData, pools and no buffer. For a "
+                 "caller that cannot tell who asks (scontrol show dwstat)");
     add_file_option(app, common, "--prometheus", options.prometheus,
                     "Write metrics in Prometheus text format to FILE, atomically (prints the view "
                     "only when one is named; refused through sudo)")
@@ -208,8 +274,9 @@ int main(int argc, char** argv) {
         "Views:\n"
         "  pools           dwstat's pool table: pool units quantity free gran (the default)\n"
         "  sessions        dwstat sessions: one per live buffer\n"
-        "  instances       dwstat instances: one per live buffer\n"
-        "  configurations  dwstat configurations: one per live buffer\n"
+        "  instances       dwstat instances: one per live buffer with space\n"
+        "  configurations  dwstat configurations: one per live buffer with space\n"
+        "  activations     dwstat activations: configurations in use by running jobs\n"
         "  burst           the exact layout of Slurm's `scontrol show burst`\n"
         "  job ID          one job's buffer: state, Slurm reason, queue position, sizes,\n"
         "                  directory, per-phase timings, staging progress\n"
