@@ -3,6 +3,8 @@
 # HARNESS_MODE (set before loading this file):
 # - slurm (default, slurm.bats): burst_buffer/lua and cli_filter/lua run bbkit's scripts
 #   (installed through install-slurm) against a bbkit configuration in Slurm mode;
+# - datawarp (datawarp.bats): burst_buffer/datawarp runs bbkit's dw_wlm_cli and dwstat
+#   (install-slurm --plugin datawarp) against a bbkit configuration in datawarp mode;
 # - standalone (standalone.bats): no burst_buffer plugin and no cli_filter; PrologSlurmctld,
 #   EpilogSlurmctld and TaskProlog are the installed tree's share/bbkit/standalone/slurm
 #   scripts (the lines `install-slurm --standalone` prints), bbkit.toml says mode =
@@ -31,7 +33,7 @@ INSTALL_SLURM=$BBKIT_SOURCE_DIR/share/bbkit/slurm/install-slurm
 TRANSCRIPT=${BBKIT_SLURM_TRANSCRIPT:-$BBKIT_BUILD_DIR/tests/slurm/transcript.txt}
 SLURM_TEST_USER=bbkit-test
 HARNESS_MODE=${HARNESS_MODE:-slurm}
-case "$HARNESS_MODE" in slurm | standalone) ;; *) echo "HARNESS_MODE must be slurm or standalone" >&2; exit 64 ;; esac
+case "$HARNESS_MODE" in slurm | datawarp | standalone) ;; *) echo "HARNESS_MODE must be slurm, datawarp or standalone" >&2; exit 64 ;; esac
 
 # ---------------------------------------------------------------------------------------------
 # Transcript and commands
@@ -271,6 +273,8 @@ PartitionName=e2e Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
   if [ "$HARNESS_MODE" = slurm ]; then
     printf '%s\n' BurstBufferType=burst_buffer/lua CliFilterPlugins=cli_filter/lua >>"$SLURM_DIR/etc/slurm.conf"
+  elif [ "$HARNESS_MODE" = datawarp ]; then
+    echo BurstBufferType=burst_buffer/datawarp >>"$SLURM_DIR/etc/slurm.conf"
   else
     # DebugFlags=Script logs every PrologSlurmctld/EpilogSlurmctld run in slurmctld.log.
     sed -i 's/^DebugFlags=BurstBuffer$/DebugFlags=Script/' "$SLURM_DIR/etc/slurm.conf"
@@ -287,6 +291,9 @@ directives = ["BB_LUA"]' queue_line=''
   if [ "$HARNESS_MODE" = standalone ]; then
     mode_lines='mode = "standalone"'
     queue_line="queue = ${BBKIT_SLURM_QUEUE_SECONDS:-150}"
+  elif [ "$HARNESS_MODE" = datawarp ]; then
+    mode_lines="mode = \"datawarp\"
+flags = [${BBKIT_DATAWARP_FLAGS:-\"EnablePersistent\"}]"
   fi
   cat >"$BBKIT_CONFIG" <<EOF
 state_dir = "$SLURM_DIR/bbkit/state"
@@ -451,6 +458,8 @@ install_bbkit_scripts() {
   args=(--slurm-conf-dir "$SLURM_DIR/etc" --bindir "$BBKIT_BIN" --slurm-user "$user")
   if [ "$HARNESS_MODE" = standalone ]; then
     args=(--standalone "${args[@]}")
+  elif [ "$HARNESS_MODE" = datawarp ]; then
+    args=(--plugin datawarp "${args[@]}")
   else
     args+=(--slurm-api 22.05)
   fi

@@ -1,0 +1,320 @@
+#!/usr/bin/env bats
+# End to end with a real Slurm 22.05 and its burst_buffer/datawarp plugin: the plugin runs
+# bbkit's dw_wlm_cli and dwstat (share/bbkit/datawarp, installed by install-slurm --plugin
+# datawarp) for every step and every 30 s poll, as it ran Cray's DataWarp. Scenarios follow
+# what Slurm's own burst-buffer regression tests check: job buffers with real staging, job
+# arrays, persistent buffers created and destroyed by zero-node jobs and surviving a slurmctld
+# restart, EnablePersistent, afterburstbuffer, a reservation holding space, scontrol show
+# dwstat. Every line seen is kept in build/tests/slurm/transcript-datawarp.txt.
+
+HARNESS_MODE=datawarp
+BBKIT_SLURM_TRANSCRIPT=${BBKIT_SLURM_TRANSCRIPT:-${BBKIT_BUILD_DIR:?}/tests/slurm/transcript-datawarp.txt}
+load harness
+
+setup_file() {
+  mkdir -p "$(dirname "$TRANSCRIPT")"
+  : >"$TRANSCRIPT"
+  start_cluster root
+}
+
+teardown_file() {
+  finish_cluster
+}
+
+setup() {
+  transcript "" "== $BATS_TEST_DESCRIPTION"
+}
+
+teardown() {
+  cancel_leftover_jobs
+  if [ -n "${BATS_TEST_COMPLETED:-}" ]; then
+    transcript "-- passed"
+  else
+    transcript "-- FAILED"
+    {
+      echo "--- slurmctld.log (last 60 lines)"
+      tail -n 60 "$SLURM_DIR/log/slurmctld.log" 2>/dev/null
+    } >&3 2>/dev/null || true
+  fi
+}
+
+# A job script in $JOBS_DIR owned by the test user: the lines given, then `set -e` and the body
+# read from stdin.
+job_script() {
+  local file=$JOBS_DIR/$1
+  shift
+  {
+    echo '#!/bin/bash'
+    printf '#SBATCH --output=%s/%%x-%%j.out\n' "$JOBS_DIR"
+    for line in "$@"; do printf '%s\n' "$line"; done
+    echo 'set -euo pipefail'
+    cat
+  } >"$file"
+  chown "$SLURM_TEST_USER:" "$file"
+  echo "$file"
+}
+
+# Slurm's view of one pool: "TotalSpace FreeSpace UsedSpace", waiting (up to two 30 s polls)
+# until it is the one expected.
+wait_pool() {
+  local pool=$1 expected=$2
+  wait_until 75 "Slurm to report $pool as $expected" sh -c "[ \"\$(scontrol show burst | sed -n 's/^ *\(PoolName\[[0-9]*\]=\)\{0,1\}$pool .*TotalSpace=\([^ ]*\) FreeSpace=\([^ ]*\) UsedSpace=\([^ ]*\).*/\2 \3 \4/p')\" = '$expected' ]"
+}
+
+# pool1 is also the DefaultPool: `scontrol show burst` prints it on its first line.
+default_pool_figures() {
+  scontrol show burst | sed -n 's/^Name=datawarp DefaultPool=pool1 .*TotalSpace=\([^ ]*\) FreeSpace=\([^ ]*\) UsedSpace=\([^ ]*\).*/\1 \2 \3/p'
+}
+
+assert_default_pool() {
+  wait_until 75 "Slurm to report pool1 as $1" sh -c "[ \"\$(scontrol show burst | sed -n 's/^Name=datawarp DefaultPool=pool1 .*TotalSpace=\([^ ]*\) FreeSpace=\([^ ]*\) UsedSpace=\([^ ]*\).*/\1 \2 \3/p')\" = '$1' ]"
+}
+
+# bbkit's own figures for pool1 are whole: nothing used, nothing in trash.
+assert_bbkit_pool_whole() {
+  local figures t u tr f
+  figures=$(bbkit_pool "$1")
+  read -r t u tr f <<<"$figures"
+  [ "$u" = 0 ] && [ "$tr" = 0 ] && [ "$f" = "$t" ] || fail "bbkit's pool $1 is not whole: total used trash free = $figures"
+}
+
+@test "a. #DW jobdw with stage-in and stage-out of real files through dw_wlm_cli" {
+  mkdir -p "$DATA_DIR/a/tree/sub"
+  head -c 3000000 /dev/urandom >"$DATA_DIR/a/input.dat"
+  printf 'hello from the parallel file system\n' >"$DATA_DIR/a/tree/sub/hello.txt"
+  chown -R "$SLURM_TEST_USER:" "$DATA_DIR/a"
+  sum=$(sha256sum <"$DATA_DIR/a/input.dat" | cut -d' ' -f1)
+  script=$(job_script a.sh '#SBATCH --job-name=dw-a' \
+    '#DW jobdw capacity=8MiB access_mode=striped type=scratch' \
+    "#DW stage_in type=file source=$DATA_DIR/a/input.dat destination=\$DW_JOB_STRIPED/input.dat" \
+    "#DW stage_in type=directory source=$DATA_DIR/a/tree destination=\$DW_JOB_STRIPED/tree" \
+    "#DW stage_out type=directory source=\$DW_JOB_STRIPED/results destination=$DATA_DIR/a/results" <<'EOF2'
+echo "DW_JOB_STRIPED=$DW_JOB_STRIPED"
+mkdir "$DW_JOB_STRIPED/results"
+sha256sum <"$DW_JOB_STRIPED/input.dat" | cut -d' ' -f1 >"$DW_JOB_STRIPED/results/input.sha256"
+tr a-z A-Z <"$DW_JOB_STRIPED/tree/sub/hello.txt" >"$DW_JOB_STRIPED/results/upper.txt"
+id -un >"$DW_JOB_STRIPED/results/user"
+EOF2
+)
+  submit "$script"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 120
+  slurm_run scontrol show job "$JOB"
+  assert_output --partial "BurstBuffer=#DW jobdw capacity=8MiB"
+  assert_output --partial "ExitCode=0:0"
+  out=$(cat "$JOBS_DIR/dw-a-$JOB.out")
+  [[ $out == *"DW_JOB_STRIPED=$SLURM_DIR/pools/pool1/job/e2e.$JOB."* ]] || fail "job output: $out"
+  assert_equal "$(cat "$DATA_DIR/a/results/input.sha256")" "$sum"
+  assert_equal "$(cat "$DATA_DIR/a/results/upper.txt")" "HELLO FROM THE PARALLEL FILE SYSTEM"
+  assert_equal "$(cat "$DATA_DIR/a/results/user")" "$SLURM_TEST_USER"
+  assert_equal "$(stat -c %U "$DATA_DIR/a/results/upper.txt")" "$SLURM_TEST_USER"
+  # Slurm drove every step through dw_wlm_cli, in order.
+  for fn in job_process setup data_in real_size paths pre_run post_run data_out teardown; do
+    grep -q "dw_wlm_cli --function $fn .*$JOB\|dw_wlm_cli --function $fn --job .*/job.$JOB/script" "$SLURM_DIR/log/slurmctld.log" ||
+      fail "slurmctld.log shows no $fn call for job $JOB"
+  done
+  assert_default_pool "64MiB 64MiB 0"
+  assert_bbkit_pool_whole pool1
+}
+
+@test "b. a request larger than the pool is refused at submit by job_process, saying so" {
+  script=$(job_script b.sh '#SBATCH --job-name=dw-b' '#DW jobdw pool=small capacity=1GiB' <<<'true')
+  submit "$script"
+  [ "$status" -ne 0 ] || fail "sbatch accepted 1GiB from a 10MiB pool: $output"
+  assert_output --regexp "sbatch: error: burst_buffer/datawarp: bb-parse: .*capacity=1GiB.*'small' holds only 10MiB"
+  assert_output --partial "Batch job submission failed"
+  slurm_run squeue -h -n dw-b -o '%i %T %r'
+  assert_output ""
+  assert_bbkit_pool_whole small
+}
+
+@test "c. a job array: every task gets its own buffer and stages its own result out" {
+  mkdir -p "$DATA_DIR/c"
+  chown "$SLURM_TEST_USER:" "$DATA_DIR/c"
+  script=$(job_script c.sh '#SBATCH --job-name=dw-c' '#DW jobdw capacity=2MiB' \
+    "#DW stage_out type=file source=\$DW_JOB_STRIPED/out.txt destination=$DATA_DIR/c/task-%a.txt" <<'EOF2'
+echo "task $SLURM_ARRAY_TASK_ID in $DW_JOB_STRIPED" >"$DW_JOB_STRIPED/out.txt"
+EOF2
+)
+  submit --array=1-3 "$script"
+  assert_equal "$status" 0
+  local t
+  for t in 1 2 3; do
+    wait_job "${JOB}_$t" 'JobState=COMPLETED .*BurstBufferState=complete' 120
+  done
+  dirs=()
+  for t in 1 2 3; do
+    run cat "$DATA_DIR/c/task-$t.txt"
+    assert_success
+    assert_output --regexp "^task $t in $SLURM_DIR/pools/pool1/job/e2e\.[0-9]+\.[0-9]+$"
+    dirs+=("${output##* }")
+  done
+  # Three buffers, one per task.
+  [ "$(printf '%s\n' "${dirs[@]}" | sort -u | wc -l)" = 3 ] || fail "tasks shared buffers: ${dirs[*]}"
+  assert_default_pool "64MiB 64MiB 0"
+}
+
+@test "d. a persistent buffer: created by a zero-node job, used by other jobs, kept across a slurmctld restart, destroyed by a zero-node job" {
+  create=$(job_script d-create.sh '#SBATCH --job-name=dw-d-create' \
+    '#BB create_persistent name=dwshared capacity=5MiB access=striped type=scratch' <<<'true')
+  submit -N0 "$create"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 60
+  grep -q "dw_wlm_cli --function create_persistent -c CLI -t dwshared -u $TEST_UID -C pool1:5242880 -a striped -T scratch" "$SLURM_DIR/log/slurmctld.log" ||
+    fail "no create_persistent call in slurmctld.log"
+  slurm_run scontrol show burst
+  assert_output --regexp "Name=dwshared CreateTime=[^ ]+ Pool=pool1 Size=5MiB State=allocated UserID=$SLURM_TEST_USER\($TEST_UID\)"
+  slurm_run bb-stat sessions
+  assert_output --regexp " dwshared +bbkit +$TEST_UID "
+
+  writer=$(job_script d-write.sh '#SBATCH --job-name=dw-d-write' '#DW persistentdw name=dwshared' <<'EOF2'
+echo "DW_PERSISTENT_STRIPED_dwshared=$DW_PERSISTENT_STRIPED_dwshared"
+[ -z "${DW_JOB_STRIPED:-}" ] || { echo "unexpected DW_JOB_STRIPED=$DW_JOB_STRIPED"; exit 1; }
+echo "written by $SLURM_JOB_ID" >"$DW_PERSISTENT_STRIPED_dwshared/note"
+EOF2
+)
+  submit "$writer"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 90
+  writer_job=$JOB
+  grep -q "DW_PERSISTENT_STRIPED_dwshared=$SLURM_DIR/pools/pool1/persistent/e2e.dwshared" "$JOBS_DIR/dw-d-write-$writer_job.out" ||
+    fail "job output: $(cat "$JOBS_DIR/dw-d-write-$writer_job.out")"
+
+  restart_slurmctld "the persistent buffer must survive it"
+  wait_until 30 "the node to be idle" node_idle
+  slurm_run scontrol show burst
+  assert_output --regexp "Name=dwshared CreateTime=[^ ]+ Pool=pool1 Size=5MiB State=allocated UserID=$SLURM_TEST_USER\($TEST_UID\)"
+
+  reader=$(job_script d-read.sh '#SBATCH --job-name=dw-d-read' '#DW persistentdw name=dwshared' <<<'cat "$DW_PERSISTENT_STRIPED_dwshared/note"')
+  submit "$reader"
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 90
+  assert_equal "$(cat "$JOBS_DIR/dw-d-read-$JOB.out")" "written by $writer_job"
+
+  destroy=$(job_script d-destroy.sh '#SBATCH --job-name=dw-d-destroy' '#BB destroy_persistent name=dwshared' <<<'true')
+  submit -N0 "$destroy"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 60
+  wait_until 30 "Slurm to forget dwshared" sh -c '! scontrol show burst | grep -q "Name=dwshared"'
+  run bb-stat --json sessions
+  refute_output --partial dwshared
+  [ ! -e "$SLURM_DIR/pools/pool1/persistent/e2e.dwshared" ] || fail "the persistent buffer's directory is still there"
+  assert_default_pool "64MiB 64MiB 0"
+}
+
+@test "e. without EnablePersistent a user's create_persistent is refused at submit" {
+  # Slurm reads burst_buffer.conf's Flags when slurmctld starts.
+  sed -i 's/^Flags=.*/Flags=DisablePersistent/' "$SLURM_DIR/etc/burst_buffer.conf"
+  sed -i 's/^flags = .*/flags = []/' "$BBKIT_CONFIG"
+  restart_slurmctld "Flags=DisablePersistent"
+  create=$(job_script e.sh '#SBATCH --job-name=dw-e' \
+    '#BB create_persistent name=dwdenied capacity=1MiB access=striped type=scratch' <<<'true')
+  submit -N0 "$create"
+  local refused=$status said=$output
+  sed -i 's/^Flags=.*/Flags=EnablePersistent/' "$SLURM_DIR/etc/burst_buffer.conf"
+  sed -i 's/^flags = .*/flags = ["EnablePersistent"]/' "$BBKIT_CONFIG"
+  restart_slurmctld "Flags=EnablePersistent again"
+  [ "$refused" -ne 0 ] || fail "sbatch accepted a persistent buffer without EnablePersistent: $said"
+  # Slurm 22.05 logs why and answers "request invalid" (its parser's later check overwrites
+  # the permission error).
+  [[ $said == *"Batch job submission failed: Burst Buffer request invalid"* ]] || fail "sbatch said: $said"
+  grep -q "User $TEST_UID disabled from creating persistent burst buffer" "$SLURM_DIR/log/slurmctld.log" ||
+    fail "slurmctld.log does not say why"
+  ! grep -q "function create_persistent -c CLI -t dwdenied" "$SLURM_DIR/log/slurmctld.log" ||
+    fail "create_persistent ran for a refused job"
+  run bb-stat --json sessions
+  refute_output --partial dwdenied
+  # bbkit refuses it too, whoever asks it through the tools (not root itself).
+  sed -i 's/^flags = .*/flags = []/' "$BBKIT_CONFIG"
+  run setpriv --reuid="$TEST_UID" --regid="$TEST_GID" --init-groups bb-parse --script "$create" --user "$SLURM_TEST_USER"
+  sed -i 's/^flags = .*/flags = ["EnablePersistent"]/' "$BBKIT_CONFIG"
+  assert_equal "$status" 77
+  assert_output --partial "may not create persistent burst buffers (EnablePersistent is not set)"
+}
+
+@test "f. scontrol show dwstat prints bbkit's DataWarp tables and only them" {
+  script=$(job_script f.sh '#SBATCH --job-name=dw-f' '#DW jobdw capacity=3MiB' <<'EOF2'
+for i in $(seq 1 300); do [ -e "$SLURM_SUBMIT_DIR/release-f" ] && exit 0; sleep 0.2; done
+exit 1
+EOF2
+)
+  submit "$script"
+  wait_job "$JOB" 'JobState=RUNNING .*BurstBufferState=running' 60
+  slurm_run scontrol show dwstat
+  assert_line --regexp '^ *pool +units +quantity +free +gran'
+  assert_line --regexp '^ *pool1 +bytes +64MiB +61MiB +1MiB'
+  slurm_run scontrol show dwstat sessions
+  assert_line --regexp '^ *sess +state +token +creator +owner'
+  assert_line --regexp " CA--- +$JOB +bbkit +$TEST_UID "
+  slurm_run scontrol show dwstat instances
+  assert_line --regexp " 3MiB .* $JOB +false "
+  slurm_run scontrol show dwstat activations
+  assert_line --regexp '^ *activ +state +sess +conf +nodes'
+  slurm_run -u scontrol show dwstat sessions extra words
+  assert_output --partial "usage: dwstat"
+  slurm_run -u scontrol show dwstat "; touch /tmp/bbkit-dwstat-pwned"
+  assert_output --partial "usage: dwstat"
+  [ ! -e /tmp/bbkit-dwstat-pwned ] || fail "dwstat ran a user's words"
+  touch "$JOBS_DIR/release-f"
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 60
+}
+
+@test "g. --dependency=afterburstbuffer: the dependent job starts only after the parent's stage-out" {
+  mkdir -p "$DATA_DIR/g"
+  chown "$SLURM_TEST_USER:" "$DATA_DIR/g"
+  parent=$(job_script g1.sh '#SBATCH --job-name=dw-g1' '#DW jobdw capacity=40MiB' \
+    "#DW stage_out type=file source=\$DW_JOB_STRIPED/big.dat destination=$DATA_DIR/g/big.dat" <<'EOF2'
+head -c 33554432 /dev/urandom >"$DW_JOB_STRIPED/big.dat"
+sha256sum <"$DW_JOB_STRIPED/big.dat" | cut -d' ' -f1 >"$SLURM_SUBMIT_DIR/g.sha256"
+EOF2
+)
+  submit "$parent"
+  parent_job=$JOB
+  child=$(job_script g2.sh '#SBATCH --job-name=dw-g2' <<EOF2
+sha256sum <"$DATA_DIR/g/big.dat" | cut -d' ' -f1
+EOF2
+)
+  submit "--dependency=afterburstbuffer:$parent_job" "$child"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=COMPLETED' 120
+  assert_equal "$(cat "$JOBS_DIR/dw-g2-$JOB.out")" "$(cat "$JOBS_DIR/g.sha256")"
+  wait_job "$parent_job" 'JobState=COMPLETED .*BurstBufferState=complete' 60
+}
+
+@test "h. a reservation holding burst-buffer space keeps it from other users' jobs until it ends" {
+  slurm_run scontrol create reservation ReservationName=dwres StartTime=now Duration=10 \
+    Users=root NodeCnt=1 Flags=IGNORE_JOBS BurstBuffer=datawarp:pool1:48MiB
+  assert_equal "$status" 0
+  script=$(job_script h.sh '#SBATCH --job-name=dw-h' '#DW jobdw capacity=32MiB' <<<'echo "ran in $DW_JOB_STRIPED"')
+  submit "$script"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=PENDING Reason=(BurstBufferResources|Resources|ReqNodeNotAvail.*)' 30
+  sleep 5
+  [ "$(job_field "$JOB" JobState)" = PENDING ] || fail "job $JOB ran while the reservation held 48MiB of 64MiB"
+  [ "$(job_field "$JOB" BurstBufferState)" = pending ] || fail "job $JOB got space while the reservation held it: $(job_field "$JOB" BurstBufferState)"
+  slurm_run scontrol delete reservation dwres
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 120
+  grep -q "ran in $SLURM_DIR/pools/pool1/job/e2e.$JOB." "$JOBS_DIR/dw-h-$JOB.out"
+}
+
+@test "i. scenario a's flow again with SlurmUser=slurm (dw_wlm_cli calls the tools through sudo -n)" {
+  use_slurm_user slurm
+  slurm_run scontrol show config
+  assert_output --regexp "SlurmUser += slurm\($(id -u slurm)\)"
+  mkdir -p "$DATA_DIR/i"
+  printf 'input of i\n' >"$DATA_DIR/i/in.txt"
+  chown -R "$SLURM_TEST_USER:" "$DATA_DIR/i"
+  script=$(job_script i.sh '#SBATCH --job-name=dw-i' '#DW jobdw capacity=2MiB' \
+    "#DW stage_in type=file source=$DATA_DIR/i/in.txt destination=\$DW_JOB_STRIPED/in.txt" \
+    "#DW stage_out type=file source=\$DW_JOB_STRIPED/out.txt destination=$DATA_DIR/i/out.txt" <<'EOF2'
+tr a-z A-Z <"$DW_JOB_STRIPED/in.txt" >"$DW_JOB_STRIPED/out.txt"
+EOF2
+)
+  submit "$script"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 120
+  assert_equal "$(cat "$DATA_DIR/i/out.txt")" "INPUT OF I"
+  slurm_run scontrol show dwstat
+  assert_line --regexp '^ *pool1 +bytes +64MiB'
+  assert_default_pool "64MiB 64MiB 0"
+}
