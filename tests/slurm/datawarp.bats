@@ -281,16 +281,33 @@ EOF2
 }
 
 @test "h. a reservation holding burst-buffer space keeps it from other users' jobs until it ends" {
+  # Space only (ANY_NODES: no node of its own): a job outside it could run at once but for
+  # the space held; a job in it uses that space.
   slurm_run scontrol create reservation ReservationName=dwres StartTime=now Duration=10 \
-    Users=root NodeCnt=1 Flags=IGNORE_JOBS BurstBuffer=datawarp:pool1:48MiB
+    Users="$SLURM_TEST_USER" Flags=ANY_NODES BurstBuffer=datawarp:pool1:48MiB
   assert_equal "$status" 0
+  slurm_run scontrol show reservation dwres
+  assert_output --partial "BurstBuffer=datawarp:pool1:48M"
   script=$(job_script h.sh '#SBATCH --job-name=dw-h' '#DW jobdw capacity=32MiB' <<<'echo "ran in $DW_JOB_STRIPED"')
   submit "$script"
   assert_equal "$status" 0
-  wait_job "$JOB" 'JobState=PENDING Reason=(BurstBufferResources|Resources|ReqNodeNotAvail.*)' 30
-  sleep 5
-  [ "$(job_field "$JOB" JobState)" = PENDING ] || fail "job $JOB ran while the reservation held 48MiB of 64MiB"
-  [ "$(job_field "$JOB" BurstBufferState)" = pending ] || fail "job $JOB got space while the reservation held it: $(job_field "$JOB" BurstBufferState)"
+  wait_job "$JOB" 'JobState=PENDING Reason=BurstBufferResources BurstBufferState=pending' 30
+  local i
+  for i in $(seq 1 25); do
+    sleep 0.2
+    [ "$(job_field "$JOB" JobState) $(job_field "$JOB" BurstBufferState)" = "PENDING pending" ] ||
+      fail "job $JOB got space while the reservation held 48MiB of 64MiB: $(job_field "$JOB" JobState) $(job_field "$JOB" BurstBufferState)"
+  done
+  run bb-stat --json sessions
+  refute_output --partial "\"token\": \"$JOB\""
+  outside=$JOB
+  inside=$(job_script h-in.sh '#SBATCH --job-name=dw-h-in' '#DW jobdw capacity=40MiB' <<<'echo "reserved space in $DW_JOB_STRIPED"')
+  submit --reservation=dwres "$inside"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 120
+  grep -q "reserved space in $SLURM_DIR/pools/pool1/job/e2e.$JOB." "$JOBS_DIR/dw-h-in-$JOB.out"
+  [ "$(job_field "$outside" BurstBufferState)" = pending ] || fail "job $outside got space while the reservation held it"
+  JOB=$outside
   slurm_run scontrol delete reservation dwres
   assert_equal "$status" 0
   wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 120
