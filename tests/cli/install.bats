@@ -27,7 +27,7 @@ alloc_with_file() {
     --bb "#BB_LUA capacity=1G #BB_LUA stage_in type=file source=$TEST_DIR/pfs/in.txt destination=in.txt" >/dev/null
 }
 
-@test "the install puts the tools in bin, the mover in libexec/bbkit, the standalone scripts executable" {
+@test "the install puts the tools in bin, the mover in libexec/bbkit, the standalone and datawarp scripts executable" {
   for tool in bb-parse bb-pool bb-stage bb-teardown bb-stat; do
     assert_file_executable "$P/bin/$tool"
   done
@@ -39,6 +39,9 @@ alloc_with_file() {
   done
   assert_file_not_exists "$P/share/bbkit/examples"
   assert_file_executable "$P/share/bbkit/slurm/install-slurm"
+  assert_file_executable "$P/share/bbkit/datawarp/dw_wlm_cli"
+  assert_file_executable "$P/share/bbkit/datawarp/dwstat"
+  assert_file_exists "$P/share/bbkit/datawarp/burst_buffer.conf"
   for s in pbs/prologue pbs/epilogue gridengine/prolog gridengine/epilog; do
     assert_file_executable "$P/share/bbkit/standalone/$s"
   done

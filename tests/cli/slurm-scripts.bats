@@ -218,6 +218,74 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   assert_output --partial "which read only /etc/bbkit/bbkit.toml"
 }
 
+@test "install-slurm --plugin datawarp writes the burst_buffer.conf naming bbkit's dw_wlm_cli and dwstat, and checks an existing one" {
+  once_per_lua_set
+  write_config 'mode = "datawarp"' 'flags = ["EnablePersistent", "TeardownFailure"]' \
+    '[timeouts]' 'stage_in = 600' 'stage_out = 600' 'other = 120' 'validate = 9'
+  run "$SLURM_SHARE/install-slurm" --plugin datawarp --slurm-conf-dir "$CONF" \
+    --config "$BBKIT_CONFIG" --bindir "$BBKIT_BIN"
+  assert_success
+  assert_line "BurstBufferType=burst_buffer/datawarp"
+  refute_line --partial CliFilterPlugins=
+  programs=$(cd "$SLURM_SHARE/../datawarp" && pwd)
+  run grep -v '^#' "$CONF/burst_buffer.conf"
+  assert_output "GetSysState=$programs/dw_wlm_cli
+GetSysStatus=$programs/dwstat
+DefaultPool=nvme
+Flags=EnablePersistent,TeardownFailure
+StageInTimeout=660
+StageOutTimeout=660
+OtherTimeout=150
+ValidateTimeout=10"
+  assert_file_executable "$programs/dw_wlm_cli"
+  assert_file_executable "$programs/dwstat"
+  # No Lua, no drop-in for a root SlurmUser.
+  assert_file_not_exists "$CONF/burst_buffer.lua"
+  assert_file_not_exists "$CONF/cli_filter.lua"
+  assert_file_not_exists "$CONF/bbkit.sudoers"
+  # A second run checks the file and keeps it.
+  run "$SLURM_SHARE/install-slurm" --plugin datawarp --slurm-conf-dir "$CONF" \
+    --config "$BBKIT_CONFIG" --bindir "$BBKIT_BIN"
+  assert_success
+  assert_output --partial "burst_buffer.conf checked (kept as it is)"
+  # Cray's programs, EmulateCray, another default pool, a short timeout: each refused by name.
+  printf 'GetSysState=/opt/cray/dw_wlm/default/bin/dw_wlm_cli\nGetSysStatus=%s/dwstat\nDefaultPool=small\nFlags=EmulateCray\nStageInTimeout=600\n' \
+    "$programs" >"$CONF/burst_buffer.conf"
+  run "$SLURM_SHARE/install-slurm" --plugin datawarp --slurm-conf-dir "$CONF" \
+    --config "$BBKIT_CONFIG" --bindir "$BBKIT_BIN"
+  assert_failure 78
+  assert_output --partial "GetSysState=/opt/cray/dw_wlm/default/bin/dw_wlm_cli is not bbkit's $programs/dw_wlm_cli"
+  assert_output --partial "DefaultPool=small but bbkit's default pool is nvme"
+  assert_output --partial "Flags holds EmulateCray"
+  assert_output --partial "StageInTimeout=600 is not above bbkit's timeouts.stage_in = 600"
+  # A configuration in another mode is refused, and the reverse.
+  write_config 'mode = "slurm"' 'directives = ["BB_LUA"]'
+  run "$SLURM_SHARE/install-slurm" --plugin datawarp --slurm-conf-dir "$CONF" \
+    --config "$BBKIT_CONFIG" --bindir "$BBKIT_BIN"
+  assert_failure 78
+  assert_output --partial '--plugin datawarp needs mode = "datawarp"'
+  run "$SLURM_SHARE/install-slurm" --plugin cray --slurm-conf-dir "$CONF" --bindir "$BBKIT_BIN"
+  assert_failure 64
+  assert_output --partial "--plugin must be lua or datawarp, got 'cray'"
+  run "$SLURM_SHARE/install-slurm" --plugin datawarp --standalone --slurm-conf-dir "$CONF" --bindir "$BBKIT_BIN"
+  assert_failure 64
+}
+
+@test "install-slurm --plugin datawarp: the drop-in adds bb-teardown --persistent for an unprivileged SlurmUser, and only in datawarp mode" {
+  once_per_lua_set
+  user=$(test_user)
+  write_config 'mode = "datawarp"'
+  run "$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG" "$SLURM_SHARE/install-slurm" \
+    --plugin datawarp --slurm-conf-dir "$CONF" --bindir "$BBKIT_BIN" --slurm-user "$user"
+  assert_success
+  run visudo -cf "$CONF/bbkit.sudoers"
+  assert_success
+  bin=$BBKIT_BIN
+  run awk '/^#/ { next } { line = line $0 } /\\$/ { sub(/\\$/, "", line); next } { gsub(/ +/, " ", line); print line; line = "" }' "$CONF/bbkit.sudoers"
+  assert_output "Defaults:$user !requiretty
+$user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bin/bb-stage --job *, $bin/bb-teardown --job *, $bin/bb-teardown --persistent *, $bin/bb-stat *"
+}
+
 @test "install-slurm checks the scripts with the luac of the Lua Slurm's plugin links" {
   once_per_lua_set
   command -v gcc >/dev/null || skip "no C compiler to build a stand-in burst_buffer_lua.so"

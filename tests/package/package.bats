@@ -40,6 +40,8 @@ UNITS="bbkit-recover.service bbkit-reap.service bbkit-reap.timer bbkit-check.ser
   assert_file_executable /usr/share/bbkit/standalone/bbkit-job
   assert_file_executable /usr/share/bbkit/standalone/slurm/prolog-slurmctld
   assert_file_executable /usr/share/bbkit/slurm/install-slurm
+  assert_file_executable /usr/share/bbkit/datawarp/dw_wlm_cli
+  assert_file_executable /usr/share/bbkit/datawarp/dwstat
   for s in pbs/prologue pbs/epilogue gridengine/prolog gridengine/epilog; do
     assert_file_executable "/usr/share/bbkit/standalone/$s"
   done
