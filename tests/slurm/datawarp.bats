@@ -335,3 +335,27 @@ EOF2
   assert_line --regexp '^ *pool1 +bytes +64MiB'
   assert_default_pool "64MiB 64MiB 0"
 }
+
+@test "j. slurmctld restarted while a job runs on its buffer: Slurm finds the session again and the stage-out lands" {
+  mkdir -p "$DATA_DIR/j"
+  chown "$SLURM_TEST_USER:" "$DATA_DIR/j"
+  script=$(job_script j.sh '#SBATCH --job-name=dw-j' '#DW jobdw capacity=4MiB' \
+    "#DW stage_out type=file source=\$DW_JOB_STRIPED/out.txt destination=$DATA_DIR/j/out.txt" <<'EOF2'
+for i in $(seq 1 600); do [ -e "$SLURM_SUBMIT_DIR/release-j" ] && break; sleep 0.2; done
+echo "survived in $DW_JOB_STRIPED" >"$DW_JOB_STRIPED/out.txt"
+EOF2
+)
+  submit "$script"
+  wait_job "$JOB" 'JobState=RUNNING .*BurstBufferState=running' 60
+  restart_slurmctld "a job holds its buffer"
+  slurm_run scontrol show burst
+  assert_output --regexp "JobID=$JOB CreateTime=[^ ]+ Pool=pool1 Size=4MiB State=allocated UserID=$SLURM_TEST_USER\($TEST_UID\)"
+  # Not a vestigial buffer: nothing was torn down.
+  ! grep -q "Purging vestigial buffer for JobId=$JOB" "$SLURM_DIR/log/slurmctld.log" ||
+    fail "slurmctld purged the running job's buffer"
+  touch "$JOBS_DIR/release-j"
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 90
+  run cat "$DATA_DIR/j/out.txt"
+  assert_output --regexp "^survived in $SLURM_DIR/pools/pool1/job/e2e\.$JOB\.[0-9]+$"
+  assert_default_pool "64MiB 64MiB 0"
+}
