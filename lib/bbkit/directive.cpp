@@ -553,6 +553,7 @@ class Parser {
         if (text.command_line)
             read_lines(split_lines(*text.command_line, Origin::command_line), Origin::command_line);
         resolve_persistent_references();
+        check_datawarp_job_space();
         check_user();
         if (config_.mode == Mode::slurm && text.check_slurm_view)
             check_slurm_view(text, request_, config_);
@@ -976,6 +977,20 @@ class Parser {
         }
         if (user_ && !job_.user)
             job_.user = user_->name;  // %u
+    }
+
+    // DataWarp gives a job $DW_JOB_STRIPED only with a #DW jobdw line: in datawarp mode a job
+    // without one has a session of 0 bytes, which nothing may be staged into or out of.
+    void check_datawarp_job_space() const {
+        if (config_.mode != Mode::datawarp || request_.job_buffer)
+            return;
+        for (const auto* stages : {&request_.stage_in, &request_.stage_out})
+            for (const StageDirective& s : *stages)
+                if (s.buffer.empty())
+                    throw invalid(label(s.where) +
+                                  ": stages into the job's own buffer, and the job asks for "
+                                  "none (add #DW jobdw capacity=SIZE, or stage into a "
+                                  "persistent buffer it uses)");
     }
 
     void check_user() const {

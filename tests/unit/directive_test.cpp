@@ -1079,3 +1079,24 @@ TEST(Directive, a_command_line_value_is_blamed_on_the_command_line) {
         EXPECT_EQ(std::string(e.what()).rfind("command line: ", 0), 0u) << e.what();
     }
 }
+
+TEST(Directive, datawarp_mode_stages_only_into_space_the_job_asked_for) {
+    Config config = test_config();
+    config.mode = bbkit::Mode::datawarp;
+    config.directives = bbkit::datawarp_directives();
+    const std::string in = "#DW stage_in type=file source=/pfs/a destination=$DW_JOB_STRIPED/a\n";
+    expect_error(script(shebang + in), ExitCode::data,
+                 "script line 2: stages into the job's own buffer, and the job asks for none",
+                 config);
+    // With a jobdw line it is the job's space; a persistent buffer it uses is fine too.
+    EXPECT_EQ(parse(script(shebang + "#DW jobdw capacity=1GiB\n" + in), config).stage_in.size(),
+              1u);
+    const Request r = parse(script(shebang + "#DW persistentdw name=ps\n"
+                                             "#DW stage_in type=file source=/pfs/a "
+                                             "destination=$DW_PERSISTENT_STRIPED_ps/a\n"),
+                            config);
+    ASSERT_EQ(r.stage_in.size(), 1u);
+    EXPECT_EQ(r.stage_in[0].buffer, "ps");
+    // Other modes keep running stages without space (a bare #BB_LUA in Slurm's lua mode).
+    EXPECT_NO_THROW(parse(script(shebang + in)));
+}
