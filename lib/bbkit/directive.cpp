@@ -528,7 +528,8 @@ std::string buffer_path(const std::string& relative, const std::string& buffer) 
 
 struct DirectiveLine {
     Location where;
-    std::string body;  // the text after "#<prefix>"
+    std::string body;    // the text after "#<prefix>"
+    std::string prefix;  // without '#': BB_LUA, DW, BB, ...
 };
 
 struct Space {
@@ -635,7 +636,7 @@ class Parser {
             }
             if (continues(body))
                 body.pop_back();  // nothing continues it
-            parse_directive({where, body});
+            parse_directive({where, body, prefix});
         }
     }
 
@@ -718,7 +719,7 @@ class Parser {
             throw Error(e.code(), label(where) + ": " + e.what());
         }
         const std::string line = directive_line("DW", "jobdw", pairs, false);
-        parse_directive({where, line.substr(3)});
+        parse_directive({where, line.substr(3), "DW"});
     }
 
     void parse(const DirectiveLine& line) {
@@ -741,6 +742,8 @@ class Parser {
             tokens.erase(tokens.begin());
         }
         refuse_detached_unit(tokens);
+        if (line.where.origin != Origin::command_line)  // bbkit's own line from option values
+            check_datawarp_grammar(line.prefix, command, tokens.empty());
         Arguments args(std::move(tokens));
         dispatch(command, args, line.where, !symbols.unresolved.empty());
         if (command == "stage_in" || command == "stage_out")
@@ -774,6 +777,24 @@ class Parser {
                               ": a blank between the number and its unit (write capacity=" +
                               before.value + word.key + ")");
         }
+    }
+
+    // Slurm's datawarp plugin counts space only from `#DW jobdw capacity=` and creates or
+    // destroys persistent buffers only from #BB lines: every other form would be bbkit's alone
+    // (space Slurm never charged), so in datawarp mode it is refused.
+    void check_datawarp_grammar(const std::string& prefix, const std::string& command,
+                                bool bare) const {
+        if (config_.mode != Mode::datawarp || (command.empty() && bare))
+            return;
+        static const std::vector<std::string> dw{"jobdw", "persistentdw", "stage_in", "stage_out",
+                                                 "swap"};
+        static const std::vector<std::string> bb{"create_persistent", "destroy_persistent"};
+        const std::vector<std::string>& allowed = prefix == "BB" ? bb : dw;
+        if (std::find(allowed.begin(), allowed.end(), command) != allowed.end())
+            return;
+        throw invalid("#" + prefix + (command.empty() ? "" : " " + command) +
+                      " is not read by Slurm's datawarp plugin (#DW jobdw, persistentdw, "
+                      "stage_in, stage_out; #BB create_persistent, destroy_persistent)");
     }
 
     void dispatch(const std::string& command, Arguments& args, const Location& where,

@@ -127,6 +127,8 @@ std::string dws_configurations(const std::vector<BufferStatus>& buffers) {
 }
 
 std::string dws_real_size(const Buffer& buffer) {
+    if (!is_dws_session(buffer))
+        return "";
     return json{{"capacity", buffer.allocated_bytes}, {"units", "bytes"}}.dump();
 }
 

@@ -27,7 +27,9 @@ std::string dws_sessions(const std::vector<BufferStatus>& buffers);
 std::string dws_instances(const std::vector<BufferStatus>& buffers);
 // {"configurations":[{"id","links":{"instance"},"type","access_type","activs"}]}
 std::string dws_configurations(const std::vector<BufferStatus>& buffers);
-// real_size's answer for a job's buffer: {"capacity":<allocated bytes>,"units":"bytes"}.
+// real_size's answer for a job's buffer: {"capacity":<allocated bytes>,"units":"bytes"}; ""
+// for a buffer that has ended (Slurm raises a job's size to the answer, so an ended
+// incarnation's size must never reach a new job with the same id).
 std::string dws_real_size(const Buffer& buffer);
 
 // Whether DataWarp would list this buffer as a session: it exists (not pending) and has not

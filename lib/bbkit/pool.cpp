@@ -594,7 +594,17 @@ AllocRequest build_alloc_request(const Config& config, const AllocCommand& c) {
     Request request;
     if (c.text.script || c.text.bb || c.text.bbf)
         request = parse_request(c.text, config, job);
-    if (!c.capacity && !request.job_buffer && config.mode == Mode::datawarp) {
+    // In datawarp mode the size is Slurm's alone (setup's): a job buffer line Slurm did not
+    // count never gets space.
+    if (config.mode == Mode::datawarp && !c.capacity) {
+        if (request.job_buffer)
+            throw Error(ExitCode::data,
+                        "job " + job.job_id.value() + " asks for " +
+                            format_size(request.job_buffer->capacity) + " (" +
+                            to_string(request.job_buffer->where.origin) + " line " +
+                            std::to_string(request.job_buffer->where.line) +
+                            ") but Slurm granted no space (in datawarp mode the size is "
+                            "setup's --capacity)");
         AllocRequest r = session_request(config, request, *c.job_id, user, c.pool);
         r.wait = c.wait;
         return r;
@@ -626,7 +636,12 @@ AllocResult allocate(StateStore& store, const Config& config, const AllocRequest
         throw Error(ExitCode::data, describe(r) + " requests no capacity");
     if (r.persistent_name) {
         check_persistent_name(*r.persistent_name);
-        check_may_manage_persistent(config, r.user, PersistentRequest::command, "create");
+        // In datawarp mode Slurm's create_persistent asks on behalf of a job's user: the
+        // owner's rights count as for a job's directive, whoever runs the tool.
+        check_may_manage_persistent(
+            config, r.user,
+            config.mode == Mode::datawarp ? PersistentRequest::job : PersistentRequest::command,
+            "create");
     }
     const std::uint64_t allocated = round_up(r.capacity, pool.granularity);
     check_capacity_fits_at_all(pool, r, allocated);

@@ -15,6 +15,7 @@
 #include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
 #include "bbkit/stage_plan.hpp"
+#include "bbkit/trust.hpp"
 
 namespace bbkit {
 namespace {
@@ -218,6 +219,8 @@ bool finish_teardown(StateStore& store, const Config& config, const BufferKey& k
 
 TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64_t job_id,
                             const TeardownOptions& options, const std::string& who) {
+    if (options.force)
+        refuse_caller_override("--force");
     const std::string job = "job " + std::to_string(job_id);
     const auto give_up = std::chrono::steady_clock::now() + alloc_in_flight_wait;
     BufferKey key;
@@ -275,6 +278,8 @@ TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64
 
 TeardownResult teardown_persistent(StateStore& store, const Config& config, const std::string& name,
                                    const TeardownOptions& options, const std::string& who) {
+    if (options.force)
+        refuse_caller_override("--force");
     const BufferKey key = BufferKey::persistent(config.cluster, name);
     {
         WriteTransaction txn(store, who);

@@ -235,6 +235,17 @@ void refuse_caller_file_choice(const std::string& option) {
                     "configuration, /etc/bbkit/bbkit.toml, is used)");
 }
 
+void refuse_caller_override(const std::string& option) {
+    const std::optional<Caller> caller = less_privileged_caller();
+    if (!caller)
+        return;
+    throw Error(ExitCode::no_perm,
+                "refusing " + option + ": running as root for uid " + std::to_string(caller->uid) +
+                    (caller->name.empty() ? "" : " (" + caller->name + ", through sudo)") +
+                    ", which may not override bbkit's safety checks (an administrator runs it "
+                    "as root)");
+}
+
 void drop_caller_environment() {
     if (!less_privileged_caller())
         return;

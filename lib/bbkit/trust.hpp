@@ -27,6 +27,10 @@ struct Caller {
 // with euid 0 or root itself called it (SUDO_UID absent or 0, real uid 0).
 std::optional<Caller> less_privileged_caller();
 
+// Error(no_perm) when a less privileged caller gave `option`, an administrator's override
+// (bb-teardown --force): SlurmUser through sudo gets the operations Slurm asks for, never the
+// overrides that discard data or skip a safety check.
+void refuse_caller_override(const std::string& option);
 // Error(no_perm) when a less privileged caller gave `option` (e.g. "--config"): that caller
 // may not choose a file root reads or writes.
 void refuse_caller_file_choice(const std::string& option);

@@ -773,3 +773,68 @@ pool_free() {
   run pool_free nvme
   assert_output 99
 }
+
+@test "space comes only from Slurm: a script that asks for space Slurm did not count gets none" {
+  # Slurm counts only `#DW jobdw capacity=`; these lines it never reads as space.
+  for line in '#DW capacity=90GiB' '#BB capacity=50GiB' '#BB jobdw capacity=50GiB' \
+    '#DW use_persistent name=x'; do
+    script=$(job_script 301 "$line")
+    run dw --function job_process --job "$script"
+    assert_failure
+    assert_output --partial "is not read by Slurm's datawarp plugin"
+    [ "${#lines[@]}" -eq 1 ] || fail "more than one line: $output"
+  done
+  # A jobdw line Slurm did count, but setup says 0 (Slurm's symbol replacement can add lines
+  # bbkit alone would read): refused, nothing allocated.
+  script=$(job_script 302 '#DW jobdw capacity=90GiB')
+  run setup_job 302 "$script" nvme:0
+  assert_failure 65
+  assert_output "bb-pool: job 302 asks for 90GiB (script line 2) but Slurm granted no space (in datawarp mode the size is setup's --capacity)"
+  run dw --function show_sessions
+  assert_output '{"sessions":[]}'
+  # With Slurm's size it is the size Slurm counted, whatever the script says.
+  run setup_job 302 "$script" nvme:2GiB
+  assert_success
+  run dw --function real_size --token 302
+  assert_output '{"capacity":2147483648,"units":"bytes"}'
+}
+
+@test "real_size answers nothing for a buffer that has ended, so a reused job id is never charged an old size" {
+  script=$(job_script 303 '#DW jobdw capacity=3GiB')
+  run setup_job 303 "$script" nvme:3GiB
+  assert_success
+  run dw --function teardown --token 303 --job "$script" --hurry
+  assert_success
+  run dw --function real_size --token 303
+  assert_success
+  assert_output ""
+}
+
+@test "create_persistent follows bbkit's flags and deny_users even when SlurmUser is root" {
+  dw_config
+  run dw --function create_persistent -c CLI -t noflag -u "$NUID" -C small:1024
+  assert_failure 77
+  assert_output --partial "user $U may not create persistent burst buffers (EnablePersistent is not set)"
+  refute_output --partial created
+  dw_config 'flags = ["EnablePersistent"]' "deny_users = [\"$U\"]"
+  run dw --function create_persistent -c CLI -t denied -u "$NUID" -C small:1024
+  assert_failure 77
+  assert_output --partial "listed in deny_users"
+  run dw --function show_sessions
+  assert_output '{"sessions":[]}'
+  # Root's own buffer needs no flag: Slurm lets root create one.
+  dw_config
+  run dw --function create_persistent -c CLI -t rootbuf -u 0 -C small:1024
+  assert_success
+  assert_output --partial created
+}
+
+@test "a value with a newline or backslashes is answered on one line" {
+  run dw --function create_persistent -c CLI -t $'-x\nsbatch: forged\\c' -u 1 -C small:1
+  assert_failure 64
+  [ "${#lines[@]}" -eq 1 ] || fail "more than one line: $output"
+  run dw --function $'bogus\nsbatch: forged'
+  assert_failure 64
+  [ "${#lines[@]}" -eq 1 ] || fail "more than one line: $output"
+  assert_output --partial "invalid function 'bogus?sbatch: forged'"
+}

@@ -147,6 +147,27 @@ EOF
   assert_success
 }
 
+@test "through sudo, bb-teardown --force is refused (77): an administrator's override, never SlurmUser's" {
+  write_config 'flags = ["EnablePersistent"]'
+  run bb-pool alloc --job 71 --user "$U" --pool nvme --capacity 1G
+  assert_success
+  run as_slurm sudo -n "$BIN/bb-teardown" --job 71 --force
+  assert_failure 77
+  assert_output --partial "refusing --force: running as root for uid $(id -u "$SU") ($SU, through sudo)"
+  assert_dir_exists "$TEST_DIR/nvme/job/main.71.1"
+  run bb-pool alloc --persistent inuse --owner "$U" --pool nvme --capacity 1G
+  assert_success
+  run as_slurm sudo -n "$BIN/bb-teardown" --job 71
+  assert_success
+  # The drop-in allows no --persistent in this mode: the override cannot come that way either.
+  run as_slurm sudo -n "$BIN/bb-teardown" --persistent inuse --force
+  assert_failure
+  assert_dir_exists "$TEST_DIR/nvme/persistent/main.inuse"
+  # Root itself may.
+  run bb-teardown --persistent inuse --force
+  assert_success
+}
+
 @test "the audit log names sudo's caller" {
   run as_slurm sudo -n "$BIN/bb-pool" alloc --job 9 --user "$U" --pool nvme --capacity 1G
   assert_success

@@ -1100,3 +1100,22 @@ TEST(Directive, datawarp_mode_stages_only_into_space_the_job_asked_for) {
     // Other modes keep running stages without space (a bare #BB_LUA in Slurm's lua mode).
     EXPECT_NO_THROW(parse(script(shebang + in)));
 }
+
+TEST(Directive, datawarp_mode_reads_only_what_slurms_datawarp_plugin_reads) {
+    Config config = test_config();
+    config.mode = bbkit::Mode::datawarp;
+    config.directives = bbkit::datawarp_directives();
+    for (const std::string& line :
+         {"#DW capacity=90GiB", "#BB capacity=50GiB", "#BB jobdw capacity=1GiB",
+          "#DW create_persistent name=a capacity=1GiB", "#DW use_persistent name=a",
+          "#BB stage_in type=file source=/a destination=a"})
+        expect_error(script(shebang + line + "\n"), ExitCode::data,
+                     "is not read by Slurm's datawarp plugin", config);
+    const Request r = parse(script(shebang + "#DW jobdw capacity=1GiB\n#BB create_persistent "
+                                             "name=p capacity=1GiB\n#BB destroy_persistent "
+                                             "name=q\n#DW\n"),
+                            config);
+    ASSERT_TRUE(r.job_buffer);
+    EXPECT_EQ(r.create.size(), 1u);
+    EXPECT_EQ(r.destroy.size(), 1u);
+}

@@ -164,6 +164,18 @@ TEST_F(PoolTest, datawarp_mode_gives_a_job_without_space_a_session_of_zero_bytes
     }
     EXPECT_EQ(job_paths(*store_, config_, 7),
               "DW_PERSISTENT_STRIPED_ps=" + dir_ + "/small/persistent/t.ps\n");
+    // Space comes from Slurm alone: a script asking for some without --capacity gets none.
+    AllocCommand asks = command;
+    asks.job_id = 9;
+    asks.text.bb = "#DW jobdw capacity=2KiB";
+    EXPECT_EQ(code_of([&] { build_alloc_request(config_, asks); }), ExitCode::data);
+    asks.capacity = "1KiB";
+    EXPECT_EQ(build_alloc_request(config_, asks).capacity, KiB);
+    // Persistent buffers are created for jobs' users: the owner's rights count, even for root.
+    config_.flags.enable_persistent = false;
+    AllocRequest theirs = persistent;
+    theirs.persistent_name = "theirs";
+    EXPECT_EQ(code_of([&] { allocate(*store_, config_, theirs, "test"); }), ExitCode::no_perm);
     // Outside datawarp mode a job buffer still needs space.
     config_.mode = Mode::slurm;
     EXPECT_EQ(code_of([&] { allocate(*store_, config_, job(8, 0), "test"); }), ExitCode::data);

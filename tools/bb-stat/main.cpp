@@ -145,7 +145,8 @@ void print_dws(const Request& request, const StatusSnapshot& snapshot,
             std::cout << dws_configurations(snapshot.buffers) << '\n';
             return;
         case View::job:
-            std::cout << dws_real_size(job->status.buffer) << '\n';
+            if (const std::string answer = dws_real_size(job->status.buffer); !answer.empty())
+                std::cout << answer << '\n';
             return;
         default:
             return;  // refused by check_dws
@@ -209,7 +210,10 @@ int run(const CommonOptions& common, const Options& options) {
         ReadSnapshot txn(store);
         if (show && request.view == View::job)
             job = job_status(txn, config, request.job_id, options.for_uid);
-        if (options.prometheus || request.view != View::job)
+        // The pools view reads no buffer row (Slurm's datawarp plugin asks every 30 s).
+        if (request.view == View::pools && !options.prometheus)
+            snapshot.pools = pool_status(txn, config);
+        else if (options.prometheus || request.view != View::job)
             snapshot = read_status(txn, config);
     } else {
         snapshot = read_public_status(config, geteuid());
