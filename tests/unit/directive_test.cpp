@@ -1105,11 +1105,11 @@ TEST(Directive, datawarp_mode_reads_only_what_slurms_datawarp_plugin_reads) {
     Config config = test_config();
     config.mode = bbkit::Mode::datawarp;
     config.directives = bbkit::datawarp_directives();
-    for (const std::string& line :
+    for (const char* line :
          {"#DW capacity=90GiB", "#BB capacity=50GiB", "#BB jobdw capacity=1GiB",
           "#DW create_persistent name=a capacity=1GiB", "#DW use_persistent name=a",
           "#BB stage_in type=file source=/a destination=a"})
-        expect_error(script(shebang + line + "\n"), ExitCode::data,
+        expect_error(script(shebang + std::string(line) + "\n"), ExitCode::data,
                      "is not read by Slurm's datawarp plugin", config);
     const Request r = parse(script(shebang + "#DW jobdw capacity=1GiB\n#BB create_persistent "
                                              "name=p capacity=1GiB\n#BB destroy_persistent "
