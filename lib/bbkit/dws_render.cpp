@@ -23,10 +23,6 @@ bool ending(BufferState s) {
            s == BufferState::deleting;
 }
 
-bool has_instance(const Buffer& buffer) {
-    return is_dws_session(buffer) && !is_session_only(buffer);
-}
-
 // DataWarp's state object: goal "create" until a teardown starts, then "destroy".
 json state_of(const Buffer& buffer) {
     const bool settling = buffer.state == BufferState::allocating;
@@ -45,6 +41,10 @@ std::string listing(const char* key, const json& items) {
 
 bool is_dws_session(const Buffer& buffer) {
     return buffer.state != BufferState::pending && !is_final(buffer.state);
+}
+
+bool has_dws_instance(const Buffer& buffer) {
+    return !is_session_only(buffer);
 }
 
 std::uint32_t activations_of(const Buffer& buffer) {
@@ -93,7 +93,7 @@ std::string dws_instances(const std::vector<BufferStatus>& buffers) {
     json list = json::array();
     for (const BufferStatus& status : buffers) {
         const Buffer& b = status.buffer;
-        if (!has_instance(b))
+        if (!is_dws_session(b) || !has_dws_instance(b))
             continue;
         list.push_back(
             {{"id", b.record_id},
@@ -114,7 +114,7 @@ std::string dws_configurations(const std::vector<BufferStatus>& buffers) {
     json list = json::array();
     for (const BufferStatus& status : buffers) {
         const Buffer& b = status.buffer;
-        if (!has_instance(b))
+        if (!is_dws_session(b) || !has_dws_instance(b))
             continue;
         list.push_back({{"id", b.record_id},
                         {"type", b.type.empty() ? "scratch" : b.type},

@@ -35,6 +35,9 @@ std::string dws_real_size(const Buffer& buffer);
 // Whether DataWarp would list this buffer as a session: it exists (not pending) and has not
 // ended.
 bool is_dws_session(const Buffer& buffer);
+// Whether the buffer is also a DataWarp instance and configuration: it has space of its own
+// (a job session without space, datawarp mode's persistent-only jobs, has neither).
+bool has_dws_instance(const Buffer& buffer);
 // A configuration's activations: the jobs using a persistent buffer now, or 1 while a job's
 // own buffer is in pre-run, running or post-run.
 std::uint32_t activations_of(const Buffer& buffer);

@@ -145,12 +145,6 @@ std::string type_of(const Buffer& buffer) {
     return buffer.type.empty() ? "scratch" : buffer.type;
 }
 
-// A buffer with space is one DataWarp instance and one configuration; a job session without
-// space (datawarp mode's persistent-only jobs) has neither.
-bool has_instance(const Buffer& buffer) {
-    return !is_session_only(buffer);
-}
-
 // One activation per job buffer being used (pre-run to post-run) and configuration it
 // activates: its own, and each persistent buffer it uses (from its recorded request; a reader
 // of public/ sees only the first).
@@ -169,7 +163,7 @@ std::vector<Activation> activations(const std::vector<BufferStatus>& buffers) {
         const Buffer& b = status.buffer;
         if (b.key.kind() != BufferKind::job || !is_active(b.state))
             continue;
-        if (has_instance(b))
+        if (has_dws_instance(b))
             list.push_back({&b, &b});
         for (const std::string& name : recorded_persistent_uses(b.staging))
             if (auto it = persistent.find(name); it != persistent.end())
@@ -195,7 +189,7 @@ std::string instances_table(const std::vector<BufferStatus>& buffers) {
     std::vector<std::vector<std::string>> rows;
     for (const BufferStatus& status : buffers) {
         const Buffer& b = status.buffer;
-        if (!has_instance(b))
+        if (!has_dws_instance(b))
             continue;
         const std::string id = std::to_string(b.record_id);
         rows.push_back({id, dwstat_state(b), id, format_size(b.allocated_bytes), "0",
@@ -211,7 +205,7 @@ std::string configurations_table(const std::vector<BufferStatus>& buffers) {
     std::vector<std::vector<std::string>> rows;
     for (const BufferStatus& status : buffers) {
         const Buffer& b = status.buffer;
-        if (!has_instance(b))
+        if (!has_dws_instance(b))
             continue;
         const std::string id = std::to_string(b.record_id);
         rows.push_back({id, dwstat_state(b), id, type_of(b), access_type_of(b),
@@ -265,7 +259,7 @@ json instances_json(const std::vector<BufferStatus>& buffers) {
     json list = json::array();
     for (const BufferStatus& status : buffers) {
         const Buffer& b = status.buffer;
-        if (!has_instance(b))
+        if (!has_dws_instance(b))
             continue;
         list.push_back({{"inst", b.record_id},
                         {"state", dwstat_state(b)},
@@ -286,7 +280,7 @@ json configurations_json(const std::vector<BufferStatus>& buffers) {
     json list = json::array();
     for (const BufferStatus& status : buffers) {
         const Buffer& b = status.buffer;
-        if (!has_instance(b))
+        if (!has_dws_instance(b))
             continue;
         list.push_back({{"conf", b.record_id},
                         {"state", dwstat_state(b)},

@@ -105,6 +105,46 @@ wait_job() {
   done
 }
 
+# Every scenario's set-up and teardown (the suites' setup and teardown call them): its name and
+# time in the transcript; afterwards, a mover paused by the scenario resumed (a failed scenario
+# must not leave one stopped), the test user's jobs cancelled and gone (one scenario's leftovers
+# must not starve the next), and on failure the end of slurmctld.log on the terminal.
+scenario_setup() {
+  transcript "" "== $BATS_TEST_DESCRIPTION"
+  SCENARIO_START=$SECONDS
+}
+
+scenario_teardown() {
+  # shellcheck disable=SC2086
+  [ -z "${PAUSED_PIDS:-}" ] || kill -CONT $PAUSED_PIDS 2>/dev/null || true
+  cancel_leftover_jobs
+  if [ -n "${BATS_TEST_COMPLETED:-}" ]; then
+    transcript "-- passed in $((SECONDS - ${SCENARIO_START:-$SECONDS})) s"
+  else
+    transcript "-- FAILED after $((SECONDS - ${SCENARIO_START:-$SECONDS})) s"
+    {
+      echo "--- slurmctld.log (last 60 lines)"
+      tail -n 60 "$SLURM_DIR/log/slurmctld.log" 2>/dev/null
+    } >&3 2>/dev/null || true
+  fi
+}
+
+# A job script in $JOBS_DIR owned by the test user: the lines given, then `set -e` and the body
+# read from stdin.
+job_script() {
+  local file=$JOBS_DIR/$1
+  shift
+  {
+    echo '#!/bin/bash'
+    printf '#SBATCH --output=%s/%%x-%%j.out\n' "$JOBS_DIR"
+    for line in "$@"; do printf '%s\n' "$line"; done
+    echo 'set -euo pipefail'
+    cat
+  } >"$file"
+  chown "$SLURM_TEST_USER:" "$file"
+  echo "$file"
+}
+
 # Polls a command until it succeeds; fails the test after the timeout.
 wait_until() {
   local timeout=$1 what=$2 deadline

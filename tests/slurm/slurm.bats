@@ -22,39 +22,11 @@ teardown_file() {
 }
 
 setup() {
-  transcript "" "== $BATS_TEST_DESCRIPTION"
+  scenario_setup
 }
 
 teardown() {
-  # A scenario that failed with its copy paused must not leave a stopped mover behind.
-  # shellcheck disable=SC2086
-  [ -z "${PAUSED_PIDS:-}" ] || kill -CONT $PAUSED_PIDS 2>/dev/null || true
-  cancel_leftover_jobs
-  if [ -n "${BATS_TEST_COMPLETED:-}" ]; then
-    transcript "-- passed"
-  else
-    transcript "-- FAILED"
-    {
-      echo "--- slurmctld.log (last 40 lines)"
-      tail -n 40 "$SLURM_DIR/log/slurmctld.log" 2>/dev/null
-    } >&3 2>/dev/null || true
-  fi
-}
-
-# A job script in $JOBS_DIR owned by the test user: the lines given, then `set -e` and the body
-# read from stdin.
-job_script() {
-  local file=$JOBS_DIR/$1
-  shift
-  {
-    echo '#!/bin/bash'
-    printf '#SBATCH --output=%s/%%x-%%j.out\n' "$JOBS_DIR"
-    for line in "$@"; do printf '%s\n' "$line"; done
-    echo 'set -euo pipefail'
-    cat
-  } >"$file"
-  chown "$SLURM_TEST_USER:" "$file"
-  echo "$file"
+  scenario_teardown
 }
 
 # The pool is whole again in Slurm's view and in bbkit's: nothing allocated, nothing in trash.

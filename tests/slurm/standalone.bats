@@ -25,39 +25,11 @@ teardown_file() {
 }
 
 setup() {
-  transcript "" "== $BATS_TEST_DESCRIPTION"
-  SCENARIO_START=$SECONDS
+  scenario_setup
 }
 
 teardown() {
-  # shellcheck disable=SC2086
-  [ -z "${PAUSED_PIDS:-}" ] || kill -CONT $PAUSED_PIDS 2>/dev/null || true
-  cancel_leftover_jobs
-  if [ -n "${BATS_TEST_COMPLETED:-}" ]; then
-    transcript "-- passed in $((SECONDS - SCENARIO_START)) s"
-  else
-    transcript "-- FAILED after $((SECONDS - SCENARIO_START)) s"
-    {
-      echo "--- slurmctld.log (last 40 lines)"
-      tail -n 40 "$SLURM_DIR/log/slurmctld.log" 2>/dev/null
-    } >&3 2>/dev/null || true
-  fi
-}
-
-# A job script in $JOBS_DIR owned by the test user: the lines given, then `set -e` and the body
-# read from stdin.
-job_script() {
-  local file=$JOBS_DIR/$1
-  shift
-  {
-    echo '#!/bin/bash'
-    printf '#SBATCH --output=%s/%%x-%%j.out\n' "$JOBS_DIR"
-    for line in "$@"; do printf '%s\n' "$line"; done
-    echo 'set -euo pipefail'
-    cat
-  } >"$file"
-  chown "$SLURM_TEST_USER:" "$file"
-  echo "$file"
+  scenario_teardown
 }
 
 # A job that holds its buffer until $JOBS_DIR/release-<tag> exists (at most 5 minutes).
