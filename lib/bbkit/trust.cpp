@@ -224,26 +224,31 @@ std::optional<Caller> less_privileged_caller() {
     return caller;
 }
 
-void refuse_caller_file_choice(const std::string& option) {
+namespace {
+
+// Error(no_perm) "refusing OPTION: running as root for uid N (NAME, through sudo), which WHY"
+// when a less privileged caller runs the tool.
+void refuse_for_caller(const std::string& option, const std::string& why) {
     const std::optional<Caller> caller = less_privileged_caller();
     if (!caller)
         return;
     throw Error(ExitCode::no_perm,
                 "refusing " + option + ": running as root for uid " + std::to_string(caller->uid) +
                     (caller->name.empty() ? "" : " (" + caller->name + ", through sudo)") +
-                    ", which may not choose the files root reads or writes (root's own "
-                    "configuration, /etc/bbkit/bbkit.toml, is used)");
+                    ", which " + why);
+}
+
+}  // namespace
+
+void refuse_caller_file_choice(const std::string& option) {
+    refuse_for_caller(option,
+                      "may not choose the files root reads or writes (root's own "
+                      "configuration, /etc/bbkit/bbkit.toml, is used)");
 }
 
 void refuse_caller_override(const std::string& option) {
-    const std::optional<Caller> caller = less_privileged_caller();
-    if (!caller)
-        return;
-    throw Error(ExitCode::no_perm,
-                "refusing " + option + ": running as root for uid " + std::to_string(caller->uid) +
-                    (caller->name.empty() ? "" : " (" + caller->name + ", through sudo)") +
-                    ", which may not override bbkit's safety checks (an administrator runs it "
-                    "as root)");
+    refuse_for_caller(option,
+                      "may not override bbkit's safety checks (an administrator runs it as root)");
 }
 
 void drop_caller_environment() {

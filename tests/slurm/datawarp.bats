@@ -29,18 +29,8 @@ teardown() {
   scenario_teardown
 }
 
-# Slurm's view of one pool: "TotalSpace FreeSpace UsedSpace", waiting (up to two 30 s polls)
-# until it is the one expected.
-wait_pool() {
-  local pool=$1 expected=$2
-  wait_until 75 "Slurm to report $pool as $expected" sh -c "[ \"\$(scontrol show burst | sed -n 's/^ *\(PoolName\[[0-9]*\]=\)\{0,1\}$pool .*TotalSpace=\([^ ]*\) FreeSpace=\([^ ]*\) UsedSpace=\([^ ]*\).*/\2 \3 \4/p')\" = '$expected' ]"
-}
-
-# pool1 is also the DefaultPool: `scontrol show burst` prints it on its first line.
-default_pool_figures() {
-  scontrol show burst | sed -n 's/^Name=datawarp DefaultPool=pool1 .*TotalSpace=\([^ ]*\) FreeSpace=\([^ ]*\) UsedSpace=\([^ ]*\).*/\1 \2 \3/p'
-}
-
+# pool1 is also the DefaultPool: `scontrol show burst` prints it on its first line. Waits (up to
+# two 30 s polls) until Slurm reports it as "TotalSpace FreeSpace UsedSpace" = $1.
 assert_default_pool() {
   wait_until 75 "Slurm to report pool1 as $1" sh -c "[ \"\$(scontrol show burst | sed -n 's/^Name=datawarp DefaultPool=pool1 .*TotalSpace=\([^ ]*\) FreeSpace=\([^ ]*\) UsedSpace=\([^ ]*\).*/\1 \2 \3/p')\" = '$1' ]"
 }
