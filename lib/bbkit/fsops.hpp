@@ -45,6 +45,9 @@ class DirStream {
     ~DirStream();
 
     explicit operator bool() const { return dir_ != nullptr; }
+    // The stream's own descriptor, for *at() calls on its entries (the caller may then close
+    // the one it was made from: a walk holds one descriptor per level, not two).
+    int fd() const { return dir_ ? dirfd(dir_) : -1; }
     // The next entry, or null at the end (or on a read error: errno is then non-zero).
     const dirent* next();
 

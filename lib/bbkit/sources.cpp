@@ -2,10 +2,12 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -13,6 +15,7 @@
 
 #include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/size.hpp"
 
 namespace bbkit {
 namespace {
@@ -22,7 +25,7 @@ std::string where_text(const Location& where) {
 }
 
 // The error for a failed system call on `path`, with the exit code its errno deserves.
-Error path_error(const Location& where, const std::string& path, const char* what, int err) {
+Error path_error(const Location& where, const std::string& path, const std::string& what, int err) {
     return Error(exit_code_for(err), where_text(where) + ": stage-in source '" + path +
                                          "': " + what + ": " + std::strerror(err));
 }
@@ -40,41 +43,143 @@ bool owner_may_read(const struct stat& st, bool directory) {
     return st.st_uid == geteuid() && (st.st_mode & need) == need;
 }
 
-// Walks a tree without following symlinks; an explicit stack keeps deep trees off the C stack.
-void measure_tree(const Location& where, const std::string& root, SourceTotals& totals) {
-    std::vector<std::string> pending{root};
-    while (!pending.empty()) {
-        const std::string dir = pending.back();
-        pending.pop_back();
-        require_readable(where, dir, true);
-        const Fd dir_fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-        if (!dir_fd)
-            throw path_error(where, dir, "cannot open directory", errno);
-        DirStream stream(dir_fd.get());
-        if (!stream)
-            throw path_error(where, dir, "cannot open directory", errno);
-        while (const dirent* entry = stream.next()) {
-            const char* name = entry->d_name;
-            // Relative to the open directory: no walk of the whole path for every entry.
-            struct stat st {};
-            if (fstatat(dir_fd.get(), name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-                throw path_error(where, dir + "/" + name, "cannot stat", errno);
-            ++totals.files;
-            if (S_ISDIR(st.st_mode)) {
-                pending.push_back(dir + "/" + name);
-            } else if (S_ISREG(st.st_mode)) {
-                if (!owner_may_read(st, false) &&
-                    faccessat(dir_fd.get(), name, R_OK, AT_EACCESS) != 0)
-                    throw path_error(where, dir + "/" + name, "cannot read", errno);
-                totals.bytes += static_cast<std::uint64_t>(st.st_size);
-            }
+// The running count of one measurement: the totals, the bytes that count against the job
+// buffer's capacity (checked at every file, so a walk stops as soon as they are over it) and
+// when progress is next due.
+class Tally {
+  public:
+    Tally(SourceTotals& totals, std::optional<std::uint64_t> capacity,
+          const SourceProgress& progress)
+        : totals_(totals),
+          capacity_(capacity),
+          progress_(progress),
+          next_report_(std::chrono::steady_clock::now() + report_interval) {}
+
+    SourceTotals& totals() { return totals_; }
+
+    // Entries measured from now on go to a persistent buffer: not the job buffer's capacity.
+    void stop_counting_capacity() { capacity_.reset(); }
+
+    // One entry copied, with `bytes` of data (0 for anything but a regular file).
+    void add(std::uint64_t bytes) {
+        ++totals_.files;
+        totals_.bytes += bytes;
+        if (capacity_) {
+            counted_ += bytes;
+            require_fits(counted_, *capacity_);
         }
-        if (errno != 0)
-            throw path_error(where, dir, "cannot list directory", errno);
+        if (progress_)
+            report();
+    }
+
+  private:
+    static constexpr std::chrono::milliseconds report_interval{100};
+
+    void report() {
+        const auto now = std::chrono::steady_clock::now();
+        if (now < next_report_)
+            return;
+        next_report_ = now + report_interval;
+        progress_(totals_.files, totals_.bytes);
+    }
+
+    SourceTotals& totals_;
+    std::optional<std::uint64_t> capacity_;
+    std::uint64_t counted_ = 0;
+    SourceProgress progress_;
+    std::chrono::steady_clock::time_point next_report_;
+};
+
+// A deep tree holds one descriptor per level, and the usual soft limit (1024) is far below the
+// hard one. False when it is already at the hard limit or may not be raised.
+bool raise_descriptor_limit() {
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max)
+        return false;
+    limit.rlim_cur = limit.rlim_max;
+    return setrlimit(RLIMIT_NOFILE, &limit) == 0;
+}
+
+// The directory `name` in `parent` as a stream that holds one descriptor, never through a
+// symlink; null when it cannot be opened (errno says why).
+std::unique_ptr<DirStream> open_directory(int parent, const char* name) {
+    while (true) {
+        int err = 0;
+        {
+            const Fd fd(openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+            if (fd) {
+                auto stream = std::make_unique<DirStream>(fd.get());
+                if (*stream)
+                    return stream;  // its own duplicate: `fd` is closed here
+            }
+            err = errno;
+        }
+        if (err != EMFILE || !raise_descriptor_limit()) {
+            errno = err;
+            return nullptr;
+        }
     }
 }
 
-void measure_entry(const SourceEntry& entry, SourceTotals& totals) {
+// Walks a tree without following symlinks, depth-first with one open directory per level and
+// entries opened relative to it: memory grows with the depth only (a directory of a million
+// subdirectories holds no list of them) and nothing recurses on the C stack. Messages name the
+// full path, kept in one string that grows and shrinks with the walk.
+void measure_tree(const Location& where, const std::string& root, Tally& tally) {
+    struct Level {
+        std::unique_ptr<DirStream> stream;
+        std::size_t path_length;
+    };
+    require_readable(where, root, true);
+    std::unique_ptr<DirStream> top = open_directory(AT_FDCWD, root.c_str());
+    if (!top)
+        throw path_error(where, root, "cannot open directory", errno);
+    std::string path = root;
+    std::vector<Level> levels;
+    levels.push_back({std::move(top), path.size()});
+    while (!levels.empty()) {
+        DirStream& dir = *levels.back().stream;
+        const dirent* entry = dir.next();
+        if (!entry) {
+            if (errno != 0)
+                throw path_error(where, path, "cannot list directory", errno);
+            levels.pop_back();
+            if (!levels.empty())
+                path.resize(levels.back().path_length);
+            continue;
+        }
+        const char* name = entry->d_name;
+        struct stat st {};
+        if (fstatat(dir.fd(), name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            throw path_error(where, path + "/" + name, "cannot stat", errno);
+        if (S_ISDIR(st.st_mode)) {
+            tally.add(0);
+            if (!owner_may_read(st, true) &&
+                faccessat(dir.fd(), name, R_OK | X_OK, AT_EACCESS) != 0)
+                throw path_error(where, path + "/" + name, "cannot read", errno);
+            std::unique_ptr<DirStream> sub = open_directory(dir.fd(), name);
+            const int err = errno;
+            path += '/';
+            path += name;
+            if (!sub && err == EMFILE)
+                throw path_error(where, path,
+                                 "cannot open directory " + std::to_string(levels.size()) +
+                                     " levels deep (raise the open-file limit, ulimit -n)",
+                                 err);
+            if (!sub)
+                throw path_error(where, path, "cannot open directory", err);
+            levels.push_back({std::move(sub), path.size()});
+        } else if (S_ISREG(st.st_mode)) {
+            if (!owner_may_read(st, false) && faccessat(dir.fd(), name, R_OK, AT_EACCESS) != 0)
+                throw path_error(where, path + "/" + name, "cannot read", errno);
+            tally.add(static_cast<std::uint64_t>(st.st_size));
+        } else {
+            tally.add(0);
+        }
+    }
+}
+
+void measure_entry(const SourceEntry& entry, Tally& tally) {
     struct stat st {};
     if (lstat(entry.source.c_str(), &st) != 0)
         throw path_error(entry.where, entry.source, "cannot stat", errno);
@@ -85,13 +190,36 @@ void measure_entry(const SourceEntry& entry, SourceTotals& totals) {
     if (entry.type == StageType::directory && !is_dir)
         throw Error(ExitCode::data, where_text(entry.where) + ": stage-in source '" + entry.source +
                                         "' is not a directory (use type=file)");
-    ++totals.files;
     if (is_dir) {
-        measure_tree(entry.where, entry.source, totals);
+        tally.add(0);
+        measure_tree(entry.where, entry.source, tally);
+    } else if (S_ISREG(st.st_mode)) {
+        require_readable(entry.where, entry.source, false);
+        tally.add(static_cast<std::uint64_t>(st.st_size));
     } else {
-        if (S_ISREG(st.st_mode)) {
-            require_readable(entry.where, entry.source, false);
-            totals.bytes += static_cast<std::uint64_t>(st.st_size);
+        tally.add(0);
+    }
+}
+
+// Measures `lines` in order into the tally's totals (entries, and the skipped lines).
+void measure_lines(const std::vector<StageDirective>& lines, Tally& tally) {
+    SourceTotals& totals = tally.totals();
+    for (const StageDirective& stage : lines) {
+        if (stage.unresolved) {
+            totals.skipped.push_back({stage.where, "source '" + stage.source +
+                                                       "' not checked: it holds a symbol that is "
+                                                       "replaced only when the job is known"});
+            continue;
+        }
+        std::vector<SourceEntry> entries;
+        if (stage.type == StageType::list) {
+            entries = read_stage_list(stage);
+        } else {
+            entries.push_back({stage.source, stage.destination, stage.type, stage.where});
+        }
+        for (const SourceEntry& entry : entries) {
+            measure_entry(entry, tally);
+            totals.entries.push_back(entry);
         }
     }
 }
@@ -189,55 +317,32 @@ std::vector<SourceEntry> read_stage_list(const StageDirective& list) {
 
 SourceTotals measure_sources(const std::vector<StageDirective>& stage_in) {
     SourceTotals totals;
-    for (const StageDirective& stage : stage_in) {
-        if (stage.unresolved) {
-            totals.skipped.push_back({stage.where, "source '" + stage.source +
-                                                       "' not checked: it holds a symbol that is "
-                                                       "replaced only when the job is known"});
-            continue;
-        }
-        std::vector<SourceEntry> entries;
-        if (stage.type == StageType::list) {
-            entries = read_stage_list(stage);
-        } else {
-            entries.push_back({stage.source, stage.destination, stage.type, stage.where});
-        }
-        for (const SourceEntry& entry : entries) {
-            measure_entry(entry, totals);
-            totals.entries.push_back(entry);
-        }
-    }
+    Tally tally(totals, std::nullopt, {});
+    measure_lines(stage_in, tally);
     return totals;
-}
-
-}  // namespace bbkit
-
-#include "bbkit/size.hpp"
-
-namespace bbkit {
-
-void require_fits(std::uint64_t needed, std::uint64_t capacity) {
-    if (needed <= capacity)
-        return;
-    throw Error(ExitCode::data, "stage-in needs " + format_size(needed) + " (" +
-                                    std::to_string(needed) + " bytes) but the buffer holds " +
-                                    format_size(capacity) + " (request a larger capacity)");
 }
 
 SourceTotals measure_stage_in(const std::vector<StageDirective>& stage_in,
-                              std::optional<std::uint64_t> job_capacity) {
+                              std::optional<std::uint64_t> job_capacity,
+                              const SourceProgress& progress) {
     std::vector<StageDirective> into_job, into_persistent;
     for (const StageDirective& stage : stage_in)
         (stage.buffer.empty() ? into_job : into_persistent).push_back(stage);
-    SourceTotals totals = measure_sources(into_job);
-    if (job_capacity && totals.bytes > 0)
-        require_fits(totals.bytes, *job_capacity);
-    const SourceTotals other = measure_sources(into_persistent);
-    totals.bytes += other.bytes;
-    totals.files += other.files;
-    totals.entries.insert(totals.entries.end(), other.entries.begin(), other.entries.end());
-    totals.skipped.insert(totals.skipped.end(), other.skipped.begin(), other.skipped.end());
+    SourceTotals totals;
+    Tally tally(totals, job_capacity, progress);
+    measure_lines(into_job, tally);
+    tally.stop_counting_capacity();
+    measure_lines(into_persistent, tally);
     return totals;
+}
+
+void require_fits(std::uint64_t counted, std::uint64_t capacity) {
+    if (counted <= capacity)
+        return;
+    throw Error(ExitCode::data, "stage-in needs at least " + format_size(counted) + " (" +
+                                    std::to_string(counted) +
+                                    " bytes counted so far) but the buffer holds " +
+                                    format_size(capacity) + " (request a larger capacity)");
 }
 
 }  // namespace bbkit

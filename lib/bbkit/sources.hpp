@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,12 @@ struct SourceTotals {
 // Expands the list files of `stage_in` and measures every source. Throws Error(no_input) for a
 // missing source, Error(no_perm) for one the caller cannot read or traverse, Error(data) for a
 // malformed list file or a source of the wrong type; each message names the path and the line.
+//
+// A directory is walked depth-first without following symlinks, holding one open directory
+// stream (a descriptor and its buffer) per level: memory grows with a tree's depth, never with
+// its width or its number of files. When a deep tree runs out of descriptors, the soft
+// RLIMIT_NOFILE is raised to the hard limit (for the rest of the process); a tree deeper than
+// that allows is Error(io) "... cannot open directory N levels deep ...: Too many open files".
 SourceTotals measure_sources(const std::vector<StageDirective>& stage_in);
 
 // Reads a type=list file: one "source destination" pair a line (double quotes allowed, '#'
@@ -37,17 +44,24 @@ SourceTotals measure_sources(const std::vector<StageDirective>& stage_in);
 // with buffer_relative_path, then placed under `base` (the directive's destination).
 std::vector<SourceEntry> read_stage_list(const StageDirective& list);
 
-}  // namespace bbkit
+// Told, while sources are measured, the entries and bytes counted so far: at most every 100 ms
+// and not in the first 100 ms, so a quick measurement reports nothing. An exception it throws
+// stops the walk and propagates.
+using SourceProgress = std::function<void(std::uint64_t files, std::uint64_t bytes)>;
 
-namespace bbkit {
-
-// Measures the stage-in lines as the caller and refuses what cannot fit: the bytes of the
-// lines that go to the job's own buffer are checked against `job_capacity` (lines into
-// persistent buffers and lines with unresolved symbols are measured or skipped, not counted).
+// Measures the stage-in lines as the caller (measure_sources's walk and errors) and refuses what
+// cannot fit: the bytes of the lines that go to the job's own buffer are checked against
+// `job_capacity` as they are counted, and the walk stops at the first file that takes them over
+// it (require_fits's error), so a tree far too large is refused without walking all of it.
+// Those lines are measured first; lines into persistent buffers come after them and do not count
+// against it; lines with unresolved symbols are skipped.
 SourceTotals measure_stage_in(const std::vector<StageDirective>& stage_in,
-                              std::optional<std::uint64_t> job_capacity);
+                              std::optional<std::uint64_t> job_capacity,
+                              const SourceProgress& progress = {});
 
-// Refuses a stage-in that cannot fit: Error(data) "stage-in needs X but the buffer holds Y".
-void require_fits(std::uint64_t needed, std::uint64_t capacity);
+// Refuses `counted` bytes of stage-in (all of the sources, or those counted before the walk
+// stopped) when they are more than `capacity`: Error(data) "stage-in needs at least X (N bytes
+// counted so far) but the buffer holds Y (request a larger capacity)".
+void require_fits(std::uint64_t counted, std::uint64_t capacity);
 
 }  // namespace bbkit

@@ -30,9 +30,10 @@ struct StageResult {
 };
 
 // allocated -> staging-in -> staged-in. The sources are measured as the user against the
-// buffer's capacity first (Error(data) "stage-in needs X but the buffer holds Y"). A failure
-// keeps staging-in with reason BurstBufferOperation and the mover's message; in standalone mode
-// with TeardownFailure the buffer is then torn down. A timeout stops the mover and is recorded.
+// buffer's capacity first, stopping at the first file over it (Error(data) "stage-in needs at
+// least X ... but the buffer holds Y"). A failure keeps staging-in with reason
+// BurstBufferOperation and the mover's message; in standalone mode with TeardownFailure the
+// buffer is then torn down. A timeout stops the mover and is recorded.
 StageResult stage_in(StateStore& store, const Config& config, std::uint64_t job_id,
                      const StageOptions& options, const std::string& who);
 

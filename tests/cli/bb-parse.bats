@@ -412,6 +412,19 @@ script() {  # script NAME LINE... : writes a job script with a shebang
   assert_output --partial "buffer holds 4KiB"
 }
 
+@test "check-sources stops counting at the first file over the buffer: 65, one line" {
+  mkdir -p "$TEST_DIR/tree"
+  for i in $(seq 1 50); do head -c 1000 /dev/zero >"$TEST_DIR/tree/f$i"; done
+  # Counted to the end, the missing second source would be exit 66.
+  f=$(script job.sh '#BB_LUA pool=small capacity=4K' \
+      "#BB_LUA stage_in type=directory source=$TEST_DIR/tree destination=t" \
+      "#BB_LUA stage_in type=file source=$TEST_DIR/missing destination=m")
+  run bb-parse --script "$f" --user root --check-sources
+  assert_failure 65
+  [ "${#lines[@]}" = 1 ] || fail "message spans ${#lines[@]} lines: $output"
+  assert_output "bb-parse: stage-in needs at least 5KB (5000 bytes counted so far) but the buffer holds 4KiB (request a larger capacity)"
+}
+
 @test "check-sources reports a missing source with 66" {
   f=$(script job.sh '#BB_LUA capacity=1G' \
       "#BB_LUA stage_in type=file source=$TEST_DIR/missing destination=x")

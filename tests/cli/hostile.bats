@@ -280,8 +280,8 @@ bounded_bb_parse() {
 
 @test "a source tree deeper than PATH_MAX is refused with one clear error, nothing half done" {
   # 200 levels of 40-character names: about 8,200 bytes, twice PATH_MAX. The stage-in check
-  # measures sources by path, so such a tree is refused (see bb-stage(1)); the buffer stays
-  # usable and tears down cleanly.
+  # measures it (each directory opened relative to its parent), but the copy opens paths whole,
+  # so such a tree is refused (see bb-stage(1)); the buffer stays usable and tears down cleanly.
   part=$(repeat d 40)
   as_user mkdir "$TEST_DIR/pfs/deep"
   as_user bash -c "cd '$TEST_DIR/pfs/deep' && for i in \$(seq 1 200); do mkdir $part && cd -P $part || exit 1; done; printf 'bottom\n' >leaf"
