@@ -467,19 +467,69 @@ std::string end_result_text(const EndResult& r) {
     return text + teardown_text(ended);
 }
 
-std::string progress_bar(const MoverReport& r) {
-    const double done =
-        r.bytes_total ? static_cast<double>(r.bytes_done) / r.bytes_total
-                      : (r.files_total ? static_cast<double>(r.files_done) / r.files_total : 1.0);
-    const int width = 30;
-    const int filled = static_cast<int>(done * width);
-    std::string bar(static_cast<std::size_t>(filled), '#');
+namespace {
+
+// 1234567 -> "1,234,567": counts of millions of files are read at a glance.
+std::string grouped(std::uint64_t n) {
+    std::string digits = std::to_string(n);
+    for (std::size_t i = digits.size(); i > 3; i -= 3)
+        digits.insert(i - 3, ",");
+    return digits;
+}
+
+std::string duration_text(std::uint64_t seconds) {
+    char text[48];
+    if (seconds < 120)
+        std::snprintf(text, sizeof text, "%llu s", static_cast<unsigned long long>(seconds));
+    else if (seconds < 7200)
+        std::snprintf(text, sizeof text, "%llu min %02llu s",
+                      static_cast<unsigned long long>(seconds / 60),
+                      static_cast<unsigned long long>(seconds % 60));
+    else
+        std::snprintf(text, sizeof text, "%llu h %02llu min",
+                      static_cast<unsigned long long>(seconds / 3600),
+                      static_cast<unsigned long long>(seconds / 60 % 60));
+    return text;
+}
+
+std::string files_rate_text(double per_second) {
+    if (per_second >= 10)
+        return grouped(static_cast<std::uint64_t>(per_second + 0.5)) + " files/s";
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f files/s", per_second);
+    return text;
+}
+
+}  // namespace
+
+std::string progress_text(const StagingProgress& p, bool live) {
+    std::string text = grouped(p.files_done) + "/" + grouped(p.files_total) + " files, " +
+                       approximate_size(p.bytes_done) + "/" + approximate_size(p.bytes_total);
+    if (!live)
+        return text;
+    if (p.files_per_second)
+        text += ", " + files_rate_text(*p.files_per_second);
+    if (p.bytes_per_second)
+        text += ", " + approximate_size(static_cast<std::uint64_t>(*p.bytes_per_second)) + "/s";
+    if (p.eta_seconds)
+        text += ", ETA " + duration_text(*p.eta_seconds);
+    if (p.phase)
+        text += std::string(" (") + to_string(*p.phase) + ")";
+    return text;
+}
+
+std::string progress_bar(const StagingProgress& p) {
+    double done = p.bytes_total
+                      ? static_cast<double>(p.bytes_done) / p.bytes_total
+                      : (p.files_total ? static_cast<double>(p.files_done) / p.files_total : 1.0);
+    done = std::min(done, 1.0);
+    const int width = 20;
+    std::string bar(static_cast<std::size_t>(done * width), '#');
     bar.resize(width, '.');
-    char line[160];
-    std::snprintf(line, sizeof line, "\r[%s] %3d%%  %llu/%llu files", bar.c_str(),
-                  static_cast<int>(done * 100), static_cast<unsigned long long>(r.files_done),
-                  static_cast<unsigned long long>(r.files_total));
-    return line;
+    char percent[8];
+    std::snprintf(percent, sizeof percent, "%3d%%", static_cast<int>(done * 100));
+    // Erase to the end of the line: the text shrinks when a rate or the ETA gets shorter.
+    return "\r[" + bar + "] " + percent + "  " + progress_text(p) + "\033[K";
 }
 
 }  // namespace bbkit

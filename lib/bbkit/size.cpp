@@ -2,6 +2,8 @@
 
 #include <array>
 #include <cctype>
+#include <cstdio>
+#include <iterator>
 
 #include "bbkit/error.hpp"
 
@@ -140,6 +142,19 @@ std::string format_size(const Size& size) {
     if (size.nodes)
         return std::to_string(size.value) + "N";
     return format_size(size.value);
+}
+
+std::string approximate_size(std::uint64_t bytes) {
+    static const char* const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (bytes < 1024)
+        return std::to_string(bytes) + "B";
+    double value = static_cast<double>(bytes) / 1024;
+    std::size_t unit = 0;
+    for (; value >= 1024 && unit + 1 < std::size(units); ++unit)
+        value /= 1024;
+    char text[32];
+    std::snprintf(text, sizeof text, value < 100 ? "%.1f%s" : "%.0f%s", value, units[unit]);
+    return text;
 }
 
 }  // namespace bbkit

@@ -34,4 +34,8 @@ std::uint64_t round_up(std::uint64_t bytes, std::uint64_t granularity);
 std::string format_size(std::uint64_t bytes);
 std::string format_size(const Size& size);  // node counts print as "4N"
 
+// For people watching numbers change (progress, rates), never read back: the largest IEC unit
+// not above `bytes`, one decimal below 100 of it ("512B", "1.2MiB", "9.8MiB", "240GiB").
+std::string approximate_size(std::uint64_t bytes);
+
 }  // namespace bbkit

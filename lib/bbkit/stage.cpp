@@ -17,6 +17,7 @@
 #include "bbkit/publish.hpp"
 #include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
+#include "bbkit/staging_progress.hpp"
 #include "bbkit/teardown.hpp"
 #include "bbkit/trust.hpp"
 
@@ -97,15 +98,10 @@ std::vector<Fd> take_slots(const Config& config, const std::string& prefix, unsi
 }
 
 // Progress is not state: a temp file renamed over the old one, no fsync.
-void write_progress(const StateStore& store, const Buffer& b, const MoverReport& r) {
+void write_progress(const StateStore& store, const Buffer& b, const StagingProgress& progress) {
     const std::string path = store.path("progress/" + b.key.str());
     const std::string tmp = path + ".tmp";
-    const std::string text = nlohmann::json{{"files_done", r.files_done},
-                                            {"files_total", r.files_total},
-                                            {"bytes_done", r.bytes_done},
-                                            {"bytes_total", r.bytes_total}}
-                                 .dump() +
-                             "\n";
+    const std::string text = progress_record(progress);
     Fd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
     if (!fd || write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
         return;
@@ -150,6 +146,9 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
                    const char* phase) {
     MoverRun run;
     auto last_write = std::chrono::steady_clock::time_point{};
+    std::optional<StagePhase> last_phase;
+    StagingRate rate;
+    const TimePoint started = std::chrono::system_clock::now();
     ProcessSpec spec;
     spec.path = mover;
     spec.stdin_data = plan_to_json(plan);
@@ -159,12 +158,29 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
         const MoverReport r = parse_report(line);
         switch (r.kind) {
             case MoverReport::Kind::progress: {
-                if (options.on_progress)
-                    options.on_progress(r);
                 const auto now = std::chrono::steady_clock::now();
-                if (now - last_write >= progress_interval || r.files_done == r.files_total) {
-                    write_progress(store, b, r);
+                rate.add(now, r.phase, r.files_done, r.bytes_done);
+                StagingProgress p;
+                p.direction = plan.direction;
+                p.phase = r.phase;
+                p.files_done = r.files_done;
+                p.files_total = r.files_total;
+                p.bytes_done = r.bytes_done;
+                p.bytes_total = r.bytes_total;
+                p.files_per_second = rate.files_per_second();
+                p.bytes_per_second = rate.bytes_per_second();
+                p.eta_seconds = eta_seconds(p);
+                p.started = started;
+                p.updated = std::chrono::system_clock::now();
+                p.pid = getpid();
+                if (options.on_progress)
+                    options.on_progress(p);
+                // A new phase is written at once: a poller sees measuring end and syncing begin.
+                if (now - last_write >= progress_interval || r.files_done == r.files_total ||
+                    r.phase != last_phase) {
+                    write_progress(store, b, p);
                     last_write = now;
+                    last_phase = r.phase;
                 }
                 break;
             }

@@ -11,13 +11,15 @@
 
 #include "bbkit/config.hpp"
 #include "bbkit/stage_plan.hpp"
+#include "bbkit/staging_progress.hpp"
 #include "bbkit/store.hpp"
 
 namespace bbkit {
 
 struct StageOptions {
     bool retry = false;  // stage-out: run again after a failure an admin has fixed
-    std::function<void(const MoverReport&)> on_progress;  // progress bars
+    // Each report of the mover, with the rate and ETA the progress record gets (progress bars).
+    std::function<void(const StagingProgress&)> on_progress;
 };
 
 struct StageResult {

@@ -181,10 +181,30 @@ std::vector<std::string> recorded_persistent_uses(const std::string& staging_jso
     return names;
 }
 
+const char* to_string(StagePhase phase) {
+    switch (phase) {
+        case StagePhase::measuring:
+            return "measuring";
+        case StagePhase::copying:
+            return "copying";
+        case StagePhase::syncing:
+            return "syncing";
+    }
+    return "copying";
+}
+
+std::optional<StagePhase> parse_stage_phase(const std::string& text) {
+    for (StagePhase phase : {StagePhase::measuring, StagePhase::copying, StagePhase::syncing})
+        if (text == to_string(phase))
+            return phase;
+    return std::nullopt;
+}
+
 std::string progress_line(std::uint64_t files_done, std::uint64_t files_total,
-                          std::uint64_t bytes_done, std::uint64_t bytes_total) {
+                          std::uint64_t bytes_done, std::uint64_t bytes_total, StagePhase phase) {
+    // The phase goes last: an older bb-stage reads the four counters and ignores the rest.
     return "progress " + std::to_string(files_done) + " " + std::to_string(files_total) + " " +
-           std::to_string(bytes_done) + " " + std::to_string(bytes_total);
+           std::to_string(bytes_done) + " " + std::to_string(bytes_total) + " " + to_string(phase);
 }
 
 std::string summary_line(std::uint64_t files, std::uint64_t bytes, std::uint64_t skipped,
@@ -215,7 +235,14 @@ MoverReport parse_report(const std::string& line) {
     };
     if (word == "progress" &&
         (in >> r.files_done >> r.files_total >> r.bytes_done >> r.bytes_total)) {
-        r.kind = MoverReport::Kind::progress;
+        std::string phase, extra;
+        const bool has_phase = static_cast<bool>(in >> phase);
+        const std::optional<StagePhase> known =
+            has_phase ? parse_stage_phase(phase) : StagePhase::copying;
+        if (known && !(in >> extra)) {
+            r.kind = MoverReport::Kind::progress;
+            r.phase = *known;
+        }
     } else if (word == "summary" && (in >> r.files >> r.bytes >> r.skipped >> r.seconds)) {
         r.kind = MoverReport::Kind::summary;
     } else if (word == "error" && (in >> r.exit_code)) {

@@ -49,17 +49,29 @@ std::vector<std::string> recorded_persistent_uses(const std::string& staging_jso
 // (bbkit(7), STANDALONE MODE: what bb-teardown protects).
 std::vector<StageDirective> unstaged_results(const Buffer& b);
 
+// What a mover is doing: walking the sources to count files and bytes (the totals still grow),
+// copying, or the durable flush at the end.
+enum class StagePhase { measuring, copying, syncing };
+const char* to_string(StagePhase phase);
+std::optional<StagePhase> parse_stage_phase(const std::string& text);  // nullopt when unknown
+
 // bb-mover's report lines.
 struct MoverReport {
     enum class Kind { progress, summary, error, warning, unknown } kind = Kind::unknown;
+    StagePhase phase = StagePhase::copying;
     std::uint64_t files_done = 0, files_total = 0, bytes_done = 0, bytes_total = 0;
     std::uint64_t files = 0, bytes = 0, skipped = 0;
     double seconds = 0;
     int exit_code = 0;
     std::string message;
 };
+// "progress FILES_DONE FILES_TOTAL BYTES_DONE BYTES_TOTAL PHASE". A line without the phase (an
+// older mover, which only reported while copying) reads as copying; one with a phase this
+// reader does not know, or anything after it, is Kind::unknown: its counters may mean
+// something else.
 std::string progress_line(std::uint64_t files_done, std::uint64_t files_total,
-                          std::uint64_t bytes_done, std::uint64_t bytes_total);
+                          std::uint64_t bytes_done, std::uint64_t bytes_total,
+                          StagePhase phase = StagePhase::copying);
 std::string summary_line(std::uint64_t files, std::uint64_t bytes, std::uint64_t skipped,
                          double seconds);
 std::string error_line(int exit_code, const std::string& message);

@@ -408,6 +408,28 @@ json burst_json(const StatusSnapshot& snapshot, const Config& config) {
 
 // ---- bb-stat job --------------------------------------------------------------------------
 
+namespace {
+
+// The record as the stager wrote it (what a poller of progress/ reads), times as everywhere
+// else in this view; unknown values are null.
+json progress_json(const StagingProgress& p) {
+    auto known = [](const auto& value) { return value ? json(*value) : json(); };
+    return {{"direction", p.direction ? json(to_string(*p.direction)) : json()},
+            {"phase", p.phase ? json(to_string(*p.phase)) : json()},
+            {"files_done", p.files_done},
+            {"files_total", p.files_total},
+            {"bytes_done", p.bytes_done},
+            {"bytes_total", p.bytes_total},
+            {"files_per_second", known(p.files_per_second)},
+            {"bytes_per_second", known(p.bytes_per_second)},
+            {"eta_seconds", known(p.eta_seconds)},
+            {"started", p.started ? json(slurm_time(*p.started)) : json()},
+            {"updated", p.updated ? json(slurm_time(*p.updated)) : json()},
+            {"pid", known(p.pid)}};
+}
+
+}  // namespace
+
 std::string job_text(const JobStatus& job, TimePoint now) {
     const Buffer& b = job.status.buffer;
     std::ostringstream out;
@@ -436,10 +458,10 @@ std::string job_text(const JobStatus& job, TimePoint now) {
     field("user", user_of(b));
     field("created", slurm_time(b.created));
     if (job.progress) {
-        const StagingProgress& p = *job.progress;
-        field("progress", std::to_string(p.files_done) + "/" + std::to_string(p.files_total) +
-                              " files, " + format_size(p.bytes_done) + "/" +
-                              format_size(p.bytes_total) + " bytes");
+        // The record outlives its stage: its pace means something only while a stager runs it.
+        const bool staging =
+            b.state == BufferState::staging_in || b.state == BufferState::staging_out;
+        field("progress", progress_text(*job.progress, staging && !stage_stalled(b)));
     }
     out << "phases:\n";
     for (const Phase& phase : phases_of(b, now)) {
@@ -464,10 +486,7 @@ json job_json(const JobStatus& job, TimePoint now) {
     out["failed"] = b.failed ? json(slurm_time(*b.failed)) : json();
     out["stalled"] = stage_stalled(b);
     if (job.progress)
-        out["progress"] = {{"files_done", job.progress->files_done},
-                           {"files_total", job.progress->files_total},
-                           {"bytes_done", job.progress->bytes_done},
-                           {"bytes_total", job.progress->bytes_total}};
+        out["progress"] = progress_json(*job.progress);
     else
         out["progress"] = nullptr;
     json phases = json::array();

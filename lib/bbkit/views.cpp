@@ -223,19 +223,7 @@ std::optional<StagingProgress> read_progress(const std::string& state_dir, const
     }
     if (!text)
         return std::nullopt;
-    const json value = json::parse(*text, nullptr, false);
-    if (value.is_discarded() || !value.is_object())
-        return std::nullopt;
-    try {
-        StagingProgress progress;
-        progress.files_done = json_uint(value, "files_done");
-        progress.files_total = json_uint(value, "files_total");
-        progress.bytes_done = json_uint(value, "bytes_done");
-        progress.bytes_total = json_uint(value, "bytes_total");
-        return progress;
-    } catch (const Error&) {
-        return std::nullopt;
-    }
+    return parse_progress_record(*text);
 }
 
 namespace {

@@ -20,6 +20,7 @@
 #include "bbkit/buffer.hpp"
 #include "bbkit/config.hpp"
 #include "bbkit/pool_dir.hpp"
+#include "bbkit/staging_progress.hpp"
 #include "bbkit/store.hpp"
 
 namespace bbkit {
@@ -55,14 +56,6 @@ struct StatusSnapshot {
     std::vector<PoolStatus> pools;      // configuration order
     std::vector<BufferStatus> buffers;  // live buffers (not complete or deleted), oldest first
     std::map<BufferState, std::size_t> counts;  // buffers per state
-};
-
-// Staging progress, written by the stager to <state>/progress/<key> (not in the database).
-struct StagingProgress {
-    std::uint64_t files_done = 0;
-    std::uint64_t files_total = 0;
-    std::uint64_t bytes_done = 0;
-    std::uint64_t bytes_total = 0;
 };
 
 // One job's buffer with what `bb-stat job ID` adds to it.
@@ -105,7 +98,8 @@ JobStatus job_status(Transaction& txn, const Config& config, std::uint64_t job_i
 JobStatus job_status(const StatusSnapshot& snapshot, const Config& config, std::uint64_t job_id,
                      std::optional<uid_t> viewer = std::nullopt);
 
-// <state>/progress/<key>; nullopt when absent, unreadable or not the expected JSON object.
+// <state>/progress/<key> (not in the database); nullopt when absent, unreadable or not a
+// progress record (parse_progress_record).
 std::optional<StagingProgress> read_progress(const std::string& state_dir, const BufferKey& key);
 
 // Slurm's reason for a buffer: the recorded one (BurstBufferOperation after a failure), else

@@ -138,6 +138,35 @@ describe_tree() {
   assert_output --partial '"used": 0'
 }
 
+@test "the progress record names the stage, its stager and its end; bb-stat job reads it" {
+  make_tree "$TEST_DIR/pfs/input"
+  job_script "#BB_LUA capacity=1G" "#BB_LUA stage_in type=directory source=$TEST_DIR/pfs/input destination=in"
+  bb-pool alloc --job 23 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  before=$(date +%s)
+  bb-stage in --job 23 >/dev/null
+  record="$TEST_DIR/state/progress/main.23.1"
+  [ "$(stat -c %a "$record")" = 600 ]
+  [ ! -e "$record.tmp" ]
+  python3 - "$record" "$before" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["direction"] == "in", r
+assert r["phase"] in ("copying", "syncing"), r
+assert r["files_done"] == r["files_total"] > 0, r
+assert r["bytes_done"] == r["bytes_total"], r
+assert int(sys.argv[2]) - 1 <= r["started"] <= r["updated"], r
+assert isinstance(r["pid"], int) and r["pid"] > 0, r
+for key in ("files_per_second", "bytes_per_second", "eta_seconds"):
+    assert key in r, key
+PY
+  run bb-stat job 23
+  assert_success
+  # The stage is over: the counters only, no pace.
+  assert_line --regexp '^progress:   [0-9,]+/[0-9,]+ files, [0-9.]+[KMG]?i?B/[0-9.]+[KMG]?i?B$'
+  run bb-stat job 23 --json
+  assert_output --partial '"direction": "in"'
+}
+
 @test "a second stage-in copies nothing" {
   make_tree "$TEST_DIR/pfs/input"
   job_script "#BB_LUA capacity=1G" "#BB_LUA stage_in type=directory source=$TEST_DIR/pfs/input destination=in"

@@ -428,6 +428,56 @@ private_pair() {
   assert_line --regexp '^ *nvme bytes .* unavailable$'
 }
 
+@test "job shows the stager's progress record: counters, and rates and ETA while it runs" {
+  needs_bb_pool >/dev/null
+  bb-pool alloc --job 8 --user root --capacity 1G >/dev/null
+  record="$TEST_DIR/state/progress/main.8.1"
+  printf '%s\n' '{"direction":"in","phase":"copying","files_done":12034,"files_total":100000,"bytes_done":1258291,"bytes_total":10276045,"files_per_second":3400.0,"bytes_per_second":2202009.0,"eta_seconds":26,"started":1700000000,"updated":1700000012,"pid":4242}' >"$record"
+  run bb-stat job 8
+  assert_success
+  # Allocated, not staging: the record is a past stage's, shown without a pace.
+  assert_line "progress:   12,034/100,000 files, 1.2MiB/9.8MiB"
+  run bb-stat job 8 --json
+  assert_success
+  python3 -c '
+import json, sys
+p = json.load(sys.stdin)["progress"]
+assert p["direction"] == "in" and p["phase"] == "copying", p
+assert p["files_done"] == 12034 and p["bytes_total"] == 10276045, p
+assert p["files_per_second"] == 3400 and p["bytes_per_second"] == 2202009, p
+assert p["eta_seconds"] == 26 and p["pid"] == 4242, p
+assert p["started"].startswith("2023-11-1") and "T" in p["updated"], p
+' <<<"$output"
+}
+
+@test "job reads an older stager's record, and ignores a malformed one" {
+  needs_bb_pool >/dev/null
+  bb-pool alloc --job 8 --user root --capacity 1G >/dev/null
+  record="$TEST_DIR/state/progress/main.8.1"
+  printf '{"files_done": 3, "files_total": 10, "bytes_done": 1024, "bytes_total": 4096}\n' >"$record"
+  run bb-stat job 8
+  assert_success
+  assert_line "progress:   3/10 files, 1.0KiB/4.0KiB"
+  run bb-stat job 8 --json
+  assert_output --partial '"phase": "copying"'
+  assert_output --partial '"eta_seconds": null'
+  for garbage in '' '{' '[1]' '{"files_done": "3"}' \
+      '{"files_done": 1, "files_total": 2, "bytes_done": 3, "bytes_total": 4, "phase": ["x"], "pid": -1}'; do
+    printf '%s' "$garbage" >"$record"
+    run bb-stat job 8
+    assert_success
+    if [[ $garbage == *bytes_total* ]]; then
+      assert_line "progress:   1/2 files, 3B/4B"
+    else
+      refute_output --partial "progress:"
+    fi
+  done
+  head -c 100000 /dev/zero | tr '\0' '[' >"$record"
+  run bb-stat job 8 --json
+  assert_success
+  assert_output --partial '"progress": null'
+}
+
 @test "job --json gives times as ISO 8601 strings" {
   needs_bb_pool >/dev/null
   bb-pool alloc --job 9 --user root --capacity 1G >/dev/null

@@ -21,6 +21,53 @@ PoolStatus pool(std::string name, std::uint64_t total, std::uint64_t granularity
     return p;
 }
 
+StagingProgress progress(std::uint64_t files_done, std::uint64_t files_total,
+                         std::uint64_t bytes_done, std::uint64_t bytes_total) {
+    StagingProgress p;
+    p.files_done = files_done;
+    p.files_total = files_total;
+    p.bytes_done = bytes_done;
+    p.bytes_total = bytes_total;
+    return p;
+}
+
+TEST(ProgressText, counters_then_rates_eta_and_phase) {
+    StagingProgress p = progress(12034, 100000, 1258291, 10276045);
+    p.files_per_second = 3400;
+    p.bytes_per_second = 2202009;
+    p.eta_seconds = 26;
+    EXPECT_EQ(progress_text(p),
+              "12,034/100,000 files, 1.2MiB/9.8MiB, 3,400 files/s, 2.1MiB/s, ETA 26 s (copying)");
+    EXPECT_EQ(progress_text(p, false), "12,034/100,000 files, 1.2MiB/9.8MiB");
+}
+
+TEST(ProgressText, shows_only_what_is_known) {
+    StagingProgress p = progress(0, 1234567, 0, 5 * gib);
+    p.phase = StagePhase::measuring;
+    EXPECT_EQ(progress_text(p), "0/1,234,567 files, 0B/5.0GiB (measuring)");
+    p.phase.reset();  // a phase a newer stager wrote
+    EXPECT_EQ(progress_text(p), "0/1,234,567 files, 0B/5.0GiB");
+}
+
+TEST(ProgressText, slow_rates_keep_a_decimal_and_long_etas_read_in_minutes_or_hours) {
+    StagingProgress p = progress(1, 10, 0, 0);
+    p.files_per_second = 0.3;
+    p.eta_seconds = 250;
+    EXPECT_EQ(progress_text(p), "1/10 files, 0B/0B, 0.3 files/s, ETA 4 min 10 s (copying)");
+    p.eta_seconds = 3 * 3600 + 5 * 60 + 59;
+    EXPECT_NE(progress_text(p).find("ETA 3 h 05 min"), std::string::npos);
+}
+
+TEST(ProgressBar, fills_with_the_bytes_and_ends_with_the_text) {
+    StagingProgress p = progress(1, 4, 50, 100);
+    const std::string bar = progress_bar(p);
+    EXPECT_EQ(bar.rfind("\r[##########..........]  50%  1/4 files, 50B/100B (copying)", 0), 0u)
+        << bar;
+    EXPECT_EQ(bar.substr(bar.size() - 3), "\033[K");
+    p.bytes_done = 200;  // more than measured: never past the end of the bar
+    EXPECT_NE(progress_bar(p).find("[####################] 100%"), std::string::npos);
+}
+
 TEST(TextTable, fitted_columns_are_as_wide_as_their_widest_cell) {
     EXPECT_EQ(text_table({{"a"}, {"bb"}}, {{"long", "1"}, {"x", "22"}}),
               "   a bb\n"

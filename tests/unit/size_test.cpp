@@ -156,6 +156,17 @@ TEST(Size, prints_largest_exact_unit_iec_first) {
     EXPECT_EQ(format_size(2000000000000000ULL), "2PB");
 }
 
+TEST(Size, approximate_form_has_one_decimal_below_100_of_the_unit) {
+    using bbkit::approximate_size;
+    EXPECT_EQ(approximate_size(0), "0B");
+    EXPECT_EQ(approximate_size(1023), "1023B");
+    EXPECT_EQ(approximate_size(KiB), "1.0KiB");
+    EXPECT_EQ(approximate_size(1258291), "1.2MiB");
+    EXPECT_EQ(approximate_size(240 * GiB + 1), "240GiB");
+    EXPECT_EQ(approximate_size(5 * PiB), "5.0PiB");
+    EXPECT_EQ(approximate_size(~0ULL), "16.0EiB");
+}
+
 TEST(Size, prints_node_counts_with_n) {
     EXPECT_EQ(format_size(parse_size("4nodes")), "4N");
 }

@@ -56,6 +56,40 @@ TEST(StagePlan, report_lines_carry_any_message) {
     EXPECT_EQ(parse_report("garbage").kind, MoverReport::Kind::unknown);
 }
 
+TEST(StagePlan, progress_lines_carry_the_phase) {
+    for (StagePhase phase : {StagePhase::measuring, StagePhase::copying, StagePhase::syncing}) {
+        const MoverReport p = parse_report(progress_line(1, 2, 3, 4, phase));
+        EXPECT_EQ(p.kind, MoverReport::Kind::progress);
+        EXPECT_EQ(p.phase, phase);
+        EXPECT_EQ(p.files_total, 2u);
+        EXPECT_EQ(p.bytes_total, 4u);
+    }
+    EXPECT_EQ(progress_line(1, 2, 3, 4), "progress 1 2 3 4 copying");
+    EXPECT_EQ(progress_line(0, 7, 0, 9, StagePhase::measuring), "progress 0 7 0 9 measuring");
+}
+
+TEST(StagePlan, progress_line_of_an_older_mover_is_copying) {
+    const MoverReport p = parse_report("progress 5 6 7 8");
+    EXPECT_EQ(p.kind, MoverReport::Kind::progress);
+    EXPECT_EQ(p.phase, StagePhase::copying);
+    EXPECT_EQ(p.files_done, 5u);
+    EXPECT_EQ(p.bytes_total, 8u);
+}
+
+TEST(StagePlan, progress_line_with_an_unknown_phase_or_more_words_is_not_progress) {
+    for (const char* line :
+         {"progress 1 2 3 4 verifying", "progress 1 2 3 4 copying extra",
+          "progress 1 2 3 4 COPYING", "progress 1 2 3", "progress 1 2 3 x copying", "progress"})
+        EXPECT_EQ(parse_report(line).kind, MoverReport::Kind::unknown) << line;
+}
+
+TEST(StagePlan, phases_have_one_name_each) {
+    for (StagePhase phase : {StagePhase::measuring, StagePhase::copying, StagePhase::syncing})
+        EXPECT_EQ(parse_stage_phase(to_string(phase)), phase);
+    EXPECT_FALSE(parse_stage_phase(""));
+    EXPECT_FALSE(parse_stage_phase("done"));
+}
+
 TEST(StagePlan, recorded_stages_read_what_alloc_recorded) {
     Request request;
     StageDirective s;

@@ -201,12 +201,61 @@ TEST_F(StatusTest, job_reports_failures_and_staging_progress) {
     std::ofstream(progress) << "{\"files_done\": 3, \"files_total\": 10, \"bytes_done\": 1024,"
                                " \"bytes_total\": 4096}";
     {
+        // An older stager's record: the four counters, read as copying.
         ReadSnapshot txn(*store);
-        const JobStatus job = job_status(txn, config_, 5);
+        JobStatus job = job_status(txn, config_, 5);
         ASSERT_TRUE(job.progress);
         EXPECT_EQ(job.progress->files_total, 10u);
-        EXPECT_NE(job_text(job, at(t_169504)).find("progress:   3/10 files, 1KiB/4KiB bytes\n"),
-                  std::string::npos);
+        // Nobody runs the stage: its last record has no pace.
+        EXPECT_NE(job_text(job, at(t_169504)).find("progress:   3/10 files, 1.0KiB/4.0KiB\n"),
+                  std::string::npos)
+            << job_text(job, at(t_169504));
+        job.status.buffer.run_lock_holder = ProcessId::self();
+        EXPECT_NE(
+            job_text(job, at(t_169504)).find("progress:   3/10 files, 1.0KiB/4.0KiB (copying)\n"),
+            std::string::npos)
+            << job_text(job, at(t_169504));
+        const nlohmann::json json = job_json(job, at(t_169504));
+        EXPECT_EQ(json["progress"]["phase"], "copying");
+        EXPECT_EQ(json["progress"]["bytes_total"], 4096);
+        for (const char* key : {"direction", "files_per_second", "bytes_per_second", "eta_seconds",
+                                "started", "updated", "pid"})
+            EXPECT_TRUE(json["progress"].at(key).is_null()) << key;
+    }
+    {
+        // This stager's record, while it runs the stage: rates, ETA and phase.
+        StagingProgress p;
+        p.direction = StageDirection::in;
+        p.phase = StagePhase::copying;
+        p.files_done = 12034;
+        p.files_total = 100000;
+        p.bytes_done = 1258291;
+        p.bytes_total = 10276045;
+        p.files_per_second = 3400;
+        p.bytes_per_second = 2202009;
+        p.eta_seconds = 26;
+        p.started = at(t_169504);
+        p.updated = at(t_169504 + 12);
+        p.pid = 4242;
+        std::ofstream(progress) << progress_record(p);
+        ReadSnapshot txn(*store);
+        JobStatus job = job_status(txn, config_, 5);
+        job.status.buffer.run_lock_holder = ProcessId::self();
+        const std::string text = job_text(job, at(t_169504 + 12));
+        EXPECT_NE(text.find("progress:   12,034/100,000 files, 1.2MiB/9.8MiB, 3,400 files/s, "
+                            "2.1MiB/s, ETA 26 s (copying)\n"),
+                  std::string::npos)
+            << text;
+        const nlohmann::json json = job_json(job, at(t_169504 + 12));
+        const nlohmann::json& j = json["progress"];
+        EXPECT_EQ(j["direction"], "in");
+        EXPECT_EQ(j["files_done"], 12034);
+        EXPECT_EQ(j["files_per_second"], 3400.0);
+        EXPECT_EQ(j["bytes_per_second"], 2202009.0);
+        EXPECT_EQ(j["eta_seconds"], 26);
+        EXPECT_EQ(j["started"], "2021-08-11T10:13:38");
+        EXPECT_EQ(j["updated"], "2021-08-11T10:13:50");
+        EXPECT_EQ(j["pid"], 4242);
     }
     for (const char* garbage : {"", "{", "[]", "{\"files_done\": -1}", "{\"files_done\": \"3\"}"}) {
         std::ofstream(progress) << garbage;

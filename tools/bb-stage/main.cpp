@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
     CLI::Option* retry_opt =
         out->add_flag("--retry", retry, "Run a failed stage-out again, after fixing its cause");
     for (CLI::App* sub : {in, out}) {
-        sub->add_flag("--progress", progress, "Progress bar on a terminal");
+        sub->add_flag("--progress", progress, "Progress bar with rate and ETA on a terminal");
         CLI::Option* check_opt = sub->add_flag(
             "--check", check, "Only tell whether the stage is done: 0 done, 75 running elsewhere");
         if (sub == out)
@@ -93,8 +93,8 @@ int main(int argc, char** argv) {
         options.retry = retry;
         const bool bar = progress && isatty(STDERR_FILENO);
         if (bar)
-            options.on_progress = [](const MoverReport& r) {
-                std::cerr << progress_bar(r) << std::flush;
+            options.on_progress = [](const StagingProgress& p) {
+                std::cerr << progress_bar(p) << std::flush;
             };
         const StageResult result = *in ? stage_in(store, config, job_id, options, who)
                                        : stage_out(store, config, job_id, options, who);
