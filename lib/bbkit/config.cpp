@@ -262,6 +262,15 @@ std::uint64_t capacity_of(const Field& field) {
     }
 }
 
+// A mover's memory bound: below 16 MiB its batches would hold too few files to keep the
+// workers busy; above 1 TiB it is surely a typo.
+std::uint64_t mover_memory_of(const Field& field) {
+    const std::uint64_t bytes = capacity_of(field);
+    if (bytes < (std::uint64_t{16} << 20) || bytes > (std::uint64_t{1} << 40))
+        field.fail("must be between 16MiB and 1TiB, got " + format_size(bytes));
+    return bytes;
+}
+
 unsigned seconds_of(const Field& field) {
     const std::int64_t seconds = integer_of(field);
     if (seconds <= 0)
@@ -415,12 +424,14 @@ Timeouts timeouts_of(const Field& table) {
 }
 
 Limits limits_of(const Field& table) {
-    reject_unknown_keys(table, {"stage_concurrency", "mover_threads", "user_capacity"});
+    reject_unknown_keys(table,
+                        {"stage_concurrency", "mover_threads", "mover_memory", "user_capacity"});
     Limits limits;
     if (auto field = find(table, "stage_concurrency"))
         limits.stage_concurrency = integer_between(*field, 1, max_stage_concurrency);
     if (auto field = find(table, "mover_threads"))
         limits.mover_threads = integer_between(*field, 1, max_mover_threads);
+    read_if_present(table, "mover_memory", limits.mover_memory, mover_memory_of);
     read_if_present(table, "user_capacity", limits.user_capacity, capacity_of);
     return limits;
 }

@@ -52,8 +52,9 @@ struct Timeouts {  // seconds; Slurm's defaults
 };
 
 struct Limits {
-    unsigned stage_concurrency = 128;            // stagers per stage at once (Slurm 22.05: 128)
-    unsigned mover_threads = 8;                  // I/O threads shared by all movers
+    unsigned stage_concurrency = 128;  // stagers per stage at once (Slurm 22.05: 128)
+    unsigned mover_threads = 8;        // I/O threads shared by all movers
+    std::uint64_t mover_memory = std::uint64_t{256} << 20;  // bytes one mover's structures may take
     std::optional<std::uint64_t> user_capacity;  // bytes; absent = unlimited (standalone mode)
 };
 

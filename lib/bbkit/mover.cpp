@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <map>
 #include <memory>
@@ -22,6 +23,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include "bbkit/copy_file.hpp"
@@ -29,7 +31,9 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/link_spill.hpp"
 #include "bbkit/mover_internal.hpp"
+#include "bbkit/process.hpp"
 #include "bbkit/sources.hpp"
 
 namespace bbkit {
@@ -142,31 +146,76 @@ class Side {
     std::string root_path_;
 };
 
-enum class Kind { directory, file, symlink, fifo, hard_link };
+enum class Kind { file, symlink, fifo, hard_link };
 
-constexpr std::size_t no_parent = static_cast<std::size_t>(-1);
+// Entries a batch holds at most, and what one costs besides its two paths (the node, its task,
+// the allocator's share): a batch is closed at whichever bound it reaches first.
+constexpr std::size_t max_batch_entries = 16384;
+constexpr std::size_t entry_overhead = 512;
+// Batches alive at once: one being walked, one queued, one being copied.
+constexpr std::size_t queued_batches = 1;
+
+// A directory tree a durable move builds under a temporary name beside its final one, and
+// renames into place once everything in it is durable: no temporary and rename per file in
+// it, and no final name below it before it is complete.
+struct TempTree {
+    std::string dst;   // its final path
+    std::string at;    // where it is reached until then: its parent joined with `temp`
+    std::string temp;  // the temporary name in the parent
+    bool published = false;
+};
+
+// A destination directory, alive while its entries are walked or waiting to be copied.
+struct Dir {
+    std::string src, dst;  // paths on their sides
+    std::string at;        // where it is reached now (through its temporary tree, if any)
+    struct stat st {};
+    bool keep_metadata = false;      // the buffer root: bbkit owns its mode
+    bool created = false;            // made by this move, so nothing is in it yet
+    std::shared_ptr<TempTree> tree;  // the temporary tree it is in (or the top of)
+    bool top = false;                // it is the top of `tree`
+    NewFileDefaults new_files;       // created directories: what a file made in it gets
+};
+
+// Where the first copy of a multiply-linked file is.
+struct LinkTarget {
+    std::string dst;
+    std::shared_ptr<TempTree> tree;
+    nlink_t remaining = 0;  // names of the inode not met yet (the map forgets it at 0)
+};
 
 struct Node {
     Kind kind = Kind::file;
     std::string src, dst;  // paths on their sides
     struct stat st {};
-    std::size_t link_to = 0;         // hard_link: the node whose copy this name links to
-    std::size_t parent = no_parent;  // the directory node this entry was walked from
-    int depth = 0;                   // directories: metadata is applied deepest first
-    bool keep_metadata = false;      // the buffer root: bbkit owns its mode
-    std::string temp;                // durable moves: the name written before the rename
-    bool created = false;            // directories: made by this move, so nothing is in them yet
-    // Directories of a durable move that did not exist: the top one is made under a temporary
-    // name, everything below it under final names, and the whole tree is renamed into place
-    // after the sync (one rename instead of one per file). `at` is where a directory is
-    // reached until then (its final path for every other directory).
-    bool temp_tree = false;
-    std::string at;
-    // Created directories: what a file created in it gets by itself.
-    NewFileDefaults new_files;
-    // Files: what creating it already got right (set by create_destination).
-    InitialMetadata initial;
+    std::shared_ptr<Dir> parent;  // null for an entry of type=file (its parent is not walked)
+    std::string temp;             // durable moves: the name written before the rename
+    InitialMetadata initial;      // files: what creating it already got right
+    LinkTarget link;              // hard_link: the copy this name links to
 };
+
+// What the walk hands to the copy at once.
+struct Batch {
+    std::vector<Node> nodes;
+    // Directories whose walk ended while this batch was filled, deepest first: their modes and
+    // times are applied once the batch is copied.
+    std::vector<std::shared_ptr<Dir>> closed;
+    std::size_t bytes = 0;  // estimated memory
+};
+
+bool in_new_dir(const Node& node) {
+    return node.parent && node.parent->created;
+}
+bool in_temp_tree(const Node& node) {
+    return node.parent && node.parent->tree;
+}
+
+// The path a link target is reached at now: through its temporary tree until that is in place.
+std::string current_path(const LinkTarget& target) {
+    if (!target.tree || target.tree->published)
+        return target.dst;
+    return target.tree->at + target.dst.substr(target.tree->dst.size());
+}
 
 // What one worker thread keeps between items: its I/O buffers and the last parent directories
 // it opened (files of one directory tend to be handed out together).
@@ -184,6 +233,7 @@ struct Worker {
             valid = true;
             return fd.get();
         }
+        void forget() { valid = false, fd.reset(), path.clear(); }
     };
     CachedDir src_dir, dst_dir;
     CopyBuffers buffers;
@@ -219,10 +269,57 @@ struct SharedFile {
 };
 
 struct Task {
-    std::size_t node = 0;
+    Node* node = nullptr;
     off_t offset = 0, length = 0;
     std::shared_ptr<SharedFile> shared;  // set for the chunks of a large file
 };
+
+// A directory being walked: its source stream, and the stale temporaries of a killed move in
+// its destination that a source name may own.
+struct Frame {
+    std::shared_ptr<Dir> dir;
+    std::unique_ptr<DirStream> stream;  // the source directory (its fd() for *at calls)
+    int fd() const { return stream->fd(); }
+    std::map<std::string, std::vector<std::string>> tagged;  // long names' tags -> temporaries
+    std::map<std::string, std::string> adoptable;            // name -> its temporary tree
+};
+
+constexpr std::size_t temp_suffix_digits = 20;  // 16 hex digits per move, 4 per file
+
+std::string long_name_tag(const std::string& name) {
+    return std::to_string(std::hash<std::string>{}(name));
+}
+
+// The name a temporary of temp_name() was made for: "" when `entry` is not shaped like one;
+// a hash tag ("#" + tag) for the short form of long names.
+std::string temp_owner(const std::string& entry) {
+    const std::size_t suffix = temp_suffix_digits;
+    const std::string marker = ".bbkit-";
+    if (entry.size() <= 1 + marker.size() + suffix || entry[0] != '.')
+        return "";
+    for (std::size_t i = entry.size() - suffix; i < entry.size(); ++i)
+        if (!std::isxdigit(static_cast<unsigned char>(entry[i])) ||
+            std::isupper(static_cast<unsigned char>(entry[i])))
+            return "";
+    const std::string head = entry.substr(0, entry.size() - suffix);  // ".NAME.bbkit-"
+    if (head.size() > 1 + marker.size() &&
+        head.compare(head.size() - marker.size(), marker.size(), marker) == 0)
+        return head.substr(1, head.size() - 1 - marker.size());
+    // ".bbkit-TAG-"
+    if (head.compare(0, marker.size(), marker) == 0 && head.back() == '-' &&
+        head.size() > marker.size() + 1) {
+        const std::string tag = head.substr(marker.size(), head.size() - marker.size() - 1);
+        if (std::all_of(tag.begin(), tag.end(),
+                        [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+            return "#" + tag;
+    }
+    return "";
+}
+
+// The 32 bits of a temporary's suffix that name the boot it was made in.
+std::uint64_t boot_tag() {
+    return std::hash<std::string>{}(boot_id()) & 0xffffffffu;
+}
 
 class Mover {
   public:
@@ -230,38 +327,45 @@ class Mover {
     MoveSummary run();
 
   private:
-    // walk
-    void add_entry(const MoveEntry& entry);
-    void add_node(const std::string& src, const std::string& dst, const struct stat& st, int depth,
-                  std::size_t parent);
-    void walk_dir(int fd, const std::string& src, const std::string& dst, int depth,
-                  std::size_t self);
-    // create directories
+    // walk (the walker thread)
+    void walk();
+    void walk_entry(const MoveEntry& entry);
+    void walk_tree(const std::shared_ptr<Dir>& top);
+    void open_frame(Frame& frame, int parent_fd);
+    void close_frame(Frame& frame);
+    void add_node(const std::string& src, const std::string& dst, const struct stat& st,
+                  const std::shared_ptr<Dir>& parent);
+    void account(std::size_t bytes);
+    void hand_over();
+    void drain();
+    bool overlaps_earlier(const std::string& dst) const;
+    // directories
     void make_parents(const std::string& path);
-    void ensure_dir(Node& node);
-    // What a file created in this new directory gets by itself, so files can skip
-    // fchown/fchmod (copy_metadata.hpp).
-    void learn_new_dir(Node& node) {
-        node.new_files = new_file_defaults(dst_->open_dir(node.at, true).get());
+    void watch_file_system(const std::string& dir);
+    std::shared_ptr<Dir> make_dir(const std::string& src, const std::string& dst,
+                                  const struct stat& st, const Dir* parent, std::string adopt);
+    void learn_new_dir(Dir& dir) {
+        dir.new_files = new_file_defaults(dst_->open_dir(dir.at, true).get());
     }
-    bool in_new_dir(const Node& node) const {
-        return node.parent != no_parent && nodes_[node.parent].created;
-    }
-    bool in_temp_tree(const Node& node) const {
-        return node.parent != no_parent && nodes_[node.parent].temp_tree;
-    }
-    // The directory that holds `node` during the move (a path through a temporary directory
-    // until that is renamed into place).
-    std::string parent_path(const Node& node) const {
-        return node.parent != no_parent ? nodes_[node.parent].at : split_last(node.dst).first;
-    }
-    void remove_stale_temps();
-    // copy
+    // temporaries
+    std::string temp_name(const std::string& name);
+    bool ours(const std::string& temp) const;
+    bool same_boot(const std::string& temp) const;
+    void scan_stale_temps(Frame& frame);
+    std::vector<std::pair<std::string, std::string>>& temps_beside(const std::string& dir);
+    void remove_stale(const std::string& dir, int fd, const std::string& name);
+    // copy (the executor: the calling thread and the workers)
+    void run_batch(Batch& batch);
+    void copy_batch(Batch& batch);
+    void finish_batch(Batch& batch);
     void run_task(const Task& task, Worker& worker);
     void copy_small_file(Node& node, Worker& worker);
     void copy_chunk(const Task& task, Worker& worker);
     FileCopy file_copy(const Node& node) const {
         return FileCopy{node.st, src_->display(node.src), dst_->display(node.dst)};
+    }
+    std::string parent_path(const Node& node) const {
+        return node.parent ? node.parent->at : split_last(node.dst).first;
     }
     bool open_file(Node& node, const FileCopy& file, Worker& worker, FilePair& pair);
     Fd create_destination(Node& node, int dir, const std::string& name);
@@ -269,13 +373,13 @@ class Mover {
     void copy_symlink(Node& node, Worker& worker);
     void copy_fifo(Node& node, Worker& worker);
     void place(Node& node, int dir, const std::string& name);
-    std::string temp_name(const std::string& name);
     // finish
-    void link_hard_links(bool temp_trees);
-    void apply_dir_metadata(const Node& node, bool sync);
-    void apply_dirs_metadata(bool temp_trees);
-    void publish_dir(Node& node);
-    void remove_temps() noexcept;
+    void sync_file_systems();
+    void make_link(Node& node);
+    void apply_dir_metadata(const Dir& dir, bool sync);
+    void publish(Dir& dir);
+    void link_spilled();
+    void remove_temps(Batch* batch) noexcept;
 
     template <class Fn>
     void run_parallel(std::size_t count, Fn fn);
@@ -290,18 +394,40 @@ class Mover {
     const std::function<void(const MoveProgress&)>& progress_;
     Fd buffer_root_;
     std::unique_ptr<Side> src_, dst_;
-    std::vector<Node> nodes_;
-    std::vector<std::string> entry_tops_;  // destination of each entry's top node
-    std::map<std::pair<dev_t, ino_t>, std::size_t> inodes_;
     std::vector<Worker> workers_;
-    std::set<std::string> dirs_to_sync_;  // destination directories outside the trees
-    std::set<std::string> shared_dirs_;   // destination directories of more than one node
+    std::size_t batch_entries_ = max_batch_entries;
+    std::size_t batch_bytes_ = 0;
+
+    // The walker's own.
+    Batch batch_;
+    std::vector<std::string> entry_tops_;  // destination of each entry walked so far
+    std::map<std::string, std::vector<std::pair<std::string, std::string>>> entry_temps_;
+    std::unordered_map<std::uint64_t, std::unordered_map<std::uint64_t, LinkTarget>> links_;
+    std::size_t link_bytes_ = 0;
+    bool link_overflow_ = false;
+    std::unique_ptr<LinkSpill> spill_;
+
+    // Between the walker and the executor.
+    std::mutex queue_mutex_;
+    std::condition_variable queue_changed_;
+    std::deque<Batch> queue_;
+    bool walk_finished_ = false;  // no more batches will come
+    bool busy_ = false;           // the executor holds a batch
+    std::exception_ptr walk_error_;
+    std::mutex trees_mutex_;
+    std::set<std::shared_ptr<TempTree>> open_trees_;  // not yet published
+    std::mutex sync_mutex_;
+    std::vector<Fd> file_systems_;  // one descriptor per destination file system
+    std::set<dev_t> file_system_ids_;
+    std::set<std::string> dirs_to_sync_;  // destination directories outside the walked trees
 
     std::atomic<bool> stop_{false};
+    std::atomic<bool> walk_done_{false};
     std::atomic<std::uint64_t> files_done_{0}, bytes_done_{0};
+    std::atomic<std::uint64_t> files_total_{0}, bytes_total_{0};
     std::atomic<std::uint64_t> files_written_{0}, bytes_written_{0}, skipped_{0};
-    std::uint64_t files_total_ = 0, bytes_total_ = 0;
     Clock::time_point last_report_{};
+    bool syncing_ = false;  // the calling thread's: it waits in syncfs
 
     std::mutex warnings_mutex_;
     std::vector<std::string> warnings_;
@@ -331,10 +457,15 @@ Mover::Mover(const MovePlan& plan, const std::function<void(const MoveProgress&)
         dst_ = std::move(outside);
     }
     workers_.resize(std::max(1u, plan.threads));
+    // A sixteenth of the bound per batch: three batches alive, the hard links a quarter, the
+    // workers' buffers and the allocator's slack the rest.
+    batch_bytes_ = static_cast<std::size_t>(std::max<std::uint64_t>(plan.memory_limit / 16, 1));
+    batch_entries_ = plan.batch_entries > 0 ? plan.batch_entries : max_batch_entries;
     umask_ = umask(077);  // reading it means setting it: put it back at once
     umask(umask_);
-    temp_prefix_ = std::random_device{}();
-    temp_prefix_ = (temp_prefix_ << 32) ^ std::random_device{}() ^ static_cast<unsigned>(getpid());
+    // The boot in the upper half: a temporary tree of a move killed in this boot holds what the
+    // page cache holds, which the next move's sync makes durable (see scan_stale_temps).
+    temp_prefix_ = (boot_tag() << 32) | (std::random_device{}() ^ static_cast<unsigned>(getpid()));
 }
 
 void Mover::warn(const std::string& message) {
@@ -352,8 +483,10 @@ void Mover::report(bool force) {
     if (!force && now - last_report_ < progress_interval)
         return;
     last_report_ = now;
-    if (progress_)
-        progress_(MoveProgress{files_done_.load(), files_total_, bytes_done_.load(), bytes_total_});
+    if (!progress_)
+        return;
+    progress_(MoveProgress{files_done_.load(), files_total_.load(), bytes_done_.load(),
+                           bytes_total_.load(), !walk_done_.load(), syncing_});
 }
 
 // Runs fn(i, worker) for every i below `count` on the worker threads while the calling thread
@@ -406,11 +539,49 @@ void Mover::run_parallel(std::size_t count, Fn fn) {
     }
     if (error)
         std::rethrow_exception(error);
+    check_stopped();  // the walker failed meanwhile
 }
 
 // ---- walk -------------------------------------------------------------------------------
 
-void Mover::add_entry(const MoveEntry& entry) {
+// The walker thread: every entry depth first, in batches; the last batch, or the failure that
+// ended the walk, reaches the executor through the queue.
+void Mover::walk() {
+    try {
+        for (const MoveEntry& entry : plan_.entries) {
+            check_stopped();
+            walk_entry(entry);
+        }
+        walk_done_ = true;
+        fault_point("mover.walked");
+        hand_over();
+    } catch (const CopyStopped&) {
+    } catch (...) {
+        std::lock_guard<std::mutex> lock(queue_mutex_);
+        walk_error_ = std::current_exception();
+        stop_ = true;
+    }
+    std::lock_guard<std::mutex> lock(queue_mutex_);
+    walk_finished_ = true;
+    queue_changed_.notify_all();
+}
+
+// An entry whose destination is, holds or is inside an earlier one's waits until everything
+// before it is copied and in place: it then finds those directories where they belong and
+// merges into them, instead of building a second temporary tree for the same name.
+bool Mover::overlaps_earlier(const std::string& dst) const {
+    for (const std::string& top : entry_tops_) {
+        const std::string& shorter = top.size() <= dst.size() ? top : dst;
+        const std::string& longer = top.size() <= dst.size() ? dst : top;
+        if (shorter.empty() || shorter == "/" ||
+            (longer.compare(0, shorter.size(), shorter) == 0 &&
+             (longer.size() == shorter.size() || longer[shorter.size()] == '/')))
+            return true;
+    }
+    return false;
+}
+
+void Mover::walk_entry(const MoveEntry& entry) {
     const std::string src = normalize(entry.source, src_->in_buffer(), "source");
     bool into = entry.destination.empty() || entry.destination.back() == '/';
     std::string dst = normalize(entry.destination, dst_->in_buffer(), "destination");
@@ -419,15 +590,12 @@ void Mover::add_entry(const MoveEntry& entry) {
     if (!src_->stat_entry(src, st))
         throw Error(ExitCode::no_input, "cannot read " + shown + ": no such file or directory");
     switch (entry.type) {
-        case StageType::directory: {
+        case StageType::directory:
             if (S_ISLNK(st.st_mode) && src_->in_buffer())
                 throw Error(ExitCode::no_perm, "refusing " + shown + ": it is a symlink");
             if (!S_ISDIR(st.st_mode))
                 throw Error(ExitCode::data, shown + " is not a directory (type=directory)");
-            entry_tops_.push_back(dst);
-            add_node(src, dst, st, 0, no_parent);
             break;
-        }
         case StageType::file: {
             if (S_ISDIR(st.st_mode))
                 throw Error(ExitCode::data, shown + " is a directory (use type=directory)");
@@ -436,33 +604,137 @@ void Mover::add_entry(const MoveEntry& entry) {
                 into = true;
             if (into)
                 dst = dst_->join(dst, split_last(src).second);
-            entry_tops_.push_back(dst);
-            add_node(src, dst, st, 0, no_parent);
             break;
         }
         case StageType::list:
             throw Error(ExitCode::software, "type=list entries must be expanded before moving");
     }
+    if (overlaps_earlier(dst))
+        drain();
+    entry_tops_.push_back(dst);
+    make_parents(dst);
+    const auto [parent, name] = split_last(dst);
+    watch_file_system(parent);
+
+    // Temporaries a killed move left beside this entry's destination.
+    std::string adopt;
+    if (!(dst_->in_buffer() && dst.empty())) {
+        auto& temps = temps_beside(parent);
+        const std::string tag = "#" + long_name_tag(name);
+        for (auto it = temps.begin(); it != temps.end();) {
+            if (it->second != name && it->second != tag) {
+                ++it;
+                continue;
+            }
+            if (entry.type == StageType::directory && adopt.empty() && it->second == name &&
+                plan_.durable && same_boot(it->first)) {
+                adopt = it->first;
+            } else {
+                const Fd dir = dst_->open_dir(parent);
+                remove_stale(parent, dir.get(), it->first);
+            }
+            it = temps.erase(it);
+        }
+    }
+    if (entry.type == StageType::directory) {
+        const std::shared_ptr<Dir> top = make_dir(src, dst, st, nullptr, adopt);
+        ++files_total_;
+        walk_tree(top);
+    } else {
+        add_node(src, dst, st, nullptr);
+    }
+}
+
+void Mover::open_frame(Frame& frame, int parent_fd) {
+    const Dir& dir = *frame.dir;
+    Fd fd;
+    if (parent_fd < 0) {
+        fd = src_->open_dir(dir.src, true);
+    } else {
+        fd = Fd(openat(parent_fd, split_last(dir.src).second.c_str(),
+                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!fd)
+            fail("open directory " + src_->display(dir.src), errno);
+    }
+    frame.stream = std::make_unique<DirStream>(fd.get());
+    if (!*frame.stream)
+        fail("list " + src_->display(dir.src), errno);
+    if (!dir.created)
+        scan_stale_temps(frame);
+}
+
+// A directory's walk ended: temporary trees nobody took over go, and its metadata waits for
+// the end of this batch's copy.
+void Mover::close_frame(Frame& frame) {
+    if (!frame.adoptable.empty()) {
+        const Fd dir = dst_->open_dir(frame.dir->at);
+        for (const auto& [name, temp] : frame.adoptable)
+            remove_stale(frame.dir->at, dir.get(), temp);
+    }
+    batch_.closed.push_back(frame.dir);
+    account(entry_overhead + frame.dir->src.size() + frame.dir->dst.size());
+}
+
+// Depth first with one open directory per level: memory grows with the depth, never with the
+// number of entries in a directory.
+void Mover::walk_tree(const std::shared_ptr<Dir>& top) {
+    std::vector<Frame> stack;
+    stack.emplace_back();
+    stack.back().dir = top;
+    open_frame(stack.back(), -1);
+    while (!stack.empty()) {
+        check_stopped();
+        Frame& frame = stack.back();
+        const dirent* entry = frame.stream->next();
+        if (entry == nullptr) {
+            if (errno != 0)
+                fail("list " + src_->display(frame.dir->src), errno);
+            close_frame(frame);
+            stack.pop_back();
+            continue;
+        }
+        const std::string name = entry->d_name;
+        if (!frame.tagged.empty()) {
+            const auto tagged = frame.tagged.find("#" + long_name_tag(name));
+            if (tagged != frame.tagged.end()) {
+                const Fd dir = dst_->open_dir(frame.dir->at);
+                for (const std::string& temp : tagged->second)
+                    remove_stale(frame.dir->at, dir.get(), temp);
+                frame.tagged.erase(tagged);
+            }
+        }
+        const std::string child_src = src_->join(frame.dir->src, name);
+        const std::string child_dst = dst_->join(frame.dir->dst, name);
+        struct stat st {};
+        if (fstatat(frame.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+            fail("stat " + src_->display(child_src), errno);
+        if (!S_ISDIR(st.st_mode)) {
+            add_node(child_src, child_dst, st, frame.dir);
+            continue;
+        }
+        std::string adopt;
+        if (const auto it = frame.adoptable.find(name); it != frame.adoptable.end()) {
+            adopt = it->second;
+            frame.adoptable.erase(it);
+        }
+        Frame child;
+        child.dir = make_dir(child_src, child_dst, st, frame.dir.get(), adopt);
+        ++files_total_;
+        const int parent_fd = frame.fd();
+        open_frame(child, parent_fd);
+        stack.push_back(std::move(child));
+        fault_point("mover.dirs-made");
+    }
 }
 
 void Mover::add_node(const std::string& src, const std::string& dst, const struct stat& st,
-                     int depth, std::size_t parent) {
+                     const std::shared_ptr<Dir>& parent) {
     Node node;
     node.src = src;
     node.dst = dst;
     node.st = st;
-    node.depth = depth;
     node.parent = parent;
     const mode_t type = st.st_mode & S_IFMT;
-    if (type == S_IFDIR) {
-        node.kind = Kind::directory;
-        node.keep_metadata = dst_->in_buffer() && dst.empty();
-        const std::size_t self = nodes_.size();
-        nodes_.push_back(std::move(node));
-        ++files_total_;
-        walk_dir(-1, src, dst, depth, self);
-        return;
-    }
     if (type == S_IFREG)
         node.kind = Kind::file;
     else if (type == S_IFLNK)
@@ -474,62 +746,70 @@ void Mover::add_node(const std::string& src, const std::string& dst, const struc
              src_->display(src));
         return;
     }
-    if (st.st_nlink > 1) {
-        const auto [it, first] =
-            inodes_.emplace(std::make_pair(st.st_dev, st.st_ino), nodes_.size());
-        if (!first) {
+    std::size_t bytes = entry_overhead + src.size() + dst.size();
+    if (node.kind == Kind::file && st.st_nlink > 1) {
+        auto& by_inode = links_[static_cast<std::uint64_t>(st.st_dev)];
+        const auto found = by_inode.find(static_cast<std::uint64_t>(st.st_ino));
+        if (found != by_inode.end()) {
             node.kind = Kind::hard_link;
-            node.link_to = it->second;
+            node.link = found->second;
+            bytes += node.link.dst.size();
+            if (--found->second.remaining == 0) {  // every name met: forget the inode
+                link_bytes_ -= entry_overhead + found->second.dst.size();
+                by_inode.erase(found);
+            }
+        } else if (!link_overflow_ &&
+                   link_bytes_ + entry_overhead + dst.size() <= plan_.memory_limit / 4) {
+            std::shared_ptr<TempTree> tree = parent ? parent->tree : nullptr;
+            by_inode.emplace(static_cast<std::uint64_t>(st.st_ino),
+                             LinkTarget{dst, std::move(tree), st.st_nlink - 1});
+            link_bytes_ += entry_overhead + dst.size();
+        } else {
+            // Past the bound, every new inode is copied on its own and recorded on disk (never
+            // half in memory, half on disk: one inode's names must all meet in one place).
+            // The records go to an unnamed file on the buffer's file system, either way.
+            if (!spill_)
+                spill_ =
+                    std::make_unique<LinkSpill>(buffer_root_.get(), plan_.buffer_root,
+                                                static_cast<std::size_t>(plan_.memory_limit / 8));
+            link_overflow_ = true;
+            spill_->add(st.st_dev, st.st_ino, dst);
         }
     }
     if (node.kind == Kind::file)
         bytes_total_ += static_cast<std::uint64_t>(st.st_size);
     ++files_total_;
-    nodes_.push_back(std::move(node));
+    batch_.nodes.push_back(std::move(node));
+    account(bytes);
 }
 
-void Mover::walk_dir(int parent, const std::string& src, const std::string& dst, int depth,
-                     std::size_t self) {
-    Fd dir;
-    if (parent < 0) {
-        dir = src_->open_dir(src, true);
-    } else {
-        const int fd = openat(parent, split_last(src).second.c_str(),
-                              O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-            fail("open directory " + src_->display(src), errno);
-        dir = Fd(fd);
-    }
-    DirStream stream(dir.get());
-    if (!stream)
-        fail("list " + src_->display(src), errno);
-    std::vector<std::string> names;
-    while (const dirent* entry = stream.next())
-        names.emplace_back(entry->d_name);
-    if (errno != 0)
-        fail("list " + src_->display(src), errno);
-    for (const std::string& name : names) {
-        const std::string child_src = src_->join(src, name);
-        const std::string child_dst = dst_->join(dst, name);
-        struct stat st {};
-        if (fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
-            fail("stat " + src_->display(child_src), errno);
-        if (S_ISDIR(st.st_mode)) {
-            Node node;
-            node.kind = Kind::directory;
-            node.src = child_src;
-            node.dst = child_dst;
-            node.st = st;
-            node.depth = depth + 1;
-            node.parent = self;
-            const std::size_t child = nodes_.size();
-            nodes_.push_back(std::move(node));
-            ++files_total_;
-            walk_dir(dir.get(), child_src, child_dst, depth + 1, child);
-        } else {
-            add_node(child_src, child_dst, st, depth + 1, self);
-        }
-    }
+void Mover::account(std::size_t bytes) {
+    batch_.bytes += bytes;
+    if (batch_.nodes.size() + batch_.closed.size() >= batch_entries_ ||
+        batch_.bytes >= batch_bytes_)
+        hand_over();
+}
+
+// Queues the batch being filled (waiting while the queue is full) and starts a new one.
+void Mover::hand_over() {
+    if (batch_.nodes.empty() && batch_.closed.empty())
+        return;
+    std::unique_lock<std::mutex> lock(queue_mutex_);
+    queue_changed_.wait(lock, [&] { return queue_.size() < queued_batches || stop_.load(); });
+    check_stopped();
+    queue_.push_back(std::move(batch_));
+    batch_ = Batch{};
+    queue_changed_.notify_all();
+    lock.unlock();
+    fault_point("mover.batch-walked");
+}
+
+// Waits until everything walked so far is copied and finished.
+void Mover::drain() {
+    hand_over();
+    std::unique_lock<std::mutex> lock(queue_mutex_);
+    queue_changed_.wait(lock, [&] { return (queue_.empty() && !busy_) || stop_.load(); });
+    check_stopped();
 }
 
 // ---- directories --------------------------------------------------------------------------
@@ -538,6 +818,7 @@ void Mover::walk_dir(int parent, const std::string& src, const std::string& dst,
 // the root; outside with ordinary paths (the user's own symlinks on the way are followed).
 void Mover::make_parents(const std::string& path) {
     const std::string parent = split_last(path).first;
+    std::lock_guard<std::mutex> lock(sync_mutex_);
     dirs_to_sync_.insert(parent);
     const std::vector<std::string> parts =
         path_components(parent, dst_->display(parent) + " must not contain '..'");
@@ -581,71 +862,111 @@ void Mover::make_parents(const std::string& path) {
     }
 }
 
-void Mover::ensure_dir(Node& node) {
-    node.at = node.dst;
-    if (node.keep_metadata)
+// A descriptor on each destination file system, opened before anything is written there:
+// since Linux 5.8 syncfs reports the writeback errors that happened after this open.
+void Mover::watch_file_system(const std::string& dir) {
+    if (!plan_.durable || !plan_.trust_syncfs)
         return;
-    const std::string parent = parent_path(node);
-    const std::string name = split_last(node.dst).second;
-    const std::string shown = dst_->display(node.dst);
-    const Fd dir = dst_->open_dir(parent);
-    if (in_temp_tree(node)) {  // nothing can be in the way in a directory made just now
-        if (mkdirat(dir.get(), name.c_str(), 0700) != 0)
-            fail("create directory " + shown, errno);
-        node.at = dst_->join(parent, name);
-        node.created = node.temp_tree = true;
-        learn_new_dir(node);
-        return;
-    }
-    // A durable move builds a directory that does not exist under a temporary name and renames
-    // it into place once everything in it is durable: no per-file temporary and rename inside
-    // it, and no final name below it before it is complete. Not for a destination that two
-    // entries share (each would build its own tree), nor where a non-directory is replaced.
+    Fd fd = dst_->open_dir(dir);
     struct stat st {};
-    if (plan_.durable && shared_dirs_.count(node.dst) == 0 &&
-        fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT) {
-        const std::string temp = temp_name(name);
-        if (mkdirat(dir.get(), temp.c_str(), 0700) != 0)
+    std::lock_guard<std::mutex> lock(sync_mutex_);
+    if (fstat(fd.get(), &st) == 0 && file_system_ids_.insert(st.st_dev).second)
+        file_systems_.push_back(std::move(fd));
+}
+
+// Makes (or finds) the destination of a walked directory, writable for now. `parent` is the
+// directory it was walked from (null for an entry's top); `adopt`, a temporary tree of a move
+// killed in this boot that this directory takes over.
+std::shared_ptr<Dir> Mover::make_dir(const std::string& src, const std::string& dst,
+                                     const struct stat& st, const Dir* parent, std::string adopt) {
+    auto dir = std::make_shared<Dir>();
+    dir->src = src;
+    dir->dst = dst;
+    dir->at = dst;
+    dir->st = st;
+    dir->keep_metadata = dst_->in_buffer() && dst.empty();
+    if (dir->keep_metadata)
+        return dir;
+    const std::string parent_at = parent ? parent->at : split_last(dst).first;
+    const std::string name = split_last(dst).second;
+    const std::string shown = dst_->display(dst);
+    const Fd pdir = dst_->open_dir(parent_at);
+    dir->at = dst_->join(parent_at, name);
+    if (parent)
+        dir->tree = parent->tree;
+    if (parent && parent->created) {  // nothing can be in the way in a directory made just now
+        if (mkdirat(pdir.get(), name.c_str(), 0700) != 0)
             fail("create directory " + shown, errno);
-        node.temp = temp;
-        node.at = dst_->join(parent, temp);
-        node.created = node.temp_tree = true;
-        learn_new_dir(node);
-        return;
+        dir->created = true;
+        learn_new_dir(*dir);
+        return dir;
     }
-    if (mkdirat(dir.get(), name.c_str(), 0700) == 0) {
-        node.created = true;
-        learn_new_dir(node);
-        return;
+    struct stat existing {};
+    const bool absent =
+        fstatat(pdir.get(), name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT;
+    // A durable move builds a directory that does not exist under a temporary name (or goes on
+    // with the one a move killed in this boot was building) and renames it into place once
+    // everything in it is durable. Not where a non-directory is replaced.
+    if (plan_.durable && !dir->tree && absent) {
+        auto tree = std::make_shared<TempTree>();
+        tree->dst = dst;
+        if (!adopt.empty()) {
+            tree->temp = adopt;
+            struct stat temp_st {};
+            if (fstatat(pdir.get(), adopt.c_str(), &temp_st, AT_SYMLINK_NOFOLLOW) != 0 ||
+                !S_ISDIR(temp_st.st_mode))
+                fail("stat " + dst_->display(dst_->join(parent_at, adopt)), ENOTDIR);
+            if ((temp_st.st_mode & S_IRWXU) != S_IRWXU &&
+                fchmodat(pdir.get(), adopt.c_str(), (temp_st.st_mode & 07777) | S_IRWXU, 0) != 0)
+                fail("make " + dst_->display(dst_->join(parent_at, adopt)) + " writable", errno);
+        } else {
+            tree->temp = temp_name(name);
+            if (mkdirat(pdir.get(), tree->temp.c_str(), 0700) != 0)
+                fail("create directory " + shown, errno);
+            dir->created = true;
+        }
+        tree->at = dst_->join(parent_at, tree->temp);
+        dir->at = tree->at;
+        dir->tree = tree;
+        dir->top = true;
+        {
+            std::lock_guard<std::mutex> lock(trees_mutex_);
+            open_trees_.insert(tree);
+        }
+        if (dir->created)
+            learn_new_dir(*dir);
+        return dir;
     }
-    if (errno != EEXIST)
+    if (!adopt.empty())  // its final name exists after all: the old tree is stale
+        remove_stale(parent_at, pdir.get(), adopt);
+    if (absent && mkdirat(pdir.get(), name.c_str(), 0700) == 0) {
+        dir->created = true;
+        learn_new_dir(*dir);
+        return dir;
+    }
+    if (absent && errno != EEXIST)
         fail("create directory " + shown, errno);
-    if (fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+    if (fstatat(pdir.get(), name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) != 0)
         fail("stat " + shown, errno);
-    if (S_ISLNK(st.st_mode))
+    if (S_ISLNK(existing.st_mode))
         throw Error(ExitCode::no_perm, "refusing " + shown + ": a symlink is in the way");
-    if (!S_ISDIR(st.st_mode)) {
-        if (unlinkat(dir.get(), name.c_str(), 0) != 0 || mkdirat(dir.get(), name.c_str(), 0700))
+    if (!S_ISDIR(existing.st_mode)) {
+        if (unlinkat(pdir.get(), name.c_str(), 0) != 0 || mkdirat(pdir.get(), name.c_str(), 0700))
             fail("replace " + shown + " with a directory", errno);
-        node.created = true;
-        learn_new_dir(node);
-        return;
+        dir->created = true;
+        learn_new_dir(*dir);
+        return dir;
     }
     // Kept from an earlier run, it may already carry a read-only final mode: open it up until
     // its metadata is applied again at the end. (It was just seen to be a directory; only the
     // user could swap it, and only against themself.)
-    if ((st.st_mode & S_IRWXU) != S_IRWXU &&
-        fchmodat(dir.get(), name.c_str(), (st.st_mode & 07777) | S_IRWXU, 0) != 0)
+    if ((existing.st_mode & S_IRWXU) != S_IRWXU &&
+        fchmodat(pdir.get(), name.c_str(), (existing.st_mode & 07777) | S_IRWXU, 0) != 0)
         fail("make " + shown + " writable", errno);
+    return dir;
 }
 
 // ---- temporaries --------------------------------------------------------------------------
-
-constexpr std::size_t temp_suffix_digits = 20;  // 16 hex digits per move, 4 per file
-
-std::string long_name_tag(const std::string& name) {
-    return std::to_string(std::hash<std::string>{}(name));
-}
 
 std::string Mover::temp_name(const std::string& name) {
     char suffix[40];
@@ -659,81 +980,100 @@ std::string Mover::temp_name(const std::string& name) {
     return ".bbkit-" + long_name_tag(name) + "-" + suffix;
 }
 
-// The name a temporary of temp_name() was made for: "" when `entry` is not shaped like one;
-// a hash tag ("#" + tag) for the short form of long names.
-std::string temp_owner(const std::string& entry) {
-    const std::size_t suffix = temp_suffix_digits;
-    const std::string marker = ".bbkit-";
-    if (entry.size() <= 1 + marker.size() + suffix || entry[0] != '.')
-        return "";
-    for (std::size_t i = entry.size() - suffix; i < entry.size(); ++i)
-        if (!std::isxdigit(static_cast<unsigned char>(entry[i])) ||
-            std::isupper(static_cast<unsigned char>(entry[i])))
-            return "";
-    const std::string head = entry.substr(0, entry.size() - suffix);  // ".NAME.bbkit-"
-    if (head.size() > 1 + marker.size() &&
-        head.compare(head.size() - marker.size(), marker.size(), marker) == 0)
-        return head.substr(1, head.size() - 1 - marker.size());
-    // ".bbkit-TAG-"
-    if (head.compare(0, marker.size(), marker) == 0 && head.back() == '-' &&
-        head.size() > marker.size() + 1) {
-        const std::string tag = head.substr(marker.size(), head.size() - marker.size() - 1);
-        if (std::all_of(tag.begin(), tag.end(),
-                        [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
-            return "#" + tag;
+// This move's own temporaries carry its 16-digit prefix.
+bool Mover::ours(const std::string& temp) const {
+    char prefix[20];
+    std::snprintf(prefix, sizeof prefix, "%016llx", static_cast<unsigned long long>(temp_prefix_));
+    return temp.compare(temp.size() - temp_suffix_digits, 16, prefix) == 0;
+}
+
+bool Mover::same_boot(const std::string& temp) const {
+    char tag[12];
+    std::snprintf(tag, sizeof tag, "%08llx", static_cast<unsigned long long>(boot_tag()));
+    return temp.compare(temp.size() - temp_suffix_digits, 8, tag) == 0;
+}
+
+// Removes a temporary a killed move left (a file, or a whole tree without following a symlink).
+void Mover::remove_stale(const std::string& dir, int fd, const std::string& name) {
+    if (const int err = remove_tree_beneath(fd, name); err != 0)
+        warn("cannot remove the stale temporary " + dst_->display(dst_->join(dir, name)) + ": " +
+             reason(err));
+}
+
+// The temporaries of other moves in `dir` (the parent of entries' destinations), listed once
+// per move: (entry, owner).
+std::vector<std::pair<std::string, std::string>>& Mover::temps_beside(const std::string& dir) {
+    const auto found = entry_temps_.find(dir);
+    if (found != entry_temps_.end())
+        return found->second;
+    auto& temps = entry_temps_[dir];
+    Fd fd;
+    try {
+        fd = dst_->open_dir(dir);
+    } catch (const Error&) {
+        return temps;  // the copy itself reports what is wrong with this directory
     }
-    return "";
+    DirStream stream(fd.get());
+    while (stream) {
+        const dirent* entry = stream.next();
+        if (entry == nullptr)
+            break;
+        const std::string owner = temp_owner(entry->d_name);
+        if (!owner.empty() && !ours(entry->d_name))
+            temps.emplace_back(entry->d_name, owner);
+    }
+    return temps;
 }
 
 // A move killed before its renames (stage-out, or symlinks and fifos of a stage-in) left its
-// temporaries beside the names it was writing: files, and whole directories a durable move was
-// building. In every destination directory that existed before this move, removes those made
-// for a name this move writes there (the contents of a temporary directory were never synced,
-// so nothing in it is reused); an entry of the source that merely looks like a temporary is
-// kept, as is anything else, and so are the temporary directories this move just made.
-void Mover::remove_stale_temps() {
-    struct Names {
-        std::set<std::string> all, written;  // every name moved there; owners of temporaries
-        std::set<std::string> ours;          // temporary directories of this move
-    };
-    std::map<std::string, Names> dirs;
-    for (const Node& node : nodes_) {
-        if (in_new_dir(node) || (node.kind == Kind::directory && node.keep_metadata))
-            continue;
-        const auto [parent, name] = split_last(node.dst);
-        Names& names = dirs[parent];
-        names.all.insert(name);
-        names.written.insert(name);
-        names.written.insert("#" + long_name_tag(name));
-        if (node.kind == Kind::directory && !node.temp.empty())
-            names.ours.insert(node.temp);
+// temporaries beside the names it was writing: files, and whole directory trees a durable move
+// was building. In a destination directory that existed before this move, those made for a
+// name this move writes there are removed, except a tree of a move killed in this boot, which
+// the directory of that name takes over: what it holds is what the page cache holds, made
+// durable by this move's sync before the tree is renamed into place (after a reboot it may
+// hold torn files, so it goes). An entry of the source that merely looks like a temporary is
+// kept, as is anything else.
+void Mover::scan_stale_temps(Frame& frame) {
+    const Dir& dir = *frame.dir;
+    Fd fd;
+    try {
+        fd = dst_->open_dir(dir.at);
+    } catch (const Error&) {
+        return;  // the copy itself reports what is wrong with this directory
     }
-    for (const auto& [path, names] : dirs) {
-        Fd dir;
-        try {
-            dir = dst_->open_dir(path);
-        } catch (const Error&) {
-            continue;  // the copy itself reports what is wrong with this directory
-        }
-        std::vector<std::string> stale;
-        {
-            DirStream stream(dir.get());
-            if (!stream)
+    std::vector<std::string> stale;
+    {
+        DirStream stream(fd.get());
+        while (stream) {
+            const dirent* entry = stream.next();
+            if (entry == nullptr)
+                break;
+            const std::string name = entry->d_name;
+            const std::string owner = temp_owner(name);
+            if (owner.empty() || ours(name))
                 continue;
-            while (const dirent* entry = stream.next()) {
-                if (names.all.count(entry->d_name) != 0 || names.ours.count(entry->d_name) != 0)
-                    continue;
-                const std::string owner = temp_owner(entry->d_name);
-                if (!owner.empty() && names.written.count(owner) != 0)
-                    stale.emplace_back(entry->d_name);
+            struct stat st {};
+            if (fstatat(frame.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+                continue;  // a source entry of that name: the user's, copied like any other
+            if (owner[0] == '#') {
+                frame.tagged[owner].push_back(name);
+                continue;
             }
-        }
-        for (const std::string& name : stale) {
-            if (const int err = remove_tree_beneath(dir.get(), name); err != 0)
-                warn("cannot remove the stale temporary " + dst_->display(dst_->join(path, name)) +
-                     ": " + reason(err));
+            if (fstatat(frame.fd(), owner.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+                continue;  // not a name this move writes here
+            struct stat temp {};
+            if (plan_.durable && S_ISDIR(st.st_mode) && same_boot(name) &&
+                frame.adoptable.count(owner) == 0 &&
+                fstatat(fd.get(), name.c_str(), &temp, AT_SYMLINK_NOFOLLOW) == 0 &&
+                S_ISDIR(temp.st_mode)) {
+                frame.adoptable[owner] = name;
+                continue;
+            }
+            stale.push_back(name);
         }
     }
+    for (const std::string& name : stale)
+        remove_stale(dir.at, fd.get(), name);
 }
 
 // ---- copying ----------------------------------------------------------------------------
@@ -749,8 +1089,8 @@ Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
     } else if (!in_new_dir(node) && unlinkat(dir, name.c_str(), 0) != 0 && errno != ENOENT) {
         fail("replace " + shown, errno);
     }
-    node.initial = initial_metadata(
-        node.st, in_new_dir(node) ? &nodes_[node.parent].new_files : nullptr, umask_);
+    node.initial =
+        initial_metadata(node.st, in_new_dir(node) ? &node.parent->new_files : nullptr, umask_);
     const int fd = openat(dir, target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                           node.initial.mode);
     if (fd < 0) {
@@ -786,7 +1126,7 @@ void Mover::finish_file(const Node& node, const FileCopy& file, const FilePair& 
 }
 
 void Mover::run_task(const Task& task, Worker& worker) {
-    Node& node = nodes_[task.node];
+    Node& node = *task.node;
     switch (node.kind) {
         case Kind::file:
             if (task.shared)
@@ -800,7 +1140,6 @@ void Mover::run_task(const Task& task, Worker& worker) {
         case Kind::fifo:
             copy_fifo(node, worker);
             break;
-        case Kind::directory:
         case Kind::hard_link:
             return;
     }
@@ -830,7 +1169,7 @@ void Mover::copy_small_file(Node& node, Worker& worker) {
 }
 
 void Mover::copy_chunk(const Task& task, Worker& worker) {
-    Node& node = nodes_[task.node];
+    Node& node = *task.node;
     const FileCopy copy = file_copy(node);
     SharedFile& file = *task.shared;
     {
@@ -949,257 +1288,337 @@ void Mover::copy_fifo(Node& node, Worker& worker) {
     files_written_.fetch_add(1);
 }
 
-// ---- finishing ----------------------------------------------------------------------------
+// ---- batches ------------------------------------------------------------------------------
 
-// `temp_trees`: the links inside directory trees still under a temporary name (made before the
-// sync, with final names, like the files beside them); else every other link, once the files
-// are in place. A link's target is reached where it is now: under its temporary name until
-// that is renamed.
-void Mover::link_hard_links(bool temp_trees) {
-    std::map<std::string, Fd> dirs;
-    auto dir_of = [&](const std::string& parent) {
-        auto it = dirs.find(parent);
-        if (it == dirs.end())
-            it = dirs.emplace(parent, dst_->open_dir(parent)).first;
-        return it->second.get();
-    };
-    for (Node& node : nodes_) {
-        if (node.kind != Kind::hard_link || in_temp_tree(node) != temp_trees)
+// Chunks of large files first, in walk order (each large file is shared by all workers at
+// once, so only a few files are open at any time), then the small files in runs of one
+// directory, directories in turn: workers then create in different directories (a create
+// holds its directory's lock, and on a cold cache may wait for an inode table read while
+// holding it), and each keeps its cached directory descriptors for a whole run.
+void Mover::copy_batch(Batch& batch) {
+    std::vector<Task> tasks;
+    std::vector<std::pair<std::size_t, std::size_t>> runs;  // [first, last) of tasks
+    std::map<const Dir*, std::vector<Node*>> by_dir;
+    std::vector<const Dir*> dir_order;
+    for (Node& node : batch.nodes) {
+        if (node.kind == Kind::hard_link)
             continue;
-        const Node& target = nodes_[node.link_to];
-        const std::string link_name = split_last(node.dst).second;
-        const std::string target_name =
-            target.temp.empty() ? split_last(target.dst).second : target.temp;
-        const int link_dir = dir_of(parent_path(node));
-        const int target_dir = dir_of(parent_path(target));
-        struct stat a {
-        }, b{};
-        const bool fresh = in_new_dir(node);
-        if (!fresh && fstatat(link_dir, link_name.c_str(), &a, AT_SYMLINK_NOFOLLOW) == 0 &&
-            fstatat(target_dir, target_name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 &&
-            a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
-            skipped_.fetch_add(1);
-        } else {
-            if (!fresh && unlinkat(link_dir, link_name.c_str(), 0) != 0 && errno != ENOENT)
-                fail("replace " + dst_->display(node.dst), errno);
-            if (linkat(target_dir, target_name.c_str(), link_dir, link_name.c_str(), 0) != 0)
-                fail("link " + dst_->display(node.dst) + " to " + dst_->display(target.dst), errno);
-            files_written_.fetch_add(1);
+        if (node.kind != Kind::file || node.st.st_size < large_file) {
+            auto [it, first] = by_dir.try_emplace(node.parent.get());
+            if (first)
+                dir_order.push_back(node.parent.get());
+            it->second.push_back(&node);
+            continue;
         }
-        files_done_.fetch_add(1);
-        report(false);
+        auto shared = std::make_shared<SharedFile>();
+        const std::size_t chunks =
+            static_cast<std::size_t>((node.st.st_size + chunk_bytes - 1) / chunk_bytes);
+        shared->remaining = chunks;
+        for (std::size_t c = 0; c < chunks; ++c) {
+            const off_t offset = static_cast<off_t>(c) * chunk_bytes;
+            runs.emplace_back(tasks.size(), tasks.size() + 1);
+            tasks.push_back(
+                Task{&node, offset, std::min(chunk_bytes, node.st.st_size - offset), shared});
+        }
     }
+    std::vector<std::pair<const std::vector<Node*>*, std::size_t>> active;
+    for (const Dir* dir : dir_order)
+        active.emplace_back(&by_dir[dir], 0);
+    while (!active.empty()) {
+        for (auto& [files, cursor] : active) {
+            const std::size_t end = std::min(files->size(), cursor + files_per_run);
+            const std::size_t first = tasks.size();
+            for (; cursor < end; ++cursor)
+                tasks.push_back(Task{(*files)[cursor], 0, 0, nullptr});
+            runs.emplace_back(first, tasks.size());
+        }
+        active.erase(std::remove_if(active.begin(), active.end(),
+                                    [](const auto& a) { return a.second >= a.first->size(); }),
+                     active.end());
+    }
+    run_parallel(runs.size(), [&](std::size_t r, Worker& worker) {
+        for (std::size_t t = runs[r].first; t < runs[r].second; ++t) {
+            check_stopped();
+            run_task(tasks[t], worker);
+        }
+    });
 }
 
-void Mover::apply_dir_metadata(const Node& node, bool sync) {
-    if (!node.keep_metadata) {
-        const Fd src = src_->open_dir(node.src, true);
-        const Fd dst = dst_->open_dir(node.at, true);
-        const std::string shown = dst_->display(node.dst);
+// After the copy of a batch: its temporaries take their final names once durable, its hard
+// links are made, then the directories whose walk ended in it get their modes and times
+// (a 0500 directory had to stay writable while filled), post-order so a directory is final
+// only after everything below it. Temporary trees complete in this batch are synced and
+// renamed into place before the directories around them are finished (a rename changes its
+// parent's times).
+void Mover::finish_batch(Batch& batch) {
+    const bool durable = plan_.durable;
+    if (durable) {
+        std::vector<Node*> pending;
+        for (Node& node : batch.nodes)
+            if (!node.temp.empty())
+                pending.push_back(&node);
+        fault_point("mover.before-syncfs");
+        if (!pending.empty())
+            sync_file_systems();
+        fault_point("mover.before-renames");
+        // Every temporary now holds durable bytes: only now may it take its final name.
+        run_parallel(pending.size(), [&](std::size_t i, Worker& worker) {
+            Node& node = *pending[i];
+            const std::string name = split_last(node.dst).second;
+            const int dir = worker.dst_dir.get(*dst_, parent_path(node));
+            if (renameat(dir, node.temp.c_str(), dir, name.c_str()) != 0)
+                fail("rename into place " + dst_->display(node.dst), errno);
+            node.temp.clear();
+            fault_point("mover.renamed");
+        });
+    }
+    for (Node& node : batch.nodes)
+        if (node.kind == Kind::hard_link)
+            make_link(node);
+    bool tops = false;
+    for (const std::shared_ptr<Dir>& dir : batch.closed) {
+        if (dir->tree) {
+            apply_dir_metadata(*dir, durable && !plan_.trust_syncfs);
+            tops = tops || dir->top;
+        }
+    }
+    if (durable) {
+        fault_point("mover.before-dir-renames");
+        if (tops) {
+            sync_file_systems();
+            for (const std::shared_ptr<Dir>& dir : batch.closed)
+                if (dir->top)
+                    publish(*dir);
+        }
+    }
+    fault_point("mover.before-dir-metadata");
+    for (const std::shared_ptr<Dir>& dir : batch.closed)
+        if (!dir->tree)
+            apply_dir_metadata(*dir, durable);
+    // Directories were replaced or renamed: no descriptor cached by path outlives its batch.
+    for (Worker& worker : workers_) {
+        worker.src_dir.forget();
+        worker.dst_dir.forget();
+    }
+    fault_point("mover.batch-done");
+}
+
+// ---- finishing ----------------------------------------------------------------------------
+
+void Mover::sync_file_systems() {
+    std::lock_guard<std::mutex> lock(sync_mutex_);
+    if (file_systems_.empty())
+        return;
+    syncing_ = true;
+    report(true);
+    for (const Fd& fd : file_systems_)
+        if (syncfs(fd.get()) != 0)
+            fail("sync the destination file system", errno);
+    syncing_ = false;
+}
+
+// A hard link to the first copy of its inode, reached where it is now (through its
+// temporary tree until that is renamed).
+void Mover::make_link(Node& node) {
+    const std::string link_name = split_last(node.dst).second;
+    const auto [target_parent, target_name] = split_last(current_path(node.link));
+    const Fd link_dir = dst_->open_dir(parent_path(node));
+    const Fd target_dir = dst_->open_dir(target_parent);
+    struct stat a {
+    }, b{};
+    const bool fresh = in_new_dir(node);
+    if (!fresh && fstatat(link_dir.get(), link_name.c_str(), &a, AT_SYMLINK_NOFOLLOW) == 0 &&
+        fstatat(target_dir.get(), target_name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+        a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+        skipped_.fetch_add(1);
+    } else {
+        if (!fresh && unlinkat(link_dir.get(), link_name.c_str(), 0) != 0 && errno != ENOENT)
+            fail("replace " + dst_->display(node.dst), errno);
+        if (linkat(target_dir.get(), target_name.c_str(), link_dir.get(), link_name.c_str(), 0) !=
+            0)
+            fail("link " + dst_->display(node.dst) + " to " + dst_->display(node.link.dst), errno);
+        files_written_.fetch_add(1);
+    }
+    files_done_.fetch_add(1);
+    report(false);
+}
+
+void Mover::apply_dir_metadata(const Dir& dir, bool sync) {
+    if (!dir.keep_metadata) {
+        const Fd src = src_->open_dir(dir.src, true);
+        const Fd dst = dst_->open_dir(dir.at, true);
+        const std::string shown = dst_->display(dir.dst);
         copy_xattrs(src.get(), dst.get(), true, shown, warning_);
-        set_owner_mode_times(dst.get(), node.st, shown, warning_);
+        set_owner_mode_times(dst.get(), dir.st, shown, warning_);
         if (sync && fsync(dst.get()) != 0)
             fail("sync directory " + shown, errno);
     } else if (sync && fsync(buffer_root_.get()) != 0) {
         fail("sync directory " + plan_.buffer_root, errno);
     }
     files_done_.fetch_add(1);
-}
-
-// Directory modes and times come last (a 0500 directory had to stay writable while filled),
-// deepest first so a directory is final only after everything below it. `temp_trees`: the
-// directories of trees still under a temporary name, before the sync that covers them (each is
-// fsync'd where syncfs is not trusted); else the others, each fsync'd (renames landed in them).
-void Mover::apply_dirs_metadata(bool temp_trees) {
-    const bool sync = plan_.durable && (!temp_trees || !plan_.trust_syncfs);
-    int deepest = 0;
-    for (const Node& node : nodes_)
-        deepest = std::max(deepest, node.depth);
-    for (int depth = deepest; depth >= 0; --depth) {
-        std::vector<std::size_t> level;
-        for (std::size_t i = 0; i < nodes_.size(); ++i)
-            if (nodes_[i].kind == Kind::directory && nodes_[i].depth == depth &&
-                nodes_[i].temp_tree == temp_trees)
-                level.push_back(i);
-        run_parallel(level.size(),
-                     [&](std::size_t i, Worker&) { apply_dir_metadata(nodes_[level[i]], sync); });
-    }
+    report(false);
 }
 
 // Renames a directory tree built under a temporary name into place. Never over anything: a
 // directory that appeared there meanwhile is not replaced (where the file system cannot refuse
 // a replacement, a plain rename still fails over anything but an empty directory).
-void Mover::publish_dir(Node& node) {
-    const auto [parent, name] = split_last(node.dst);
-    const std::string shown = dst_->display(node.dst);
-    const Fd dir = dst_->open_dir(parent);
-    int rc = renameat2(dir.get(), node.temp.c_str(), dir.get(), name.c_str(), RENAME_NOREPLACE);
+void Mover::publish(Dir& dir) {
+    TempTree& tree = *dir.tree;
+    const auto [parent, name] = split_last(tree.dst);
+    const std::string shown = dst_->display(tree.dst);
+    const Fd pdir = dst_->open_dir(parent);
+    int rc = renameat2(pdir.get(), tree.temp.c_str(), pdir.get(), name.c_str(), RENAME_NOREPLACE);
     if (rc != 0 && errno == EINVAL)
-        rc = renameat(dir.get(), node.temp.c_str(), dir.get(), name.c_str());
+        rc = renameat(pdir.get(), tree.temp.c_str(), pdir.get(), name.c_str());
     if (rc != 0)
         fail("rename into place " + shown, errno);
-    node.temp.clear();
+    tree.published = true;
+    dir.at = dir.dst;
+    {
+        std::lock_guard<std::mutex> lock(trees_mutex_);
+        open_trees_.erase(dir.tree);
+    }
     fault_point("mover.renamed");
     // A rename changes the ctime of what it moves, not its mtime, on the file systems known
     // here; should one differ, the times are set again and made durable.
     struct stat st {};
-    if (fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-        !same_mtime(st, node.st)) {
-        const Fd fd = dst_->open_dir(node.dst, true);
-        const struct timespec times[2] = {node.st.st_atim, node.st.st_mtim};
+    if (fstatat(pdir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        !same_mtime(st, dir.st)) {
+        const Fd fd = dst_->open_dir(dir.dst, true);
+        const struct timespec times[2] = {dir.st.st_atim, dir.st.st_mtim};
         if (futimens(fd.get(), times) != 0 || fsync(fd.get()) != 0)
             fail("set the times of " + shown, errno);
     }
 }
 
-// After a failure: no temporary of this move is left (files, and trees not yet in place).
-void Mover::remove_temps() noexcept {
-    for (Node& node : nodes_) {
-        if (node.temp.empty())
-            continue;
-        try {
-            const Fd dir = dst_->open_dir(parent_path(node));
-            if (node.kind == Kind::directory)
-                remove_tree_beneath(dir.get(), node.temp);
-            else
+// The multiply-linked files met past the memory bound were copied each on its own: now that
+// every name is in place, each later name of an inode becomes a link to its first (a link
+// under a temporary name renamed over the copy, so the name never goes missing). The
+// directory keeps its mode and times.
+void Mover::link_spilled() {
+    if (!spill_)
+        return;
+    spill_->for_each_link([&](const std::string& first, const std::string& other) {
+        check_stopped();
+        const auto [first_parent, first_name] = split_last(first);
+        const auto [other_parent, other_name] = split_last(other);
+        const Fd from = dst_->open_dir(first_parent);
+        const Fd to = dst_->open_dir(other_parent, true);
+        const std::string shown = dst_->display(other);
+        struct stat a {
+        }, b{}, dir{};
+        if (fstatat(from.get(), first_name.c_str(), &a, AT_SYMLINK_NOFOLLOW) != 0)
+            fail("stat " + dst_->display(first), errno);
+        if (fstatat(to.get(), other_name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+            a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+            return;  // linked by an earlier run
+        if (fstat(to.get(), &dir) != 0)
+            fail("stat " + dst_->display(other_parent), errno);
+        const bool writable = (dir.st_mode & S_IRWXU) == S_IRWXU;
+        if (!writable && fchmod(to.get(), (dir.st_mode & 07777) | S_IRWXU) != 0)
+            fail("make " + dst_->display(other_parent) + " writable", errno);
+        const std::string temp = temp_name(other_name);
+        if (linkat(from.get(), first_name.c_str(), to.get(), temp.c_str(), 0) != 0)
+            fail("link " + shown + " to " + dst_->display(first), errno);
+        if (renameat(to.get(), temp.c_str(), to.get(), other_name.c_str()) != 0) {
+            const int err = errno;
+            unlinkat(to.get(), temp.c_str(), 0);
+            fail("replace " + shown, err);
+        }
+        const struct timespec times[2] = {dir.st_atim, dir.st_mtim};
+        if ((!writable && fchmod(to.get(), dir.st_mode & 07777) != 0) ||
+            futimens(to.get(), times) != 0)
+            fail("restore the mode and times of " + dst_->display(other_parent), errno);
+        if (plan_.durable && fsync(to.get()) != 0)
+            fail("sync directory " + dst_->display(other_parent), errno);
+        report(false);
+    });
+}
+
+// After a failure: no temporary of this move is left (the files of the batch being finished,
+// and trees not yet in place).
+void Mover::remove_temps(Batch* batch) noexcept {
+    if (batch != nullptr) {
+        for (Node& node : batch->nodes) {
+            if (node.temp.empty())
+                continue;
+            try {
+                const Fd dir = dst_->open_dir(parent_path(node));
                 unlinkat(dir.get(), node.temp.c_str(), 0);
+            } catch (...) {
+            }
+            node.temp.clear();
+        }
+    }
+    std::set<std::shared_ptr<TempTree>> trees;
+    {
+        std::lock_guard<std::mutex> lock(trees_mutex_);
+        trees.swap(open_trees_);
+    }
+    for (const std::shared_ptr<TempTree>& tree : trees) {
+        try {
+            const Fd dir = dst_->open_dir(split_last(tree->dst).first);
+            remove_tree_beneath(dir.get(), tree->temp);
         } catch (...) {
         }
-        node.temp.clear();
     }
 }
 
 MoveSummary Mover::run() {
     const Clock::time_point start = Clock::now();
-    for (const MoveEntry& entry : plan_.entries)
-        add_entry(entry);
-    report(true);
-    fault_point("mover.walked");
-
-    for (const std::string& top : entry_tops_)
-        make_parents(top);
-    if (plan_.durable) {
-        std::set<std::string> seen;
-        for (const Node& node : nodes_)
-            if (node.kind == Kind::directory && !seen.insert(node.dst).second)
-                shared_dirs_.insert(node.dst);
-    }
-    // A descriptor on each destination file system, opened before any data is written: since
-    // Linux 5.8 syncfs reports the writeback errors that happened after this open.
-    std::vector<Fd> file_systems;
-    if (plan_.durable && plan_.trust_syncfs) {
-        std::set<dev_t> seen;
-        for (const std::string& dir : dirs_to_sync_) {
-            Fd fd = dst_->open_dir(dir);
-            struct stat st {};
-            if (fstat(fd.get(), &st) == 0 && seen.insert(st.st_dev).second)
-                file_systems.push_back(std::move(fd));
+    std::thread walker;
+    Batch running;
+    auto stop_walker = [&] {
+        {
+            std::lock_guard<std::mutex> lock(queue_mutex_);
+            stop_ = true;
+            queue_changed_.notify_all();
         }
-    }
-
+        if (walker.joinable())
+            walker.join();
+    };
     try {
-        // Directories first, parents before children (the walk's order), all writable for now.
-        for (Node& node : nodes_) {
-            if (node.kind == Kind::directory) {
-                ensure_dir(node);
-                report(false);
+        walker = std::thread([this] { walk(); });
+        for (;;) {
+            {
+                std::unique_lock<std::mutex> lock(queue_mutex_);
+                while (queue_.empty() && !walk_finished_) {
+                    queue_changed_.wait_for(lock, progress_interval);
+                    lock.unlock();
+                    report(false);
+                    lock.lock();
+                }
+                if (queue_.empty())
+                    break;
+                running = std::move(queue_.front());
+                queue_.pop_front();
+                busy_ = true;
+                queue_changed_.notify_all();
             }
+            copy_batch(running);
+            finish_batch(running);
+            running = Batch{};
+            std::lock_guard<std::mutex> lock(queue_mutex_);
+            busy_ = false;
+            queue_changed_.notify_all();
         }
-        remove_stale_temps();
-        fault_point("mover.dirs-made");
-
-        // Chunks of large files first, in walk order (each large file is shared by all workers
-        // at once, so only a few files are open at any time), then the small files in runs.
-        std::vector<Task> tasks;
-        std::vector<std::pair<std::size_t, std::size_t>> runs;   // [first, last) of tasks
-        std::map<std::size_t, std::vector<std::size_t>> by_dir;  // parent -> small nodes
-        std::vector<std::size_t> dir_order;
-        for (std::size_t i = 0; i < nodes_.size(); ++i) {
-            const Node& node = nodes_[i];
-            if (node.kind == Kind::directory || node.kind == Kind::hard_link)
-                continue;
-            if (node.kind != Kind::file || node.st.st_size < large_file) {
-                auto [it, first] = by_dir.try_emplace(node.parent);
-                if (first)
-                    dir_order.push_back(node.parent);
-                it->second.push_back(i);
-                continue;
-            }
-            auto shared = std::make_shared<SharedFile>();
-            const std::size_t chunks =
-                static_cast<std::size_t>((node.st.st_size + chunk_bytes - 1) / chunk_bytes);
-            shared->remaining = chunks;
-            for (std::size_t c = 0; c < chunks; ++c) {
-                const off_t offset = static_cast<off_t>(c) * chunk_bytes;
-                runs.emplace_back(tasks.size(), tasks.size() + 1);
-                tasks.push_back(
-                    Task{i, offset, std::min(chunk_bytes, node.st.st_size - offset), shared});
-            }
-        }
-        // One run of each directory in turn; directories drop out as they run dry.
-        std::vector<std::pair<const std::vector<std::size_t>*, std::size_t>> active;
-        for (const std::size_t dir : dir_order)
-            active.emplace_back(&by_dir[dir], 0);
-        while (!active.empty()) {
-            for (auto& [files, cursor] : active) {
-                const std::size_t end = std::min(files->size(), cursor + files_per_run);
-                const std::size_t first = tasks.size();
-                for (; cursor < end; ++cursor)
-                    tasks.push_back(Task{(*files)[cursor], 0, 0, nullptr});
-                runs.emplace_back(first, tasks.size());
-            }
-            active.erase(std::remove_if(active.begin(), active.end(),
-                                        [](const auto& a) { return a.second >= a.first->size(); }),
-                         active.end());
-        }
-        by_dir.clear();
-        run_parallel(runs.size(), [&](std::size_t r, Worker& worker) {
-            for (std::size_t t = runs[r].first; t < runs[r].second; ++t) {
-                check_stopped();
-                run_task(tasks[t], worker);
-            }
-        });
-        tasks.clear();
-        // Trees under a temporary name are completed before the sync, so it covers all of them.
-        link_hard_links(true);
-        apply_dirs_metadata(true);
-
-        fault_point("mover.before-syncfs");
-        if (plan_.durable) {
-            for (const Fd& fd : file_systems)
-                if (syncfs(fd.get()) != 0)
-                    fail("sync the destination file system", errno);
-            fault_point("mover.before-renames");
-            // Every temporary now holds durable bytes: only now may it take its final name.
-            std::vector<std::size_t> pending, trees;
-            for (std::size_t i = 0; i < nodes_.size(); ++i) {
-                if (!nodes_[i].temp.empty())
-                    (nodes_[i].kind == Kind::directory ? trees : pending).push_back(i);
-            }
-            run_parallel(pending.size(), [&](std::size_t i, Worker& worker) {
-                Node& node = nodes_[pending[i]];
-                const std::string name = split_last(node.dst).second;
-                const int dir = worker.dst_dir.get(*dst_, parent_path(node));
-                if (renameat(dir, node.temp.c_str(), dir, name.c_str()) != 0)
-                    fail("rename into place " + dst_->display(node.dst), errno);
-                node.temp.clear();
-                fault_point("mover.renamed");
-            });
-            fault_point("mover.before-dir-renames");
-            for (const std::size_t i : trees)
-                publish_dir(nodes_[i]);
-            // Everything is reached under its final name from here on.
-            for (Node& node : nodes_)
-                if (node.kind == Kind::directory)
-                    node.at = node.dst;
-        }
+        walker.join();
+        if (walk_error_)
+            std::rethrow_exception(walk_error_);
+        link_spilled();
     } catch (...) {
-        remove_temps();
-        throw;
+        std::exception_ptr error = std::current_exception();
+        stop_walker();
+        try {
+            std::rethrow_exception(error);
+        } catch (const CopyStopped&) {
+            if (walk_error_)
+                error = walk_error_;  // the walk failed first: that is the reason
+        } catch (...) {
+        }
+        remove_temps(&running);
+        std::rethrow_exception(error);
     }
-    link_hard_links(false);
-    fault_point("mover.before-dir-metadata");
-    apply_dirs_metadata(false);
     fault_point("mover.before-dir-fsync");
     // The parents of the entries' destinations: new names (and trees renamed) in them.
     if (plan_.durable) {
@@ -1244,10 +1663,16 @@ std::string root_of(const StagePlan& plan, const StageDirective& stage) {
 
 }  // namespace
 
-std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& plan) {
+std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& plan,
+                                                              const SourceProgress& progress,
+                                                              SourceTotals* measured) {
     std::map<std::string, std::vector<MoveEntry>> groups;
     if (plan.direction == StageDirection::in) {
-        measure_stage_in(plan.stages, plan.capacity);
+        SourceTotals totals = measure_stage_in(plan.stages, plan.capacity, progress);
+        if (measured != nullptr) {
+            measured->files = totals.files;
+            measured->bytes = totals.bytes;
+        }
         for (const StageDirective& stage : plan.stages) {
             std::vector<SourceEntry> expanded;
             if (stage.type == StageType::list)

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bbkit/directive.hpp"
+#include "bbkit/sources.hpp"
 #include "bbkit/stage_plan.hpp"
 
 namespace bbkit {
@@ -44,11 +45,17 @@ struct MovePlan {
     bool direct_io = false;    // O_DIRECT for files >= 8 MiB (buffered where refused): less
                                // CPU, but latency-bound on a single virtio disk
     bool trust_syncfs = true;  // false: fsync each file (in parallel) instead of one syncfs
+    // What the move's own structures may take (the walk's queue, hard links still to make):
+    // the tree is walked, copied and finished in batches that fit, whatever its size.
+    std::uint64_t memory_limit = std::uint64_t{256} << 20;
+    std::size_t batch_entries = 0;  // entries a batch holds at most; 0: from memory_limit
 };
 
 struct MoveProgress {
     std::uint64_t files_done = 0, files_total = 0;  // every entry: files, dirs, links, fifos
     std::uint64_t bytes_done = 0, bytes_total = 0;  // apparent size of regular files
+    bool counting = false;  // the walk (ahead of the copy) goes on: the totals may still grow
+    bool syncing = false;   // waiting for the data to reach the disk
 };
 
 struct MoveSummary {
@@ -61,12 +68,19 @@ struct MoveSummary {
 };
 
 // Copies every entry; returns only when done (and, when plan.durable, when every byte, name
-// and directory is on disk). A rerun after success copies nothing; a rerun after a crash skips
-// complete files. `progress` is called from the calling thread, at most every ~100 ms and once
-// at the end. Throws Error: no_input (66) for a missing source, no_perm (77) for an unreadable
-// source, an unwritable destination or a symlink in the buffer's way, io (74) for ENOSPC/EIO
-// and the like, data (65) for a source of the wrong type; each message names the path. After
-// a durable failure no temporary file is left and no final name holds a partial file.
+// and directory is on disk). The walk streams: one thread walks the sources depth first and
+// hands out batches of at most batch_entries entries, which the workers copy while the next
+// is walked; a batch is finished (renames, hard links, the modes and times of the directories
+// whose walk ended in it) before the next is copied. Memory stays within plan.memory_limit
+// whatever the number of files (bbkit(7), STAGING: hard links beyond the bound are spilled to
+// an unnamed file in the buffer). A rerun after success copies nothing; a rerun after a crash
+// skips complete files, and a durable move killed in the same boot takes over the directory
+// tree it was building under a temporary name. `progress` is called from the calling thread, at
+// most every ~100 ms and once at the end. Throws Error: no_input (66) for a missing source, no_perm
+// (77) for an unreadable source, an unwritable destination or a symlink in the buffer's way, io
+// (74) for ENOSPC/EIO and the like, data (65) for a source of the wrong type; each message names
+// the path. After a durable failure no temporary file is left and no final name holds a partial
+// file.
 MoveSummary run_move(const MovePlan& plan,
                      const std::function<void(const MoveProgress&)>& progress);
 
@@ -75,6 +89,9 @@ MoveSummary run_move(const MovePlan& plan,
 // buffer's capacity first and type=list files are read, both as the caller (who must already
 // be the job's user). Throws Error(no_input) for a persistent buffer the plan has no root for,
 // and measure_stage_in's and read_stage_list's errors (sources.hpp).
-std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& plan);
+// `progress` and `measured`: the stage-in measurement's progress and its totals (sources.hpp).
+std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& plan,
+                                                              const SourceProgress& progress = {},
+                                                              SourceTotals* measured = nullptr);
 
 }  // namespace bbkit

@@ -126,6 +126,20 @@ ProcessOutcome run_process(const ProcessSpec& spec) {
     return outcome;
 }
 
+const std::string& boot_id() {
+    static const std::string id = [] {
+        std::string text;
+        try {
+            text = read_file("/proc/sys/kernel/random/boot_id", "the boot id", 64).value_or("");
+        } catch (const Error&) {
+        }
+        while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
+            text.pop_back();
+        return text.empty() ? std::string("unknown") : text;
+    }();
+    return id;
+}
+
 namespace {
 
 int pidfd_open_(pid_t pid) {

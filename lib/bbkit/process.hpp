@@ -30,6 +30,10 @@ struct ProcessId {
     }
 };
 
+// This boot's id (/proc/sys/kernel/random/boot_id), "unknown" where it cannot be read: what
+// page-cache contents and snapshots written without fsync are only good for.
+const std::string& boot_id();
+
 // Stops `process` if it still is that process: SIGTERM through a pidfd, up to `grace` for it
 // to exit, then SIGKILL. Returns false when it was already gone.
 bool stop_process(const ProcessId& process, std::chrono::milliseconds grace);

@@ -7,7 +7,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -15,6 +14,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/process.hpp"
 #include "bbkit/text.hpp"
 #include "bbkit/user.hpp"
 #include "bbkit/views.hpp"
@@ -84,16 +84,7 @@ std::optional<std::string> read_snapshot_file(const std::string& path) {
 constexpr int public_layout = 2;
 
 // Snapshots are not fsync'd, so a power cut may leave any of them stale or empty: a new boot id
-// in public/.settings makes the first writer after a reboot rewrite them all.
-const std::string& boot_id() {
-    static const std::string id = [] {
-        std::ifstream in("/proc/sys/kernel/random/boot_id");
-        std::string line;
-        std::getline(in, line);
-        return line.empty() ? std::string("unknown") : line;
-    }();
-    return id;
-}
+// (process.hpp) in public/.settings makes the first writer after a reboot rewrite them all.
 
 // What public/ was last fully written for; any difference asks for publish_all().
 std::string public_settings(const Config& config) {

@@ -126,6 +126,7 @@ StagePlan plan_for(StateStore& store, const Config& config, const Buffer& b,
     const PoolConfig& pool = configured_pool(config, b.pool);
     plan.direct_io = pool.direct_io;
     plan.trust_syncfs = pool.syncfs;
+    plan.memory_limit = config.limits.mover_memory;
     ReadSnapshot snapshot(store);
     for (const auto& [name, path] :
          resolve_persistent_uses(snapshot, config, b.uid, b.user, recorded_persistent_uses(b)))

@@ -98,7 +98,8 @@ std::string plan_to_json(const StagePlan& plan) {
                 {"threads", plan.threads},
                 {"durable", plan.durable},
                 {"direct_io", plan.direct_io},
-                {"trust_syncfs", plan.trust_syncfs}}
+                {"trust_syncfs", plan.trust_syncfs},
+                {"memory_limit", plan.memory_limit}}
         .dump();
 }
 
@@ -122,6 +123,7 @@ StagePlan plan_from_json(const std::string& text) {
         plan.durable = j.at("durable").get<bool>();
         plan.direct_io = j.at("direct_io").get<bool>();
         plan.trust_syncfs = j.value("trust_syncfs", true);
+        plan.memory_limit = j.value("memory_limit", plan.memory_limit);
         return plan;
     } catch (const json::exception& e) {
         throw Error(ExitCode::data, std::string("malformed stage plan: ") + e.what());

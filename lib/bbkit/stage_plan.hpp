@@ -31,6 +31,7 @@ struct StagePlan {
     bool durable = false;  // stage-out: bytes on disk before success is reported
     bool direct_io = false;
     bool trust_syncfs = true;  // false: fsync each staged-out file instead of one syncfs
+    std::uint64_t memory_limit = std::uint64_t{256} << 20;  // [limits] mover_memory
 };
 
 std::string plan_to_json(const StagePlan& plan);

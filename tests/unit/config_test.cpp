@@ -97,6 +97,7 @@ TEST(config, empty_text_gives_defaults) {
     EXPECT_EQ(config.timeouts.queue, 600u);
     EXPECT_EQ(config.limits.stage_concurrency, 128u);
     EXPECT_EQ(config.limits.mover_threads, 8u);
+    EXPECT_EQ(config.limits.mover_memory, 256u << 20);
     EXPECT_FALSE(config.limits.user_capacity);
     EXPECT_TRUE(config.pools.empty());
     EXPECT_TRUE(config.hooks.empty());
@@ -489,6 +490,19 @@ TEST(config, rejects_mover_threads_out_of_range) {
     EXPECT_EQ(config_error("[limits]\nmover_threads = 0\n"),
               "t.toml:2: limits.mover_threads: must be between 1 and 1024, got 0");
     EXPECT_EQ(parse_config("[limits]\nmover_threads = 1\n", "t.toml").limits.mover_threads, 1u);
+}
+
+TEST(config, mover_memory_is_a_size_between_16MiB_and_1TiB) {
+    EXPECT_EQ(parse_config("[limits]\nmover_memory = \"64MiB\"\n", "t.toml").limits.mover_memory,
+              64u << 20);
+    EXPECT_EQ(config_error("[limits]\nmover_memory = \"8MiB\"\n"),
+              "t.toml:2: limits.mover_memory: must be between 16MiB and 1TiB, got 8MiB");
+    EXPECT_EQ(config_error("[limits]\nmover_memory = \"2TiB\"\n"),
+              "t.toml:2: limits.mover_memory: must be between 16MiB and 1TiB, got 2TiB");
+    EXPECT_TRUE(starts_with(config_error("[limits]\nmover_memory = 1000\n"),
+                            "t.toml:2: limits.mover_memory: "));
+    EXPECT_TRUE(starts_with(config_error("[limits]\nmover_memory = \"4N\"\n"),
+                            "t.toml:2: limits.mover_memory: "));
 }
 
 TEST(config, rejects_node_count_as_user_capacity) {

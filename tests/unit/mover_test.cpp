@@ -480,7 +480,8 @@ TEST(mover, stage_out_killed_before_its_directory_rename_shows_no_final_name) {
 
 // Into an existing destination: files go there under temporaries renamed one by one, a new
 // subdirectory is built aside and renamed whole. Killed between the two, the files are in
-// place and the subdirectory is not; the rerun skips the files and rebuilds the subdirectory.
+// place and the subdirectory is not; the rerun (same boot) takes the subdirectory's tree over,
+// copies nothing again and renames it into place.
 TEST(mover, stage_out_into_an_existing_directory_resumes_after_a_kill) {
     TempDir tmp;
     const std::string buffer = make_buffer(tmp, "buffer");
@@ -508,8 +509,8 @@ TEST(mover, stage_out_into_an_existing_directory_resumes_after_a_kill) {
 
     const Outcome rerun = move_as_nobody(plan);
     ASSERT_EQ(rerun.code, 0) << rerun.message;
-    EXPECT_EQ(rerun.skipped, 3u);  // f1, f2, kept/k
-    EXPECT_EQ(rerun.files, 3u);    // new/g1, new/g2, new/deeper/h
+    EXPECT_EQ(rerun.skipped, 6u);  // f1, f2, kept/k, and new/g1, new/g2, new/deeper/h
+    EXPECT_EQ(rerun.files, 0u);
     expect_same_tree(buffer + "/data", out, nobody);
     EXPECT_FALSE(has_temporaries(tmp / "out"));
 }
@@ -523,7 +524,12 @@ TEST(mover, progress_reports_totals_and_ends_complete) {
     run_move(plan_in(buffer, tmp / "src", "data"),
              [&](const MoveProgress& p) { seen.push_back(p); });
     ASSERT_FALSE(seen.empty());
-    EXPECT_EQ(seen.front().files_total, seen.back().files_total);
+    for (const MoveProgress& p : seen) {  // totals only grow while the walk counts
+        EXPECT_LE(p.files_done, p.files_total);
+        EXPECT_LE(p.bytes_done, p.bytes_total);
+        EXPECT_LE(p.files_total, seen.back().files_total);
+    }
+    EXPECT_FALSE(seen.back().counting);
     EXPECT_EQ(seen.back().files_done, seen.back().files_total);
     EXPECT_EQ(seen.back().bytes_done, seen.back().bytes_total);
     EXPECT_GT(seen.back().bytes_total, 10u << 20);
@@ -616,6 +622,161 @@ TEST(mover, stage_out_lists_and_climbing_paths_are_refused_as_bb_parse_refuses_t
         EXPECT_NE(out.message.find("must not contain '..'"), std::string::npos) << out.message;
     }
 }
+
+// ---- streaming ------------------------------------------------------------------------------
+
+// `dirs` directories of `per_dir` small files each (content names the file), owned by nobody.
+void make_wide_tree(const std::string& root, int dirs, int per_dir) {
+    mkdir(root.c_str(), 0755);
+    for (int d = 0; d < dirs; ++d) {
+        const std::string dir = root + "/d" + std::to_string(d);
+        mkdir(dir.c_str(), 0755);
+        for (int f = 0; f < per_dir; ++f)
+            write_file(dir + "/f" + std::to_string(f), "file " + std::to_string(d * 1000 + f));
+    }
+    for_each_entry(root, [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
+    lchown(root.c_str(), nobody, nogroup);
+}
+
+// Batches of three entries: every directory's walk ends in some other batch than the one its
+// files were copied in, hard links meet their first copy batches later, a 0500 directory is
+// finished while its siblings are still being walked, and the result is what one batch gives.
+TEST(mover, batches_of_three_entries_keep_everything_cp_a_keeps) {
+    TempDir tmp;
+    make_tricky_tree(tmp / "src");
+    const std::string buffer = make_buffer(tmp, "buffer");
+    MovePlan in = plan_in(buffer, tmp / "src", "data");
+    in.batch_entries = 3;
+    const Outcome staged = move_as_nobody(in);
+    ASSERT_EQ(staged.code, 0) << staged.message;
+    expect_same_tree(tmp / "src", buffer + "/data", nobody);
+
+    mkdir((tmp / "out").c_str(), 0755);
+    chown((tmp / "out").c_str(), nobody, nogroup);
+    for (const bool trust_syncfs : {true, false}) {
+        const std::string dest = tmp / (trust_syncfs ? "out/syncfs" : "out/fsync");
+        MovePlan out = plan_out(buffer, "data", dest);
+        out.batch_entries = 3;
+        out.trust_syncfs = trust_syncfs;
+        const Outcome back = move_as_nobody(out);
+        ASSERT_EQ(back.code, 0) << back.message;
+        expect_same_tree(tmp / "src", dest, nobody);
+    }
+    EXPECT_FALSE(has_temporaries(tmp / "out"));
+}
+
+// Hard links whose names are far apart in the walk, more of them than the memory bound lets
+// the move remember: the inodes met past the bound are copied on their own, recorded in an
+// unnamed file, and linked at the end. Every pair is one inode again; a rerun links nothing
+// twice and copies nothing.
+TEST(mover, hard_links_past_the_memory_bound_are_linked_at_the_end) {
+    TempDir tmp;
+    const std::string src = tmp / "src";
+    const int pairs = 3000;
+    mkdir(src.c_str(), 0755);
+    mkdir((src + "/a").c_str(), 0755);
+    mkdir((src + "/b").c_str(), 0755);
+    for (int i = 0; i < pairs; ++i) {
+        const std::string name = "/f" + std::to_string(i);
+        write_file(src + "/a" + name, "linked " + std::to_string(i));
+        link((src + "/a" + name).c_str(), (src + "/b" + name).c_str());
+    }
+    chmod((src + "/b").c_str(), 0555);  // a finished directory the links must still land in
+    for_each_entry(src, [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
+    lchown(src.c_str(), nobody, nogroup);
+    const std::string buffer = make_buffer(tmp, "buffer");
+    MovePlan plan = plan_in(buffer, src, "data");
+    plan.memory_limit = 1 << 20;  // room for about 500 pending links
+    plan.batch_entries = 256;
+    const Outcome first = move_as_nobody(plan);
+    ASSERT_EQ(first.code, 0) << first.message;
+    expect_same_tree(src, buffer + "/data", nobody);
+    EXPECT_FALSE(has_temporaries(buffer + "/data/b"));
+
+    const Outcome again = move_as_nobody(plan);
+    ASSERT_EQ(again.code, 0) << again.message;
+    EXPECT_EQ(again.files, 0u);
+    expect_same_tree(src, buffer + "/data", nobody);
+}
+
+// A directory of more entries than a batch, staged in and out in batches of 100.
+TEST(mover, a_directory_larger_than_a_batch_streams_through) {
+    TempDir tmp;
+    make_wide_tree(tmp / "src", 3, 1000);
+    const std::string buffer = make_buffer(tmp, "buffer");
+    MovePlan in = plan_in(buffer, tmp / "src", "data");
+    in.batch_entries = 100;
+    std::vector<MoveProgress> seen;
+    const MoveSummary summary = run_move(in, [&](const MoveProgress& p) { seen.push_back(p); });
+    EXPECT_EQ(summary.files, 3000u);
+    ASSERT_FALSE(seen.empty());
+    EXPECT_EQ(seen.back().files_total, 3004u);  // the top, three directories, their files
+    EXPECT_EQ(seen.back().files_done, 3004u);
+    EXPECT_FALSE(seen.back().counting);
+    expect_same_tree(tmp / "src", buffer + "/data", static_cast<uid_t>(-1));
+}
+
+#ifdef BBKIT_FAULT_INJECTION
+// Killed anywhere inside the streaming walk or between batches: the rerun copies no complete
+// file again (stage-in writes final names, so what was written is skipped), leaves no
+// temporary and gives the same tree.
+TEST(mover, stage_in_killed_inside_the_stream_resumes_without_copying_again) {
+    TempDir tmp;
+    make_wide_tree(tmp / "src", 6, 200);
+    for (const std::string fault : {"mover.dirs-made:3", "mover.batch-walked:4",
+                                    "mover.file-copied:500", "mover.batch-done:5"}) {
+        const std::string buffer = make_buffer(tmp, "buffer-" + fault.substr(6, 9));
+        MovePlan plan = plan_in(buffer, tmp / "src", "data");
+        plan.batch_entries = 64;
+        plan.threads = 2;
+        const Outcome killed = move_as_nobody(plan, fault.c_str());
+        EXPECT_EQ(killed.code, 128) << fault << ": " << killed.message;
+        std::uint64_t complete = 0;
+        for_each_entry(buffer + "/data", [&](const std::string& p) {
+            struct stat st {};
+            if (lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+                read_file(p).rfind("file ", 0) == 0 && st.st_mtim.tv_sec != 0) {
+                struct stat source {};
+                const std::string rel = p.substr(buffer.size() + 5);
+                if (lstat((tmp / "src" + rel).c_str(), &source) == 0 &&
+                    source.st_mtim.tv_nsec == st.st_mtim.tv_nsec &&
+                    source.st_mtim.tv_sec == st.st_mtim.tv_sec)
+                    ++complete;
+            }
+        });
+        const Outcome rerun = move_as_nobody(plan);
+        ASSERT_EQ(rerun.code, 0) << fault << ": " << rerun.message;
+        EXPECT_EQ(rerun.skipped, complete) << fault;
+        EXPECT_EQ(rerun.files + rerun.skipped, 1200u) << fault;
+        expect_same_tree(tmp / "src", buffer + "/data", nobody);
+        EXPECT_FALSE(has_temporaries(buffer)) << fault;
+    }
+}
+
+// A durable stage-out into a new directory killed after some batches: the rerun (same boot)
+// takes the temporary tree over, skips what it holds, and renames it into place.
+TEST(mover, stage_out_killed_between_batches_takes_its_tree_over) {
+    TempDir tmp;
+    make_wide_tree(tmp / "src", 4, 100);
+    const std::string buffer = make_buffer(tmp, "buffer");
+    MovePlan in = plan_in(buffer, tmp / "src", "data");
+    ASSERT_EQ(move_as_nobody(in).code, 0);
+    mkdir((tmp / "out").c_str(), 0755);
+    chown((tmp / "out").c_str(), nobody, nogroup);
+    MovePlan out = plan_out(buffer, "data", tmp / "out/result");
+    out.batch_entries = 50;
+    const Outcome killed = move_as_nobody(out, "mover.batch-done:4");
+    EXPECT_EQ(killed.code, 128) << killed.message;
+    EXPECT_NE(access((tmp / "out/result").c_str(), F_OK), 0);
+    ASSERT_EQ(list_dir(tmp / "out").size(), 1u);
+    const Outcome rerun = move_as_nobody(out);
+    ASSERT_EQ(rerun.code, 0) << rerun.message;
+    EXPECT_GE(rerun.skipped, 150u);  // four batches of 50 entries, directories among them
+    EXPECT_EQ(rerun.files + rerun.skipped, 400u);
+    expect_same_tree(tmp / "src", tmp / "out/result", nobody);
+    EXPECT_EQ(list_dir(tmp / "out"), std::vector<std::string>{"result"});
+}
+#endif
 
 }  // namespace
 }  // namespace bbkit
