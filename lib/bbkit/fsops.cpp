@@ -219,6 +219,10 @@ const dirent* DirStream::next() {
     return nullptr;
 }
 
+void DirStream::rewind() {
+    rewinddir(dir_);
+}
+
 std::vector<std::string> list_directory(int fd, const std::string& what) {
     DirStream stream(fd);
     if (!stream)
@@ -229,6 +233,40 @@ std::vector<std::string> list_directory(int fd, const std::string& what) {
     if (errno != 0)
         throw system_error("cannot list " + what, errno);
     return names;
+}
+
+int drain_directory(int fd, const std::function<Drained(const std::string& name)>& act) {
+    DirStream stream(fd);
+    if (!stream)
+        return errno;
+    std::vector<std::string> chunk;
+    chunk.reserve(directory_chunk);
+    for (;;) {
+        bool changed = false;
+        bool at_end = false;
+        while (!at_end) {
+            chunk.clear();
+            while (chunk.size() < directory_chunk) {
+                const dirent* entry = stream.next();
+                if (!entry) {
+                    if (errno != 0)
+                        return errno;
+                    at_end = true;
+                    break;
+                }
+                chunk.emplace_back(entry->d_name);
+            }
+            for (const std::string& name : chunk) {
+                const Drained done = act(name);
+                if (done == Drained::stop)
+                    return 0;
+                changed = changed || done == Drained::gone;
+            }
+        }
+        if (!changed)
+            return 0;
+        stream.rewind();
+    }
 }
 
 Fd open_beneath(int dirfd, const std::string& relative, int flags, const std::string& what,
@@ -270,19 +308,15 @@ int remove_tree_beneath(int parent, const std::string& name) {
     struct stat st {};
     if (fstat(dir.get(), &st) == 0 && (st.st_mode & S_IRWXU) != S_IRWXU)
         fchmod(dir.get(), (st.st_mode & 07777) | S_IRWXU);
-    std::vector<std::string> names;
-    {
-        DirStream stream(dir.get());
-        if (!stream)
-            return errno;
-        while (const dirent* entry = stream.next())
-            names.emplace_back(entry->d_name);
-        if (errno != 0)
-            return errno;
-    }
-    for (const std::string& child : names)
-        if (const int err = remove_tree_beneath(dir.get(), child); err != 0)
-            return err;
+    int failed = 0;
+    const int unread = drain_directory(dir.get(), [&](const std::string& child) {
+        failed = remove_tree_beneath(dir.get(), child);
+        return failed == 0 ? Drained::gone : Drained::stop;
+    });
+    if (failed != 0)
+        return failed;
+    if (unread != 0)
+        return unread;
     if (unlinkat(parent, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
         return errno;
     return 0;

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,13 +51,36 @@ class DirStream {
     int fd() const { return dir_ ? dirfd(dir_) : -1; }
     // The next entry, or null at the end (or on a read error: errno is then non-zero).
     const dirent* next();
+    // Back to the first entry, reading the directory as it is now.
+    void rewind();
 
   private:
     DIR* dir_ = nullptr;
 };
 
 // The names in the directory `fd`, from its start. Throws system_error("cannot list " + what).
+// All of them at once: for a directory a user fills (a buffer's), see drain_directory.
 std::vector<std::string> list_directory(int fd, const std::string& what);
+
+// How many names drain_directory reads before it acts on them: its memory, whatever the number
+// of entries.
+constexpr std::size_t directory_chunk = 1024;
+
+// What drain_directory's caller did with an entry it was given.
+enum class Drained {
+    gone,  // removed or moved elsewhere: the directory changed
+    left,  // not the caller's to take: it stays
+    stop,  // the caller is done (out of time, or failed): drain_directory returns at once
+};
+
+// Gives `act` the entries of the directory `fd` for a caller that removes or moves away what
+// it is given, reading at most directory_chunk names before acting on them and then reading
+// on from there, so that a directory of millions of files costs one chunk of memory rather than
+// millions of names. When the end is reached after a pass that changed the directory, it reads
+// it again from the start (a file system may skip entries while a directory changes, and new
+// ones may have come), until a pass changes nothing: entries that are `left` end it, never loop
+// it. Returns 0, or the errno of a failed read.
+int drain_directory(int fd, const std::function<Drained(const std::string& name)>& act);
 
 // Opens `relative` beneath the directory `dirfd` without following any symlink or leaving the
 // file system: bbkit's containment primitive wherever a less privileged party controls the
@@ -68,7 +92,8 @@ Fd open_beneath(int dirfd, const std::string& relative, int flags, const std::st
 // Removes `name` in the directory `parent` and, if it is a directory, everything beneath it,
 // never following a symlink nor crossing into another file system; a directory without its
 // owner's rwx bits gets them first. Returns 0 (also when `name` is already gone) or the errno
-// of the first failure, leaving the rest in place.
+// of the first failure, leaving the rest in place. Directories are read with drain_directory:
+// its memory does not grow with their number of entries.
 int remove_tree_beneath(int parent, const std::string& name);
 
 // Everything read from `fd` (from its offset) to the end, at most `limit` bytes: more is

@@ -23,8 +23,11 @@ namespace {
 constexpr mode_t traversable = 0711;  // users reach their own buffer, but cannot list others
 constexpr mode_t private_dir = 0700;
 // Deeper than this, a directory being removed is first moved up into trash/ as a piece of its
-// own, so removal never needs more than this many descriptors at once.
+// own, so removal never holds more than this many directories open at once (two descriptors
+// and one chunk of names each: see drain_directory).
 constexpr int max_removal_depth = 64;
+// How often a long removal reports where it stands.
+constexpr auto removal_report_interval = std::chrono::seconds(1);
 
 std::string new_uuid() {
     std::ifstream in("/proc/sys/kernel/random/uuid");
@@ -357,12 +360,33 @@ struct Remover {
     std::string trash_name;
     std::chrono::steady_clock::time_point deadline;
     RemovalResult& result;
+    const std::string& pool;
+    const RemovalProgressFn& progress;
+    std::chrono::steady_clock::time_point next_report =
+        std::chrono::steady_clock::now() + removal_report_interval;
     uid_t owner = 0;  // of the directory being removed: the buffer's owner
     unsigned long pieces = 0;
     unsigned long visited = 0;
 
+    // The clock is read every 256 entries only: for the deadline, and for a progress report.
     bool out_of_time() {
-        return (++visited % 256) == 0 && std::chrono::steady_clock::now() >= deadline;
+        if ((++visited % 256) != 0)
+            return false;
+        const auto now = std::chrono::steady_clock::now();
+        if (progress && now >= next_report) {
+            progress({pool, trash_name, result.removed});
+            next_report = now + removal_report_interval;
+        }
+        return now >= deadline;
+    }
+
+    // unlinkat, counting what it deleted. False with errno set when it failed (ENOENT too:
+    // what someone else removed is not counted).
+    bool delete_entry(int fd, const std::string& name, int flags) {
+        if (unlinkat(fd, name.c_str(), flags) != 0)
+            return false;
+        ++result.removed;
+        return true;
     }
 
     std::string piece_prefix() const { return trash_name + ".piece"; }
@@ -408,7 +432,7 @@ struct Remover {
             throw system_error("cannot stat " + what, errno);
         }
         if (!S_ISDIR(st.st_mode)) {
-            if (unlinkat(fd, name.c_str(), 0) == 0 || errno == ENOENT)
+            if (delete_entry(fd, name, 0) || errno == ENOENT)
                 return true;
             if (errno == EBUSY)  // a file mounted over this one
                 throw mount_in_the_way(what);
@@ -416,7 +440,7 @@ struct Remover {
         }
         if (st.st_uid != owner) {
             // The owner may remove it only when it is empty: try just that.
-            if (unlinkat(fd, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT)
+            if (delete_entry(fd, name, AT_REMOVEDIR) || errno == ENOENT)
                 return true;
             if (errno == ENOTEMPTY || errno == EEXIST) {
                 keep(fd, name, st, what);
@@ -439,21 +463,27 @@ struct Remover {
         const Fd child = open_dir(fd, name, st, what);
         if (!empty_dir(child.get(), depth + 1, what))
             return false;
-        if (unlinkat(fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
+        if (!delete_entry(fd, name, AT_REMOVEDIR) && errno != ENOENT)
             throw system_error("cannot remove " + what, errno);
         return true;
     }
 
-    // Empties the directory `fd`; returns false when the deadline stopped it.
+    // Empties the directory `fd` a chunk of names at a time; returns false when the deadline
+    // stopped it (the next call goes on with what is left). Every entry it is given leaves the
+    // directory (deleted, kept aside or moved up) or ends the removal with an error.
     bool empty_dir(int fd, int depth, const std::string& what) {
-        for (const std::string& name : list_directory(fd, what)) {
-            if (out_of_time())
-                return false;
-            if (!remove_entry(fd, name, depth, what + "/" + name))
-                return false;
+        bool finished = true;
+        const int unread = drain_directory(fd, [&](const std::string& name) {
+            if (out_of_time() || !remove_entry(fd, name, depth, what + "/" + name)) {
+                finished = false;
+                return Drained::stop;
+            }
             fault_point("reap.partial");
-        }
-        return true;
+            return Drained::gone;
+        });
+        if (unread != 0)
+            throw system_error("cannot list " + what, unread);
+        return finished;
     }
 
     // The buffer's owner recorded in a piece's name (see remove_entry); nullopt for a name
@@ -481,7 +511,7 @@ struct Remover {
             throw system_error("cannot stat " + what, errno);
         }
         if (!S_ISDIR(st.st_mode)) {
-            if (unlinkat(trash_fd, name.c_str(), 0) != 0 && errno != ENOENT)
+            if (!delete_entry(trash_fd, name, 0) && errno != ENOENT)
                 throw system_error("cannot remove " + what, errno);
             return true;
         }
@@ -489,7 +519,7 @@ struct Remover {
         if (piece)
             owner = owner_of_piece(name).value_or(st.st_uid);
         if (st.st_uid != owner) {  // swapped in before it was moved up: not the owner's
-            if (unlinkat(trash_fd, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT)
+            if (delete_entry(trash_fd, name, AT_REMOVEDIR) || errno == ENOENT)
                 return true;
             if (errno != ENOTEMPTY && errno != EEXIST)
                 throw system_error("cannot remove " + what, errno);
@@ -501,7 +531,7 @@ struct Remover {
         fchmod(fd.get(), private_dir);
         if (!empty_dir(fd.get(), 1, what))
             return false;
-        if (unlinkat(trash_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
+        if (!delete_entry(trash_fd, name, AT_REMOVEDIR) && errno != ENOENT)
             throw system_error("cannot remove " + what, errno);
         return true;
     }
@@ -510,10 +540,11 @@ struct Remover {
 }  // namespace
 
 RemovalResult PoolDir::remove_from_trash(const std::string& trash_name,
-                                         std::chrono::steady_clock::time_point deadline,
-                                         Sync sync) {
+                                         std::chrono::steady_clock::time_point deadline, Sync sync,
+                                         const RemovalProgressFn& progress) {
     RemovalResult result;
-    Remover remover{trash_.get(), quarantine_.get(), trash_name, deadline, result};
+    Remover remover{trash_.get(), quarantine_.get(), trash_name, deadline,
+                    result,       marker_.name,      progress};
     const auto finish = [&](bool complete) {
         result.complete = complete;
         if (!result.kept.empty())
@@ -522,19 +553,23 @@ RemovalResult PoolDir::remove_from_trash(const std::string& trash_name,
     };
     if (!remover.remove(trash_name, path_ + "/trash/" + trash_name))
         return finish(false);
-    // Pieces moved up from deep trees; removing one may move up more, so loop until none.
-    for (;;) {
-        bool found = false;
-        for (const std::string& name : list_directory(trash_.get(), path_ + "/trash")) {
-            if (name.rfind(remover.piece_prefix(), 0) != 0)
-                continue;
-            found = true;
-            if (!remover.remove(name, path_ + "/trash/" + name, true))
-                return finish(false);
+    // Pieces moved up from deep trees; removing one may move up more, so trash/ is read until
+    // a pass finds none (the other buffers' entries are left alone: they never make it read
+    // trash/ again).
+    bool finished = true;
+    const int unread = drain_directory(trash_.get(), [&](const std::string& name) {
+        if (name.rfind(remover.piece_prefix(), 0) != 0)
+            return Drained::left;
+        if (!remover.remove(name, path_ + "/trash/" + name, true)) {
+            finished = false;
+            return Drained::stop;
         }
-        if (!found)
-            break;
-    }
+        return Drained::gone;
+    });
+    if (unread != 0)
+        throw system_error("cannot list " + path_ + "/trash", unread);
+    if (!finished)
+        return finish(false);
     if (sync == Sync::now)
         fsync_fd(trash_.get(), path_ + "/trash");
     return finish(true);

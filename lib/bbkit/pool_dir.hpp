@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,7 +55,16 @@ struct KeptEntry {
 struct RemovalResult {
     bool complete = false;
     std::vector<KeptEntry> kept;
+    std::uint64_t removed = 0;  // entries deleted by this call: files, symlinks, directories
 };
+
+// Where a long removal stands, for a progress line.
+struct RemovalProgress {
+    std::string pool;
+    std::string trash_name;
+    std::uint64_t removed = 0;  // entries deleted so far by this call
+};
+using RemovalProgressFn = std::function<void(const RemovalProgress&)>;
 
 // The name in a pool's env/ of a job's environment file: "<cluster>.<jobid>", what the job's
 // tasks know (the cluster from bbkit.toml, the job id from the scheduler).
@@ -117,10 +127,14 @@ class PoolDir {
     // buffer's owner could (bbkit(7), SECURITY): without following symlinks, never across a
     // mount point (Error(io) naming it: the entry stays until it is unmounted), and keeping
     // aside in quarantine/ a non-empty directory that the owner does not own. `complete` when
-    // nothing of it is left in trash/ (durable with Sync::now).
+    // nothing of it is left in trash/ (durable with Sync::now). Its memory does not depend on
+    // the number of entries (see drain_directory); a deadline that stops it in the middle of a
+    // directory leaves the rest for the next call. `progress`, when given, is called from the
+    // calling thread once a second while the removal runs (never for one that takes less).
     RemovalResult remove_from_trash(const std::string& trash_name,
                                     std::chrono::steady_clock::time_point deadline,
-                                    Sync sync = Sync::now);
+                                    Sync sync = Sync::now,
+                                    const RemovalProgressFn& progress = nullptr);
 
     // Makes durable what Sync::later left: the entries of trash/ and of `directory`'s parent
     // (job/ or persistent/). The result's wait() reports a failed sync.

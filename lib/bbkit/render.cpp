@@ -398,21 +398,6 @@ std::string findings_text(const std::vector<Finding>& findings) {
     return out.str();
 }
 
-json teardown_json(const TeardownResult& result) {
-    return {{"found", result.found},
-            {"key", result.key},
-            {"reaped", result.reaped},
-            {"note", result.note}};
-}
-
-std::string teardown_text(const TeardownResult& result) {
-    if (!result.found)
-        return "note: " + result.note + "\n";
-    return "torn down: " + result.key +
-           (result.reaped ? " (space released)\n"
-                          : " (in trash until bb-pool reap; space still charged)\n");
-}
-
 namespace {
 
 double mb_per_s(std::uint64_t bytes, double seconds) {
@@ -530,6 +515,57 @@ std::string progress_bar(const StagingProgress& p) {
     std::snprintf(percent, sizeof percent, "%3d%%", static_cast<int>(done * 100));
     // Erase to the end of the line: the text shrinks when a rate or the ETA gets shorter.
     return "\r[" + bar + "] " + percent + "  " + progress_text(p) + "\033[K";
+}
+
+namespace {
+
+// "1 entry", "1,234,567 entries".
+std::string entries_text(std::uint64_t count) {
+    return grouped(count) + (count == 1 ? " entry" : " entries");
+}
+
+}  // namespace
+
+json teardown_json(const TeardownResult& result) {
+    return {{"found", result.found},
+            {"key", result.key},
+            {"reaped", result.reaped},
+            {"entries_removed", result.entries_removed},
+            {"note", result.note}};
+}
+
+std::string teardown_text(const TeardownResult& result) {
+    if (!result.found)
+        return "note: " + result.note + "\n";
+    // No count when nothing was removed: the directory was gone already, or the teardown was a
+    // stage's end, whose result does not carry it.
+    return "torn down: " + result.key +
+           (result.reaped ? " (space released)"
+                          : " (in trash until bb-pool reap; space still charged)") +
+           (result.entries_removed ? ", " + entries_text(result.entries_removed) + " removed"
+                                   : "") +
+           "\n";
+}
+
+json reap_json(const ReapResult& result) {
+    return {{"reaped", result.reaped},
+            {"remaining", result.remaining},
+            {"bytes_released", result.bytes_released},
+            {"entries_removed", result.entries_removed}};
+}
+
+std::string reap_text(const ReapResult& result) {
+    return "reaped " + std::to_string(result.reaped) + " buffer(s), released " +
+           format_size(result.bytes_released) + ", " + entries_text(result.entries_removed) +
+           " removed" +
+           (result.remaining ? ", " + std::to_string(result.remaining) + " left for later" : "") +
+           "\n";
+}
+
+std::string removal_progress_line(const RemovalProgress& progress) {
+    // Erased to the end of the line: the name of the next buffer reaped may be shorter.
+    return "\rreaping " + progress.pool + "/" + progress.trash_name + ": " +
+           entries_text(progress.removed) + " removed\033[K";
 }
 
 }  // namespace bbkit

@@ -77,8 +77,16 @@ std::string findings_text(const std::vector<Finding>& findings);
 nlohmann::json reconcile_json(const ReconcileResult& result, bool applied);
 std::string reconcile_text(const ReconcileResult& result, bool applied);
 
+// bb-teardown: {"found", "key", "reaped", "entries_removed", "note"}; the text ends with the
+// entries removed, when there were any.
 nlohmann::json teardown_json(const TeardownResult& result);
 std::string teardown_text(const TeardownResult& result);
+
+// bb-pool reap: {"reaped", "remaining", "bytes_released", "entries_removed"}.
+nlohmann::json reap_json(const ReapResult& result);
+std::string reap_text(const ReapResult& result);
+// "reaping POOL/TRASH-NAME: 1,234,567 entries removed", carriage-returned for a terminal.
+std::string removal_progress_line(const RemovalProgress& progress);
 
 // bb-stage in/out: {"key", "nothing_to_do", "files", "bytes", "skipped", "seconds", "mb_per_s",
 // "warnings"}.

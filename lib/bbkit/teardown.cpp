@@ -79,13 +79,16 @@ void stop_stager(const Config& config, const BufferKey& key, const TeardownOptio
                  options.hurry ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(5000));
 }
 
-// Removes the directory of buffer `key` from trash/ within `deadline`; true when nothing of it
-// is left there. What the buffer's owner could not have deleted is kept aside, audited and
-// reported by bb-pool check, and no longer counts as the buffer's (bbkit(7), SECURITY).
-bool remove_trashed(const Config& config, const BufferKey& key, PoolDir& dir,
-                    const std::string& trash_name, std::chrono::steady_clock::time_point deadline,
-                    PoolDir::Sync sync, const std::string& who) {
-    const RemovalResult removal = dir.remove_from_trash(trash_name, deadline, sync);
+// Removes the directory of buffer `key` from trash/ within `deadline`; `complete` when nothing
+// of it is left there. What the buffer's owner could not have deleted is kept aside, audited
+// and reported by bb-pool check, and no longer counts as the buffer's (bbkit(7), SECURITY).
+RemovalResult remove_trashed(const Config& config, const BufferKey& key, PoolDir& dir,
+                             const std::string& trash_name,
+                             std::chrono::steady_clock::time_point deadline, PoolDir::Sync sync,
+                             const RemovalProgressFn& progress, const std::string& who) {
+    RemovalResult removal = dir.remove_from_trash(trash_name, deadline, sync, progress);
+    spdlog::info("buffer {}: {} entries removed from {}/trash/{}{}", key.str(), removal.removed,
+                 dir.path(), trash_name, removal.complete ? "" : ", the rest left for later");
     for (const KeptEntry& kept : removal.kept) {
         spdlog::warn(
             "buffer {}: kept {}/quarantine/{} (owned by uid {}, which the buffer's owner "
@@ -96,13 +99,18 @@ bool remove_trashed(const Config& config, const BufferKey& key, PoolDir& dir,
                   " uid=" + std::to_string(kept.uid) +
                   " buffer_owner=" + std::to_string(kept.buffer_owner));
     }
-    return removal.complete;
+    return removal;
 }
 
 // Removes one buffer's directory from trash/ within `deadline`; releases its space when done.
+// Adds the entries it removed to `removed`, whether or not it finished.
 bool reap_one(StateStore& store, const Config& config, const Buffer& b, PoolDir& dir,
-              std::chrono::steady_clock::time_point deadline, const std::string& who) {
-    if (!remove_trashed(config, b.key, dir, trash_name(b), deadline, PoolDir::Sync::now, who))
+              std::chrono::steady_clock::time_point deadline, const RemovalProgressFn& progress,
+              std::uint64_t& removed, const std::string& who) {
+    const RemovalResult removal = remove_trashed(config, b.key, dir, trash_name(b), deadline,
+                                                 PoolDir::Sync::now, progress, who);
+    removed += removal.removed;
+    if (!removal.complete)
         return false;
     fault_point("reap.removed");
     WriteTransaction txn(store, who);
@@ -114,8 +122,8 @@ bool reap_one(StateStore& store, const Config& config, const Buffer& b, PoolDir&
 
 }  // namespace
 
-bool finish_teardown(StateStore& store, const Config& config, const BufferKey& key,
-                     const TeardownOptions& options, const std::string& who) {
+TeardownResult finish_teardown(StateStore& store, const Config& config, const BufferKey& key,
+                               const TeardownOptions& options, const std::string& who) {
     stop_stager(config, key, options);
     RunLock lock = RunLock::acquire(config.state_dir, key, run_lock_wait);
     fault_point("teardown.locked");
@@ -137,6 +145,7 @@ bool finish_teardown(StateStore& store, const Config& config, const BufferKey& k
     // leaves the buffer in `teardown` (or `deleting`), which the next teardown or recover
     // finishes.
     bool reaped = false;
+    std::uint64_t entries_removed = 0;
     PendingSync removed;  // the outcome of syncing trash/ and the parent, checked before commit
     const auto fail = [&](const Error& e) {
         WriteTransaction txn(store, who);
@@ -161,9 +170,12 @@ bool finish_teardown(StateStore& store, const Config& config, const BufferKey& k
             spdlog::info("buffer {}: directory {}/{} was already gone", key.str(), dir->path(),
                          b.directory);
         try {
-            reaped = remove_trashed(config, key, *dir, trash_name(b),
-                                    std::chrono::steady_clock::now() + options.reap_budget,
-                                    PoolDir::Sync::later, who);
+            const RemovalResult removal =
+                remove_trashed(config, key, *dir, trash_name(b),
+                               std::chrono::steady_clock::now() + options.reap_budget,
+                               PoolDir::Sync::later, options.on_progress, who);
+            reaped = removal.complete;
+            entries_removed = removal.removed;
         } catch (const Error& e) {
             spdlog::warn("buffer {} stays in trash for the reaper: {}", key.str(), e.what());
         }
@@ -211,10 +223,11 @@ bool finish_teardown(StateStore& store, const Config& config, const BufferKey& k
             spdlog::warn("buffer {}: {}", key.str(), e.what());
         }
     }
-    audit(
-        config.state_dir, who, key.kind() == BufferKind::job ? "teardown" : "destroy",
-        "buffer=" + key.str() + " pool=" + b.pool + " bytes=" + std::to_string(b.allocated_bytes));
-    return reaped;
+    audit(config.state_dir, who, key.kind() == BufferKind::job ? "teardown" : "destroy",
+          "buffer=" + key.str() + " pool=" + b.pool +
+              " bytes=" + std::to_string(b.allocated_bytes) +
+              " entries_removed=" + std::to_string(entries_removed));
+    return TeardownResult{true, key.str(), reaped, "", entries_removed};
 }
 
 TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64_t job_id,
@@ -272,8 +285,7 @@ TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64
         break;
     }
     fault_point("teardown.committed");
-    const bool reaped = finish_teardown(store, config, key, options, who);
-    return TeardownResult{true, key.str(), reaped, ""};
+    return finish_teardown(store, config, key, options, who);
 }
 
 TeardownResult teardown_persistent(StateStore& store, const Config& config, const std::string& name,
@@ -301,12 +313,11 @@ TeardownResult teardown_persistent(StateStore& store, const Config& config, cons
         txn.commit();
     }
     fault_point("teardown.committed");
-    const bool reaped = finish_teardown(store, config, key, options, who);
-    return TeardownResult{true, key.str(), reaped, ""};
+    return finish_teardown(store, config, key, options, who);
 }
 
 ReapResult reap(StateStore& store, const Config& config, std::chrono::milliseconds budget,
-                const std::string& who) {
+                const std::string& who, const RemovalProgressFn& progress) {
     const auto deadline = std::chrono::steady_clock::now() + budget;
     ReapResult result;
     std::vector<Buffer> waiting;
@@ -332,7 +343,8 @@ ReapResult reap(StateStore& store, const Config& config, std::chrono::millisecon
         bool done = false;
         if (dir && std::chrono::steady_clock::now() < deadline) {
             try {
-                done = reap_one(store, config, b, *dir, deadline, who);
+                done = reap_one(store, config, b, *dir, deadline, progress, result.entries_removed,
+                                who);
             } catch (const Error& e) {
                 spdlog::warn("cannot reap buffer {}: {}", b.key.str(), e.what());
             }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "bbkit/config.hpp"
+#include "bbkit/pool_dir.hpp"
 #include "bbkit/store.hpp"
 
 namespace bbkit {
@@ -16,6 +17,7 @@ struct TeardownResult {
     std::string key;
     bool reaped = false;  // the directory is gone and its space released already
     std::string note;
+    std::uint64_t entries_removed = 0;  // by the reap within the budget (files and directories)
 };
 
 struct TeardownOptions {
@@ -25,6 +27,7 @@ struct TeardownOptions {
     bool force = false;
     // How long teardown may spend reaping before it leaves the rest to bb-pool reap.
     std::chrono::milliseconds reap_budget{2000};
+    RemovalProgressFn on_progress;  // a reap that lasts: once a second (PoolDir::remove_from_trash)
 };
 
 // Tears down the newest incarnation of a job's buffer. Commits `teardown`, stops a live
@@ -41,20 +44,21 @@ TeardownResult teardown_job(StateStore& store, const Config& config, std::uint64
 TeardownResult teardown_persistent(StateStore& store, const Config& config, const std::string& name,
                                    const TeardownOptions& options, const std::string& who);
 
-// Finishes a buffer found in `teardown` or `teardown-fail` (recover uses it). True when its
+// Finishes a buffer found in `teardown` or `teardown-fail` (recover uses it). `reaped` when its
 // directory was reaped within the budget (its space is released).
-bool finish_teardown(StateStore& store, const Config& config, const BufferKey& key,
-                     const TeardownOptions& options, const std::string& who);
+TeardownResult finish_teardown(StateStore& store, const Config& config, const BufferKey& key,
+                               const TeardownOptions& options, const std::string& who);
 
 struct ReapResult {
     std::size_t reaped = 0;     // directories removed and released
     std::size_t remaining = 0;  // still in trash/ when the budget ran out or removal failed
     std::uint64_t bytes_released = 0;
+    std::uint64_t entries_removed = 0;  // files and directories, those of `remaining` buffers too
 };
 
 // Empties trash/ of every pool until `budget` is spent; the space of a buffer is released
-// only once its directory is gone.
+// only once its directory is gone. `progress` as for PoolDir::remove_from_trash, per buffer.
 ReapResult reap(StateStore& store, const Config& config, std::chrono::milliseconds budget,
-                const std::string& who);
+                const std::string& who, const RemovalProgressFn& progress = nullptr);
 
 }  // namespace bbkit

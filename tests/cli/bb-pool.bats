@@ -578,3 +578,42 @@ wipe_pool() { find "$TEST_DIR/$1" -mindepth 1 -delete; }
   assert_line "closed main.42.1"
   assert_equal "$(used_of nvme)" 0
 }
+
+# --- reaping many entries -------------------------------------------------------------------
+
+# Removal reads a directory a chunk of names at a time: 200,000 files in one directory (names
+# as long as a job's checkpoints') are torn down and reaped in 16 MiB of address space, where
+# reading all the names first, as removal once did, needed 27 MiB (the tools alone need 8.5).
+@test "teardown and reap of 200,000 files in one directory fit in 16 MiB of address space" {
+  [ "${BBKIT_SANITIZE:-}" != 1 ] || skip "a sanitizer reserves more address space than that"
+  init_pools
+  bb-pool alloc --job 9 --user "$U" --capacity 1G >/dev/null
+  mkdir "$TEST_DIR/nvme/job/main.9.1/flat"
+  chown "$U" "$TEST_DIR/nvme/job/main.9.1/flat"
+  (cd "$TEST_DIR/nvme/job/main.9.1/flat" &&
+    seq -f 'checkpoint.step000045.rank%06g.h5' 200000 | xargs touch)
+  limit=16384
+  run sh -c 'ulimit -v "$1" && exec bb-teardown --job 9 --json' sh "$limit"
+  assert_success
+  torn=$(sed -n 's/.*"entries_removed": \([0-9]*\).*/\1/p' <<<"$output")
+  run sh -c 'ulimit -v "$1" && exec bb-pool reap --json' sh "$limit"
+  assert_success
+  reaped=$(sed -n 's/.*"entries_removed": \([0-9]*\).*/\1/p' <<<"$output")
+  assert_equal "$((torn + reaped))" 200002  # the files, flat/ and the buffer's directory
+  [ -z "$(ls -A "$TEST_DIR/nvme/trash")" ]
+  assert_equal "$(used_of nvme)" 0
+}
+
+@test "teardown and reap print the entries they removed, and no progress line off a terminal" {
+  init_pools
+  bb-pool alloc --job 10 --user "$U" --capacity 1G >/dev/null
+  mkdir -p "$TEST_DIR/nvme/job/main.10.1/a/b"
+  touch "$TEST_DIR/nvme/job/main.10.1/a/b/f" "$TEST_DIR/nvme/job/main.10.1/a/g"
+  chown -R "$U" "$TEST_DIR/nvme/job/main.10.1/a"
+  run bb-teardown --job 10
+  assert_success
+  assert_output "torn down: main.10.1 (space released), 5 entries removed"
+  run bb-pool reap
+  assert_success
+  assert_output "reaped 0 buffer(s), released 0, 0 entries removed"
+}

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "bbkit/error.hpp"
@@ -252,6 +253,62 @@ TEST_F(FsopsTest, remove_tree_beneath_removes_the_tree_but_never_what_a_symlink_
     EXPECT_EQ(remove_tree_beneath(root.get(), "tree"), 0);  // already gone
     EXPECT_EQ(entries(), std::vector<std::string>{"keep"});
     EXPECT_EQ(read_file(dir_ + "/keep/precious", "precious", 10), std::optional<std::string>("x"));
+}
+
+// Entries the caller leaves end the draining (no endless rereading); entries that arrive while
+// it runs are found by reading again; memory is one chunk of names.
+TEST_F(FsopsTest, drain_directory_reads_again_until_a_pass_changes_nothing) {
+    const std::size_t files = 2 * directory_chunk + 1;
+    for (std::size_t i = 0; i < files; ++i)
+        std::ofstream(dir_ + "/f" + std::to_string(i));
+    for (const char* name : {"keep-a", "keep-b"})
+        std::ofstream(dir_ + "/" + name);
+    const Fd dir(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    std::map<std::string, int> given;
+    bool arrived = false;
+    EXPECT_EQ(drain_directory(dir.get(),
+                              [&](const std::string& name) {
+                                  ++given[name];
+                                  if (!arrived) {  // a late-comer, after the reading began
+                                      arrived = true;
+                                      std::ofstream(dir_ + "/late");
+                                  }
+                                  if (name.rfind("keep-", 0) == 0)
+                                      return Drained::left;
+                                  EXPECT_EQ(unlinkat(dir.get(), name.c_str(), 0), 0) << name;
+                                  return Drained::gone;
+                              }),
+              0);
+    EXPECT_EQ(entries().size(), 2u);
+    EXPECT_EQ(given.count("late"), 1u);
+    EXPECT_GE(given["keep-a"], 1);
+    EXPECT_LE(given["keep-a"], 3);  // a pass, another after a change, one that changes nothing
+    for (std::size_t i = 0; i < files; ++i)
+        EXPECT_EQ(given["f" + std::to_string(i)], 1);
+}
+
+TEST_F(FsopsTest, drain_directory_stops_when_told) {
+    for (int i = 0; i < 20; ++i)
+        std::ofstream(dir_ + "/f" + std::to_string(i));
+    const Fd dir(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    int calls = 0;
+    EXPECT_EQ(drain_directory(
+                  dir.get(),
+                  [&](const std::string&) { return ++calls == 5 ? Drained::stop : Drained::gone; }),
+              0);
+    EXPECT_EQ(calls, 5);
+    EXPECT_EQ(entries().size(), 20u);
+}
+
+TEST_F(FsopsTest, remove_tree_beneath_removes_a_directory_larger_than_a_chunk) {
+    ASSERT_EQ(mkdir((dir_ + "/tree").c_str(), 0700), 0);
+    ASSERT_EQ(mkdir((dir_ + "/tree/flat").c_str(), 0700), 0);
+    for (std::size_t i = 0; i < 3 * directory_chunk + 1; ++i)
+        std::ofstream(dir_ + "/tree/flat/f" + std::to_string(i));
+    ASSERT_EQ(mkdir((dir_ + "/tree/flat/sub").c_str(), 0500), 0);
+    const Fd root(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    EXPECT_EQ(remove_tree_beneath(root.get(), "tree"), 0);
+    EXPECT_TRUE(entries().empty());
 }
 
 }  // namespace

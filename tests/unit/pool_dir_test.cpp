@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -144,4 +146,130 @@ TEST_F(PoolDirEnvTest, remove_takes_the_file_and_a_missing_one_is_no_error) {
     dir.remove_job_environment("main.7");
     EXPECT_FALSE(fs::exists(env() + "/main.7"));
     EXPECT_NO_THROW(dir.remove_job_environment("main.7"));
+}
+
+namespace {
+
+// Removal from trash/ of directories holding more entries than one chunk of names
+// (drain_directory): memory bounded, deadlines honoured in the middle of a directory.
+class PoolDirRemovalTest : public PoolDirEnvTest {
+  protected:
+    static constexpr uid_t other = 54321;
+
+    std::string trash() const { return dir_ + "/p/trash"; }
+
+    // `count` empty files in `directory`; returns `count`.
+    static std::uint64_t fill(const std::string& directory, std::size_t count) {
+        fs::create_directories(directory);
+        for (std::size_t i = 0; i < count; ++i)
+            std::ofstream(directory + "/checkpoint.rank" + std::to_string(i) + ".h5");
+        return count;
+    }
+
+    static std::chrono::steady_clock::time_point in(std::chrono::seconds seconds) {
+        return std::chrono::steady_clock::now() + seconds;
+    }
+};
+
+}  // namespace
+
+TEST_F(PoolDirRemovalTest, removes_a_directory_larger_than_a_chunk_and_counts_what_it_removed) {
+    const std::string top = trash() + "/t.1";
+    std::uint64_t entries = fill(top + "/flat", 3 * directory_chunk + 1) + 1;  // and flat/
+    entries += fill(top + "/flat/sub", 5) + 1;
+    entries += fill(top, 7) + 1;  // and t.1 itself
+    const RemovalResult removal = open().remove_from_trash("t.1", in(std::chrono::seconds(60)));
+    EXPECT_TRUE(removal.complete);
+    EXPECT_TRUE(removal.kept.empty());
+    EXPECT_EQ(removal.removed, entries);
+    EXPECT_TRUE(fs::is_empty(trash()));
+}
+
+TEST_F(PoolDirRemovalTest, a_deadline_stops_it_inside_a_directory_and_the_next_call_finishes) {
+    const std::string top = trash() + "/t.1";
+    const std::uint64_t entries = fill(top + "/flat", 2 * directory_chunk) + 2;
+    PoolDir dir = open();
+    // Already past: the clock is read every 256 entries, so it stops after a few hundred.
+    const RemovalResult first = dir.remove_from_trash("t.1", std::chrono::steady_clock::now());
+    EXPECT_FALSE(first.complete);
+    EXPECT_GT(first.removed, 0u);
+    EXPECT_LT(first.removed, entries);
+    EXPECT_TRUE(fs::exists(top + "/flat"));
+    const RemovalResult second = dir.remove_from_trash("t.1", in(std::chrono::seconds(60)));
+    EXPECT_TRUE(second.complete);
+    EXPECT_EQ(first.removed + second.removed, entries);
+    EXPECT_TRUE(fs::is_empty(trash()));
+}
+
+// Directories the owner could not delete are moved aside, not left to be read again and again;
+// an empty one of another user is removed as the owner could.
+TEST_F(PoolDirRemovalTest, entries_kept_aside_among_many_removable_ones_end_the_removal) {
+    const std::string top = trash() + "/t.1";
+    std::uint64_t entries = fill(top + "/flat", 2 * directory_chunk + 1) + 2;
+    for (const char* name : {"a", "m", "z"}) {
+        const std::string theirs = top + "/flat/theirs-" + name;
+        fill(theirs, 2);
+        for (const auto& entry : fs::directory_iterator(theirs))
+            ASSERT_EQ(lchown(entry.path().c_str(), other, other), 0);
+        ASSERT_EQ(lchown(theirs.c_str(), other, other), 0);
+    }
+    fs::create_directory(top + "/flat/empty-theirs");
+    ASSERT_EQ(lchown((top + "/flat/empty-theirs").c_str(), other, other), 0);
+    ++entries;
+    for (const std::string& path : {top, top + "/flat"})
+        ASSERT_EQ(lchown(path.c_str(), 65534, 65534), 0);
+    const RemovalResult removal = open().remove_from_trash("t.1", in(std::chrono::seconds(60)));
+    EXPECT_TRUE(removal.complete);
+    EXPECT_EQ(removal.removed, entries);
+    ASSERT_EQ(removal.kept.size(), 3u);
+    for (const KeptEntry& kept : removal.kept) {
+        EXPECT_EQ(kept.uid, other);
+        EXPECT_EQ(kept.buffer_owner, 65534u);
+        EXPECT_EQ(std::distance(fs::directory_iterator(dir_ + "/p/quarantine/" + kept.name),
+                                fs::directory_iterator()),
+                  2);
+    }
+    EXPECT_TRUE(fs::is_empty(trash()));
+}
+
+// A file nobody may remove (immutable) fails the removal with its name rather than being read
+// again forever; the next call, once it can be removed, finishes.
+TEST_F(PoolDirRemovalTest, an_entry_that_cannot_be_removed_fails_instead_of_looping) {
+    const std::string top = trash() + "/t.1";
+    fill(top + "/flat", directory_chunk + 1);
+    const std::string pinned = top + "/flat/checkpoint.rank7.h5";
+    if (std::system(("chattr +i '" + pinned + "' 2>/dev/null").c_str()) != 0)
+        GTEST_SKIP() << "no chattr +i on this file system";
+    std::string message;
+    EXPECT_NE(
+        code_of([&] { open().remove_from_trash("t.1", in(std::chrono::seconds(60))); }, &message),
+        ExitCode::ok);
+    std::system(("chattr -i '" + pinned + "'").c_str());
+    EXPECT_NE(message.find("checkpoint.rank7.h5"), std::string::npos) << message;
+    EXPECT_TRUE(fs::exists(pinned));
+    EXPECT_TRUE(open().remove_from_trash("t.1", in(std::chrono::seconds(60))).complete);
+}
+
+// Trees deeper than removal descends are moved up into trash/ as pieces, removed in the same
+// call and counted with the rest.
+TEST_F(PoolDirRemovalTest, a_deep_tree_is_removed_through_pieces_and_counted) {
+    std::string path = trash() + "/t.1";
+    std::uint64_t entries = 1;
+    for (int depth = 0; depth < 150; ++depth, ++entries)
+        path += "/d";
+    entries += fill(path, directory_chunk + 3);
+    const RemovalResult removal = open().remove_from_trash("t.1", in(std::chrono::seconds(60)));
+    EXPECT_TRUE(removal.complete);
+    EXPECT_EQ(removal.removed, entries);
+    EXPECT_TRUE(fs::is_empty(trash()));
+}
+
+TEST_F(PoolDirRemovalTest, progress_is_never_reported_for_a_removal_shorter_than_a_second) {
+    fill(trash() + "/t.1", 300);
+    int reports = 0;
+    const RemovalResult removal =
+        open().remove_from_trash("t.1", in(std::chrono::seconds(60)), PoolDir::Sync::now,
+                                 [&](const RemovalProgress&) { ++reports; });
+    EXPECT_TRUE(removal.complete);
+    EXPECT_EQ(reports, 0);
 }

@@ -98,5 +98,34 @@ TEST(PoolListText, keeps_bb_pool_lists_layout) {
         "0  draining\n");
 }
 
+TEST(TeardownText, ends_with_the_entries_removed_when_there_were_any) {
+    TeardownResult t{true, "main.8.1", true, "", 1234567};
+    EXPECT_EQ(teardown_text(t),
+              "torn down: main.8.1 (space released), 1,234,567 entries removed\n");
+    t.reaped = false;
+    t.entries_removed = 1;
+    EXPECT_EQ(teardown_text(t),
+              "torn down: main.8.1 (in trash until bb-pool reap; space still "
+              "charged), 1 entry removed\n");
+    t.entries_removed = 0;
+    EXPECT_EQ(teardown_text(t),
+              "torn down: main.8.1 (in trash until bb-pool reap; space still charged)\n");
+    EXPECT_EQ(teardown_json(t)["entries_removed"], 0);
+}
+
+TEST(ReapText, counts_buffers_space_and_entries) {
+    ReapResult r;
+    r.reaped = 2;
+    r.remaining = 1;
+    r.bytes_released = 3 * gib;
+    r.entries_removed = 5000002;
+    EXPECT_EQ(reap_text(r),
+              "reaped 2 buffer(s), released 3GiB, 5,000,002 entries removed, 1 left for later\n");
+    EXPECT_EQ(reap_json(r)["entries_removed"], 5000002);
+    EXPECT_EQ(reap_text(ReapResult{}), "reaped 0 buffer(s), released 0, 0 entries removed\n");
+    EXPECT_EQ(removal_progress_line({"nvme", "main.8.1.17", 999}),
+              "\rreaping nvme/main.8.1.17: 999 entries removed\033[K");
+}
+
 }  // namespace
 }  // namespace bbkit

@@ -1,4 +1,6 @@
 // bb-pool: capacity pools and the buffers reserved from them.
+#include <unistd.h>
+
 #include <iostream>
 
 #include "bbkit/error.hpp"
@@ -259,17 +261,22 @@ int main(int argc, char** argv) {
             }
             return 0;
         }
-        const ReapResult r = reap(
-            store, config, std::chrono::milliseconds(static_cast<long long>(o.budget * 1000)), who);
+        bool shown = false;  // a progress line to end before anything else is printed
+        RemovalProgressFn progress;
+        if (isatty(STDERR_FILENO))
+            progress = [&shown](const RemovalProgress& p) {
+                std::cerr << removal_progress_line(p) << std::flush;
+                shown = true;
+            };
+        const ReapResult r =
+            reap(store, config, std::chrono::milliseconds(static_cast<long long>(o.budget * 1000)),
+                 who, progress);
+        if (shown)
+            std::cerr << '\n';
         if (o.json)
-            print({{"reaped", r.reaped},
-                   {"remaining", r.remaining},
-                   {"bytes_released", r.bytes_released}});
+            print(reap_json(r));
         else
-            std::cout << "reaped " << r.reaped << " buffer(s), released "
-                      << format_size(r.bytes_released)
-                      << (r.remaining ? ", " + std::to_string(r.remaining) + " left for later" : "")
-                      << '\n';
+            std::cout << reap_text(r);
         return 0;
     });
 }

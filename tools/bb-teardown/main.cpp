@@ -1,4 +1,6 @@
 // bb-teardown: ends a job's burst buffer or destroys a persistent one.
+#include <unistd.h>
+
 #include <iostream>
 
 #include "bbkit/error.hpp"
@@ -32,9 +34,17 @@ int main(int argc, char** argv) {
             throw Error(ExitCode::usage, "give --job ID or --persistent NAME");
         const Config config = load_effective_config(common);
         StateStore store(config);
+        bool shown = false;  // a progress line to end before anything else is printed
+        if (isatty(STDERR_FILENO))
+            options.on_progress = [&shown](const RemovalProgress& p) {
+                std::cerr << removal_progress_line(p) << std::flush;
+                shown = true;
+            };
         const TeardownResult result =
             job_id ? teardown_job(store, config, *job_id, options, "bb-teardown")
                    : teardown_persistent(store, config, *persistent, options, "bb-teardown");
+        if (shown)
+            std::cerr << '\n';
         if (json)
             std::cout << json_text(teardown_json(result)) << '\n';
         else
