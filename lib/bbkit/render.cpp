@@ -226,6 +226,7 @@ json config_json(const Config& config) {
             {"limits",
              {{"stage_concurrency", config.limits.stage_concurrency},
               {"mover_threads", config.limits.mover_threads},
+              {"mover_memory", config.limits.mover_memory},
               {"user_capacity",
                config.limits.user_capacity ? json(*config.limits.user_capacity) : json()}}},
             {"pools", pools},
@@ -257,7 +258,8 @@ std::string config_text(const Config& config) {
         << "queue = " << config.timeouts.queue << "\n\n"
         << "[limits]\n"
         << "stage_concurrency = " << config.limits.stage_concurrency << '\n'
-        << "mover_threads = " << config.limits.mover_threads << '\n';
+        << "mover_threads = " << config.limits.mover_threads << '\n'
+        << "mover_memory = " << toml_string(format_size(config.limits.mover_memory)) << '\n';
     if (config.limits.user_capacity)
         out << "user_capacity = " << toml_string(format_size(*config.limits.user_capacity)) << '\n';
     for (const PoolConfig& p : config.pools)
