@@ -163,6 +163,10 @@ struct TempTree {
     std::string at;    // where it is reached until then: its parent joined with `temp`
     std::string temp;  // the temporary name in the parent
     bool published = false;
+    bool adopted = false;  // a killed move's, taken over: it may hold what the source lacks
+    // Holds files whose hard links are made at the very end (LinkSpill): renamed into place
+    // only after them. Set by the walker while the tree is still open, read after it closed.
+    std::atomic<bool> deferred{false};
 };
 
 // A destination directory, alive while its entries are walked or waiting to be copied.
@@ -339,6 +343,12 @@ class Mover {
     void hand_over();
     void drain();
     bool overlaps_earlier(const std::string& dst) const;
+    bool inside_earlier(const std::string& path) const;
+    void reopen_earlier(const std::string& dst);
+    void restore_reopened();
+    void note_lookalike(const std::string& dst);
+    bool kept_lookalike(const std::string& path) const;
+    void prune_adopted(Frame& frame);
     // directories
     void make_parents(const std::string& path);
     void watch_file_system(const std::string& dir);
@@ -351,6 +361,11 @@ class Mover {
     std::string temp_name(const std::string& name);
     bool ours(const std::string& temp) const;
     bool same_boot(const std::string& temp) const;
+    bool can_adopt(const std::string& temp) const {
+        // Only where one syncfs makes everything in it durable: a file a killed run
+        // completed but never fsync'd would otherwise be published as it is.
+        return plan_.durable && plan_.trust_syncfs && same_boot(temp);
+    }
     void scan_stale_temps(Frame& frame);
     std::vector<std::pair<std::string, std::string>>& temps_beside(const std::string& dir);
     void remove_stale(const std::string& dir, int fd, const std::string& name);
@@ -400,7 +415,21 @@ class Mover {
 
     // The walker's own.
     Batch batch_;
-    std::vector<std::string> entry_tops_;  // destination of each entry walked so far
+    std::set<std::string> entry_tops_;  // destination of each entry walked so far
+    bool covers_all_ = false;           // an entry's destination was the whole buffer or "/"
+    bool overlapping_ = false;          // the entry being walked overlaps an earlier one
+    // Destinations written so far whose names look like temporaries (the user's own files):
+    // a later entry into the same directory must not take them for a killed move's.
+    std::set<std::string> lookalikes_;
+    bool lookalikes_overflow_ = false;
+    // The entry's destination directory, never walked as a source (a destination inside the
+    // source would otherwise be walked while it is being written).
+    dev_t top_dev_ = 0;
+    ino_t top_ino_ = 0;
+    // Directories an earlier entry finished that a later one writes into: their mode and times
+    // as that entry left them, put back at the end.
+    std::map<std::string, struct stat> reopened_;
+    std::vector<std::shared_ptr<Dir>> deferred_tops_;  // the executor's: see TempTree::deferred
     std::map<std::string, std::vector<std::pair<std::string, std::string>>> entry_temps_;
     std::unordered_map<std::uint64_t, std::unordered_map<std::uint64_t, LinkTarget>> links_;
     std::size_t link_bytes_ = 0;
@@ -470,12 +499,12 @@ Mover::Mover(const MovePlan& plan, const std::function<void(const MoveProgress&)
 
 void Mover::warn(const std::string& message) {
     std::lock_guard<std::mutex> lock(warnings_mutex_);
-    if (!warned_.insert(message).second)
-        return;
-    if (warnings_.size() < max_warnings)
-        warnings_.push_back(message);
-    else
+    if (warnings_.size() >= max_warnings) {  // nothing more is kept: memory stays bounded
         ++warnings_dropped_;
+        return;
+    }
+    if (warned_.insert(message).second)
+        warnings_.push_back(message);
 }
 
 void Mover::report(bool force) {
@@ -569,16 +598,77 @@ void Mover::walk() {
 // An entry whose destination is, holds or is inside an earlier one's waits until everything
 // before it is copied and in place: it then finds those directories where they belong and
 // merges into them, instead of building a second temporary tree for the same name.
-bool Mover::overlaps_earlier(const std::string& dst) const {
-    for (const std::string& top : entry_tops_) {
-        const std::string& shorter = top.size() <= dst.size() ? top : dst;
-        const std::string& longer = top.size() <= dst.size() ? dst : top;
-        if (shorter.empty() || shorter == "/" ||
-            (longer.compare(0, shorter.size(), shorter) == 0 &&
-             (longer.size() == shorter.size() || longer[shorter.size()] == '/')))
+bool Mover::inside_earlier(const std::string& path) const {
+    if (covers_all_)
+        return true;
+    for (std::string p = path; !p.empty() && p != "/";) {
+        if (entry_tops_.count(p) != 0)
             return true;
+        const std::size_t slash = p.rfind('/');
+        if (slash == std::string::npos)
+            break;
+        p.resize(slash == 0 ? 1 : slash);
     }
     return false;
+}
+
+bool Mover::overlaps_earlier(const std::string& dst) const {
+    if (entry_tops_.empty() && !covers_all_)
+        return false;
+    if (dst.empty() || dst == "/" || inside_earlier(dst))
+        return true;
+    const std::string below = dst + "/";
+    const auto next = entry_tops_.lower_bound(below);
+    return next != entry_tops_.end() && next->compare(0, below.size(), below) == 0;
+}
+
+// The directories above `dst` that an earlier entry finished (their final mode and times are
+// applied when their walk ends): opened up while this entry writes into them, their mode and
+// times put back at the end.
+void Mover::reopen_earlier(const std::string& dst) {
+    for (std::string dir = split_last(dst).first; inside_earlier(dir);
+         dir = split_last(dir).first) {
+        struct stat st {};
+        if (reopened_.count(dir) == 0 && dst_->stat_entry(dir, st) && S_ISDIR(st.st_mode)) {
+            reopened_.emplace(dir, st);
+            if ((st.st_mode & S_IRWXU) != S_IRWXU) {
+                const Fd fd = dst_->open_dir(dir, true);
+                if (fchmod(fd.get(), (st.st_mode & 07777) | S_IRWXU) != 0)
+                    fail("make " + dst_->display(dir) + " writable", errno);
+            }
+        }
+        if (dir.empty() || dir == "/")
+            break;
+    }
+}
+
+void Mover::restore_reopened() {
+    std::vector<std::pair<std::string, struct stat>> dirs(reopened_.begin(), reopened_.end());
+    std::sort(dirs.begin(), dirs.end(),
+              [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+    for (const auto& [dir, st] : dirs) {
+        const Fd fd = dst_->open_dir(dir, true);
+        const struct timespec times[2] = {st.st_atim, st.st_mtim};
+        if (fchmod(fd.get(), st.st_mode & 07777) != 0 || futimens(fd.get(), times) != 0)
+            fail("restore the mode and times of " + dst_->display(dir), errno);
+        if (plan_.durable && fsync(fd.get()) != 0)
+            fail("sync directory " + dst_->display(dir), errno);
+    }
+}
+
+// Names shaped like temporaries that this move writes are the user's: kept from every later
+// stale-temporary pass (within a bound; past it, overlapping entries remove none at all).
+void Mover::note_lookalike(const std::string& dst) {
+    if (temp_owner(split_last(dst).second).empty())
+        return;
+    if (lookalikes_.size() < 65536)
+        lookalikes_.insert(dst);
+    else
+        lookalikes_overflow_ = true;
+}
+
+bool Mover::kept_lookalike(const std::string& path) const {
+    return lookalikes_.count(path) != 0 || (lookalikes_overflow_ && overlapping_);
 }
 
 void Mover::walk_entry(const MoveEntry& entry) {
@@ -609,9 +699,13 @@ void Mover::walk_entry(const MoveEntry& entry) {
         case StageType::list:
             throw Error(ExitCode::software, "type=list entries must be expanded before moving");
     }
-    if (overlaps_earlier(dst))
+    overlapping_ = overlaps_earlier(dst);
+    if (overlapping_) {
         drain();
-    entry_tops_.push_back(dst);
+        reopen_earlier(dst);
+    }
+    entry_tops_.insert(dst);
+    covers_all_ = covers_all_ || dst.empty() || dst == "/";
     make_parents(dst);
     const auto [parent, name] = split_last(dst);
     watch_file_system(parent);
@@ -622,24 +716,34 @@ void Mover::walk_entry(const MoveEntry& entry) {
         auto& temps = temps_beside(parent);
         const std::string tag = "#" + long_name_tag(name);
         for (auto it = temps.begin(); it != temps.end();) {
-            if (it->second != name && it->second != tag) {
+            if ((it->second != name && it->second != tag) ||
+                kept_lookalike(dst_->join(parent, it->first))) {
                 ++it;
                 continue;
             }
+            const Fd dir = dst_->open_dir(parent);
+            struct stat temp {};
             if (entry.type == StageType::directory && adopt.empty() && it->second == name &&
-                plan_.durable && same_boot(it->first)) {
+                can_adopt(it->first) &&
+                fstatat(dir.get(), it->first.c_str(), &temp, AT_SYMLINK_NOFOLLOW) == 0 &&
+                S_ISDIR(temp.st_mode))
                 adopt = it->first;
-            } else {
-                const Fd dir = dst_->open_dir(parent);
+            else
                 remove_stale(parent, dir.get(), it->first);
-            }
             it = temps.erase(it);
         }
     }
     if (entry.type == StageType::directory) {
         const std::shared_ptr<Dir> top = make_dir(src, dst, st, nullptr, adopt);
         ++files_total_;
+        struct stat made {};
+        if (fstat(dst_->open_dir(top->at, true).get(), &made) == 0) {
+            top_dev_ = made.st_dev;
+            top_ino_ = made.st_ino;
+        }
         walk_tree(top);
+        top_dev_ = 0;
+        top_ino_ = 0;
     } else {
         add_node(src, dst, st, nullptr);
     }
@@ -659,8 +763,37 @@ void Mover::open_frame(Frame& frame, int parent_fd) {
     frame.stream = std::make_unique<DirStream>(fd.get());
     if (!*frame.stream)
         fail("list " + src_->display(dir.src), errno);
-    if (!dir.created)
+    if (dir.created)
+        return;
+    if (dir.tree && dir.tree->adopted)
+        prune_adopted(frame);
+    else
         scan_stale_temps(frame);
+}
+
+// A directory of a tree taken over from a killed move holds what that move wrote, which may
+// not be this source's (another source, an edited request): whatever the source does not have
+// there, or has as another kind (a directory against anything else), goes.
+void Mover::prune_adopted(Frame& frame) {
+    const Dir& dir = *frame.dir;
+    const Fd fd = dst_->open_dir(dir.at);
+    DirStream stream(fd.get());
+    while (stream) {
+        const dirent* entry = stream.next();
+        if (entry == nullptr)
+            break;
+        const std::string name = entry->d_name;
+        if (!temp_owner(name).empty() && ours(name))
+            continue;
+        struct stat in_source {
+        }, here{};
+        if (fstatat(fd.get(), name.c_str(), &here, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        if (fstatat(frame.fd(), name.c_str(), &in_source, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISDIR(in_source.st_mode) == S_ISDIR(here.st_mode))
+            continue;
+        remove_stale(dir.at, fd.get(), name);
+    }
 }
 
 // A directory's walk ended: temporary trees nobody took over go, and its metadata waits for
@@ -712,6 +845,8 @@ void Mover::walk_tree(const std::shared_ptr<Dir>& top) {
             add_node(child_src, child_dst, st, frame.dir);
             continue;
         }
+        if (st.st_dev == top_dev_ && st.st_ino == top_ino_)
+            continue;  // the destination itself, inside the source: not copied into itself
         std::string adopt;
         if (const auto it = frame.adoptable.find(name); it != frame.adoptable.end()) {
             adopt = it->second;
@@ -746,6 +881,7 @@ void Mover::add_node(const std::string& src, const std::string& dst, const struc
              src_->display(src));
         return;
     }
+    note_lookalike(dst);
     std::size_t bytes = entry_overhead + src.size() + dst.size();
     if (node.kind == Kind::file && st.st_nlink > 1) {
         auto& by_inode = links_[static_cast<std::uint64_t>(st.st_dev)];
@@ -773,7 +909,12 @@ void Mover::add_node(const std::string& src, const std::string& dst, const struc
                     std::make_unique<LinkSpill>(buffer_root_.get(), plan_.buffer_root,
                                                 static_cast<std::size_t>(plan_.memory_limit / 8));
             link_overflow_ = true;
-            spill_->add(st.st_dev, st.st_ino, dst);
+            // Where it is reached until the very end: its tree stays under its temporary
+            // name until the links are made (TempTree::deferred).
+            if (parent && parent->tree)
+                parent->tree->deferred = true;
+            spill_->add(st.st_dev, st.st_ino,
+                        parent ? dst_->join(parent->at, split_last(dst).second) : dst);
         }
     }
     if (node.kind == Kind::file)
@@ -879,6 +1020,7 @@ void Mover::watch_file_system(const std::string& dir) {
 // killed in this boot that this directory takes over.
 std::shared_ptr<Dir> Mover::make_dir(const std::string& src, const std::string& dst,
                                      const struct stat& st, const Dir* parent, std::string adopt) {
+    note_lookalike(dst);
     auto dir = std::make_shared<Dir>();
     dir->src = src;
     dir->dst = dst;
@@ -910,12 +1052,16 @@ std::shared_ptr<Dir> Mover::make_dir(const std::string& src, const std::string& 
     if (plan_.durable && !dir->tree && absent) {
         auto tree = std::make_shared<TempTree>();
         tree->dst = dst;
+        struct stat temp_st {};
+        if (!adopt.empty() &&
+            (fstatat(pdir.get(), adopt.c_str(), &temp_st, AT_SYMLINK_NOFOLLOW) != 0 ||
+             !S_ISDIR(temp_st.st_mode))) {
+            remove_stale(parent_at, pdir.get(), adopt);  // changed since it was listed
+            adopt.clear();
+        }
         if (!adopt.empty()) {
             tree->temp = adopt;
-            struct stat temp_st {};
-            if (fstatat(pdir.get(), adopt.c_str(), &temp_st, AT_SYMLINK_NOFOLLOW) != 0 ||
-                !S_ISDIR(temp_st.st_mode))
-                fail("stat " + dst_->display(dst_->join(parent_at, adopt)), ENOTDIR);
+            tree->adopted = true;
             if ((temp_st.st_mode & S_IRWXU) != S_IRWXU &&
                 fchmodat(pdir.get(), adopt.c_str(), (temp_st.st_mode & 07777) | S_IRWXU, 0) != 0)
                 fail("make " + dst_->display(dst_->join(parent_at, adopt)) + " writable", errno);
@@ -1050,7 +1196,7 @@ void Mover::scan_stale_temps(Frame& frame) {
                 break;
             const std::string name = entry->d_name;
             const std::string owner = temp_owner(name);
-            if (owner.empty() || ours(name))
+            if (owner.empty() || ours(name) || kept_lookalike(dst_->join(dir.dst, name)))
                 continue;
             struct stat st {};
             if (fstatat(frame.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
@@ -1062,8 +1208,7 @@ void Mover::scan_stale_temps(Frame& frame) {
             if (fstatat(frame.fd(), owner.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
                 continue;  // not a name this move writes here
             struct stat temp {};
-            if (plan_.durable && S_ISDIR(st.st_mode) && same_boot(name) &&
-                frame.adoptable.count(owner) == 0 &&
+            if (S_ISDIR(st.st_mode) && can_adopt(name) && frame.adoptable.count(owner) == 0 &&
                 fstatat(fd.get(), name.c_str(), &temp, AT_SYMLINK_NOFOLLOW) == 0 &&
                 S_ISDIR(temp.st_mode)) {
                 frame.adoptable[owner] = name;
@@ -1354,11 +1499,16 @@ void Mover::finish_batch(Batch& batch) {
     const bool durable = plan_.durable;
     if (durable) {
         std::vector<Node*> pending;
-        for (Node& node : batch.nodes)
+        bool links_to_unsynced = false;  // a final name would reach data not yet durable
+        for (Node& node : batch.nodes) {
             if (!node.temp.empty())
                 pending.push_back(&node);
+            if (node.kind == Kind::hard_link && !in_temp_tree(node) && node.link.tree &&
+                !node.link.tree->published)
+                links_to_unsynced = true;
+        }
         fault_point("mover.before-syncfs");
-        if (!pending.empty())
+        if (!pending.empty() || links_to_unsynced)
             sync_file_systems();
         fault_point("mover.before-renames");
         // Every temporary now holds durable bytes: only now may it take its final name.
@@ -1379,7 +1529,10 @@ void Mover::finish_batch(Batch& batch) {
     for (const std::shared_ptr<Dir>& dir : batch.closed) {
         if (dir->tree) {
             apply_dir_metadata(*dir, durable && !plan_.trust_syncfs);
-            tops = tops || dir->top;
+            if (dir->top && dir->tree->deferred)
+                deferred_tops_.push_back(dir);
+            else
+                tops = tops || dir->top;
         }
     }
     if (durable) {
@@ -1387,7 +1540,7 @@ void Mover::finish_batch(Batch& batch) {
         if (tops) {
             sync_file_systems();
             for (const std::shared_ptr<Dir>& dir : batch.closed)
-                if (dir->top)
+                if (dir->top && !dir->tree->deferred)
                     publish(*dir);
         }
     }
@@ -1606,6 +1759,12 @@ MoveSummary Mover::run() {
         if (walk_error_)
             std::rethrow_exception(walk_error_);
         link_spilled();
+        if (!deferred_tops_.empty()) {
+            sync_file_systems();
+            for (const std::shared_ptr<Dir>& dir : deferred_tops_)
+                publish(*dir);
+        }
+        restore_reopened();
     } catch (...) {
         std::exception_ptr error = std::current_exception();
         stop_walker();

@@ -75,7 +75,8 @@ struct MoveSummary {
 // whatever the number of files (bbkit(7), STAGING: hard links beyond the bound are spilled to
 // an unnamed file in the buffer). A rerun after success copies nothing; a rerun after a crash
 // skips complete files, and a durable move killed in the same boot takes over the directory
-// tree it was building under a temporary name. `progress` is called from the calling thread, at
+// tree it was building under a temporary name. Entries whose destinations overlap run one
+// after the other. `progress` is called from the calling thread, at
 // most every ~100 ms and once at the end. Throws Error: no_input (66) for a missing source, no_perm
 // (77) for an unreadable source, an unwritable destination or a symlink in the buffer's way, io
 // (74) for ENOSPC/EIO and the like, data (65) for a source of the wrong type; each message names

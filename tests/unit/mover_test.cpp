@@ -1,4 +1,5 @@
 #include "bbkit/mover.hpp"
+#include "bbkit/process.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -777,6 +778,248 @@ TEST(mover, stage_out_killed_between_batches_takes_its_tree_over) {
     EXPECT_EQ(list_dir(tmp / "out"), std::vector<std::string>{"result"});
 }
 #endif
+
+// ---- entries that overlap, trees taken over, destinations inside the source ----------------
+
+void own_all(const std::string& root) {
+    for_each_entry(root, [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
+    lchown(root.c_str(), nobody, nogroup);
+}
+
+// A source file whose name merely looks like a temporary of another move ("an entry of the
+// source with that name is kept"): a second entry into the same directory writes `f` there.
+// cp -a A/. data/; cp -a B/. data/ keeps both. The old mover kept it (names.all covered every
+// entry); the streaming one only asks the current entry's source.
+const std::string lookalike = ".f.bbkit-0123456789abcdef0123";
+
+TEST(mover, second_directory_entry_keeps_a_lookalike_the_first_wrote_stage_in) {
+    TempDir tmp;
+    mkdir((tmp / "A").c_str(), 0755);
+    mkdir((tmp / "B").c_str(), 0755);
+    write_file(tmp / "A" + "/" + lookalike, "user data from A");
+    write_file(tmp / "B/f", "f from B");
+    own_all(tmp / "A");
+    own_all(tmp / "B");
+    const std::string buffer = make_buffer(tmp, "buffer");
+    MovePlan plan = plan_in(buffer, tmp / "A", "data");
+    plan.entries.push_back({tmp / "B", "data", StageType::directory});
+    const Outcome out = move_as_nobody(plan);
+    ASSERT_EQ(out.code, 0) << out.message;
+    EXPECT_EQ(list_dir(buffer + "/data"), (std::vector<std::string>{lookalike, "f"}));
+}
+
+TEST(mover, file_entry_into_a_directory_keeps_a_lookalike_the_first_entry_wrote) {
+    TempDir tmp;
+    mkdir((tmp / "A").c_str(), 0755);
+    mkdir((tmp / "B").c_str(), 0755);
+    write_file(tmp / "A" + "/" + lookalike, "user data from A");
+    write_file(tmp / "B/f", "f from B");
+    own_all(tmp / "A");
+    own_all(tmp / "B");
+    const std::string buffer = make_buffer(tmp, "buffer");
+    MovePlan plan = plan_in(buffer, tmp / "A", "data");
+    plan.entries.push_back({tmp / "B/f", "data/", StageType::file});
+    const Outcome out = move_as_nobody(plan);
+    ASSERT_EQ(out.code, 0) << out.message;
+    EXPECT_EQ(list_dir(buffer + "/data"), (std::vector<std::string>{lookalike, "f"}));
+}
+
+TEST(mover, second_directory_entry_keeps_a_lookalike_the_first_wrote_stage_out) {
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    mkdir((buffer + "/A").c_str(), 0755);
+    mkdir((buffer + "/B").c_str(), 0755);
+    write_file(buffer + "/A/" + lookalike, "user data from A");
+    write_file(buffer + "/B/f", "f from B");
+    own_all(buffer);
+    mkdir((tmp / "out").c_str(), 0755);
+    chown((tmp / "out").c_str(), nobody, nogroup);
+    MovePlan plan = plan_out(buffer, "A", tmp / "out/merged");
+    plan.entries.push_back({"B", tmp / "out/merged", StageType::directory});
+    const Outcome out = move_as_nobody(plan);
+    ASSERT_EQ(out.code, 0) << out.message;
+    EXPECT_EQ(list_dir(tmp / "out/merged"), (std::vector<std::string>{lookalike, "f"}));
+}
+
+// Overlapping entries: the first leaves a 0555 directory finished (its final mode applied
+// when its batch ends) before the second writes into it. The old mover applied every
+// directory's metadata at the end, so the second entry could still create there.
+TEST(mover, later_entry_writes_into_a_read_only_directory_an_earlier_entry_made) {
+    TempDir tmp;
+    mkdir((tmp / "A").c_str(), 0755);
+    mkdir((tmp / "A/ro").c_str(), 0755);
+    write_file(tmp / "A/ro/inside", "inside");
+    write_file(tmp / "extra", "extra");
+    own_all(tmp / "A");
+    lchown((tmp / "extra").c_str(), nobody, nogroup);
+    chmod((tmp / "A/ro").c_str(), 0555);
+    const std::string buffer = make_buffer(tmp, "buffer");
+    MovePlan plan = plan_in(buffer, tmp / "A", "data");
+    plan.entries.push_back({tmp / "extra", "data/ro/extra", StageType::file});
+    const Outcome out = move_as_nobody(plan);
+    ASSERT_EQ(out.code, 0) << out.message;
+    EXPECT_EQ(read_file(buffer + "/data/ro/extra"), "extra");
+}
+
+std::string same_boot_suffix() {
+    char s[32];
+    std::snprintf(
+        s, sizeof s, "%08llx%012llx",
+        static_cast<unsigned long long>(std::hash<std::string>{}(boot_id()) & 0xffffffffu),
+        0x123456789aULL);
+    return s;
+}
+
+// A same-boot temporary beside a directory entry's new destination that is not a directory
+// (a killed type=file stage-out of that name, or any file of that shape): the stale rule
+// removes it; the adoption path instead fails the whole stage-out, every time.
+TEST(mover, a_same_boot_file_temporary_beside_a_new_directory_does_not_fail_the_move) {
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    mkdir((buffer + "/data").c_str(), 0755);
+    write_file(buffer + "/data/x", "x");
+    own_all(buffer);
+    const std::string out = tmp / "out";
+    mkdir(out.c_str(), 0755);
+    const std::string temp = out + "/.result.bbkit-" + same_boot_suffix();
+    write_file(temp, "a temporary file of a killed type=file stage-out");
+    own_all(out);
+    const Outcome rerun = move_as_nobody(plan_out(buffer, "data", out + "/result"));
+    ASSERT_EQ(rerun.code, 0) << rerun.message;
+    EXPECT_EQ(read_file(out + "/result/x"), "x");
+    EXPECT_NE(access(temp.c_str(), F_OK), 0);
+}
+
+// A same-boot temporary tree beside a new destination, left by a killed stage-out of some
+// OTHER source (another job of the user, another buffer): adopting it publishes its files
+// as part of a "new" destination that must equal the source (cp -a src/. dest/).
+TEST(mover, an_adopted_tree_holds_only_what_the_source_has) {
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    mkdir((buffer + "/data").c_str(), 0755);
+    write_file(buffer + "/data/x", "x");
+    own_all(buffer);
+    const std::string out = tmp / "out";
+    mkdir(out.c_str(), 0755);
+    const std::string temp = out + "/.result.bbkit-" + same_boot_suffix();
+    mkdir(temp.c_str(), 0755);
+    write_file(temp + "/left-by-the-killed-run", "not in this source");
+    own_all(out);
+    const Outcome rerun = move_as_nobody(plan_out(buffer, "data", out + "/result"));
+    ASSERT_EQ(rerun.code, 0) << rerun.message;
+    expect_same_tree(buffer + "/data", out + "/result", nobody);
+}
+
+#ifdef BBKIT_FAULT_INJECTION
+// The same through a real kill: stage-out of buffer/a killed between batches, then a plan
+// (a later run, the directive edited, or another buffer of the user) from buffer/b to the
+// same new destination.
+TEST(mover, a_tree_killed_from_one_source_is_not_published_for_another) {
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    for (const char* d : {"/a", "/b"})
+        mkdir((buffer + d).c_str(), 0755);
+    for (int i = 0; i < 200; ++i)
+        write_file(buffer + "/a/f" + std::to_string(i), "a" + std::to_string(i));
+    write_file(buffer + "/b/only", "b");
+    own_all(buffer);
+    mkdir((tmp / "out").c_str(), 0755);
+    chown((tmp / "out").c_str(), nobody, nogroup);
+    MovePlan first = plan_out(buffer, "a", tmp / "out/result");
+    first.batch_entries = 20;
+    const Outcome killed = move_as_nobody(first, "mover.batch-done:3");
+    ASSERT_EQ(killed.code, 128) << killed.message;
+    const Outcome second = move_as_nobody(plan_out(buffer, "b", tmp / "out/result"));
+    ASSERT_EQ(second.code, 0) << second.message;
+    expect_same_tree(buffer + "/b", tmp / "out/result", nobody);
+}
+#endif
+
+// Stage-out to a destination inside the source tree (the outside path names the buffer). The
+// old mover walked everything before creating anything; the streaming walker creates the
+// temporary tree inside the directory it is listing and walks into it.
+TEST(mover, destination_inside_the_source_is_copied_once) {
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    mkdir((buffer + "/data").c_str(), 0755);
+    write_file(buffer + "/data/x", "x");
+    own_all(buffer);
+    const Outcome out = move_as_nobody(plan_out(buffer, "data", buffer + "/data/copy"));
+    ASSERT_EQ(out.code, 0) << out.message;
+    EXPECT_EQ(list_dir(buffer + "/data/copy"), std::vector<std::string>{"x"});
+}
+// The same overlap with a writable directory: the earlier entry's directory got its final
+// times when its batch ended; the later entry's create then changes them. The old mover
+// applied every directory's times at the end: data/sub kept A/sub's mtime.
+TEST(mover, later_entry_inside_an_earlier_entry_keeps_the_directory_times) {
+    TempDir tmp;
+    mkdir((tmp / "A").c_str(), 0755);
+    mkdir((tmp / "A/sub").c_str(), 0755);
+    write_file(tmp / "A/sub/inside", "inside");
+    write_file(tmp / "extra", "extra");
+    own_all(tmp / "A");
+    lchown((tmp / "extra").c_str(), nobody, nogroup);
+    set_times(tmp / "A/sub", 1500000000, 7);
+    const std::string buffer = make_buffer(tmp, "buffer");
+    MovePlan plan = plan_in(buffer, tmp / "A", "data");
+    plan.entries.push_back({tmp / "extra", "data/sub/extra", StageType::file});
+    const Outcome out = move_as_nobody(plan);
+    ASSERT_EQ(out.code, 0) << out.message;
+    struct stat st {};
+    ASSERT_EQ(lstat((buffer + "/data/sub").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mtim.tv_sec, 1500000000);
+    EXPECT_EQ(st.st_mtim.tv_nsec, 7);
+}
+
+#ifdef BBKIT_FAULT_INJECTION
+// Hard links past the memory bound in a stage-out into a new directory: the tree stays under
+// its temporary name until the links are made, so a kill never shows it with a link split.
+TEST(mover, a_new_destination_with_spilled_links_appears_only_with_its_links) {
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    for (const char* d : {"/data", "/data/a", "/data/b"})
+        mkdir((buffer + d).c_str(), 0755);
+    for (int i = 0; i < 200; ++i) {
+        const std::string name = "/f" + std::to_string(i);
+        write_file(buffer + "/data/a" + name, "linked " + std::to_string(i));
+        link((buffer + "/data/a" + name).c_str(), (buffer + "/data/b" + name).c_str());
+    }
+    own_all(buffer);
+    mkdir((tmp / "out").c_str(), 0755);
+    chown((tmp / "out").c_str(), nobody, nogroup);
+    for (const std::string fault : {"mover.renamed:1", "mover.batch-done:6"}) {
+        const std::string dest = tmp / "out/" + fault.substr(6, 7);
+        MovePlan plan = plan_out(buffer, "data", dest);
+        plan.memory_limit = 64 << 10;  // room for a few dozen pending links
+        plan.batch_entries = 50;
+        const Outcome killed = move_as_nobody(plan, fault.c_str());
+        EXPECT_EQ(killed.code, 128) << fault << ": " << killed.message;
+        if (access(dest.c_str(), F_OK) == 0)  // absent, or complete with every link
+            expect_same_tree(buffer + "/data", dest, nobody);
+        const Outcome rerun = move_as_nobody(plan);
+        ASSERT_EQ(rerun.code, 0) << rerun.message;
+        expect_same_tree(buffer + "/data", dest, nobody);
+    }
+    EXPECT_EQ(list_dir(tmp / "out"), (std::vector<std::string>{"batch-d", "renamed"}));
+}
+#endif
+
+// Warnings are kept up to a bound, whatever the number of files that cause one.
+TEST(mover, warnings_stay_bounded_and_say_how_many_more) {
+    TempDir tmp;
+    const std::string src = tmp / "src";
+    mkdir(src.c_str(), 0755);
+    for (int i = 0; i < 150; ++i)
+        mkfifo((src + "/p" + std::to_string(i)).c_str(), 0644);
+    for (int i = 0; i < 150; ++i)
+        mknod((src + "/d" + std::to_string(i)).c_str(), S_IFCHR | 0644, makedev(1, 3));
+    own_all(src);
+    const std::string buffer = make_buffer(tmp, "buffer");
+    const Outcome out = move_as_nobody(plan_in(buffer, src, "data"));
+    ASSERT_EQ(out.code, 0) << out.message;
+    ASSERT_EQ(out.warnings.size(), 101u);
+    EXPECT_EQ(out.warnings.back(), "50 more warnings");
+}
 
 }  // namespace
 }  // namespace bbkit
