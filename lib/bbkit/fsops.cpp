@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -290,6 +291,14 @@ Fd open_beneath(int dirfd, const std::string& relative, int flags, const std::st
         throw system_error("cannot open " + what, err);
     }
     return Fd(static_cast<int>(fd));
+}
+
+bool raise_descriptor_limit() {
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max)
+        return false;
+    limit.rlim_cur = limit.rlim_max;
+    return setrlimit(RLIMIT_NOFILE, &limit) == 0;
 }
 
 int remove_tree_beneath(int parent, const std::string& name) {

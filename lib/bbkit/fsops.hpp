@@ -96,6 +96,11 @@ Fd open_beneath(int dirfd, const std::string& relative, int flags, const std::st
 // its memory does not grow with their number of entries.
 int remove_tree_beneath(int parent, const std::string& name);
 
+// Raises the soft RLIMIT_NOFILE to the hard one, for the rest of the process: a walk holds one
+// directory open per level, and the usual soft limit (1024) is far below the hard one. False
+// when it already is at the hard limit or may not be raised.
+bool raise_descriptor_limit();
+
 // Everything read from `fd` (from its offset) to the end, at most `limit` bytes: more is
 // Error(data) "<what> is larger than <limit> bytes"; a failed read is
 // system_error("cannot read " + what).

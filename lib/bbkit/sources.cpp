@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -89,16 +88,6 @@ class Tally {
     SourceProgress progress_;
     std::chrono::steady_clock::time_point next_report_;
 };
-
-// A deep tree holds one descriptor per level, and the usual soft limit (1024) is far below the
-// hard one. False when it is already at the hard limit or may not be raised.
-bool raise_descriptor_limit() {
-    rlimit limit{};
-    if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max)
-        return false;
-    limit.rlim_cur = limit.rlim_max;
-    return setrlimit(RLIMIT_NOFILE, &limit) == 0;
-}
 
 // The directory `name` in `parent` as a stream that holds one descriptor, never through a
 // symlink; null when it cannot be opened (errno says why).

@@ -16,6 +16,7 @@
 
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
+#include "bbkit/fsops.hpp"
 #include "bbkit/mover.hpp"
 #include "bbkit/stage_plan.hpp"
 #include "bbkit/user.hpp"
@@ -29,16 +30,6 @@ std::mutex output_mutex;
 void report(const std::string& line) {
     std::lock_guard<std::mutex> lock(output_mutex);
     std::cout << line << std::endl;
-}
-
-// A walk holds one directory open per level of the tree: deep trees need more descriptors
-// than the usual soft limit of 1024.
-void raise_open_files_limit() {
-    rlimit limit{};
-    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
-        limit.rlim_cur = limit.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &limit);
-    }
 }
 
 // glibc gives each thread that allocates its own arena, 64 MiB of address space apiece: with a
@@ -63,7 +54,7 @@ int run(const std::string& input) {
     if (getppid() == 1)
         return static_cast<int>(ExitCode::software);
     lower_priority();
-    raise_open_files_limit();
+    raise_descriptor_limit();  // the walk holds a directory open per level
 
     // A stage-in's sources are measured first (the capacity check): the totals are known
     // before the copy. A stage-out's grow as the walk, ahead of the copy, counts them.
