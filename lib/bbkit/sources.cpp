@@ -150,11 +150,16 @@ void measure_tree(const Location& where, const std::string& root, Tally& tally) 
             const int err = errno;
             path += '/';
             path += name;
-            if (!sub && err == EMFILE)
+            if (!sub && err == EMFILE) {
+                // Every descriptor is in use: closed before the error is built and thrown, so
+                // whatever handles it (a log, a reply to the scheduler) has descriptors again.
+                const std::size_t depth = levels.size();
+                levels.clear();
                 throw path_error(where, path,
-                                 "cannot open directory " + std::to_string(levels.size()) +
+                                 "cannot open directory " + std::to_string(depth) +
                                      " levels deep (raise the open-file limit, ulimit -n)",
                                  err);
+            }
             if (!sub)
                 throw path_error(where, path, "cannot open directory", err);
             levels.push_back({std::move(sub), path.size()});
