@@ -17,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -1848,6 +1849,64 @@ std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& p
         groups[root_of(plan, stage)].push_back({stage.source, stage.destination, stage.type});
     }
     return groups;
+}
+
+MoveSummary run_stage_plan(const StagePlan& plan,
+                           const std::function<void(const PlanProgress&)>& progress) {
+    SourceTotals measured;
+    const auto groups = entries_by_root(
+        plan,
+        [&](std::uint64_t files, std::uint64_t bytes) {
+            progress({StagePhase::measuring, 0, files, 0, bytes});
+        },
+        &measured);
+    MoveSummary total;
+    // What the roots already moved counted: the next root's counters start from there.
+    std::uint64_t base_files = 0, base_bytes = 0;
+    std::size_t left = groups.size();
+    for (const auto& [root, entries] : groups) {
+        --left;
+        MovePlan move;
+        move.direction =
+            plan.direction == StageDirection::in ? MoveDirection::in : MoveDirection::out;
+        move.buffer_root = root;
+        move.entries = entries;
+        move.threads = plan.threads;
+        move.durable = plan.durable;
+        move.direct_io = plan.direct_io;
+        move.trust_syncfs = plan.trust_syncfs;
+        move.memory_limit = plan.memory_limit;
+        MoveProgress last;
+        MoveSummary summary = run_move(move, [&](const MoveProgress& p) {
+            last = p;
+            // Once the last walk is complete its count is the answer; before, the larger of
+            // the measurement and what the walks counted so far.
+            const bool complete = left == 0 && !p.counting;
+            PlanProgress plan_progress;
+            plan_progress.files_done = base_files + p.files_done;
+            plan_progress.bytes_done = base_bytes + p.bytes_done;
+            plan_progress.files_total = complete
+                                            ? base_files + p.files_total
+                                            : std::max(measured.files, base_files + p.files_total);
+            plan_progress.bytes_total = complete
+                                            ? base_bytes + p.bytes_total
+                                            : std::max(measured.bytes, base_bytes + p.bytes_total);
+            const bool counting = measured.files == 0 && (p.counting || left > 0);
+            plan_progress.phase = p.syncing  ? StagePhase::syncing
+                                  : counting ? StagePhase::measuring
+                                             : StagePhase::copying;
+            progress(plan_progress);
+        });
+        total.files += summary.files;
+        total.bytes += summary.bytes;
+        total.skipped += summary.skipped;
+        total.seconds += summary.seconds;
+        std::move(summary.warnings.begin(), summary.warnings.end(),
+                  std::back_inserter(total.warnings));
+        base_files += last.files_total;  // a move's last report is its complete count
+        base_bytes += last.bytes_total;
+    }
+    return total;
 }
 
 }  // namespace bbkit

@@ -95,4 +95,23 @@ std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& p
                                                               const SourceProgress& progress = {},
                                                               SourceTotals* measured = nullptr);
 
+// A whole stage plan's counters, over every buffer root it touches (bb-mover's progress lines).
+// measuring: the totals may still grow (a stage-in's sources being measured, or a walk that
+// has not counted everything yet); copying; syncing: the durable flush of a move.
+struct PlanProgress {
+    StagePhase phase = StagePhase::measuring;
+    std::uint64_t files_done = 0, files_total = 0;
+    std::uint64_t bytes_done = 0, bytes_total = 0;
+};
+
+// Carries out a stage plan as its user (the caller has become that user): entries_by_root,
+// then one run_move per buffer root in turn with the plan's threads, durability, direct I/O,
+// sync policy and memory bound. `progress` sees the whole plan's counters: a stage-in's totals
+// are its measurement's until the walks have counted everything (the measurement counts a
+// hard-linked file once per name, the walk once), a stage-out's grow as its walks count them.
+// Returns the moves' summaries added up, their warnings in order. Throws what entries_by_root
+// and run_move throw.
+MoveSummary run_stage_plan(const StagePlan& plan,
+                           const std::function<void(const PlanProgress&)>& progress);
+
 }  // namespace bbkit

@@ -1021,5 +1021,64 @@ TEST(mover, warnings_stay_bounded_and_say_how_many_more) {
     EXPECT_EQ(out.warnings.back(), "50 more warnings");
 }
 
+// A plan over two buffer roots reports one set of counters for the whole plan: the job
+// buffer's move, then the persistent buffer's, its counters starting where the first ended.
+// The measurement counts a hard-linked file once per name, the walks once: the final totals
+// are the walks' and equal what was done.
+TEST(mover, a_plan_over_two_roots_reports_its_counters_as_one) {
+    TempDir tmp;
+    const std::string job_src = tmp / "job-src";
+    const std::string shared_src = tmp / "shared-src";
+    mkdir(job_src.c_str(), 0755);
+    mkdir(shared_src.c_str(), 0755);
+    write_file(job_src + "/a", std::string(100, 'a'));
+    write_file(job_src + "/b", std::string(20, 'b'));
+    ASSERT_EQ(link((job_src + "/a").c_str(), (job_src + "/a2").c_str()), 0);
+    write_file(shared_src + "/c", std::string(3, 'c'));
+    StagePlan plan;
+    plan.direction = StageDirection::in;
+    plan.job_root = make_buffer(tmp, "job");
+    plan.persistent_roots["shared"] = make_buffer(tmp, "shared");
+    plan.capacity = 1 << 20;
+    plan.threads = 2;
+    StageDirective job;
+    job.type = StageType::directory;
+    job.source = job_src;
+    job.destination = "in";
+    StageDirective shared = job;
+    shared.buffer = "shared";
+    shared.source = shared_src;
+    plan.stages = {job, shared};
+
+    std::vector<PlanProgress> reports;
+    const MoveSummary summary =
+        run_stage_plan(plan, [&](const PlanProgress& p) { reports.push_back(p); });
+    EXPECT_EQ(summary.files, 4u);  // a, b, a2 (a link), c
+    EXPECT_EQ(summary.bytes, 123u);
+    ASSERT_FALSE(reports.empty());
+    const PlanProgress& last = reports.back();
+    EXPECT_EQ(last.phase, StagePhase::copying);
+    // Entries: each root's directory "in" and the files below it.
+    EXPECT_EQ(last.files_done, 6u);
+    EXPECT_EQ(last.files_total, 6u);
+    EXPECT_EQ(last.bytes_done, 123u);
+    EXPECT_EQ(last.bytes_total, 123u);
+    std::uint64_t files_done = 0, bytes_done = 0;
+    for (const PlanProgress& p : reports) {
+        EXPECT_GE(p.files_done, files_done);
+        EXPECT_GE(p.bytes_done, bytes_done);
+        EXPECT_LE(p.files_done, p.files_total);
+        EXPECT_LE(p.bytes_done, p.bytes_total);
+        files_done = p.files_done;
+        bytes_done = p.bytes_done;
+    }
+    EXPECT_EQ(read_file(plan.persistent_roots["shared"] + "/in/c"), "ccc");
+    struct stat a {
+    }, a2{};
+    ASSERT_EQ(lstat((plan.job_root + "/in/a").c_str(), &a), 0);
+    ASSERT_EQ(lstat((plan.job_root + "/in/a2").c_str(), &a2), 0);
+    EXPECT_EQ(a.st_ino, a2.st_ino);
+}
+
 }  // namespace
 }  // namespace bbkit

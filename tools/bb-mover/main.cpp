@@ -9,7 +9,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <iostream>
 #include <iterator>
 #include <mutex>
@@ -56,61 +55,13 @@ int run(const std::string& input) {
     lower_priority();
     raise_descriptor_limit();  // the walk holds a directory open per level
 
-    // A stage-in's sources are measured first (the capacity check): the totals are known
-    // before the copy. A stage-out's grow as the walk, ahead of the copy, counts them.
-    SourceTotals measured;
-    const auto groups = entries_by_root(
-        plan,
-        [](std::uint64_t files, std::uint64_t bytes) {
-            report(progress_line(0, files, 0, bytes, StagePhase::measuring));
-        },
-        &measured);
-    std::uint64_t files = 0, bytes = 0, skipped = 0;
-    double seconds = 0;
-    std::uint64_t base_files = 0, base_bytes = 0;
-    std::size_t left = groups.size();
-    for (const auto& [root, entries] : groups) {
-        --left;
-        MovePlan move;
-        move.direction =
-            plan.direction == StageDirection::in ? MoveDirection::in : MoveDirection::out;
-        move.buffer_root = root;
-        move.entries = entries;
-        move.threads = plan.threads;
-        move.durable = plan.durable;
-        move.direct_io = plan.direct_io;
-        move.trust_syncfs = plan.trust_syncfs;
-        move.memory_limit = plan.memory_limit;
-        MoveProgress last;
-        const MoveSummary summary = run_move(move, [&](const MoveProgress& p) {
-            last = p;
-            // The measurement counts a hard-linked file's bytes once per name, the walk once:
-            // the walk's own count is the answer once it is complete.
-            const bool complete = left == 0 && !p.counting;
-            const std::uint64_t files_total =
-                complete ? base_files + p.files_total
-                         : std::max(measured.files, base_files + p.files_total);
-            const std::uint64_t bytes_total =
-                complete ? base_bytes + p.bytes_total
-                         : std::max(measured.bytes, base_bytes + p.bytes_total);
-            const bool counting = measured.files == 0 && (p.counting || left > 0);
-            report(progress_line(base_files + p.files_done, files_total, base_bytes + p.bytes_done,
-                                 bytes_total,
-                                 p.syncing  ? StagePhase::syncing
-                                 : counting ? StagePhase::measuring
-                                            : StagePhase::copying));
-        });
-        for (const std::string& w : summary.warnings)
-            report(warning_line(w));
-        files += summary.files;
-        bytes += summary.bytes;
-        skipped += summary.skipped;
-        seconds += summary.seconds;
-        base_files += last.files_total;  // the move's last report is its complete count
-        base_bytes += last.bytes_total;
-    }
+    const MoveSummary summary = run_stage_plan(plan, [](const PlanProgress& p) {
+        report(progress_line(p.files_done, p.files_total, p.bytes_done, p.bytes_total, p.phase));
+    });
+    for (const std::string& w : summary.warnings)
+        report(warning_line(w));
     bbkit::fault_point("mover.before-summary");
-    report(summary_line(files, bytes, skipped, seconds));
+    report(summary_line(summary.files, summary.bytes, summary.skipped, summary.seconds));
     return 0;
 }
 
