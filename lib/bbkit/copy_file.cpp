@@ -147,29 +147,48 @@ bool is_sparse(const struct stat& st) {
     return static_cast<off_t>(st.st_blocks) * 512 < st.st_size;
 }
 
+namespace {
+
+// Opens the source for reading without ever blocking in open(): a name swapped for a FIFO
+// after the walk saw a regular file would otherwise wait for a writer forever (another user
+// sharing a persistent buffer could hold a stage that way). O_NONBLOCK is dropped again once
+// the descriptor is known to be a regular file. -1 with errno set when open() fails.
+int open_source(int dir, const std::string& name, int flags, const std::string& from) {
+    const int fd = openat(dir, name.c_str(), flags | O_NONBLOCK);
+    if (fd < 0)
+        return -1;
+    Fd guard(fd);
+    struct stat now {};
+    if (fstat(fd, &now) != 0 || !S_ISREG(now.st_mode))
+        throw Error(ExitCode::io, "cannot read " + from + ": it changed during the move");
+    // F_SETFL takes the status flags of `flags` (O_DIRECT among them) and ignores the rest.
+    if (fcntl(fd, F_SETFL, flags) != 0)
+        fail("read " + from, errno);
+    return guard.release();
+}
+
+}  // namespace
+
 FilePair open_pair(const FileCopy& file, int src_dir, const std::string& name, bool direct_io,
                    const std::function<Fd()>& create) {
     FilePair pair;
     pair.direct = direct_io && file.st.st_size >= direct_min_size;
     const int flags = O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC;
-    int fd = openat(src_dir, name.c_str(), flags | (pair.direct ? O_DIRECT : 0));
+    int fd = open_source(src_dir, name, flags | (pair.direct ? O_DIRECT : 0), file.from);
     if (fd < 0 && pair.direct && errno == EINVAL) {  // the file system refuses O_DIRECT
         pair.direct = false;
-        fd = openat(src_dir, name.c_str(), flags);
+        fd = open_source(src_dir, name, flags, file.from);
     }
     if (fd < 0)
         fail("read " + file.from, errno == ELOOP ? EACCES : errno);
     pair.src = Fd(fd);
-    struct stat now {};
-    if (fstat(pair.src.get(), &now) != 0 || !S_ISREG(now.st_mode))
-        throw Error(ExitCode::io, "cannot read " + file.from + ": it changed during the move");
     pair.dst = create();
     if (pair.direct) {
         const int fl = fcntl(pair.dst.get(), F_GETFL);
         if (fl < 0 || fcntl(pair.dst.get(), F_SETFL, fl | O_DIRECT) != 0) {
             // The destination refuses O_DIRECT: reopen the source buffered as well.
             pair.direct = false;
-            fd = openat(src_dir, name.c_str(), flags);
+            fd = open_source(src_dir, name, flags, file.from);
             if (fd < 0)
                 fail("read " + file.from, errno);
             pair.src = Fd(fd);

@@ -777,6 +777,62 @@ TEST(mover, stage_out_killed_between_batches_takes_its_tree_over) {
     expect_same_tree(tmp / "src", tmp / "out/result", nobody);
     EXPECT_EQ(list_dir(tmp / "out"), std::vector<std::string>{"result"});
 }
+
+// A source file swapped for a FIFO after the walk saw it (the mover stopped between the walk
+// of its batch and the copy) fails the move in one line, "it changed during the move", instead
+// of waiting forever in open() for a writer that never comes.
+TEST(mover, a_source_swapped_for_a_fifo_after_the_walk_fails_instead_of_blocking) {
+    TempDir tmp;
+    mkdir((tmp / "src").c_str(), 0755);
+    write_file(tmp / "src/a", "a");
+    write_file(tmp / "src/b", "b");
+    const std::string buffer = make_buffer(tmp, "buffer");
+    const MovePlan plan = plan_in(buffer, tmp / "src", "data");
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        std::string report = "0 ";
+        if (setgroups(0, nullptr) != 0 || setresgid(nogroup, nogroup, nogroup) != 0 ||
+            setresuid(nobody, nobody, nobody) != 0)
+            _exit(71);
+        setenv("BBKIT_FAULT", "mover.batch-walked:1:stop", 1);
+        fault_rearm();
+        try {
+            run_move(plan, nullptr);
+        } catch (const Error& e) {
+            report = std::to_string(e.exit_status()) + " " + e.what();
+        }
+        (void)!write(fds[1], report.data(), report.size());
+        _exit(0);
+    }
+    close(fds[1]);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, WUNTRACED), pid);
+    ASSERT_TRUE(WIFSTOPPED(status));
+    ASSERT_EQ(unlink((tmp / "src/b").c_str()), 0);
+    ASSERT_EQ(mkfifo((tmp / "src/b").c_str(), 0644), 0);
+    kill(pid, SIGCONT);
+    bool exited = false;
+    for (int i = 0; i < 200 && !exited; ++i) {  // 20 s
+        exited = waitpid(pid, &status, WNOHANG) == pid;
+        if (!exited)
+            usleep(100 * 1000);
+    }
+    if (!exited) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    std::string report;
+    char buf[4096];
+    for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;)
+        report.append(buf, static_cast<std::size_t>(n));
+    close(fds[0]);
+    ASSERT_TRUE(exited) << "the mover blocked opening the FIFO";
+    EXPECT_EQ(report.rfind("74 ", 0), 0u) << report;
+    EXPECT_NE(report.find(tmp / "src/b: it changed during the move"), std::string::npos) << report;
+}
 #endif
 
 // ---- entries that overlap, trees taken over, destinations inside the source ----------------
