@@ -63,7 +63,8 @@ struct FilePair {
 // Opens `name` in `src_dir` for reading, with O_DIRECT when `direct_io` and the file is at least
 // direct_min_size, then creates the destination with `create`. O_DIRECT is dropped on both ends
 // where either file system refuses it. A symlink is never followed: Error(no_perm); a source
-// that is no longer a regular file is Error(io), "it changed during the move".
+// that is no longer a regular file is Error(io), "it changed during the move", and a FIFO put
+// in its place never blocks the open.
 FilePair open_pair(const FileCopy& file, int src_dir, const std::string& name, bool direct_io,
                    const std::function<Fd()>& create);
 
