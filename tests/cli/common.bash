@@ -65,9 +65,10 @@ sanitizer_check() {
   [ "$found" = 0 ]
 }
 
-# Creates (once) an unprivileged user for permission tests; prints its name.
+# Creates (once) an unprivileged user for permission tests; prints its name. NAME (default
+# bbkit-test) gives a suite that runs alongside its own variants a user of its own.
 test_user() {
-  local name=bbkit-test
+  local name=${1:-bbkit-test}
   if ! id "$name" >/dev/null 2>&1; then
     useradd --system --no-create-home --shell /usr/sbin/nologin "$name" 2>/dev/null || id "$name" >/dev/null
   fi

@@ -743,7 +743,9 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
 }
 
 @test "unprivileged SlurmUser: the hooks run the tools through sudo -n and the drop-in" {
-  user=$(test_user)
+  # A SlurmUser per Lua: the suite runs under each Lua at once (ctest -j), and another run's
+  # drop-in for a shared user would let sudo -n through where this one removed its own.
+  user=$(test_user "bbkit-sudo-${LUA//[^a-z0-9]/}")
   DROPIN="/etc/sudoers.d/bbkit-test-$$"
   dropin=$DROPIN
   config_for_slurm_user "$user"
