@@ -746,6 +746,10 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   # A SlurmUser per Lua: the suite runs under each Lua at once (ctest -j), and another run's
   # drop-in for a shared user would let sudo -n through where this one removed its own.
   user=$(test_user "bbkit-sudo-${LUA//[^a-z0-9]/}")
+  # A run killed before its teardown left its drop-in behind, which would let sudo -n through.
+  for f in /etc/sudoers.d/bbkit-test-*; do
+    if [ -e "$f" ] && ! kill -0 "${f##*-}" 2>/dev/null; then rm -f "$f"; fi
+  done
   DROPIN="/etc/sudoers.d/bbkit-test-$$"
   dropin=$DROPIN
   config_for_slurm_user "$user"
