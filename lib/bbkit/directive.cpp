@@ -170,12 +170,16 @@ bool is_path_key(const std::string& key) {
 }
 
 // Applied to the values as written and again after symbol replacement (%d and %x can lengthen
-// a path).
-void check_value_length(const Token& token) {
+// a path). As written, a value's `\\` may be the mark that stops replacement (a canonical line
+// puts one before a value holding '%'): its two bytes are not the value's.
+void check_value_length(const Token& token, bool as_written) {
     const bool path = is_path_key(token.key);
     const std::size_t limit = path ? max_path_bytes : max_word_bytes;
-    if (token.value.size() > limit)
-        throw invalid(token.key + "= is " + std::to_string(token.value.size()) + " bytes long (" +
+    std::size_t size = token.value.size();
+    if (as_written && token.value.find("\\\\") != std::string::npos)
+        size -= 2;
+    if (size > limit)
+        throw invalid(token.key + "= is " + std::to_string(size) + " bytes long (" +
                       (path ? "a path" : "a value") + " holds at most " + std::to_string(limit) +
                       " bytes)");
 }
@@ -187,7 +191,7 @@ void check_lengths(const std::vector<Token>& tokens) {
                           " bytes (a key or word holds at most " + std::to_string(max_word_bytes) +
                           " bytes)");
         if (token.has_value)
-            check_value_length(token);
+            check_value_length(token, true);
     }
 }
 
@@ -730,7 +734,7 @@ class Parser {
         for (Token& token : tokens)
             if (token.has_value) {
                 token.value = replace_symbols(token.value, symbols);
-                check_value_length(token);
+                check_value_length(token, false);
             }
         if (!symbols.unresolved.empty())
             request_.warnings.push_back(

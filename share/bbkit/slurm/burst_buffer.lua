@@ -343,9 +343,11 @@ bbkit.max_word_bytes = 256
 local path_keys = { source = true, destination = true }
 
 -- The bounds checked on a directive line as bb-parse reads its values as written: quotes
--- group and are dropped, \" is a quote, \\ stays two characters. Words are split at blanks
--- here, so a quoted value with a blank is measured in part: never more than bb-parse counts,
--- which checks again, after symbol replacement, at setup. Returns nil or the message.
+-- group and are dropped, \" is a quote, \\ stays two characters, but the two of a value's \\
+-- (the mark that stops symbol replacement, which canonical lines put) are not counted. Words
+-- are split at blanks here, so a quoted value with a blank is measured in part: never more
+-- than bb-parse counts, which checks again, after symbol replacement, at setup. Returns nil
+-- or the message.
 function bbkit.check_lengths(text)
     local quoted = false
     for word in string.gmatch(text, "%S+") do
@@ -364,8 +366,12 @@ function bbkit.check_lengths(text)
                     .. bbkit.max_word_bytes .. " bytes)"
             end
             local limit = path_keys[key] and bbkit.max_path_bytes or bbkit.max_word_bytes
-            if #value > limit then
-                return key .. "= is " .. #value .. " bytes long ("
+            local size = #value
+            if string.find(word, "\\\\", 1, true) then
+                size = size - 2
+            end
+            if size > limit then
+                return key .. "= is " .. size .. " bytes long ("
                     .. (path_keys[key] and "a path" or "a value") .. " holds at most " .. limit
                     .. " bytes)"
             end
