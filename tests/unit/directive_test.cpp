@@ -1002,6 +1002,19 @@ TEST(directive, refuses_source_longer_than_path_max) {
     EXPECT_LT(std::string(e.what()).size(), 200u) << "the value is not echoed";
 }
 
+// A resolved path at the bound that holds a '%' is written back with the `\\` mark that stops
+// replacement: its two bytes are not the value's, so the line reads back (found by fuzzing).
+TEST(directive, canonical_line_of_a_path_at_the_bound_holding_a_percent_reads_back) {
+    const std::string path = "/in/%%" + std::string(4089, 'a');  // 4,095 as written
+    const Request r =
+        parse_script(shebang + "#BB_LUA stage_in type=file source=" + path + " destination=d\n");
+    ASSERT_EQ(r.stage_in.at(0).source.size(), 4094u);
+    const std::vector<std::string> lines = canonical_lines(r, test_config());
+    ASSERT_NE(lines.back().find("source=\"\\\\/in/%"), std::string::npos) << lines.back();
+    const Request again = parse(script(joined(lines)), test_config(), JobContext{});
+    EXPECT_EQ(again.stage_in.at(0).source, r.stage_in.at(0).source);
+}
+
 TEST(directive, accepts_paths_of_path_max_minus_one_bytes) {
     const std::string path = "/" + std::string(4094, 'a');
     const Request r = parse_script(shebang + "#BB_LUA stage_in type=file source=" + path +
