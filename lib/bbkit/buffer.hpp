@@ -94,6 +94,10 @@ struct Buffer {
     // whatever state follows, so the reason outlives a teardown (bbkit(7), BUFFER STATES).
     std::string failure;
     std::optional<TimePoint> failed;
+    // A secret of the buffer's own (random hex, set when the record is created): the mover's
+    // temporary names carry it, so nobody else can plant one it would adopt (bbkit(7),
+    // STAGING). Empty in records made before schema 6 until their next stage gives them one.
+    std::string temp_token;
 
     static Buffer for_key(const BufferKey& key);  // directory filled in, the rest default
 };

@@ -20,6 +20,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/seal.hpp"
 #include "bbkit/sqlite.hpp"
 #include "bbkit/store_schema.hpp"
 #include "bbkit/text.hpp"
@@ -344,9 +345,11 @@ void check_existing_directory(const std::string& dir, uid_t owner, const std::st
 std::string buffer_columns() {
     return "key, cluster, job_id, incarnation, name, pool, requested_bytes, allocated_bytes, uid, "
            "gid, user, state, reason, message, entered, directory, access, type, staging, owner, "
-           "expires, use_count, created, lock_pid, lock_start, reaped, failure, failed, id";
+           "expires, use_count, created, lock_pid, lock_start, reaped, failure, failed, "
+           "temp_token, "
+           "id";
 }
-constexpr int row_id_column = 28;
+constexpr int row_id_column = 29;
 
 Buffer read_buffer(const Query& q) {
     Buffer b;
@@ -380,6 +383,7 @@ Buffer read_buffer(const Query& q) {
     b.failure = q.text(26);
     if (!q.is_null(27))
         b.failed = from_nanos(q.integer(27));
+    b.temp_token = q.text(28);
     b.record_id = q.integer(row_id_column);
     return b;
 }
@@ -391,7 +395,7 @@ std::vector<Buffer> read_buffers(Query& q) {
     return buffers;
 }
 
-// Binds the fields update_buffer() may change, as parameters 1..20.
+// Binds the fields update_buffer() may change, as parameters 1..21.
 void bind_mutable(Query& q, const Buffer& b) {
     q.bind(1, b.pool)
         .bind(2, b.requested_bytes)
@@ -421,6 +425,7 @@ void bind_mutable(Query& q, const Buffer& b) {
         q.bind(20, to_nanos(*b.failed));
     else
         q.bind_null(20);
+    q.bind(21, b.temp_token);
 }
 
 QueueEntry read_queue_entry(const Query& q) {
@@ -819,25 +824,27 @@ void WriteTransaction::insert_buffer(Buffer& buffer) {
     buffer.entered[buffer.state] = buffer.created;
     if (buffer.directory.empty())
         buffer.directory = buffer.key.directory();
+    if (buffer.temp_token.empty())
+        buffer.temp_token = random_hex(16);
 
     Query q = impl_.db.query(
         "INSERT INTO buffers (pool, requested_bytes, allocated_bytes, uid, gid, user, reason,"
         " message, directory, access, type, staging, owner, expires, use_count, lock_pid,"
-        " lock_start, reaped, failure, failed, key, cluster, job_id, incarnation, name, state,"
-        " entered, created)"
+        " lock_start, reaped, failure, failed, temp_token, key, cluster, job_id, incarnation,"
+        " name, state, entered, created)"
         " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,"
-        " ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)");
+        " ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)");
     bind_mutable(q, buffer);
-    q.bind(21, buffer.key.str()).bind(22, buffer.key.cluster);
+    q.bind(22, buffer.key.str()).bind(23, buffer.key.cluster);
     if (buffer.key.kind() == BufferKind::job)
-        q.bind(23, buffer.key.job_id)
-            .bind(24, static_cast<std::int64_t>(buffer.key.incarnation))
-            .bind_null(25);
+        q.bind(24, buffer.key.job_id)
+            .bind(25, static_cast<std::int64_t>(buffer.key.incarnation))
+            .bind_null(26);
     else
-        q.bind_null(23).bind_null(24).bind(25, buffer.key.name);
-    q.bind(26, std::string(to_string(buffer.state)))
-        .bind(27, encode_entered(buffer.entered))
-        .bind(28, to_nanos(buffer.created));
+        q.bind_null(24).bind_null(25).bind(26, buffer.key.name);
+    q.bind(27, std::string(to_string(buffer.state)))
+        .bind(28, encode_entered(buffer.entered))
+        .bind(29, to_nanos(buffer.created));
     try {
         q.run();
     } catch (const Error& error) {
@@ -867,10 +874,10 @@ void WriteTransaction::update_buffer(const Buffer& buffer) {
         "UPDATE buffers SET pool = ?1, requested_bytes = ?2, allocated_bytes = ?3, uid = ?4,"
         " gid = ?5, user = ?6, reason = ?7, message = ?8, directory = ?9, access = ?10,"
         " type = ?11, staging = ?12, owner = ?13, expires = ?14, use_count = ?15,"
-        " lock_pid = ?16, lock_start = ?17, reaped = ?18, failure = ?19, failed = ?20"
-        " WHERE id = ?21");
+        " lock_pid = ?16, lock_start = ?17, reaped = ?18, failure = ?19, failed = ?20,"
+        " temp_token = ?21 WHERE id = ?22");
     bind_mutable(q, buffer);
-    q.bind(21, row.id);
+    q.bind(22, row.id);
     q.run();
     if (holds_space(stored.state) &&
         (stored.pool != buffer.pool || stored.allocated_bytes != buffer.allocated_bytes)) {

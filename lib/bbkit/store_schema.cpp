@@ -141,6 +141,13 @@ CREATE INDEX buffers_persistent ON buffers(pool, state, allocated_bytes) WHERE n
 ALTER TABLE buffers ADD COLUMN failure TEXT NOT NULL DEFAULT '';
 ALTER TABLE buffers ADD COLUMN failed INTEGER;
 )sql",
+    // 6: what root trusts in a record (bbkit(7), SECURITY): `seal`, root's keyed hash of the
+    // row, and `temp_token`, the secret part of the mover's temporary names (unpredictable, so
+    // another user cannot plant a temporary for the mover to adopt).
+    R"sql(
+ALTER TABLE buffers ADD COLUMN seal TEXT NOT NULL DEFAULT '';
+ALTER TABLE buffers ADD COLUMN temp_token TEXT NOT NULL DEFAULT '';
+)sql",
 };
 #undef BBKIT_HOLDING_STATES
 

@@ -1,0 +1,32 @@
+// Secrets and seals: random tokens nobody can predict, and a keyed hash (HMAC-SHA-256) that
+// marks a record as written by root. The state owner can edit state.db but cannot read root's
+// key, so a record it changed no longer matches its seal (bbkit(7), SECURITY).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace bbkit {
+
+using Digest = std::array<std::uint8_t, 32>;
+
+// SHA-256 (FIPS 180-4) of `data`.
+Digest sha256(std::string_view data);
+
+// HMAC-SHA-256 (RFC 2104) of `data` under `key`.
+Digest hmac_sha256(std::string_view key, std::string_view data);
+
+// Lower-case hexadecimal of `bytes`.
+std::string to_hex(std::string_view bytes);
+std::string to_hex(const Digest& digest);
+
+// `bytes` bytes from the kernel's random source (getrandom), as 2 * bytes hex digits: a name
+// or token another user cannot guess. Error(software) when the kernel gives none.
+std::string random_hex(std::size_t bytes);
+
+// Whether two strings are equal, in a time that depends only on their lengths.
+bool same_secret(std::string_view a, std::string_view b);
+
+}  // namespace bbkit

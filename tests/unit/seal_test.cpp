@@ -1,0 +1,62 @@
+#include "bbkit/seal.hpp"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+namespace bbkit {
+namespace {
+
+TEST(Seal, sha256_matches_the_fips_examples) {
+    EXPECT_EQ(to_hex(sha256("")),
+              "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    EXPECT_EQ(to_hex(sha256("abc")),
+              "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    EXPECT_EQ(to_hex(sha256("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")),
+              "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    EXPECT_EQ(to_hex(sha256(std::string(1000000, 'a'))),
+              "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(Seal, a_message_of_55_56_and_64_bytes_pads_right) {
+    // 55 bytes fit the length in one block; 56 and 64 need a second.
+    EXPECT_EQ(to_hex(sha256(std::string(55, 'a'))),
+              "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318");
+    EXPECT_EQ(to_hex(sha256(std::string(56, 'a'))),
+              "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a");
+    EXPECT_EQ(to_hex(sha256(std::string(64, 'a'))),
+              "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb");
+}
+
+TEST(Seal, hmac_matches_rfc_4231) {
+    // Test cases 1, 2 and 6 (a key longer than the block).
+    EXPECT_EQ(to_hex(hmac_sha256(std::string(20, '\x0b'), "Hi There")),
+              "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+    EXPECT_EQ(to_hex(hmac_sha256("Jefe", "what do ya want for nothing?")),
+              "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    EXPECT_EQ(to_hex(hmac_sha256(std::string(131, '\xaa'),
+                                 "Test Using Larger Than Block-Size Key - Hash Key First")),
+              "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+}
+
+TEST(Seal, random_tokens_are_hex_of_the_asked_length_and_differ) {
+    std::set<std::string> seen;
+    for (int i = 0; i < 100; ++i) {
+        const std::string t = random_hex(16);
+        ASSERT_EQ(t.size(), 32u);
+        EXPECT_EQ(t.find_first_not_of("0123456789abcdef"), std::string::npos) << t;
+        seen.insert(t);
+    }
+    EXPECT_EQ(seen.size(), 100u);
+}
+
+TEST(Seal, same_secret_compares_whole_strings) {
+    EXPECT_TRUE(same_secret("abc", "abc"));
+    EXPECT_FALSE(same_secret("abc", "abd"));
+    EXPECT_FALSE(same_secret("abc", "ab"));
+    EXPECT_TRUE(same_secret("", ""));
+}
+
+}  // namespace
+}  // namespace bbkit
