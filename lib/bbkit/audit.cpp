@@ -53,13 +53,14 @@ void audit(const std::string& state_dir, const std::string& who, const std::stri
     const std::string what = "tool=" + who + " action=" + action + " " + printable(details);
     to_syslog(caller + " " + what);
     const std::string path = state_dir + "/log/audit.log";
-    const int raw =
-        open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (raw < 0) {
-        spdlog::warn("cannot write the audit log {}: {}", path, std::strerror(errno));
+    Fd fd;
+    try {
+        // log/ is the state owner's: nothing it plants there is written through.
+        fd = open_state_file(state_dir, "log/audit.log", O_WRONLY | O_APPEND | O_CREAT, 0600);
+    } catch (const Error& e) {
+        spdlog::warn("cannot write the audit log {}: {}", path, e.what());
         return;
     }
-    Fd fd(raw);
     const std::string line =
         now_iso8601() + " " + caller + " pid=" + std::to_string(getpid()) + " " + what + "\n";
     if (write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -397,6 +398,7 @@ void read_identity(const Field& root, Config& config) {
     read_if_present(root, "state_dir", config.state_dir, normalized_path_of);
     read_if_present(root, "state_owner", config.state_owner, user_name_of);
     read_if_present(root, "state_group", config.state_group, group_name_of);
+    read_if_present(root, "record_key", config.record_key, normalized_path_of);
     read_if_present(root, "mode", config.mode, mode_of);
     read_if_present(root, "cluster", config.cluster, name_of);
     read_if_present(root, "directives", config.directives, directives_of);
@@ -503,9 +505,9 @@ std::string default_pool_of(const Field& field, const std::vector<PoolConfig>& p
 }
 
 Config config_of(const Field& root) {
-    reject_unknown_keys(root, {"state_dir", "state_owner", "state_group", "mode", "cluster",
-                               "directives", "default_pool", "flags", "allow_users", "deny_users",
-                               "allow_root", "timeouts", "limits", "pool", "hooks"});
+    reject_unknown_keys(root, {"state_dir", "state_owner", "state_group", "record_key", "mode",
+                               "cluster", "directives", "default_pool", "flags", "allow_users",
+                               "deny_users", "allow_root", "timeouts", "limits", "pool", "hooks"});
     Config config;
     read_identity(root, config);
     read_access(root, config);
@@ -781,6 +783,26 @@ const std::vector<std::string>& hook_phases() {
     return phases;
 }
 
+namespace {
+
+// Beside the configuration file: root's key goes where root's configuration is.
+std::string default_record_key(const std::string& source) {
+    if (source.empty())
+        return "/etc/bbkit/record.key";
+    std::string dir =
+        source.find('/') == std::string::npos ? "." : source.substr(0, source.rfind('/'));
+    if (dir.empty())
+        dir = "/";
+    if (dir[0] != '/') {
+        char cwd[PATH_MAX];
+        if (getcwd(cwd, sizeof cwd) != nullptr)
+            dir = std::string(cwd) + "/" + dir;
+    }
+    return dir == "/" ? "/record.key" : dir + "/record.key";
+}
+
+}  // namespace
+
 std::string locate_config(const std::optional<std::string>& cli_path) {
     if (cli_path)
         return *cli_path;
@@ -795,6 +817,8 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     const Value document = parse_toml(text, source);
     Config config = config_of(Field(source, document, ""));
     config.source = source_name;
+    if (config.record_key.empty())
+        config.record_key = default_record_key(source_name);
     return config;
 }
 

@@ -69,6 +69,9 @@ struct Config {
     std::string source;  // the file it was read from ("" for built-in defaults)
     std::string state_dir = "/var/lib/bbkit";
     std::string state_owner = "root";
+    // Root's key for the records' seals (bbkit(7), SECURITY): beside the configuration file
+    // unless `record_key` says otherwise; /etc/bbkit/record.key for the built-in defaults.
+    std::string record_key;
     std::string state_group;  // may read env/ (SlurmUser's group); "" = leave env/'s group as is
     Mode mode = Mode::standalone;
     std::string cluster = "main";

@@ -293,6 +293,22 @@ Fd open_beneath(int dirfd, const std::string& relative, int flags, const std::st
     return Fd(static_cast<int>(fd));
 }
 
+Fd open_state_file(const std::string& dir, const std::string& relative, int flags, mode_t mode) {
+    const Fd top(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!top)
+        throw system_error("cannot open " + dir, errno);
+    const std::string what = dir + "/" + relative;
+    Fd fd = open_beneath(top.get(), relative, flags, what, mode);
+    struct stat st {};
+    if (fstat(fd.get(), &st) != 0)
+        throw system_error("cannot inspect " + what, errno);
+    if (S_ISREG(st.st_mode) && st.st_nlink != 1)
+        throw Error(ExitCode::no_perm, "refusing " + what + ": it has " +
+                                           std::to_string(st.st_nlink) +
+                                           " links (a hard link to a file elsewhere?)");
+    return fd;
+}
+
 bool raise_descriptor_limit() {
     rlimit limit{};
     if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max)

@@ -101,6 +101,13 @@ int remove_tree_beneath(int parent, const std::string& name);
 // when it already is at the hard limit or may not be raised.
 bool raise_descriptor_limit();
 
+// Opens `relative` beneath the directory `dir` (itself never a symlink) for root, where a less
+// privileged party owns `dir` (the state directory: its owner is not trusted with root's
+// files, bbkit(7) SECURITY): open_beneath's rules, and a regular file must have exactly one
+// link, so that a hard link planted to a file elsewhere is never written through. Errors as
+// open_beneath's; a second link is Error(no_perm).
+Fd open_state_file(const std::string& dir, const std::string& relative, int flags, mode_t mode = 0);
+
 // Everything read from `fd` (from its offset) to the end, at most `limit` bytes: more is
 // Error(data) "<what> is larger than <limit> bytes"; a failed read is
 // system_error("cannot read " + what).

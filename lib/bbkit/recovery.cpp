@@ -12,6 +12,7 @@
 #include "bbkit/fsops.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/publish.hpp"
+#include "bbkit/record_seal.hpp"
 #include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
 #include "bbkit/teardown.hpp"
@@ -193,6 +194,8 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
         BufferFilter filter;
         filter.live_only = true;
         live = snapshot.list_buffers(filter);
+        for (const Buffer& b : snapshot.forged_records())
+            spdlog::warn("{}", forged_record_error(b.key.str()).what());
     }
     fault_point("recover.listed");
     for (const Buffer& b : live) {
@@ -325,6 +328,8 @@ const char* to_string(FindingKind kind) {
             return "kept-entry";
         case FindingKind::stale_environment:
             return "stale-environment";
+        case FindingKind::forged_record:
+            return "forged-record";
     }
     return "unknown";
 }
@@ -600,6 +605,11 @@ Expected expected_entries(Transaction& txn) {
     filter.in_trash_only = true;
     for (const Buffer& b : txn.list_buffers(filter))
         expected.trash[b.pool].insert(trash_name(b));
+    // What a forged record names is left where it is, whatever it names (bbkit(7), SECURITY).
+    for (const Buffer& b : txn.forged_records()) {
+        expected.dirs[b.pool].insert(b.directory);
+        expected.trash[b.pool].insert(trash_name(b));
+    }
     return expected;
 }
 
@@ -721,6 +731,17 @@ void stale_environment(const CheckRun& run, Survey& s, Findings& findings) {
     read.done();
 }
 
+// Records root did not write: reported, never repaired (an administrator restores state.db
+// or removes the row; bbkit(7), SECURITY).
+void forged_records(const CheckRun& run, Findings& findings) {
+    ReadSnapshot snapshot(run.store);
+    for (const Buffer& b : snapshot.forged_records())
+        findings.push_back({FindingKind::forged_record, b.pool, b.key.str(),
+                            "its record in state.db does not carry root's seal (changed outside "
+                            "bbkit): root leaves it and what it names alone",
+                            false});
+}
+
 // Repair of the stale-queue findings, last: the waiters still dead are dropped at once.
 void drop_stale_queue(const CheckRun& run, Findings& findings) {
     const auto stale = [](const Finding& f) { return f.kind == FindingKind::stale_queue; };
@@ -756,6 +777,7 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
     kept_entry(run, s, findings);
     orphans(run, s, candidates, now, findings);
     stale_environment(run, s, findings);
+    forged_records(run, findings);
     if (repair)
         drop_stale_queue(run, findings);
     return findings;

@@ -37,6 +37,7 @@ enum class FindingKind {
     kept_entry,          // what a teardown kept aside in quarantine/ for an administrator
     stalled_stage,       // a stage-in or stage-out nobody runs: failed, or its stager died
     stale_environment,   // a job's env/ file in a pool where the job has no live buffer
+    forged_record,       // a record root did not write (its seal does not match): left alone
 };
 // The name bb-pool check prints and its --json holds: "orphan-directory", "stale-queue", ...
 const char* to_string(FindingKind kind);

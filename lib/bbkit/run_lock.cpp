@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -21,15 +22,17 @@
 namespace bbkit {
 namespace {
 
-std::string lock_path(const std::string& state_dir, const BufferKey& key) {
-    return state_dir + "/run/" + key.str() + ".lock";
+std::string lock_name(const BufferKey& key) {
+    return "run/" + key.str() + ".lock";
 }
 
-Fd open_lock_file(const std::string& path) {
-    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-        throw Error(ExitCode::io, "cannot open run lock " + path + ": " + std::strerror(errno));
-    return Fd(fd);
+std::string lock_path(const std::string& state_dir, const BufferKey& key) {
+    return state_dir + "/" + lock_name(key);
+}
+
+// Through open_state_file: run/ is the state owner's (bbkit(7), SECURITY).
+Fd open_lock_file(const std::string& state_dir, const BufferKey& key) {
+    return open_state_file(state_dir, lock_name(key), O_RDWR | O_CREAT, 0600);
 }
 
 // The holder ("pid start_time") is an extended attribute of the lock file: ext4 keeps a small one
@@ -77,7 +80,7 @@ std::optional<RunLock> RunLock::try_acquire(const std::string& state_dir, const 
     // A teardown removes the file while it holds the lock (remove_file): a process that opened
     // it before and locked it after holds a file nobody else can see, and opens it again.
     for (int attempt = 0; attempt < 100; ++attempt) {
-        Fd fd = open_lock_file(path);
+        Fd fd = open_lock_file(state_dir, key);
         if (flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
             if (errno == EWOULDBLOCK)
                 return std::nullopt;
@@ -113,14 +116,48 @@ RunLock RunLock::acquire(const std::string& state_dir, const BufferKey& key,
                 "buffer " + key.str() + " is busy: " + who + " holds its run lock (retry later)");
 }
 
+namespace {
+
+// Whether process `pid` has the file `held` open. The holder written into a lock file is only
+// a claim: the file lies in run/, which the state owner can write, and a teardown as root stops
+// the holder. A process that really holds the lock has the file open; no other party can make
+// someone else's process open it (bbkit(7), SECURITY).
+bool has_open(pid_t pid, const struct stat& held) {
+    const std::string fds = "/proc/" + std::to_string(pid) + "/fd";
+    DIR* dir = opendir(fds.c_str());
+    if (dir == nullptr)
+        return false;
+    bool found = false;
+    while (const dirent* entry = readdir(dir)) {
+        if (entry->d_name[0] == '.')
+            continue;
+        struct stat st {};
+        if (fstatat(dirfd(dir), entry->d_name, &st, 0) == 0 && st.st_dev == held.st_dev &&
+            st.st_ino == held.st_ino) {
+            found = true;
+            break;
+        }
+    }
+    closedir(dir);
+    return found;
+}
+
+}  // namespace
+
 std::optional<ProcessId> RunLock::holder(const std::string& state_dir, const BufferKey& key) {
-    const int raw = open(lock_path(state_dir, key).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (raw < 0)
+    Fd fd;
+    try {
+        fd = open_state_file(state_dir, lock_name(key), O_RDONLY);
+    } catch (const Error&) {
         return std::nullopt;
-    Fd fd(raw);
+    }
     if (flock(fd.get(), LOCK_SH | LOCK_NB) == 0)
         return std::nullopt;  // nobody holds it
-    return read_holder(fd.get());
+    const std::optional<ProcessId> claimed = read_holder(fd.get());
+    struct stat held {};
+    if (!claimed || fstat(fd.get(), &held) != 0 || !has_open(claimed->pid, held))
+        return std::nullopt;
+    return claimed;
 }
 
 void RunLock::remove_file() {

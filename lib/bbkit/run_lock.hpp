@@ -19,7 +19,8 @@ class RunLock {
     // Waits up to `timeout`; Error(temp_fail) naming the holder when it does not get the lock.
     static RunLock acquire(const std::string& state_dir, const BufferKey& key,
                            std::chrono::milliseconds timeout);
-    // The process holding the lock now, if any.
+    // The process holding the lock now, if any: the holder the file names, and only when that
+    // process has the file open (the name alone is the state owner's to write).
     static std::optional<ProcessId> holder(const std::string& state_dir, const BufferKey& key);
     // Removes the lock file while holding it, once the buffer is over (one file per buffer
     // would otherwise stay in run/ for good). Whoever waits for it then locks a new file.

@@ -1,6 +1,7 @@
 #include "bbkit/sqlite.hpp"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <utility>
 
@@ -29,8 +30,21 @@ sqlite3_vfs* base_vfs(sqlite3_vfs* vfs) {
     return static_cast<sqlite3_vfs*>(vfs->pAppData);
 }
 
+// The state directory is its owner's, who is not trusted with root's files (bbkit(7),
+// SECURITY): a database, WAL or journal that is not a regular file of one link (a symlink or a
+// hard link planted to a file elsewhere) is not opened. SQLite opens them O_NOFOLLOW itself
+// (SQLITE_OPEN_NOFOLLOW); the link count is checked here.
+bool planted(const char* name) {
+    struct stat st {};
+    if (lstat(name, &st) != 0)
+        return false;  // missing: SQLite creates it
+    return !S_ISREG(st.st_mode) || st.st_nlink != 1;
+}
+
 int vfs_open(sqlite3_vfs* vfs, const char* name, sqlite3_file* file, int flags, int* out_flags) {
     sqlite3_vfs* base = base_vfs(vfs);
+    if (name != nullptr && planted(name))
+        return SQLITE_CANTOPEN;
     if (name != nullptr && (flags & SQLITE_OPEN_WAL) != 0 && (flags & SQLITE_OPEN_CREATE) != 0) {
         const int rc = base->xOpen(base, name, file, flags & ~SQLITE_OPEN_CREATE, out_flags);
         if (rc != SQLITE_CANTOPEN)
@@ -214,8 +228,9 @@ void Database::Finalizer::operator()(sqlite3_stmt* statement) const {
 Database::Database(std::string path) : path_(std::move(path)) {
     sqlite3* raw = nullptr;
     sqlite3_vfs* vfs = bbkit_vfs();
-    const int rc = sqlite3_open_v2(path_.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
-                                   vfs != nullptr ? vfs->zName : nullptr);
+    const int rc = sqlite3_open_v2(
+        path_.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
+        vfs != nullptr ? vfs->zName : nullptr);
     db_.reset(raw);
     if (rc != SQLITE_OK)
         fail_sqlite(raw, rc, path_, "opening the state database failed");

@@ -83,10 +83,10 @@ std::vector<Fd> take_slots(const Config& config, const std::string& prefix, unsi
     std::vector<Fd> held;
     for (;;) {
         for (unsigned i = 0; i < count && held.size() < want; ++i) {
-            const std::string path =
-                config.state_dir + "/run/" + prefix + "." + std::to_string(i) + ".lock";
-            Fd fd(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
-            if (fd && flock(fd.get(), LOCK_EX | LOCK_NB) == 0)
+            Fd fd = open_state_file(config.state_dir,
+                                    "run/" + prefix + "." + std::to_string(i) + ".lock",
+                                    O_RDWR | O_CREAT, 0600);
+            if (flock(fd.get(), LOCK_EX | LOCK_NB) == 0)
                 held.push_back(std::move(fd));
         }
         if (!held.empty())
@@ -97,15 +97,25 @@ std::vector<Fd> take_slots(const Config& config, const std::string& prefix, unsi
     }
 }
 
-// Progress is not state: a temp file renamed over the old one, no fsync.
+// Progress is not state: a temp file renamed over the old one, no fsync. progress/ is the
+// state owner's: root writes only a file it has just created there, through the directory it
+// opened (bbkit(7), SECURITY).
 void write_progress(const StateStore& store, const Buffer& b, const StagingProgress& progress) {
-    const std::string path = store.path("progress/" + b.key.str());
-    const std::string tmp = path + ".tmp";
+    const std::string name = b.key.str();
+    const std::string tmp = name + ".tmp";
     const std::string text = progress_record(progress);
-    Fd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+    Fd dir;
+    try {
+        dir = open_state_file(store.dir(), "progress", O_RDONLY | O_DIRECTORY);
+    } catch (const Error&) {
+        return;
+    }
+    unlinkat(dir.get(), tmp.c_str(), 0);
+    Fd fd(
+        openat(dir.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
     if (!fd || write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
         return;
-    rename(tmp.c_str(), path.c_str());
+    renameat(dir.get(), tmp.c_str(), dir.get(), name.c_str());
 }
 
 std::string pool_path_of(const Config& config, const Buffer& b) {

@@ -20,6 +20,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/record_seal.hpp"
 #include "bbkit/seal.hpp"
 #include "bbkit/sqlite.hpp"
 #include "bbkit/store_schema.hpp"
@@ -153,6 +154,9 @@ struct StateStore::Impl {
     Fd lock_fd;
     sqlite::Database db;
     std::optional<HeldLock> lock;
+    // Root's key (RecordSeal::for_process) and whether rows must match it to be acted on.
+    std::optional<RecordSeal> seal;
+    bool check_seals = false;
 
     HeldLock acquire_lock(const std::string& who) {
         if (!lock_fd)
@@ -347,9 +351,29 @@ std::string buffer_columns() {
            "gid, user, state, reason, message, entered, directory, access, type, staging, owner, "
            "expires, use_count, created, lock_pid, lock_start, reaped, failure, failed, "
            "temp_token, "
-           "id";
+           "id, seal";
 }
 constexpr int row_id_column = 29;
+constexpr int seal_column = 30;
+
+// A row's canonical text for its seal: every column up to the id, each as SQLite gives it as
+// text, length-prefixed (NULL told apart from ""). A column added to buffer_columns() is
+// sealed with the rest.
+std::string row_text(const Query& q) {
+    std::string text;
+    for (int c = 0; c <= row_id_column; ++c) {
+        if (q.is_null(c)) {
+            text += "~;";
+            continue;
+        }
+        const std::string value = q.text(c);
+        text += std::to_string(value.size()) + ":" + value + ";";
+    }
+    return text;
+}
+
+// Whether root may act on the row `q` is on: sealed with root's key, or nobody checks.
+bool trusted_row(const StateStore::Impl& impl, const Query& q);
 
 Buffer read_buffer(const Query& q) {
     Buffer b;
@@ -388,11 +412,32 @@ Buffer read_buffer(const Query& q) {
     return b;
 }
 
-std::vector<Buffer> read_buffers(Query& q) {
+// The rows root may act on; the others are left out (bb-pool check lists them).
+std::vector<Buffer> read_buffers(const StateStore::Impl& impl, Query& q) {
     std::vector<Buffer> buffers;
     while (q.step())
-        buffers.push_back(read_buffer(q));
+        if (trusted_row(impl, q))
+            buffers.push_back(read_buffer(q));
     return buffers;
+}
+
+bool trusted_row(const StateStore::Impl& impl, const Query& q) {
+    return !impl.check_seals || impl.seal->matches(row_text(q), q.text(seal_column));
+}
+
+// Seals the row `id` as it now is, when this process holds root's key; every write of a
+// buffer row ends with it.
+void reseal(StateStore::Impl& impl, std::int64_t id) {
+    if (!impl.seal)
+        return;
+    Query q = impl.db.query("SELECT " + buffer_columns() + " FROM buffers WHERE id = ?1");
+    q.bind(1, id);
+    if (!q.step())
+        return;
+    const std::string seal = impl.seal->seal(row_text(q));
+    Query update = impl.db.query("UPDATE buffers SET seal = ?1 WHERE id = ?2");
+    update.bind(1, seal).bind(2, id);
+    update.run();
 }
 
 // Binds the fields update_buffer() may change, as parameters 1..21.
@@ -442,6 +487,28 @@ QueueEntry read_queue_entry(const Query& q) {
 const char* const queue_columns =
     "seq, pool, key, requested_bytes, waiter_pid, waiter_start, enqueued";
 
+// Records written before seals existed are sealed by the root process that migrates the file
+// (bbkit(7), SECURITY: upgrade as root).
+constexpr int first_sealed_schema = 6;
+
+void seal_every_row(StateStore::Impl& impl) {
+    impl.db.begin(true);
+    try {
+        std::vector<std::int64_t> ids;
+        {
+            Query q = impl.db.query("SELECT id FROM buffers WHERE seal = ''");
+            while (q.step())
+                ids.push_back(q.integer(0));
+        }
+        for (const std::int64_t id : ids)
+            reseal(impl, id);
+        impl.db.commit("sealing the records failed");
+    } catch (...) {
+        impl.db.rollback();
+        throw;
+    }
+}
+
 void migrate(StateStore::Impl& impl) {
     const int known = state_schema_version();
     const int found = schema_version(impl.db);  // refuses a file that is not SQLite, or newer
@@ -454,6 +521,8 @@ void migrate(StateStore::Impl& impl) {
                                           " (run bb-pool recover once to migrate it)");
     const HeldLock lock = impl.acquire_lock("bbkit schema migration");
     migrate_schema(impl.db);
+    if (found < first_sealed_schema && impl.seal)
+        seal_every_row(impl);
 }
 
 }  // namespace
@@ -476,6 +545,8 @@ StateStore::StateStore(const Config& config, StoreOptions options)
     }
 
     impl.db = sqlite::Database(db_path);
+    impl.seal = RecordSeal::for_process(config, !options.read_only);
+    impl.check_seals = impl.seal && records_need_checking(config);
     migrate(impl);
     {
         Query q = impl.db.query("PRAGMA journal_mode");
@@ -519,6 +590,8 @@ std::optional<Row> find_row(StateStore::Impl& impl, const BufferKey& key) {
     q.bind(1, key.str());
     if (!q.step())
         return std::nullopt;
+    if (!trusted_row(impl, q))
+        throw forged_record_error(key.str());
     return Row{q.integer(row_id_column), read_buffer(q)};
 }
 
@@ -559,6 +632,28 @@ std::uint32_t Transaction::next_incarnation(const std::string& cluster, std::uin
     return static_cast<std::uint32_t>(q.integer(0) + 1);
 }
 
+std::vector<Buffer> Transaction::forged_records() {
+    std::vector<Buffer> forged;
+    if (!impl_.check_seals)
+        return forged;
+    Query q = impl_.db.query("SELECT " + buffer_columns() + " FROM buffers ORDER BY id");
+    while (q.step()) {
+        if (trusted_row(impl_, q))
+            continue;
+        try {
+            forged.push_back(read_buffer(q));
+        } catch (const Error&) {
+            // A value that does not even parse (a state, a key): keep what names it.
+            Buffer b;
+            b.key = BufferKey::persistent("?", "unreadable");
+            b.directory = q.text(15);
+            b.pool = q.text(5);
+            forged.push_back(b);
+        }
+    }
+    return forged;
+}
+
 std::vector<Buffer> Transaction::list_buffers(const BufferFilter& filter) {
     std::string sql = "SELECT " + buffer_columns() + " FROM buffers WHERE 1";
     if (filter.live_only)
@@ -579,7 +674,7 @@ std::vector<Buffer> Transaction::list_buffers(const BufferFilter& filter) {
         q.bind(2, static_cast<std::int64_t>(*filter.uid));
     if (filter.state)
         q.bind(3, std::string(to_string(*filter.state)));
-    return read_buffers(q);
+    return read_buffers(impl_, q);
 }
 
 std::map<BufferState, std::size_t> Transaction::count_by_state() {
@@ -854,6 +949,8 @@ void WriteTransaction::insert_buffer(Buffer& buffer) {
                                                 buffer.pool + ")");
         throw;
     }
+    buffer.record_id = impl_.db.last_insert_rowid();
+    reseal(impl_, buffer.record_id);
     if (holds_space(buffer.state))
         add_used_bytes(impl_, buffer.pool, signed_bytes(buffer.allocated_bytes));
     append_history(impl_, buffer.key.str(), std::nullopt, buffer.state, buffer.created, who_,
@@ -879,6 +976,7 @@ void WriteTransaction::update_buffer(const Buffer& buffer) {
     bind_mutable(q, buffer);
     q.bind(22, row.id);
     q.run();
+    reseal(impl_, row.id);
     if (holds_space(stored.state) &&
         (stored.pool != buffer.pool || stored.allocated_bytes != buffer.allocated_bytes)) {
         add_used_bytes(impl_, stored.pool, -signed_bytes(stored.allocated_bytes));
@@ -909,6 +1007,7 @@ Buffer WriteTransaction::transition(const BufferKey& key, BufferState to, const 
         .bind(4, encode_entered(buffer.entered))
         .bind(5, row.id);
     q.run();
+    reseal(impl_, row.id);
     if (holds_space(from) != holds_space(to))
         add_used_bytes(impl_, buffer.pool,
                        holds_space(to) ? signed_bytes(buffer.allocated_bytes)
@@ -932,6 +1031,7 @@ void WriteTransaction::set_run_lock_holder(const BufferKey& key,
         q.bind_null(1).bind_null(2);
     q.bind(3, row.id);
     q.run();
+    reseal(impl_, row.id);
     touched_keys_.insert(key.str());
 }
 
@@ -944,6 +1044,7 @@ void WriteTransaction::mark_reaped(const BufferKey& key) {
     Query q = impl_.db.query("UPDATE buffers SET reaped = 1 WHERE id = ?1");
     q.bind(1, row.id);
     q.run();
+    reseal(impl_, row.id);
     touched_keys_.insert(key.str());
     pools_touched_ = true;
 }

@@ -128,6 +128,12 @@ class Transaction {
 
     std::vector<HistoryEntry> history(const BufferKey& key);  // oldest first
 
+    // The rows whose seal does not match root's key (bbkit(7), SECURITY): root acts on none
+    // of them (find_buffer refuses them with Error(no_perm), list_buffers leaves them out).
+    // Their values are the forger's: report them, keep away from what they name, never act
+    // on them. Empty unless this process checks seals (root, with a state owner not root).
+    std::vector<Buffer> forged_records();
+
     // ---- read-only queries added for status views (lib/bbkit/status.*) ----
     // The part of used_bytes(pool) held by persistent buffers: Slurm does not own that space,
     // so slurm_bb_pools leaves it out of the pool's quantity.

@@ -1,0 +1,39 @@
+// Root's seal on the records of state.db (bbkit(7), SECURITY). The state owner owns state.db
+// and can change any row, but only root reads the key (Config::record_key, root's file of mode
+// 0400), so a row it changed no longer matches its seal. Root seals every row it writes and,
+// when the state owner is not root, acts on no row whose seal does not match.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "bbkit/config.hpp"
+#include "bbkit/error.hpp"
+
+namespace bbkit {
+
+class RecordSeal {
+  public:
+    // The key of `config` when this process is root, created (random, 0400, root's) when
+    // missing and `create`; std::nullopt for any other process, a configuration without
+    // record_key, or a missing key not to be created. A key file another user could change or
+    // read is Error(config) naming it.
+    static std::optional<RecordSeal> for_process(const Config& config, bool create);
+
+    // The seal of a row's canonical text (see StateStore): hex HMAC-SHA-256 under the key.
+    std::string seal(std::string_view row) const;
+    bool matches(std::string_view row, std::string_view seal) const;
+
+  private:
+    explicit RecordSeal(std::string key) : key_(std::move(key)) {}
+    std::string key_;
+};
+
+// Whether root must check the seals of `config`'s records: the state owner is not root.
+bool records_need_checking(const Config& config);
+
+// The one-line refusal of a record whose seal does not match: Error(no_perm).
+Error forged_record_error(const std::string& key);
+
+}  // namespace bbkit
