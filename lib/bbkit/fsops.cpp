@@ -302,7 +302,7 @@ Fd open_state_file(const std::string& dir, const std::string& relative, int flag
     struct stat st {};
     if (fstat(fd.get(), &st) != 0)
         throw system_error("cannot inspect " + what, errno);
-    if (S_ISREG(st.st_mode) && st.st_nlink != 1)
+    if (S_ISREG(st.st_mode) && st.st_nlink > 1)
         throw Error(ExitCode::no_perm, "refusing " + what + ": it has " +
                                            std::to_string(st.st_nlink) +
                                            " links (a hard link to a file elsewhere?)");

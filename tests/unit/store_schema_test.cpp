@@ -103,7 +103,9 @@ TEST_F(StoreSchemaTest, migrating_from_schema_1_keeps_the_rows_and_records_the_v
     add_rows();
     db_.exec(
         "DROP INDEX buffers_persistent; DROP TABLE pool_usage; ALTER TABLE buffers DROP "
-        "COLUMN failure; ALTER TABLE buffers DROP COLUMN failed; PRAGMA user_version = 1",
+        "COLUMN failure; ALTER TABLE buffers DROP COLUMN failed; ALTER TABLE buffers DROP COLUMN "
+        "seal;"
+        " ALTER TABLE buffers DROP COLUMN temp_token; PRAGMA user_version = 1",
         "going back to schema 1");
     ASSERT_EQ(schema_version(db_), 1);
     migrate_schema(db_);
@@ -122,7 +124,9 @@ TEST_F(StoreSchemaTest, migrating_from_schema_4_gives_existing_rows_no_failure) 
     migrate_schema(db_);
     add_rows();
     db_.exec(
-        "ALTER TABLE buffers DROP COLUMN failure; ALTER TABLE buffers DROP COLUMN failed;"
+        "ALTER TABLE buffers DROP COLUMN failure; ALTER TABLE buffers DROP COLUMN failed; ALTER "
+        "TABLE buffers DROP COLUMN seal;"
+        " ALTER TABLE buffers DROP COLUMN temp_token;"
         " PRAGMA user_version = 4",
         "going back to schema 4");
     migrate_schema(db_);

@@ -961,10 +961,12 @@ TEST_F(StateStoreTest, migrations_3_and_4_fill_pool_usage_and_writes_keep_it) {
     }
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open((config_.state_dir + "/state.db").c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db,
-                           "DROP TABLE pool_usage; ALTER TABLE buffers DROP COLUMN failure;"
-                           " ALTER TABLE buffers DROP COLUMN failed; PRAGMA user_version = 2",
-                           nullptr, nullptr, nullptr),
+    ASSERT_EQ(sqlite3_exec(
+                  db,
+                  "DROP TABLE pool_usage; ALTER TABLE buffers DROP COLUMN failure;"
+                  " ALTER TABLE buffers DROP COLUMN failed; ALTER TABLE buffers DROP COLUMN seal;"
+                  " ALTER TABLE buffers DROP COLUMN temp_token; PRAGMA user_version = 2",
+                  nullptr, nullptr, nullptr),
               SQLITE_OK);
     sqlite3_close(db);
     StateStore store(config_);
