@@ -231,14 +231,16 @@ PY
   assert_failure 65
   assert_output --partial "cannot stage out main.26.1: it is allocated (stage out needs post-run)"
   # Another process holds the run lock (as a stage-in started before a restart would).
+  # A holder is believed only when it has the lock file open (bbkit(7), SECURITY): this one
+  # opens and locks it, then becomes a sleep that keeps it.
+  lockfile="$TEST_DIR/state/run/main.26.1.lock"
   mkdir -p "$TEST_DIR/state/run"
-  sleep 60 &
+  : >"$lockfile"
+  (exec 8<"$lockfile" && flock -n 8 && exec sleep 60) &
   sleeper=$!
-  echo "$sleeper 1" >"$TEST_DIR/state/run/main.26.1.lock"
-  exec {lock}<"$TEST_DIR/state/run/main.26.1.lock"
-  flock -n "$lock"
+  sleep 0.5
+  echo "$sleeper 1" >"$lockfile"
   run bb-stage --job 26 in --check
-  exec {lock}<&-
   kill "$sleeper"
   wait "$sleeper" 2>/dev/null || true
   assert_failure 75
