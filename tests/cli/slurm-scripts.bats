@@ -658,14 +658,15 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   assert_line --index 0 "rc=0"
   # Another process stages the buffer (one started before a slurmctld restart): Slurm is told
   # BUSY and polls again.
+  # (A holder is believed only when it has the lock file open, as a real stager has.)
+  lockfile="$TEST_DIR/state/run/main.60.1.lock"
   mkdir -p "$TEST_DIR/state/run"
-  sleep 60 &
+  : >"$lockfile"
+  (exec 8<"$lockfile" && flock -n 8 && exec sleep 60) &
   sleeper=$!
-  echo "$sleeper 1" >"$TEST_DIR/state/run/main.60.1.lock"
-  exec {lock}<"$TEST_DIR/state/run/main.60.1.lock"
-  flock -n "$lock"
+  sleep 0.5
+  echo "$sleeper 1" >"$lockfile"
   run hook slurm_bb_test_data_in 60 "$script" 0 0
-  exec {lock}<&-
   kill "$sleeper"
   wait "$sleeper" 2>/dev/null || true
   assert_line --index 0 "rc=0"
