@@ -542,6 +542,14 @@ Buffer Transaction::get_buffer(const BufferKey& key) {
     throw Error(ExitCode::no_input, "no buffer " + key.str());
 }
 
+std::optional<Buffer> Transaction::find_buffer_by_record(std::int64_t record_id) {
+    Query q = impl_.db.query("SELECT " + buffer_columns() + " FROM buffers WHERE id = ?1");
+    q.bind(1, record_id);
+    if (!q.step())
+        return std::nullopt;
+    return read_buffer(q);
+}
+
 std::optional<Buffer> Transaction::latest_job_buffer(const std::string& cluster,
                                                      std::uint64_t job_id) {
     // Through the key: one statement less to compile per process than a query of its own.
@@ -854,6 +862,7 @@ void WriteTransaction::insert_buffer(Buffer& buffer) {
                                                 buffer.pool + ")");
         throw;
     }
+    buffer.record_id = impl_.db.last_insert_rowid();
     if (holds_space(buffer.state))
         add_used_bytes(impl_, buffer.pool, signed_bytes(buffer.allocated_bytes));
     append_history(impl_, buffer.key.str(), std::nullopt, buffer.state, buffer.created, who_,
