@@ -92,7 +92,8 @@ libc = ctypes.CDLL(None, use_errno=True)
 fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
 buf = ctypes.create_string_buffer(72)  # struct if_dqblk
 cmd = (0x800007 << 8) | 2              # QCMD(Q_GETQUOTA, PRJQUOTA)
-if libc.syscall(443, fd, cmd, int(sys.argv[2]), buf) != 0:
+L = ctypes.c_long
+if libc.syscall(L(443), L(fd), L(cmd), L(int(sys.argv[2])), buf) != 0:
     err = ctypes.get_errno()
     if err == 2:  # no entry: nothing used, no limit
         print(0, 0); sys.exit(0)
