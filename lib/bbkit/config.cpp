@@ -446,14 +446,47 @@ bool paths_overlap(const std::string& a, const std::string& b) {
            (longer.size() == shorter.size() || longer[shorter.size()] == '/');
 }
 
+QuotaMode quota_mode_of(const Field& field) {
+    const std::string mode = string_of(field);
+    if (mode == "none")
+        return QuotaMode::none;
+    if (mode == "project")
+        return QuotaMode::project;
+    field.fail("must be \"none\" or \"project\", got '" + mode + "'");
+}
+
+QuotaMissing quota_missing_of(const Field& field) {
+    const std::string what = string_of(field);
+    if (what == "refuse")
+        return QuotaMissing::refuse;
+    if (what == "warn")
+        return QuotaMissing::warn;
+    field.fail("must be \"refuse\" or \"warn\", got '" + what + "'");
+}
+
+// Room is left above the base for a billion records: a base nearer the top would run out.
+constexpr std::int64_t max_project_base = max_project_id - 1000000000LL;
+
+std::uint32_t project_base_of(const Field& field) {
+    const std::int64_t base = integer_of(field);
+    if (base < 1 || base > max_project_base)
+        field.fail("must be between 1 and " + std::to_string(max_project_base) + ", got " +
+                   std::to_string(base));
+    return static_cast<std::uint32_t>(base);
+}
+
 PoolConfig pool_of(const Field& table) {
-    reject_unknown_keys(table, {"name", "path", "capacity", "granularity", "direct_io", "syncfs"});
+    reject_unknown_keys(table, {"name", "path", "capacity", "granularity", "direct_io", "syncfs",
+                                "quota", "quota_missing", "quota_project_base"});
     PoolConfig pool;
     pool.name = name_of(required(table, "name"));
     pool.path = normalized_path_of(required(table, "path"));
     pool.capacity = capacity_of(required(table, "capacity"));
     read_if_present(table, "direct_io", pool.direct_io, boolean_of);
     read_if_present(table, "syncfs", pool.syncfs, boolean_of);
+    read_if_present(table, "quota", pool.quota, quota_mode_of);
+    read_if_present(table, "quota_missing", pool.quota_missing, quota_missing_of);
+    read_if_present(table, "quota_project_base", pool.quota_project_base, project_base_of);
     if (auto field = find(table, "granularity")) {
         pool.granularity = capacity_of(*field);
         if (pool.granularity > pool.capacity)
@@ -768,6 +801,14 @@ std::string file_text(const std::string& path) {
 }
 
 }  // namespace
+
+const char* to_string(QuotaMode mode) {
+    return mode == QuotaMode::project ? "project" : "none";
+}
+
+const char* to_string(QuotaMissing missing) {
+    return missing == QuotaMissing::warn ? "warn" : "refuse";
+}
 
 const PoolConfig* Config::find_pool(const std::string& name) const {
     for (const PoolConfig& pool : pools)

@@ -33,6 +33,14 @@ inline const std::vector<std::string>& datawarp_directives() {
 // Slurm's maximum for burst-buffer timeouts; larger values are refused.
 constexpr unsigned max_timeout_seconds = 2073600;
 
+// Whether a pool's buffers get a project quota (bbkit(7), CAPACITY).
+enum class QuotaMode { none, project };
+// What init and alloc do when a pool asks for project quotas its file system does not enforce.
+enum class QuotaMissing { refuse, warn };
+
+// A buffer's project id is quota_project_base + its record id; ids above this are refused.
+constexpr std::uint32_t max_project_id = 4294967294U;  // (uint32_t)-1 is no valid project
+
 struct PoolConfig {
     std::string name;
     std::string path;               // absolute; holds bbkit's marker file
@@ -41,6 +49,9 @@ struct PoolConfig {
     bool direct_io = false;         // movers copy large files with O_DIRECT (far less CPU, opt-in)
     bool syncfs = true;             // false: fsync each staged-out file, for file systems whose
                          // syncfs(2) does not flush everything (some network file systems)
+    QuotaMode quota = QuotaMode::none;
+    QuotaMissing quota_missing = QuotaMissing::refuse;
+    std::uint32_t quota_project_base = 2000000000;  // project ids base+1 ... max_project_id
 };
 
 struct Timeouts {  // seconds; Slurm's defaults
@@ -103,6 +114,8 @@ Config parse_config(const std::string& text, const std::string& source_name);
 Config load_config(const std::string& path);
 
 const char* to_string(Mode mode);
+const char* to_string(QuotaMode mode);        // "none", "project"
+const char* to_string(QuotaMissing missing);  // "refuse", "warn"
 
 // The flags as burst_buffer.conf writes them, in Slurm's order ("DisablePersistent", ...).
 std::vector<std::string> flag_names(const Flags& flags);

@@ -23,6 +23,7 @@ const std::vector<FaultPointInfo> table = {
     {"alloc.queued", "alloc --wait: pending record and queue entry committed, waiting"},
     {"alloc.reserved", "record committed as allocating (or allocated reused); no directory"},
     {"dir.made", "buffer directory made; not handed to its user, nothing fsync'd"},
+    {"dir.quota", "buffer directory given its project and limit; still root's, not fsync'd"},
     {"dir.owned", "buffer directory owned by its user; the parent not fsync'd"},
     {"alloc.dir-durable", "buffer directory durable; the record still allocating"},
     {"alloc.env-written", "env file written; allocated not committed"},

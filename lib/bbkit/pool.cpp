@@ -178,6 +178,10 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
                 txn.commit();
                 return out;
             }
+            // A pool that may not run without project quotas refuses before anything is
+            // recorded (a resumed allocation is refused by buffer_limit).
+            if (!queued && pool.quota_missing == QuotaMissing::refuse)
+                dir.limits_buffers();
             if (live && live->run_lock_holder && live->run_lock_holder->alive() &&
                 !(*live->run_lock_holder == ProcessId::self()))
                 throw Error(ExitCode::temp_fail,
@@ -658,7 +662,8 @@ AllocResult allocate(StateStore& store, const Config& config, const AllocRequest
     try {
         durable = dir->create_buffer_dir(
             b.directory, b.uid, b.gid,
-            reserved.resumed ? PoolDir::Creation::resume : PoolDir::Creation::fresh);
+            reserved.resumed ? PoolDir::Creation::resume : PoolDir::Creation::fresh,
+            buffer_limit(pool, *dir, b));
     } catch (const Error& e) {
         roll_back(store, config, b, e.what(), who);
         throw;
@@ -679,6 +684,24 @@ AllocResult allocate(StateStore& store, const Config& config, const AllocRequest
         throw;
     }
     return AllocResult{b, buffer_path(pool, b), false};
+}
+
+std::optional<BufferLimit> buffer_limit(const PoolConfig& pool, const PoolDir& dir,
+                                        const Buffer& buffer) {
+    if (pool.quota == QuotaMode::none || !dir.limits_buffers())
+        return std::nullopt;
+    return BufferLimit{buffer_project(pool, buffer.record_id),
+                       std::max<std::uint64_t>(buffer.allocated_bytes, 1)};
+}
+
+void release_buffer_limit(const PoolConfig& pool, const PoolDir& dir, const Buffer& buffer) {
+    if (pool.quota == QuotaMode::none || buffer.record_id <= 0)
+        return;
+    try {
+        dir.release_project(buffer_project(pool, buffer.record_id));
+    } catch (const Error& e) {
+        spdlog::warn("buffer {}: {}", buffer.key.str(), e.what());
+    }
 }
 
 std::vector<std::pair<std::string, std::string>> resolve_persistent_uses(

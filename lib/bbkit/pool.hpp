@@ -115,6 +115,17 @@ struct AllocResult {
 AllocResult allocate(StateStore& store, const Config& config, const AllocRequest& request,
                      const std::string& who);
 
+// The project quota a buffer's directory gets when it is made (bbkit(7), CAPACITY): none when
+// the pool has quota = "none" or runs without (quota_missing = "warn", which logs why); project
+// buffer_project(), limit its allocated bytes (1 KiB for a session of 0 bytes, so that it holds
+// nothing). Error(unavailable) for a pool that refuses to run without (require_pool_quota).
+std::optional<BufferLimit> buffer_limit(const PoolConfig& pool, const PoolDir& dir,
+                                        const Buffer& buffer);
+
+// Removes the limit buffer_limit gave, once the buffer's directory is reaped and its space
+// released; a failure is logged and left to bb-pool recover and check --repair.
+void release_buffer_limit(const PoolConfig& pool, const PoolDir& dir, const Buffer& buffer);
+
 // The persistent buffers a job uses, as (name, absolute path): each must exist, be allocated
 // and belong to the user (root may use any). Error(no_input) / Error(no_perm) otherwise.
 std::vector<std::pair<std::string, std::string>> resolve_persistent_uses(

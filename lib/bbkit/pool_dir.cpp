@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <system_error>
 
@@ -185,6 +187,7 @@ namespace {
 PoolMarker init_pool_root(const PoolConfig& pool, bool new_marker) {
     Fd root = open_root(pool.path);
     check_owned_by_root(root.get(), pool.path);
+    require_pool_quota(pool, probe_pool_quota(pool, root.get()));  // before anything is written
     std::optional<PoolMarker> marker = read_marker(root.get(), pool.path);
     if (marker && marker->name != pool.name)
         throw Error(ExitCode::exists, pool.path + " already holds pool '" + marker->name +
@@ -232,7 +235,9 @@ PoolDir PoolDir::open(const PoolConfig& pool, const std::optional<std::string>& 
                                                marker->name + "' " + marker->uuid +
                                                ") (not mounted, or the wrong file system?)");
     dir.marker_ = *marker;
+    dir.config_ = pool;
     check_owned_by_root(dir.root_.get(), pool.path);
+    dir.quota_ = probe_pool_quota(pool, dir.root_.get());
     dir.job_ = open_beneath(dir.root_.get(), "job", O_RDONLY | O_DIRECTORY, pool.path + "/job");
     check_owned_by_root(dir.job_.get(), pool.path + "/job");
     dir.persistent_ = open_beneath(dir.root_.get(), "persistent", O_RDONLY | O_DIRECTORY,
@@ -272,8 +277,43 @@ bool left_by_allocation(int fd, uid_t uid, const std::string& what) {
 
 }  // namespace
 
+bool PoolDir::limits_buffers() const {
+    return require_pool_quota(config_, quota_);
+}
+
+void PoolDir::release_project(std::uint32_t project) const {
+    if (!quota_.enforced)
+        return;
+    try {
+        project_quotas().remove_limits(project);
+    } catch (const Error& e) {
+        spdlog::warn("{} (bb-pool recover removes it)", e.what());
+    }
+}
+
+namespace {
+
+// Gives a new buffer directory, still root's, its project and limit (bbkit(7), CAPACITY). A
+// fresh directory's project must hold nothing: anything in it is not this buffer's.
+void apply_limit(const ProjectQuotas& quotas, int fd, const BufferLimit& limit, bool fresh,
+                 const std::string& what) {
+    if (fresh) {
+        const ProjectUsage used = quotas.usage(limit.project);
+        if (used.inodes != 0 || used.bytes != 0)
+            throw Error(ExitCode::exists,
+                        "cannot give " + what + " project " + std::to_string(limit.project) +
+                            ": the project already holds " + std::to_string(used.inodes) +
+                            " files (another state directory or tool uses these project ids: "
+                            "give each its own quota_project_base)");
+    }
+    set_directory_project(fd, limit.project, what);
+    quotas.set_limit(limit.project, limit.bytes);
+}
+
+}  // namespace
+
 PendingSync PoolDir::create_buffer_dir(const std::string& directory, uid_t uid, gid_t gid,
-                                       Creation creation) {
+                                       Creation creation, const std::optional<BufferLimit>& limit) {
     const auto [subdir, name] = split_directory(directory);
     const int parent = subdir_fd(subdir);
     const std::string what = path_ + "/" + directory;
@@ -299,6 +339,16 @@ PendingSync PoolDir::create_buffer_dir(const std::string& directory, uid_t uid, 
     }
     if (creation == Creation::resume && !left_by_allocation(fd.get(), uid, what))
         throw taken();
+    if (limit) {
+        try {
+            apply_limit(project_quotas(), fd.get(), *limit, creation == Creation::fresh, what);
+        } catch (const Error&) {
+            if (creation == Creation::fresh)  // still root's and empty: nobody else's to keep
+                unlinkat(parent, name.c_str(), AT_REMOVEDIR);
+            throw;
+        }
+        fault_point("dir.quota");
+    }
     if (fchown(fd.get(), uid, gid) != 0 || fchmod(fd.get(), private_dir) != 0)
         throw system_error("cannot hand " + what + " to uid " + std::to_string(uid), errno);
     fault_point("dir.owned");
@@ -583,6 +633,106 @@ void PoolDir::quarantine(const std::string& relative, const std::string& name) {
     fault_point("quarantine.renamed");
     fsync_fd(quarantine_.get(), path_ + "/quarantine");
     fsync_fd(subdir_fd(subdir), path_ + "/" + subdir);
+}
+
+namespace {
+
+// A file's share of its allocated blocks: a file with several names is counted once in all.
+std::uint64_t charged_bytes(const struct stat& st) {
+    const std::uint64_t bytes = static_cast<std::uint64_t>(st.st_blocks) * 512;
+    if (S_ISDIR(st.st_mode) || st.st_nlink <= 1)
+        return bytes;
+    return bytes / st.st_nlink;
+}
+
+// The budget's clock is read every 256 entries only.
+bool budget_spent(MeasureBudget& budget, std::uint64_t& seen) {
+    if (budget.entries == 0)
+        return true;
+    --budget.entries;
+    return (++seen % 256) == 0 && std::chrono::steady_clock::now() >= budget.deadline;
+}
+
+}  // namespace
+
+DirectoryUsage PoolDir::measure(const std::string& directory, std::uint64_t stop_above,
+                                MeasureBudget& budget) const {
+    const auto [subdir, name] = split_directory(directory);
+    const std::string what = path_ + "/" + directory;
+    DirectoryUsage usage;
+    struct stat top {};
+    if (fstatat(subdir_fd(subdir), name.c_str(), &top, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno != ENOENT)
+            throw system_error("cannot stat " + what, errno);
+        usage.complete = true;
+        return usage;
+    }
+    if (!S_ISDIR(top.st_mode)) {  // what a buffer's directory never is: counted all the same
+        usage.bytes = charged_bytes(top);
+        usage.over = usage.bytes > stop_above;
+        usage.complete = !usage.over;
+        return usage;
+    }
+    // One stream per level, each holding one descriptor: memory grows with depth only.
+    std::vector<std::unique_ptr<DirStream>> levels;
+    {
+        const Fd fd = open_beneath(subdir_fd(subdir), name, O_RDONLY | O_DIRECTORY, what);
+        levels.push_back(std::make_unique<DirStream>(fd.get()));
+    }
+    std::uint64_t seen = 0;
+    bool too_deep = false;
+    while (!levels.empty()) {
+        if (usage.bytes > stop_above) {
+            usage.over = true;
+            return usage;
+        }
+        DirStream& dir = *levels.back();
+        if (!dir)
+            throw system_error("cannot list " + what, errno);
+        errno = 0;
+        const dirent* entry = dir.next();
+        if (!entry) {
+            if (errno != 0)
+                throw system_error("cannot list " + what, errno);
+            levels.pop_back();
+            continue;
+        }
+        if (budget_spent(budget, seen))
+            return usage;
+        struct stat st {};
+        if (fstatat(dir.fd(), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno == ENOENT)
+                continue;
+            throw system_error("cannot stat an entry of " + what, errno);
+        }
+        if (st.st_dev != top.st_dev)
+            continue;  // a mount point: another file system's space
+        usage.bytes += charged_bytes(st);
+        if (!S_ISDIR(st.st_mode))
+            continue;
+        if (levels.size() >= static_cast<std::size_t>(max_removal_depth)) {
+            too_deep = true;
+            continue;
+        }
+        const Fd child(
+            openat(dir.fd(), entry->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!child) {
+            if (errno == ENOENT || errno == ENOTDIR)
+                continue;  // gone or replaced meanwhile
+            throw system_error("cannot open a directory in " + what, errno);
+        }
+        levels.push_back(std::make_unique<DirStream>(child.get()));
+    }
+    usage.over = usage.bytes > stop_above;
+    usage.complete = !too_deep && !usage.over;
+    return usage;
+}
+
+DirectoryProject PoolDir::project_of(const std::string& directory) const {
+    const auto [subdir, name] = split_directory(directory);
+    const std::string what = path_ + "/" + directory;
+    const Fd fd = open_beneath(subdir_fd(subdir), name, O_RDONLY | O_DIRECTORY, what);
+    return directory_project(fd.get(), what);
 }
 
 std::vector<std::string> PoolDir::list(const std::string& subdir) const {

@@ -18,6 +18,7 @@
 
 #include "bbkit/config.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/project_quota.hpp"
 
 namespace bbkit {
 
@@ -66,6 +67,27 @@ struct RemovalProgress {
 };
 using RemovalProgressFn = std::function<void(const RemovalProgress&)>;
 
+// The project quota a new buffer directory gets (bbkit(7), CAPACITY).
+struct BufferLimit {
+    std::uint32_t project = 0;
+    std::uint64_t bytes = 0;  // > 0: a limit of 0 would mean none
+};
+
+// How much a bounded measurement of buffers may still do (PoolDir::measure): the entries it may
+// still look at and when it must stop, whatever the number of buffers measured with it.
+struct MeasureBudget {
+    std::uint64_t entries = 0;
+    std::chrono::steady_clock::time_point deadline;
+};
+
+// What a buffer directory holds, counted as its file system charges it (allocated blocks; a
+// file with several names counts its share under each).
+struct DirectoryUsage {
+    std::uint64_t bytes = 0;
+    bool over = false;      // counting stopped once `bytes` went past the limit it was given
+    bool complete = false;  // every entry was counted (not stopped by over, budget or depth)
+};
+
 // The name in a pool's env/ of a job's environment file: "<cluster>.<jobid>", what the job's
 // tasks know (the cluster from bbkit.toml, the job id from the scheduler).
 std::string job_environment_name(const std::string& cluster, std::uint64_t job_id);
@@ -105,8 +127,36 @@ class PoolDir {
     // come before anything records the directory as made. Never adopts a directory that
     // another buffer, cluster or user made (see Creation); bb-pool check reports such an
     // entry as an orphan.
+    //
+    // With `limit`, the directory gets its project and hard limit before it is handed over
+    // (see project_quota.hpp): a fresh one only when the project holds nothing yet, else
+    // Error(exists) (another state directory or tool uses that project id) and the empty
+    // directory is removed again.
     [[nodiscard]] PendingSync create_buffer_dir(const std::string& directory, uid_t uid, gid_t gid,
-                                                Creation creation);
+                                                Creation creation,
+                                                const std::optional<BufferLimit>& limit = {});
+
+    // Where the pool stands with project quotas (probed when it was opened).
+    const PoolQuota& quota() const { return quota_; }
+    // The pool's project quotas; only meaningful when quota().enforced.
+    ProjectQuotas project_quotas() const { return ProjectQuotas(root_.get(), path_); }
+    // Whether new buffers get a project quota, by the pool's rule (require_pool_quota): throws
+    // for a pool that refuses to run without, warns for one that does not.
+    bool limits_buffers() const;
+    // Removes a project's limits, when the pool enforces project quotas; errors are logged,
+    // not thrown (bb-pool recover and check --repair remove what is left).
+    void release_project(std::uint32_t project) const;
+
+    // The project of `directory` (job/... or persistent/...), opened beneath the pool.
+    DirectoryProject project_of(const std::string& directory) const;
+
+    // Counts what `directory` (job/... or persistent/...) holds beneath it (its own blocks
+    // are not counted), depth first with one open
+    // directory per level, never following a symlink nor leaving the pool's mount; counting
+    // stops once more than `stop_above` bytes are counted, when `budget` is spent (each entry
+    // takes one from it) or 64 levels down. A directory that is gone counts as empty.
+    DirectoryUsage measure(const std::string& directory, std::uint64_t stop_above,
+                           MeasureBudget& budget) const;
     bool exists(const std::string& directory) const;
     // Removes `directory` if it is still an empty directory (an allocation whose record was
     // ended meanwhile); anything in it stays for check to report. Durable.
@@ -167,6 +217,8 @@ class PoolDir {
 
     std::string path_;
     PoolMarker marker_;
+    PoolConfig config_;
+    PoolQuota quota_;
     Fd root_, job_, persistent_, trash_, quarantine_;
 };
 

@@ -11,6 +11,7 @@
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/pool.hpp"
+#include "bbkit/project_quota.hpp"
 #include "bbkit/publish.hpp"
 #include "bbkit/record_seal.hpp"
 #include "bbkit/run_lock.hpp"
@@ -99,7 +100,8 @@ std::string recover_allocating(StateStore& store, const Config& config, const Bu
     // directory this allocation cannot have made is left alone, for check to report.
     PendingSync durable;
     try {
-        durable = dir->create_buffer_dir(b.directory, b.uid, b.gid, PoolDir::Creation::resume);
+        durable = dir->create_buffer_dir(b.directory, b.uid, b.gid, PoolDir::Creation::resume,
+                                         buffer_limit(configured_pool(config, b.pool), *dir, b));
     } catch (const Error& e) {
         if (e.code() != ExitCode::exists)
             throw;
@@ -181,6 +183,76 @@ std::vector<std::string> stale_environment_names(Transaction& txn, const Config&
             stale.push_back(name);
     }
     return stale;
+}
+
+// A project limit in a pool's range (bbkit(7), CAPACITY) that no buffer needs any more.
+struct StaleLimit {
+    std::uint32_t project = 0;
+    std::string subject;  // the buffer's key, or "project N"
+    std::string detail;
+    bool removable = false;  // its record is final and its space released
+};
+
+// The limits on the pool's file system in its project range whose buffer is gone: a crash
+// between the reap's commit and the limit's removal left them. A project whose id no record of
+// this state directory holds is reported but never touched: it may be another's.
+std::vector<StaleLimit> stale_limits(Transaction& txn, const PoolConfig& pool, const PoolDir& dir) {
+    std::vector<StaleLimit> stale;
+    if (pool.quota == QuotaMode::none || !dir.quota().enforced)
+        return stale;
+    const ProjectQuotas quotas = dir.project_quotas();
+    std::uint32_t from = pool.quota_project_base + 1;
+    while (const auto entry = quotas.next(from)) {
+        const auto [project, usage] = *entry;
+        const std::optional<std::int64_t> record = record_of_project(pool, project);
+        if (!record)
+            break;  // past the range
+        if (usage.byte_limit != 0) {
+            const std::optional<Buffer> b = txn.find_buffer_by_record(*record);
+            const std::string id = "project " + std::to_string(project);
+            if (!b)
+                stale.push_back({project, id,
+                                 id + " on " + dir.path() + " has a limit of " +
+                                     format_size(usage.byte_limit) + " but record " +
+                                     std::to_string(*record) +
+                                     " does not exist (another state directory's? remove the "
+                                     "limit by hand if not)",
+                                 false});
+            else if (is_final(b->state) && b->reaped)
+                stale.push_back({project, b->key.str(),
+                                 id + " on " + dir.path() + " still has the limit of buffer " +
+                                     b->key.str() + ", which is gone",
+                                 true});
+        }
+        if (project == max_project_id)
+            break;
+        from = project + 1;
+    }
+    return stale;
+}
+
+// Removes the limits stale_limits finds removable; one action line each.
+void remove_stale_limits(StateStore& store, const Config& config,
+                         std::vector<std::string>& actions) {
+    ReadSnapshot snapshot(store);
+    for (const PoolConfig& pool : config.pools) {
+        if (pool.quota == QuotaMode::none)
+            continue;
+        try {
+            PoolDir dir = open_pool(snapshot, config, pool.name);
+            for (const StaleLimit& limit : stale_limits(snapshot, pool, dir))
+                if (limit.removable) {
+                    dir.project_quotas().remove_limits(limit.project);
+                    actions.push_back(limit.subject + ": project " + std::to_string(limit.project) +
+                                      "'s limit removed in pool " + pool.name +
+                                      " (its buffer is gone)");
+                }
+        } catch (const Error& e) {
+            if (e.code() != ExitCode::unavailable)  // an unmounted pool: check reports it
+                actions.push_back("pool " + pool.name +
+                                  ": project limits not checked: " + e.what());
+        }
+    }
 }
 
 }  // namespace
@@ -295,6 +367,7 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
     if (reaped.remaining)
         actions.push_back(std::to_string(reaped.remaining) +
                           " buffer(s) still in trash (run bb-pool reap)");
+    remove_stale_limits(store, config, actions);
     if (!actions.empty())
         audit(config.state_dir, who, "recover", std::to_string(actions.size()) + " action(s)");
     return actions;
@@ -330,6 +403,12 @@ const char* to_string(FindingKind kind) {
             return "stale-environment";
         case FindingKind::forged_record:
             return "forged-record";
+        case FindingKind::over_capacity:
+            return "over-capacity";
+        case FindingKind::stale_quota:
+            return "stale-quota";
+        case FindingKind::unlimited_buffer:
+            return "unlimited-buffer";
     }
     return "unknown";
 }
@@ -521,6 +600,123 @@ void live_buffers(const CheckRun& run, Survey& s, TimePoint now, Findings& findi
             continue;
         if (std::optional<Finding> f = missing_directory(run, b, *dir))
             findings.push_back(*f);
+    }
+}
+
+// How much of the buffers' files one check may count, all buffers together (bbkit(7),
+// CAPACITY): the rest is left unmeasured, and said so in the log.
+constexpr std::uint64_t measure_entries = 2000000;
+constexpr auto measure_time = std::chrono::seconds(20);
+
+// Whether a buffer's directory settled: made and not being moved away. A session of 0 bytes
+// (datawarp mode) holds nothing of its own to measure.
+bool settled(const Buffer& b) {
+    return b.state != BufferState::pending && b.state != BufferState::allocating &&
+           !is_ending(b.state) && !b.directory.empty() && !is_session_only(b);
+}
+
+// A buffer whose files take more than its capacity: its project's usage where the pool enforces
+// project quotas (above the limit only when the limit came late or root wrote), else, and for
+// files moved out of the project by their owner (bbkit(7), SECURITY), a bounded count of its
+// directory that stops as soon as it is over. Report only: the data is the job's.
+void over_capacity(const CheckRun& run, Survey& s, Findings& findings) {
+    MeasureBudget budget{measure_entries, std::chrono::steady_clock::now() + measure_time};
+    std::size_t unmeasured = 0;
+    for (const Buffer& b : s.live) {
+        const std::optional<PoolDir>& dir = s.dirs[b.pool];
+        const PoolConfig* pool = run.config.find_pool(b.pool);
+        if (!dir || !pool || !settled(b))
+            continue;
+        try {
+            const bool quota = pool->quota == QuotaMode::project && dir->quota().enforced;
+            std::string detail;
+            if (quota) {
+                const ProjectUsage used =
+                    dir->project_quotas().usage(buffer_project(*pool, b.record_id));
+                if (used.bytes > b.allocated_bytes)
+                    detail = "its project " + std::to_string(buffer_project(*pool, b.record_id)) +
+                             " holds " + std::to_string(used.bytes) + " bytes, over its " +
+                             format_size(b.allocated_bytes);
+            }
+            if (detail.empty()) {
+                const DirectoryUsage used = dir->measure(b.directory, b.allocated_bytes, budget);
+                if (used.over)
+                    detail = dir->path() + "/" + b.directory + " holds more than its " +
+                             format_size(b.allocated_bytes) + " (" + std::to_string(used.bytes) +
+                             " bytes counted before stopping)" +
+                             (quota ? ": files moved out of its project by their owner" : "");
+                else if (!used.complete)
+                    ++unmeasured;
+            }
+            if (!detail.empty() && record_unchanged(run.store, b))
+                findings.push_back(
+                    {FindingKind::over_capacity, b.pool, b.key.str(), detail, false});
+        } catch (const Error& e) {
+            spdlog::info("buffer {}: usage not measured: {}", b.key.str(), e.what());
+            ++unmeasured;
+        }
+    }
+    if (unmeasured)
+        spdlog::info("{} buffer(s) not measured completely (the count's bound: {} entries, {} s)",
+                     unmeasured, measure_entries, measure_time.count());
+}
+
+// A buffer of a pool that enforces project quotas whose directory lacks its project or limit:
+// made before quota = "project" was set, or while the file system ran without (quota_missing =
+// "warn"), or changed by its owner. Nothing limits it; repair leaves it (files already in it
+// keep their project: only a new buffer is limited).
+void unlimited_buffer(const CheckRun& run, Survey& s, Findings& findings) {
+    for (const Buffer& b : s.live) {
+        const std::optional<PoolDir>& dir = s.dirs[b.pool];
+        const PoolConfig* pool = run.config.find_pool(b.pool);
+        if (!dir || !pool || pool->quota == QuotaMode::none || !dir->quota().enforced ||
+            !settled(b))
+            continue;
+        try {
+            const std::uint32_t project = buffer_project(*pool, b.record_id);
+            const DirectoryProject has = dir->project_of(b.directory);
+            const ProjectUsage limit = dir->project_quotas().usage(project);
+            std::string why;
+            if (has.project != project || !has.inherited)
+                why = "its directory is in project " + std::to_string(has.project) +
+                      (has.inherited ? "" : " without inheritance") + ", not " +
+                      std::to_string(project);
+            else if (limit.byte_limit == 0)
+                why = "project " + std::to_string(project) + " has no limit";
+            if (!why.empty() && record_unchanged(run.store, b))
+                findings.push_back({FindingKind::unlimited_buffer, b.pool, b.key.str(),
+                                    why + ": nothing limits what it holds", false});
+        } catch (const Error& e) {
+            if (dir->exists(b.directory))
+                findings.push_back({FindingKind::unlimited_buffer, b.pool, b.key.str(),
+                                    std::string("cannot read its project: ") + e.what(), false});
+        }
+    }
+}
+
+// Limits left for buffers that are gone (stale_limits); repair removes them (as recover does,
+// which repair runs first).
+void stale_quota(const CheckRun& run, Survey& s, Findings& findings) {
+    ReadSnapshot fresh(run.store);
+    for (const PoolConfig& pool : run.config.pools) {
+        const std::optional<PoolDir>& dir = s.dirs[pool.name];
+        if (!dir)
+            continue;
+        try {
+            for (const StaleLimit& limit : stale_limits(fresh, pool, *dir)) {
+                Finding f{FindingKind::stale_quota, pool.name, limit.subject, limit.detail, false};
+                if (run.repair && limit.removable) {
+                    dir->project_quotas().remove_limits(limit.project);
+                    audit(run.config.state_dir, run.who, "repair",
+                          "removed the limit of project " + std::to_string(limit.project) +
+                              " pool=" + pool.name);
+                    f.repaired = true;
+                }
+                findings.push_back(f);
+            }
+        } catch (const Error& e) {
+            findings.push_back({FindingKind::stale_quota, pool.name, pool.path, e.what(), false});
+        }
     }
 }
 
@@ -772,6 +968,9 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
     over_commit(s, findings);
     stale_queue(run, s, findings);
     live_buffers(run, s, now, findings);
+    over_capacity(run, s, findings);
+    unlimited_buffer(run, s, findings);
+    stale_quota(run, s, findings);
     reaped_unrecorded(run, s, findings);
     const std::vector<Candidate> candidates = orphan_candidates(config, s);
     kept_entry(run, s, findings);

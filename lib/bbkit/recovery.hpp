@@ -14,10 +14,11 @@ namespace bbkit {
 
 // recover's per-state table (printed in bbkit(7)): for buffers whose owner died (free run lock
 // and dead recorded holder), `pending` leaves the queue, `allocating` is rolled forward when
-// its directory exists and back when not, `staging-in`/`staging-out` are marked interrupted
-// (data kept; a rerun resumes), `teardown`/`deleting`/`teardown-fail` are finished; dead
-// waiters leave the queue, a pool's env/ file whose job has no live buffer there is removed,
-// and trash/ is reaped within `reap_budget`. Never replays Slurm's
+// its directory exists (its project quota set again) and back when not, `staging-in`/
+// `staging-out` are marked interrupted (data kept; a rerun resumes), `teardown`/`deleting`/
+// `teardown-fail` are finished; dead waiters leave the queue, a pool's env/ file whose job has
+// no live buffer there is removed, trash/ is reaped within `reap_budget`, and project limits
+// left for buffers whose space was released are removed (bbkit(7), CAPACITY). Never replays Slurm's
 // own restart rules. Returns one line per action.
 std::vector<std::string> recover(StateStore& store, const Config& config,
                                  std::chrono::milliseconds reap_budget, const std::string& who);
@@ -38,6 +39,9 @@ enum class FindingKind {
     stalled_stage,       // a stage-in or stage-out nobody runs: failed, or its stager died
     stale_environment,   // a job's env/ file in a pool where the job has no live buffer
     forged_record,       // a record root did not write (its seal does not match): left alone
+    over_capacity,       // a buffer whose files take more than its allocated bytes
+    stale_quota,         // a project limit left for a buffer that is gone, or of no record
+    unlimited_buffer,    // a buffer of a pool with project quotas whose directory has none
 };
 // The name bb-pool check prints and its --json holds: "orphan-directory", "stale-queue", ...
 const char* to_string(FindingKind kind);

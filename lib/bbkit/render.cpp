@@ -204,7 +204,10 @@ json config_json(const Config& config) {
                          {"capacity", p.capacity},
                          {"granularity", p.granularity},
                          {"direct_io", p.direct_io},
-                         {"syncfs", p.syncfs}});
+                         {"syncfs", p.syncfs},
+                         {"quota", to_string(p.quota)},
+                         {"quota_missing", to_string(p.quota_missing)},
+                         {"quota_project_base", p.quota_project_base}});
     return {{"source", config.source},
             {"state_dir", config.state_dir},
             {"state_owner", config.state_owner},
@@ -269,7 +272,10 @@ std::string config_text(const Config& config) {
             << "capacity = " << toml_string(format_size(p.capacity)) << '\n'
             << "granularity = " << toml_string(format_size(p.granularity)) << '\n'
             << "direct_io = " << (p.direct_io ? "true" : "false") << '\n'
-            << "syncfs = " << (p.syncfs ? "true" : "false") << '\n';
+            << "syncfs = " << (p.syncfs ? "true" : "false") << '\n'
+            << "quota = " << toml_string(to_string(p.quota)) << '\n'
+            << "quota_missing = " << toml_string(to_string(p.quota_missing)) << '\n'
+            << "quota_project_base = " << p.quota_project_base << '\n';
     if (!config.hooks.empty()) {
         out << "\n[hooks]\n";
         for (const auto& [phase, path] : config.hooks)

@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "bbkit/access.hpp"
 #include "bbkit/dws_render.hpp"
 #include "bbkit/error.hpp"
 #include "bbkit/render.hpp"
@@ -454,6 +455,8 @@ std::string job_text(const JobStatus& job, TimePoint now) {
     field("pool", b.pool);
     field("requested", format_size(b.requested_bytes));
     field("allocated", format_size(b.allocated_bytes));
+    if (job.status.used_bytes)
+        field("used", std::to_string(*job.status.used_bytes) + " bytes (project quota)");
     field("directory", job.status.path);
     field("user", user_of(b));
     field("created", slurm_time(b.created));
@@ -485,6 +488,7 @@ json job_json(const JobStatus& job, TimePoint now) {
     out["entered"] = entered;
     out["failed"] = b.failed ? json(slurm_time(*b.failed)) : json();
     out["stalled"] = stage_stalled(b);
+    out["used_bytes"] = job.status.used_bytes ? json(*job.status.used_bytes) : json();
     if (job.progress)
         out["progress"] = progress_json(*job.progress);
     else
@@ -500,7 +504,7 @@ json job_json(const JobStatus& job, TimePoint now) {
 
 // ---- Prometheus ---------------------------------------------------------------------------
 
-std::string prometheus_text(const StatusSnapshot& snapshot) {
+std::string prometheus_text(const StatusSnapshot& snapshot, const Config& config) {
     std::ostringstream out;
     out << "# HELP bbkit_pool_bytes Burst buffer pool space in bytes, by kind.\n"
         << "# TYPE bbkit_pool_bytes gauge\n";
@@ -537,6 +541,20 @@ std::string prometheus_text(const StatusSnapshot& snapshot) {
             out << "bbkit_pool_availability{pool=\"" << escape_label(pool.name)
                 << "\",availability=\"" << to_string(a) << "\"} "
                 << (pool.availability == a ? 1 : 0) << '\n';
+    out << "# HELP bbkit_buffer_bytes Space of each buffer that holds some, in bytes: allocated, "
+           "and used where its pool enforces project quotas and root reads them.\n"
+        << "# TYPE bbkit_buffer_bytes gauge\n";
+    // The file is world-readable: with PrivateData it names no buffer.
+    for (const BufferStatus& status : snapshot.buffers) {
+        const Buffer& b = status.buffer;
+        if (!holds_space(b.state) || !buffers_are_public(config))
+            continue;
+        const std::string label = "{pool=\"" + escape_label(b.pool) + "\",buffer=\"" +
+                                  escape_label(b.key.str()) + "\",kind=\"";
+        out << "bbkit_buffer_bytes" << label << "allocated\"} " << b.allocated_bytes << '\n';
+        if (status.used_bytes)
+            out << "bbkit_buffer_bytes" << label << "used\"} " << *status.used_bytes << '\n';
+    }
     return out.str();
 }
 

@@ -48,7 +48,8 @@ nlohmann::json job_json(const JobStatus& job, TimePoint now);
 std::string task_environment_text(const TaskEnvironment& env, bool shell);
 nlohmann::json task_environment_json(const TaskEnvironment& env);
 
-// The text exposition format for node_exporter's textfile collector.
-std::string prometheus_text(const StatusSnapshot& snapshot);
+// The text exposition format for node_exporter's textfile collector: pools, buffers by state
+// and, unless PrivateData, each buffer's allocated (and, where known, used) bytes.
+std::string prometheus_text(const StatusSnapshot& snapshot, const Config& config);
 
 }  // namespace bbkit

@@ -615,6 +615,14 @@ Buffer Transaction::get_buffer(const BufferKey& key) {
     throw Error(ExitCode::no_input, "no buffer " + key.str());
 }
 
+std::optional<Buffer> Transaction::find_buffer_by_record(std::int64_t record_id) {
+    Query q = impl_.db.query("SELECT " + buffer_columns() + " FROM buffers WHERE id = ?1");
+    q.bind(1, record_id);
+    if (!q.step() || !trusted_row(impl_, q))
+        return std::nullopt;  // a forged row names nothing root acts on
+    return read_buffer(q);
+}
+
 std::optional<Buffer> Transaction::latest_job_buffer(const std::string& cluster,
                                                      std::uint64_t job_id) {
     // Through the key: one statement less to compile per process than a query of its own.

@@ -106,6 +106,9 @@ class Transaction {
     Buffer get_buffer(const BufferKey& key);  // Error(no_input) when there is none
     // The highest incarnation of that job, live or not.
     std::optional<Buffer> latest_job_buffer(const std::string& cluster, std::uint64_t job_id);
+    // The record with that id (Buffer::record_id), whatever its state; none for a row whose
+    // seal does not match (forged_records).
+    std::optional<Buffer> find_buffer_by_record(std::int64_t record_id);
     std::uint32_t next_incarnation(const std::string& cluster, std::uint64_t job_id);
     std::vector<Buffer> list_buffers(const BufferFilter& filter = {});
     std::map<BufferState, std::size_t> count_by_state();

@@ -117,6 +117,8 @@ bool reap_one(StateStore& store, const Config& config, const Buffer& b, PoolDir&
     txn.mark_reaped(b.key);
     publish(txn, store, config);
     txn.commit();
+    // Only now: the limit bounded the directory while it waited in trash/.
+    release_buffer_limit(configured_pool(config, b.pool), dir, b);
     return true;
 }
 
@@ -213,6 +215,8 @@ TeardownResult finish_teardown(StateStore& store, const Config& config, const Bu
     if (not_durable)
         fail(*not_durable);
     fault_point("teardown.ended");
+    if (reaped && dir)
+        release_buffer_limit(configured_pool(config, b.pool), *dir, b);
     lock.remove_file();
     remove_env_files(store, key);
     if (key.kind() == BufferKind::job && dir) {

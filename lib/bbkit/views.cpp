@@ -260,7 +260,17 @@ JobStatus job_status(Transaction& txn, const Config& config, std::uint64_t job_i
     JobStatus job;
     job.progress = read_progress(config.state_dir, buffer->key);
     job.status = buffer_status(txn, config, std::move(*buffer));
+    const Buffer& b = job.status.buffer;
+    if (b.state != BufferState::pending && !b.reaped)
+        job.status.used_bytes = ProjectUsageReader(config).used_bytes(b);
     return job;
+}
+
+void read_project_usage(StatusSnapshot& snapshot, const Config& config) {
+    ProjectUsageReader reader(config);
+    for (BufferStatus& status : snapshot.buffers)
+        if (holds_space(status.buffer.state) && status.buffer.state != BufferState::allocating)
+            status.used_bytes = reader.used_bytes(status.buffer);
 }
 
 JobStatus job_status(const StatusSnapshot& snapshot, const Config& config, std::uint64_t job_id,

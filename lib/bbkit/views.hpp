@@ -20,6 +20,7 @@
 #include "bbkit/buffer.hpp"
 #include "bbkit/config.hpp"
 #include "bbkit/pool_dir.hpp"
+#include "bbkit/project_quota.hpp"
 #include "bbkit/staging_progress.hpp"
 #include "bbkit/store.hpp"
 
@@ -49,6 +50,10 @@ struct BufferStatus {
     Buffer buffer;
     std::string path;                           // absolute: pool path + "/" + directory
     std::optional<std::size_t> queue_position;  // pending buffers: 1 = head of the queue
+    // The space its files take as its project quota counts it (bbkit(7), CAPACITY): known only
+    // to root, for a pool that enforces project quotas, and only where read_project_usage or
+    // job_status read it. Never published in public/.
+    std::optional<std::uint64_t> used_bytes;
 };
 
 // Everything the views render; read from the database (owner) or from public/ (others).
@@ -91,12 +96,17 @@ void restrict_to_viewer(StatusSnapshot& snapshot, const Config& config, uid_t vi
 void restrict_to_anyone(StatusSnapshot& snapshot, const Config& config);
 
 // The newest incarnation of `job_id` in `cluster`, with staging progress (progress only when
-// `state_dir` is given and readable). Error(no_input) "no burst buffer for job N", also when
-// `viewer` is given and may not see it (the same answer: nobody learns it exists).
+// `state_dir` is given and readable) and, reading the database, its project usage. Error(no_input)
+// "no burst buffer for job N", also when `viewer` is given and may not see it (the same answer:
+// nobody learns it exists).
 JobStatus job_status(Transaction& txn, const Config& config, std::uint64_t job_id,
                      std::optional<uid_t> viewer = std::nullopt);
 JobStatus job_status(const StatusSnapshot& snapshot, const Config& config, std::uint64_t job_id,
                      std::optional<uid_t> viewer = std::nullopt);
+
+// Fills BufferStatus::used_bytes of the buffers that hold space from their pools' project
+// quotas (one quotactl per buffer; nothing for a pool without them or a caller who is not root).
+void read_project_usage(StatusSnapshot& snapshot, const Config& config);
 
 // <state>/progress/<key> (not in the database); nullopt when absent, unreadable or not a
 // progress record (parse_progress_record).

@@ -220,7 +220,35 @@ TEST(config, rejects_unknown_key_in_limits_with_line) {
 TEST(config, rejects_unknown_key_in_pool_with_line) {
     EXPECT_EQ(config_error(pool_a + "[[pool]]\nname = \"b\"\nsize = \"1G\"\n"),
               "t.toml:7: pool[1].size: unknown key 'size' (known: name, path, capacity, "
-              "granularity, direct_io, syncfs)");
+              "granularity, direct_io, syncfs, quota, quota_missing, quota_project_base)");
+}
+
+TEST(config, pool_quota_defaults_to_none_refuse_and_base_2000000000) {
+    const Config config = parse_config(pool_a, "t.toml");
+    EXPECT_EQ(config.pools.at(0).quota, QuotaMode::none);
+    EXPECT_EQ(config.pools.at(0).quota_missing, QuotaMissing::refuse);
+    EXPECT_EQ(config.pools.at(0).quota_project_base, 2000000000U);
+}
+
+TEST(config, pool_quota_settings_parse) {
+    const Config config = parse_config(
+        pool_a + "quota = \"project\"\nquota_missing = \"warn\"\nquota_project_base = 7000\n",
+        "t.toml");
+    EXPECT_EQ(config.pools.at(0).quota, QuotaMode::project);
+    EXPECT_EQ(config.pools.at(0).quota_missing, QuotaMissing::warn);
+    EXPECT_EQ(config.pools.at(0).quota_project_base, 7000U);
+}
+
+TEST(config, rejects_unknown_quota_words_and_bases_out_of_range) {
+    EXPECT_NE(config_error(pool_a + "quota = \"user\"\n").find("must be \"none\" or \"project\""),
+              std::string::npos);
+    EXPECT_NE(config_error(pool_a + "quota_missing = \"ignore\"\n")
+                  .find("must be \"refuse\" or \"warn\""),
+              std::string::npos);
+    EXPECT_NE(config_error(pool_a + "quota_project_base = 0\n").find("must be between 1 and"),
+              std::string::npos);
+    EXPECT_NE(config_error(pool_a + "quota_project_base = 4000000000\n").find("must be between"),
+              std::string::npos);
 }
 
 TEST(config, pool_io_options_default_to_buffered_and_syncfs) {

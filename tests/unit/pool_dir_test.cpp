@@ -273,3 +273,93 @@ TEST_F(PoolDirRemovalTest, progress_is_never_reported_for_a_removal_shorter_than
     EXPECT_TRUE(removal.complete);
     EXPECT_EQ(reports, 0);
 }
+
+namespace {
+
+// Writes `bytes` of data into `path` (allocated, not sparse).
+void write_bytes(const std::string& path, std::size_t bytes) {
+    std::ofstream out(path, std::ios::binary);
+    const std::string chunk(4096, 'x');
+    for (std::size_t done = 0; done < bytes; done += chunk.size())
+        out << chunk;
+}
+
+MeasureBudget plenty() {
+    return MeasureBudget{1000000, std::chrono::steady_clock::now() + std::chrono::seconds(60)};
+}
+
+}  // namespace
+
+TEST_F(PoolDirEnvTest, measure_counts_allocated_bytes_beneath_a_buffer) {
+    PoolDir dir = open();
+    dir.create_buffer_dir("job/main.1.1", 0, 0, PoolDir::Creation::fresh).wait();
+    fs::create_directories(dir_ + "/p/job/main.1.1/a/b");
+    write_bytes(dir_ + "/p/job/main.1.1/a/b/f", 64 << 10);
+    write_bytes(dir_ + "/p/job/main.1.1/g", 64 << 10);
+    MeasureBudget budget = plenty();
+    const DirectoryUsage usage = dir.measure("job/main.1.1", 1 << 30, budget);
+    EXPECT_TRUE(usage.complete);
+    EXPECT_FALSE(usage.over);
+    EXPECT_GE(usage.bytes, 128u << 10);
+    EXPECT_LT(usage.bytes, 256u << 10);
+}
+
+TEST_F(PoolDirEnvTest, measure_stops_once_over_the_limit) {
+    PoolDir dir = open();
+    dir.create_buffer_dir("job/main.2.1", 0, 0, PoolDir::Creation::fresh).wait();
+    for (int i = 0; i < 50; ++i)
+        write_bytes(dir_ + "/p/job/main.2.1/f" + std::to_string(i), 64 << 10);
+    MeasureBudget budget = plenty();
+    const DirectoryUsage usage = dir.measure("job/main.2.1", 100 << 10, budget);
+    EXPECT_TRUE(usage.over);
+    EXPECT_FALSE(usage.complete);
+    EXPECT_GT(usage.bytes, 100u << 10);
+    EXPECT_GT(budget.entries, 1000000u - 50u);  // stopped after a few files, not all 50
+}
+
+TEST_F(PoolDirEnvTest, measure_counts_a_file_with_two_names_once) {
+    PoolDir dir = open();
+    dir.create_buffer_dir("job/main.3.1", 0, 0, PoolDir::Creation::fresh).wait();
+    write_bytes(dir_ + "/p/job/main.3.1/f", 64 << 10);
+    fs::create_hard_link(dir_ + "/p/job/main.3.1/f", dir_ + "/p/job/main.3.1/g");
+    MeasureBudget budget = plenty();
+    const DirectoryUsage usage = dir.measure("job/main.3.1", 1 << 30, budget);
+    EXPECT_GE(usage.bytes, 64u << 10);
+    EXPECT_LT(usage.bytes, 128u << 10);
+}
+
+TEST_F(PoolDirEnvTest, measure_within_a_spent_budget_is_incomplete) {
+    PoolDir dir = open();
+    dir.create_buffer_dir("job/main.4.1", 0, 0, PoolDir::Creation::fresh).wait();
+    for (int i = 0; i < 10; ++i)
+        write_bytes(dir_ + "/p/job/main.4.1/f" + std::to_string(i), 4096);
+    MeasureBudget budget{3, std::chrono::steady_clock::now() + std::chrono::seconds(60)};
+    const DirectoryUsage usage = dir.measure("job/main.4.1", 1 << 30, budget);
+    EXPECT_FALSE(usage.complete);
+    EXPECT_FALSE(usage.over);
+    EXPECT_EQ(budget.entries, 0u);
+}
+
+TEST_F(PoolDirEnvTest, measure_of_a_missing_directory_is_empty) {
+    MeasureBudget budget = plenty();
+    const DirectoryUsage usage = open().measure("job/main.5.1", 0, budget);
+    EXPECT_TRUE(usage.complete);
+    EXPECT_EQ(usage.bytes, 0u);
+}
+
+TEST_F(PoolDirEnvTest, measure_never_follows_a_symlink) {
+    PoolDir dir = open();
+    dir.create_buffer_dir("job/main.6.1", 0, 0, PoolDir::Creation::fresh).wait();
+    fs::create_directory(dir_ + "/outside");
+    write_bytes(dir_ + "/outside/big", 256 << 10);
+    fs::create_directory_symlink(dir_ + "/outside", dir_ + "/p/job/main.6.1/link");
+    MeasureBudget budget = plenty();
+    const DirectoryUsage usage = dir.measure("job/main.6.1", 1 << 30, budget);
+    EXPECT_LT(usage.bytes, 64u << 10);
+}
+
+TEST_F(PoolDirEnvTest, a_pool_without_quota_gives_buffers_no_limit) {
+    const PoolDir dir = open();
+    EXPECT_FALSE(dir.quota().enforced);
+    EXPECT_FALSE(dir.limits_buffers());
+}

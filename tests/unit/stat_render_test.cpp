@@ -144,6 +144,21 @@ TEST(DwstatState, flags_follow_the_lifecycle) {
 
 // ---- bb-stat job --------------------------------------------------------------------------
 
+TEST(JobView, used_bytes_show_only_when_a_project_quota_counted_them) {
+    JobStatus job;
+    job.status.buffer = Buffer::for_key(BufferKey::job("main", 3, 1));
+    job.status.buffer.state = S::running;
+    job.status.buffer.allocated_bytes = 4 * kib;
+    const TimePoint now = std::chrono::system_clock::now();
+    EXPECT_EQ(job_text(job, now).find("used:"), std::string::npos);
+    EXPECT_TRUE(job_json(job, now)["used_bytes"].is_null());
+    job.status.used_bytes = 3000;
+    EXPECT_NE(job_text(job, now).find("allocated:  4KiB\nused:       3000 bytes (project quota)\n"),
+              std::string::npos)
+        << job_text(job, now);
+    EXPECT_EQ(job_json(job, now)["used_bytes"], 3000);
+}
+
 TEST_F(StatusTest, job_shows_queue_position_reason_and_directory) {
     config_.pools.resize(1);
     auto store = open_store();
@@ -282,7 +297,7 @@ TEST(Prometheus, exposes_pool_bytes_buffers_queue_and_draining) {
     snapshot.pools[0].queued = 2;
     snapshot.pools[0].draining = true;
     snapshot.counts[S::allocated] = 3;
-    const std::string text = prometheus_text(snapshot);
+    const std::string text = prometheus_text(snapshot, Config{});
     EXPECT_EQ(text.substr(0, text.find("bbkit_buffers{")),
               "# HELP bbkit_pool_bytes Burst buffer pool space in bytes, by kind.\n"
               "# TYPE bbkit_pool_bytes gauge\n"
@@ -300,6 +315,38 @@ TEST(Prometheus, exposes_pool_bytes_buffers_queue_and_draining) {
     EXPECT_NE(text.find("# TYPE bbkit_pool_draining gauge\nbbkit_pool_draining{pool=\"nvme\"} 1\n"),
               std::string::npos);
     EXPECT_EQ(text.back(), '\n');
+}
+
+TEST(Prometheus, exposes_each_buffers_allocated_and_known_used_bytes_unless_private) {
+    StatusSnapshot snapshot;
+    snapshot.pools.push_back(pool("nvme", 4 * kib, kib, 0, 0));
+    BufferStatus measured;
+    measured.buffer.key = BufferKey::job("main", 7, 1);
+    measured.buffer.pool = "nvme";
+    measured.buffer.state = S::running;
+    measured.buffer.allocated_bytes = kib;
+    measured.used_bytes = 512;
+    BufferStatus unmeasured = measured;
+    unmeasured.buffer.key = BufferKey::job("main", 8, 1);
+    unmeasured.used_bytes.reset();
+    BufferStatus ended = measured;
+    ended.buffer.key = BufferKey::job("main", 9, 1);
+    ended.buffer.state = S::complete;
+    snapshot.buffers = {measured, unmeasured, ended};
+    const std::string text = prometheus_text(snapshot, Config{});
+    EXPECT_NE(text.find("# TYPE bbkit_buffer_bytes gauge\n"
+                        "bbkit_buffer_bytes{pool=\"nvme\",buffer=\"main.7.1\",kind=\"allocated\"} "
+                        "1024\n"
+                        "bbkit_buffer_bytes{pool=\"nvme\",buffer=\"main.7.1\",kind=\"used\"} 512\n"
+                        "bbkit_buffer_bytes{pool=\"nvme\",buffer=\"main.8.1\",kind=\"allocated\"} "
+                        "1024\n"),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(text.find("main.9.1"), std::string::npos);
+    EXPECT_EQ(text.find("main.8.1\",kind=\"used"), std::string::npos);
+    Config private_data;
+    private_data.flags.private_data = true;
+    EXPECT_EQ(prometheus_text(snapshot, private_data).find("main.7.1"), std::string::npos);
 }
 
 TEST_F(StatusTest, availability_is_in_every_view_and_in_the_published_snapshot) {
@@ -320,7 +367,7 @@ TEST_F(StatusTest, availability_is_in_every_view_and_in_the_published_snapshot) 
               std::string::npos);
     EXPECT_EQ(burst_json(snapshot, config_)["pools"][1]["availability"], "unavailable");
     EXPECT_EQ(pool_status_json(snapshot.pools[0])["availability"], "draining");
-    const std::string metrics = prometheus_text(snapshot);
+    const std::string metrics = prometheus_text(snapshot, Config{});
     EXPECT_NE(
         metrics.find("bbkit_pool_availability{pool=\"pool2\",availability=\"unavailable\"} 1"),
         std::string::npos);

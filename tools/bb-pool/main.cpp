@@ -171,10 +171,12 @@ int main(int argc, char** argv) {
     if (named(resume))
         resume->add_option("POOL", o.pool, "Pool name")->required();
 
-    CLI::App* check_cmd = app.add_subcommand("check", "Compare records with the pool directories");
+    CLI::App* check_cmd = app.add_subcommand(
+        "check", "Compare records with the pool directories, buffers with their capacity");
     if (named(check_cmd)) {
-        check_cmd->add_flag("--repair", o.repair,
-                            "Quarantine what does not belong and close dead records");
+        check_cmd->add_flag(
+            "--repair", o.repair,
+            "Quarantine what does not belong, close dead records, remove stale project limits");
         check_cmd->add_flag("--json", o.json, "Print JSON");
     }
     CLI::App* recover_cmd =

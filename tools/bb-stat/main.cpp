@@ -215,6 +215,8 @@ int run(const CommonOptions& common, const Options& options) {
             snapshot.pools = pool_status(txn, config);
         else if (options.prometheus || request.view != View::job)
             snapshot = read_status(txn, config);
+        if (options.prometheus)
+            read_project_usage(snapshot, config);
     } else {
         snapshot = read_public_status(config, geteuid());
         if (show && request.view == View::job)
@@ -230,7 +232,7 @@ int run(const CommonOptions& common, const Options& options) {
     }
 
     if (options.prometheus)
-        write_file_atomically(*options.prometheus, prometheus_text(snapshot), 0644);
+        write_file_atomically(*options.prometheus, prometheus_text(snapshot, config), 0644);
     if (!show)
         return 0;
     if (options.dws)
@@ -282,8 +284,9 @@ int main(int argc, char** argv) {
         "  configurations  dwstat configurations: one per live buffer with space\n"
         "  activations     dwstat activations: configurations in use by running jobs\n"
         "  burst           the exact layout of Slurm's `scontrol show burst`\n"
-        "  job ID          one job's buffer: state, Slurm reason, queue position, sizes,\n"
-        "                  directory, per-phase timings, staging progress\n"
+        "  job ID          one job's buffer: state, Slurm reason, queue position, sizes\n"
+        "                  (used: from its project quota, root only), directory,\n"
+        "                  per-phase timings, staging progress\n"
         "  env ID          standalone mode, for a TaskProlog: the job's environment\n"
         "                  (BB_JOB_DIR, DW_JOB_STRIPED, ...) as export NAME=value lines,\n"
         "                  read from its pool's env/ as the job's user, without the state\n"
