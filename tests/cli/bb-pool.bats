@@ -90,6 +90,22 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
   assert_output --partial '"allocated": 3072'
 }
 
+@test "alloc --script reads a script of [limits] script_size bytes and refuses one byte more with 65" {
+  init_pools
+  sized_script "$TEST_DIR/at.sh" 4194304 '#BB_LUA pool=small capacity=1K'
+  run bb-pool alloc --job 8 --user "$U" --script "$TEST_DIR/at.sh" --json
+  assert_success
+  assert_output --partial '"allocated": 1024'
+  sized_script "$TEST_DIR/over.sh" 4194305 '#BB_LUA pool=small capacity=1K'
+  run bb-pool alloc --job 9 --user "$U" --script "$TEST_DIR/over.sh"
+  assert_failure 65
+  assert_output "$(script_size_message bb-pool "$TEST_DIR/over.sh" 4194305 4194304)"
+  truncate -s 200M "$TEST_DIR/huge.sh"
+  run timeout 20 bash -c "ulimit -v 102400; exec bb-pool alloc --job 10 --user $U --script '$TEST_DIR/huge.sh'"
+  [ "${BBKIT_SANITIZE:-}" = 1 ] || assert_failure 65
+  [ "$(used_of small)" = 1024 ]
+}
+
 @test "an identical alloc is idempotent, a different one exits 73" {
   init_pools
   bb-pool alloc --job 42 --user "$U" --capacity 1G >/dev/null

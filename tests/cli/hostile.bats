@@ -102,6 +102,7 @@ assert_pool_clean() {
 }
 
 @test "a 20 MB source= is refused with one line before anything is stored" {
+  write_config '[limits]' 'script_size = "32MiB"'  # the value's bound, not the script's
   printf '#!/bin/bash\n#BB_LUA capacity=1G\n#BB_LUA stage_in type=file source=/%s destination=d\n' \
     "$(repeat s 20971520)" >"$TEST_DIR/job.sh"
   run bb-parse --script "$TEST_DIR/job.sh"

@@ -562,21 +562,36 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
 
 @test "job_process: values past bb-parse's bounds are refused with bb-parse's words" {
   install_scripts >/dev/null
-  long_path="/$(head -c 20971520 /dev/zero | tr '\0' s)"
+  long_path="/$(head -c 1048576 /dev/zero | tr '\0' s)"
   run hook slurm_bb_job_process "$(job_script 41 '#BB_LUA pool=small capacity=1K' \
     "#BB_LUA stage_in type=file source=$long_path destination=d")"
   assert_line --index 0 "rc=-1"
-  assert_line --index 1 "bbkit: source= is 20971521 bytes long (a path holds at most 4095 bytes)"
+  assert_line --index 1 "bbkit: source= is 1048577 bytes long (a path holds at most 4095 bytes)"
   # bb-parse says the same at setup, after the line's label.
   run bb-parse --script "$TEST_DIR/statesave/hash.1/job.41/script"
   assert_failure 65
-  assert_output "bb-parse: script line 3: source= is 20971521 bytes long (a path holds at most 4095 bytes)"
+  assert_output "bb-parse: script line 3: source= is 1048577 bytes long (a path holds at most 4095 bytes)"
   run hook slurm_bb_job_process "$(job_script 42 "#BB_LUA pool=$(printf 'p%.0s' $(seq 257)) capacity=1K")"
   assert_line --index 0 "rc=-1"
   assert_line --index 1 "bbkit: pool= is 257 bytes long (a value holds at most 256 bytes)"
   # A quoted path with blanks of exactly 4095 bytes passes, as in bb-parse.
   run hook slurm_bb_job_process "$(job_script 43 '#BB_LUA pool=small capacity=1K' \
     "#BB_LUA stage_in type=file source=\"/a b$(printf 'c%.0s' $(seq 4091))\" destination=d")"
+  assert_output "rc=0"
+}
+
+@test "job_process reads at most 4 MiB of a script; a longer one is bb-parse's to refuse, in one line" {
+  install_scripts >/dev/null
+  script=$(job_script 44 '#BB_LUA pool=small capacity=1K')
+  truncate -s 200M "$script"
+  run hook slurm_bb_job_process "$script"
+  assert_line --index 0 "rc=-1"
+  assert_line --index 1 "$(script_size_message bb-parse "$script" 209715200 4194304)"
+  # Within [limits] script_size, but past what the Lua reads: bb-parse reads and accepts it.
+  write_config 'mode = "slurm"' 'directives = ["BB_LUA"]' '[limits]' 'script_size = "256MiB"'
+  script=$(job_script 45)
+  sized_script "$script" 5000000 '#BB_LUA pool=small capacity=1K'
+  run hook slurm_bb_job_process "$script"
   assert_output "rc=0"
 }
 

@@ -148,6 +148,26 @@ no_buffers() {
   no_buffers
 }
 
+@test "a script over [limits] script_size: 100, bb-parse's reason last and in the error file; at the limit it runs" {
+  require_bbkit_job
+  sized_script "$TEST_DIR/spool/job_scripts/48" 4194304 "#BB_LUA pool=nvme capacity=1G"
+  ge prolog 48
+  assert_success
+  ge epilog 48
+  assert_success
+  no_buffers
+  sized_script "$TEST_DIR/spool/job_scripts/49" 4194305 "#BB_LUA pool=nvme capacity=1G"
+  ge prolog 49
+  assert_failure 100
+  assert_equal "${lines[-1]}" \
+    "$(script_size_message bb-parse "$TEST_DIR/spool/job_scripts/49" 4194305 4194304)"
+  assert_equal "$(error_file 49)" "${lines[-1]}"
+  no_evil_ran
+  ge epilog 49
+  assert_success
+  no_buffers
+}
+
 @test "a full pool: 99 (rescheduled), the reason in the error file, nothing left" {
   require_bbkit_job
   write_config '[timeouts]' 'queue = 1'

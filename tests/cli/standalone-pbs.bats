@@ -143,6 +143,28 @@ no_buffers() {
   no_buffers
 }
 
+@test "a script over [limits] script_size: 1 (abort), bb-parse's reason last, nothing made; at the limit it runs" {
+  require_bbkit_job
+  sized_script "$PBS_HOME_DIR/mom_priv/jobs/46.server.SC" 4194304 "#BB_LUA pool=nvme capacity=1G"
+  chown "$U" "$PBS_HOME_DIR/mom_priv/jobs/46.server.SC"
+  prologue 46.server
+  assert_success
+  epilogue 46.server
+  assert_success
+  no_buffers
+  # A 200 MB sparse script, as root, with bounded memory: refused from its size at once.
+  truncate -s 200M "$PBS_HOME_DIR/mom_priv/jobs/47.server.SC"
+  chown "$U" "$PBS_HOME_DIR/mom_priv/jobs/47.server.SC"
+  start=$SECONDS
+  ulimit -v 409600
+  prologue 47.server
+  assert_failure 1
+  assert_equal "${lines[-1]}" \
+    "$(script_size_message bb-parse "$PBS_HOME_DIR/mom_priv/jobs/47.server.SC" 209715200 4194304)"
+  [ $((SECONDS - start)) -lt 10 ]
+  no_buffers
+}
+
 @test "a full pool: 75 (requeue), the reason last, nothing left" {
   require_bbkit_job
   write_config '[timeouts]' 'queue = 1'
