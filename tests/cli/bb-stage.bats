@@ -438,11 +438,79 @@ staged_tree_job() {
   left=$(find "$TEST_DIR/pfs" -mindepth 1 -maxdepth 1 -name '.res.bbkit-*' -type d | wc -l)
   echo "temporary directories left by the killed stage-out: $left"
   [ "$left" = 1 ]
+  temp_inode=$(find "$TEST_DIR/pfs" -mindepth 1 -maxdepth 1 -name '.res.bbkit-*' -type d -printf '%i')
   bb-pool recover >/dev/null
   run bb-stage out --job 33 --retry
   assert_success
   [ -z "$(find "$TEST_DIR/pfs" -name '*.bbkit-*')" ]
   diff <(describe_fully "$buf/res") <(describe_fully "$TEST_DIR/pfs/res")
+  # The rerun (same boot, same buffer) took the killed run's tree over and renamed it into place.
+  [ "$(stat -c %i "$TEST_DIR/pfs/res")" = "$temp_inode" ]
+}
+
+# libstdc++'s std::hash of a string (what older movers put in their temporaries' names, of the
+# boot id anyone may read): 32 low bits in hex.
+old_boot_tag() {
+  python3 -c '
+import sys
+M, mask = 0xc6a4a7935bd1e995, (1 << 64) - 1
+data = open("/proc/sys/kernel/random/boot_id").read().strip().encode()
+n, a = len(data), len(data) & ~7
+h = (0xc70f6907 ^ (n * M)) & mask
+for i in range(0, a, 8):
+    k = int.from_bytes(data[i:i + 8], "little") * M & mask
+    h = (h ^ ((k ^ (k >> 47)) * M & mask)) * M & mask
+if n & 7:
+    h = (h ^ int.from_bytes(data[a:], "little")) * M & mask
+h = (h ^ (h >> 47)) * M & mask
+print("%08x" % ((h ^ (h >> 47)) & 0xffffffff))'
+}
+
+@test "a stage-out never takes over another user's temporary planted in a shared directory" {
+  A=$(test_user bbkit-test-other)
+  # A group directory both may write (2775, not sticky), the other user in the victim's group.
+  shared="$TEST_DIR/pfs/group"
+  as_user mkdir "$shared"
+  chmod 2775 "$shared"
+  job_script "#BB_LUA capacity=1G" "#BB_LUA stage_out type=directory source=res destination=$shared/res"
+  bb-pool alloc --job 34 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  buf="$TEST_DIR/nvme/job/main.34.1"
+  bb-stage in --job 34 >/dev/null; bb-stage pre-run --job 34
+  as_user mkdir -m 0700 "$buf/res"
+  as_user sh -c "echo secret >'$buf/res/result'"
+  bb-stage post-run --job 34
+  # The old name (the boot's public hash) and the new one (the buffer's tag, as if the other
+  # user had seen it beside a killed run), both planted 0777 by the other user.
+  token=$(sqlite3 "$TEST_DIR/state/state.db" "SELECT temp_token FROM buffers WHERE job_id = 34")
+  [ ${#token} = 32 ]
+  tag=$(printf %s "$(cat /proc/sys/kernel/random/boot_id)" | openssl dgst -sha256 -hmac "$token" -r | cut -c1-16)
+  for temp in ".res.bbkit-$(old_boot_tag)0123456789ab" ".res.bbkit-${tag}0123456789ab"; do
+    runuser -u "$A" -g "$U" -- mkdir "$shared/$temp"
+    runuser -u "$A" -g "$U" -- chmod 0777 "$shared/$temp"
+    runuser -u "$A" -g "$U" -- touch "$shared/$temp/planted"
+  done
+  run bb-stage out --job 34
+  assert_success
+  # The result is the victim's, mode as the source, holding what the source holds.
+  [ "$(stat -c '%U %a' "$shared/res")" = "$U 700" ]
+  [ "$(ls -A "$shared/res")" = result ]
+  [ "$(cat "$shared/res/result")" = secret ]
+  # The other user's directories are theirs, untouched.
+  [ "$(find "$shared" -mindepth 1 -maxdepth 1 -name '.res.bbkit-*' -user "$A" | wc -l)" = 2 ]
+}
+
+@test "a record made before temporaries had a token gets one before its first stage" {
+  job_script "#BB_LUA capacity=1G" "#BB_LUA stage_out type=directory source=res destination=$TEST_DIR/pfs/res"
+  bb-pool alloc --job 37 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  sqlite3 "$TEST_DIR/state/state.db" "UPDATE buffers SET temp_token = '' WHERE job_id = 37"
+  bb-stage in --job 37 >/dev/null
+  bb-stage pre-run --job 37
+  as_user mkdir "$TEST_DIR/nvme/job/main.37.1/res"
+  bb-stage post-run --job 37
+  run bb-stage out --job 37
+  assert_success
+  token=$(sqlite3 "$TEST_DIR/state/state.db" "SELECT temp_token FROM buffers WHERE job_id = 37")
+  [[ $token =~ ^[0-9a-f]{32}$ ]]
 }
 
 @test "paths prints the job's environment and writes Slurm's path file" {
