@@ -524,9 +524,10 @@ void pre_run(StateStore& store, const Config& config, std::uint64_t job_id,
             return;
         const std::string lines = job_paths(store, config, job_id);
         ReadSnapshot snapshot(store);
-        open_pool(snapshot, config, now.pool)
-            .write_job_environment(job_environment_name(config.cluster, job_id), lines, now.uid,
-                                   now.gid);
+        PoolDir dir = open_pool(snapshot, config, now.pool);
+        const std::string key = dir.job_environment_key(now.uid, now.gid);
+        dir.write_job_environment(job_environment_name(config.cluster, job_id, key), lines, now.uid,
+                                  now.gid);
     };
     hooked_phase(store, config, b, BufferState::pre_run, BufferState::running, "pre_run", who,
                  publish_environment);

@@ -102,3 +102,14 @@ sized_script() {
 script_size_message() {  # TOOL FILE BYTES LIMIT
   echo "$1: cannot read job script '$2': $3 bytes, over the limit of $4 bytes ([limits] script_size in bbkit.toml: shorten the script or raise the limit)"
 }
+
+# bbdir PATH: a buffer directory named as bbkit names new ones, PATH (…/job/CLUSTER.JOB.INC or
+# …/persistent/CLUSTER.NAME) and a random part after it (bbkit(7), SECURITY); PATH itself when
+# no such directory exists (an older record's name, or none yet).
+bbdir() {
+  local d
+  for d in "$1".????????????????; do
+    [ -d "$d" ] && { echo "$d"; return 0; }
+  done
+  echo "$1"
+}

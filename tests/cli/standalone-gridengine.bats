@@ -103,7 +103,7 @@ no_buffers() {
     "#BB_LUA stage_out type=directory source=\$BB_JOB_DIR/output destination=$TEST_DIR/pfs/results"
   ge prolog 42
   assert_success
-  buf="$TEST_DIR/nvme/job/main.42.1"
+  buf="$(bbdir $TEST_DIR/nvme/job/main.42.1)"
   [ "$(cat "$buf/input/in.txt")" = data ]
   # The job, as its user, in its working directory.
   run as_user sh -c "cd '$TEST_DIR/pfs' && eval \"\$('$BBKIT_JOB' env 42 --shell)\" &&
@@ -125,7 +125,7 @@ no_buffers() {
   spool_script 43 "#BB_LUA pool=nvme capacity=1G"
   ge prolog 43 7
   assert_success
-  [ -d "$TEST_DIR/nvme/job/main.8000000000043.1" ]
+  [ -d "$(bbdir $TEST_DIR/nvme/job/main.8000000000043.1)" ]
   run as_user sh -c "JOB_ID=43 SGE_TASK_ID=7; '$BBKIT_JOB' env \$(( (SGE_TASK_ID + 1) * 1000000000000 + JOB_ID ))"
   assert_success
   assert_output --partial "main.8000000000043.1"
@@ -189,7 +189,7 @@ no_buffers() {
     "#BB_LUA stage_out type=directory source=out destination=$TEST_DIR/locked/res"
   ge prolog 46
   assert_success
-  buf="$TEST_DIR/nvme/job/main.46.1"
+  buf="$(bbdir $TEST_DIR/nvme/job/main.46.1)"
   as_user sh -c "mkdir '$buf/out' && printf 'precious\n' >'$buf/out/r.txt'"
   ge epilog 46
   assert_failure 100
