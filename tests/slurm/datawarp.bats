@@ -324,3 +324,78 @@ EOF2
   assert_output --regexp "^survived in $SLURM_DIR/pools/pool1/job/e2e\.$JOB\.[0-9]+$"
   assert_default_pool "64MiB 64MiB 0"
 }
+
+@test "k. DataWarp-era scripts end to end: a dotted persistent name created and destroyed by one-node jobs, a repeated key, %% in a stage path" {
+  # A one-node job whose only line is #BB create_persistent: Slurm runs setup and data_in, no
+  # paths and no pre_run, then post_run and data_out when it ends. It must end.
+  create=$(job_script k-create.sh '#SBATCH --job-name=dw-k-create' \
+    '#BB create_persistent name=climate.v2 capacity=5MiB access=striped type=scratch' <<<'true')
+  submit "$create"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 90
+  grep -q "dw_wlm_cli --function post_run --token $JOB " "$SLURM_DIR/log/slurmctld.log" ||
+    fail "slurmctld.log shows no post_run for the one-node create job $JOB"
+  ! grep -q "dw_wlm_cli --function pre_run --token $JOB " "$SLURM_DIR/log/slurmctld.log" ||
+    fail "Slurm ran pre_run for a job without #DW options: the scenario no longer tests that path"
+  slurm_run scontrol show burst
+  assert_output --regexp "Name=climate.v2 CreateTime=[^ ]+ Pool=pool1 Size=5MiB State=allocated UserID=$SLURM_TEST_USER\($TEST_UID\)"
+
+  # A job written the DataWarp way: a key repeated with the same value, the dotted persistent
+  # buffer, and a stage-out path holding %% and %j (Slurm replaces them once, bbkit never again).
+  mkdir -p "$DATA_DIR/k/100%"
+  chown -R "$SLURM_TEST_USER:" "$DATA_DIR/k"
+  user=$(job_script k-use.sh '#SBATCH --job-name=dw-k-use' \
+    '#DW jobdw type=scratch capacity=2MiB access_mode=striped,private type=scratch' \
+    '#DW persistentdw name=climate.v2' \
+    "#DW stage_out type=file source=\$DW_JOB_STRIPED/out.txt destination=$DATA_DIR/k/100%%/out.%j" <<'EOF2'
+echo "in $DW_PERSISTENT_STRIPED_climate_v2" >"$DW_PERSISTENT_STRIPED_climate_v2/note"
+echo "job $SLURM_JOB_ID" >"$DW_JOB_STRIPED/out.txt"
+EOF2
+)
+  submit "$user"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 120
+  assert_equal "$(cat "$DATA_DIR/k/100%/out.$JOB")" "job $JOB"
+  run ls "$DATA_DIR/k"
+  assert_output '100%'
+  grep -q "^in $SLURM_DIR/pools/pool1/persistent/e2e.climate.v2$" "$SLURM_DIR/pools/pool1/persistent/e2e.climate.v2/note" ||
+    fail "the job did not write into the dotted persistent buffer"
+
+  destroy=$(job_script k-destroy.sh '#SBATCH --job-name=dw-k-destroy' '#BB destroy_persistent name=climate.v2' <<<'true')
+  submit "$destroy"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 90
+  wait_until 30 "Slurm to forget climate.v2" sh -c '! scontrol show burst | grep -q "Name=climate.v2"'
+  [ ! -e "$SLURM_DIR/pools/pool1/persistent/e2e.climate.v2" ] || fail "the persistent buffer's directory is still there"
+  assert_default_pool "64MiB 64MiB 0"
+  assert_bbkit_pool_whole pool1
+}
+
+@test "l. a create-only job with a bad request is refused at sbatch by the cli_filter, not held" {
+  bad=$(job_script l.sh '#SBATCH --job-name=dw-l' \
+    '#BB create_persistent name=toobig capacity=1GiB pool=small access=striped type=scratch' <<<'true')
+  submit "$bad"
+  [ "$status" -ne 0 ] || fail "sbatch accepted a persistent buffer larger than its pool: $output"
+  assert_output --regexp "sbatch: error: lua: bb-parse: script line [0-9]+: capacity=1GiB can never be satisfied: pool 'small' holds only 10MiB"
+  slurm_run squeue -h -n dw-l -o '%i %T %r'
+  assert_output ""
+  ! grep -q "function create_persistent -c CLI -t toobig" "$SLURM_DIR/log/slurmctld.log" ||
+    fail "create_persistent ran for a job refused at submit"
+  bad=$(job_script l2.sh '#SBATCH --job-name=dw-l2' '#BB destroy_persistent name=no/such' <<<'true')
+  submit "$bad"
+  [ "$status" -ne 0 ] || fail "sbatch accepted a persistent name holding '/': $output"
+  assert_output --regexp "sbatch: error: lua: bb-parse: script line [0-9]+: invalid persistent buffer name 'no/such'"
+  assert_bbkit_pool_whole small
+}
+
+@test "m. scontrol show dwstat prints DataWarp's layouts, empty-table lines and all tables within Slurm's 2 s" {
+  slurm_run scontrol show dwstat sessions
+  assert_output "no sessions"
+  slurm_run scontrol show dwstat configurations
+  assert_output "no scratch, cache, swap configurations"
+  slurm_run scontrol show dwstat most
+  assert_line --regexp '^ *pool units quantity +free gran$'
+  assert_line --regexp '^ *pool1 bytes +64MiB +64MiB 1MiB$'
+  assert_line "no activations"
+  refute_output --partial "Error running dwstat"
+}

@@ -19,6 +19,7 @@ script read from standard input cannot be seen here; slurm_bb_setup validates ev
 BBKIT_BINDIR = ""                -- "" = bb-parse is found on the user's PATH
 BBKIT_CONFIG = ""                -- "" = $BBKIT_CONFIG, else /etc/bbkit/bbkit.toml
 BBKIT_DIRECTIVE = "BB_LUA"       -- burst_buffer.conf's Directive
+BBKIT_PLUGIN = "lua"             -- the burst_buffer plugin: "lua", or "datawarp" (#DW and #BB)
 -- ---- end of install-time settings ---------------------------------------------------------
 
 local function quote(word)
@@ -35,8 +36,62 @@ local function read_file(path)
     return text
 end
 
+-- The directive lines of a script as Slurm's burst_buffer/datawarp plugin collects them
+-- (bbkit(7), REQUESTS): up to the first line not starting with '#', every line starting with
+-- "#DW" or "#BB" (no blank needed after them), a trailing '\' joining the next such line without
+-- its prefix (and without its leading blanks only when a blank came right before the '\').
+-- Returns the list of lines, or nil and a message for a #DW line continued on a #BB line (or
+-- the reverse), which Slurm refuses. Slurm's datawarp plugin checks persistent-only jobs
+-- (#BB create_persistent, destroy_persistent) nowhere at submit: this reading decides which
+-- scripts bb-parse checks here.
+function bbkit_datawarp_lines(script)
+    while string.byte(script, -1) == 0 do
+        script = string.sub(script, 1, -2)
+    end
+    local lines, continuing, blank_before, previous = {}, false, false, nil
+    for line in string.gmatch(script, "[^\n]+") do
+        if string.sub(line, 1, 1) ~= "#" then
+            break
+        end
+        local kind = string.sub(line, 2, 3)
+        if kind == "DW" or kind == "BB" then
+            local text = line
+            if continuing then
+                if kind ~= previous then
+                    return nil, "a #" .. previous .. " line continues on a #" .. kind
+                        .. " line, which Slurm's datawarp plugin refuses"
+                end
+                text = string.sub(line, 4)
+                if blank_before then
+                    text = string.gsub(text, "^%s+", "")
+                end
+            end
+            previous = kind
+            local next_continues = string.sub(text, -1) == "\\"
+            if next_continues then
+                local before = string.sub(line, -2, -2)
+                blank_before = #line >= 2 and string.find(before, "^%s$") ~= nil
+                text = string.sub(text, 1, -2)
+            end
+            if continuing then
+                lines[#lines] = lines[#lines] .. text
+            else
+                lines[#lines + 1] = text
+            end
+            continuing = next_continues
+        else
+            continuing = false
+        end
+    end
+    return lines
+end
+
 -- Whether a batch script holds a directive line in its leading comment block.
 local function has_directive(script)
+    if BBKIT_PLUGIN == "datawarp" then
+        local lines = bbkit_datawarp_lines(script)
+        return lines == nil or #lines > 0 -- a refused mix is bb-parse's to explain
+    end
     local prefix = "#" .. BBKIT_DIRECTIVE
     for line in string.gmatch(script, "[^\n]+") do
         if string.sub(line, 1, 1) ~= "#" then
