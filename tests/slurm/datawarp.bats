@@ -211,7 +211,7 @@ EOF2
   assert_line --regexp '^ *sess +state +token +creator +owner'
   assert_line --regexp " CA--- +$JOB +bbkit +$TEST_UID "
   slurm_run scontrol show dwstat instances
-  assert_line --regexp " 3MiB .* $JOB +false "
+  assert_line --regexp " 3MiB .* $JOB +private +1$"
   slurm_run scontrol show dwstat activations
   assert_line --regexp '^ *activ +state +sess +conf +nodes'
   slurm_run -u scontrol show dwstat sessions extra words
