@@ -562,6 +562,12 @@ pool_free() {
   # #BB_LUA is not a datawarp-mode directive: Slurm's plugin ignores it, bb-parse only warns.
   run pre_submit "{type = 'sbatch', argv = {'$TEST_DIR/plain.sh'}}"
   assert_output "rc=0"
+  # The submitting user's own checks: no EnablePersistent, no persistent buffer.
+  dw_config
+  chmod 644 "$BBKIT_CONFIG"
+  run pre_submit "{type = 'sbatch', argv = {'$TEST_DIR/fits.sh'}}"
+  assert_line "rc=-1"
+  assert_line --regexp "^error: bb-parse: .*may not create persistent burst buffers \(EnablePersistent is not set\)"
 }
 
 @test "create_persistent of an existing name: the same request is created again, another size fails in one line" {

@@ -82,10 +82,14 @@ EOF2
   assert_bbkit_pool_whole pool1
 }
 
-@test "b. a request larger than the pool is refused at submit by job_process, saying so" {
+@test "b. a request larger than the pool is refused at submit by the cli_filter, and by job_process when the filter cannot see it" {
   script=$(job_script b.sh '#SBATCH --job-name=dw-b' '#DW jobdw pool=small capacity=1GiB' <<<'true')
   submit "$script"
   [ "$status" -ne 0 ] || fail "sbatch accepted 1GiB from a 10MiB pool: $output"
+  assert_output --regexp "sbatch: error: lua: bb-parse: script line 4: capacity=1GiB can never be satisfied: pool 'small' holds only 10MiB"
+  # A script on standard input is out of the cli_filter's sight: job_process refuses it.
+  submit <"$script"
+  [ "$status" -ne 0 ] || fail "sbatch accepted 1GiB from a 10MiB pool read from stdin: $output"
   assert_output --regexp "sbatch: error: burst_buffer/datawarp: bb-parse: .*capacity=1GiB.*'small' holds only 10MiB"
   assert_output --partial "Batch job submission failed"
   slurm_run squeue -h -n dw-b -o '%i %T %r'

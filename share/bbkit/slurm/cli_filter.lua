@@ -6,8 +6,10 @@ asks for a burst buffer (--bb, --bbf, or directives in the batch script named on
 line) it runs
 
     bb-parse --check-sources [--script FILE] [--bb TEXT] [--bbf FILE] [--job-name N] [--workdir D]
+             --user UID
 
-so an invalid request, or a stage-in source that is missing or unreadable by the user, is
+so an invalid request, a user who may not ask for it (allow_users, deny_users, persistent
+buffers without EnablePersistent), or a stage-in source that is missing or unreadable by the user, is
 refused at submit time with bbkit's one-line message ("sbatch: error: lua: bb-parse: ...":
 Slurm prefixes a Lua error with "lua: "). When the check itself cannot run on this host (no
 bb-parse, an unreadable bbkit.toml) the job goes on with a logged note. A
@@ -168,6 +170,9 @@ function bbkit_cli_check(args)
     for _, arg in ipairs(args) do
         words[#words + 1] = quote(arg)
     end
+    -- The submitting user, for the checks that need one (allow_users, deny_users, persistent
+    -- buffers without EnablePersistent): bb-parse runs as that user, and says so.
+    words[#words + 1] = '--user "$(id -u)"'
     local line = table.concat(words, " ") .. " </dev/null 2>&1 >/dev/null; echo \"bbkit-exit=$?\""
     local handle = io.popen(line, "r")
     if not handle then
