@@ -46,6 +46,10 @@ const std::vector<Transition> table = {
     {S::staged_in, S::pre_run, "pre-run", job, no},
     {S::pre_run, S::running, "pre-run", job, no},
     {S::running, S::post_run, "post-run", job, no},
+    // Slurm's datawarp plugin runs a job without #DW options (its only lines are #BB
+    // create_persistent or destroy_persistent) from staged-in, with no paths and no pre_run,
+    // and still calls post_run when it ends (bbkit(7), USE WITH SLURM (DATAWARP PLUGIN)).
+    {S::staged_in, S::post_run, "post-run", job, no},
     // stage-out; likewise a job without stage-out lines goes straight to staged-out.
     {S::post_run, S::staging_out, "stage-out", job, no},
     {S::post_run, S::staged_out, "stage-out", job, no},

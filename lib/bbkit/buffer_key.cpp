@@ -68,32 +68,34 @@ bool BufferKey::operator==(const BufferKey& other) const {
            name == other.name;
 }
 
-// Read from the right: cluster names may contain '.', persistent names and numbers may not.
+// A persistent key is CLUSTER.p.NAME where both may hold '.': it splits at the first ".p."
+// followed by a valid name (bbkit.toml(5) keeps ".p." out of cluster names). A job key is read
+// from the right: cluster names may contain '.', numbers may not.
 BufferKey parse_buffer_key(const std::string& text) {
     const auto fail = [&]() -> BufferKey {
         throw Error(ExitCode::data, "invalid buffer key '" + text +
                                         "' (expected CLUSTER.JOBID.INCARNATION or CLUSTER.p.NAME)");
     };
+    for (std::size_t at = text.find(".p."); at != std::string::npos && at > 0;
+         at = text.find(".p.", at + 1)) {
+        try {
+            return BufferKey::persistent(text.substr(0, at), text.substr(at + 3));
+        } catch (const Error&) {
+            continue;
+        }
+    }
     const auto last = text.rfind('.');
     if (last == std::string::npos || last == 0)
         return fail();
     const auto middle = text.rfind('.', last - 1);
     if (middle == std::string::npos || middle == 0)
         return fail();
-    const std::string cluster = text.substr(0, middle);
-    const std::string second = text.substr(middle + 1, last - middle - 1);
-    const std::string third = text.substr(last + 1);
-    const std::optional<std::uint64_t> job_id = key_number(second, UINT64_MAX);
-    const std::optional<std::uint64_t> incarnation = key_number(third, UINT32_MAX);
+    const std::optional<std::uint64_t> job_id =
+        key_number(text.substr(middle + 1, last - middle - 1), UINT64_MAX);
+    const std::optional<std::uint64_t> incarnation = key_number(text.substr(last + 1), UINT32_MAX);
     if (job_id && incarnation)
-        return BufferKey::job(cluster, *job_id, static_cast<std::uint32_t>(*incarnation));
-    if (second == "p") {
-        try {
-            return BufferKey::persistent(cluster, third);
-        } catch (const Error&) {
-            return fail();
-        }
-    }
+        return BufferKey::job(text.substr(0, middle), *job_id,
+                              static_cast<std::uint32_t>(*incarnation));
     return fail();
 }
 
@@ -107,24 +109,35 @@ std::uint64_t parse_job_id(const std::string& text, const std::string& what) {
     return *id;
 }
 
+std::string persistent_variable_form(std::string name) {
+    std::replace(name.begin(), name.end(), '-', '_');
+    std::replace(name.begin(), name.end(), '.', '_');
+    return name;
+}
+
 void check_persistent_name(const std::string& name) {
-    const std::string what = "invalid persistent buffer name '" + name + "': ";
+    const std::string what = "invalid persistent buffer name '" + printable(name) + "': ";
     if (name.empty() || name.size() > 64)
         throw Error(ExitCode::data, what + "it must be 1 to 64 characters long");
+    // Slurm's datawarp plugin refuses only a name starting with a digit; DataWarp's names
+    // (climate.v2, run_7-b) hold letters, digits, '_', '-' and '.'. Anything else (a '/',
+    // a blank, a quote, a '$') could not be a directory name under persistent/ nor a word of a
+    // directive line, and is refused (bbkit(7), REQUESTS).
     const bool valid_chars = std::all_of(name.begin(), name.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
     });
-    // No '/', '.' or '..': the name is a directory name under persistent/ and a file name
-    // under env/ and run/.
     if (!valid_chars)
-        throw Error(ExitCode::data, what + "use only letters, digits, '_' and '-'");
+        throw Error(ExitCode::data, what + "use only letters, digits, '_', '-' and '.'");
     if (std::isdigit(static_cast<unsigned char>(name[0])))
         throw Error(ExitCode::data,
                     what +
                         "it must not start with a digit (numeric names are reserved for job "
                         "buffers)");
-    if (name[0] == '-')
-        throw Error(ExitCode::data, what + "it must not start with '-'");
+    if (name[0] == '-' || name[0] == '.')
+        throw Error(ExitCode::data, what + "it must not start with '" + name.substr(0, 1) + "'");
+    // Never a path component of its own, whatever a name is joined to.
+    if (name.find("..") != std::string::npos)
+        throw Error(ExitCode::data, what + "it must not hold '..'");
 }
 
 }  // namespace bbkit

@@ -49,6 +49,11 @@ BufferKey parse_buffer_key(const std::string& text);
 // rule for every tool and the directive parser.
 void check_persistent_name(const std::string& name);
 
+// The name's form in a job's environment, DW_PERSISTENT_STRIPED_<form>: a variable name holds
+// neither '-' nor '.', which become '_' (run-1.v2 -> run_1_v2). The one rule for the paths a
+// job is given and the $DW_PERSISTENT_STRIPED_ prefixes its stage lines may use.
+std::string persistent_variable_form(std::string name);
+
 // A Slurm job id (also an array job or task id) as text: digits only, at most 2^63-1, so it is
 // stored as it was given. Throws Error(usage) naming `what` ("job id") otherwise.
 std::uint64_t parse_job_id(const std::string& text, const std::string& what = "job id");

@@ -234,6 +234,18 @@ std::string name_of(const Field& field) {
     return name;
 }
 
+// A persistent buffer's key is CLUSTER.p.NAME, and its name may hold '.' (buffer_key.hpp):
+// a cluster name holding ".p." could not be told from it.
+std::string cluster_name_of(const Field& field) {
+    const std::string name = name_of(field);
+    if (name.find(".p.") != std::string::npos ||
+        (name.size() >= 2 && name.compare(name.size() - 2, 2, ".p") == 0))
+        field.fail(
+            "'" + name +
+            "' holds \".p\", which buffer keys keep for persistent buffers (rename the cluster)");
+    return name;
+}
+
 // A user or group name as /etc/passwd and /etc/group can hold it; `kind` is "user" or "group".
 std::string account_name_of(const Field& field, const std::string& kind) {
     const std::string name = string_of(field);
@@ -409,7 +421,7 @@ void read_identity(const Field& root, Config& config) {
     read_if_present(root, "state_group", config.state_group, group_name_of);
     read_if_present(root, "record_key", config.record_key, normalized_path_of);
     read_if_present(root, "mode", config.mode, mode_of);
-    read_if_present(root, "cluster", config.cluster, name_of);
+    read_if_present(root, "cluster", config.cluster, cluster_name_of);
     read_if_present(root, "directives", config.directives, directives_of);
     read_if_present(root, "flags", config.flags, flags_of);
     check_datawarp_directives(root, config);

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <climits>
-#include <set>
+#include <map>
 #include <string_view>
 #include <utility>
 
@@ -290,11 +290,25 @@ std::string replace_symbols(const std::string& value, Symbols& symbols) {
 class Arguments {
   public:
     // Linear in the number of tokens: a hostile line of megabytes must not take minutes.
-    explicit Arguments(std::vector<Token> tokens) : tokens_(std::move(tokens)) {
-        std::set<std::string_view> keys;
-        for (const Token& token : tokens_)
-            if (token.has_value && !keys.insert(token.key).second)
-                throw invalid("'" + token.key + "=' is given twice");
+    // DataWarp took a key repeated with the same value (Slurm's own guide writes
+    // `type=scratch ... type=scratch`): the repeat is dropped. Different values are refused,
+    // since Slurm's plugin would read the first and DataWarp the last (bbkit(7), REQUESTS).
+    explicit Arguments(std::vector<Token> tokens) {
+        std::map<std::string, std::size_t> keys;
+        for (Token& token : tokens) {
+            if (token.has_value) {
+                const auto [seen, added] = keys.emplace(token.key, tokens_.size());
+                if (!added) {
+                    const std::string& first = tokens_[seen->second].value;
+                    if (first != token.value)
+                        throw invalid("'" + token.key +
+                                      "=' is given twice with different values ('" + first +
+                                      "' and '" + token.value + "'; give it once)");
+                    continue;
+                }
+            }
+            tokens_.push_back(std::move(token));
+        }
         taken_.assign(tokens_.size(), false);
     }
 
@@ -393,12 +407,8 @@ std::string check_access(const std::string& access) {
     return out;
 }
 
-// The name as it appears in $DW_PERSISTENT_STRIPED_<name>: environment variable names cannot
-// hold '-' or '.'.
-std::string variable_form(std::string name) {
-    std::replace(name.begin(), name.end(), '-', '_');
-    std::replace(name.begin(), name.end(), '.', '_');
-    return name;
+std::string variable_form(const std::string& name) {
+    return persistent_variable_form(name);
 }
 
 std::string join(const std::vector<std::string>& parts) {
@@ -547,6 +557,7 @@ class Parser {
     Parser(const Config& config, const JobContext& job) : config_(config), job_(job) {}
 
     Request run(const RequestText& text) {
+        symbols_replaced_ = text.symbols_replaced;
         check_job_numbers();
         resolve_user();
         if (text.script)
@@ -625,6 +636,7 @@ class Parser {
             }
             const std::string prefix = match_prefix(line, accepted_prefixes());
             if (prefix.empty()) {
+                refuse_glued_datawarp_prefix(line, where);
                 warn_if_ignored_prefix(line, where);
                 continue;
             }
@@ -635,6 +647,11 @@ class Parser {
                 const std::string next = match_prefix(lines[i + 1], accepted_prefixes());
                 if (next.empty())
                     break;
+                if (config_.mode == Mode::datawarp && next != prefix)
+                    throw invalid(label(where) + ": a #" + prefix + " line continues on a #" +
+                                  next +
+                                  " line, which Slurm's datawarp plugin refuses (end the line "
+                                  "without '\\')");
                 ++i;
                 join_continued(body, std::string_view(lines[i]).substr(next.size() + 1));
             }
@@ -642,6 +659,26 @@ class Parser {
                 body.pop_back();  // nothing continues it
             parse_directive({where, body, prefix});
         }
+    }
+
+    // Slurm's datawarp plugin reads "#DWjobdw capacity=1G" as a jobdw line (it looks at three
+    // characters, no blank needed), which bbkit would skip as a comment: refused instead of
+    // read differently.
+    void refuse_glued_datawarp_prefix(const std::string& line, const Location& where) const {
+        if (config_.mode != Mode::datawarp || line.size() < 4 || is_blank(line[3]))
+            return;
+        const std::string head = line.substr(0, 3);
+        if (head != "#DW" && head != "#BB")
+            return;
+        std::size_t at = 3;
+        while (at < line.size() && std::isspace(static_cast<unsigned char>(line[at])))
+            ++at;
+        for (const char* command : {"jobdw", "persistentdw", "stage_in", "stage_out", "swap",
+                                    "create_persistent", "destroy_persistent"})
+            if (line.compare(at, std::string(command).size(), command) == 0)
+                throw invalid(label(where) + ": write '" + head + " " + command +
+                              "', with a blank after " + head +
+                              " (Slurm's datawarp plugin reads the line, bbkit would not)");
     }
 
     void warn_if_ignored_prefix(const std::string& line, const Location& where) {
@@ -732,7 +769,7 @@ class Parser {
         check_lengths(tokens);
         Symbols symbols(job_);
         for (Token& token : tokens)
-            if (token.has_value) {
+            if (token.has_value && !symbols_replaced_) {
                 token.value = replace_symbols(token.value, symbols);
                 check_value_length(token, false);
             }
@@ -1028,6 +1065,7 @@ class Parser {
     std::optional<User> user_;
     Request request_;
     bool bb_single_line_ = false;
+    bool symbols_replaced_ = false;
 };
 
 }  // namespace
@@ -1098,8 +1136,10 @@ std::vector<std::string> canonical_lines(const Request& request, const Config& c
                                             {"type", b->type}},
                                            true));
     }
+    // Slurm's datawarp plugin creates and destroys persistent buffers from #BB lines only.
+    const std::string persistent_prefix = datawarp ? "BB" : prefix;
     for (const PersistentCreate& c : request.create)
-        lines.push_back(directive_line(prefix, "create_persistent",
+        lines.push_back(directive_line(persistent_prefix, "create_persistent",
                                        {{"name", c.name},
                                         {"capacity", format_size(c.capacity)},
                                         {"access", c.access},
@@ -1122,8 +1162,9 @@ std::vector<std::string> canonical_lines(const Request& request, const Config& c
                                         {"destination", s.destination}},
                                        !s.unresolved));
     for (const PersistentDestroy& d : request.destroy)
-        lines.push_back(directive_line(prefix, "destroy_persistent", {{"name", d.name}}, true) +
-                        (d.hurry ? " hurry" : ""));
+        lines.push_back(
+            directive_line(persistent_prefix, "destroy_persistent", {{"name", d.name}}, true) +
+            (d.hurry ? " hurry" : ""));
     if (lines.empty() && request.has_directive)
         lines.push_back("#" + prefix);
     return lines;

@@ -5,7 +5,8 @@
 // lines) and DataWarp style (`#DW jobdw`, `#DW stage_in/stage_out`, `#DW persistentdw`,
 // `#BB create_persistent`, `#BB destroy_persistent`). Which prefixes count comes from the
 // configuration. Symbols (%% %A %a %b %d %j %u %x) are replaced in each value after the line is
-// split into tokens, so a job name can never inject a key. Every error names the line.
+// split into tokens, so a job name can never inject a key, unless the scheduler replaced them
+// already (RequestText::symbols_replaced). Every error names the line.
 #pragma once
 
 #include <cstdint>
@@ -119,6 +120,10 @@ struct RequestText {
     std::optional<std::string> bbf;     // contents of --bbf FILE
     // One directive line bbkit writes from a tool's options: its errors name "command line".
     std::optional<std::string> command_line;
+    // The scheduler already replaced the symbols: Slurm's datawarp plugin hands setup and the
+    // stages a copy of the directives with %% %A %a %b %d %j %u %x replaced, and a `\\` left
+    // where it stopped. Such text is read as it is: no second replacement, `\\` kept.
+    bool symbols_replaced = false;
     // Slurm mode: also refuse a request Slurm would size or place differently (slurm_view.hpp).
     // Off only for lines bbkit writes itself from command-line values.
     bool check_slurm_view = true;

@@ -775,9 +775,7 @@ std::string job_environment(const Buffer& job, const std::string& buffer_path,
         out = line("BB_JOB_DIR", buffer_path) + line("DW_JOB_STRIPED", buffer_path) +
               line("DW_JOB_PRIVATE", buffer_path);
     for (const auto& [name, path] : persistent) {
-        std::string var = "DW_PERSISTENT_STRIPED_" + name;
-        std::replace(var.begin(), var.end(), '-', '_');
-        out += line(var, path);
+        out += line("DW_PERSISTENT_STRIPED_" + persistent_variable_form(name), path);
     }
     return out;
 }
@@ -835,7 +833,8 @@ std::string trash_name(const Buffer& buffer) {
     return buffer.key.str() + "." + std::to_string(ns.count());
 }
 
-std::optional<std::string> cluster_of_entry(const std::string& subdir, const std::string& name) {
+std::optional<std::string> cluster_of_entry(const std::string& subdir, const std::string& name,
+                                            const std::string& own_cluster) {
     const auto cluster_of_key = [](const std::string& key) -> std::optional<std::string> {
         try {
             return parse_buffer_key(key).cluster;
@@ -845,7 +844,11 @@ std::optional<std::string> cluster_of_entry(const std::string& subdir, const std
     };
     if (subdir == "job")
         return cluster_of_key(without_directory_token(name));
-    if (subdir == "persistent") {  // CLUSTER.NAME: persistent names hold no '.'
+    if (subdir == "persistent") {  // CLUSTER.NAME[.TOKEN], NAME may hold '.' (buffer_key.hpp)
+        if (name.size() > own_cluster.size() + 1 &&
+            name.compare(0, own_cluster.size(), own_cluster) == 0 &&
+            name[own_cluster.size()] == '.')
+            return own_cluster;
         std::string plain = without_directory_token(name);
         if (plain.find('.') == std::string::npos)  // an older CLUSTER.NAME of a hex-like name
             plain = name;

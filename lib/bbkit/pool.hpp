@@ -176,6 +176,7 @@ std::string trash_name(const Buffer& buffer);
 // The cluster an entry of a pool's job/, persistent/, trash/ or quarantine/ was named for by
 // the names above (pieces and kept entries included); nullopt when its name names none (older
 // directories, or anything else). Clusters sharing a pool leave each other's entries alone.
-std::optional<std::string> cluster_of_entry(const std::string& subdir, const std::string& name);
+std::optional<std::string> cluster_of_entry(const std::string& subdir, const std::string& name,
+                                            const std::string& own_cluster);
 
 }  // namespace bbkit

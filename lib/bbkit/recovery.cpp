@@ -748,7 +748,7 @@ void kept_entry(const CheckRun& run, Survey& s, Findings& findings) {
             continue;
         for (const std::string& name : dir->list("quarantine"))
             if (name.find(".kept.") != std::string::npos &&
-                cluster_of_entry("quarantine", name) == run.config.cluster)
+                cluster_of_entry("quarantine", name, run.config.cluster) == run.config.cluster)
                 findings.push_back({FindingKind::kept_entry, pool, "quarantine/" + name,
                                     dir->path() + "/quarantine/" + name +
                                         " is another user's directory that a teardown did not "
@@ -771,7 +771,8 @@ std::vector<Candidate> orphan_candidates(const Config& config, Survey& s) {
         // this state directory cannot know its records.
         for (const std::string subdir : {"job", "persistent", "trash"})
             for (const std::string& name : dir->list(subdir)) {
-                const std::optional<std::string> cluster = cluster_of_entry(subdir, name);
+                const std::optional<std::string> cluster =
+                    cluster_of_entry(subdir, name, config.cluster);
                 if (!cluster || *cluster == config.cluster)
                     candidates.push_back({pool, subdir, name});
             }

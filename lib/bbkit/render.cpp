@@ -37,10 +37,7 @@ json stage_json(const StageDirective& stage) {
 std::string buffer_path(const std::string& buffer, const std::string& relative) {
     std::string var = "$BB_JOB_DIR";
     if (!buffer.empty()) {
-        var = "$DW_PERSISTENT_STRIPED_" + buffer;
-        for (char& c : var)
-            if (c == '-')
-                c = '_';
+        var = "$DW_PERSISTENT_STRIPED_" + persistent_variable_form(buffer);
     }
     return relative.empty() ? var : var + "/" + relative;
 }

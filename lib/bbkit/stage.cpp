@@ -551,8 +551,14 @@ std::string post_run(StateStore& store, const Config& config, std::uint64_t job_
     const Buffer b = live_buffer(store, config, job_id);
     if (b.state == BufferState::post_run && b.reason.empty())
         return "";
-    if (b.state != BufferState::running && b.state != BufferState::post_run)
-        throw wrong_state(b, "post-run", "running");
+    // A scheduler restarted during stage-out runs post-run again (Slurm's datawarp plugin
+    // restarts a job's stage-out from post-run): it is done.
+    if (b.state == BufferState::staging_out || b.state == BufferState::staged_out)
+        return b.key.str() + " is " + to_string(b.state) + ": post-run is done";
+    if (b.state != BufferState::running && b.state != BufferState::post_run &&
+        b.state != BufferState::staged_in)
+        throw wrong_state(b, "post-run",
+                          "running, or staged-in for a job that ran without pre-run");
     hooked_phase(store, config, b, BufferState::post_run, BufferState::post_run, "post_run", who);
     return "";
 }

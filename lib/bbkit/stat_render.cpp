@@ -225,6 +225,129 @@ std::string activations_table(const std::vector<BufferStatus>& buffers) {
     return dwstat_table({"activ", "state", "sess", "conf", "nodes"}, rows);
 }
 
+// ---- dwstat as DataWarp printed it -----------------------------------------------------------
+
+std::string dwstat_size(std::uint64_t bytes) {
+    static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    std::size_t unit = 0;
+    long double value = static_cast<long double>(bytes);
+    while (value >= 1024.0L && unit + 1 < sizeof units / sizeof units[0]) {
+        value /= 1024.0L;
+        ++unit;
+    }
+    // Two decimals, rounded half up; 1023.996KiB rounds to the next unit's 1.
+    unsigned long long hundredths = static_cast<unsigned long long>(value * 100.0L + 0.5L);
+    if (hundredths >= 102400ULL && unit + 1 < sizeof units / sizeof units[0]) {
+        hundredths = 100;
+        ++unit;
+    }
+    std::string text = std::to_string(hundredths / 100);
+    if (const unsigned long long fraction = hundredths % 100; fraction != 0) {
+        text += fraction < 10 ? ".0" + std::to_string(fraction) : "." + std::to_string(fraction);
+        if (text.back() == '0')
+            text.pop_back();
+    }
+    return text + units[unit];
+}
+
+namespace {
+
+using Rows = std::vector<std::vector<std::string>>;
+
+// DataWarp's dwstat printed a line naming what it did not find instead of an empty table.
+std::string dwstat_table_or(const std::vector<std::string>& headers, const Rows& rows,
+                            const std::string& none) {
+    return rows.empty() ? none + "\n" : dwstat_table(headers, rows);
+}
+
+std::string dwstat_pools(const std::vector<PoolStatus>& pools) {
+    Rows rows;
+    for (const PoolStatus& pool : pools)
+        rows.push_back({pool.name, "bytes", dwstat_size(pool.total), dwstat_size(pool.free),
+                        dwstat_size(pool.granularity)});
+    return dwstat_table_or({"pool", "units", "quantity", "free", "gran"}, rows, "no pools");
+}
+
+std::string dwstat_sessions(const std::vector<BufferStatus>& buffers) {
+    Rows rows;
+    for (const BufferStatus& status : buffers) {
+        const Buffer& b = status.buffer;
+        rows.push_back({std::to_string(b.record_id), dwstat_state(b), token_of(b), "bbkit",
+                        std::to_string(b.uid), slurm_time(b.created), expiration_of(b), "0"});
+    }
+    return dwstat_table_or(
+        {"sess", "state", "token", "creator", "owner", "created", "expiration", "nodes"}, rows,
+        "no sessions");
+}
+
+std::string dwstat_instances(const std::vector<BufferStatus>& buffers) {
+    Rows rows;
+    for (const BufferStatus& status : buffers) {
+        const Buffer& b = status.buffer;
+        if (!has_dws_instance(b))
+            continue;
+        const std::string id = std::to_string(b.record_id);
+        rows.push_back({id, dwstat_state(b), id, dwstat_size(b.allocated_bytes), "0",
+                        slurm_time(b.created), expiration_of(b), "intact", token_of(b),
+                        b.key.kind() == BufferKind::persistent ? "public" : "private", "1"});
+    }
+    return dwstat_table_or({"inst", "state", "sess", "bytes", "nodes", "created", "expiration",
+                            "intact", "label", "public", "confs"},
+                           rows, "no instances");
+}
+
+std::string dwstat_configurations(const std::vector<BufferStatus>& buffers) {
+    Rows rows;
+    for (const BufferStatus& status : buffers) {
+        const Buffer& b = status.buffer;
+        if (!has_dws_instance(b))
+            continue;
+        const std::string id = std::to_string(b.record_id);
+        rows.push_back({id, dwstat_state(b), id, type_of(b), access_type_of(b),
+                        std::to_string(activations_of(b))});
+    }
+    return dwstat_table_or({"conf", "state", "inst", "type", "access_type", "activs"}, rows,
+                           "no scratch, cache, swap configurations");
+}
+
+std::string dwstat_activations(const std::vector<BufferStatus>& buffers) {
+    Rows rows;
+    std::size_t id = 0;
+    for (const Activation& a : activations(buffers))
+        rows.push_back({std::to_string(++id), dwstat_state(*a.job),
+                        std::to_string(a.job->record_id),
+                        std::to_string(a.configuration->record_id), "0"});
+    return dwstat_table_or({"activ", "state", "sess", "conf", "nodes"}, rows, "no activations");
+}
+
+}  // namespace
+
+const std::vector<std::string>& dwstat_views() {
+    static const std::vector<std::string> views{
+        "pools", "sessions", "instances", "configurations", "activations", "most", "all"};
+    return views;
+}
+
+std::string dwstat_text(const std::string& view, const StatusSnapshot& snapshot) {
+    if (view == "pools")
+        return dwstat_pools(snapshot.pools);
+    if (view == "sessions")
+        return dwstat_sessions(snapshot.buffers);
+    if (view == "instances")
+        return dwstat_instances(snapshot.buffers);
+    if (view == "configurations")
+        return dwstat_configurations(snapshot.buffers);
+    if (view == "activations")
+        return dwstat_activations(snapshot.buffers);
+    if (view == "most" || view == "all")
+        return dwstat_pools(snapshot.pools) + "\n" + dwstat_sessions(snapshot.buffers) + "\n" +
+               dwstat_instances(snapshot.buffers) + "\n" + dwstat_configurations(snapshot.buffers) +
+               "\n" + dwstat_activations(snapshot.buffers);
+    throw Error(ExitCode::usage, "unknown dwstat view '" + printable(view) +
+                                     "' (pools, sessions, instances, configurations, activations, "
+                                     "most or all)");
+}
+
 json activations_json(const std::vector<BufferStatus>& buffers) {
     json list = json::array();
     std::size_t id = 0;

@@ -31,6 +31,15 @@ nlohmann::json activations_json(const std::vector<BufferStatus>& buffers);
 nlohmann::json sessions_json(const std::vector<BufferStatus>& buffers);
 nlohmann::json instances_json(const std::vector<BufferStatus>& buffers);
 nlohmann::json configurations_json(const std::vector<BufferStatus>& buffers);
+// What DataWarp's dwstat printed, exactly (bb-stat --dwstat, for the dwstat that Slurm's
+// datawarp plugin runs): its columns (pools without bbkit's state column), sizes with two
+// decimals in the largest binary unit (7.28TiB, 1GiB), intact/public words, and for an empty
+// table the line DataWarp printed instead ("no sessions", "no scratch, cache, swap
+// configurations"). `view` is pools, sessions, instances, configurations, activations, or most
+// and all (every table, a blank line between); Error(usage) for anything else.
+std::string dwstat_text(const std::string& view, const StatusSnapshot& snapshot);
+const std::vector<std::string>& dwstat_views();
+std::string dwstat_size(std::uint64_t bytes);
 // dwstat's state flags, e.g. "CA---" (see bb-stat(1)).
 std::string dwstat_state(const Buffer& buffer);
 

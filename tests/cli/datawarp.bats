@@ -53,6 +53,14 @@ PYTHON=python3
 [ -x /usr/bin/python3 ] && PYTHON=/usr/bin/python3
 
 dw() { "$DW_SHARE/dw_wlm_cli" "$@"; }
+
+# one_line_error TOOL: the last run failed with one line, "TOOL: ...", and no crash.
+one_line_error() {
+  [ "$status" -ne 0 ] && [ "$status" -lt 128 ] && [ "$status" -ne 70 ] ||
+    fail "expected a clean error, got exit $status"
+  [ "${#lines[@]}" -eq 1 ] || fail "expected one line, got ${#lines[@]}: ${output:0:300}"
+  [[ "${lines[0]}" == "$1: "* ]] || fail "not a $1 message: ${lines[0]:0:300}"
+}
 dwstat() { "$DW_SHARE/dwstat" "$@"; }
 
 # job_script ID LINE...: the script where slurmctld saves it (hash.<id%10>/job.<id>/script,
@@ -409,6 +417,159 @@ pool_free() {
   assert_success
 }
 
+@test "a one-node job whose only line is #BB create_persistent: post_run and data_out come right after data_in" {
+  # Slurm's plugin, for a job without #DW options: create_persistent, setup (size 0), data_in,
+  # then no paths and no pre_run (staged-in to running), then post_run, data_out, teardown.
+  s=$(job_script 71 '#BB create_persistent name=climate.v2 capacity=48 access=striped type=scratch')
+  run dw --function create_persistent -c CLI -t climate.v2 -u "$NUID" -C small:1024 -a striped -T scratch
+  assert_success
+  assert_line created
+  run setup_job 71 "$s" small:0
+  assert_success
+  run dw --function data_in --token 71 --job "$s"
+  assert_success
+  run dw --function post_run --token 71 --job "$s"
+  assert_success
+  run dw --function data_out --token 71 --job "$s"
+  assert_success
+  # A slurmctld restarted during stage-out runs both again.
+  run dw --function post_run --token 71 --job "$s"
+  assert_success
+  run dw --function data_out --token 71 --job "$s"
+  assert_success
+  run dw --function teardown --token 71 --job "$s"
+  assert_success
+  run tokens
+  assert_output climate.v2
+  # A dotted name is a job's DW_PERSISTENT_STRIPED_climate_v2.
+  u=$(job_script 72 '#DW persistentdw name=climate.v2')
+  run dw --function job_process --job "$u"
+  assert_success
+  run setup_job 72 "$u" small:0
+  assert_success
+  run dw --function data_in --token 72 --job "$u"
+  assert_success
+  run dw --function paths --job "$u" --token 72 --pathfile "$TEST_DIR/path72"
+  assert_success
+  run cat "$TEST_DIR/path72"
+  assert_line --regexp "^DW_PERSISTENT_STRIPED_climate_v2=$TEST_DIR/small/persistent/[^/]*climate\.v2$"
+  # pre_run twice (Slurm runs paths and pre_run again after revoking an allocation), teardown.
+  for f in pre_run pre_run post_run data_out teardown; do
+    run dw --function "$f" --token 72 --job "$u"
+    assert_success
+  done
+  run dw --function teardown --token climate.v2 --job "$s"
+  assert_success
+  run tokens
+  assert_output ''
+}
+
+@test "post-run still refuses a buffer that never staged in, naming both states" {
+  s=$(job_script 73 '#DW jobdw capacity=1GiB')
+  run setup_job 73 "$s" nvme:1GiB
+  assert_success
+  run dw --function post_run --token 73 --job "$s"
+  assert_failure 65
+  assert_output --regexp "^bb-stage: .*allocated.*"
+  [ "${#lines[@]}" -eq 1 ]
+  run dw --function teardown --token 73 --job "$s" --hurry
+  assert_success
+}
+
+@test "setup reads the script Slurm passes with its symbols replaced already: no second replacement, \\\\ kept" {
+  # What Slurm's plugin hands setup for a job with '%' in a #DW line: "#!/bin/sh" and the
+  # directives with %% already turned into %, %x already the job name (here one holding '%j'),
+  # and a \\ left as written.
+  runuser -u "$U" -- mkdir -p "$TEST_DIR/pfs/100%"
+  printf 'with backslashes\n' >"$TEST_DIR/pfs/in\\\\put"
+  chown "$U" "$TEST_DIR/pfs/in\\\\put"
+  memfd="$TEST_DIR/statesave/memfd.74"
+  mkdir -p "$TEST_DIR/statesave"
+  {
+    printf '#!/bin/sh\n'
+    printf '#DW jobdw capacity=1GiB\n'
+    printf '#DW stage_in type=file source=%s destination=$DW_JOB_STRIPED/in\n' "$TEST_DIR/pfs/in\\\\put"
+    printf '#DW stage_out type=file source=$DW_JOB_STRIPED/out destination=%s\n' "$TEST_DIR/pfs/100%/out.a%jb"
+  } >"$memfd"
+  run setup_job 74 "$memfd" nvme:1GiB
+  assert_success
+  run dw --function data_in --token 74 --job "$memfd"
+  assert_success
+  run dw --function paths --job "$memfd" --token 74 --pathfile "$TEST_DIR/path74"
+  striped=$(sed -n 's/^DW_JOB_STRIPED=//p' "$TEST_DIR/path74")
+  [ "$(cat "$striped/in")" = 'with backslashes' ]
+  run dw --function pre_run --token 74 --job "$memfd"
+  assert_success
+  runuser -u "$U" -- sh -c 'echo out >"$1/out"' sh "$striped"
+  for f in post_run data_out teardown; do
+    run dw --function "$f" --token 74 --job "$memfd"
+    assert_success
+  done
+  [ "$(cat "$TEST_DIR/pfs/100%/out.a%jb")" = out ]
+  run ls "$TEST_DIR/pfs/100%"
+  assert_output 'out.a%jb'
+}
+
+@test "job_process takes DataWarp's lines as Slurm's guide writes them" {
+  s=$(job_script 75 '#DW jobdw type=scratch capacity=1GiB access_mode=striped,private type=scratch' \
+    '#DW persistentdw name=alpha.v2')
+  run dw --function job_process --job "$s"
+  assert_success
+  s=$(job_script 76 '#DW jobdw type=scratch capacity=1GiB type=cache')
+  run dw --function job_process --job "$s"
+  assert_failure 65
+  assert_output "bb-parse: script line 2: 'type=' is given twice with different values ('scratch' and 'cache'; give it once)"
+  s=$(job_script 77 '#BB create_persistent name=9lives capacity=1GiB')
+  run dw --function job_process --job "$s"
+  assert_failure 65
+  assert_output --partial "must not start with a digit"
+  s=$(job_script 78 $'#BB create_persistent name=a\x01b capacity=1GiB')
+  run dw --function job_process --job "$s"
+  assert_failure 65
+  [ "${#lines[@]}" -eq 1 ]
+  assert_output --partial "use only letters, digits, '_', '-' and '.'"
+}
+
+@test "the cli_filter in datawarp mode checks a create-only job at submit, which the plugin never asks about" {
+  # As the submitting user: the filter runs in sbatch.
+  chmod 755 "$TEST_DIR"
+  chmod 644 "$BBKIT_CONFIG"
+  filter="$TEST_DIR/cli_filter.lua"
+  sed -e 's/^BBKIT_PLUGIN = .*/BBKIT_PLUGIN = "datawarp"/' \
+    -e "s|^BBKIT_BINDIR = .*|BBKIT_BINDIR = \"$BBKIT_BIN\"|" "$DW_SHARE/../slurm/cli_filter.lua" >"$filter"
+  printf '#!/bin/bash\n#BB create_persistent name=big capacity=1GiB pool=small\necho\n' >"$TEST_DIR/big.sh"
+  printf '#!/bin/bash\n#BB create_persistent name=fits.v2 capacity=48 pool=small\necho\n' >"$TEST_DIR/fits.sh"
+  printf '#!/bin/bash\n#DW jobdw capacity=1GiB \\\n#BB destroy_persistent name=x\necho\n' >"$TEST_DIR/mixed.sh"
+  printf '#!/bin/bash\n#SBATCH -N 1\n#BB_LUA pool=small capacity=1K\necho no datawarp line\n' >"$TEST_DIR/plain.sh"
+  chmod 644 "$filter" "$TEST_DIR"/*.sh
+  pre_submit() {
+    setpriv --reuid "$NUID" --regid "$NGID" --clear-groups env PATH="$PATH" \
+      BBKIT_CONFIG="$BBKIT_CONFIG" "${LUA:-lua5.1}" -e "
+      slurm = {SUCCESS = 0, ERROR = -1,
+               log_error = function(fmt, ...) io.write('error: ', string.format(fmt, ...), '\n') end,
+               log_info = function(fmt, ...) io.write('info: ', string.format(fmt, ...), '\n') end}
+      dofile('$filter')
+      print('rc=' .. slurm_cli_pre_submit($1, 0))"
+  }
+  run pre_submit "{type = 'sbatch', argv = {'$TEST_DIR/big.sh'}}"
+  assert_line "rc=-1"
+  assert_line "error: bb-parse: script line 2: capacity=1GiB can never be satisfied: pool 'small' holds only 4KiB in total"
+  run pre_submit "{type = 'sbatch', argv = {'$TEST_DIR/fits.sh'}}"
+  assert_output "rc=0"
+  run pre_submit "{type = 'sbatch', argv = {'$TEST_DIR/mixed.sh'}}"
+  assert_line "rc=-1"
+  assert_line --regexp "^error: bb-parse: script line 2: a #DW line continues on a #BB line"
+  # #BB_LUA is not a datawarp-mode directive: Slurm's plugin ignores it, bb-parse only warns.
+  run pre_submit "{type = 'sbatch', argv = {'$TEST_DIR/plain.sh'}}"
+  assert_output "rc=0"
+  # The submitting user's own checks: no EnablePersistent, no persistent buffer.
+  dw_config
+  chmod 644 "$BBKIT_CONFIG"
+  run pre_submit "{type = 'sbatch', argv = {'$TEST_DIR/fits.sh'}}"
+  assert_line "rc=-1"
+  assert_line --regexp "^error: bb-parse: .*may not create persistent burst buffers \(EnablePersistent is not set\)"
+}
+
 @test "create_persistent of an existing name: the same request is created again, another size fails in one line" {
   run dw --function create_persistent -c CLI -t dup -u "$NUID" -C nvme:1073741824 -a striped -T scratch
   assert_success
@@ -606,54 +767,101 @@ pool_free() {
 
 # --- dwstat --------------------------------------------------------------------------------
 
-@test "dwstat with no word prints the pools table" {
+@test "dwstat with no word prints the pools table as DataWarp did: its five columns, right-aligned" {
   run dwstat
   assert_success
-  assert_line --index 0 --regexp '^ *pool +units +quantity +free +gran'
-  assert_line --index 1 --regexp '^ *nvme +bytes +100GiB +100GiB +1GiB'
-  assert_line --index 2 --regexp '^ *small +bytes +4KiB +4KiB +1KiB'
-  [ "${#lines[@]}" -eq 3 ]
+  assert_output " pool units quantity   free gran
+ nvme bytes   100GiB 100GiB 1GiB
+small bytes     4KiB   4KiB 1KiB"
   run dwstat pools
   assert_success
-  assert_line --index 0 --regexp '^ *pool +units +quantity'
+  assert_line --index 0 " pool units quantity   free gran"
 }
 
-@test "dwstat's tables print their headers, rows for a live buffer, and most prints all five" {
+@test "dwstat's empty tables print DataWarp's lines, not a lone header" {
   run dwstat sessions
   assert_success
-  assert_output --regexp '^ *sess +state +token +creator +owner +created +expiration +nodes$'
+  assert_output "no sessions"
   run dwstat instances
-  assert_success
-  assert_output --regexp '^ *inst +state +sess +bytes +nodes +created +expiration'
+  assert_output "no instances"
   run dwstat configurations
-  assert_success
-  assert_output --regexp '^ *conf +state +inst +type +access_type +activs$'
+  assert_output "no scratch, cache, swap configurations"
   run dwstat activations
+  assert_output "no activations"
+  run dwstat most
   assert_success
-  assert_output --regexp '^ *activ +state +sess +conf +nodes$'
+  assert_output " pool units quantity   free gran
+ nvme bytes   100GiB 100GiB 1GiB
+small bytes     4KiB   4KiB 1KiB
 
-  run dw --function create_persistent -c CLI -t stat1 -u "$NUID" -C nvme:1073741824 -a striped -T scratch
+no sessions
+
+no instances
+
+no scratch, cache, swap configurations
+
+no activations"
+}
+
+@test "dwstat's tables with live buffers: DataWarp's columns and words, and most prints all five" {
+  run dw --function create_persistent -c CLI -t stat1.v2 -u "$NUID" -C nvme:1073741824 -a striped -T scratch
+  assert_success
+  s=$(job_script 61 '#DW jobdw capacity=1536MiB')
+  run setup_job 61 "$s" nvme:1536MiB
+  assert_success
+  run dw --function data_in --token 61 --job "$s"
+  assert_success
+  run dw --function pre_run --token 61 --job "$s"
   assert_success
   run dwstat sessions
-  [ "${#lines[@]}" -eq 2 ]
-  assert_line --index 1 --regexp " stat1 +bbkit +$NUID "
+  assert_success
+  assert_line --index 0 --regexp '^ *sess state +token creator owner +created expiration nodes$'
+  assert_line --regexp "^ *[0-9]+ CA--- +stat1.v2 +bbkit +$NUID [0-9T:-]{19} +never +0$"
+  assert_line --regexp "^ *[0-9]+ CA--- +61 +bbkit +$NUID [0-9T:-]{19} +never +0$"
+  [ "${#lines[@]}" -eq 3 ]
   run dwstat instances
-  [ "${#lines[@]}" -eq 2 ]
-  assert_line --index 1 --regexp ' 1GiB .* stat1 '
+  assert_line --index 0 --regexp '^ *inst state +sess +bytes nodes +created expiration intact +label +public confs$'
+  assert_line --regexp ' 1GiB +0 [0-9T:-]{19} +never intact +stat1.v2 +public +1$'
+  # 1536MiB rounds up to 2GiB in 1GiB units; a size that is not whole prints two decimals.
+  assert_line --regexp ' 2GiB +0 [0-9T:-]{19} +never intact +61 private +1$'
   run dwstat configurations
+  assert_line --index 0 --regexp '^ *conf state +inst +type access_type activs$'
+  assert_line --regexp ' scratch +stripe +1$'
+  run dwstat activations
+  assert_line --index 0 --regexp '^ *activ state +sess +conf nodes$'
   [ "${#lines[@]}" -eq 2 ]
-  assert_line --index 1 --regexp ' scratch +stripe '
+  run dwstat pools
+  assert_line --index 1 --regexp '^ *nvme bytes +100GiB +97GiB +1GiB$'
 
   for word in most all; do
     run dwstat "$word"
     assert_success
-    assert_line --regexp '^ *pool +units +quantity'
-    assert_line --regexp '^ *sess +state +token'
-    assert_line --regexp '^ *inst +state +sess'
-    assert_line --regexp '^ *conf +state +inst'
-    assert_line --regexp '^ *activ +state +sess'
-    assert_line --regexp ' stat1 +bbkit '
+    assert_line --regexp '^ *pool units quantity'
+    assert_line --regexp '^ *sess state +token'
+    assert_line --regexp '^ *inst state +sess'
+    assert_line --regexp '^ *conf state +inst'
+    assert_line --regexp '^ *activ state +sess'
+    assert_line --regexp ' stat1.v2 +bbkit '
   done
+}
+
+@test "bb-stat --dwstat refuses other views and options in one line" {
+  run bb-stat --dwstat burst
+  assert_failure 64
+  one_line_error bb-stat
+  assert_output --partial "unknown dwstat view 'burst'"
+  run bb-stat --dwstat sessions --json
+  assert_failure 64
+  one_line_error bb-stat
+  run bb-stat --dwstat sessions extra
+  assert_failure 64
+  one_line_error bb-stat
+  run bb-stat --dwstat $'ses\nsions'
+  assert_failure 64
+  one_line_error bb-stat
+  run bb-stat --dwstat "$(printf 'x%.0s' $(seq 1 5000))"
+  assert_failure 64
+  one_line_error bb-stat
 }
 
 @test "dwstat answers odd words with its usage line and exit 0" {
@@ -685,6 +893,7 @@ pool_free() {
     run dwstat "$table"
     assert_success
     [ "${#lines[@]}" -eq 1 ] || fail "dwstat $table shows a buffer under PrivateData: $output"
+    assert_output --regexp '^no '
   done
   run dwstat most
   assert_success

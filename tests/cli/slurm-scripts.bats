@@ -226,7 +226,7 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
     --config "$BBKIT_CONFIG" --bindir "$BBKIT_BIN"
   assert_success
   assert_line "BurstBufferType=burst_buffer/datawarp"
-  refute_line --partial CliFilterPlugins=
+  assert_line "CliFilterPlugins=cli_filter/lua"
   programs=$(cd "$SLURM_SHARE/../datawarp" && pwd)
   run grep -v '^#' "$CONF/burst_buffer.conf"
   assert_output "GetSysState=$programs/dw_wlm_cli
@@ -239,9 +239,13 @@ OtherTimeout=150
 ValidateTimeout=10"
   assert_file_executable "$programs/dw_wlm_cli"
   assert_file_executable "$programs/dwstat"
-  # No Lua, no drop-in for a root SlurmUser.
+  # The cli_filter reading #DW and #BB lines (persistent-only jobs are checked nowhere else at
+  # submit), no burst_buffer.lua, no drop-in for a root SlurmUser.
   assert_file_not_exists "$CONF/burst_buffer.lua"
-  assert_file_not_exists "$CONF/cli_filter.lua"
+  run grep -x 'BBKIT_PLUGIN = "datawarp"' "$CONF/cli_filter.lua"
+  assert_success
+  run "$LUAC" -p "$CONF/cli_filter.lua"
+  assert_success
   assert_file_not_exists "$CONF/bbkit.sudoers"
   # A second run checks the file and keeps it.
   run "$SLURM_SHARE/install-slurm" --plugin datawarp --slurm-conf-dir "$CONF" \

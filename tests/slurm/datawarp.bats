@@ -82,10 +82,14 @@ EOF2
   assert_bbkit_pool_whole pool1
 }
 
-@test "b. a request larger than the pool is refused at submit by job_process, saying so" {
+@test "b. a request larger than the pool is refused at submit by the cli_filter, and by job_process when the filter cannot see it" {
   script=$(job_script b.sh '#SBATCH --job-name=dw-b' '#DW jobdw pool=small capacity=1GiB' <<<'true')
   submit "$script"
   [ "$status" -ne 0 ] || fail "sbatch accepted 1GiB from a 10MiB pool: $output"
+  assert_output --regexp "sbatch: error: lua: bb-parse: script line 4: capacity=1GiB can never be satisfied: pool 'small' holds only 10MiB"
+  # A script on standard input is out of the cli_filter's sight: job_process refuses it.
+  submit <"$script"
+  [ "$status" -ne 0 ] || fail "sbatch accepted 1GiB from a 10MiB pool read from stdin: $output"
   assert_output --regexp "sbatch: error: burst_buffer/datawarp: bb-parse: .*capacity=1GiB.*'small' holds only 10MiB"
   assert_output --partial "Batch job submission failed"
   slurm_run squeue -h -n dw-b -o '%i %T %r'
@@ -179,11 +183,10 @@ EOF2
   sed -i 's/^flags = .*/flags = ["EnablePersistent"]/' "$BBKIT_CONFIG"
   restart_slurmctld "Flags=EnablePersistent again"
   [ "$refused" -ne 0 ] || fail "sbatch accepted a persistent buffer without EnablePersistent: $said"
-  # Slurm 22.05 logs why and answers "request invalid" (its parser's later check overwrites
-  # the permission error).
-  [[ $said == *"Batch job submission failed: Burst Buffer request invalid"* ]] || fail "sbatch said: $said"
-  grep -q "User $TEST_UID disabled from creating persistent burst buffer" "$SLURM_DIR/log/slurmctld.log" ||
-    fail "slurmctld.log does not say why"
+  # bbkit's cli_filter refuses it first, saying why (Slurm 22.05 itself would answer only
+  # "request invalid", its parser's later check overwriting the permission error).
+  [[ $said == *"sbatch: error: lua: bb-parse: "*"may not create persistent burst buffers (EnablePersistent is not set)"* ]] ||
+    fail "sbatch said: $said"
   ! grep -q "function create_persistent -c CLI -t dwdenied" "$SLURM_DIR/log/slurmctld.log" ||
     fail "create_persistent ran for a refused job"
   run bb-stat --json sessions
@@ -211,7 +214,7 @@ EOF2
   assert_line --regexp '^ *sess +state +token +creator +owner'
   assert_line --regexp " CA--- +$JOB +bbkit +$TEST_UID "
   slurm_run scontrol show dwstat instances
-  assert_line --regexp " 3MiB .* $JOB +false "
+  assert_line --regexp " 3MiB .* $JOB +private +1$"
   slurm_run scontrol show dwstat activations
   assert_line --regexp '^ *activ +state +sess +conf +nodes'
   slurm_run -u scontrol show dwstat sessions extra words
@@ -323,4 +326,79 @@ EOF2
   run cat "$DATA_DIR/j/out.txt"
   assert_output --regexp "^survived in $SLURM_DIR/pools/pool1/job/e2e\.$JOB\.[0-9]+\.[0-9a-f]{16}$"
   assert_default_pool "64MiB 64MiB 0"
+}
+
+@test "k. DataWarp-era scripts end to end: a dotted persistent name created and destroyed by one-node jobs, a repeated key, %% in a stage path" {
+  # A one-node job whose only line is #BB create_persistent: Slurm runs setup and data_in, no
+  # paths and no pre_run, then post_run and data_out when it ends. It must end.
+  create=$(job_script k-create.sh '#SBATCH --job-name=dw-k-create' \
+    '#BB create_persistent name=climate.v2 capacity=5MiB access=striped type=scratch' <<<'true')
+  submit "$create"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 90
+  grep -q "dw_wlm_cli --function post_run --token $JOB " "$SLURM_DIR/log/slurmctld.log" ||
+    fail "slurmctld.log shows no post_run for the one-node create job $JOB"
+  ! grep -q "dw_wlm_cli --function pre_run --token $JOB " "$SLURM_DIR/log/slurmctld.log" ||
+    fail "Slurm ran pre_run for a job without #DW options: the scenario no longer tests that path"
+  slurm_run scontrol show burst
+  assert_output --regexp "Name=climate.v2 CreateTime=[^ ]+ Pool=pool1 Size=5MiB State=allocated UserID=$SLURM_TEST_USER\($TEST_UID\)"
+
+  # A job written the DataWarp way: a key repeated with the same value, the dotted persistent
+  # buffer, and a stage-out path holding %% and %j (Slurm replaces them once, bbkit never again).
+  mkdir -p "$DATA_DIR/k/100%"
+  chown -R "$SLURM_TEST_USER:" "$DATA_DIR/k"
+  user=$(job_script k-use.sh '#SBATCH --job-name=dw-k-use' \
+    '#DW jobdw type=scratch capacity=2MiB access_mode=striped,private type=scratch' \
+    '#DW persistentdw name=climate.v2' \
+    "#DW stage_out type=file source=\$DW_JOB_STRIPED/out.txt destination=$DATA_DIR/k/100%%/out.%j" <<'EOF2'
+echo "in $DW_PERSISTENT_STRIPED_climate_v2" >"$DW_PERSISTENT_STRIPED_climate_v2/note"
+echo "job $SLURM_JOB_ID" >"$DW_JOB_STRIPED/out.txt"
+EOF2
+)
+  submit "$user"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 120
+  assert_equal "$(cat "$DATA_DIR/k/100%/out.$JOB")" "job $JOB"
+  run ls "$DATA_DIR/k"
+  assert_output '100%'
+  grep -q "^in $SLURM_DIR/pools/pool1/persistent/e2e.climate.v2$" "$SLURM_DIR/pools/pool1/persistent/e2e.climate.v2/note" ||
+    fail "the job did not write into the dotted persistent buffer"
+
+  destroy=$(job_script k-destroy.sh '#SBATCH --job-name=dw-k-destroy' '#BB destroy_persistent name=climate.v2' <<<'true')
+  submit "$destroy"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 90
+  wait_until 30 "Slurm to forget climate.v2" sh -c '! scontrol show burst | grep -q "Name=climate.v2"'
+  [ ! -e "$SLURM_DIR/pools/pool1/persistent/e2e.climate.v2" ] || fail "the persistent buffer's directory is still there"
+  assert_default_pool "64MiB 64MiB 0"
+  assert_bbkit_pool_whole pool1
+}
+
+@test "l. a create-only job with a bad request is refused at sbatch by the cli_filter, not held" {
+  bad=$(job_script l.sh '#SBATCH --job-name=dw-l' \
+    '#BB create_persistent name=toobig capacity=1GiB pool=small access=striped type=scratch' <<<'true')
+  submit "$bad"
+  [ "$status" -ne 0 ] || fail "sbatch accepted a persistent buffer larger than its pool: $output"
+  assert_output --regexp "sbatch: error: lua: bb-parse: script line [0-9]+: capacity=1GiB can never be satisfied: pool 'small' holds only 10MiB"
+  slurm_run squeue -h -n dw-l -o '%i %T %r'
+  assert_output ""
+  ! grep -q "function create_persistent -c CLI -t toobig" "$SLURM_DIR/log/slurmctld.log" ||
+    fail "create_persistent ran for a job refused at submit"
+  bad=$(job_script l2.sh '#SBATCH --job-name=dw-l2' '#BB destroy_persistent name=no/such' <<<'true')
+  submit "$bad"
+  [ "$status" -ne 0 ] || fail "sbatch accepted a persistent name holding '/': $output"
+  assert_output --regexp "sbatch: error: lua: bb-parse: script line [0-9]+: invalid persistent buffer name 'no/such'"
+  assert_bbkit_pool_whole small
+}
+
+@test "m. scontrol show dwstat prints DataWarp's layouts, empty-table lines and all tables within Slurm's 2 s" {
+  slurm_run scontrol show dwstat sessions
+  assert_output "no sessions"
+  slurm_run scontrol show dwstat configurations
+  assert_output "no scratch, cache, swap configurations"
+  slurm_run scontrol show dwstat most
+  assert_line --regexp '^ *pool units quantity +free gran$'
+  assert_line --regexp '^ *pool1 bytes +64MiB +64MiB 1MiB$'
+  assert_line "no activations"
+  refute_output --partial "Error running dwstat"
 }

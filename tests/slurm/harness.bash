@@ -314,7 +314,7 @@ EOF
   if [ "$HARNESS_MODE" = slurm ]; then
     printf '%s\n' BurstBufferType=burst_buffer/lua CliFilterPlugins=cli_filter/lua >>"$SLURM_DIR/etc/slurm.conf"
   elif [ "$HARNESS_MODE" = datawarp ]; then
-    echo BurstBufferType=burst_buffer/datawarp >>"$SLURM_DIR/etc/slurm.conf"
+    printf '%s\n' BurstBufferType=burst_buffer/datawarp CliFilterPlugins=cli_filter/lua >>"$SLURM_DIR/etc/slurm.conf"
   else
     # DebugFlags=Script logs every PrologSlurmctld/EpilogSlurmctld run in slurmctld.log.
     sed -i 's/^DebugFlags=BurstBuffer$/DebugFlags=Script/' "$SLURM_DIR/etc/slurm.conf"

@@ -34,7 +34,9 @@ TEST(BufferKey, string_form_round_trips_even_with_dotted_clusters) {
     for (const BufferKey& key :
          {BufferKey::job("main", 42, 1), BufferKey::job("a.b", 4294967295ULL, 7),
           BufferKey::job("x.p", 1, 2), BufferKey::persistent("main", "alpha"),
-          BufferKey::persistent("c.p", "p"), BufferKey::persistent("main", "run-1_x")})
+          BufferKey::persistent("c.q", "p"), BufferKey::persistent("main", "run-1_x"),
+          BufferKey::persistent("main", "climate.v2"), BufferKey::persistent("a.b", "p.x.1.2"),
+          BufferKey::persistent("main", "run.7.1")})
         EXPECT_EQ(parse_buffer_key(key.str()), key) << key.str();
 }
 
@@ -52,7 +54,10 @@ TEST(BufferKey, malformed_keys_are_refused) {
 
 TEST(BufferKey, persistent_names_are_restricted) {
     EXPECT_NO_THROW(check_persistent_name("alpha-1_B"));
-    for (const char* name : {"", "123", "a.b", "a/b", "a b", "../x"})
+    // DataWarp's dotted names, as Slurm's plugin passes them.
+    EXPECT_NO_THROW(check_persistent_name("climate.v2"));
+    for (const char* name : {"", "123", "1.a", "a/b", "a b", "../x", ".hidden", "-x", "a\nb",
+                             "a..b", "a$b", "a\"b", "a\tb", "x\x7f"})
         EXPECT_THROW(check_persistent_name(name), Error) << name;
     EXPECT_THROW(check_persistent_name(std::string(65, 'a')), Error);
 }

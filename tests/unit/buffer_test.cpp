@@ -19,6 +19,7 @@ const std::set<std::pair<S, S>> job_transitions = {
     {S::allocating, S::teardown},     {S::allocated, S::staging_in},
     {S::allocated, S::staged_in},     {S::staging_in, S::staging_in},
     {S::staging_in, S::staged_in},    {S::staged_in, S::pre_run},
+    {S::staged_in, S::post_run},  // Slurm's datawarp plugin: a job without #DW options
     {S::pre_run, S::running},         {S::running, S::post_run},
     {S::post_run, S::staging_out},    {S::post_run, S::staged_out},
     {S::staging_out, S::staging_out}, {S::staging_out, S::staged_out},
@@ -129,7 +130,7 @@ TEST(Transitions, every_other_pair_is_refused) {
 
 TEST(Transitions, refusal_names_both_states) {
     const std::vector<std::pair<S, S>> samples = {
-        {S::running, S::allocated}, {S::complete, S::teardown}, {S::staged_in, S::post_run},
+        {S::running, S::allocated}, {S::complete, S::teardown}, {S::allocated, S::post_run},
         {S::teardown, S::running},  {S::allocated, S::running}, {S::staged_out, S::complete},
         {S::pending, S::allocated}, {S::allocated, S::deleting}};
     for (const auto& [from, to] : samples) {

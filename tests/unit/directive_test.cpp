@@ -383,6 +383,115 @@ TEST(Directive, continued_lines_join_as_slurm_joins_them) {
     EXPECT_GE(cases, 10);
 }
 
+// DataWarp-era scripts (tests/data/datawarp-directive-cases.tsv, shared with cli_filter.lua's
+// reader, tests/slurm-lua/datawarp-cases.lua): in datawarp mode each script gets its expected
+// answer, and the same answer as its directive lines as Slurm's datawarp plugin collects them.
+TEST(Directive, datawarp_era_scripts_read_as_datawarp_read_them) {
+    std::ifstream in(std::string(BBKIT_SOURCE_DIR) + "/tests/data/datawarp-directive-cases.tsv");
+    ASSERT_TRUE(in) << "tests/data/datawarp-directive-cases.tsv is missing";
+    Config config = test_config();
+    config.mode = bbkit::Mode::datawarp;
+    config.directives = bbkit::datawarp_directives();
+    const auto split = [](const std::string& row) {
+        std::vector<std::string> fields;
+        std::size_t begin = 0;
+        for (std::size_t tab; (tab = row.find('\t', begin)) != std::string::npos; begin = tab + 1)
+            fields.push_back(row.substr(begin, tab - begin));
+        fields.push_back(row.substr(begin));
+        return fields;
+    };
+    const auto outcome = [&](const std::string& text) {
+        try {
+            const Request r = parse(script(text), config);
+            return std::string("accepted") + (r.has_directive ? "" : " (nothing)");
+        } catch (const Error& e) {
+            return std::string("refused ") + std::to_string(e.exit_status()) + ": " + e.what();
+        }
+    };
+    int cases = 0;
+    std::string row;
+    while (std::getline(in, row)) {
+        if (row.empty() || row[0] == '#')
+            continue;
+        const std::vector<std::string> f = split(row);
+        ASSERT_EQ(f.size(), 4u) << "malformed: " << row;
+        std::string text = f[1];
+        std::replace(text.begin(), text.end(), '|', '\n');
+        const std::string got = outcome(text + "\n");
+        if (f[3] == "accepted") {
+            EXPECT_EQ(got.rfind("accepted", 0), 0u) << f[0] << ": " << got;
+            // bb-parse --emit-script's lines read back in datawarp mode (#BB for persistent
+            // buffers, as the plugin reads them).
+            std::string emitted = "#!/bin/sh\n";
+            for (const std::string& line :
+                 canonical_lines(parse(script(text + "\n"), config), config))
+                emitted += line + "\n";
+            EXPECT_EQ(outcome(emitted).rfind("accepted", 0), 0u) << f[0] << ": " << emitted;
+        } else {
+            ASSERT_EQ(f[3].rfind("refused: ", 0), 0u) << "malformed: " << row;
+            EXPECT_EQ(got.rfind("refused 65: ", 0), 0u) << f[0] << ": " << got;
+            EXPECT_NE(got.find(f[3].substr(9)), std::string::npos) << f[0] << ": " << got;
+        }
+        if (f[2] != "refused") {
+            std::string lines = "#!/bin/sh\n";
+            for (std::size_t at = 0; at < f[2].size();) {
+                const std::size_t close = f[2].find("]", at);
+                ASSERT_TRUE(f[2][at] == '[' && close != std::string::npos) << "malformed: " << row;
+                lines += f[2].substr(at + 1, close - at - 1) + "\n";
+                at = close + 1;
+            }
+            // Without line numbers: a joined line is one line where the script had several.
+            const auto unnumbered = [](std::string text) {
+                const std::size_t colon = text.find(" line ");
+                if (colon != std::string::npos)
+                    text.erase(colon, text.find(':', colon) - colon);
+                return text;
+            };
+            EXPECT_EQ(unnumbered(outcome(lines)), unnumbered(got)) << f[0];
+        }
+        ++cases;
+    }
+    EXPECT_GE(cases, 20);
+}
+
+TEST(Directive, a_key_repeated_with_the_same_value_is_read_once) {
+    const Request r = parse_script("#DW jobdw type=scratch capacity=1GiB type=scratch\n");
+    ASSERT_TRUE(r.job_buffer);
+    EXPECT_EQ(r.job_buffer->type, "scratch");
+    expect_script_error("#DW jobdw capacity=1GiB capacity=2GiB\n",
+                        "'capacity=' is given twice with different values ('1GiB' and '2GiB'");
+}
+
+TEST(Directive, symbols_replaced_by_the_scheduler_are_not_replaced_again) {
+    // What Slurm's datawarp plugin hands setup: %% already turned into %, a job name holding
+    // '%', and a \\ that stopped Slurm's replacement, kept.
+    RequestText text = script(
+        "#!/bin/sh\n#DW jobdw capacity=1GiB\n"
+        "#DW stage_out type=file source=$DW_JOB_STRIPED/o destination=/data/100%j/%x\n"
+        "#DW stage_in type=file source=/in/a\\\\b destination=$DW_JOB_STRIPED/i\n");
+    text.symbols_replaced = true;
+    JobContext job;
+    job.job_id = "42";
+    job.job_name = "evil";
+    const Request r = parse(text, test_config(), job);
+    ASSERT_EQ(r.stage_out.size(), 1u);
+    EXPECT_EQ(r.stage_out[0].destination, "/data/100%j/%x");
+    EXPECT_FALSE(r.stage_out[0].unresolved);
+    ASSERT_EQ(r.stage_in.size(), 1u);
+    EXPECT_EQ(r.stage_in[0].source, "/in/a\\\\b");
+    EXPECT_TRUE(r.warnings.empty());
+    // Its canonical lines read back the same, symbols and all.
+    std::string again = "#!/bin/sh\n";
+    for (const std::string& line : canonical_lines(r, test_config()))
+        again += line + "\n";
+    const Request back = parse(script(again), test_config(), job);
+    EXPECT_EQ(back.stage_out.at(0).destination, "/data/100%j/%x");
+    EXPECT_EQ(back.stage_in.at(0).source, "/in/a\\\\b");
+    // Read as a job script, the same text is replaced.
+    text.symbols_replaced = false;
+    EXPECT_EQ(parse(text, test_config(), job).stage_out.at(0).destination, "/data/10042/evil");
+}
+
 // ---- tokens and symbols ----------------------------------------------------------------------
 
 TEST(Directive, quoted_values_keep_blanks_and_escaped_quotes) {
@@ -709,9 +818,11 @@ TEST(Directive, persistent_names_follow_slurms_rules) {
     expect_script_error("#BB create_persistent name=1abc capacity=1G\n",
                         "must not start with a digit");
     expect_script_error("#BB destroy_persistent name=a/b\n", "use only letters, digits");
-    expect_script_error("#DW persistentdw name=a..b\n", "use only letters, digits");
-    expect_script_error("#DW persistentdw name=..\n", "use only letters, digits");
-    expect_script_error("#DW persistentdw name=.hidden\n", "use only letters, digits");
+    expect_script_error("#DW persistentdw name=a..b\n", "must not hold '..'");
+    expect_script_error("#DW persistentdw name=..\n", "must not start with '.'");
+    expect_script_error("#DW persistentdw name=.hidden\n", "must not start with '.'");
+    // DataWarp's dotted names, which Slurm's datawarp plugin passes.
+    EXPECT_EQ(parse_script("#DW persistentdw name=climate.v2\n").use.at(0).name, "climate.v2");
     expect_script_error("#DW persistentdw name=-x\n", "must not start with '-'");
     expect_script_error("#DW persistentdw name=" + std::string(65, 'a') + "\n", "1 to 64");
     expect_script_error("#DW persistentdw name=a$b\n", "use only letters, digits");

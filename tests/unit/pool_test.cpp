@@ -402,13 +402,19 @@ TEST_F(PoolTest, check_repair_leaves_another_clusters_buffers_on_a_shared_pool_a
     EXPECT_EQ(
         std::distance(fs::directory_iterator(dir_ + "/small/quarantine"), fs::directory_iterator{}),
         1);
-    EXPECT_EQ(cluster_of_entry("job", "a.b.7.1"), "a.b");
-    EXPECT_EQ(cluster_of_entry("job", "a.b.7.1.0123456789abcdef"), "a.b");
-    EXPECT_EQ(cluster_of_entry("persistent", "a.b.run-1.0123456789abcdef"), "a.b");
-    EXPECT_EQ(cluster_of_entry("persistent", "main.abcdef0123456789"), "main");  // older
-    EXPECT_EQ(cluster_of_entry("job", "7.1"), std::nullopt);  // named before clusters were
-    EXPECT_EQ(cluster_of_entry("trash", "u.p.x.123.piece2.99.65534"), "u");
-    EXPECT_EQ(cluster_of_entry("quarantine", "u.8.1.123.kept.1.99"), "u");
+    EXPECT_EQ(cluster_of_entry("job", "a.b.7.1", "t"), "a.b");
+    EXPECT_EQ(cluster_of_entry("job", "a.b.7.1.0123456789abcdef", "t"), "a.b");
+    EXPECT_EQ(cluster_of_entry("persistent", "a.b.run-1.0123456789abcdef", "t"), "a.b");
+    EXPECT_EQ(cluster_of_entry("persistent", "main.abcdef0123456789", "t"), "main");  // older
+    EXPECT_EQ(cluster_of_entry("job", "7.1", "t"), std::nullopt);  // named before clusters were
+    EXPECT_EQ(cluster_of_entry("trash", "u.p.x.123.piece2.99.65534", "t"), "u");
+    EXPECT_EQ(cluster_of_entry("trash", "u.p.climate.v2.123", "t"), "u");
+    EXPECT_EQ(cluster_of_entry("quarantine", "u.8.1.123.kept.1.99", "t"), "u");
+    // A persistent name may hold '.': this cluster's own entries are told by their prefix.
+    EXPECT_EQ(cluster_of_entry("persistent", "t.climate.v2", "t"), "t");
+    EXPECT_EQ(cluster_of_entry("persistent", "t.climate.v2.0123456789abcdef", "t"), "t");
+    EXPECT_EQ(cluster_of_entry("persistent", "u.shared", "t"), "u");
+    EXPECT_EQ(cluster_of_entry("persistent", "u.shared.0123456789abcdef", "t"), "u");
 }
 
 TEST_F(PoolTest, alloc_never_adopts_a_directory_that_is_already_there) {

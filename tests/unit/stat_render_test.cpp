@@ -109,6 +109,41 @@ TEST(PoolsTable, without_pools_prints_the_header) {
     EXPECT_EQ(pools_table({}), "pool units quantity free gran state\n");
 }
 
+TEST(Dwstat, sizes_print_as_datawarp_printed_them) {
+    EXPECT_EQ(dwstat_size(0), "0B");
+    EXPECT_EQ(dwstat_size(48), "48B");
+    EXPECT_EQ(dwstat_size(1023), "1023B");
+    EXPECT_EQ(dwstat_size(kib), "1KiB");
+    EXPECT_EQ(dwstat_size(1536), "1.5KiB");
+    EXPECT_EQ(dwstat_size(gib), "1GiB");
+    EXPECT_EQ(dwstat_size(512 * 1024 * kib), "512MiB");
+    EXPECT_EQ(dwstat_size(8004444650209ULL), "7.28TiB");  // the Slurm guide's wlm_pool
+    EXPECT_EQ(dwstat_size(1024 * 1024 - 1), "1MiB");      // 1023.999KiB rounds up a unit
+    EXPECT_EQ(dwstat_size(gib + gib / 100), "1.01GiB");
+    EXPECT_EQ(dwstat_size(UINT64_MAX), "16EiB");
+}
+
+TEST(Dwstat, empty_tables_print_datawarps_lines) {
+    StatusSnapshot empty;
+    EXPECT_EQ(dwstat_text("pools", empty), "no pools\n");
+    EXPECT_EQ(dwstat_text("sessions", empty), "no sessions\n");
+    EXPECT_EQ(dwstat_text("instances", empty), "no instances\n");
+    EXPECT_EQ(dwstat_text("configurations", empty), "no scratch, cache, swap configurations\n");
+    EXPECT_EQ(dwstat_text("activations", empty), "no activations\n");
+    EXPECT_EQ(dwstat_text("most", empty),
+              "no pools\n\nno sessions\n\nno instances\n\nno scratch, cache, swap "
+              "configurations\n\nno activations\n");
+    EXPECT_THROW(dwstat_text("burst", empty), Error);
+}
+
+TEST(Dwstat, pools_have_datawarps_five_columns) {
+    StatusSnapshot snapshot;
+    snapshot.pools = {pool("wlm_pool", 8004444650209ULL, gib, 0)};
+    EXPECT_EQ(dwstat_text("pools", snapshot),
+              "    pool units quantity    free gran\n"
+              "wlm_pool bytes  7.28TiB 7.28TiB 1GiB\n");
+}
+
 TEST_F(StatusTest, dwstat_tables_have_one_row_per_live_buffer) {
     config_.pools.resize(1);
     auto store = open_store();

@@ -22,6 +22,7 @@ struct RequestOptions {
     bool json = false;
     bool emit_script = false;
     bool check_sources = false;
+    bool symbols_replaced = false;
 };
 
 struct SizeOptions {
@@ -67,6 +68,7 @@ int run_request(const CommonOptions& common, RequestOptions& options) {
         text.bb = *options.bb;
     if (options.bbf)
         text.bbf = read_script_file(*options.bbf, config.limits.script_size, "directives file");
+    text.symbols_replaced = options.symbols_replaced;
     const Request request = parse_request(text, config, options.job);
 
     if (options.emit_script) {
@@ -116,6 +118,8 @@ int main(int argc, char** argv) {
     app.add_option("--array-task-id", request.job.array_task_id, "Array task id (for %a and %b)");
     app.add_option("--workdir", request.job.workdir, "Job working directory (for %d)");
     app.add_option("--job-name", request.job.job_name, "Job name (for %x)");
+    app.add_flag("--symbols-replaced", request.symbols_replaced,
+                 "The scheduler replaced the %-symbols already: read the text as it is");
     app.add_flag("--json", request.json, "Print the normalized request as JSON");
     app.add_flag("--emit-script", request.emit_script, "Print the canonical directive lines");
     app.add_flag("--check-sources", request.check_sources,

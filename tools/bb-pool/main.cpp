@@ -146,6 +146,8 @@ int main(int argc, char** argv) {
         alloc->add_option("--script", a.text.script,
                           "Job script whose directives give pool, capacity and staging");
         alloc->add_option("--bb", a.text.bb, "Directives as sbatch --bb takes them");
+        alloc->add_flag("--symbols-replaced", a.text.symbols_replaced,
+                        "The scheduler replaced the %-symbols already: read the text as it is");
         alloc->add_option("--job-name", a.job.job_name, "Job name (for %x in the directives)");
         alloc->add_option("--workdir", a.job.workdir, "Job working directory (for %d)");
         alloc->add_option("--array-job-id", a.job.array_job_id, "Array master job id (for %A)");

@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
     }
     CLI::App* pre =
         app.add_subcommand("pre-run", "staged-in -> pre-run -> running, with the pre_run hook");
-    CLI::App* post = app.add_subcommand("post-run", "running -> post-run, with the post_run hook");
+    CLI::App* post = app.add_subcommand(
+        "post-run", "running (or staged-in, never pre-run) -> post-run, with the post_run hook");
     CLI::App* end = app.add_subcommand(
         "end", "Standalone job end: post-run if running, stage-out, teardown once staged out");
     CLI::App* paths =

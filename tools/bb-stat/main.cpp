@@ -2,6 +2,7 @@
 // as Prometheus text for node_exporter's textfile collector.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <optional>
@@ -39,6 +40,7 @@ struct Options {
     bool dws = false;
     bool shell = false;
     bool for_anyone = false;
+    bool dwstat = false;
     std::optional<std::string> prometheus;
     std::optional<uid_t> for_uid;
 };
@@ -184,7 +186,49 @@ int run_env(const Config& config, const Request& request, const Options& options
     return 0;
 }
 
+// DataWarp's dwstat, exactly: every table it is asked for from one snapshot read once (Slurm
+// gives `scontrol show dwstat` 2 s).
+int run_dwstat(const CommonOptions& common, const Options& options) {
+    if (options.json || options.dws || options.shell || options.prometheus)
+        throw Error(ExitCode::usage,
+                    "--dwstat goes with neither --json, --dws, --shell nor "
+                    "--prometheus");
+    if (options.for_uid && options.for_anyone)
+        throw Error(ExitCode::usage, "give --for-uid or --for-anyone, not both");
+    if (options.words.size() > 1)
+        throw Error(ExitCode::usage,
+                    "--dwstat takes one view, got '" + printable(options.words[1]) + "' too");
+    const std::string view = options.words.empty() ? "pools" : options.words[0];
+    const std::vector<std::string>& views = dwstat_views();
+    if (std::find(views.begin(), views.end(), view) == views.end())
+        throw Error(ExitCode::usage, "unknown dwstat view '" + printable(view) +
+                                         "' (pools, sessions, instances, configurations, "
+                                         "activations, most or all)");
+    const Config config = load_effective_config(common);
+    StatusSnapshot snapshot;
+    if (privileged_viewer(config, geteuid())) {
+        StoreOptions read_only;
+        read_only.read_only = true;
+        StateStore store(config, read_only);
+        ReadSnapshot txn(store);
+        if (view == "pools")
+            snapshot.pools = pool_status(txn, config);
+        else
+            snapshot = read_status(txn, config);
+    } else {
+        snapshot = read_public_status(config, geteuid());
+    }
+    if (options.for_uid)
+        restrict_to_viewer(snapshot, config, *options.for_uid);
+    if (options.for_anyone)
+        restrict_to_anyone(snapshot, config);
+    std::cout << dwstat_text(view, snapshot);
+    return 0;
+}
+
 int run(const CommonOptions& common, const Options& options) {
+    if (options.dwstat)
+        return run_dwstat(common, options);
     const Request request = parse_words(options.words);
     if (options.shell && request.view != View::env)
         throw Error(ExitCode::usage, "--shell goes with the env view only");
@@ -262,6 +306,10 @@ int main(int argc, char** argv) {
     app.add_flag("--dws", options.dws,
                  "Print the view as DataWarp's dw_wlm_cli answers Slurm's datawarp plugin: pools, "
                  "sessions, instances, configurations, or job ID (real_size)");
+    app.add_flag("--dwstat", options.dwstat,
+                 "Print the view exactly as DataWarp's dwstat did (pools, sessions, instances, "
+                 "configurations, activations, or most and all for every table from one "
+                 "snapshot): for scripts written for DataWarp and scontrol show dwstat");
     app.add_flag("--shell", options.shell,
                  "env: print export NAME='value' lines quoted for eval in sh");
     app.add_option("--for-uid", options.for_uid,

@@ -6,8 +6,10 @@ asks for a burst buffer (--bb, --bbf, or directives in the batch script named on
 line) it runs
 
     bb-parse --check-sources [--script FILE] [--bb TEXT] [--bbf FILE] [--job-name N] [--workdir D]
+             --user UID
 
-so an invalid request, or a stage-in source that is missing or unreadable by the user, is
+so an invalid request, a user who may not ask for it (allow_users, deny_users, persistent
+buffers without EnablePersistent), or a stage-in source that is missing or unreadable by the user, is
 refused at submit time with bbkit's one-line message ("sbatch: error: lua: bb-parse: ...":
 Slurm prefixes a Lua error with "lua: "). When the check itself cannot run on this host (no
 bb-parse, an unreadable bbkit.toml) the job goes on with a logged note. A
@@ -19,6 +21,7 @@ script read from standard input cannot be seen here; slurm_bb_setup validates ev
 BBKIT_BINDIR = ""                -- "" = bb-parse is found on the user's PATH
 BBKIT_CONFIG = ""                -- "" = $BBKIT_CONFIG, else /etc/bbkit/bbkit.toml
 BBKIT_DIRECTIVE = "BB_LUA"       -- burst_buffer.conf's Directive
+BBKIT_PLUGIN = "lua"             -- the burst_buffer plugin: "lua", or "datawarp" (#DW and #BB)
 -- ---- end of install-time settings ---------------------------------------------------------
 
 local function quote(word)
@@ -41,8 +44,62 @@ local function read_script(path)
     return text, #text <= script_read_bytes
 end
 
+-- The directive lines of a script as Slurm's burst_buffer/datawarp plugin collects them
+-- (bbkit(7), REQUESTS): up to the first line not starting with '#', every line starting with
+-- "#DW" or "#BB" (no blank needed after them), a trailing '\' joining the next such line without
+-- its prefix (and without its leading blanks only when a blank came right before the '\').
+-- Returns the list of lines, or nil and a message for a #DW line continued on a #BB line (or
+-- the reverse), which Slurm refuses. Slurm's datawarp plugin checks persistent-only jobs
+-- (#BB create_persistent, destroy_persistent) nowhere at submit: this reading decides which
+-- scripts bb-parse checks here.
+function bbkit_datawarp_lines(script)
+    while string.byte(script, -1) == 0 do
+        script = string.sub(script, 1, -2)
+    end
+    local lines, continuing, blank_before, previous = {}, false, false, nil
+    for line in string.gmatch(script, "[^\n]+") do
+        if string.sub(line, 1, 1) ~= "#" then
+            break
+        end
+        local kind = string.sub(line, 2, 3)
+        if kind == "DW" or kind == "BB" then
+            local text = line
+            if continuing then
+                if kind ~= previous then
+                    return nil, "a #" .. previous .. " line continues on a #" .. kind
+                        .. " line, which Slurm's datawarp plugin refuses"
+                end
+                text = string.sub(line, 4)
+                if blank_before then
+                    text = string.gsub(text, "^%s+", "")
+                end
+            end
+            previous = kind
+            local next_continues = string.sub(text, -1) == "\\"
+            if next_continues then
+                local before = string.sub(line, -2, -2)
+                blank_before = #line >= 2 and string.find(before, "^%s$") ~= nil
+                text = string.sub(text, 1, -2)
+            end
+            if continuing then
+                lines[#lines] = lines[#lines] .. text
+            else
+                lines[#lines + 1] = text
+            end
+            continuing = next_continues
+        else
+            continuing = false
+        end
+    end
+    return lines
+end
+
 -- Whether a batch script holds a directive line in its leading comment block.
 local function has_directive(script)
+    if BBKIT_PLUGIN == "datawarp" then
+        local lines = bbkit_datawarp_lines(script)
+        return lines == nil or #lines > 0 -- a refused mix is bb-parse's to explain
+    end
     local prefix = "#" .. BBKIT_DIRECTIVE
     for line in string.gmatch(script, "[^\n]+") do
         if string.sub(line, 1, 1) ~= "#" then
@@ -119,6 +176,9 @@ function bbkit_cli_check(args)
     for _, arg in ipairs(args) do
         words[#words + 1] = quote(arg)
     end
+    -- The submitting user, for the checks that need one (allow_users, deny_users, persistent
+    -- buffers without EnablePersistent): bb-parse runs as that user, and says so.
+    words[#words + 1] = '--user "$(id -u)"'
     local line = table.concat(words, " ") .. " </dev/null 2>&1 >/dev/null; echo \"bbkit-exit=$?\""
     local handle = io.popen(line, "r")
     if not handle then
