@@ -2,7 +2,9 @@
 # Capacity enforced (bbkit(7), CAPACITY): pools on real loop-mounted file systems, ext4 made
 # with -O quota,project and mounted prjquota, XFS mounted pquota, and plain ones. A test that
 # needs enforced project quotas skips, saying why, where the kernel cannot mount them (one
-# built without CONFIG_QFMT_V2 or CONFIG_XFS_QUOTA); the others run on plain mounts.
+# built without CONFIG_QFMT_V2 or CONFIG_XFS_QUOTA); the others run on plain mounts. Under
+# BBKIT_QUOTA_REQUIRED=1 (tests/quota-kernel, which runs the suite in a kernel that has them)
+# such a skip is a failure.
 
 load common
 
@@ -24,6 +26,12 @@ teardown() {
 }
 
 as_user() { runuser -u "$U" -- "$@"; }
+
+# Skips, saying why, where the kernel cannot mount what a test needs; fails where it must.
+kernel_lacks() {
+  [ "${BBKIT_QUOTA_REQUIRED:-}" = 1 ] && fail "BBKIT_QUOTA_REQUIRED=1: $*"
+  skip "$*"
+}
 
 # Makes an image of KIND (ext4-quota, xfs, ext4-plain) and mounts it at $TEST_DIR/q with the
 # options that enable project quotas (none for ext4-plain, WITHOUT for a plain mount of a quota
@@ -57,7 +65,7 @@ mount_pool() {
 # A pool with quota = "project" on a file system that enforces it, or the test skips.
 quota_pool() {
   local kind=${1:-ext4-quota}
-  mount_pool "$kind" || skip "no project quotas here: $why"
+  mount_pool "$kind" || kernel_lacks "no project quotas here: $why"
   quota_config project refuse
   bb-pool init q >/dev/null
 }
@@ -109,7 +117,7 @@ project_of() { lsattr -d -p "$1" | awk '{print $1}'; }
 # --- what runs on any kernel that can loop-mount ---------------------------------------------
 
 @test "quota_missing = refuse: init of a pool on a file system without project quotas fails in one line" {
-  mount_pool ext4-plain || skip "$why"
+  mount_pool ext4-plain || kernel_lacks "$why"
   quota_config project refuse
   run bb-pool init q
   assert_failure 69
@@ -119,7 +127,7 @@ project_of() { lsattr -d -p "$1" | awk '{print $1}'; }
 }
 
 @test "quota_missing = refuse: alloc in such a pool fails in one line and records nothing" {
-  mount_pool ext4-plain || skip "$why"
+  mount_pool ext4-plain || kernel_lacks "$why"
   quota_config none refuse
   bb-pool init q >/dev/null
   quota_config project refuse
@@ -132,7 +140,7 @@ project_of() { lsattr -d -p "$1" | awk '{print $1}'; }
 }
 
 @test "quota_missing = warn: the pool runs unlimited, and check reports 20 MB written into 1 MiB" {
-  mount_pool ext4-plain 2>/dev/null || mount_pool xfs || skip "$why"
+  mount_pool ext4-plain 2>/dev/null || mount_pool xfs || kernel_lacks "$why"
   quota_config project warn
   run bb-pool init q
   assert_success
@@ -186,7 +194,7 @@ project_of() { lsattr -d -p "$1" | awk '{print $1}'; }
 
 @test "the job user can change its own files' project id on this kernel (bbkit(7), SECURITY)" {
   # XFS keeps project ids without quotas enabled: the kernel's rule is the same with them.
-  mount_pool xfs without || skip "$why"
+  mount_pool xfs without || kernel_lacks "$why"
   quota_config none refuse
   bb-pool init q >/dev/null
   bb-pool alloc --job 10 --user "$U" --capacity 1MiB >/dev/null
