@@ -245,6 +245,9 @@ project_of() { lsattr -d -p "$1" | awk '{print $1}'; }
   assert_failure 74
   [ "${#lines[@]}" -eq 1 ]
   assert_output --regexp "^bb-stage: .*[Dd]isk quota exceeded"
+  # The buffer is full, not the pool: the way on says so.
+  assert_output --partial "the files need more than the buffer's capacity of 1MiB"
+  refute_output --partial "free space in pool"
   [ "$(state_of 13)" = staging-in ]
   run bb-stat job 13 --json
   assert_output --partial "quota exceeded"
