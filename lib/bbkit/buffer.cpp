@@ -131,7 +131,7 @@ const Transition& check_transition(BufferKind kind, BufferState from, BufferStat
 Buffer Buffer::for_key(const BufferKey& key) {
     Buffer buffer;
     buffer.key = key;
-    buffer.directory = key.directory();
+    buffer.directory = key.new_directory();
     return buffer;
 }
 

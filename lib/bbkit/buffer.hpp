@@ -80,7 +80,7 @@ struct Buffer {
     std::string reason;   // Slurm's reason: BurstBufferResources, BurstBufferOperation, ...
     std::string message;  // detail shown with the reason
     std::map<BufferState, TimePoint> entered;  // when the buffer last entered each state
-    std::string directory;                     // relative to the pool root: key.directory()
+    std::string directory;                     // relative to the pool root: key.new_directory()
     std::string access;                        // striped | private (one directory either way)
     std::string type;                          // scratch
     std::string staging;                       // the parsed staging directives, JSON text

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "bbkit/error.hpp"
+#include "bbkit/seal.hpp"
 #include "bbkit/text.hpp"
 
 namespace bbkit {
@@ -44,10 +45,22 @@ std::string BufferKey::str() const {
 
 // The whole key, cluster included: clusters sharing a pool never meet in one directory.
 // Records keep the directory they were created with (older versions left the cluster out).
-std::string BufferKey::directory() const {
+std::string BufferKey::new_directory() const {
+    const std::string token = "." + random_hex(directory_token_digits / 2);
     if (kind() == BufferKind::persistent)
-        return "persistent/" + cluster + "." + name;
-    return "job/" + str();
+        return "persistent/" + cluster + "." + name + token;
+    return "job/" + str() + token;
+}
+
+std::string without_directory_token(const std::string& entry) {
+    const std::size_t dot = entry.rfind('.');
+    if (dot == std::string::npos || dot == 0 || entry.size() - dot - 1 != directory_token_digits)
+        return entry;
+    const bool token =
+        std::all_of(entry.begin() + static_cast<std::ptrdiff_t>(dot) + 1, entry.end(), [](char c) {
+            return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
+        });
+    return token ? entry.substr(0, dot) : entry;
 }
 
 bool BufferKey::operator==(const BufferKey& other) const {

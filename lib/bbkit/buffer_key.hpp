@@ -24,13 +24,22 @@ struct BufferKey {
     BufferKind kind() const { return name.empty() ? BufferKind::job : BufferKind::persistent; }
     // Used in file names (env/<key>.env, run/<key>.lock): "main.42.1", "main.p.alpha".
     std::string str() const;
-    // The directory a new buffer gets, relative to its pool: "job/main.42.1",
-    // "persistent/main.alpha" (cluster first; a record keeps the one it was created with).
-    std::string directory() const;
+    // The directory a new buffer gets, relative to its pool: the whole key, cluster first, then
+    // 16 random hex digits ("job/main.42.1.<hex>", "persistent/main.alpha.<hex>"), so that
+    // nobody can name another user's buffer directory, nor test whether it exists (bbkit(7),
+    // SECURITY). A new name at each call; a record keeps the one it was created with (older
+    // records have none of the random part, or not even the cluster).
+    std::string new_directory() const;
 
     bool operator==(const BufferKey& other) const;
     bool operator!=(const BufferKey& other) const { return !(*this == other); }
 };
+
+// The random part new_directory() ends an entry of job/ or persistent/ with.
+constexpr std::size_t directory_token_digits = 16;
+// An entry of job/ or persistent/ without that random part ("main.42.1" for
+// "main.42.1.<hex>"); an entry without one (older records) as it is.
+std::string without_directory_token(const std::string& entry);
 
 // Inverse of BufferKey::str(). Throws Error(data) naming `text`.
 BufferKey parse_buffer_key(const std::string& text);

@@ -272,6 +272,15 @@ std::uint64_t mover_memory_of(const Field& field) {
     return bytes;
 }
 
+// The largest job script read: at least 1 KiB (a script of a few directives), at most Slurm's
+// own ceiling for max_script_size (512 MiB).
+std::uint64_t script_size_of(const Field& field) {
+    const std::uint64_t bytes = capacity_of(field);
+    if (bytes < (std::uint64_t{1} << 10) || bytes > (std::uint64_t{512} << 20))
+        field.fail("must be between 1KiB and 512MiB, got " + format_size(bytes));
+    return bytes;
+}
+
 unsigned seconds_of(const Field& field) {
     const std::int64_t seconds = integer_of(field);
     if (seconds <= 0)
@@ -426,8 +435,8 @@ Timeouts timeouts_of(const Field& table) {
 }
 
 Limits limits_of(const Field& table) {
-    reject_unknown_keys(table,
-                        {"stage_concurrency", "mover_threads", "mover_memory", "user_capacity"});
+    reject_unknown_keys(table, {"stage_concurrency", "mover_threads", "mover_memory",
+                                "user_capacity", "script_size"});
     Limits limits;
     if (auto field = find(table, "stage_concurrency"))
         limits.stage_concurrency = integer_between(*field, 1, max_stage_concurrency);
@@ -435,6 +444,7 @@ Limits limits_of(const Field& table) {
         limits.mover_threads = integer_between(*field, 1, max_mover_threads);
     read_if_present(table, "mover_memory", limits.mover_memory, mover_memory_of);
     read_if_present(table, "user_capacity", limits.user_capacity, capacity_of);
+    read_if_present(table, "script_size", limits.script_size, script_size_of);
     return limits;
 }
 

@@ -67,6 +67,8 @@ struct Limits {
     unsigned mover_threads = 8;        // I/O threads shared by all movers
     std::uint64_t mover_memory = std::uint64_t{256} << 20;  // bytes one mover's structures may take
     std::optional<std::uint64_t> user_capacity;  // bytes; absent = unlimited (standalone mode)
+    // The largest job script (or --bbf file) a tool reads: Slurm's max_script_size default.
+    std::uint64_t script_size = std::uint64_t{4} << 20;
 };
 
 // burst_buffer.conf's Flags that bbkit honours.

@@ -21,7 +21,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -35,6 +34,7 @@
 #include "bbkit/link_spill.hpp"
 #include "bbkit/mover_internal.hpp"
 #include "bbkit/process.hpp"
+#include "bbkit/seal.hpp"
 #include "bbkit/sources.hpp"
 
 namespace bbkit {
@@ -289,16 +289,21 @@ struct Frame {
     std::map<std::string, std::string> adoptable;            // name -> its temporary tree
 };
 
-constexpr std::size_t temp_suffix_digits = 20;  // 16 hex digits per move, 4 per file
+// A temporary's suffix: the buffer's tag for this boot (16 hex digits, see temp_tag), 8 per
+// move and 4 per file. Older movers wrote 20 (the boot's public hash, 8 per move, 4 per
+// file): their temporaries are still recognised, and removed, never taken over.
+constexpr std::size_t temp_tag_digits = 16;
+constexpr std::size_t temp_prefix_digits = temp_tag_digits + 8;
+constexpr std::size_t temp_suffix_digits = temp_prefix_digits + 4;
+constexpr std::size_t old_temp_suffix_digits = 20;
 
 std::string long_name_tag(const std::string& name) {
     return std::to_string(std::hash<std::string>{}(name));
 }
 
-// The name a temporary of temp_name() was made for: "" when `entry` is not shaped like one;
-// a hash tag ("#" + tag) for the short form of long names.
-std::string temp_owner(const std::string& entry) {
-    const std::size_t suffix = temp_suffix_digits;
+// The name a temporary of temp_name() was made for, with a suffix of `suffix` digits: "" when
+// `entry` is not shaped like one; a hash tag ("#" + tag) for the short form of long names.
+std::string temp_owner(const std::string& entry, std::size_t suffix) {
     const std::string marker = ".bbkit-";
     if (entry.size() <= 1 + marker.size() + suffix || entry[0] != '.')
         return "";
@@ -321,9 +326,21 @@ std::string temp_owner(const std::string& entry) {
     return "";
 }
 
-// The 32 bits of a temporary's suffix that name the boot it was made in.
-std::uint64_t boot_tag() {
-    return std::hash<std::string>{}(boot_id()) & 0xffffffffu;
+// Either suffix length: the digits before the suffix end in '-', which no suffix holds, so a
+// name has at most one reading.
+std::string temp_owner(const std::string& entry) {
+    std::string owner = temp_owner(entry, temp_suffix_digits);
+    return owner.empty() ? temp_owner(entry, old_temp_suffix_digits) : owner;
+}
+
+// What opens the suffix of every temporary a move of this buffer makes in this boot: a keyed
+// hash of the boot id under the buffer's secret token. The boot id is public, the token is
+// not: nobody else can name a temporary this buffer's next move would take over (bbkit(7),
+// STAGING). Without a token, a random tag that no move will ever take over.
+std::string temp_tag(const std::string& token) {
+    if (token.empty())
+        return random_hex(temp_tag_digits / 2);
+    return to_hex(hmac_sha256(token, boot_id())).substr(0, temp_tag_digits);
 }
 
 class Mover {
@@ -361,12 +378,9 @@ class Mover {
     // temporaries
     std::string temp_name(const std::string& name);
     bool ours(const std::string& temp) const;
-    bool same_boot(const std::string& temp) const;
-    bool can_adopt(const std::string& temp) const {
-        // Only where one syncfs makes everything in it durable: a file a killed run
-        // completed but never fsync'd would otherwise be published as it is.
-        return plan_.durable && plan_.trust_syncfs && same_boot(temp);
-    }
+    bool tagged_ours(const std::string& temp) const;
+    bool can_adopt(const std::string& temp, const struct stat& st, const struct stat& source) const;
+    bool owned(int dir, const std::string& name) const;
     void scan_stale_temps(Frame& frame);
     std::vector<std::pair<std::string, std::string>>& temps_beside(const std::string& dir);
     void remove_stale(const std::string& dir, int fd, const std::string& name);
@@ -465,8 +479,10 @@ class Mover {
     std::size_t warnings_dropped_ = 0;
     const CopyWarning warning_ = [this](const std::string& message) { warn(message); };
 
-    mode_t umask_ = 077;  // the process's, read once
-    std::uint64_t temp_prefix_ = 0;
+    mode_t umask_ = 077;       // the process's, read once
+    uid_t uid_ = 0;            // the user the move runs as
+    std::string temp_tag_;     // see temp_tag()
+    std::string temp_prefix_;  // the tag and this move's own 8 digits
     std::atomic<std::uint64_t> temp_counter_{0};
 };
 
@@ -493,9 +509,12 @@ Mover::Mover(const MovePlan& plan, const std::function<void(const MoveProgress&)
     batch_entries_ = plan.batch_entries > 0 ? plan.batch_entries : max_batch_entries;
     umask_ = umask(077);  // reading it means setting it: put it back at once
     umask(umask_);
-    // The boot in the upper half: a temporary tree of a move killed in this boot holds what the
-    // page cache holds, which the next move's sync makes durable (see scan_stale_temps).
-    temp_prefix_ = (boot_tag() << 32) | (std::random_device{}() ^ static_cast<unsigned>(getpid()));
+    uid_ = geteuid();
+    // The buffer's tag for this boot first: a temporary tree of a move of this buffer killed in
+    // this boot holds what the page cache holds, which the next move's sync makes durable (see
+    // scan_stale_temps).
+    temp_tag_ = temp_tag(plan.temp_token);
+    temp_prefix_ = temp_tag_ + random_hex(4);
 }
 
 void Mover::warn(const std::string& message) {
@@ -725,9 +744,8 @@ void Mover::walk_entry(const MoveEntry& entry) {
             const Fd dir = dst_->open_dir(parent);
             struct stat temp {};
             if (entry.type == StageType::directory && adopt.empty() && it->second == name &&
-                can_adopt(it->first) &&
                 fstatat(dir.get(), it->first.c_str(), &temp, AT_SYMLINK_NOFOLLOW) == 0 &&
-                S_ISDIR(temp.st_mode))
+                can_adopt(it->first, temp, st))
                 adopt = it->first;
             else
                 remove_stale(parent, dir.get(), it->first);
@@ -1056,8 +1074,9 @@ std::shared_ptr<Dir> Mover::make_dir(const std::string& src, const std::string& 
         struct stat temp_st {};
         if (!adopt.empty() &&
             (fstatat(pdir.get(), adopt.c_str(), &temp_st, AT_SYMLINK_NOFOLLOW) != 0 ||
-             !S_ISDIR(temp_st.st_mode))) {
-            remove_stale(parent_at, pdir.get(), adopt);  // changed since it was listed
+             !can_adopt(adopt, temp_st, st))) {
+            if (owned(pdir.get(), adopt))  // changed since it was listed
+                remove_stale(parent_at, pdir.get(), adopt);
             adopt.clear();
         }
         if (!adopt.empty()) {
@@ -1116,10 +1135,10 @@ std::shared_ptr<Dir> Mover::make_dir(const std::string& src, const std::string& 
 // ---- temporaries --------------------------------------------------------------------------
 
 std::string Mover::temp_name(const std::string& name) {
-    char suffix[40];
-    std::snprintf(suffix, sizeof suffix, "%016llx%04llx",
-                  static_cast<unsigned long long>(temp_prefix_),
+    char counter[8];
+    std::snprintf(counter, sizeof counter, "%04llx",
                   static_cast<unsigned long long>(temp_counter_.fetch_add(1) & 0xffff));
+    const std::string suffix = temp_prefix_ + counter;
     std::string temp = "." + name + ".bbkit-" + suffix;
     if (temp.size() <= NAME_MAX)
         return temp;
@@ -1127,17 +1146,38 @@ std::string Mover::temp_name(const std::string& name) {
     return ".bbkit-" + long_name_tag(name) + "-" + suffix;
 }
 
-// This move's own temporaries carry its 16-digit prefix.
+// This move's own temporaries carry its 24-digit prefix.
 bool Mover::ours(const std::string& temp) const {
-    char prefix[20];
-    std::snprintf(prefix, sizeof prefix, "%016llx", static_cast<unsigned long long>(temp_prefix_));
-    return temp.compare(temp.size() - temp_suffix_digits, 16, prefix) == 0;
+    return temp.size() > temp_suffix_digits &&
+           temp.compare(temp.size() - temp_suffix_digits, temp_prefix_digits, temp_prefix_) == 0;
 }
 
-bool Mover::same_boot(const std::string& temp) const {
-    char tag[12];
-    std::snprintf(tag, sizeof tag, "%08llx", static_cast<unsigned long long>(boot_tag()));
-    return temp.compare(temp.size() - temp_suffix_digits, 8, tag) == 0;
+// A temporary of this buffer's moves in this boot.
+bool Mover::tagged_ours(const std::string& temp) const {
+    return temp.size() > temp_suffix_digits &&
+           temp.compare(temp.size() - temp_suffix_digits, temp_tag_digits, temp_tag_) == 0;
+}
+
+// Whether a temporary tree `temp` (its lstat `st`) of a killed move may be taken over for a
+// source directory (its stat `source`). Only where one syncfs makes everything in it durable:
+// a file a killed run completed but never fsync'd would otherwise be published as it is. And
+// only this buffer's own (its tag: see temp_tag), a directory of the user's, no more open than
+// the mover makes one (the source's mode, the owner's rwx while it is built, a set-group-ID
+// bit inherited from the parent): anyone who could write in it may have put anything there
+// (bbkit(7), STAGING).
+bool Mover::can_adopt(const std::string& temp, const struct stat& st,
+                      const struct stat& source) const {
+    if (!plan_.durable || !plan_.trust_syncfs || !tagged_ours(temp))
+        return false;
+    const mode_t allowed = (source.st_mode & 07777) | S_IRWXU | S_ISGID;
+    return S_ISDIR(st.st_mode) && st.st_uid == uid_ && (st.st_mode & 07777 & ~allowed) == 0;
+}
+
+// Whether `name` in `dir` belongs to the user: a killed move's temporary is removed only then.
+// Another user's file that merely has the shape (in a directory others may write) is theirs.
+bool Mover::owned(int dir, const std::string& name) const {
+    struct stat st {};
+    return fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_uid == uid_;
 }
 
 // Removes a temporary a killed move left (a file, or a whole tree without following a symlink).
@@ -1166,7 +1206,7 @@ std::vector<std::pair<std::string, std::string>>& Mover::temps_beside(const std:
         if (entry == nullptr)
             break;
         const std::string owner = temp_owner(entry->d_name);
-        if (!owner.empty() && !ours(entry->d_name))
+        if (!owner.empty() && !ours(entry->d_name) && owned(fd.get(), entry->d_name))
             temps.emplace_back(entry->d_name, owner);
     }
     return temps;
@@ -1202,16 +1242,18 @@ void Mover::scan_stale_temps(Frame& frame) {
             struct stat st {};
             if (fstatat(frame.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
                 continue;  // a source entry of that name: the user's, copied like any other
+            struct stat temp {};
+            if (fstatat(fd.get(), name.c_str(), &temp, AT_SYMLINK_NOFOLLOW) != 0 ||
+                temp.st_uid != uid_)
+                continue;  // gone, or somebody else's: neither removed nor taken over
             if (owner[0] == '#') {
                 frame.tagged[owner].push_back(name);
                 continue;
             }
             if (fstatat(frame.fd(), owner.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
                 continue;  // not a name this move writes here
-            struct stat temp {};
-            if (S_ISDIR(st.st_mode) && can_adopt(name) && frame.adoptable.count(owner) == 0 &&
-                fstatat(fd.get(), name.c_str(), &temp, AT_SYMLINK_NOFOLLOW) == 0 &&
-                S_ISDIR(temp.st_mode)) {
+            if (S_ISDIR(st.st_mode) && frame.adoptable.count(owner) == 0 &&
+                can_adopt(name, temp, st)) {
                 frame.adoptable[owner] = name;
                 continue;
             }
@@ -1876,6 +1918,7 @@ MoveSummary run_stage_plan(const StagePlan& plan,
         move.direct_io = plan.direct_io;
         move.trust_syncfs = plan.trust_syncfs;
         move.memory_limit = plan.memory_limit;
+        move.temp_token = plan.temp_token;
         MoveProgress last;
         MoveSummary summary = run_move(move, [&](const MoveProgress& p) {
             last = p;

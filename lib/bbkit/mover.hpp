@@ -49,6 +49,11 @@ struct MovePlan {
     // the tree is walked, copied and finished in batches that fit, whatever its size.
     std::uint64_t memory_limit = std::uint64_t{256} << 20;
     std::size_t batch_entries = 0;  // entries a batch holds at most; 0: from memory_limit
+    // A secret of the buffer's (Buffer::temp_token): a durable move's temporaries carry a tag
+    // made from it and the boot, and a temporary tree is taken over only when it carries this
+    // tag, belongs to the user and is no more open than the mover makes one. Empty: nothing is
+    // taken over (bbkit(7), STAGING).
+    std::string temp_token;
 };
 
 struct MoveProgress {
@@ -75,13 +80,13 @@ struct MoveSummary {
 // whatever the number of files (bbkit(7), STAGING: hard links beyond the bound are spilled to
 // an unnamed file in the buffer). A rerun after success copies nothing; a rerun after a crash
 // skips complete files, and a durable move killed in the same boot takes over the directory
-// tree it was building under a temporary name. Entries whose destinations overlap run one
-// after the other. `progress` is called from the calling thread, at
-// most every ~100 ms and once at the end. Throws Error: no_input (66) for a missing source, no_perm
-// (77) for an unreadable source, an unwritable destination or a symlink in the buffer's way, io
-// (74) for ENOSPC/EIO and the like, data (65) for a source of the wrong type; each message names
-// the path. After a durable failure no temporary file is left and no final name holds a partial
-// file.
+// tree it was building under a temporary name (only its own: see MovePlan::temp_token). Entries
+// whose destinations overlap run one after the other. `progress` is called from the calling thread,
+// at most every ~100 ms and once at the end. Throws Error: no_input (66) for a missing source,
+// no_perm (77) for an unreadable source, an unwritable destination or a symlink in the buffer's
+// way, io (74) for ENOSPC/EIO and the like, data (65) for a source of the wrong type; each message
+// names the path. After a durable failure no temporary file is left and no final name holds a
+// partial file.
 MoveSummary run_move(const MovePlan& plan,
                      const std::function<void(const MoveProgress&)>& progress);
 

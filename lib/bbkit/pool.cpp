@@ -844,12 +844,15 @@ std::optional<std::string> cluster_of_entry(const std::string& subdir, const std
         }
     };
     if (subdir == "job")
-        return cluster_of_key(name);
+        return cluster_of_key(without_directory_token(name));
     if (subdir == "persistent") {  // CLUSTER.NAME: persistent names hold no '.'
-        const std::size_t dot = name.rfind('.');
+        std::string plain = without_directory_token(name);
+        if (plain.find('.') == std::string::npos)  // an older CLUSTER.NAME of a hex-like name
+            plain = name;
+        const std::size_t dot = plain.rfind('.');
         if (dot == std::string::npos || dot == 0)
             return std::nullopt;
-        return name.substr(0, dot);
+        return plain.substr(0, dot);
     }
     if (subdir != "trash" && subdir != "quarantine")
         return std::nullopt;

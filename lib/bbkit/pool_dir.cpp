@@ -8,7 +8,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -18,6 +21,8 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/seal.hpp"
+#include "bbkit/text.hpp"
 
 namespace bbkit {
 namespace {
@@ -739,8 +744,56 @@ std::vector<std::string> PoolDir::list(const std::string& subdir) const {
     return list_directory(subdir_fd(subdir), path_ + "/" + subdir);
 }
 
-std::string job_environment_name(const std::string& cluster, std::uint64_t job_id) {
+namespace {
+
+constexpr std::size_t environment_key_digits = 32;
+constexpr std::size_t environment_tag_digits = 32;
+
+bool lower_hex(const std::string& text) {
+    return std::all_of(text.begin(), text.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
+    });
+}
+
+}  // namespace
+
+std::string legacy_job_environment_name(const std::string& cluster, std::uint64_t job_id) {
     return cluster + "." + std::to_string(job_id);
+}
+
+std::string job_environment_name(const std::string& cluster, std::uint64_t job_id,
+                                 const std::string& user_key) {
+    const std::string legacy = legacy_job_environment_name(cluster, job_id);
+    return legacy + "." + to_hex(hmac_sha256(user_key, legacy)).substr(0, environment_tag_digits);
+}
+
+std::string environment_key_name(uid_t uid) {
+    return std::to_string(uid) + ".key";
+}
+
+std::optional<std::string> parse_environment_key(const std::string& text) {
+    std::string key = text;
+    if (!key.empty() && key.back() == '\n')
+        key.pop_back();
+    if (key.size() != environment_key_digits || !lower_hex(key))
+        return std::nullopt;
+    return key;
+}
+
+std::optional<std::uint64_t> environment_job_id(const std::string& cluster,
+                                                const std::string& name) {
+    const std::string prefix = cluster + ".";
+    if (name.compare(0, prefix.size(), prefix) != 0)
+        return std::nullopt;
+    std::string rest = name.substr(prefix.size());
+    const std::size_t dot = rest.find('.');
+    if (dot != std::string::npos) {
+        const std::string tag = rest.substr(dot + 1);
+        if (tag.size() != environment_tag_digits || !lower_hex(tag))
+            return std::nullopt;
+        rest.resize(dot);
+    }
+    return parse_decimal(rest);
 }
 
 Fd PoolDir::env_dir(bool create) const {
@@ -766,9 +819,18 @@ Fd PoolDir::env_dir(bool create) const {
 
 void PoolDir::write_job_environment(const std::string& name, const std::string& text, uid_t uid,
                                     gid_t gid) {
+    write_env_entry(name, text, uid, gid, true);
+}
+
+// env/<name> holding `text`, owned by uid:gid, mode 0400, durable: written to a temporary name
+// and renamed over what is there (`replace`), or only where nothing is (false: returns false
+// when something was).
+bool PoolDir::write_env_entry(const std::string& name, const std::string& text, uid_t uid,
+                              gid_t gid, bool replace) {
     const Fd dir = env_dir(true);
     const std::string what = path_ + "/" + env_subdir + "/" + name;
-    const std::string temporary = "." + name + ".tmp";
+    // A key's writers may race (two jobs of a user at once): each its own temporary.
+    const std::string temporary = "." + name + (replace ? "" : "." + random_hex(4)) + ".tmp";
     // Left by a crash: only root writes env/, so it is ours to remove.
     if (unlinkat(dir.get(), temporary.c_str(), 0) != 0 && errno != ENOENT)
         throw system_error("cannot remove " + what + "'s temporary file", errno);
@@ -787,12 +849,61 @@ void PoolDir::write_job_environment(const std::string& name, const std::string& 
         unlinkat(dir.get(), temporary.c_str(), 0);
         throw system_error("cannot write " + what, err);
     }
-    if (renameat(dir.get(), temporary.c_str(), dir.get(), name.c_str()) != 0) {
+    if (renameat2(dir.get(), temporary.c_str(), dir.get(), name.c_str(),
+                  replace ? 0 : RENAME_NOREPLACE) != 0) {
         const int err = errno;
         unlinkat(dir.get(), temporary.c_str(), 0);
+        if (!replace && err == EEXIST)
+            return false;
         throw system_error("cannot write " + what, err);
     }
     fsync_fd(dir.get(), path_ + "/" + env_subdir);
+    return true;
+}
+
+std::string PoolDir::job_environment_key(uid_t uid, gid_t gid) {
+    const std::string name = environment_key_name(uid);
+    const std::string what = path_ + "/" + env_subdir + "/" + name;
+    // The user's when it is a regular file of theirs holding a key: they may have changed it
+    // (it is theirs), which only renames their own jobs' files.
+    const auto read_key = [&]() -> std::optional<std::string> {
+        const Fd dir = env_dir(true);
+        const Fd fd(
+            openat(dir.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+        if (!fd) {
+            if (errno == ENOENT || errno == ELOOP)
+                return std::nullopt;
+            throw system_error("cannot read " + what, errno);
+        }
+        struct stat st {};
+        if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != uid)
+            return std::nullopt;
+        try {
+            return parse_environment_key(read_all(fd.get(), what, 64));
+        } catch (const Error&) {
+            return std::nullopt;  // longer than a key: not one
+        }
+    };
+    if (std::optional<std::string> key = read_key())
+        return *key;
+    const std::string key = random_hex(environment_key_digits / 2);
+    struct stat st {};
+    const bool absent = fstatat(env_dir(true).get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0;
+    if (write_env_entry(name, key + "\n", uid, gid, !absent))
+        return key;
+    if (std::optional<std::string> theirs = read_key())  // another writer's, made meanwhile
+        return *theirs;
+    throw Error(ExitCode::io,
+                "cannot make the key " + what + ": another process keeps replacing it");
+}
+
+std::vector<std::string> PoolDir::job_environments(const std::string& cluster,
+                                                   std::uint64_t job_id) const {
+    std::vector<std::string> names;
+    for (const std::string& name : list_job_environments())
+        if (environment_job_id(cluster, name) == job_id)
+            names.push_back(name);
+    return names;
 }
 
 std::vector<std::string> PoolDir::list_job_environments() const {

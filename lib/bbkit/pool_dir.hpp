@@ -88,9 +88,22 @@ struct DirectoryUsage {
     bool complete = false;  // every entry was counted (not stopped by over, budget or depth)
 };
 
-// The name in a pool's env/ of a job's environment file: "<cluster>.<jobid>", what the job's
-// tasks know (the cluster from bbkit.toml, the job id from the scheduler).
-std::string job_environment_name(const std::string& cluster, std::uint64_t job_id);
+// The names in a pool's env/ (bbkit(7), FILES). A job's environment file is
+// "<cluster>.<jobid>.<tag>": the tag, 32 hex digits, a keyed hash of "<cluster>.<jobid>" under
+// the key of the job's user (env/<uid>.key, theirs alone to read). Only that user can name the
+// file, and root, who lists env/: nobody else can learn whether the job has one (env/ is 0711).
+std::string job_environment_name(const std::string& cluster, std::uint64_t job_id,
+                                 const std::string& user_key);
+// What the file was named before it had a tag: "<cluster>.<jobid>" (still read and removed).
+std::string legacy_job_environment_name(const std::string& cluster, std::uint64_t job_id);
+// A user's key file in env/: "<uid>.key".
+std::string environment_key_name(uid_t uid);
+// The key a key file holds (32 lower-case hex digits and a newline); nullopt for anything else.
+std::optional<std::string> parse_environment_key(const std::string& text);
+// The job an entry of env/ is the environment file of, for `cluster` (tagged or legacy name);
+// nullopt for anything else (another cluster's, a key, a temporary).
+std::optional<std::uint64_t> environment_job_id(const std::string& cluster,
+                                                const std::string& name);
 
 class PoolDir {
   public:
@@ -206,12 +219,21 @@ class PoolDir {
                                gid_t gid);
     // Removes env/<name>; a missing file or env/ is no error.
     void remove_job_environment(const std::string& name);
+    // The key of user `uid` in env/ (environment_key_name): the one there when it is a regular
+    // file of theirs holding a key, else a new random one written as write_job_environment
+    // writes a file (a key another writer made meanwhile wins: it is read back).
+    std::string job_environment_key(uid_t uid, gid_t gid);
+    // The environment files of (cluster, job_id) in env/, tagged or legacy (environment_job_id).
+    std::vector<std::string> job_environments(const std::string& cluster,
+                                              std::uint64_t job_id) const;
     // The names in env/ (none when it is missing); env/ is checked as for writing.
     std::vector<std::string> list_job_environments() const;
 
   private:
     PoolDir() = default;
     int subdir_fd(const std::string& subdir) const;
+    bool write_env_entry(const std::string& name, const std::string& text, uid_t uid, gid_t gid,
+                         bool replace);
     // env/, opened and checked; created first when `create`. An empty Fd when it is missing.
     Fd env_dir(bool create) const;
 

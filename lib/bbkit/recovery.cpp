@@ -172,10 +172,8 @@ namespace {
 std::vector<std::string> stale_environment_names(Transaction& txn, const Config& config,
                                                  const std::string& pool, const PoolDir& dir) {
     std::vector<std::string> stale;
-    const std::string prefix = config.cluster + ".";
     for (const std::string& name : dir.list_job_environments()) {
-        const std::optional<std::uint64_t> job_id =
-            name.rfind(prefix, 0) == 0 ? parse_decimal(name.substr(prefix.size())) : std::nullopt;
+        const std::optional<std::uint64_t> job_id = environment_job_id(config.cluster, name);
         if (!job_id)
             continue;
         const std::optional<Buffer> b = txn.latest_job_buffer(config.cluster, *job_id);

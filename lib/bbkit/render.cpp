@@ -230,6 +230,7 @@ json config_json(const Config& config) {
              {{"stage_concurrency", config.limits.stage_concurrency},
               {"mover_threads", config.limits.mover_threads},
               {"mover_memory", config.limits.mover_memory},
+              {"script_size", config.limits.script_size},
               {"user_capacity",
                config.limits.user_capacity ? json(*config.limits.user_capacity) : json()}}},
             {"pools", pools},
@@ -262,7 +263,8 @@ std::string config_text(const Config& config) {
         << "[limits]\n"
         << "stage_concurrency = " << config.limits.stage_concurrency << '\n'
         << "mover_threads = " << config.limits.mover_threads << '\n'
-        << "mover_memory = " << toml_string(format_size(config.limits.mover_memory)) << '\n';
+        << "mover_memory = " << toml_string(format_size(config.limits.mover_memory)) << '\n'
+        << "script_size = " << toml_string(format_size(config.limits.script_size)) << '\n';
     if (config.limits.user_capacity)
         out << "user_capacity = " << toml_string(format_size(*config.limits.user_capacity)) << '\n';
     for (const PoolConfig& p : config.pools)

@@ -16,6 +16,7 @@
 #include "bbkit/process.hpp"
 #include "bbkit/publish.hpp"
 #include "bbkit/run_lock.hpp"
+#include "bbkit/seal.hpp"
 #include "bbkit/size.hpp"
 #include "bbkit/staging_progress.hpp"
 #include "bbkit/teardown.hpp"
@@ -137,6 +138,7 @@ StagePlan plan_for(StateStore& store, const Config& config, const Buffer& b,
     plan.direct_io = pool.direct_io;
     plan.trust_syncfs = pool.syncfs;
     plan.memory_limit = config.limits.mover_memory;
+    plan.temp_token = b.temp_token;
     ReadSnapshot snapshot(store);
     for (const auto& [name, path] :
          resolve_persistent_uses(snapshot, config, b.uid, b.user, recorded_persistent_uses(b)))
@@ -278,6 +280,21 @@ Error explain_failure(const Buffer& b, bool in, const Error& mover) {
     return Error(mover.code(), text);
 }
 
+// A record made before schema 6 has no temp_token: it gets one before its first stage, under
+// the run lock, so that a move killed from now on is resumed by the next (bbkit(7), STAGING).
+Buffer with_temp_token(StateStore& store, const Buffer& b, const std::string& who) {
+    if (!b.temp_token.empty())
+        return b;
+    WriteTransaction txn(store, who);
+    Buffer now = txn.get_buffer(b.key);
+    if (now.temp_token.empty()) {
+        now.temp_token = random_hex(16);
+        txn.update_buffer(now);
+    }
+    txn.commit();
+    return now;
+}
+
 Buffer enter(StateStore& store, const Config& config, const BufferKey& key, BufferState to,
              const std::string& who) {
     WriteTransaction txn(store, who);
@@ -327,6 +344,7 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
     std::vector<Fd> threads = take_slots(
         config, "thread", config.limits.mover_threads,
         std::min(config.limits.mover_threads, max_threads_per_mover), deadline, "mover thread");
+    with_temp_token(store, b, who);
     b = enter(store, config, b.key, working, who);
     fault_point("stage.entered");
     const StagePlan plan =
@@ -524,9 +542,10 @@ void pre_run(StateStore& store, const Config& config, std::uint64_t job_id,
             return;
         const std::string lines = job_paths(store, config, job_id);
         ReadSnapshot snapshot(store);
-        open_pool(snapshot, config, now.pool)
-            .write_job_environment(job_environment_name(config.cluster, job_id), lines, now.uid,
-                                   now.gid);
+        PoolDir dir = open_pool(snapshot, config, now.pool);
+        const std::string key = dir.job_environment_key(now.uid, now.gid);
+        dir.write_job_environment(job_environment_name(config.cluster, job_id, key), lines, now.uid,
+                                  now.gid);
     };
     hooked_phase(store, config, b, BufferState::pre_run, BufferState::running, "pre_run", who,
                  publish_environment);

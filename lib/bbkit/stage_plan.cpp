@@ -99,7 +99,8 @@ std::string plan_to_json(const StagePlan& plan) {
                 {"durable", plan.durable},
                 {"direct_io", plan.direct_io},
                 {"trust_syncfs", plan.trust_syncfs},
-                {"memory_limit", plan.memory_limit}}
+                {"memory_limit", plan.memory_limit},
+                {"temp_token", plan.temp_token}}
         .dump();
 }
 
@@ -124,6 +125,7 @@ StagePlan plan_from_json(const std::string& text) {
         plan.direct_io = j.at("direct_io").get<bool>();
         plan.trust_syncfs = j.value("trust_syncfs", true);
         plan.memory_limit = j.value("memory_limit", plan.memory_limit);
+        plan.temp_token = j.value("temp_token", std::string());
         return plan;
     } catch (const json::exception& e) {
         throw Error(ExitCode::data, std::string("malformed stage plan: ") + e.what());

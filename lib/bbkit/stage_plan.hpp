@@ -32,6 +32,9 @@ struct StagePlan {
     bool direct_io = false;
     bool trust_syncfs = true;  // false: fsync each staged-out file instead of one syncfs
     std::uint64_t memory_limit = std::uint64_t{256} << 20;  // [limits] mover_memory
+    // The job buffer's Buffer::temp_token: the secret a durable move's temporaries are tagged
+    // with, so that only this buffer's own killed move is ever taken over (bbkit(7), STAGING).
+    std::string temp_token;
 };
 
 std::string plan_to_json(const StagePlan& plan);

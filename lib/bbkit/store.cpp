@@ -926,7 +926,7 @@ void WriteTransaction::insert_buffer(Buffer& buffer) {
     buffer.entered.clear();
     buffer.entered[buffer.state] = buffer.created;
     if (buffer.directory.empty())
-        buffer.directory = buffer.key.directory();
+        buffer.directory = buffer.key.new_directory();
     if (buffer.temp_token.empty())
         buffer.temp_token = random_hex(16);
 

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cerrno>
 #include <optional>
+#include <vector>
 
 #include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
@@ -35,14 +36,77 @@ bool exists_here(int dirfd, const std::string& name) {
     return true;  // let the open say why
 }
 
+bool newer(const struct stat& a, const struct stat& b) {
+    return a.st_mtim.tv_sec != b.st_mtim.tv_sec ? a.st_mtim.tv_sec > b.st_mtim.tv_sec
+                                                : a.st_mtim.tv_nsec > b.st_mtim.tv_nsec;
+}
+
 struct Found {
     Fd fd;
     std::string path;
     struct stat st {};
 };
 
-// The job's file in one pool: nullopt when the pool, its env/ or the file is not there.
-std::optional<Found> open_in_pool(const PoolConfig& pool, const std::string& name, uid_t caller) {
+// env/<name>, opened without following a symlink: nullopt when it is not there, or not a
+// regular file of the caller's (any owner for root). Another user's file answers as a missing
+// one: nobody learns that another user's job has one (bbkit(7), SECURITY).
+std::optional<Found> open_entry(int env, const std::string& env_path, const std::string& name,
+                                uid_t caller) {
+    Found found;
+    found.path = env_path + "/" + name;
+    if (fstatat(env, name.c_str(), &found.st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT)
+            return std::nullopt;
+        throw system_error("cannot stat " + found.path, errno);
+    }
+    if (caller != 0 && found.st.st_uid != caller)
+        return std::nullopt;
+    // O_NONBLOCK: a FIFO planted there must not hang the job's start.
+    found.fd = open_beneath(env, name, O_RDONLY | O_NONBLOCK, found.path);
+    if (fstat(found.fd.get(), &found.st) != 0)
+        throw system_error("cannot stat " + found.path, errno);
+    if (caller != 0 && found.st.st_uid != caller)
+        return std::nullopt;
+    if (!S_ISREG(found.st.st_mode))
+        throw Error(ExitCode::no_perm, "refusing " + found.path + ": not a regular file");
+    return found;
+}
+
+// The names the job's file may have in env/ for this caller: the one its key names (a user
+// reads their own key; root lists env/, which only root may), and the name it had before.
+std::vector<std::string> candidate_names(int env, const std::string& env_path,
+                                         const std::string& cluster, std::uint64_t job_id,
+                                         uid_t caller) {
+    if (caller == 0) {
+        std::vector<std::string> names;
+        const Fd listed(openat(env, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        if (!listed)
+            throw system_error("cannot list " + env_path, errno);
+        for (const std::string& name : list_directory(listed.get(), env_path))
+            if (environment_job_id(cluster, name) == job_id)
+                names.push_back(name);
+        return names;
+    }
+    std::vector<std::string> names;
+    if (std::optional<Found> key =
+            open_entry(env, env_path, environment_key_name(caller), caller)) {
+        std::optional<std::string> text;
+        try {
+            text = parse_environment_key(read_all(key->fd.get(), key->path, 64));
+        } catch (const Error&) {
+            // Not a key (the user's file, which they may have changed): no tagged name.
+        }
+        if (text)
+            names.push_back(job_environment_name(cluster, job_id, *text));
+    }
+    names.push_back(legacy_job_environment_name(cluster, job_id));
+    return names;
+}
+
+// The job's file in one pool: nullopt when the pool, its env/ or the file is not there (or is
+// not the caller's).
+std::optional<Found> open_in_pool(const PoolConfig& pool, const std::string& cluster,
+                                  std::uint64_t job_id, uid_t caller) {
     // An unmounted or unreadable pool holds nothing for this job.
     const Fd root(open(pool.path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!root)
@@ -50,7 +114,7 @@ std::optional<Found> open_in_pool(const PoolConfig& pool, const std::string& nam
     const std::string env_path = pool.path + "/" + PoolDir::env_subdir;
     if (!exists_here(root.get(), PoolDir::env_subdir))
         return std::nullopt;
-    // O_PATH: env/ is 0711, a user may search it but not read (list) it.
+    // O_PATH: env/ is 0711, a user may search it but not read (list) it; root reopens it to.
     const Fd env = open_beneath(root.get(), PoolDir::env_subdir, O_PATH | O_DIRECTORY, env_path);
     struct stat dir {};
     if (fstat(env.get(), &dir) != 0)
@@ -59,26 +123,13 @@ std::optional<Found> open_in_pool(const PoolConfig& pool, const std::string& nam
     if (!S_ISDIR(dir.st_mode) || dir.st_uid != 0 || (dir.st_mode & (S_IWGRP | S_IWOTH)))
         throw Error(ExitCode::no_perm,
                     "refusing " + env_path + ": not a directory only root may write");
-    if (!exists_here(env.get(), name))
-        return std::nullopt;
-    Found found;
-    found.path = env_path + "/" + name;
-    // O_NONBLOCK: a FIFO planted there must not hang the job's start.
-    found.fd = open_beneath(env.get(), name, O_RDONLY | O_NONBLOCK, found.path);
-    if (fstat(found.fd.get(), &found.st) != 0)
-        throw system_error("cannot stat " + found.path, errno);
-    if (!S_ISREG(found.st.st_mode))
-        throw Error(ExitCode::no_perm, "refusing " + found.path + ": not a regular file");
-    if (caller != 0 && found.st.st_uid != caller)
-        throw Error(ExitCode::no_perm, found.path + " belongs to uid " +
-                                           std::to_string(found.st.st_uid) + ", not to uid " +
-                                           std::to_string(caller));
-    return found;
-}
-
-bool newer(const struct stat& a, const struct stat& b) {
-    return a.st_mtim.tv_sec != b.st_mtim.tv_sec ? a.st_mtim.tv_sec > b.st_mtim.tv_sec
-                                                : a.st_mtim.tv_nsec > b.st_mtim.tv_nsec;
+    std::optional<Found> newest;
+    for (const std::string& name : candidate_names(env.get(), env_path, cluster, job_id, caller)) {
+        std::optional<Found> found = open_entry(env.get(), env_path, name, caller);
+        if (found && (!newest || newer(found->st, newest->st)))
+            newest = std::move(found);
+    }
+    return newest;
 }
 
 }  // namespace
@@ -117,10 +168,9 @@ std::vector<std::pair<std::string, std::string>> parse_task_environment(const st
 }
 
 TaskEnvironment read_task_environment(const Config& config, std::uint64_t job_id, uid_t caller) {
-    const std::string name = job_environment_name(config.cluster, job_id);
     std::optional<Found> newest;
     for (const PoolConfig& pool : config.pools) {
-        std::optional<Found> found = open_in_pool(pool, name, caller);
+        std::optional<Found> found = open_in_pool(pool, config.cluster, job_id, caller);
         if (found && (!newest || newer(found->st, newest->st)))
             newest = std::move(found);
     }

@@ -1,7 +1,8 @@
 // What a job's tasks read of its burst-buffer environment in standalone mode (bbkit(7),
 // STANDALONE MODE WITH SLURM): pre-run leaves the job_paths() lines in each job's pool as
-// env/<cluster>.<jobid> (PoolDir::write_job_environment), because the compute nodes mount the
-// pools but not the state directory. Reading it needs the configuration only, never the store.
+// env/<cluster>.<jobid>.<tag> (job_environment_name: the tag is the job's user's to compute,
+// PoolDir::write_job_environment), because the compute nodes mount the pools but not the state
+// directory. Reading it needs the configuration only, never the store.
 #pragma once
 
 #include <sys/types.h>
@@ -21,10 +22,13 @@ struct TaskEnvironment {
 };
 
 // The job's file in the configured pools (the newest when several pools hold one, as a crash
-// can leave an older incarnation's behind). Opened without following a symlink at env/ or at
-// the file; it must be a regular file owned by `caller` (any owner for root), else
-// Error(no_perm) naming it. No pool holds one: Error(no_input) "job N has no burst-buffer
-// environment on any pool (...)". A malformed file: Error(data) naming it.
+// can leave an older incarnation's behind), by the name the caller's key gives it (root lists
+// env/), or the name it had before names had a tag. Opened without following a symlink at env/
+// or at the file; a file that is not `caller`'s (any owner for root) is as good as absent, and
+// one that is not a regular file is Error(no_perm) naming it. No pool holds one of the caller's:
+// Error(no_input) "job N has no burst-buffer environment on any pool (...)", the same answer
+// whether another user's job has one or not (bbkit(7), SECURITY). A malformed file:
+// Error(data) naming it.
 TaskEnvironment read_task_environment(const Config& config, std::uint64_t job_id, uid_t caller);
 
 // The NAME=value lines of an environment file; NAME is a shell name ([A-Za-z_][A-Za-z0-9_]*,

@@ -222,7 +222,8 @@ TeardownResult finish_teardown(StateStore& store, const Config& config, const Bu
     if (key.kind() == BufferKind::job && dir) {
         // The tasks' copy on the pool (standalone mode; any mode, should the mode have changed).
         try {
-            dir->remove_job_environment(job_environment_name(key.cluster, key.job_id));
+            for (const std::string& name : dir->job_environments(key.cluster, key.job_id))
+                dir->remove_job_environment(name);
         } catch (const Error& e) {
             spdlog::warn("buffer {}: {}", key.str(), e.what());
         }

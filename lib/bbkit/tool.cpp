@@ -3,6 +3,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cerrno>
 #include <cstdlib>
@@ -163,11 +164,31 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
     }
 }
 
-std::string read_input_file(const std::string& path) {
-    if (path == "-")
-        return read_all(STDIN_FILENO, "standard input", max_input_bytes);
-    const Fd fd = open_as_caller(path);
-    return read_all(fd.get(), "'" + path + "'", max_input_bytes);
+std::string read_script_file(const std::string& path, std::uint64_t limit,
+                             const std::string& what) {
+    const std::string named =
+        path == "-" ? what + " from standard input" : what + " '" + path + "'";
+    const auto too_large = [&](const std::string& size) {
+        return Error(ExitCode::data, "cannot read " + named + ": " + size + ", over the limit of " +
+                                         std::to_string(limit) +
+                                         " bytes ([limits] script_size in bbkit.toml: shorten "
+                                         "the script or raise the limit)");
+    };
+    Fd owned;
+    if (path != "-")
+        owned = open_as_caller(path);
+    const int fd = path == "-" ? STDIN_FILENO : owned.get();
+    struct stat st {};
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+        static_cast<std::uint64_t>(st.st_size) > limit)
+        throw too_large(std::to_string(st.st_size) + " bytes");
+    try {
+        return read_all(fd, named, static_cast<std::size_t>(limit));
+    } catch (const Error& e) {
+        if (e.code() == ExitCode::data)  // read_all's only data error: past the limit
+            throw too_large("more than " + std::to_string(limit) + " bytes");
+        throw;
+    }
 }
 
 }  // namespace bbkit

@@ -50,13 +50,13 @@ Config load_effective_config(const CommonOptions& options);
 int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
              const CommonOptions& options, const std::function<int()>& body);
 
-// The largest job script or list a tool reads: Slurm's own ceiling for a batch script
-// (max_script_size may not exceed 512 MiB).
-constexpr std::size_t max_input_bytes = std::size_t{512} << 20;
-
-// Reads a whole file ("-" is standard input), with the caller's permissions when root runs for
-// a less privileged caller (open_as_caller). Errors name the path, with exit_code_for's code
-// (66, 77, 74); more than max_input_bytes is Error(data).
-std::string read_input_file(const std::string& path);
+// Reads a job script (`what`: "job script", "directives file") whole ("-" is standard input),
+// with the caller's permissions when root runs for a less privileged caller (open_as_caller),
+// the one place a tool reads one. More than `limit` bytes ([limits] script_size) is
+// Error(data) naming the size and the limit, decided from the size of a regular file before
+// any byte is read, and as soon as a pipe or device passes the limit: memory and time stay
+// bounded whatever the file. Other errors name the path, with exit_code_for's code (66, 77, 74).
+std::string read_script_file(const std::string& path, std::uint64_t limit,
+                             const std::string& what = "job script");
 
 }  // namespace bbkit

@@ -50,7 +50,7 @@ void check_root_controlled(const std::string& path, const std::string& what);
 
 // Opens `path` for reading with the permissions of the less privileged caller when there is
 // one (file system uid, gid and groups switched for the open only), else as the process.
-// Errors as read_input_file's.
+// Errors as read_script_file's.
 Fd open_as_caller(const std::string& path);
 
 }  // namespace bbkit

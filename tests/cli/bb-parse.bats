@@ -224,6 +224,47 @@ script() {  # script NAME LINE... : writes a job script with a shebang
   assert_output --partial '"capacity": 1073741824'
 }
 
+@test "a script of [limits] script_size bytes is read; one byte more is refused with 65 naming both" {
+  sized_script "$TEST_DIR/at.sh" 4194304
+  run bb-parse --script "$TEST_DIR/at.sh" --json
+  assert_success
+  assert_output --partial '"capacity": 1073741824'
+  sized_script "$TEST_DIR/over.sh" 4194305
+  run bb-parse --script "$TEST_DIR/over.sh"
+  assert_failure 65
+  assert_output "$(script_size_message bb-parse "$TEST_DIR/over.sh" 4194305 4194304)"
+  # Through a pipe the size is not known: refused once the limit is passed.
+  run bash -c "cat '$TEST_DIR/over.sh' | bb-parse --script -"
+  assert_failure 65
+  assert_output "bb-parse: cannot read job script from standard input: more than 4194304 bytes, over the limit of 4194304 bytes ([limits] script_size in bbkit.toml: shorten the script or raise the limit)"
+  run bb-parse --bbf "$TEST_DIR/over.sh"
+  assert_failure 65
+  assert_output --partial "bb-parse: cannot read directives file '$TEST_DIR/over.sh': 4194305 bytes"
+  # The limit is the configuration's.
+  write_config '[limits]' 'script_size = "8MiB"'
+  run bb-parse --script "$TEST_DIR/over.sh" --json
+  assert_success
+  write_config '[limits]' 'script_size = "1KiB"'
+  run bb-parse --script "$TEST_DIR/at.sh"
+  assert_failure 65
+  assert_output "$(script_size_message bb-parse "$TEST_DIR/at.sh" 4194304 1024)"
+  write_config '[limits]' 'script_size = "1GiB"'
+  run bb-parse config
+  assert_failure 78
+  assert_output --partial "script_size"
+}
+
+@test "a 200 MB sparse script is refused at once, without reading it, in bounded memory" {
+  truncate -s 200M "$TEST_DIR/huge.sh"
+  limit="ulimit -v 102400;"
+  [ "${BBKIT_SANITIZE:-}" = 1 ] && limit=  # sanitizers reserve terabytes of address space
+  start=$SECONDS
+  run timeout 20 bash -c "$limit exec bb-parse --script '$TEST_DIR/huge.sh'"
+  assert_failure 65
+  assert_output "$(script_size_message bb-parse "$TEST_DIR/huge.sh" 209715200 4194304)"
+  [ $((SECONDS - start)) -lt 5 ]
+}
+
 @test "a script without directives parses to an empty request" {
   f=$(script plain.sh '#SBATCH -N 1')
   run bb-parse --script "$f" --json

@@ -74,7 +74,7 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
   assert_success
   assert_output --partial '"allocated": 2147483648'
   assert_output --partial '"key": "main.42.1"'
-  dir="$TEST_DIR/nvme/job/main.42.1"
+  dir="$(bbdir $TEST_DIR/nvme/job/main.42.1)"
   [ "$(stat -c '%U %a' "$dir")" = "$U 700" ]
   [ "$(used_of nvme)" = 2147483648 ]
   grep -q "^BB_JOB_DIR=$dir$" "$TEST_DIR/state/env/main.42.1.env"
@@ -88,6 +88,22 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
   assert_success
   assert_output --partial '"pool": "small"'
   assert_output --partial '"allocated": 3072'
+}
+
+@test "alloc --script reads a script of [limits] script_size bytes and refuses one byte more with 65" {
+  init_pools
+  sized_script "$TEST_DIR/at.sh" 4194304 '#BB_LUA pool=small capacity=1K'
+  run bb-pool alloc --job 8 --user "$U" --script "$TEST_DIR/at.sh" --json
+  assert_success
+  assert_output --partial '"allocated": 1024'
+  sized_script "$TEST_DIR/over.sh" 4194305 '#BB_LUA pool=small capacity=1K'
+  run bb-pool alloc --job 9 --user "$U" --script "$TEST_DIR/over.sh"
+  assert_failure 65
+  assert_output "$(script_size_message bb-pool "$TEST_DIR/over.sh" 4194305 4194304)"
+  truncate -s 200M "$TEST_DIR/huge.sh"
+  run timeout 20 bash -c "ulimit -v 102400; exec bb-pool alloc --job 10 --user $U --script '$TEST_DIR/huge.sh'"
+  [ "${BBKIT_SANITIZE:-}" = 1 ] || assert_failure 65
+  [ "$(used_of small)" = 1024 ]
 }
 
 @test "an identical alloc is idempotent, a different one exits 73" {
@@ -109,7 +125,7 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
   run bb-pool alloc --job 42 --user "$U" --capacity 1G --json
   assert_success
   assert_output --partial '"incarnation": 2'
-  assert_dir_exists "$TEST_DIR/nvme/job/main.42.2"
+  assert_dir_exists "$(bbdir $TEST_DIR/nvme/job/main.42.2)"
 }
 
 @test "a full pool exits 75 with BurstBufferResources" {
@@ -295,17 +311,17 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
   run bb-pool alloc --persistent shared --capacity 2G --owner "$U" --json
   assert_success
   assert_output --partial '"name": "shared"'
-  [ "$(stat -c %U "$TEST_DIR/nvme/persistent/main.shared")" = "$U" ]
+  [ "$(stat -c %U "$(bbdir $TEST_DIR/nvme/persistent/main.shared)")" = "$U" ]
   run bb-pool alloc --job 9 --user "$U" --bb '#DW jobdw capacity=1G #DW persistentdw name=shared'
   assert_success
-  grep -q "^DW_PERSISTENT_STRIPED_shared=$TEST_DIR/nvme/persistent/main.shared$" "$TEST_DIR/state/env/main.9.1.env"
+  grep -q "^DW_PERSISTENT_STRIPED_shared=$(bbdir $TEST_DIR/nvme/persistent/main.shared)$" "$TEST_DIR/state/env/main.9.1.env"
   run bb-teardown --persistent shared
   assert_failure 73
   assert_output --partial "--force"
   bb-teardown --job 9 >/dev/null
   run bb-teardown --persistent shared
   assert_success
-  assert_not_exist "$TEST_DIR/nvme/persistent/main.shared"
+  assert_not_exist "$(bbdir $TEST_DIR/nvme/persistent/main.shared)"
 }
 
 @test "persistent names starting with a digit or holding a slash are refused" {
@@ -349,15 +365,15 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
 
 @test "check finds an orphan directory and repair quarantines it without deleting" {
   init_pools
-  mkdir "$TEST_DIR/nvme/job/main.999.1"
-  echo keep >"$TEST_DIR/nvme/job/main.999.1/data"
+  mkdir "$(bbdir $TEST_DIR/nvme/job/main.999.1)"
+  echo keep >"$(bbdir $TEST_DIR/nvme/job/main.999.1)/data"
   run bb-pool check --json
   assert_failure 1
   assert_output --partial "orphan-directory"
   run bb-pool check --repair
   assert_success
   assert_output --partial "[repaired]"
-  assert_not_exist "$TEST_DIR/nvme/job/main.999.1"
+  assert_not_exist "$(bbdir $TEST_DIR/nvme/job/main.999.1)"
   grep -rq keep "$TEST_DIR/nvme/quarantine/"
   run bb-pool check
   assert_success
@@ -367,7 +383,7 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
 @test "check finds a record whose directory vanished; repair closes it and frees the space" {
   init_pools
   bb-pool alloc --job 5 --user "$U" --capacity 1G >/dev/null
-  rmdir "$TEST_DIR/nvme/job/main.5.1"
+  rmdir "$(bbdir $TEST_DIR/nvme/job/main.5.1)"
   run bb-pool check
   assert_failure 1
   assert_output --partial "missing-directory"
@@ -383,7 +399,7 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
   sqlite3 "$TEST_DIR/state/state.db" "UPDATE buffers SET state='allocating', lock_pid=999999, lock_start=1 WHERE key='main.6.1'"
   bb-pool alloc --job 7 --user "$U" --capacity 1G >/dev/null
   sqlite3 "$TEST_DIR/state/state.db" "UPDATE buffers SET state='allocating', lock_pid=999999, lock_start=1 WHERE key='main.7.1'"
-  rmdir "$TEST_DIR/nvme/job/main.7.1"
+  rmdir "$(bbdir $TEST_DIR/nvme/job/main.7.1)"
   run bb-pool recover
   assert_success
   assert_output --partial "main.6.1: allocating -> allocated (rolled forward)"
@@ -396,8 +412,8 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
 @test "reap empties trash within its budget and releases the space" {
   init_pools
   bb-pool alloc --job 8 --user "$U" --capacity 1G >/dev/null
-  mkdir -p "$TEST_DIR/nvme/job/main.8.1/a/b"
-  ln -s /etc "$TEST_DIR/nvme/job/main.8.1/a/etc-link"
+  mkdir -p "$(bbdir $TEST_DIR/nvme/job/main.8.1)/a/b"
+  ln -s /etc "$(bbdir $TEST_DIR/nvme/job/main.8.1)/a/etc-link"
   # Teardown with no reap budget leaves the directory in trash, still charged.
   sqlite3 "$TEST_DIR/state/state.db" "SELECT 1" >/dev/null
   bb-teardown --job 8 >/dev/null
@@ -588,9 +604,9 @@ wipe_pool() { find "$TEST_DIR/$1" -mindepth 1 -delete; }
   [ "${BBKIT_SANITIZE:-}" != 1 ] || skip "a sanitizer reserves more address space than that"
   init_pools
   bb-pool alloc --job 9 --user "$U" --capacity 1G >/dev/null
-  mkdir "$TEST_DIR/nvme/job/main.9.1/flat"
-  chown "$U" "$TEST_DIR/nvme/job/main.9.1/flat"
-  (cd "$TEST_DIR/nvme/job/main.9.1/flat" &&
+  mkdir "$(bbdir $TEST_DIR/nvme/job/main.9.1)/flat"
+  chown "$U" "$(bbdir $TEST_DIR/nvme/job/main.9.1)/flat"
+  (cd "$(bbdir $TEST_DIR/nvme/job/main.9.1)/flat" &&
     seq -f 'checkpoint.step000045.rank%06g.h5' 200000 | xargs touch)
   limit=16384
   run sh -c 'ulimit -v "$1" && exec bb-teardown --job 9 --json' sh "$limit"
@@ -607,9 +623,9 @@ wipe_pool() { find "$TEST_DIR/$1" -mindepth 1 -delete; }
 @test "teardown and reap print the entries they removed, and no progress line off a terminal" {
   init_pools
   bb-pool alloc --job 10 --user "$U" --capacity 1G >/dev/null
-  mkdir -p "$TEST_DIR/nvme/job/main.10.1/a/b"
-  touch "$TEST_DIR/nvme/job/main.10.1/a/b/f" "$TEST_DIR/nvme/job/main.10.1/a/g"
-  chown -R "$U" "$TEST_DIR/nvme/job/main.10.1/a"
+  mkdir -p "$(bbdir $TEST_DIR/nvme/job/main.10.1)/a/b"
+  touch "$(bbdir $TEST_DIR/nvme/job/main.10.1)/a/b/f" "$(bbdir $TEST_DIR/nvme/job/main.10.1)/a/g"
+  chown -R "$U" "$(bbdir $TEST_DIR/nvme/job/main.10.1)/a"
   run bb-teardown --job 10
   assert_success
   assert_output "torn down: main.10.1 (space released), 5 entries removed"

@@ -114,7 +114,7 @@ describe_tree() {
   run bb-stage in --job 21 --json
   assert_success
   assert_output --partial '"files":'
-  buf="$TEST_DIR/nvme/job/main.21.1"
+  buf="$(bbdir $TEST_DIR/nvme/job/main.21.1)"
   [ "$(describe_tree "$TEST_DIR/pfs/input")" = "$(describe_tree "$buf/input")" ] || {
     diff <(describe_tree "$TEST_DIR/pfs/input") <(describe_tree "$buf/input"); false; }
   [ "$(stat -c %U "$buf/input/plain")" = "$U" ]
@@ -276,7 +276,7 @@ PY
   run bb-stat job 24 --json
   assert_output --partial '"state": "staging-in"'
   assert_output --partial "BurstBufferOperation"
-  [ ! -e "$TEST_DIR/nvme/job/main.24.1/s" ]
+  [ ! -e "$(bbdir $TEST_DIR/nvme/job/main.24.1)/s" ]
 }
 
 @test "another user's 0600 file is refused with 77" {
@@ -297,14 +297,14 @@ PY
   run bb-stage in --job 26
   assert_failure 65
   assert_output --partial "stage-in needs"
-  [ ! -e "$TEST_DIR/small/job/main.26.1/big" ]
+  [ ! -e "$(bbdir $TEST_DIR/small/job/main.26.1)/big" ]
 }
 
 @test "a symlink planted in the buffer cannot redirect a write outside it" {
   as_user sh -c "echo data >'$TEST_DIR/pfs/f'"
   job_script "#BB_LUA capacity=1G" "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/f destination=in/passwd-copy"
   bb-pool alloc --job 27 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
-  as_user ln -s /etc "$TEST_DIR/nvme/job/main.27.1/in"
+  as_user ln -s /etc "$(bbdir $TEST_DIR/nvme/job/main.27.1)/in"
   run bb-stage in --job 27
   assert_failure 77
   [ ! -e /etc/passwd-copy ]
@@ -313,7 +313,7 @@ PY
 @test "a stage-out source planted as a symlink out of the buffer is refused" {
   bb-pool alloc --job 28 --user "$U" --bb "#BB_LUA capacity=1G #BB_LUA stage_out type=directory source=out destination=$TEST_DIR/pfs/stolen" >/dev/null
   job=28
-  buf="$TEST_DIR/nvme/job/main.28.1"
+  buf="$(bbdir $TEST_DIR/nvme/job/main.28.1)"
   as_user ln -s /root "$buf/out"
   bb-stage in --job 28 >/dev/null
   bb-stage pre-run --job 28
@@ -327,7 +327,7 @@ PY
   mkdir -p "$TEST_DIR/locked"
   chmod 755 "$TEST_DIR/locked"
   bb-pool alloc --job 29 --user "$U" --bb "#BB_LUA capacity=1G #BB_LUA stage_out type=directory source=out destination=$TEST_DIR/locked/res" >/dev/null
-  buf="$TEST_DIR/nvme/job/main.29.1"
+  buf="$(bbdir $TEST_DIR/nvme/job/main.29.1)"
   bb-stage in --job 29 >/dev/null; bb-stage pre-run --job 29
   as_user sh -c "mkdir '$buf/out' && echo keep >'$buf/out/k'"
   bb-stage post-run --job 29
@@ -364,14 +364,14 @@ PY
   as_user sh -c "cd '$TEST_DIR/pfs/many' && for i in \$(seq 300); do head -c 200000 /dev/urandom >f\$i; done"
   job_script "#BB_LUA capacity=1G" "#BB_LUA stage_in type=directory source=$TEST_DIR/pfs/many destination=m"
   bb-pool alloc --job 31 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
-  FREEZE_AFTER=20 FREEZE_WATCH="ls '$TEST_DIR/nvme/job/main.31.1/m'" start_frozen_stage in --job 31
+  FREEZE_AFTER=20 FREEZE_WATCH="ls '$(bbdir $TEST_DIR/nvme/job/main.31.1)/m'" start_frozen_stage in --job 31
   # The mover dies with the stager (parent-death signal, SIGKILL even while stopped).
   kill_frozen_stage
   run bb-pool recover
   assert_output --partial "interrupted"
   run bb-stage in --job 31 --json
   assert_success
-  [ "$(describe_tree "$TEST_DIR/pfs/many")" = "$(describe_tree "$TEST_DIR/nvme/job/main.31.1/m")" ]
+  [ "$(describe_tree "$TEST_DIR/pfs/many")" = "$(describe_tree "$(bbdir $TEST_DIR/nvme/job/main.31.1)/m")" ]
 }
 
 # Path, type, mode, link count, ns mtime, and size and link target of every entry but a
@@ -425,7 +425,7 @@ staged_tree_job() {
 @test "kill -9 while a stage-out fills its temporary directory: no final name, then --retry completes" {
   job_script "#BB_LUA capacity=1G" "#BB_LUA stage_out type=directory source=res destination=$TEST_DIR/pfs/res"
   bb-pool alloc --job 33 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
-  buf="$TEST_DIR/nvme/job/main.33.1"
+  buf="$(bbdir $TEST_DIR/nvme/job/main.33.1)"
   bb-stage in --job 33 >/dev/null; bb-stage pre-run --job 33
   as_user mkdir -p "$buf/res/sub"
   as_user sh -c "cd '$buf/res' && for i in \$(seq 600); do head -c 100000 /dev/urandom >f\$i; done; ln f1 sub/f1-link; ln -s f2 sub/f2-link"
@@ -440,22 +440,90 @@ staged_tree_job() {
   left=$(find "$TEST_DIR/pfs" -mindepth 1 -maxdepth 1 -name '.res.bbkit-*' -type d | wc -l)
   echo "temporary directories left by the killed stage-out: $left"
   [ "$left" = 1 ]
+  temp_inode=$(find "$TEST_DIR/pfs" -mindepth 1 -maxdepth 1 -name '.res.bbkit-*' -type d -printf '%i')
   bb-pool recover >/dev/null
   run bb-stage out --job 33 --retry
   assert_success
   [ -z "$(find "$TEST_DIR/pfs" -name '*.bbkit-*')" ]
   diff <(describe_fully "$buf/res") <(describe_fully "$TEST_DIR/pfs/res")
+  # The rerun (same boot, same buffer) took the killed run's tree over and renamed it into place.
+  [ "$(stat -c %i "$TEST_DIR/pfs/res")" = "$temp_inode" ]
+}
+
+# libstdc++'s std::hash of a string (what older movers put in their temporaries' names, of the
+# boot id anyone may read): 32 low bits in hex.
+old_boot_tag() {
+  python3 -c '
+import sys
+M, mask = 0xc6a4a7935bd1e995, (1 << 64) - 1
+data = open("/proc/sys/kernel/random/boot_id").read().strip().encode()
+n, a = len(data), len(data) & ~7
+h = (0xc70f6907 ^ (n * M)) & mask
+for i in range(0, a, 8):
+    k = int.from_bytes(data[i:i + 8], "little") * M & mask
+    h = (h ^ ((k ^ (k >> 47)) * M & mask)) * M & mask
+if n & 7:
+    h = (h ^ int.from_bytes(data[a:], "little")) * M & mask
+h = (h ^ (h >> 47)) * M & mask
+print("%08x" % ((h ^ (h >> 47)) & 0xffffffff))'
+}
+
+@test "a stage-out never takes over another user's temporary planted in a shared directory" {
+  A=$(test_user bbkit-test-other)
+  # A group directory both may write (2775, not sticky), the other user in the victim's group.
+  shared="$TEST_DIR/pfs/group"
+  as_user mkdir "$shared"
+  chmod 2775 "$shared"
+  job_script "#BB_LUA capacity=1G" "#BB_LUA stage_out type=directory source=res destination=$shared/res"
+  bb-pool alloc --job 34 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  buf="$(bbdir $TEST_DIR/nvme/job/main.34.1)"
+  bb-stage in --job 34 >/dev/null; bb-stage pre-run --job 34
+  as_user mkdir -m 0700 "$buf/res"
+  as_user sh -c "echo secret >'$buf/res/result'"
+  bb-stage post-run --job 34
+  # The old name (the boot's public hash) and the new one (the buffer's tag, as if the other
+  # user had seen it beside a killed run), both planted 0777 by the other user.
+  token=$(sqlite3 "$TEST_DIR/state/state.db" "SELECT temp_token FROM buffers WHERE job_id = 34")
+  [ ${#token} = 32 ]
+  tag=$(printf %s "$(cat /proc/sys/kernel/random/boot_id)" | openssl dgst -sha256 -hmac "$token" -r | cut -c1-16)
+  for temp in ".res.bbkit-$(old_boot_tag)0123456789ab" ".res.bbkit-${tag}0123456789ab"; do
+    runuser -u "$A" -g "$U" -- mkdir "$shared/$temp"
+    runuser -u "$A" -g "$U" -- chmod 0777 "$shared/$temp"
+    runuser -u "$A" -g "$U" -- touch "$shared/$temp/planted"
+  done
+  run bb-stage out --job 34
+  assert_success
+  # The result is the victim's, mode as the source, holding what the source holds.
+  [ "$(stat -c '%U %a' "$shared/res")" = "$U 700" ]
+  [ "$(ls -A "$shared/res")" = result ]
+  [ "$(cat "$shared/res/result")" = secret ]
+  # The other user's directories are theirs, untouched.
+  [ "$(find "$shared" -mindepth 1 -maxdepth 1 -name '.res.bbkit-*' -user "$A" | wc -l)" = 2 ]
+}
+
+@test "a record made before temporaries had a token gets one before its first stage" {
+  job_script "#BB_LUA capacity=1G" "#BB_LUA stage_out type=directory source=res destination=$TEST_DIR/pfs/res"
+  bb-pool alloc --job 37 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  sqlite3 "$TEST_DIR/state/state.db" "UPDATE buffers SET temp_token = '' WHERE job_id = 37"
+  bb-stage in --job 37 >/dev/null
+  bb-stage pre-run --job 37
+  as_user mkdir "$(bbdir $TEST_DIR/nvme/job/main.37.1)/res"
+  bb-stage post-run --job 37
+  run bb-stage out --job 37
+  assert_success
+  token=$(sqlite3 "$TEST_DIR/state/state.db" "SELECT temp_token FROM buffers WHERE job_id = 37")
+  [[ $token =~ ^[0-9a-f]{32}$ ]]
 }
 
 @test "paths prints the job's environment and writes Slurm's path file" {
   bb-pool alloc --job 32 --user "$U" --capacity 1G >/dev/null
   run bb-stage paths --job 32
   assert_success
-  assert_line "BB_JOB_DIR=$TEST_DIR/nvme/job/main.32.1"
-  assert_line "DW_JOB_STRIPED=$TEST_DIR/nvme/job/main.32.1"
+  assert_line "BB_JOB_DIR=$(bbdir $TEST_DIR/nvme/job/main.32.1)"
+  assert_line "DW_JOB_STRIPED=$(bbdir $TEST_DIR/nvme/job/main.32.1)"
   touch "$TEST_DIR/pathfile"
   bb-stage paths --job 32 --output "$TEST_DIR/pathfile"
-  grep -q "^DW_JOB_PRIVATE=$TEST_DIR/nvme/job/main.32.1$" "$TEST_DIR/pathfile"
+  grep -q "^DW_JOB_PRIVATE=$(bbdir $TEST_DIR/nvme/job/main.32.1)$" "$TEST_DIR/pathfile"
   run bb-stage paths --job 99
   assert_failure 66
 }
@@ -500,7 +568,7 @@ staged_tree_job() {
   bb-pool alloc --job 34 --user "$U" --capacity 1G >/dev/null
   run bb-stage --json paths --job 34
   assert_success
-  assert_output --partial "\"BB_JOB_DIR\": \"$TEST_DIR/nvme/job/main.34.1\""
+  assert_output --partial "\"BB_JOB_DIR\": \"$(bbdir $TEST_DIR/nvme/job/main.34.1)\""
   assert_output --partial '"DW_JOB_STRIPED"'
   [ "${output:0:1}" = "{" ]
 }

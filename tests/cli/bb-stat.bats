@@ -306,6 +306,49 @@ private_pair() {
   assert_failure 64
 }
 
+# What another user may try under PrivateData: every view answers for root's job 1 as for a job
+# that has no buffer at all (9), in the same words and exit status, and the pool's directories
+# tell nothing: the names of buffer directories and environment files cannot be guessed, so
+# stat(1) of the old, predictable names finds nothing whether or not the job has a buffer.
+@test "with PrivateData another user's job is answered as a job without a buffer, everywhere" {
+  write_config 'flags = ["PrivateData"]'
+  U=$(test_user)
+  env_job 1 "#BB_LUA pool=nvme capacity=1G"
+  chmod 0711 "$TEST_DIR/state"
+  other=$(test_user bbkit-test-other)
+  for view in "job" "env"; do
+    run runuser -u "$other" -- bb-stat "$view" 1
+    foreign_status=$status foreign_output=$output
+    run runuser -u "$other" -- bb-stat "$view" 9
+    assert_equal "$foreign_status" "$status"
+    assert_equal "$foreign_output" "${output//9/1}"
+    assert_equal "$status" 66
+  done
+  run runuser -u "$other" -- bb-stat job 1 --json
+  assert_failure 66
+  run runuser -u "$other" -- bb-stat burst
+  assert_success
+  refute_output --partial "JobID=1 "
+  run bb-stat job 1 --for-anyone
+  foreign_output=$output
+  run bb-stat job 9 --for-anyone
+  assert_equal "$foreign_output" "${output//9/1}"
+  # The names: neither the directory nor the environment file is where anyone could guess.
+  for guess in "$TEST_DIR/nvme/job/main.1.1" "$TEST_DIR/nvme/env/main.1"; do
+    run runuser -u "$other" -- stat "$guess"
+    assert_failure
+    assert_output --partial "No such file or directory"
+  done
+  run runuser -u "$other" -- ls "$TEST_DIR/nvme/job" "$TEST_DIR/nvme/env"
+  assert_failure
+  # The owner still finds both.
+  run runuser -u "$U" -- bb-stat env 1
+  assert_success
+  assert_line "export BB_JOB_DIR=$(bbdir "$TEST_DIR/nvme/job/main.1.1")"
+  run runuser -u "$U" -- bb-stat job 1
+  assert_success
+}
+
 @test "turning PrivateData on or off takes effect at the next write" {
   local user; user=$(test_user)
   needs_bb_pool
@@ -364,7 +407,7 @@ private_pair() {
   assert_success
   assert_line "state:      allocated"
   assert_line "requested:  3GiB"
-  assert_line "directory:  $TEST_DIR/nvme/job/main.7.1"
+  assert_line "directory:  $(bbdir $TEST_DIR/nvme/job/main.7.1)"
   run bb-stat job 7 --json
   assert_success
   echo "$output" | grep -q '"allocated": 3221225472'
@@ -506,21 +549,32 @@ env_job() {
   chmod 0700 "$TEST_DIR/state"
 }
 
+# envfile POOL JOB: job JOB's environment file in POOL's env/ (main.JOB.TAG), as root lists it.
+envfile() {
+  local f
+  for f in "$TEST_DIR/$1/env/main.$2".????????????????????????????????; do
+    [ -e "$f" ] && { echo "$f"; return 0; }
+  done
+  echo "$TEST_DIR/$1/env/main.$2"
+}
+
 @test "env prints the job's paths as TaskProlog exports for its user, without the state directory" {
   U=$(test_user)
   env_job 31 "#BB_LUA pool=nvme capacity=1G"
-  [ "$(stat -c '%U %a' "$TEST_DIR/nvme/env/main.31")" = "$U 400" ]
+  [ "$(stat -c '%U %a' "$(envfile nvme 31)")" = "$U 400" ]
+  [ "$(stat -c '%U %a' "$TEST_DIR/nvme/env/$(id -u "$U").key")" = "$U 400" ]
+  [ ! -e "$TEST_DIR/nvme/env/main.31" ]  # the name its user's key gives it, nobody else can
   [ "$(stat -c '%U %a' "$TEST_DIR/nvme/env")" = "root 711" ]
   run runuser -u "$U" -- bb-stat env 31
   assert_success
-  assert_line "export BB_JOB_DIR=$TEST_DIR/nvme/job/main.31.1"
-  assert_line "export DW_JOB_STRIPED=$TEST_DIR/nvme/job/main.31.1"
+  assert_line "export BB_JOB_DIR=$(bbdir $TEST_DIR/nvme/job/main.31.1)"
+  assert_line "export DW_JOB_STRIPED=$(bbdir $TEST_DIR/nvme/job/main.31.1)"
   [ "$(chmod 0711 "$TEST_DIR/state" && bb-stage paths --job 31 | sed 's/^/export /')" = "$output" ] ||
     fail "not the lines of bb-stage paths"
   chmod 0700 "$TEST_DIR/state"
   run runuser -u "$U" -- bb-stat env 31 --json
   assert_success
-  assert_output --partial "\"BB_JOB_DIR\": \"$TEST_DIR/nvme/job/main.31.1\""
+  assert_output --partial "\"BB_JOB_DIR\": \"$(bbdir $TEST_DIR/nvme/job/main.31.1)\""
 }
 
 @test "env --shell evals in sh" {
@@ -528,14 +582,15 @@ env_job() {
   env_job 32 "#BB_LUA pool=nvme capacity=1G"
   run runuser -u "$U" -- sh -c 'eval "$(bb-stat env 32 --shell)" && printf "%s\n" "$BB_JOB_DIR"'
   assert_success
-  assert_output "$TEST_DIR/nvme/job/main.32.1"
+  assert_output "$(bbdir $TEST_DIR/nvme/job/main.32.1)"
 }
 
-@test "env: another user gets 77, an unknown job 66" {
+@test "env: another user's job answers as a job without a buffer, 66 and the same words" {
   U=$(test_user)
   env_job 33 "#BB_LUA pool=nvme capacity=1G"
   run runuser -u nobody -- bb-stat env 33
-  assert_failure 77
+  assert_failure 66
+  assert_output "bb-stat: job 33 has no burst-buffer environment on any pool (no buffer, not yet past pre-run, or not standalone mode)"
   run runuser -u "$U" -- bb-stat env 99
   assert_failure 66
   assert_output "bb-stat: job 99 has no burst-buffer environment on any pool (no buffer, not yet past pre-run, or not standalone mode)"
@@ -545,8 +600,9 @@ env_job() {
   U=$(test_user)
   env_job 34 "#BB_LUA pool=nvme capacity=1G"
   chmod 0711 "$TEST_DIR/state"
+  [ -e "$(envfile nvme 34)" ]
   bb-teardown --job 34 >/dev/null
-  assert_not_exist "$TEST_DIR/nvme/env/main.34"
+  assert_not_exist "$(envfile nvme 34)"
   run runuser -u "$U" -- bb-stat env 34
   assert_failure 66
 }
@@ -558,15 +614,15 @@ env_job() {
   env_job 35 "#DW jobdw capacity=1G" "#DW persistentdw name=x"
   run runuser -u "$U" -- bb-stat env 35
   assert_success
-  assert_line "export DW_JOB_STRIPED=$TEST_DIR/nvme/job/main.35.1"
-  assert_line "export DW_PERSISTENT_STRIPED_x=$TEST_DIR/nvme/persistent/main.x"
+  assert_line "export DW_JOB_STRIPED=$(bbdir $TEST_DIR/nvme/job/main.35.1)"
+  assert_line "export DW_PERSISTENT_STRIPED_x=$(bbdir $TEST_DIR/nvme/persistent/main.x)"
 }
 
 @test "env is not written in Slurm mode" {
   U=$(test_user)
   write_config 'mode = "slurm"'
   env_job 36 "#BB_LUA pool=nvme capacity=1G"
-  assert_not_exist "$TEST_DIR/nvme/env/main.36"
+  assert_not_exist "$(envfile nvme 36)"
   run runuser -u "$U" -- bb-stat env 36
   assert_failure 66
 }
@@ -574,11 +630,12 @@ env_job() {
 @test "env: a malformed file is 65 naming it; usage errors are 64" {
   U=$(test_user)
   env_job 37 "#BB_LUA pool=nvme capacity=1G"
-  chmod 0600 "$TEST_DIR/nvme/env/main.37"
-  printf 'BB_JOB_DIR=/x\nnot a line\n' >"$TEST_DIR/nvme/env/main.37"
+  file=$(envfile nvme 37)
+  chmod 0600 "$file"
+  printf 'BB_JOB_DIR=/x\nnot a line\n' >"$file"
   run runuser -u "$U" -- bb-stat env 37
   assert_failure 65
-  assert_output --partial "$TEST_DIR/nvme/env/main.37"
+  assert_output --partial "$file"
   run bb-stat env
   assert_failure 64
   run bb-stat env 37 --prometheus "$TEST_DIR/m.prom"

@@ -32,11 +32,11 @@ teardown() {
 
 @test "teardown moves the directory away, records complete and releases the space" {
   bb-pool alloc --job 3 --user "$U" --capacity 1G >/dev/null
-  echo data >"$TEST_DIR/nvme/job/main.3.1/f"
+  echo data >"$(bbdir $TEST_DIR/nvme/job/main.3.1)/f"
   run bb-teardown --job 3
   assert_success
   assert_output --partial "torn down: main.3.1"
-  assert_not_exist "$TEST_DIR/nvme/job/main.3.1"
+  assert_not_exist "$(bbdir $TEST_DIR/nvme/job/main.3.1)"
   assert_not_exist "$TEST_DIR/state/env/main.3.1.env"
   assert_not_exist "$TEST_DIR/state/run/main.3.1.lock"
   run bb-stat job 3 --json
@@ -58,8 +58,9 @@ teardown() {
 @test "a symlink planted in place of the buffer is moved, never followed" {
   bb-pool alloc --job 4 --user "$U" --capacity 1G >/dev/null
   mkdir "$TEST_DIR/victim"; echo precious >"$TEST_DIR/victim/file"
-  rmdir "$TEST_DIR/nvme/job/main.4.1"
-  ln -s "$TEST_DIR/victim" "$TEST_DIR/nvme/job/main.4.1"
+  buf="$(bbdir $TEST_DIR/nvme/job/main.4.1)"
+  rmdir "$buf"
+  ln -s "$TEST_DIR/victim" "$buf"
   run bb-teardown --job 4
   assert_success
   assert_file_exists "$TEST_DIR/victim/file"
@@ -68,8 +69,8 @@ teardown() {
 @test "symlinks inside the buffer are removed, their targets kept" {
   bb-pool alloc --job 4 --user "$U" --capacity 1G >/dev/null
   mkdir "$TEST_DIR/victim"; echo precious >"$TEST_DIR/victim/file"
-  ln -s "$TEST_DIR/victim" "$TEST_DIR/nvme/job/main.4.1/link"
-  ln -s "$TEST_DIR/victim/file" "$TEST_DIR/nvme/job/main.4.1/flink"
+  ln -s "$TEST_DIR/victim" "$(bbdir $TEST_DIR/nvme/job/main.4.1)/link"
+  ln -s "$TEST_DIR/victim/file" "$(bbdir $TEST_DIR/nvme/job/main.4.1)/flink"
   run bb-teardown --job 4
   assert_success
   assert_file_exists "$TEST_DIR/victim/file"
@@ -77,7 +78,7 @@ teardown() {
 
 @test "a mount point inside a buffer stops its removal: nothing beneath it is deleted" {
   bb-pool alloc --job 6 --user "$U" --capacity 1G >/dev/null
-  b="$TEST_DIR/nvme/job/main.6.1"
+  b="$(bbdir $TEST_DIR/nvme/job/main.6.1)"
   mkdir -p "$TEST_DIR/site/tree" "$b/mnt"
   echo precious >"$TEST_DIR/site/tree/file"
   chown "$U" "$b/mnt"
@@ -102,7 +103,7 @@ teardown() {
   echo mine >"$TEST_DIR/home/proj/mine"
   chown "$U" "$TEST_DIR/home" "$TEST_DIR/home/proj" "$TEST_DIR/home/proj/mine"
   chown -R nobody "$TEST_DIR/home/proj/theirs" "$TEST_DIR/home/proj/empty-theirs"
-  runuser -u "$U" -- mv "$TEST_DIR/home/proj" "$TEST_DIR/nvme/job/main.7.1/proj"
+  runuser -u "$U" -- mv "$TEST_DIR/home/proj" "$(bbdir $TEST_DIR/nvme/job/main.7.1)/proj"
   run bb-teardown --job 7
   assert_success
   assert_output --partial "could not delete"
@@ -110,7 +111,7 @@ teardown() {
   [ "$(echo "$kept" | wc -l)" = 1 ]
   [ "$(stat -c %U "$kept")" = nobody ]
   assert_file_exists "$kept/file"
-  assert_not_exist "$TEST_DIR/nvme/job/main.7.1"
+  assert_not_exist "$(bbdir $TEST_DIR/nvme/job/main.7.1)"
   [ -z "$(ls "$TEST_DIR/nvme/trash")" ]
   grep -q "action=kept buffer=main.7.1 entry=$kept uid=" "$TEST_DIR/state/log/audit.log"
   run bb-pool check --repair
@@ -121,7 +122,7 @@ teardown() {
 
 @test "a deep tree is removed completely" {
   bb-pool alloc --job 5 --user "$U" --capacity 1G >/dev/null
-  d="$TEST_DIR/nvme/job/main.5.1"
+  d="$(bbdir $TEST_DIR/nvme/job/main.5.1)"
   for i in $(seq 200); do d="$d/d"; done
   mkdir -p "$d" && touch "$d/leaf"
   run bb-teardown --job 5 --json
@@ -178,5 +179,5 @@ teardown() {
   run bb-pool recover
   assert_success
   assert_output --partial "main.9.1: teardown -> finished"
-  assert_not_exist "$TEST_DIR/nvme/job/main.9.1"
+  assert_not_exist "$(bbdir $TEST_DIR/nvme/job/main.9.1)"
 }

@@ -86,3 +86,30 @@ staging_setup() {
   bb-pool init nvme >/dev/null
   bb-pool init small >/dev/null
 }
+
+# sized_script FILE BYTES [LINE...]: a job script of exactly BYTES bytes: a shebang, the LINEs
+# (default one #BB_LUA capacity=1G), then ':' commands padding it out (read past the directives).
+sized_script() {
+  local file=$1 bytes=$2
+  shift 2
+  [ $# -gt 0 ] || set -- '#BB_LUA capacity=1G'
+  { echo '#!/bin/sh'; for l in "$@"; do printf '%s\n' "$l"; done; } >"$file"
+  yes : | head -c $((bytes - $(stat -c %s "$file"))) >>"$file"
+  [ "$(stat -c %s "$file")" = "$bytes" ]
+}
+
+# The refusal of a job script over [limits] script_size, as bb-parse and bb-pool word it.
+script_size_message() {  # TOOL FILE BYTES LIMIT
+  echo "$1: cannot read job script '$2': $3 bytes, over the limit of $4 bytes ([limits] script_size in bbkit.toml: shorten the script or raise the limit)"
+}
+
+# bbdir PATH: a buffer directory named as bbkit names new ones, PATH (…/job/CLUSTER.JOB.INC or
+# …/persistent/CLUSTER.NAME) and a random part after it (bbkit(7), SECURITY); PATH itself when
+# no such directory exists (an older record's name, or none yet).
+bbdir() {
+  local d
+  for d in "$1".????????????????; do
+    [ -d "$d" ] && { echo "$d"; return 0; }
+  done
+  echo "$1"
+}

@@ -102,6 +102,7 @@ assert_pool_clean() {
 }
 
 @test "a 20 MB source= is refused with one line before anything is stored" {
+  write_config '[limits]' 'script_size = "32MiB"'  # the value's bound, not the script's
   printf '#!/bin/bash\n#BB_LUA capacity=1G\n#BB_LUA stage_in type=file source=/%s destination=d\n' \
     "$(repeat s 20971520)" >"$TEST_DIR/job.sh"
   run bb-parse --script "$TEST_DIR/job.sh"
@@ -250,7 +251,7 @@ bounded_bb_parse() {
   bb-pool alloc --job 30 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
   run bb-stage in --job 30
   assert_success
-  [ "$(cat "$TEST_DIR/nvme/job/main.30.1/in/$name")" = bytes ]
+  [ "$(cat "$(bbdir $TEST_DIR/nvme/job/main.30.1)/in/$name")" = bytes ]
   bb-stage pre-run --job 30
   bb-stage post-run --job 30
   run bb-stage out --job 30
@@ -274,8 +275,8 @@ bounded_bb_parse() {
   bb-pool alloc --job 31 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
   run bb-stage in --job 31
   assert_success
-  [ "$(find "$TEST_DIR/nvme/job/main.31.1" -type f | wc -l)" -eq 5000 ]
-  [ "$(cat "$TEST_DIR/nvme/job/main.31.1/d7/f4957")" = 4957 ]
+  [ "$(find "$(bbdir $TEST_DIR/nvme/job/main.31.1)" -type f | wc -l)" -eq 5000 ]
+  [ "$(cat "$(bbdir $TEST_DIR/nvme/job/main.31.1)/d7/f4957")" = 4957 ]
 }
 
 @test "a source tree deeper than PATH_MAX is refused with one clear error, nothing half done" {
@@ -322,7 +323,7 @@ bounded_bb_parse() {
   stop_writer
   run bb-stage in --job 33
   assert_success
-  cmp "$TEST_DIR/pfs/live/growing" "$TEST_DIR/nvme/job/main.33.1/live/growing"
+  cmp "$TEST_DIR/pfs/live/growing" "$(bbdir $TEST_DIR/nvme/job/main.33.1)/live/growing"
 }
 
 @test "a source rewritten while it is copied is never reported done with mixed content" {
@@ -340,7 +341,7 @@ bounded_bb_parse() {
   if [ "$status" -eq 0 ]; then
     # Done only with a state the file really had: a or b, or the writer's state between two of
     # its writes (a prefix of a or b, at least 1 MiB); never parts of both.
-    copy=$TEST_DIR/nvme/job/main.34.1/t
+    copy=$(bbdir $TEST_DIR/nvme/job/main.34.1)/t
     size=$(stat -c %s "$copy")
     [ "$size" -ge $((1 << 20)) ] || fail "a copy of $size bytes, shorter than the writer leaves it"
     cmp -s -n "$size" "$copy" "$live/a" || cmp -s -n "$size" "$copy" "$live/b" ||

@@ -53,7 +53,7 @@ alloc_with_file() {
   alloc_with_file 7
   run "$P/bin/bb-stage" in --job 7
   assert_success
-  run cat "$TEST_DIR/nvme/job/main.7.1/in.txt"
+  run cat "$(bbdir $TEST_DIR/nvme/job/main.7.1)/in.txt"
   assert_output hello
   run "$P/bin/bb-teardown" --job 7
   assert_success

@@ -137,7 +137,7 @@ EOF
   run as_slurm sudo -n "$BIN/bb-pool" alloc --persistent pp --pool nvme --capacity 1G
   assert_failure 77
   assert_output "bb-pool: user root may not create persistent burst buffers (EnablePersistent is not set)"
-  assert_not_exist "$TEST_DIR/nvme/persistent/main.pp"
+  assert_not_exist "$(bbdir $TEST_DIR/nvme/persistent/main.pp)"
   write_config 'flags = ["EnablePersistent"]' "deny_users = [\"$U\"]"
   run as_slurm sudo -n "$BIN/bb-pool" alloc --persistent pp --owner "$U" --pool nvme --capacity 1G
   assert_failure 77
@@ -154,7 +154,7 @@ EOF
   run as_slurm sudo -n "$BIN/bb-teardown" --job 71 --force
   assert_failure 77
   assert_output --partial "refusing --force: running as root for uid $(id -u "$SU") ($SU, through sudo)"
-  assert_dir_exists "$TEST_DIR/nvme/job/main.71.1"
+  assert_dir_exists "$(bbdir $TEST_DIR/nvme/job/main.71.1)"
   run bb-pool alloc --persistent inuse --owner "$U" --pool nvme --capacity 1G
   assert_success
   run as_slurm sudo -n "$BIN/bb-teardown" --job 71
@@ -162,7 +162,7 @@ EOF
   # The drop-in allows no --persistent in this mode: the override cannot come that way either.
   run as_slurm sudo -n "$BIN/bb-teardown" --persistent inuse --force
   assert_failure
-  assert_dir_exists "$TEST_DIR/nvme/persistent/main.inuse"
+  assert_dir_exists "$(bbdir $TEST_DIR/nvme/persistent/main.inuse)"
   # Root itself may.
   run bb-teardown --persistent inuse --force
   assert_success
@@ -243,7 +243,7 @@ EOF
   # SlurmUser, in state_group, reads it as burst_buffer.lua does.
   run runuser -u "$SU" -- cat "$env_dir/main.12.env"
   assert_success
-  assert_line "BB_JOB_DIR=$TEST_DIR/nvme/job/main.12.1"
+  assert_line "BB_JOB_DIR=$(bbdir $TEST_DIR/nvme/job/main.12.1)"
   # An env/ left world-searchable by an older version is closed at the next writing call
   # (a reading one, such as bb-stat, changes nothing: bbkit(7), STATE DIRECTORY).
   chmod 0711 "$env_dir"

@@ -68,7 +68,7 @@ teardown() {
   assert_success
   run grep -x "scontrol --oneliner show job 1" "$TEST_DIR/calls"
   assert_failure
-  assert_dir_exists "$TEST_DIR/small/job/main.3.1"
+  assert_dir_exists "$(bbdir $TEST_DIR/small/job/main.3.1)"
   run bb-pool reconcile --slurm --json
   assert_success
   assert_output --partial '"checked": 3'
@@ -82,9 +82,9 @@ teardown() {
   assert_success
   assert_line --index 0 "torn down: main.3.1 (job 3, user root, pool small, 1KiB, allocated)"
   assert_line --index 1 "3 job buffer(s) checked, 1 unknown to Slurm"
-  assert_dir_not_exists "$TEST_DIR/small/job/main.3.1"
-  assert_dir_exists "$TEST_DIR/small/job/main.1.1"
-  assert_dir_exists "$TEST_DIR/small/job/main.2.1"
+  assert_dir_not_exists "$(bbdir $TEST_DIR/small/job/main.3.1)"
+  assert_dir_exists "$(bbdir $TEST_DIR/small/job/main.1.1)"
+  assert_dir_exists "$(bbdir $TEST_DIR/small/job/main.2.1)"
   run bb-stat job 3
   assert_line --regexp "^state: +complete"
   # Nothing left to do: a second run changes nothing.
@@ -109,10 +109,10 @@ teardown() {
   run bb-pool reconcile --slurm --apply
   assert_success
   assert_line --index 0 "torn down: main.1.1 (job 1, user root, pool small, 1KiB, allocated)"
-  assert_dir_not_exists "$TEST_DIR/small/job/main.1.1"
+  assert_dir_not_exists "$(bbdir $TEST_DIR/small/job/main.1.1)"
   # staging-in in Slurm, and running in bbkit: neither is touched.
-  assert_dir_exists "$TEST_DIR/small/job/main.2.1"
-  assert_dir_exists "$TEST_DIR/small/job/main.3.1"
+  assert_dir_exists "$(bbdir $TEST_DIR/small/job/main.2.1)"
+  assert_dir_exists "$(bbdir $TEST_DIR/small/job/main.3.1)"
   # Slurm sets the job up again: a new incarnation.
   run bb-pool alloc --job 1 --user root --pool small --capacity 1K
   assert_success
@@ -129,11 +129,11 @@ teardown() {
   run bb-pool reconcile --slurm --apply
   assert_failure 69
   assert_output --partial "cannot ask Slurm: scontrol failed"
-  for id in 1 2 3; do assert_dir_exists "$TEST_DIR/small/job/main.$id.1"; done
+  for id in 1 2 3; do assert_dir_exists "$(bbdir $TEST_DIR/small/job/main.$id.1)"; done
   # No clients at all.
   rm "$TEST_DIR/bin/squeue"
   PATH="$TEST_DIR/bin" run "$BBKIT_BIN/bb-pool" reconcile --slurm --apply
   assert_failure 69
   assert_output --partial "squeue is not on PATH"
-  for id in 1 2 3; do assert_dir_exists "$TEST_DIR/small/job/main.$id.1"; done
+  for id in 1 2 3; do assert_dir_exists "$(bbdir $TEST_DIR/small/job/main.$id.1)"; done
 }

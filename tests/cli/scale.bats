@@ -80,7 +80,7 @@ check_wide_tree() {
 
   run stage_limited in --job 41
   assert_success
-  buf="$TEST_DIR/nvme/job/main.41.1"
+  buf="$(bbdir $TEST_DIR/nvme/job/main.41.1)"
   check_wide_tree "$buf/input"
 
   bb-stage pre-run --job 41

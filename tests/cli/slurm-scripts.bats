@@ -403,18 +403,18 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   assert_output --partial "allocated: main.17.1 2KiB in pool small"
   run hook slurm_bb_data_in 17 "$script"
   assert_line --index 0 "rc=0"
-  assert_file_exists "$TEST_DIR/small/job/main.17.1/in.txt"
+  assert_file_exists "$(bbdir $TEST_DIR/small/job/main.17.1)/in.txt"
   run hook slurm_bb_real_size 17
   assert_output $'rc=0\n2048'
   : >"$TEST_DIR/path"
   run hook slurm_bb_paths 17 "$script" "$TEST_DIR/path"
   assert_output "rc=0"
   run cat "$TEST_DIR/path"
-  assert_line "BB_JOB_DIR=$TEST_DIR/small/job/main.17.1"
-  assert_line "DW_JOB_STRIPED=$TEST_DIR/small/job/main.17.1"
+  assert_line "BB_JOB_DIR=$(bbdir $TEST_DIR/small/job/main.17.1)"
+  assert_line "DW_JOB_STRIPED=$(bbdir $TEST_DIR/small/job/main.17.1)"
   run hook slurm_bb_pre_run 17 "$script"
   assert_line --index 0 "rc=0"
-  echo output >"$TEST_DIR/small/job/main.17.1/out.txt"
+  echo output >"$(bbdir $TEST_DIR/small/job/main.17.1)/out.txt"
   run hook slurm_bb_post_run 17 "$script"
   assert_line --index 0 "rc=0"
   run hook slurm_bb_data_out 17 "$script"
@@ -426,7 +426,7 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   assert_line "state:      staged-out"
   run hook slurm_bb_job_teardown 17 "$script" false
   assert_line --index 0 "rc=0"
-  assert_dir_not_exists "$TEST_DIR/small/job/main.17.1"
+  assert_dir_not_exists "$(bbdir $TEST_DIR/small/job/main.17.1)"
   assert_file_not_exists "$TEST_DIR/state/env/main.17.env"
   run hook slurm_bb_pools
   assert_output --partial '{"free":4,"granularity":1024,"id":"small","quantity":4}'
@@ -448,13 +448,13 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   run hook slurm_bb_data_in 21 "$script"
   assert_line --index 0 "rc=-1"
   assert_line --index 1 --regexp "^bb-stage: .*'$TEST_DIR/data/in.txt'.*No such file or directory"
-  assert_dir_exists "$TEST_DIR/small/job/main.21.1"
+  assert_dir_exists "$(bbdir $TEST_DIR/small/job/main.21.1)"
   run grep -c "slurm.log_error: bbkit: bb-stage: script line 3: stage-in source" "$TEST_DIR/slurmctld.log"
   assert_output 1
   # scancel --hurry: teardown with hurry="true".
   run hook slurm_bb_job_teardown 21 "$script" true
   assert_line --index 0 "rc=0"
-  assert_dir_not_exists "$TEST_DIR/small/job/main.21.1"
+  assert_dir_not_exists "$(bbdir $TEST_DIR/small/job/main.21.1)"
   # Setup validates again: a missing source is refused before any space is reserved.
   script=$(job_script 22 '#BB_LUA pool=small capacity=1K' \
     "#BB_LUA stage_in type=file source=$TEST_DIR/data/gone.txt destination=in.txt")
@@ -498,7 +498,7 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   assert_line --index 0 "rc=0"
   run hook slurm_bb_setup 31 0 0 small 1024 "$script"
   assert_line --index 0 "rc=0"
-  assert_dir_exists "$TEST_DIR/small/job/main.31.1"
+  assert_dir_exists "$(bbdir $TEST_DIR/small/job/main.31.1)"
   run hook slurm_bb_job_teardown 31 "$script" true
   assert_line --index 0 "rc=0"
 }
@@ -562,21 +562,36 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
 
 @test "job_process: values past bb-parse's bounds are refused with bb-parse's words" {
   install_scripts >/dev/null
-  long_path="/$(head -c 20971520 /dev/zero | tr '\0' s)"
+  long_path="/$(head -c 1048576 /dev/zero | tr '\0' s)"
   run hook slurm_bb_job_process "$(job_script 41 '#BB_LUA pool=small capacity=1K' \
     "#BB_LUA stage_in type=file source=$long_path destination=d")"
   assert_line --index 0 "rc=-1"
-  assert_line --index 1 "bbkit: source= is 20971521 bytes long (a path holds at most 4095 bytes)"
+  assert_line --index 1 "bbkit: source= is 1048577 bytes long (a path holds at most 4095 bytes)"
   # bb-parse says the same at setup, after the line's label.
   run bb-parse --script "$TEST_DIR/statesave/hash.1/job.41/script"
   assert_failure 65
-  assert_output "bb-parse: script line 3: source= is 20971521 bytes long (a path holds at most 4095 bytes)"
+  assert_output "bb-parse: script line 3: source= is 1048577 bytes long (a path holds at most 4095 bytes)"
   run hook slurm_bb_job_process "$(job_script 42 "#BB_LUA pool=$(printf 'p%.0s' $(seq 257)) capacity=1K")"
   assert_line --index 0 "rc=-1"
   assert_line --index 1 "bbkit: pool= is 257 bytes long (a value holds at most 256 bytes)"
   # A quoted path with blanks of exactly 4095 bytes passes, as in bb-parse.
   run hook slurm_bb_job_process "$(job_script 43 '#BB_LUA pool=small capacity=1K' \
     "#BB_LUA stage_in type=file source=\"/a b$(printf 'c%.0s' $(seq 4091))\" destination=d")"
+  assert_output "rc=0"
+}
+
+@test "job_process reads at most 4 MiB of a script; a longer one is bb-parse's to refuse, in one line" {
+  install_scripts >/dev/null
+  script=$(job_script 44 '#BB_LUA pool=small capacity=1K')
+  truncate -s 200M "$script"
+  run hook slurm_bb_job_process "$script"
+  assert_line --index 0 "rc=-1"
+  assert_line --index 1 "$(script_size_message bb-parse "$script" 209715200 4194304)"
+  # Within [limits] script_size, but past what the Lua reads: bb-parse reads and accepts it.
+  write_config 'mode = "slurm"' 'directives = ["BB_LUA"]' '[limits]' 'script_size = "256MiB"'
+  script=$(job_script 45)
+  sized_script "$script" 5000000 '#BB_LUA pool=small capacity=1K'
+  run hook slurm_bb_job_process "$script"
   assert_output "rc=0"
 }
 
@@ -782,17 +797,17 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   install_scripts_for "$user" --sudoers "$dropin" >/dev/null
   run as_slurm_user slurm_bb_data_in 70 "$script"
   assert_line --index 0 "rc=0"
-  assert_file_exists "$TEST_DIR/small/job/main.70.1/in.txt"
+  assert_file_exists "$(bbdir $TEST_DIR/small/job/main.70.1)/in.txt"
   : >"$TEST_DIR/path"
   chown "$user" "$TEST_DIR/path"
   run as_slurm_user slurm_bb_paths 70 "$script" "$TEST_DIR/path"
   assert_output "rc=0"
-  run grep -c "BB_JOB_DIR=$TEST_DIR/small/job/main.70.1" "$TEST_DIR/path"
+  run grep -c "BB_JOB_DIR=$(bbdir $TEST_DIR/small/job/main.70.1)" "$TEST_DIR/path"
   assert_output 1
   run as_slurm_user slurm_bb_job_teardown 70 "$script" true
   rm -f "$dropin"
   assert_line --index 0 "rc=0"
-  assert_dir_not_exists "$TEST_DIR/small/job/main.70.1"
+  assert_dir_not_exists "$(bbdir $TEST_DIR/small/job/main.70.1)"
   # Without the drop-in, sudo -n refuses at once (no password prompt) and Slurm gets why.
   run as_slurm_user slurm_bb_setup 71 0 0 small 1024 "$script"
   assert_line --index 0 "rc=-1"

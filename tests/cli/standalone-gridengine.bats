@@ -103,7 +103,7 @@ no_buffers() {
     "#BB_LUA stage_out type=directory source=\$BB_JOB_DIR/output destination=$TEST_DIR/pfs/results"
   ge prolog 42
   assert_success
-  buf="$TEST_DIR/nvme/job/main.42.1"
+  buf="$(bbdir $TEST_DIR/nvme/job/main.42.1)"
   [ "$(cat "$buf/input/in.txt")" = data ]
   # The job, as its user, in its working directory.
   run as_user sh -c "cd '$TEST_DIR/pfs' && eval \"\$('$BBKIT_JOB' env 42 --shell)\" &&
@@ -125,7 +125,7 @@ no_buffers() {
   spool_script 43 "#BB_LUA pool=nvme capacity=1G"
   ge prolog 43 7
   assert_success
-  [ -d "$TEST_DIR/nvme/job/main.8000000000043.1" ]
+  [ -d "$(bbdir $TEST_DIR/nvme/job/main.8000000000043.1)" ]
   run as_user sh -c "JOB_ID=43 SGE_TASK_ID=7; '$BBKIT_JOB' env \$(( (SGE_TASK_ID + 1) * 1000000000000 + JOB_ID ))"
   assert_success
   assert_output --partial "main.8000000000043.1"
@@ -144,6 +144,26 @@ no_buffers() {
   assert_equal "$(error_file 44)" "${lines[-1]}"
   # Grid Engine runs the epilog after a failed prolog: it ends what the prolog left.
   ge epilog 44
+  assert_success
+  no_buffers
+}
+
+@test "a script over [limits] script_size: 100, bb-parse's reason last and in the error file; at the limit it runs" {
+  require_bbkit_job
+  sized_script "$TEST_DIR/spool/job_scripts/48" 4194304 "#BB_LUA pool=nvme capacity=1G"
+  ge prolog 48
+  assert_success
+  ge epilog 48
+  assert_success
+  no_buffers
+  sized_script "$TEST_DIR/spool/job_scripts/49" 4194305 "#BB_LUA pool=nvme capacity=1G"
+  ge prolog 49
+  assert_failure 100
+  assert_equal "${lines[-1]}" \
+    "$(script_size_message bb-parse "$TEST_DIR/spool/job_scripts/49" 4194305 4194304)"
+  assert_equal "$(error_file 49)" "${lines[-1]}"
+  no_evil_ran
+  ge epilog 49
   assert_success
   no_buffers
 }
@@ -169,7 +189,7 @@ no_buffers() {
     "#BB_LUA stage_out type=directory source=out destination=$TEST_DIR/locked/res"
   ge prolog 46
   assert_success
-  buf="$TEST_DIR/nvme/job/main.46.1"
+  buf="$(bbdir $TEST_DIR/nvme/job/main.46.1)"
   as_user sh -c "mkdir '$buf/out' && printf 'precious\n' >'$buf/out/r.txt'"
   ge epilog 46
   assert_failure 100

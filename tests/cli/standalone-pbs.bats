@@ -101,7 +101,7 @@ no_buffers() {
     "#BB_LUA stage_out type=directory source=\$BB_JOB_DIR/output destination=$TEST_DIR/pfs/results"
   prologue 62.pbs-server.example
   assert_success
-  buf="$TEST_DIR/nvme/job/main.62.1"
+  buf="$(bbdir $TEST_DIR/nvme/job/main.62.1)"
   [ "$(cat "$buf/input/in.txt")" = data ]
   PBS_JOBID=62.pbs-server.example
   run as_user sh -c "cd '$TEST_DIR/pfs' && eval \"\$('$BBKIT_JOB' env ${PBS_JOBID%%.*} --shell)\" &&
@@ -122,7 +122,7 @@ no_buffers() {
   spool_script '63[0].server' "#BB_LUA pool=nvme capacity=1G"
   prologue '63[0].server'
   assert_success
-  [ -d "$TEST_DIR/nvme/job/main.1000000000063.1" ]
+  [ -d "$(bbdir $TEST_DIR/nvme/job/main.1000000000063.1)" ]
   run as_user sh -c "PBS_JOBID='63[0].server' PBS_ARRAY_INDEX=0;
     '$BBKIT_JOB' env \$(( (PBS_ARRAY_INDEX + 1) * 1000000000000 + \${PBS_JOBID%%[.[]*} ))"
   assert_success
@@ -140,6 +140,28 @@ no_buffers() {
   assert_failure 1
   [[ "${lines[-1]}" == bb-* ]]
   # No epilogue follows an aborted prologue: nothing may be left.
+  no_buffers
+}
+
+@test "a script over [limits] script_size: 1 (abort), bb-parse's reason last, nothing made; at the limit it runs" {
+  require_bbkit_job
+  sized_script "$PBS_HOME_DIR/mom_priv/jobs/46.server.SC" 4194304 "#BB_LUA pool=nvme capacity=1G"
+  chown "$U" "$PBS_HOME_DIR/mom_priv/jobs/46.server.SC"
+  prologue 46.server
+  assert_success
+  epilogue 46.server
+  assert_success
+  no_buffers
+  # A 200 MB sparse script, as root, with bounded memory: refused from its size at once.
+  truncate -s 200M "$PBS_HOME_DIR/mom_priv/jobs/47.server.SC"
+  chown "$U" "$PBS_HOME_DIR/mom_priv/jobs/47.server.SC"
+  start=$SECONDS
+  ulimit -v 409600
+  prologue 47.server
+  assert_failure 1
+  assert_equal "${lines[-1]}" \
+    "$(script_size_message bb-parse "$PBS_HOME_DIR/mom_priv/jobs/47.server.SC" 209715200 4194304)"
+  [ $((SECONDS - start)) -lt 10 ]
   no_buffers
 }
 
@@ -161,7 +183,7 @@ no_buffers() {
     "#BB_LUA stage_out type=directory source=out destination=$TEST_DIR/locked/res"
   prologue 66.server
   assert_success
-  buf="$TEST_DIR/nvme/job/main.66.1"
+  buf="$(bbdir $TEST_DIR/nvme/job/main.66.1)"
   as_user sh -c "mkdir '$buf/out' && printf 'precious\n' >'$buf/out/r.txt'"
   epilogue 66.server
   assert_failure 1

@@ -21,7 +21,9 @@ ran_job() {
   bb-pool alloc --job "$1" --user "$U" --bb "#BB_LUA pool=nvme capacity=1G #BB_LUA stage_out type=directory source=out destination=$2" >/dev/null
   bb-stage in --job "$1" >/dev/null
   bb-stage pre-run --job "$1"
-  as_user sh -c "mkdir '$TEST_DIR/nvme/job/main.$1.1/out' && echo result >'$TEST_DIR/nvme/job/main.$1.1/out/r'"
+  local buf
+  buf=$(bbdir "$TEST_DIR/nvme/job/main.$1.1")
+  as_user sh -c "mkdir '$buf/out' && echo result >'$buf/out/r'"
 }
 
 @test "bb-teardown refuses a buffer whose results are not staged out, naming them, and keeps them" {
@@ -32,7 +34,7 @@ ran_job() {
   assert_output --partial "it is running"
   assert_output --partial "bb-teardown --force --job 40"
   [ "${#lines[@]}" -eq 1 ]
-  [ "$(cat "$TEST_DIR/nvme/job/main.40.1/out/r")" = result ]
+  [ "$(cat "$(bbdir $TEST_DIR/nvme/job/main.40.1)/out/r")" = result ]
   run bb-stat job 40 --json
   assert_output --partial '"state": "running"'
 }
@@ -58,7 +60,7 @@ ran_job() {
   ran_job 42 "$TEST_DIR/pfs/res"
   run bb-teardown --force --job 42
   assert_success
-  assert_not_exist "$TEST_DIR/nvme/job/main.42.1"
+  assert_not_exist "$(bbdir $TEST_DIR/nvme/job/main.42.1)"
   grep -q "teardown-force.*buffer=main.42.1.*stage_out=out->$TEST_DIR/pfs/res" "$TEST_DIR/state/log/audit.log"
 }
 
@@ -100,7 +102,7 @@ ran_job() {
   run bb-stage --job 47 end
   assert_failure 77
   assert_output --partial "the data is kept in the buffer"
-  [ "$(cat "$TEST_DIR/nvme/job/main.47.1/out/r")" = result ]
+  [ "$(cat "$(bbdir $TEST_DIR/nvme/job/main.47.1)/out/r")" = result ]
   run bb-stat job 47
   assert_output --regexp "failure: +[0-9T:-]+ staging-out: cannot create directory $TEST_DIR/locked/res: permission denied"
   run bb-pool check
@@ -122,7 +124,7 @@ ran_job() {
   sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
   bb-stage in --job 48 >/dev/null 2>&1 &
   stager=$!
-  for _ in $(seq 200); do [ -e "$TEST_DIR/nvme/job/main.48.1/big" ] || ls -A "$TEST_DIR/nvme/job/main.48.1" | grep -q . && break; sleep 0.05; done
+  for _ in $(seq 200); do [ -e "$(bbdir $TEST_DIR/nvme/job/main.48.1)/big" ] || ls -A "$(bbdir $TEST_DIR/nvme/job/main.48.1)" | grep -q . && break; sleep 0.05; done
   run bb-stage --job 48 end
   assert_success
   assert_output --partial "torn down: main.48.1"
@@ -142,7 +144,7 @@ ran_job() {
     bb-stage in --job 49 >/dev/null 2>&1 &
   fi
   stager=$!
-  for _ in $(seq 400); do [ -d "$TEST_DIR/nvme/job/main.49.1/m" ] && break; sleep 0.02; done
+  for _ in $(seq 400); do [ -d "$(bbdir $TEST_DIR/nvme/job/main.49.1)/m" ] && break; sleep 0.02; done
   pid=$stager
   kill -9 "$stager"; wait "$stager" || true
   stager=

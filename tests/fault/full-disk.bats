@@ -38,7 +38,7 @@ state_of() { sqlite3 "$TEST_DIR/state/state.db" "SELECT state FROM buffers WHERE
   assert_failure 74
   assert_output --partial "pool 'nvme'"
   assert_output --partial "no space left on device"
-  assert_output --partial "$TEST_DIR/nvme/job/main.41.1/in/"
+  assert_output --partial "$(bbdir $TEST_DIR/nvme/job/main.41.1)/in/"
   [ "${#lines[@]}" -eq 1 ]
   [ "$(state_of 41)" = staging-in ]
   run bb-stat job 41 --json
@@ -68,8 +68,8 @@ state_of() { sqlite3 "$TEST_DIR/state/state.db" "SELECT state FROM buffers WHERE
   run bb-stage in --job 42
   assert_success
   [ "$(state_of 42)" = staged-in ]
-  cmp "$TEST_DIR/pfs/in/a" "$TEST_DIR/nvme/job/main.42.1/in/a"
-  cmp "$TEST_DIR/pfs/in/b" "$TEST_DIR/nvme/job/main.42.1/in/b"
+  cmp "$TEST_DIR/pfs/in/a" "$(bbdir $TEST_DIR/nvme/job/main.42.1)/in/a"
+  cmp "$TEST_DIR/pfs/in/b" "$(bbdir $TEST_DIR/nvme/job/main.42.1)/in/b"
   bb-teardown --job 42 >/dev/null
   run bb-pool check
   assert_success
@@ -81,7 +81,7 @@ state_of() { sqlite3 "$TEST_DIR/state/state.db" "SELECT state FROM buffers WHERE
   # An old result at the destination must survive the failure whole.
   as_user sh -c "printf 'old result' >'$TEST_DIR/full/r1'"
   bb-pool alloc --job 43 --user "$U" --bb "#BB_LUA capacity=1G #BB_LUA stage_out type=directory source=out destination=$TEST_DIR/full" >/dev/null
-  buf="$TEST_DIR/nvme/job/main.43.1"
+  buf="$(bbdir $TEST_DIR/nvme/job/main.43.1)"
   bb-stage pre-run --job 43
   as_user mkdir "$buf/out"
   as_user sh -c "head -c 1500K /dev/urandom >'$buf/out/r1'; head -c 1500K /dev/urandom >'$buf/out/r2'"

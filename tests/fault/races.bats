@@ -82,7 +82,7 @@ wait_stopped() {
   victim=
   [ "$rc" -eq 66 ] || { cat "$TEST_DIR/alloc"; false; }
   grep -q "torn down while it was being allocated" "$TEST_DIR/alloc"
-  [ ! -e "$TEST_DIR/nvme/job/main.7.1" ]
+  [ ! -e "$(bbdir $TEST_DIR/nvme/job/main.7.1)" ]
   run bb-pool check
   assert_success
 }
@@ -106,7 +106,7 @@ wait_stopped() {
   wait "$victim" || { cat "$TEST_DIR/recover"; false; }
   victim=
   [ "$(state_of 11)" = allocated ]
-  [ -d "$TEST_DIR/small/job/main.11.1" ]
+  [ -d "$(bbdir $TEST_DIR/small/job/main.11.1)" ]
   run bb-pool check
   assert_success
   run bb-stage in --job 11

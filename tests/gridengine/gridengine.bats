@@ -97,10 +97,10 @@ echo "dir=\$BB_JOB_DIR"
 EOF
   wait_job
   cat "$TEST_DIR/work/flow.err" >&2 || true
-  [ "$(cat "$TEST_DIR/work/flow.out")" = "dir=$TEST_DIR/nvme/job/main.$job.1" ]
+  [[ "$(cat "$TEST_DIR/work/flow.out")" == "dir=$TEST_DIR/nvme/job/main.$job.1."* ]]
   [ "$(cat "$TEST_DIR/pfs/results/r.txt")" = DATA ]
   [ "$(stat -c %U "$TEST_DIR/pfs/results/r.txt")" = "$U" ]
-  [ ! -e "$TEST_DIR/nvme/job/main.$job.1" ]
+  [ ! -e "$(bbdir "$TEST_DIR/nvme/job/main.$job.1")" ]
 }
 
 @test "a missing stage-in source: the job in error state, bbkit's reason in qstat -j" {
@@ -116,7 +116,7 @@ EOF
   run grep -qs "must not run" "$TEST_DIR/work/missing.out"
   assert_failure
   # The epilog that Grid Engine runs after the failed prolog ended the buffer.
-  [ ! -e "$TEST_DIR/nvme/job/main.$job.1" ]
+  [ ! -e "$(bbdir "$TEST_DIR/nvme/job/main.$job.1")" ]
   qdel "$job" >/dev/null
   wait_job
 }
@@ -133,7 +133,7 @@ EOF
   wait_job Eqw
   run qstat -j "$job"
   assert_output --regexp 'error reason +1: +bb-'
-  [ "$(cat "$TEST_DIR/nvme/job/main.$job.1/out/r.txt")" = precious ]
+  [ "$(cat "$(bbdir "$TEST_DIR/nvme/job/main.$job.1")/out/r.txt")" = precious ]
   qdel "$job" >/dev/null
   wait_job
 }

@@ -111,7 +111,7 @@ EOF2
   for t in 1 2 3; do
     run cat "$DATA_DIR/c/task-$t.txt"
     assert_success
-    assert_output --regexp "^task $t in $SLURM_DIR/pools/pool1/job/e2e\.[0-9]+\.[0-9]+$"
+    assert_output --regexp "^task $t in $SLURM_DIR/pools/pool1/job/e2e\.[0-9]+\.[0-9]+\.[0-9a-f]{16}$"
     dirs+=("${output##* }")
   done
   # Three buffers, one per task.
@@ -142,7 +142,7 @@ EOF2
   assert_equal "$status" 0
   wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 90
   writer_job=$JOB
-  grep -q "DW_PERSISTENT_STRIPED_dwshared=$SLURM_DIR/pools/pool1/persistent/e2e.dwshared" "$JOBS_DIR/dw-d-write-$writer_job.out" ||
+  grep -q "DW_PERSISTENT_STRIPED_dwshared=$SLURM_DIR/pools/pool1/persistent/e2e.dwshared\." "$JOBS_DIR/dw-d-write-$writer_job.out" ||
     fail "job output: $(cat "$JOBS_DIR/dw-d-write-$writer_job.out")"
 
   restart_slurmctld "the persistent buffer must survive it"
@@ -162,7 +162,7 @@ EOF2
   wait_until 30 "Slurm to forget dwshared" sh -c '! scontrol show burst | grep -q "Name=dwshared"'
   run bb-stat --json sessions
   refute_output --partial dwshared
-  [ ! -e "$SLURM_DIR/pools/pool1/persistent/e2e.dwshared" ] || fail "the persistent buffer's directory is still there"
+  ! ls -d "$SLURM_DIR/pools/pool1/persistent/e2e.dwshared".* >/dev/null 2>&1 || fail "the persistent buffer's directory is still there"
   assert_default_pool "64MiB 64MiB 0"
 }
 
@@ -321,6 +321,6 @@ EOF2
   touch "$JOBS_DIR/release-j"
   wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 90
   run cat "$DATA_DIR/j/out.txt"
-  assert_output --regexp "^survived in $SLURM_DIR/pools/pool1/job/e2e\.$JOB\.[0-9]+$"
+  assert_output --regexp "^survived in $SLURM_DIR/pools/pool1/job/e2e\.$JOB\.[0-9]+\.[0-9a-f]{16}$"
   assert_default_pool "64MiB 64MiB 0"
 }

@@ -11,14 +11,22 @@ namespace {
 TEST(BufferKey, job_key_string_and_directory) {
     const BufferKey key = BufferKey::job("main", 42, 1);
     EXPECT_EQ(key.str(), "main.42.1");
-    EXPECT_EQ(key.directory(), "job/main.42.1");
+    const std::string dir = key.new_directory();
+    ASSERT_EQ(dir.size(), std::string("job/main.42.1.").size() + 16) << dir;
+    EXPECT_EQ(dir.rfind("job/main.42.1.", 0), 0u) << dir;
+    EXPECT_NE(key.new_directory(), dir);  // unguessable: a new one each time
+    EXPECT_EQ(without_directory_token(dir.substr(4)), "main.42.1");
     EXPECT_EQ(key.kind(), BufferKind::job);
 }
 
 TEST(BufferKey, persistent_key_string_and_directory) {
     const BufferKey key = BufferKey::persistent("main", "alpha");
     EXPECT_EQ(key.str(), "main.p.alpha");
-    EXPECT_EQ(key.directory(), "persistent/main.alpha");
+    const std::string dir = key.new_directory();
+    EXPECT_EQ(dir.rfind("persistent/main.alpha.", 0), 0u) << dir;
+    EXPECT_EQ(without_directory_token(dir.substr(11)), "main.alpha");
+    EXPECT_EQ(without_directory_token("main.alpha"), "main.alpha");  // an older record's
+    EXPECT_EQ(without_directory_token("main.42.1"), "main.42.1");
     EXPECT_EQ(key.kind(), BufferKind::persistent);
 }
 

@@ -165,7 +165,9 @@ TEST(Transitions, operation_is_recorded) {
 }
 
 TEST(Buffer, for_key_fills_the_directory) {
-    EXPECT_EQ(Buffer::for_key(BufferKey::job("main", 9, 3)).directory, "job/main.9.3");
+    const std::string dir = Buffer::for_key(BufferKey::job("main", 9, 3)).directory;
+    EXPECT_EQ(dir.rfind("job/main.9.3.", 0), 0u) << dir;  // and its random part
+    EXPECT_EQ(dir.size(), std::string("job/main.9.3.").size() + 16) << dir;
 }
 
 // A stage nobody runs: failed (no holder, a message) or killed (a holder that is gone).

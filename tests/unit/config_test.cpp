@@ -98,6 +98,7 @@ TEST(config, empty_text_gives_defaults) {
     EXPECT_EQ(config.limits.stage_concurrency, 128u);
     EXPECT_EQ(config.limits.mover_threads, 8u);
     EXPECT_EQ(config.limits.mover_memory, 256u << 20);
+    EXPECT_EQ(config.limits.script_size, 4u << 20);
     EXPECT_FALSE(config.limits.user_capacity);
     EXPECT_TRUE(config.pools.empty());
     EXPECT_TRUE(config.hooks.empty());
@@ -518,6 +519,15 @@ TEST(config, rejects_mover_threads_out_of_range) {
     EXPECT_EQ(config_error("[limits]\nmover_threads = 0\n"),
               "t.toml:2: limits.mover_threads: must be between 1 and 1024, got 0");
     EXPECT_EQ(parse_config("[limits]\nmover_threads = 1\n", "t.toml").limits.mover_threads, 1u);
+}
+
+TEST(config, script_size_is_a_size_between_1KiB_and_512MiB) {
+    EXPECT_EQ(parse_config("[limits]\nscript_size = \"16MiB\"\n", "t.toml").limits.script_size,
+              16u << 20);
+    EXPECT_EQ(config_error("[limits]\nscript_size = \"512\"\n"),
+              "t.toml:2: limits.script_size: must be between 1KiB and 512MiB, got 512");
+    EXPECT_EQ(config_error("[limits]\nscript_size = \"1GiB\"\n"),
+              "t.toml:2: limits.script_size: must be between 1KiB and 512MiB, got 1GiB");
 }
 
 TEST(config, mover_memory_is_a_size_between_16MiB_and_1TiB) {

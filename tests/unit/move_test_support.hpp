@@ -259,11 +259,15 @@ inline MovePlan plan_in(const std::string& buffer, const std::string& source,
     return plan;
 }
 
+// The Buffer::temp_token of the buffer every plan_out() stages from.
+inline const std::string test_temp_token = "00112233445566778899aabbccddeeff";
+
 inline MovePlan plan_out(const std::string& buffer, const std::string& source,
                          const std::string& destination, StageType type = StageType::directory) {
     MovePlan plan = plan_in(buffer, source, destination, type);
     plan.direction = MoveDirection::out;
     plan.durable = true;
+    plan.temp_token = test_temp_token;  // one buffer's: a rerun takes its own trees over
     return plan;
 }
 

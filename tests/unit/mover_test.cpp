@@ -1,5 +1,6 @@
 #include "bbkit/mover.hpp"
 #include "bbkit/process.hpp"
+#include "bbkit/seal.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -917,7 +918,15 @@ TEST(mover, later_entry_writes_into_a_read_only_directory_an_earlier_entry_made)
     EXPECT_EQ(read_file(buffer + "/data/ro/extra"), "extra");
 }
 
-std::string same_boot_suffix() {
+// The suffix of a temporary that a killed move of the buffer holding `token` made in this
+// boot: the buffer's tag (16 digits, a keyed hash of the boot id), 8 digits per move, 4 per file.
+std::string same_boot_suffix(const std::string& token = test_temp_token) {
+    return to_hex(hmac_sha256(token, boot_id())).substr(0, 16) + "123456789abc";
+}
+
+// What older movers named a temporary of this boot: the boot id's hash (anyone may compute it),
+// 8 digits per move, 4 per file.
+std::string old_boot_suffix() {
     char s[32];
     std::snprintf(
         s, sizeof s, "%08llx%012llx",
@@ -964,6 +973,102 @@ TEST(mover, an_adopted_tree_holds_only_what_the_source_has) {
     const Outcome rerun = move_as_nobody(plan_out(buffer, "data", out + "/result"));
     ASSERT_EQ(rerun.code, 0) << rerun.message;
     expect_same_tree(buffer + "/data", out + "/result", nobody);
+}
+
+// A temporary tree beside a new destination that the stage-out must not take over: it is
+// built afresh, owned by the user with the source's mode, and holds only what the source has.
+void expect_not_adopted(const std::string& name, uid_t owner, mode_t mode, bool with_token = true) {
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    mkdir((buffer + "/res").c_str(), 0700);
+    write_file(buffer + "/res/x", "the user's result");
+    own_all(buffer);
+    chmod((buffer + "/res").c_str(), 0700);
+    const std::string out = tmp / "out";
+    mkdir(out.c_str(), 0775);
+    chown(out.c_str(), nobody, nogroup);
+    const std::string temp = out + "/" + name;
+    mkdir(temp.c_str(), 0777);
+    write_file(temp + "/planted", "not the user's");
+    lchown(temp.c_str(), owner, owner);
+    lchown((temp + "/planted").c_str(), owner, owner);
+    chmod(temp.c_str(), mode);
+    MovePlan move = plan_out(buffer, "res", out + "/res");
+    if (!with_token)
+        move.temp_token.clear();
+    const Outcome rerun = move_as_nobody(move);
+    ASSERT_EQ(rerun.code, 0) << rerun.message;
+    struct stat st {};
+    ASSERT_EQ(lstat((out + "/res").c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, nobody) << name;
+    EXPECT_EQ(st.st_mode & 07777, 0700u) << name;
+    EXPECT_EQ(list_dir(out + "/res"), std::vector<std::string>{"x"}) << name;
+    EXPECT_EQ(read_file(out + "/res/x"), "the user's result");
+}
+
+// Another user's tree in a directory both may write (group, not sticky), named as this
+// buffer's killed stage-out would have named it (the name is public once such a tree exists),
+// or as an older mover named temporaries (the boot's public hash): never taken over, and left
+// to its owner.
+TEST(mover, another_users_temporary_tree_is_neither_taken_over_nor_removed) {
+    const uid_t other = 1;  // daemon
+    for (const std::string& name :
+         {".res.bbkit-" + same_boot_suffix(), ".res.bbkit-" + old_boot_suffix()})
+        expect_not_adopted(name, other, 0777);
+    TempDir tmp;  // and it stays where it was
+    const std::string buffer = make_buffer(tmp, "buffer");
+    mkdir((buffer + "/res").c_str(), 0700);
+    own_all(buffer);
+    const std::string out = tmp / "out";
+    mkdir(out.c_str(), 0755);
+    chown(out.c_str(), nobody, nogroup);
+    const std::string temp = out + "/.res.bbkit-" + same_boot_suffix();
+    mkdir(temp.c_str(), 0755);
+    lchown(temp.c_str(), other, other);
+    const Outcome rerun = move_as_nobody(plan_out(buffer, "res", out + "/res"));
+    ASSERT_EQ(rerun.code, 0) << rerun.message;
+    struct stat st {};
+    ASSERT_EQ(lstat(temp.c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, other);
+}
+
+// The user's own tree is taken over only when it carries this buffer's tag for this boot and is
+// no more open than the mover makes one: not one opened to everyone (0777 for a 0700 source),
+// nor one of an older mover (named for the boot only), of another buffer, or of a move whose
+// plan carries no token.
+TEST(mover, only_this_buffers_own_closed_temporary_tree_is_taken_over) {
+    expect_not_adopted(".res.bbkit-" + same_boot_suffix(), nobody, 0777);
+    expect_not_adopted(".res.bbkit-" + same_boot_suffix(), nobody, 0770);
+    expect_not_adopted(".res.bbkit-" + old_boot_suffix(), nobody, 0700);
+    expect_not_adopted(".res.bbkit-" + same_boot_suffix("ffeeddccbbaa99887766554433221100"), nobody,
+                       0700);
+    expect_not_adopted(".res.bbkit-" + same_boot_suffix(), nobody, 0700, false);
+}
+
+// The control: the same tree with the right tag, the user's and closed, is taken over (what it
+// holds that the source lacks goes).
+TEST(mover, the_users_own_tagged_tree_is_taken_over) {
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    mkdir((buffer + "/res").c_str(), 0700);
+    write_file(buffer + "/res/x", "the user's result");
+    own_all(buffer);
+    const std::string out = tmp / "out";
+    mkdir(out.c_str(), 0755);
+    chown(out.c_str(), nobody, nogroup);
+    const std::string temp = out + "/.res.bbkit-" + same_boot_suffix();
+    mkdir(temp.c_str(), 02700);
+    write_file(temp + "/x", "the user's result");
+    own_all(out);
+    chmod(temp.c_str(), 02700);
+    struct stat before {};
+    ASSERT_EQ(lstat(temp.c_str(), &before), 0);
+    const Outcome rerun = move_as_nobody(plan_out(buffer, "res", out + "/res"));
+    ASSERT_EQ(rerun.code, 0) << rerun.message;
+    struct stat after {};
+    ASSERT_EQ(lstat((out + "/res").c_str(), &after), 0);
+    EXPECT_EQ(after.st_ino, before.st_ino);  // the same directory, renamed into place
+    EXPECT_EQ(list_dir(out), std::vector<std::string>{"res"});
 }
 
 #ifdef BBKIT_FAULT_INJECTION

@@ -162,8 +162,14 @@ TEST_F(PoolTest, datawarp_mode_gives_a_job_without_space_a_session_of_zero_bytes
         ReadSnapshot snapshot(*store_);
         EXPECT_EQ(snapshot.get_buffer(BufferKey::persistent("t", "ps")).use_count, 1u);
     }
+    std::string ps_dir;
+    {
+        ReadSnapshot snapshot(*store_);
+        ps_dir = snapshot.get_buffer(BufferKey::persistent("t", "ps")).directory;
+    }
+    EXPECT_EQ(ps_dir.rfind("persistent/t.ps.", 0), 0u) << ps_dir;
     EXPECT_EQ(job_paths(*store_, config_, 7),
-              "DW_PERSISTENT_STRIPED_ps=" + dir_ + "/small/persistent/t.ps\n");
+              "DW_PERSISTENT_STRIPED_ps=" + dir_ + "/small/" + ps_dir + "\n");
     // Space comes from Slurm alone: a script asking for some without --capacity gets none.
     AllocCommand asks = command;
     asks.job_id = 9;
@@ -347,7 +353,8 @@ TEST_F(PoolTest, alloc_after_teardown_is_a_new_incarnation) {
     teardown_job(*store_, config_, 7, {}, "test");
     const AllocResult again = allocate(*store_, config_, job(7, KiB), "test");
     EXPECT_EQ(again.buffer.key.incarnation, 2u);
-    EXPECT_TRUE(fs::exists(dir_ + "/small/job/t.7.2"));
+    EXPECT_EQ(again.buffer.directory.rfind("job/t.7.2.", 0), 0u) << again.buffer.directory;
+    EXPECT_TRUE(fs::exists(dir_ + "/small/" + again.buffer.directory));
 }
 
 TEST_F(PoolTest, two_clusters_sharing_a_pool_never_share_a_buffer_directory) {
@@ -361,8 +368,8 @@ TEST_F(PoolTest, two_clusters_sharing_a_pool_never_share_a_buffer_directory) {
     AllocRequest theirs = job(4242, KiB);
     theirs.user = lookup_user("root");
     const AllocResult other_buffer = allocate(other_store, other, theirs, "test");
-    EXPECT_EQ(mine.path, dir_ + "/small/job/t.4242.1");
-    EXPECT_EQ(other_buffer.path, dir_ + "/small/job/u.4242.1");
+    EXPECT_EQ(mine.path.rfind(dir_ + "/small/job/t.4242.1.", 0), 0u) << mine.path;
+    EXPECT_EQ(other_buffer.path.rfind(dir_ + "/small/job/u.4242.1.", 0), 0u) << other_buffer.path;
     teardown_job(other_store, other, 4242, {}, "test");
     struct stat st {};
     ASSERT_EQ(stat((mine.path + "/data").c_str(), &st), 0);
@@ -382,7 +389,7 @@ TEST_F(PoolTest, check_repair_leaves_another_clusters_buffers_on_a_shared_pool_a
     persistent.user = lookup_user("root");
     persistent.pool = "small";
     persistent.capacity = KiB;
-    allocate(other_store, other, persistent, "test");
+    const AllocResult shared = allocate(other_store, other, persistent, "test");
     // What the other cluster's teardowns leave in trash/ and quarantine/.
     fs::create_directory(dir_ + "/small/trash/u.8.1.1700000000000000000");
     fs::create_directory(dir_ + "/small/quarantine/u.8.1.1700000000000000000.kept.1.99");
@@ -390,39 +397,39 @@ TEST_F(PoolTest, check_repair_leaves_another_clusters_buffers_on_a_shared_pool_a
     EXPECT_TRUE(findings.empty()) << to_string(findings.front().kind) << " "
                                   << findings.front().subject;
     EXPECT_TRUE(fs::exists(theirs.path));
-    EXPECT_TRUE(fs::exists(dir_ + "/small/persistent/u.shared"));
+    EXPECT_TRUE(fs::exists(shared.path));
     EXPECT_TRUE(fs::exists(dir_ + "/small/trash/u.8.1.1700000000000000000"));
     EXPECT_EQ(
         std::distance(fs::directory_iterator(dir_ + "/small/quarantine"), fs::directory_iterator{}),
         1);
     EXPECT_EQ(cluster_of_entry("job", "a.b.7.1"), "a.b");
+    EXPECT_EQ(cluster_of_entry("job", "a.b.7.1.0123456789abcdef"), "a.b");
+    EXPECT_EQ(cluster_of_entry("persistent", "a.b.run-1.0123456789abcdef"), "a.b");
+    EXPECT_EQ(cluster_of_entry("persistent", "main.abcdef0123456789"), "main");  // older
     EXPECT_EQ(cluster_of_entry("job", "7.1"), std::nullopt);  // named before clusters were
     EXPECT_EQ(cluster_of_entry("trash", "u.p.x.123.piece2.99.65534"), "u");
     EXPECT_EQ(cluster_of_entry("quarantine", "u.8.1.123.kept.1.99"), "u");
 }
 
 TEST_F(PoolTest, alloc_never_adopts_a_directory_that_is_already_there) {
-    // As another state directory with the same cluster name (or anyone) could have left it.
-    const std::string taken = dir_ + "/small/" + BufferKey::job("t", 9, 1).directory();
+    // As another state directory with the same cluster name (or anyone) could have left it,
+    // under the name a buffer got before names had a random part: the new buffer's directory
+    // is another, and the one that was there is left as it was, for check to report.
+    const std::string taken = dir_ + "/small/job/t.9.1";
     fs::create_directory(taken);
     std::ofstream(taken + "/secret") << "not the new owner's";
     chmod(taken.c_str(), 0700);
-    try {
-        allocate(*store_, config_, job(9, KiB), "test");
-        ADD_FAILURE() << "alloc took over " << taken;
-    } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ExitCode::exists);
-        EXPECT_NE(std::string(e.what()).find(taken + " already exists"), std::string::npos)
-            << e.what();
-    }
+    const AllocResult result = allocate(*store_, config_, job(9, KiB), "test");
+    EXPECT_NE(result.path, taken);
+    EXPECT_EQ(result.path.rfind(taken + ".", 0), 0u) << result.path;
     struct stat st {};
     ASSERT_EQ(stat(taken.c_str(), &st), 0);
     EXPECT_EQ(st.st_uid, 0u);  // never chowned to the new buffer's user
     EXPECT_TRUE(fs::exists(taken + "/secret"));
-    EXPECT_EQ(status().used, 0u);  // the allocation was rolled back
     const auto findings = check(*store_, config_, false, "test");
     ASSERT_EQ(findings.size(), 1u);
     EXPECT_EQ(findings[0].kind, FindingKind::orphan_directory);
+    EXPECT_EQ(findings[0].subject, "job/t.9.1");
 }
 
 TEST_F(PoolTest, recover_rolls_back_an_allocation_whose_directory_is_not_its_own) {
@@ -563,9 +570,9 @@ TEST_F(PoolTest, job_level_env_file_follows_the_current_incarnation) {
         return text.str();
     };
     const std::string job_level = dir_ + "/state/env/t.7.env";
-    allocate(*store_, config_, job(7, KiB), "test");
+    const AllocResult first = allocate(*store_, config_, job(7, KiB), "test");
     EXPECT_EQ(read(job_level), read(dir_ + "/state/env/t.7.1.env"));
-    EXPECT_NE(read(job_level).find("BB_JOB_DIR=" + dir_ + "/small/job/t.7.1\n"), std::string::npos);
+    EXPECT_NE(read(job_level).find("BB_JOB_DIR=" + first.path + "\n"), std::string::npos);
     EXPECT_TRUE(fs::equivalent(job_level, dir_ + "/state/env/t.7.1.env")) << "one file, two names";
     EXPECT_EQ(fs::hard_link_count(job_level), 2u);
     // A copy with the same content, as older versions wrote it, goes with its buffer too.
@@ -576,15 +583,15 @@ TEST_F(PoolTest, job_level_env_file_follows_the_current_incarnation) {
     teardown_job(*store_, config_, 7, {}, "test");
     EXPECT_FALSE(fs::exists(job_level));
     EXPECT_FALSE(fs::exists(dir_ + "/state/env/t.7.1.env"));
-    allocate(*store_, config_, job(7, KiB), "test");
-    EXPECT_NE(read(job_level).find("/small/job/t.7.2\n"), std::string::npos);
+    const AllocResult second = allocate(*store_, config_, job(7, KiB), "test");
+    EXPECT_NE(read(job_level).find(second.path + "\n"), std::string::npos);
     // Removing an older incarnation's files leaves the current one's job-level copy.
     remove_env_files(*store_, BufferKey::job("t", 7, 1));
     EXPECT_TRUE(fs::exists(job_level));
     // recover rebuilds a lost copy.
     fs::remove(job_level);
     recover(*store_, config_, std::chrono::seconds(1), "test");
-    EXPECT_NE(read(job_level).find("/small/job/t.7.2\n"), std::string::npos);
+    EXPECT_NE(read(job_level).find(second.path + "\n"), std::string::npos);
 }
 
 // ---- availability and init --replace ------------------------------------------------------

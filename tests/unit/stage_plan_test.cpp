@@ -25,6 +25,7 @@ TEST(StagePlan, round_trips_through_json) {
     plan.durable = true;
     plan.direct_io = true;
     plan.trust_syncfs = false;
+    plan.temp_token = "00112233445566778899aabbccddeeff";
     const StagePlan back = plan_from_json(plan_to_json(plan));
     EXPECT_EQ(back.direction, StageDirection::out);
     EXPECT_EQ(back.user.name, "alice");
@@ -35,6 +36,7 @@ TEST(StagePlan, round_trips_through_json) {
     EXPECT_EQ(back.stages[0].buffer, "shared");
     EXPECT_EQ(back.stages[0].where.origin, Origin::bbf_file);
     EXPECT_TRUE(back.durable && back.direct_io && !back.trust_syncfs);
+    EXPECT_EQ(back.temp_token, plan.temp_token);
 }
 
 TEST(StagePlan, malformed_plan_is_a_data_error) {

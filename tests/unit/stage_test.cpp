@@ -54,8 +54,16 @@ class StageTest : public ::testing::Test {
         return allocate(*store_, config_, r, "test");
     }
 
+    // The job's file in env/: the name its user's key gives it (t.ID.TAG), as root finds it.
     std::string env_file(std::uint64_t id) const {
-        return dir_ + "/small/env/t." + std::to_string(id);
+        const std::string legacy = "t." + std::to_string(id);
+        std::error_code error;
+        for (const auto& entry : fs::directory_iterator(dir_ + "/small/env", error)) {
+            const std::string name = entry.path().filename().string();
+            if (name.size() == legacy.size() + 33 && name.rfind(legacy + ".", 0) == 0)
+                return entry.path().string();
+        }
+        return dir_ + "/small/env/" + legacy;
     }
 
     static std::string content(const std::string& path) {

@@ -174,7 +174,8 @@ TEST_F(StatusTest, job_shows_queue_position_reason_and_directory) {
     ReadSnapshot txn(*store);
     const JobStatus job = job_status(txn, config_, 2);
     EXPECT_EQ(job.status.queue_position, std::optional<std::size_t>(1));
-    EXPECT_EQ(job.status.path, root_ + "/bb/pool1/job/main.2.1");
+    EXPECT_EQ(job.status.path, root_ + "/bb/pool1/" + job.status.buffer.directory);
+    EXPECT_EQ(job.status.path.rfind(root_ + "/bb/pool1/job/main.2.1.", 0), 0u) << job.status.path;
     const std::string text = job_text(job, at(t_169504 + 2));
     EXPECT_NE(text.find("reason:     BurstBufferResources\n"), std::string::npos) << text;
     EXPECT_NE(text.find("queue:      1\n"), std::string::npos) << text;

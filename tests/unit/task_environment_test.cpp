@@ -95,11 +95,38 @@ TEST_F(TaskEnvironmentTest, no_file_on_any_pool_is_no_input) {
     EXPECT_EQ(code_of([&] { read_task_environment(config_, 7, 0); }), ExitCode::no_input);
 }
 
-TEST_F(TaskEnvironmentTest, another_users_file_is_no_perm) {
+// Another user's file answers as no file at all: nobody learns that another user's job has one
+// (bbkit(7), SECURITY).
+TEST_F(TaskEnvironmentTest, another_users_file_is_as_absent) {
     write("a", "BB_JOB_DIR=/x\n", 0);  // root's: nobody may not read it
-    EXPECT_EQ(code_as(nobody), static_cast<int>(ExitCode::no_perm));
+    EXPECT_EQ(code_as(nobody), static_cast<int>(ExitCode::no_input));
     fs::permissions(file("a"), fs::perms(0444));  // readable, still not theirs
-    EXPECT_EQ(code_as(nobody), static_cast<int>(ExitCode::no_perm));
+    EXPECT_EQ(code_as(nobody), static_cast<int>(ExitCode::no_input));
+}
+
+// What pre-run writes: env/t.7.<tag>, the tag from the user's key (env/<uid>.key, theirs,
+// 0400). The user finds it, root finds it (it lists env/), another user neither finds it nor
+// could name it; the key is made once and kept.
+TEST_F(TaskEnvironmentTest, a_tagged_file_is_found_by_its_user_and_root_only) {
+    PoolDir pool = PoolDir::open(*config_.find_pool("a"), std::nullopt);
+    const std::string key = pool.job_environment_key(nobody, nobody);
+    EXPECT_EQ(pool.job_environment_key(nobody, nobody), key);
+    const std::string name = job_environment_name("t", 7, key);
+    ASSERT_EQ(name.rfind("t.7.", 0), 0u) << name;
+    EXPECT_EQ(name.size(), 4u + 32u);
+    pool.write_job_environment(name, "BB_JOB_DIR=/x/job/t.7.1.0123456789abcdef\n", nobody, nobody);
+    struct stat st {};
+    ASSERT_EQ(lstat((dir_ + "/a/env/" + environment_key_name(nobody)).c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, nobody);
+    EXPECT_EQ(st.st_mode & 07777, 0400u);
+    EXPECT_EQ(code_as(nobody), 0);
+    EXPECT_EQ(read_task_environment(config_, 7, 0).file, dir_ + "/a/env/" + name);
+    EXPECT_EQ(code_as(1), static_cast<int>(ExitCode::no_input));
+    EXPECT_EQ(pool.job_environments("t", 7), std::vector<std::string>{name});
+    EXPECT_EQ(environment_job_id("t", name), std::optional<std::uint64_t>(7));
+    EXPECT_EQ(environment_job_id("t", environment_key_name(nobody)), std::nullopt);
+    EXPECT_EQ(environment_job_id("t", "t.7"), std::optional<std::uint64_t>(7));
+    EXPECT_EQ(environment_job_id("t", "t.x.7"), std::nullopt);
 }
 
 TEST_F(TaskEnvironmentTest, a_symlink_at_the_file_is_refused) {

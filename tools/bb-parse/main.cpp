@@ -59,14 +59,14 @@ int run_request(const CommonOptions& common, RequestOptions& options) {
     if (!options.script && !options.bb && !options.bbf)
         throw Error(ExitCode::usage,
                     "nothing to parse: give --script FILE, --bb TEXT or --bbf FILE");
+    const Config config = load_effective_config(common);
     RequestText text;
     if (options.script)
-        text.script = read_input_file(*options.script);
+        text.script = read_script_file(*options.script, config.limits.script_size);
     if (options.bb)
         text.bb = *options.bb;
     if (options.bbf)
-        text.bbf = read_input_file(*options.bbf);
-    const Config config = load_effective_config(common);
+        text.bbf = read_script_file(*options.bbf, config.limits.script_size, "directives file");
     const Request request = parse_request(text, config, options.job);
 
     if (options.emit_script) {
@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
     add_common_options(app, common, false);
 
     RequestOptions request;
-    app.add_option("--script", request.script, "Job script to read ('-' for standard input)");
+    app.add_option("--script", request.script,
+                   "Job script to read ('-' for standard input; at most [limits] script_size)");
     app.add_option("--bb", request.bb, "Directives or the short form, as sbatch --bb takes them");
     app.add_option("--bbf", request.bbf, "File of directives, as sbatch --bbf takes it");
     app.add_option("--job-id", request.job.job_id, "Job id (for %j and %A)");

@@ -231,7 +231,7 @@ int main(int argc, char** argv) {
         if (*alloc) {
             a.job_id = o.job_id;
             if (a.text.script)
-                a.text.script = read_input_file(*a.text.script);
+                a.text.script = read_script_file(*a.text.script, config.limits.script_size);
             if (wait != nullptr && wait->count() > 0)
                 a.wait = parse_wait(o.wait.empty() ? "" : o.wait.front(), config.timeouts.queue);
             const AllocResult result = allocate(store, config, build_alloc_request(config, a), who);

@@ -226,9 +226,10 @@ int run(const CommonOptions& common, const Options& options) {
         restrict_to_viewer(snapshot, config, *options.for_uid);
     if (options.for_anyone) {
         restrict_to_anyone(snapshot, config);
+        // The words of a job without a buffer: nobody learns whether it has one.
         if (job && !buffers_are_public(config))
-            throw Error(ExitCode::no_input, "no burst buffer for job " +
-                                                std::to_string(request.job_id) + " (PrivateData)");
+            throw Error(ExitCode::no_input,
+                        "no burst buffer for job " + std::to_string(request.job_id));
     }
 
     if (options.prometheus)

@@ -159,6 +159,25 @@ local function read_file(path)
     return text
 end
 
+-- The most of a job script read here: [limits] script_size's default. A longer script (or one
+-- that grew past it) is read no further; the tools, which know the configured limit, judge it.
+bbkit.script_read_bytes = 4 * 1024 * 1024
+
+-- A job script's text, or nil and why; `whole` is false when it is longer than
+-- bbkit.script_read_bytes (the text is then its first bytes only).
+function bbkit.read_script(path)
+    local f, why = io.open(path, "rb")
+    if not f then
+        return nil, why
+    end
+    local text = f:read(bbkit.script_read_bytes + 1) or ""
+    f:close()
+    if #text > bbkit.script_read_bytes then
+        return string.sub(text, 1, bbkit.script_read_bytes), nil, false
+    end
+    return text, nil, true
+end
+
 function bbkit.shell_quote(word)
     return "'" .. string.gsub(word, "'", "'\\''") .. "'"
 end
@@ -472,9 +491,16 @@ end
 -- ---- the hooks -------------------------------------------------------------------------------
 
 local function job_process(job_script)
-    local script, why = read_file(job_script)
+    local script, why, whole = bbkit.read_script(job_script)
     if not script then
         return error_code(), "bbkit: cannot read the job script: " .. tostring(why)
+    end
+    if not whole then  -- bb-parse refuses it in one line, or reads it if the limit was raised
+        local rc, message = call("bb-parse", { "--script", job_script })
+        if rc ~= success_code() then
+            return rc, message
+        end
+        return success_code()
     end
     local pools = bbkit.read_pools(pools_path())
     local problem = bbkit.check_request(script, BBKIT_DIRECTIVE, pools)
@@ -517,8 +543,8 @@ end
 -- #BB_LUA, nothing was reserved, and the buffer hooks have nothing to do). A script that cannot
 -- be read counts as having one, so that the tool reports what is wrong.
 function bbkit.asks_for_space(job_script)
-    local script = read_file(job_script)
-    if not script then
+    local script, _, whole = bbkit.read_script(job_script)
+    if not script or not whole then
         return true
     end
     for _, line in ipairs(bbkit.directive_lines(script, BBKIT_DIRECTIVE)) do

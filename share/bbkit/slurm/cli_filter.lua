@@ -25,14 +25,20 @@ local function quote(word)
     return "'" .. string.gsub(word, "'", "'\\''") .. "'"
 end
 
-local function read_file(path)
+-- The most of a batch script read here: [limits] script_size's default. A longer one is
+-- bb-parse's to judge, which knows the configured limit.
+local script_read_bytes = 4 * 1024 * 1024
+
+-- A script's text (nil when it cannot be read) and whether it is whole (not longer than
+-- script_read_bytes).
+local function read_script(path)
     local f = io.open(path, "rb")
     if not f then
         return nil
     end
-    local text = f:read("*a")
+    local text = f:read(script_read_bytes + 1) or ""
     f:close()
-    return text
+    return text, #text <= script_read_bytes
 end
 
 -- Whether a batch script holds a directive line in its leading comment block.
@@ -61,8 +67,8 @@ function bbkit_cli_arguments(options)
         local argv = options["argv"]
         local script = argv and argv[1]
         if script then
-            local text = read_file(script)
-            if text and has_directive(text) then
+            local text, whole = read_script(script)
+            if text and (not whole or has_directive(text)) then
                 args[#args + 1] = "--script"
                 args[#args + 1] = script
                 wanted = true
