@@ -256,12 +256,20 @@ Error record_failure(StateStore& store, const Config& config, const Buffer& b, c
 Error explain_failure(const Buffer& b, bool in, const Error& mover) {
     const std::string why = mover.what();
     // bb-mover reports strerror() with a lower-case first letter (ENOSPC, EDQUOT).
-    const bool no_space = why.find("no space left on device") != std::string::npos ||
-                          why.find("disk quota exceeded") != std::string::npos;
+    const bool no_space = why.find("no space left on device") != std::string::npos;
+    // EDQUOT: the buffer's project quota, its capacity, is full, not the pool (bbkit(7),
+    // CAPACITY); freeing space in the pool would not help.
+    const bool over_capacity = why.find("disk quota exceeded") != std::string::npos;
     const std::string job = std::to_string(b.key.job_id);
     std::string text = std::string(in ? "stage-in of " : "stage-out of ") + b.key.str() +
                        (in ? " into pool '" : " from pool '") + b.pool + "' failed: " + why;
-    if (in && no_space)
+    if (in && over_capacity)
+        text += " (the files need more than the buffer's capacity of " +
+                format_size(b.allocated_bytes) +
+                ", its directories included: ask for a larger capacity, or make the sources "
+                "smaller, then bb-stage in --job " +
+                job + " again)";
+    else if (in && no_space)
         text += " (free space in pool '" + b.pool + "', then bb-stage in --job " + job +
                 " again; files already copied are skipped)";
     else if (!in)
