@@ -452,7 +452,7 @@ pool_free() {
   run dw --function paths --job "$u" --token 72 --pathfile "$TEST_DIR/path72"
   assert_success
   run cat "$TEST_DIR/path72"
-  assert_line --regexp "^DW_PERSISTENT_STRIPED_climate_v2=$TEST_DIR/small/persistent/[^/]*climate\.v2$"
+  assert_line --regexp "^DW_PERSISTENT_STRIPED_climate_v2=$TEST_DIR/small/persistent/[^/]*climate\.v2(\.[0-9a-f]{16})?$"
   # pre_run twice (Slurm runs paths and pre_run again after revoking an allocation), teardown.
   for f in pre_run pre_run post_run data_out teardown; do
     run dw --function "$f" --token 72 --job "$u"
