@@ -24,8 +24,11 @@ setup_file() {
 
 teardown_file() {
   dpkg --purge bbkit >&3 || true
-  # The tools' own records (the state database) stay after a purge by design (postrm).
+  # The tools' own records (the state database) and root's key to them stay after a purge by
+  # design (postrm).
   rm -rf /var/lib/bbkit
+  rm -f /etc/bbkit/record.key
+  rmdir /etc/bbkit 2>/dev/null || true
 }
 
 UNITS="bbkit-recover.service bbkit-reap.service bbkit-reap.timer bbkit-check.service
