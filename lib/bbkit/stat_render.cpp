@@ -186,20 +186,38 @@ std::string sessions_table(const std::vector<BufferStatus>& buffers) {
         {"sess", "state", "token", "creator", "owner", "created", "expiration", "nodes"}, rows);
 }
 
-std::string instances_table(const std::vector<BufferStatus>& buffers) {
+namespace {
+
+// One row per DataWarp instance, in either layout: bb-stat's own (sizes as bbkit writes them,
+// true/false) or DataWarp's (its sizes, intact, public/private).
+std::vector<std::vector<std::string>> instance_rows(const std::vector<BufferStatus>& buffers,
+                                                    bool dwstat_layout) {
     std::vector<std::vector<std::string>> rows;
     for (const BufferStatus& status : buffers) {
         const Buffer& b = status.buffer;
         if (!has_dws_instance(b))
             continue;
         const std::string id = std::to_string(b.record_id);
-        rows.push_back({id, dwstat_state(b), id, format_size(b.allocated_bytes), "0",
-                        slurm_time(b.created), expiration_of(b), "true", token_of(b),
-                        b.key.kind() == BufferKind::persistent ? "true" : "false", "1"});
+        const bool persistent = b.key.kind() == BufferKind::persistent;
+        rows.push_back(
+            {id, dwstat_state(b), id,
+             dwstat_layout ? dwstat_size(b.allocated_bytes) : format_size(b.allocated_bytes), "0",
+             slurm_time(b.created), expiration_of(b), dwstat_layout ? "intact" : "true",
+             token_of(b),
+             dwstat_layout ? (persistent ? "public" : "private") : (persistent ? "true" : "false"),
+             "1"});
     }
-    return dwstat_table({"inst", "state", "sess", "bytes", "nodes", "created", "expiration",
-                         "intact", "label", "public", "confs"},
-                        rows);
+    return rows;
+}
+
+const std::vector<std::string> instance_columns = {"inst",  "state",   "sess",       "bytes",
+                                                   "nodes", "created", "expiration", "intact",
+                                                   "label", "public",  "confs"};
+
+}  // namespace
+
+std::string instances_table(const std::vector<BufferStatus>& buffers) {
+    return dwstat_table(instance_columns, instance_rows(buffers, false));
 }
 
 std::string configurations_table(const std::vector<BufferStatus>& buffers) {
@@ -281,19 +299,7 @@ std::string dwstat_sessions(const std::vector<BufferStatus>& buffers) {
 }
 
 std::string dwstat_instances(const std::vector<BufferStatus>& buffers) {
-    Rows rows;
-    for (const BufferStatus& status : buffers) {
-        const Buffer& b = status.buffer;
-        if (!has_dws_instance(b))
-            continue;
-        const std::string id = std::to_string(b.record_id);
-        rows.push_back({id, dwstat_state(b), id, dwstat_size(b.allocated_bytes), "0",
-                        slurm_time(b.created), expiration_of(b), "intact", token_of(b),
-                        b.key.kind() == BufferKind::persistent ? "public" : "private", "1"});
-    }
-    return dwstat_table_or({"inst", "state", "sess", "bytes", "nodes", "created", "expiration",
-                            "intact", "label", "public", "confs"},
-                           rows, "no instances");
+    return dwstat_table_or(instance_columns, instance_rows(buffers, true), "no instances");
 }
 
 std::string dwstat_configurations(const std::vector<BufferStatus>& buffers) {
