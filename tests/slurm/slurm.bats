@@ -509,3 +509,33 @@ JOB
   slurm_run bb-pool check
   assert_equal "$status" 0
 }
+
+@test "k. a failing pre-run (the site's pre_run hook) tears the buffer down; Slurm requeues the job with its release's reason" {
+  # An admin's pre_run hook that refuses (bbkit.toml [hooks]): bb-stage pre-run fails with its
+  # last line. Slurm then tears the buffer down (hurry) and requeues the job; the reason is
+  # "Burst buffer pre_run error" up to 24.11 and, from 25.05, "burst_buffer/lua:
+  # slurm_bb_pre_run failed: MESSAGE" (bbkit(7), USE WITH SLURM).
+  local hook=$SLURM_DIR/bbkit/pre-run-refuses
+  printf '#!/bin/sh\necho "site check: scratch not mounted" >&2\nexit 3\n' >"$hook"
+  chmod 0755 "$hook"
+  cp "$BBKIT_CONFIG" "$BBKIT_CONFIG.k"
+  printf '\n[hooks]\npre_run = "%s"\n' "$hook" >>"$BBKIT_CONFIG"
+  restart_slurmctld "bbkit.toml with a pre_run hook that fails"
+  script=$(job_script k.sh '#SBATCH --job-name=scenario-k' '#BB_LUA pool=pool1 capacity=2MiB' <<<'echo ran')
+  submit "$script"
+  assert_equal "$status" 0
+  job=$JOB
+  if release_at_least 25.05; then
+    wait_job "$job" 'JobState=PENDING Reason=burst_buffer/lua:_slurm_bb_pre_run_failed:_bb-stage:_pre_run_hook_.*site_check:_scratch_not_mounted' 90
+  else
+    wait_job "$job" 'JobState=PENDING Reason=Burst_buffer_pre_run_error ' 90
+  fi
+  slurm_run scontrol show job "$job"
+  [ ! -e "$JOBS_DIR/scenario-k-$job.out" ] || fail "the job ran: $(cat "$JOBS_DIR/scenario-k-$job.out")"
+  # bbkit's buffer was torn down: the space is back in both views.
+  assert_no_buffer_dir pool1 "$job"
+  assert_pool_whole pool1 64MiB
+  slurm_run scancel "$job"
+  mv -f "$BBKIT_CONFIG.k" "$BBKIT_CONFIG"
+  restart_slurmctld "bbkit.toml without the hook again"
+}

@@ -333,3 +333,62 @@ resume_copy() {
   slurm_run grep -c "sudo_user=slurm" "$SLURM_DIR/bbkit/state/log/audit.log"
   assert_equal "$status" 0
 }
+
+# EligibleTime (or another time field) of a job, in seconds since the epoch.
+job_epoch() {
+  local when
+  when=$(job_field "$1" "$2")
+  date -d "$when" +%s
+}
+
+@test "g. a job still short of space after bbkit's queue wait is requeued by Slurm and starts again after the requeue delay" {
+  # A PrologSlurmctld failure (75: short of capacity after [timeouts] queue) makes Slurm
+  # requeue the job, eligible again after the requeue delay: SchedulerParameters=requeue_delay=
+  # from 25.11 when set, else the credential lifetime, 120 s (bbkit(7), STANDALONE MODE).
+  local delay=120
+  sed -i 's/^queue = .*/queue = 2/' "$BBKIT_CONFIG"
+  if release_at_least 25.11; then
+    delay=5
+    sed -i "s/^SchedulerParameters=.*/SchedulerParameters=bf_interval=1,requeue_delay=$delay/" "$SLURM_CONF"
+  fi
+  restart_slurmctld "[timeouts] queue = 2, a requeue delay of $delay s"
+  first=$(held_job_script g1.sh g '#SBATCH --job-name=scenario-g1' '#BB pool=small capacity=6MiB')
+  second=$(job_script g2.sh '#SBATCH --job-name=scenario-g2' '#BB pool=small capacity=6MiB' <<<'echo "second ran in $BB_JOB_DIR"')
+  submit "$first"
+  assert_equal "$status" 0
+  job1=$JOB
+  wait_job "$job1" 'JobState=RUNNING ' 60
+  submit "$second"
+  assert_equal "$status" 0
+  job2=$JOB
+  wait_job "$job2" 'JobState=CONFIGURING ' 30
+  wait_job "$job2" 'JobState=PENDING Reason=BeginTime ' 60
+  local requeued eligible
+  requeued=$(date +%s)
+  eligible=$(job_epoch "$job2" EligibleTime)
+  transcript "(job $job2 requeued at $(date -d "@$requeued" +%T), eligible at $(date -d "@$eligible" +%T))"
+  [ "$((eligible - requeued))" -ge "$((delay - 3))" ] && [ "$((eligible - requeued))" -le "$((delay + 2))" ] ||
+    fail "job $job2 is eligible $((eligible - requeued)) s after its requeue, not $delay s"
+  slurm_run scontrol show job "$job2"
+  assert_output --partial "Restarts=1"
+  assert_output --regexp "AdminComment=bbkit: bb-pool: .*small"
+  read -r _ used _ _ <<<"$(bbkit_pool small)"
+  assert_equal "$used" $((6 * 1048576))
+  if release_at_least 25.11; then
+    # The space comes back; at its eligible time the job starts again and runs.
+    touch "$JOBS_DIR/release-g"
+    wait_job_done "$job1" COMPLETED 60
+    wait_job_done "$job2" COMPLETED $((delay + 60))
+    grep -q "second ran in $SLURM_DIR/pools/small/job/e2e.$job2." "$JOBS_DIR/scenario-g2-$job2.out" ||
+      fail "job $job2's output: $(cat "$JOBS_DIR/scenario-g2-$job2.out")"
+    [ "$(job_epoch "$job2" StartTime)" -ge "$eligible" ] || fail "job $job2 started before its eligible time"
+  else
+    touch "$JOBS_DIR/release-g"
+    wait_job_done "$job1" COMPLETED 60
+    slurm_run scancel "$job2"
+  fi
+  assert_pool_whole small
+  sed -i "s/^queue = .*/queue = ${BBKIT_SLURM_QUEUE_SECONDS:-150}/" "$BBKIT_CONFIG"
+  sed -i 's/^SchedulerParameters=.*/SchedulerParameters=bf_interval=1/' "$SLURM_CONF"
+  restart_slurmctld "the suite's queue and requeue delay again"
+}
