@@ -513,7 +513,9 @@ start_guard() {
 # slurmctld, see start_slurmctld) then run where that is $BBKIT_CONFIG (with-default-config).
 install_bbkit_scripts() {
   local user=${1:-root} args wrap=()
-  args=(--slurm-conf-dir "$SLURM_DIR/etc" --bindir "$BBKIT_BIN" --slurm-user "$user")
+  shift || true
+  # Any further arguments go to install-slurm as they are.
+  args=(--slurm-conf-dir "$SLURM_DIR/etc" --bindir "$BBKIT_BIN" --slurm-user "$user" "$@")
   if [ "$HARNESS_MODE" = standalone ]; then
     args=(--standalone "${args[@]}")
   elif [ "$HARNESS_MODE" = datawarp ]; then

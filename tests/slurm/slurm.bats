@@ -539,3 +539,21 @@ JOB
   mv -f "$BBKIT_CONFIG.k" "$BBKIT_CONFIG"
   restart_slurmctld "bbkit.toml without the hook again"
 }
+
+@test "l. burst_buffer.lua installed with another release's hook signatures refuses to load, naming the --slurm-api to rerun with" {
+  # install-slurm picks the signatures from slurmctld -V (the suites' installs use that); a
+  # wrong --slurm-api must not fail quietly on the real daemon (bbkit(7), Slurm releases).
+  local user wrong want
+  user=$(sed -n 's/^SlurmUser=//p' "$SLURM_CONF" | tail -n 1)
+  if release_at_least 24.05; then wrong=22.05 want=24.05; else wrong=24.05 want=22.05; fi
+  release_at_least 23.02 && ! release_at_least 24.05 && want=23.02
+  install_bbkit_scripts "${user:-root}" --slurm-api "$wrong"
+  restart_slurmctld "burst_buffer.lua with the $wrong signatures"
+  script=$(job_script l.sh '#SBATCH --job-name=scenario-l' '#BB_LUA pool=pool1 capacity=1MiB' <<<'echo ran')
+  submit "$script"
+  [ "$status" -ne 0 ] || fail "Slurm $SLURM_RELEASE took a job through burst_buffer.lua with the $wrong signatures (job $JOB)"
+  wait_until 30 "slurmctld to log the refusal" grep -q "rerun install-slurm --slurm-api $want" "$SLURM_DIR/log/slurmctld.log"
+  install_bbkit_scripts "${user:-root}"
+  restart_slurmctld "burst_buffer.lua with the signatures install-slurm found"
+  run_stage_in_and_out l
+}
