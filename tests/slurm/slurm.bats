@@ -228,8 +228,11 @@ bb_log_line() {
 }
 
 # Open files of any process under a directory (the mover's copy, for instance).
+# Processes with a file open under a directory. A process in another mount namespace (the
+# daemons' under with-default-config) inside a release's root (tests/slurm-release) shows its
+# files by their path from the host's root, which ends with the path seen here.
 open_files_under() {
-  find /proc/[0-9]*/fd -lname "$1/*" 2>/dev/null || true
+  find /proc/[0-9]*/fd -lname "*$1/*" 2>/dev/null || true
 }
 
 # The 22.05 race (measured with Slurm 22.05 on this machine): the kill meant for a cancelled stage-in also hits the
