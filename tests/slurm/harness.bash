@@ -402,6 +402,13 @@ start_munge() {
 # Under an unprivileged SlurmUser (slurm.conf's) it runs where /etc/bbkit/bbkit.toml is
 # $BBKIT_CONFIG, the only configuration the tools read through sudo.
 start_slurmctld() {
+  launch_slurmctld
+  wait_until 30 "slurmctld to answer" scontrol ping
+  transcript "root# slurmctld -f $SLURM_CONF   # started, pid $(cat "$SLURM_DIR/run/slurmctld.pid" 2>/dev/null)"
+}
+
+# Starts slurmctld (it daemonizes) without waiting for it to answer.
+launch_slurmctld() {
   local wrap=() user
   user=$(sed -n 's/^SlurmUser=//p' "$SLURM_CONF" | tail -n 1)
   if [ "$HARNESS_MODE" = standalone ]; then
@@ -415,8 +422,6 @@ start_slurmctld() {
       "${wrap[@]}" env -i PATH="$BBKIT_BIN:/usr/sbin:/usr/bin:/sbin:/bin" BBKIT_CONFIG="$BBKIT_CONFIG" \
         SLURM_CONF="$SLURM_CONF" LANG=C.UTF-8 slurmctld -f "$SLURM_CONF"
   )
-  wait_until 30 "slurmctld to answer" scontrol ping
-  transcript "root# slurmctld -f $SLURM_CONF   # started, pid $(cat "$SLURM_DIR/run/slurmctld.pid" 2>/dev/null)"
 }
 
 # Standalone mode: the daemons (and every script and job they start) see this cluster's

@@ -551,11 +551,21 @@ JOB
   if release_at_least 24.05; then wrong=22.05 want=24.05; else wrong=24.05 want=22.05; fi
   release_at_least 23.02 && ! release_at_least 24.05 && want=23.02
   install_bbkit_scripts "${user:-root}" --slurm-api "$wrong"
-  restart_slurmctld "burst_buffer.lua with the $wrong signatures"
-  script=$(job_script l.sh '#SBATCH --job-name=scenario-l' '#BB_LUA pool=pool1 capacity=1MiB' <<<'echo ran')
-  submit "$script"
-  [ "$status" -ne 0 ] || fail "Slurm $SLURM_RELEASE took a job through burst_buffer.lua with the $wrong signatures (job $JOB)"
+  transcript "root# (restart slurmctld: burst_buffer.lua with the $wrong signatures)"
+  stop_slurmctld TERM
+  launch_slurmctld
   wait_until 30 "slurmctld to log the refusal" grep -q "rerun install-slurm --slurm-api $want" "$SLURM_DIR/log/slurmctld.log"
+  if release_at_least 24.05; then
+    # From 24.05 the plugin loads the script when it starts: slurmctld refuses to run.
+    wait_until 30 "slurmctld to stop on the refused script" grep -q "fatal: failed to initialize burst_buffer plugin" "$SLURM_DIR/log/slurmctld.log"
+    ! scontrol ping >/dev/null 2>&1 || fail "slurmctld $SLURM_RELEASE answers with a refused burst_buffer.lua"
+  else
+    # Up to 23.11 it runs and refuses every burst-buffer job.
+    wait_until 30 "slurmctld to answer" scontrol ping
+    script=$(job_script l.sh '#SBATCH --job-name=scenario-l' '#BB_LUA pool=pool1 capacity=1MiB' <<<'echo ran')
+    submit "$script"
+    [ "$status" -ne 0 ] || fail "Slurm $SLURM_RELEASE took a job through burst_buffer.lua with the $wrong signatures (job $JOB)"
+  fi
   install_bbkit_scripts "${user:-root}"
   restart_slurmctld "burst_buffer.lua with the signatures install-slurm found"
   run_stage_in_and_out l
