@@ -370,6 +370,9 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   # The hooks name root's own configuration, and never pass it through sudo.
   run grep -c -- '^BBKIT_CONFIG = "/etc/bbkit/bbkit.toml"' "$CONF/burst_buffer.lua"
   assert_output 1
+  # The cli_filter runs in the users' environment, where that file is the default.
+  run grep -c -- '^BBKIT_CONFIG = ""' "$CONF/cli_filter.lua"
+  assert_output 1
   run "$LUA" -e "slurm = {SUCCESS = 0, ERROR = -1}; dofile('$CONF/burst_buffer.lua'); BBKIT_SUDO = 'always'
     print(bbkit.command_line('bb-pool', { 'alloc' }))"
   assert_output "sudo -n '$BBKIT_BIN/bb-pool' 'alloc' </dev/null 2>&1; echo \"bbkit-exit=\$?\""
