@@ -36,6 +36,26 @@ HARNESS_MODE=${HARNESS_MODE:-slurm}
 case "$HARNESS_MODE" in slurm | datawarp | standalone) ;; *) echo "HARNESS_MODE must be slurm, datawarp or standalone" >&2; exit 64 ;; esac
 
 # ---------------------------------------------------------------------------------------------
+# The Slurm release
+
+# The release the suites run against ("22.05"): $SLURM_RELEASE when the caller says (test roots
+# of other releases export it), else what slurmctld -V reports. Scenarios use it only where the
+# releases differ.
+slurm_release() {
+  [ -n "${SLURM_RELEASE:-}" ] ||
+    SLURM_RELEASE=$(slurmctld -V 2>/dev/null | sed -n 's/^slurm[^ ]* \([0-9]*\.[0-9]*\).*/\1/p' | head -n 1)
+  echo "$SLURM_RELEASE"
+}
+
+# release_at_least X.Y: whether the release is X.Y or later.
+release_at_least() {
+  local have want=$1
+  have=$(slurm_release)
+  [ -n "$have" ] || return 1
+  [ $((10#${have%%.*} * 100 + 10#${have#*.})) -ge $((10#${want%%.*} * 100 + 10#${want#*.})) ]
+}
+
+# ---------------------------------------------------------------------------------------------
 # Transcript and commands
 
 transcript() { printf '%s\n' "$@" >>"$TRANSCRIPT"; }
@@ -318,7 +338,16 @@ EOF
   else
     # DebugFlags=Script logs every PrologSlurmctld/EpilogSlurmctld run in slurmctld.log.
     sed -i 's/^DebugFlags=BurstBuffer$/DebugFlags=Script/' "$SLURM_DIR/etc/slurm.conf"
+    echo "PrologEpilogTimeout=$(prolog_epilog_timeout)" >>"$SLURM_DIR/etc/slurm.conf"
   fi
+}
+
+# Standalone mode: Slurm's limit on PrologSlurmctld and EpilogSlurmctld (PrologEpilogTimeout,
+# which every release reads: from 25.05 as what PrologTimeout and EpilogTimeout fall back to),
+# with room above what write_bbkit_conf's [timeouts] let the scripts take (queue + stage_in +
+# other, other + stage_out + other); install-slurm --standalone checks it.
+prolog_epilog_timeout() {
+  echo $(((${BBKIT_SLURM_QUEUE_SECONDS:-150} + 240 + 100) * 2))
 }
 
 # bbkit's configuration in Slurm mode: pools are directories inside the temporary directory.
@@ -382,9 +411,11 @@ start_munge() {
 
 # slurmctld inherits this environment, and slurmscriptd and every hook inherit slurmctld's.
 # Under an unprivileged SlurmUser (slurm.conf's) it runs where /etc/bbkit/bbkit.toml is
-# $BBKIT_CONFIG, the only configuration the tools read through sudo.
+# $BBKIT_CONFIG, the only configuration the tools read through sudo. With HARNESS_CTLD_ENV=bare
+# it gets no environment at all, as Slurm 24.11.0 and 24.11.1 start the hooks in slurmscriptd
+# (no PATH, no BBKIT_CONFIG).
 start_slurmctld() {
-  local wrap=() user
+  local wrap=() user environment
   user=$(sed -n 's/^SlurmUser=//p' "$SLURM_CONF" | tail -n 1)
   if [ "$HARNESS_MODE" = standalone ]; then
     site_paths_wrap
@@ -392,10 +423,12 @@ start_slurmctld() {
   elif [ "${user:-root}" != root ]; then
     wrap=("$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG")
   fi
+  environment=(PATH="$BBKIT_BIN:/usr/sbin:/usr/bin:/sbin:/bin" BBKIT_CONFIG="$BBKIT_CONFIG"
+    SLURM_CONF="$SLURM_CONF" LANG=C.UTF-8)
+  [ "${HARNESS_CTLD_ENV:-}" != bare ] || environment=()
   (
     cd "$SLURM_DIR/log" &&
-      "${wrap[@]}" env -i PATH="$BBKIT_BIN:/usr/sbin:/usr/bin:/sbin:/bin" BBKIT_CONFIG="$BBKIT_CONFIG" \
-        SLURM_CONF="$SLURM_CONF" LANG=C.UTF-8 slurmctld -f "$SLURM_CONF"
+      "${wrap[@]}" env -i "${environment[@]}" "$(command -v slurmctld)" -f "$SLURM_CONF"
   )
   wait_until 30 "slurmctld to answer" scontrol ping
   transcript "root# slurmctld -f $SLURM_CONF   # started, pid $(cat "$SLURM_DIR/run/slurmctld.pid" 2>/dev/null)"
@@ -490,21 +523,23 @@ start_guard() {
   echo $! >"$SLURM_DIR/run/guard.pid"
 }
 
-# Installs bbkit's Slurm scripts next to slurm.conf, as a site would. With an unprivileged
-# SlurmUser the tools run through sudo and read only /etc/bbkit/bbkit.toml: install-slurm (and
-# slurmctld, see start_slurmctld) then run where that is $BBKIT_CONFIG (with-default-config).
+# Installs bbkit's Slurm scripts next to slurm.conf, as a site would, for the suite's Slurm
+# release. With an unprivileged SlurmUser the tools run through sudo and read only
+# /etc/bbkit/bbkit.toml: install-slurm (and slurmctld, see start_slurmctld) then run where that
+# is $BBKIT_CONFIG (with-default-config). With HARNESS_INSTALL_BARE=1 (root only) neither
+# --config nor --bindir is given: install-slurm finds both as the tools would ($BBKIT_CONFIG,
+# the tools of its installation or of PATH).
 install_bbkit_scripts() {
   local user=${1:-root} args wrap=()
-  args=(--slurm-conf-dir "$SLURM_DIR/etc" --bindir "$BBKIT_BIN" --slurm-user "$user")
+  args=(--slurm-conf-dir "$SLURM_DIR/etc" --slurm-user "$user" --slurm-release "$(slurm_release)")
+  [ "${HARNESS_INSTALL_BARE:-0}" = 1 ] || args+=(--bindir "$BBKIT_BIN")
   if [ "$HARNESS_MODE" = standalone ]; then
     args=(--standalone "${args[@]}")
   elif [ "$HARNESS_MODE" = datawarp ]; then
     args=(--plugin datawarp "${args[@]}")
-  else
-    args+=(--slurm-api 22.05)
   fi
   if [ "$user" = root ]; then
-    args+=(--config "$BBKIT_CONFIG")
+    [ "${HARNESS_INSTALL_BARE:-0}" = 1 ] || args+=(--config "$BBKIT_CONFIG")
   else
     wrap=("$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG")
   fi

@@ -410,6 +410,21 @@ JOB
   assert_equal "$status" 0
 }
 
+# Before h, which leaves SlurmUser=slurm: as root the hooks run the tools themselves, with the
+# configuration and the tools' directory install-slurm wrote into them.
+@test "k. hooks installed without --config or --bindir, slurmctld started with no environment (as 24.11.0 and 24.11.1 start the hooks): scenario a's job stages in and out" {
+  # $BBKIT_CONFIG (exported) names the suite's configuration, not /etc/bbkit/bbkit.toml.
+  HARNESS_INSTALL_BARE=1 install_bbkit_scripts root
+  HARNESS_CTLD_ENV=bare restart_slurmctld "no BBKIT_CONFIG, no PATH"
+  local ctld
+  ctld=$(cat "$SLURM_DIR/run/slurmctld.pid")
+  run grep -c -E '^(PATH|BBKIT_CONFIG)=' <(tr '\0' '\n' <"/proc/$ctld/environ")
+  assert_output 0
+  run_stage_in_and_out k
+  install_bbkit_scripts root
+  restart_slurmctld "the suite's environment again"
+}
+
 @test "h. scenario a again with SlurmUser=slurm (the tools through sudo -n)" {
   use_slurm_user slurm
   slurm_run scontrol show config
@@ -508,4 +523,25 @@ JOB
   assert_pool_whole slow "$SLOW_POOL_CAPACITY"
   slurm_run bb-pool check
   assert_equal "$status" 0
+}
+
+@test "l. CliFilterParameters=cli_filter_lua_path= (Slurm 25.11 and later): install-slurm puts cli_filter.lua there, and sbatch still refuses a bad request at submit" {
+  release_at_least 25.11 ||
+    skip "CliFilterParameters exists from Slurm 25.11 (this is $(slurm_release), which refuses a slurm.conf holding it)"
+  # The submitting side's slurm.conf: the clients read cli_filter.lua, slurmctld never does.
+  local etc=$SLURM_DIR/etc-lua-path lua=$SLURM_DIR/lua
+  mkdir -p "$etc" "$lua"
+  { cat "$SLURM_CONF"; echo "CliFilterParameters=cli_filter_lua_path=$lua/bbkit-filter.lua"; } >"$etc/slurm.conf"
+  run "${BBKIT_INSTALL_SLURM:-$INSTALL_SLURM}" --slurm-conf-dir "$etc" --config "$BBKIT_CONFIG" \
+    --bindir "$BBKIT_BIN" --slurm-release "$(slurm_release)"
+  assert_success
+  assert_file_exists "$lua/bbkit-filter.lua"
+  assert_file_not_exists "$etc/cli_filter.lua"
+  chmod -R a+rX "$etc" "$lua"
+  script=$(job_script l.sh '#SBATCH --job-name=scenario-l' '#BB_LUA pool=small capacity=1GiB' <<<'true')
+  SLURM_CONF=$etc/slurm.conf submit "$script"
+  [ "$status" -ne 0 ] || fail "sbatch accepted a request for 1GiB from a 10MiB pool: $output"
+  assert_line --regexp "^sbatch: error: lua: bb-parse: .*capacity=1GiB.*'small' holds only 10MiB"
+  slurm_run squeue -h -n scenario-l -o '%i %T %r'
+  assert_output ""
 }
