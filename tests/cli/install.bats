@@ -106,3 +106,190 @@ alloc_with_file() {
   assert_success
   refute_output --partial nvme
 }
+
+# install_slurm ARG...: the installed install-slurm, next to $TEST_DIR/etc/slurm.conf.
+install_slurm() {
+  mkdir -p "$TEST_DIR/etc"
+  "$P/share/bbkit/slurm/install-slurm" --slurm-conf-dir "$TEST_DIR/etc" "$@"
+}
+
+@test "install-slurm lists AllowUsers and DenyUsers comma-separated, and checks an existing list as Slurm reads it" {
+  local conf=$TEST_DIR/etc/burst_buffer.conf nobody_uid
+  nobody_uid=$(id -u nobody)
+  write_config 'mode = "datawarp"' "allow_users = [\"$U\", \"nobody\"]"
+  run install_slurm --plugin datawarp
+  assert_success
+  run grep -E '^(AllowUsers|DenyUsers)=' "$conf"
+  assert_output "AllowUsers=$U,nobody"
+  # The same users in another order, one by uid, an empty item, the key in another case.
+  sed -i "s/^AllowUsers=.*/allowusers=$nobody_uid,,$U/" "$conf"
+  run install_slurm --plugin datawarp
+  assert_success
+  assert_output --partial "burst_buffer.conf checked (kept as it is)"
+  # The list colon-joined, as install-slurm wrote it before: Slurm reads no user from it.
+  sed -i "s/^allowusers=.*/AllowUsers=$U:nobody/" "$conf"
+  run install_slurm --plugin datawarp
+  assert_failure 78
+  assert_output "install-slurm: $conf: AllowUsers=$U:nobody: Slurm finds no user in '$U:nobody' (it splits the list at commas only; a blank is part of a name): list bbkit.toml's allow_users comma-separated ('$U,nobody')"
+  # A blank after the comma (quoted, else Slurm cannot read the file): ' nobody' is no user.
+  sed -i "s/^AllowUsers=.*/AllowUsers=\"$U, nobody\"/" "$conf"
+  run install_slurm --plugin datawarp
+  assert_failure 78
+  assert_output --partial "AllowUsers=$U, nobody: Slurm finds no user in ' nobody'"
+  # A user missing; the last setting wins.
+  printf 'AllowUsers=%s,nobody\nAllowUsers=%s\n' "$U" "$U" >>"$conf"
+  run install_slurm --plugin datawarp
+  assert_failure 78
+  assert_output "install-slurm: $conf: AllowUsers=$U but bbkit.toml's allow_users is '$U,nobody': list the same users, comma-separated (in any order, by name or uid)"
+
+  # DenyUsers of two users, in Slurm mode too (its burst_buffer/lua checks them at submit).
+  rm "$conf"
+  write_config 'mode = "slurm"' 'directives = ["BB_LUA"]' "deny_users = [\"nobody\", \"$U\"]"
+  run install_slurm --slurm-api 22.05
+  assert_success
+  run grep -E '^(AllowUsers|DenyUsers)=' "$conf"
+  assert_output "DenyUsers=nobody,$U"
+  sed -i "s/^DenyUsers=.*/DenyUsers=$U:nobody/" "$conf"
+  run install_slurm --slurm-api 22.05
+  assert_failure 78
+  assert_output --partial "DenyUsers=$U:nobody: Slurm finds no user in '$U:nobody'"
+  sed -i "s/^DenyUsers=.*/DenyUsers=$U,$nobody_uid/" "$conf"
+  run install_slurm --slurm-api 22.05
+  assert_success
+  # A list Slurm has and bbkit.toml has not.
+  echo "AllowUsers=$U" >>"$conf"
+  run install_slurm --slurm-api 22.05
+  assert_failure 78
+  assert_output --partial "AllowUsers=$U but bbkit.toml's allow_users is '': list the same users"
+}
+
+@test "install-slurm installs cli_filter.lua where slurm.conf's CliFilterParameters=cli_filter_lua_path= names (Slurm 25.11 and later), or refuses" {
+  local etc=$TEST_DIR/etc
+  write_config 'mode = "slurm"' 'directives = ["BB_LUA"]'
+  mkdir -p "$etc" "$TEST_DIR/lua"
+  echo "CliFilterParameters=cli_filter_lua_path=$TEST_DIR/lua/filter.lua" >"$etc/slurm.conf"
+  run install_slurm --slurm-release 25.11
+  assert_success
+  assert_line "install-slurm: slurm.conf's CliFilterParameters names $TEST_DIR/lua/filter.lua: cli_filter.lua goes there"
+  assert_line "install-slurm: wrote $TEST_DIR/lua/filter.lua"
+  assert_file_not_exists "$etc/cli_filter.lua"
+  run grep -c '^function slurm_cli_pre_submit' "$TEST_DIR/lua/filter.lua"
+  assert_output 1
+  # Keys in any case, the last setting wins, the first cli_filter_lua_path= in the list counts,
+  # an Include file is read (relative to slurm.conf's directory).
+  rm "$TEST_DIR/lua/filter.lua"
+  printf 'ClusterName=Alpha\nclifilterparameters=cli_filter_lua_path=/nowhere/x.lua\nInclude %%c.conf\n' >"$etc/slurm.conf"
+  echo "CLIFILTERPARAMETERS=other=1,cli_filter_lua_path=$TEST_DIR/lua/inc.lua,cli_filter_lua_path=/nowhere/y.lua" >"$etc/alpha.conf"
+  run install_slurm --slurm-release 26.05
+  assert_success
+  assert_file_exists "$TEST_DIR/lua/inc.lua"
+  # A name Slurm's commands would each read from their own working directory; a directory; a
+  # directory that does not exist: refused, nothing written.
+  rm "$TEST_DIR/lua/inc.lua"
+  for path in lua/filter.lua "$TEST_DIR/lua" "$TEST_DIR/none/filter.lua"; do
+    echo "CliFilterParameters=cli_filter_lua_path=$path" >"$etc/slurm.conf"
+    run install_slurm --slurm-release 25.11 --slurm-api 24.05
+    assert_failure 78
+    [ "${#lines[@]}" -eq 1 ]
+    assert_output --partial "install-slurm: $etc/slurm.conf: CliFilterParameters: "
+  done
+  assert_output --partial "$TEST_DIR/none, the directory of cli_filter_lua_path, does not exist"
+  run find "$etc" "$TEST_DIR/lua" -name '*filter*'
+  assert_output ""
+  # An empty name means the default place.
+  echo "CliFilterParameters=cli_filter_lua_path=" >"$etc/slurm.conf"
+  run install_slurm --slurm-release 25.11
+  assert_success
+  assert_file_exists "$etc/cli_filter.lua"
+  # Before 25.11 the key does not exist (Slurm refuses such a slurm.conf): the default place.
+  rm "$etc/cli_filter.lua"
+  echo "CliFilterParameters=cli_filter_lua_path=$TEST_DIR/lua/filter.lua" >"$etc/slurm.conf"
+  run install_slurm --slurm-release 24.11
+  assert_success
+  assert_output --partial "install-slurm: warning: Slurm 24.11 does not know CliFilterParameters (25.11 and later)"
+  assert_file_exists "$etc/cli_filter.lua"
+  assert_file_not_exists "$TEST_DIR/lua/filter.lua"
+  # The datawarp plugin's cli_filter goes there too.
+  write_config 'mode = "datawarp"'
+  rm "$etc/burst_buffer.conf"
+  run install_slurm --plugin datawarp --slurm-release 25.11
+  assert_success
+  assert_file_exists "$TEST_DIR/lua/filter.lua"
+  run grep -x 'BBKIT_PLUGIN = "datawarp"' "$TEST_DIR/lua/filter.lua"
+  assert_success
+}
+
+@test "install-slurm --standalone refuses a PrologSlurmctld/EpilogSlurmctld limit shorter than bbkit's [timeouts], by release" {
+  local etc=$TEST_DIR/etc
+  # PrologSlurmctld: queue 600 + stage_in 1000 + other 100 = 1700, 1870 with room to report;
+  # EpilogSlurmctld: other 100 + stage_out 2000 + other 100 = 2200, 2420.
+  write_config 'mode = "standalone"' '[timeouts]' 'queue = 600' 'stage_in = 1000' \
+    'stage_out = 2000' 'other = 100'
+  mkdir -p "$etc"
+  standalone() { install_slurm --standalone "$@"; }
+  # Unset: no limit in any release.
+  echo 'ClusterName=x' >"$etc/slurm.conf"
+  run standalone --slurm-release 24.11
+  assert_success
+  assert_line "install-slurm: PrologSlurmctld and EpilogSlurmctld run without a time limit"
+  # Up to 24.11 PrologEpilogTimeout bounds both: it must hold the longer.
+  echo 'PrologEpilogTimeout=2000' >>"$etc/slurm.conf"
+  run standalone --slurm-release 24.11
+  assert_failure 78
+  assert_output "install-slurm: $etc/slurm.conf: PrologEpilogTimeout=2000 is shorter than EpilogSlurmctld may take (timeouts.other 100 + stage_out 2000 + other 100 s, with room to report: 2420 s): Slurm would kill it before the stage-out ends; set PrologEpilogTimeout=2420 or more (0: no limit), or lower bbkit.toml's [timeouts]"
+  echo 'prologepilogtimeout=300' >>"$etc/slurm.conf"
+  run standalone --slurm-release 22.05
+  assert_failure 78
+  assert_output --partial "PrologEpilogTimeout=300 is shorter than EpilogSlurmctld may take"
+  echo 'PrologEpilogTimeout=2420' >>"$etc/slurm.conf"
+  run standalone --slurm-release 24.11
+  assert_success
+  assert_line "install-slurm: PrologEpilogTimeout=2420 leaves EpilogSlurmctld room (2420 s needed)"
+  # From 25.05 PrologTimeout and EpilogTimeout, each falling back to PrologEpilogTimeout.
+  echo 'PrologEpilogTimeout=1000' >>"$etc/slurm.conf"
+  run standalone --slurm-release 25.05
+  assert_failure 78
+  assert_line --index 0 --partial "PrologEpilogTimeout=1000 is shorter than PrologSlurmctld may take (timeouts.queue 600 + stage_in 1000 + other 100 s, with room to report: 1870 s): Slurm would kill it and requeue the job, which stages in again; set PrologTimeout=1870 or more"
+  assert_line --index 1 --partial "PrologEpilogTimeout=1000 is shorter than EpilogSlurmctld may take"
+  assert_line --index 1 --partial "set EpilogTimeout=2420 or more"
+  printf 'PrologTimeout=1870\nEpilogTimeout=0\n' >>"$etc/slurm.conf"
+  run standalone --slurm-release 26.05
+  assert_success
+  assert_line "install-slurm: PrologTimeout=1870 leaves PrologSlurmctld room (1870 s needed)"
+  assert_line "install-slurm: EpilogSlurmctld runs without a time limit (EpilogTimeout=0)"
+  # 24.11 does not know PrologTimeout: PrologEpilogTimeout=1000 bounds both there.
+  run standalone --slurm-release 24.11
+  assert_failure 78
+  assert_output --partial "warning: Slurm 24.11 does not know PrologTimeout (25.05 and later)"
+  assert_output --partial "PrologEpilogTimeout=1000 is shorter than EpilogSlurmctld may take"
+  # Slurm's INFINITE is 65535 s; a value no limit can hold asks for none.
+  printf 'PrologTimeout=INFINITE\n' >>"$etc/slurm.conf"
+  write_config 'mode = "standalone"' '[timeouts]' 'queue = 600' 'stage_in = 86400'
+  run standalone --slurm-release 25.11
+  assert_failure 78
+  assert_output --partial "PrologTimeout=INFINITE is shorter than PrologSlurmctld may take (timeouts.queue 600 + stage_in 86400 + other 300 s, with room to report: 96030 s, more than the 65533 s any limit holds): set PrologTimeout=0 (no limit)"
+  run standalone --slurm-release 2411
+  assert_failure 64
+}
+
+@test "install-slurm writes the configuration's absolute name and the tools' directory into the hooks, whatever --config and --bindir" {
+  write_config 'mode = "slurm"' 'directives = ["BB_LUA"]'
+  mkdir -p "$TEST_DIR/etc"
+  # BBKIT_CONFIG, relative, without --config; the tools of the installed prefix.
+  run env -C "$TEST_DIR" BBKIT_CONFIG=bbkit.toml PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    "$P/share/bbkit/slurm/install-slurm" --slurm-conf-dir etc --slurm-api 22.05
+  assert_success
+  for script in burst_buffer.lua cli_filter.lua; do
+    run grep -E '^BBKIT_(CONFIG|BINDIR) = ' "$TEST_DIR/etc/$script"
+    assert_output "BBKIT_BINDIR = \"$P/bin\"
+BBKIT_CONFIG = \"$TEST_DIR/bbkit.toml\""
+  done
+  # From a source tree: the tools found on PATH, named by their directory.
+  run env BBKIT_CONFIG="$TEST_DIR/bbkit.toml" PATH="$P/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+    "$BBKIT_SOURCE_DIR/share/bbkit/slurm/install-slurm" --slurm-conf-dir "$TEST_DIR/etc" --slurm-api 22.05
+  assert_success
+  assert_line "install-slurm: bb-parse found on PATH: BBKIT_BINDIR = $P/bin"
+  run grep -h '^BBKIT_BINDIR = ' "$TEST_DIR/etc/burst_buffer.lua" "$TEST_DIR/etc/cli_filter.lua"
+  assert_output "BBKIT_BINDIR = \"$P/bin\"
+BBKIT_BINDIR = \"$P/bin\""
+}

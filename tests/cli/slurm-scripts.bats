@@ -367,9 +367,15 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
 $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bin/bb-stage --job *, $bin/bb-teardown --job *, $bin/bb-stat *"
   run grep -c env_keep "$CONF/bbkit.sudoers"
   assert_output 0
-  # The hooks must not name a configuration through sudo: none is written into them.
-  run grep -c -- '^BBKIT_CONFIG = ""' "$CONF/burst_buffer.lua"
+  # The hooks name root's own configuration, and never pass it through sudo.
+  run grep -c -- '^BBKIT_CONFIG = "/etc/bbkit/bbkit.toml"' "$CONF/burst_buffer.lua"
   assert_output 1
+  # The cli_filter runs in the users' environment, where that file is the default.
+  run grep -c -- '^BBKIT_CONFIG = ""' "$CONF/cli_filter.lua"
+  assert_output 1
+  run "$LUA" -e "slurm = {SUCCESS = 0, ERROR = -1}; dofile('$CONF/burst_buffer.lua'); BBKIT_SUDO = 'always'
+    print(bbkit.command_line('bb-pool', { 'alloc' }))"
+  assert_output "sudo -n '$BBKIT_BIN/bb-pool' 'alloc' </dev/null 2>&1; echo \"bbkit-exit=\$?\""
   run install_scripts --slurm-user 'bad user'
   assert_failure 64
 }
@@ -437,6 +443,29 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   # Slurm runs teardown again after a restart: still success.
   run hook slurm_bb_job_teardown 17 "$script" false
   assert_line --index 0 "rc=0"
+}
+
+@test "hooks: installed without --config or --bindir, a job's stages run with an empty environment (as Slurm 24.11.0 and 24.11.1 start them)" {
+  # What the tools' default would be in slurmctld's environment: BBKIT_CONFIG and a PATH
+  # finding the tools, both lost in those releases' slurmscriptd.
+  BBKIT_CONFIG=$BBKIT_CONFIG PATH="$BBKIT_BIN:$PATH" run "$SLURM_SHARE/install-slurm" \
+    --slurm-conf-dir "$CONF" --slurm-api "${API:-22.05}"
+  assert_success
+  echo input >"$TEST_DIR/data/in.txt"
+  script=$(job_script 23 '#BB_LUA pool=small capacity=1K' \
+    "#BB_LUA stage_in type=file source=$TEST_DIR/data/in.txt destination=\$BB_JOB_DIR/in.txt")
+  bare() {  # the hook with nothing in its environment
+    env -i "$(command -v "$LUA")" "$CALL_HOOK" --release "$(release)" "$CONF/burst_buffer.lua" "$@"
+  }
+  run bare slurm_bb_setup 23 0 0 small 1024 "$script"
+  assert_line --index 0 "rc=0"
+  run bare slurm_bb_data_in 23 "$script"
+  assert_line --index 0 "rc=0"
+  run cat "$(bbdir $TEST_DIR/small/job/main.23.1)/in.txt"
+  assert_output input
+  run bare slurm_bb_job_teardown 23 "$script" false
+  assert_line --index 0 "rc=0"
+  assert_dir_not_exists "$(bbdir $TEST_DIR/small/job/main.23.1)"
 }
 
 @test "hooks: a failing tool's one-line message reaches Slurm with slurm.ERROR" {

@@ -403,3 +403,44 @@ EOF2
   assert_line "no activations"
   refute_output --partial "Error running dwstat"
 }
+
+@test "n. AllowUsers and DenyUsers of two users each, as install-slurm lists them: an allowed user's job runs, a denied user's is refused at submit by Slurm itself" {
+  local bbconf=$SLURM_DIR/etc/burst_buffer.conf
+  cp "$bbconf" "$SLURM_DIR/burst_buffer.conf.n"
+  cp "$BBKIT_CONFIG" "$SLURM_DIR/bbkit.toml.n"
+  # bbkit.toml's users, then burst_buffer.conf written anew from them; Slurm reads it at start.
+  users_in_both() {  # users_in_both KEY LIST
+    cp "$SLURM_DIR/bbkit.toml.n" "$BBKIT_CONFIG"
+    sed -i "s/^cluster = .*/&\n$1 = $2/" "$BBKIT_CONFIG"
+    rm -f "$bbconf"
+    install_bbkit_scripts root
+    restart_slurmctld "$(grep -E '^(Allow|Deny)Users=' "$bbconf")"
+  }
+  users_in_both allow_users "[\"nobody\", \"$SLURM_TEST_USER\"]"
+  run grep -E '^(AllowUsers|DenyUsers)=' "$bbconf"
+  assert_output "AllowUsers=nobody,$SLURM_TEST_USER"
+  script=$(job_script n.sh '#SBATCH --job-name=dw-n' '#DW jobdw capacity=1MiB' <<<'echo "allowed in $DW_JOB_STRIPED"')
+  submit "$script"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 90
+  grep -q "allowed in $SLURM_DIR/pools/pool1/job/e2e.$JOB." "$JOBS_DIR/dw-n-$JOB.out"
+
+  users_in_both deny_users "[\"$SLURM_TEST_USER\", \"nobody\"]"
+  run grep -E '^(AllowUsers|DenyUsers)=' "$bbconf"
+  assert_output "DenyUsers=$SLURM_TEST_USER,nobody"
+  # From standard input the cli_filter sees no script: Slurm's own check refuses it.
+  submit <"$script"
+  local refused=$status said=$output
+  # With the script named, bbkit's cli_filter refuses it first, saying why.
+  submit "$script"
+  local filtered=$status filter_said=$output
+  cp "$SLURM_DIR/burst_buffer.conf.n" "$bbconf"
+  cp "$SLURM_DIR/bbkit.toml.n" "$BBKIT_CONFIG"
+  restart_slurmctld "no AllowUsers or DenyUsers again"
+  [ "$refused" -ne 0 ] || fail "Slurm accepted a job of a user its DenyUsers lists: $said"
+  [[ $said == *"Burst Buffer permission denied"* ]] || fail "sbatch said: $said"
+  [ "$filtered" -ne 0 ] || fail "sbatch accepted a job of a user deny_users lists: $filter_said"
+  [[ $filter_said == *"sbatch: error: lua: bb-parse: "* ]] || fail "sbatch said: $filter_said"
+  slurm_run squeue -h -n dw-n -t pending,running -o '%i %T %r'
+  assert_output ""
+}

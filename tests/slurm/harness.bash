@@ -33,19 +33,29 @@ INSTALL_SLURM=$BBKIT_SOURCE_DIR/share/bbkit/slurm/install-slurm
 TRANSCRIPT=${BBKIT_SLURM_TRANSCRIPT:-$BBKIT_BUILD_DIR/tests/slurm/transcript.txt}
 SLURM_TEST_USER=bbkit-test
 HARNESS_MODE=${HARNESS_MODE:-slurm}
-# The Slurm release under test, "YY.MM": tests/slurm-release sets it in a release's root, else
-# this host's slurmctld tells. Scenarios that differ by release ask release_at_least.
-if [ -z "${SLURM_RELEASE:-}" ]; then
-  SLURM_RELEASE=$(slurmctld -V 2>/dev/null | sed -n 's/^slurm[^ ]* \([0-9]*\.[0-9]*\).*/\1/p')
-fi
-export SLURM_RELEASE
 case "$HARNESS_MODE" in slurm | datawarp | standalone) ;; *) echo "HARNESS_MODE must be slurm, datawarp or standalone" >&2; exit 64 ;; esac
 
-# Whether the Slurm under test is release $1 ("24.05") or newer.
+# ---------------------------------------------------------------------------------------------
+# The Slurm release
+
+# The release the suites run against ("22.05"): $SLURM_RELEASE when the caller says (test roots
+# of other releases export it), else what slurmctld -V reports. Scenarios use it only where the
+# releases differ.
+slurm_release() {
+  [ -n "${SLURM_RELEASE:-}" ] ||
+    SLURM_RELEASE=$(slurmctld -V 2>/dev/null | sed -n 's/^slurm[^ ]* \([0-9]*\.[0-9]*\).*/\1/p' | head -n 1)
+  echo "$SLURM_RELEASE"
+}
+
+SLURM_RELEASE=$(slurm_release)
+export SLURM_RELEASE
+
+# release_at_least X.Y: whether the release is X.Y or later.
 release_at_least() {
-  local have=${SLURM_RELEASE:-0.0} want=$1
-  [ "${have%%.*}" -gt "${want%%.*}" ] ||
-    { [ "${have%%.*}" -eq "${want%%.*}" ] && [ "$((10#${have#*.}))" -ge "$((10#${want#*.}))" ]; }
+  local have want=$1
+  have=$(slurm_release)
+  [ -n "$have" ] || return 1
+  [ $((10#${have%%.*} * 100 + 10#${have#*.})) -ge $((10#${want%%.*} * 100 + 10#${want#*.})) ]
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -336,7 +346,16 @@ EOF
   else
     # DebugFlags=Script logs every PrologSlurmctld/EpilogSlurmctld run in slurmctld.log.
     sed -i 's/^DebugFlags=BurstBuffer$/DebugFlags=Script/' "$SLURM_DIR/etc/slurm.conf"
+    echo "PrologEpilogTimeout=$(prolog_epilog_timeout)" >>"$SLURM_DIR/etc/slurm.conf"
   fi
+}
+
+# Standalone mode: Slurm's limit on PrologSlurmctld and EpilogSlurmctld (PrologEpilogTimeout,
+# which every release reads: from 25.05 as what PrologTimeout and EpilogTimeout fall back to),
+# with room above what write_bbkit_conf's [timeouts] let the scripts take (queue + stage_in +
+# other, other + stage_out + other); install-slurm --standalone checks it.
+prolog_epilog_timeout() {
+  echo $(((${BBKIT_SLURM_QUEUE_SECONDS:-150} + 240 + 100) * 2))
 }
 
 # bbkit's configuration in Slurm mode: pools are directories inside the temporary directory.
@@ -400,7 +419,9 @@ start_munge() {
 
 # slurmctld inherits this environment, and slurmscriptd and every hook inherit slurmctld's.
 # Under an unprivileged SlurmUser (slurm.conf's) it runs where /etc/bbkit/bbkit.toml is
-# $BBKIT_CONFIG, the only configuration the tools read through sudo.
+# $BBKIT_CONFIG, the only configuration the tools read through sudo. With HARNESS_CTLD_ENV=bare
+# it gets no environment at all, as Slurm 24.11.0 and 24.11.1 start the hooks in slurmscriptd
+# (no PATH, no BBKIT_CONFIG).
 start_slurmctld() {
   launch_slurmctld
   wait_until 30 "slurmctld to answer" scontrol ping
@@ -409,7 +430,7 @@ start_slurmctld() {
 
 # Starts slurmctld (it daemonizes) without waiting for it to answer.
 launch_slurmctld() {
-  local wrap=() user
+  local wrap=() user environment
   user=$(sed -n 's/^SlurmUser=//p' "$SLURM_CONF" | tail -n 1)
   if [ "$HARNESS_MODE" = standalone ]; then
     site_paths_wrap
@@ -417,10 +438,12 @@ launch_slurmctld() {
   elif [ "${user:-root}" != root ]; then
     wrap=("$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG")
   fi
+  environment=(PATH="$BBKIT_BIN:/usr/sbin:/usr/bin:/sbin:/bin" BBKIT_CONFIG="$BBKIT_CONFIG"
+    SLURM_CONF="$SLURM_CONF" LANG=C.UTF-8)
+  [ "${HARNESS_CTLD_ENV:-}" != bare ] || environment=()
   (
     cd "$SLURM_DIR/log" &&
-      "${wrap[@]}" env -i PATH="$BBKIT_BIN:/usr/sbin:/usr/bin:/sbin:/bin" BBKIT_CONFIG="$BBKIT_CONFIG" \
-        SLURM_CONF="$SLURM_CONF" LANG=C.UTF-8 slurmctld -f "$SLURM_CONF"
+      "${wrap[@]}" env -i "${environment[@]}" "$(command -v slurmctld)" -f "$SLURM_CONF"
   )
 }
 
@@ -513,21 +536,25 @@ start_guard() {
   echo $! >"$SLURM_DIR/run/guard.pid"
 }
 
-# Installs bbkit's Slurm scripts next to slurm.conf, as a site would. With an unprivileged
-# SlurmUser the tools run through sudo and read only /etc/bbkit/bbkit.toml: install-slurm (and
-# slurmctld, see start_slurmctld) then run where that is $BBKIT_CONFIG (with-default-config).
+# Installs bbkit's Slurm scripts next to slurm.conf, as a site would, for the suite's Slurm
+# release. With an unprivileged SlurmUser the tools run through sudo and read only
+# /etc/bbkit/bbkit.toml: install-slurm (and slurmctld, see start_slurmctld) then run where that
+# is $BBKIT_CONFIG (with-default-config). With HARNESS_INSTALL_BARE=1 (root only) neither
+# --config nor --bindir is given: install-slurm finds both as the tools would ($BBKIT_CONFIG,
+# the tools of its installation or of PATH).
 install_bbkit_scripts() {
   local user=${1:-root} args wrap=()
   shift || true
   # Any further arguments go to install-slurm as they are.
-  args=(--slurm-conf-dir "$SLURM_DIR/etc" --bindir "$BBKIT_BIN" --slurm-user "$user" "$@")
+  args=(--slurm-conf-dir "$SLURM_DIR/etc" --slurm-user "$user" --slurm-release "$(slurm_release)" "$@")
+  [ "${HARNESS_INSTALL_BARE:-0}" = 1 ] || args+=(--bindir "$BBKIT_BIN")
   if [ "$HARNESS_MODE" = standalone ]; then
     args=(--standalone "${args[@]}")
   elif [ "$HARNESS_MODE" = datawarp ]; then
     args=(--plugin datawarp "${args[@]}")
   fi
   if [ "$user" = root ]; then
-    args+=(--config "$BBKIT_CONFIG")
+    [ "${HARNESS_INSTALL_BARE:-0}" = 1 ] || args+=(--config "$BBKIT_CONFIG")
   else
     wrap=("$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG")
   fi

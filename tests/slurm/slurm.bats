@@ -413,6 +413,21 @@ JOB
   assert_equal "$status" 0
 }
 
+# Before h, which leaves SlurmUser=slurm: as root the hooks run the tools themselves, with the
+# configuration and the tools' directory install-slurm wrote into them.
+@test "k. hooks installed without --config or --bindir, slurmctld started with no environment (as 24.11.0 and 24.11.1 start the hooks): scenario a's job stages in and out" {
+  # $BBKIT_CONFIG (exported) names the suite's configuration, not /etc/bbkit/bbkit.toml.
+  HARNESS_INSTALL_BARE=1 install_bbkit_scripts root
+  HARNESS_CTLD_ENV=bare restart_slurmctld "no BBKIT_CONFIG, no PATH"
+  local ctld
+  ctld=$(cat "$SLURM_DIR/run/slurmctld.pid")
+  run grep -c -E '^(PATH|BBKIT_CONFIG)=' <(tr '\0' '\n' <"/proc/$ctld/environ")
+  assert_output 0
+  run_stage_in_and_out k
+  install_bbkit_scripts root
+  restart_slurmctld "the suite's environment again"
+}
+
 @test "h. scenario a again with SlurmUser=slurm (the tools through sudo -n)" {
   use_slurm_user slurm
   slurm_run scontrol show config
@@ -513,7 +528,28 @@ JOB
   assert_equal "$status" 0
 }
 
-@test "k. a failing pre-run (the site's pre_run hook) tears the buffer down; Slurm requeues the job with its release's reason" {
+@test "l. CliFilterParameters=cli_filter_lua_path= (Slurm 25.11 and later): install-slurm puts cli_filter.lua there, and sbatch still refuses a bad request at submit" {
+  release_at_least 25.11 ||
+    skip "CliFilterParameters exists from Slurm 25.11 (this is $(slurm_release), which refuses a slurm.conf holding it)"
+  # The submitting side's slurm.conf: the clients read cli_filter.lua, slurmctld never does.
+  local etc=$SLURM_DIR/etc-lua-path lua=$SLURM_DIR/lua
+  mkdir -p "$etc" "$lua"
+  { cat "$SLURM_CONF"; echo "CliFilterParameters=cli_filter_lua_path=$lua/bbkit-filter.lua"; } >"$etc/slurm.conf"
+  run "${BBKIT_INSTALL_SLURM:-$INSTALL_SLURM}" --slurm-conf-dir "$etc" --config "$BBKIT_CONFIG" \
+    --bindir "$BBKIT_BIN" --slurm-release "$(slurm_release)"
+  assert_success
+  assert_file_exists "$lua/bbkit-filter.lua"
+  assert_file_not_exists "$etc/cli_filter.lua"
+  chmod -R a+rX "$etc" "$lua"
+  script=$(job_script l.sh '#SBATCH --job-name=scenario-l' '#BB_LUA pool=small capacity=1GiB' <<<'true')
+  SLURM_CONF=$etc/slurm.conf submit "$script"
+  [ "$status" -ne 0 ] || fail "sbatch accepted a request for 1GiB from a 10MiB pool: $output"
+  assert_line --regexp "^sbatch: error: lua: bb-parse: .*capacity=1GiB.*'small' holds only 10MiB"
+  slurm_run squeue -h -n scenario-l -o '%i %T %r'
+  assert_output ""
+}
+
+@test "m. a failing pre-run (the site's pre_run hook) tears the buffer down; Slurm requeues the job with its release's reason" {
   # An admin's pre_run hook that refuses (bbkit.toml [hooks]): bb-stage pre-run fails with its
   # last line. Slurm then tears the buffer down (hurry) and requeues the job; the reason is
   # "Burst buffer pre_run error" up to 24.11 and, from 25.05, "burst_buffer/lua:
@@ -521,10 +557,10 @@ JOB
   local hook=$SLURM_DIR/bbkit/pre-run-refuses
   printf '#!/bin/sh\necho "site check: scratch not mounted" >&2\nexit 3\n' >"$hook"
   chmod 0755 "$hook"
-  cp "$BBKIT_CONFIG" "$BBKIT_CONFIG.k"
+  cp "$BBKIT_CONFIG" "$BBKIT_CONFIG.m"
   printf '\n[hooks]\npre_run = "%s"\n' "$hook" >>"$BBKIT_CONFIG"
   restart_slurmctld "bbkit.toml with a pre_run hook that fails"
-  script=$(job_script k.sh '#SBATCH --job-name=scenario-k' '#BB_LUA pool=pool1 capacity=2MiB' <<<'echo ran')
+  script=$(job_script m.sh '#SBATCH --job-name=scenario-m' '#BB_LUA pool=pool1 capacity=2MiB' <<<'echo ran')
   submit "$script"
   assert_equal "$status" 0
   job=$JOB
@@ -534,16 +570,16 @@ JOB
     wait_job "$job" 'JobState=PENDING Reason=Burst_buffer_pre_run_error ' 90
   fi
   slurm_run scontrol show job "$job"
-  [ ! -e "$JOBS_DIR/scenario-k-$job.out" ] || fail "the job ran: $(cat "$JOBS_DIR/scenario-k-$job.out")"
+  [ ! -e "$JOBS_DIR/scenario-m-$job.out" ] || fail "the job ran: $(cat "$JOBS_DIR/scenario-m-$job.out")"
   # bbkit's buffer was torn down: the space is back in both views.
   assert_no_buffer_dir pool1 "$job"
   assert_pool_whole pool1 64MiB
   slurm_run scancel "$job"
-  mv -f "$BBKIT_CONFIG.k" "$BBKIT_CONFIG"
+  mv -f "$BBKIT_CONFIG.m" "$BBKIT_CONFIG"
   restart_slurmctld "bbkit.toml without the hook again"
 }
 
-@test "l. burst_buffer.lua installed with another release's hook signatures refuses to load, naming the --slurm-api to rerun with" {
+@test "n. burst_buffer.lua installed with another release's hook signatures refuses to load, naming the --slurm-api to rerun with" {
   # install-slurm picks the signatures from slurmctld -V (the suites' installs use that); a
   # wrong --slurm-api must not fail quietly on the real daemon (bbkit(7), Slurm releases).
   local user wrong want
@@ -562,11 +598,11 @@ JOB
   else
     # Up to 23.11 it runs and refuses every burst-buffer job.
     wait_until 30 "slurmctld to answer" scontrol ping
-    script=$(job_script l.sh '#SBATCH --job-name=scenario-l' '#BB_LUA pool=pool1 capacity=1MiB' <<<'echo ran')
+    script=$(job_script n.sh '#SBATCH --job-name=scenario-n' '#BB_LUA pool=pool1 capacity=1MiB' <<<'echo ran')
     submit "$script"
     [ "$status" -ne 0 ] || fail "Slurm $SLURM_RELEASE took a job through burst_buffer.lua with the $wrong signatures (job $JOB)"
   fi
   install_bbkit_scripts "${user:-root}"
   restart_slurmctld "burst_buffer.lua with the signatures install-slurm found"
-  run_stage_in_and_out l
+  run_stage_in_and_out n
 }

@@ -338,6 +338,30 @@ resume_copy() {
   assert_equal "$status" 0
 }
 
+@test "g. install-slurm --standalone passes the cluster's slurm.conf (its PrologEpilogTimeout holds bbkit's prolog and epilog, as this release reads it) and refuses a shorter limit" {
+  local limit
+  limit=$(prolog_epilog_timeout)
+  # Slurm reads the key the harness wrote: up to 24.11 as itself, from 25.05 as what
+  # PrologTimeout and EpilogTimeout fall back to (shown as one line when they are equal).
+  slurm_run scontrol show config
+  assert_line --regexp "^PrologEpilogTimeout += $limit\$"
+  run "${BBKIT_INSTALL_SLURM:-$INSTALL_SLURM}" --standalone --slurm-conf-dir "$SLURM_DIR/etc" \
+    --config "$BBKIT_CONFIG" --bindir "$BBKIT_BIN" --slurm-release "$(slurm_release)"
+  assert_success
+  assert_line --regexp "^install-slurm: PrologEpilogTimeout=$limit leaves (Prolog|Epilog)Slurmctld room \([0-9]+ s needed\)$"
+  # A copy whose limit is shorter than the stage-in may take: refused, naming the key to set.
+  mkdir -p "$SLURM_DIR/etc-short"
+  sed 's/^PrologEpilogTimeout=.*/PrologEpilogTimeout=60/' "$SLURM_CONF" >"$SLURM_DIR/etc-short/slurm.conf"
+  run "${BBKIT_INSTALL_SLURM:-$INSTALL_SLURM}" --standalone --slurm-conf-dir "$SLURM_DIR/etc-short" \
+    --config "$BBKIT_CONFIG" --bindir "$BBKIT_BIN" --slurm-release "$(slurm_release)"
+  assert_failure 78
+  if release_at_least 25.05; then
+    assert_line --index 0 --regexp "PrologEpilogTimeout=60 is shorter than PrologSlurmctld may take .*; set PrologTimeout=[0-9]+ or more"
+  else
+    assert_line --index 0 --regexp "PrologEpilogTimeout=60 is shorter than PrologSlurmctld may take .*; set PrologEpilogTimeout=[0-9]+ or more"
+  fi
+}
+
 # EligibleTime (or another time field) of a job, in seconds since the epoch.
 job_epoch() {
   local when
@@ -345,7 +369,7 @@ job_epoch() {
   date -d "$when" +%s
 }
 
-@test "g. a job still short of space after bbkit's queue wait is requeued by Slurm and starts again after the requeue delay" {
+@test "h. a job still short of space after bbkit's queue wait is requeued by Slurm and starts again after the requeue delay" {
   # A PrologSlurmctld failure (75: short of capacity after [timeouts] queue) makes Slurm
   # requeue the job, eligible again after the requeue delay: SchedulerParameters=requeue_delay=
   # from 25.11 when set, else the credential lifetime, 120 s (bbkit(7), STANDALONE MODE).
@@ -356,8 +380,8 @@ job_epoch() {
     sed -i "s/^SchedulerParameters=.*/SchedulerParameters=bf_interval=1,requeue_delay=$delay/" "$SLURM_CONF"
   fi
   restart_slurmctld "[timeouts] queue = 2, a requeue delay of $delay s"
-  first=$(held_job_script g1.sh g '#SBATCH --job-name=scenario-g1' '#BB pool=small capacity=6MiB')
-  second=$(job_script g2.sh '#SBATCH --job-name=scenario-g2' '#BB pool=small capacity=6MiB' <<<'echo "second ran in $BB_JOB_DIR"')
+  first=$(held_job_script h1.sh h '#SBATCH --job-name=scenario-h1' '#BB pool=small capacity=6MiB')
+  second=$(job_script h2.sh '#SBATCH --job-name=scenario-h2' '#BB pool=small capacity=6MiB' <<<'echo "second ran in $BB_JOB_DIR"')
   submit "$first"
   assert_equal "$status" 0
   job1=$JOB
@@ -380,14 +404,14 @@ job_epoch() {
   assert_equal "$used" $((6 * 1048576))
   if release_at_least 25.11; then
     # The space comes back; at its eligible time the job starts again and runs.
-    touch "$JOBS_DIR/release-g"
+    touch "$JOBS_DIR/release-h"
     wait_job_done "$job1" COMPLETED 60
     wait_job_done "$job2" COMPLETED $((delay + 60))
-    grep -q "second ran in $SLURM_DIR/pools/small/job/e2e.$job2." "$JOBS_DIR/scenario-g2-$job2.out" ||
-      fail "job $job2's output: $(cat "$JOBS_DIR/scenario-g2-$job2.out")"
+    grep -q "second ran in $SLURM_DIR/pools/small/job/e2e.$job2." "$JOBS_DIR/scenario-h2-$job2.out" ||
+      fail "job $job2's output: $(cat "$JOBS_DIR/scenario-h2-$job2.out")"
     [ "$(job_epoch "$job2" StartTime)" -ge "$eligible" ] || fail "job $job2 started before its eligible time"
   else
-    touch "$JOBS_DIR/release-g"
+    touch "$JOBS_DIR/release-h"
     wait_job_done "$job1" COMPLETED 60
     slurm_run scancel "$job2"
   fi

@@ -33,8 +33,8 @@ Reason names what failed.
 ]]
 
 -- ---- install-time settings (install-slurm writes them; keep each on one line) ----------------
-BBKIT_BINDIR = ""                -- "" = the tools are found on slurmctld's PATH
-BBKIT_CONFIG = ""                -- "" = $BBKIT_CONFIG as for every tool, else /etc/bbkit/bbkit.toml; never passed through sudo
+BBKIT_BINDIR = ""                -- the tools' directory (install-slurm always writes it; "" = PATH)
+BBKIT_CONFIG = ""                -- bbkit.toml's absolute name (install-slurm always writes it; "" = the tools' default); never passed through sudo
 BBKIT_STATE_DIR = "/var/lib/bbkit" -- where pools.json and env/ are read; passed as --state-dir (not through sudo)
 BBKIT_CLUSTER = "main"           -- bbkit.toml's cluster (part of the env file's name)
 BBKIT_DIRECTIVE = "BB_LUA"       -- burst_buffer.conf's Directive = bbkit.toml's directives[1]

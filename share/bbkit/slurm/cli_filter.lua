@@ -18,8 +18,8 @@ script read from standard input cannot be seen here; slurm_bb_setup validates ev
 ]]
 
 -- ---- install-time settings (install-slurm writes them; keep each on one line) ----------------
-BBKIT_BINDIR = ""                -- "" = bb-parse is found on the user's PATH
-BBKIT_CONFIG = ""                -- "" = $BBKIT_CONFIG, else /etc/bbkit/bbkit.toml
+BBKIT_BINDIR = ""                -- bb-parse's directory (install-slurm always writes it; "" = PATH)
+BBKIT_CONFIG = ""                -- bbkit.toml's absolute name, unless the default; "" = $BBKIT_CONFIG, else /etc/bbkit/bbkit.toml
 BBKIT_DIRECTIVE = "BB_LUA"       -- burst_buffer.conf's Directive
 BBKIT_PLUGIN = "lua"             -- the burst_buffer plugin: "lua", or "datawarp" (#DW and #BB)
 -- ---- end of install-time settings ---------------------------------------------------------
