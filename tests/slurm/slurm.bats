@@ -321,7 +321,7 @@ resume_copy() {
   assert_output --partial '"complete"'
 }
 
-@test "f. scontrol show burst lists the pool and the job's buffer; show bbstat prints bbkit's table and refuses anything else" {
+@test "f. scontrol show burst lists the pool and the job's buffer, line for line in bb-stat burst's layout; show bbstat prints bbkit's table and refuses anything else" {
   script=$(held_job_script f.sh f '#SBATCH --job-name=scenario-f' '#BB_LUA pool=pool1 capacity=4MiB')
   submit "$script"
   job=$JOB
@@ -335,7 +335,7 @@ resume_copy() {
 
   # bb-stat burst has this release's layout (bbkit.toml's slurm_release is the cluster's): every
   # line, its fields in their order; the values that are Slurm's own (Name=lua, the timeouts of
-  # burst_buffer.conf) aside, the pool's and PollInterval's lines are the same text.
+  # burst_buffer.conf) aside, the pool's, Flags' and PollInterval's lines are the same text.
   release=$(cluster_release)
   slurm_run bb-stat burst
   assert_equal "$status" 0
@@ -350,6 +350,7 @@ resume_copy() {
   grep_line() { grep -x "  $1" <<<"$2" || true; }
   pool_line='PoolName\[[0-9]*\]=pool1 .*'
   assert_equal "$(grep_line "$pool_line" "$via_bbkit")" "$(grep_line "$pool_line" "$via_scontrol")"
+  assert_equal "$(grep_line 'Flags=.*' "$via_bbkit")" "$(grep_line 'Flags=.*' "$via_scontrol")"
   assert_equal "$(grep_line 'PollInterval=.*' "$via_bbkit")" "$(grep_line 'PollInterval=.*' "$via_scontrol")"
   if [ "$(printf '%s\n' "$release" "24.05" | sort -V | head -n 1)" = 24.05 ]; then
     assert_line "  PollInterval=15"
