@@ -311,6 +311,26 @@ unsigned integer_between(const Field& field, unsigned low, unsigned high) {
     return static_cast<unsigned>(n);
 }
 
+SlurmRelease slurm_release_of(const Field& field) {
+    const std::string text = string_of(field, "a string (a release such as \"24.11\")");
+    try {
+        return parse_slurm_release(text);
+    } catch (const Error& error) {
+        field.fail(error.what());
+    }
+}
+
+// Slurm polls a busy stage again after PollInterval seconds, within the stage's timeout: a
+// longer interval than the longest timeout Slurm allows would never be waited out.
+unsigned poll_interval_of(const Field& field) {
+    const std::int64_t seconds = integer_of(field);
+    if (seconds <= 0 || seconds > max_timeout_seconds)
+        field.fail("must be a number of seconds between 1 and " +
+                   std::to_string(max_timeout_seconds) + " (Slurm's longest timeout), got " +
+                   std::to_string(seconds));
+    return static_cast<unsigned>(seconds);
+}
+
 Mode mode_of(const Field& field) {
     const std::string mode = string_of(field);
     if (mode == "standalone")
@@ -560,12 +580,15 @@ std::string default_pool_of(const Field& field, const std::vector<PoolConfig>& p
 }
 
 Config config_of(const Field& root) {
-    reject_unknown_keys(root, {"state_dir", "state_owner", "state_group", "record_key", "mode",
-                               "cluster", "directives", "default_pool", "flags", "allow_users",
-                               "deny_users", "allow_root", "timeouts", "limits", "pool", "hooks"});
+    reject_unknown_keys(
+        root, {"state_dir", "state_owner", "state_group", "record_key", "mode", "cluster",
+               "directives", "default_pool", "flags", "allow_users", "deny_users", "allow_root",
+               "slurm_release", "poll_interval", "timeouts", "limits", "pool", "hooks"});
     Config config;
     read_identity(root, config);
     read_access(root, config);
+    read_if_present(root, "slurm_release", config.slurm_release, slurm_release_of);
+    read_if_present(root, "poll_interval", config.poll_interval, poll_interval_of);
     read_if_present(root, "timeouts", config.timeouts, timeouts_of);
     read_if_present(root, "limits", config.limits, limits_of);
     read_if_present(root, "pool", config.pools, pools_of);

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "bbkit/slurm_release.hpp"
+
 namespace bbkit {
 
 // Who drives a buffer's life (bbkit(7), MODES): the tools' callers (prolog/epilog scripts, an
@@ -98,6 +100,10 @@ struct Config {
     Limits limits;
     std::vector<PoolConfig> pools;
     std::map<std::string, std::string> hooks;  // phase -> absolute path of an admin script
+    // The Slurm release the site runs, whose `scontrol show burst` bb-stat burst reproduces;
+    // absent: the newest layout bbkit knows.
+    std::optional<SlurmRelease> slurm_release;
+    unsigned poll_interval = default_poll_interval;  // burst_buffer.conf's PollInterval, seconds
 
     const PoolConfig* find_pool(const std::string& name) const;
 };

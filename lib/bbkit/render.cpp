@@ -205,6 +205,7 @@ json config_json(const Config& config) {
                          {"quota", to_string(p.quota)},
                          {"quota_missing", to_string(p.quota_missing)},
                          {"quota_project_base", p.quota_project_base}});
+    const json release = config.slurm_release ? json(to_string(*config.slurm_release)) : json();
     return {{"source", config.source},
             {"state_dir", config.state_dir},
             {"state_owner", config.state_owner},
@@ -217,6 +218,8 @@ json config_json(const Config& config) {
             {"allow_users", config.allow_users},
             {"deny_users", config.deny_users},
             {"allow_root", config.allow_root},
+            {"slurm_release", release},
+            {"poll_interval", config.poll_interval},
             {"timeouts",
              {{"stage_in", config.timeouts.stage_in},
               {"stage_out", config.timeouts.stage_out},
@@ -250,7 +253,10 @@ std::string config_text(const Config& config) {
     out << "flags = " << toml_array(flag_names(config.flags)) << '\n'
         << "allow_users = " << toml_array(config.allow_users) << '\n'
         << "deny_users = " << toml_array(config.deny_users) << '\n'
-        << "allow_root = " << (config.allow_root ? "true" : "false") << "\n\n"
+        << "allow_root = " << (config.allow_root ? "true" : "false") << '\n';
+    if (config.slurm_release)
+        out << "slurm_release = " << toml_string(to_string(*config.slurm_release)) << '\n';
+    out << "poll_interval = " << config.poll_interval << "\n\n"
         << "[timeouts]\n"
         << "stage_in = " << config.timeouts.stage_in << '\n'
         << "stage_out = " << config.timeouts.stage_out << '\n'

@@ -11,6 +11,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/render.hpp"
 #include "bbkit/size.hpp"
+#include "bbkit/slurm_release.hpp"
 #include "bbkit/stage_plan.hpp"
 
 namespace bbkit {
@@ -455,18 +456,22 @@ std::map<uid_t, UserUse> use_by_user(const std::vector<const Buffer*>& buffers) 
 
 }  // namespace
 
+// Slurm's lines in the layout of the configured release; bbkit adds nothing to them (sites
+// grep this text): the pools' availability is in burst_json and bbkit's own tables.
 std::string burst_text(const StatusSnapshot& snapshot, const Config& config) {
+    const BurstLayout layout = burst_layout(config.slurm_release);
     std::string out = "Name=bbkit DefaultPool=" + config.default_pool.value_or("(null)") +
                       " Granularity=1 TotalSpace=0 FreeSpace=0 UsedSpace=0\n";
     for (std::size_t i = 0; i < snapshot.pools.size(); ++i) {
         const PoolStatus& pool = snapshot.pools[i];
-        out += "  PoolName[" + std::to_string(i) + "]=" + pool.name +
+        out += "  " + layout.pool_key + "[" + std::to_string(i) + "]=" + pool.name +
                " Granularity=" + format_size(pool.granularity) +
                " TotalSpace=" + format_size(pool.total) + " FreeSpace=" + format_size(pool.free) +
-               " UsedSpace=" + format_size(pool.used) +
-               " Availability=" + to_string(pool.availability) + "\n";
+               " UsedSpace=" + format_size(pool.used) + "\n";
     }
     out += "  Flags=" + joined(flag_names(config.flags), ",") + "\n";
+    if (layout.poll_interval)
+        out += "  PollInterval=" + std::to_string(config.poll_interval) + "\n";
     const Timeouts& t = config.timeouts;
     out += "  StageInTimeout=" + std::to_string(t.stage_in) +
            " StageOutTimeout=" + std::to_string(t.stage_out) +
@@ -530,6 +535,7 @@ json burst_json(const StatusSnapshot& snapshot, const Config& config) {
               {"stage_out", t.stage_out},
               {"validate", t.validate},
               {"other", t.other}}},
+            {"poll_interval", config.poll_interval},
             {"allow_users", config.allow_users},
             {"deny_users", config.deny_users},
             {"buffers", buffers},

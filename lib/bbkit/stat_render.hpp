@@ -43,7 +43,9 @@ std::string dwstat_size(std::uint64_t bytes);
 // dwstat's state flags, e.g. "CA---" (see bb-stat(1)).
 std::string dwstat_state(const Buffer& buffer);
 
-// `scontrol show burst` of the lua plugin, byte for byte, with Name=bbkit.
+// `scontrol show burst` of the lua plugin, byte for byte, with Name=bbkit, in the layout of the
+// configuration's slurm_release (slurm_release.hpp). The JSON is the same whatever the release,
+// with each pool's availability.
 std::string burst_text(const StatusSnapshot& snapshot, const Config& config);
 nlohmann::json burst_json(const StatusSnapshot& snapshot, const Config& config);
 

@@ -178,6 +178,39 @@ script() {  # script NAME LINE... : writes a job script with a shebang
   done
 }
 
+@test "config prints slurm_release when set and poll_interval always, and reads them back" {
+  run bb-parse config
+  assert_success
+  refute_output --partial "slurm_release"
+  assert_line "poll_interval = 15"
+  run bb-parse config --json
+  echo "$output" | grep -q '"slurm_release": null' || fail "no null slurm_release in $output"
+  write_config 'slurm_release = "23.02"' 'poll_interval = 40'
+  run bb-parse config
+  assert_line 'slurm_release = "23.02"'
+  assert_line "poll_interval = 40"
+  echo "$output" >"$TEST_DIR/again.toml"
+  run bb-parse --config "$TEST_DIR/again.toml" config --json
+  assert_success
+  echo "$output" | grep -q '"slurm_release": "23.02"' || fail "$output"
+  echo "$output" | grep -q '"poll_interval": 40' || fail "$output"
+}
+
+@test "a malformed or unknown slurm_release, or a poll_interval that is not a positive integer, exits 78" {
+  for bad in '"24.5"' '"24.11.5"' '"19.05"' '"24.08"' 24.11; do
+    write_config "slurm_release = $bad"
+    run bb-parse config
+    assert_failure 78
+    assert_output --partial "slurm_release: "
+  done
+  for bad in 0 -15 '"15"' 1.5; do
+    write_config "poll_interval = $bad"
+    run bb-parse config
+    assert_failure 78
+    assert_output --partial "poll_interval: "
+  done
+}
+
 @test "a decimal pool capacity exits 78 naming the pool key" {
   sed -i 's/capacity = "100GiB"/capacity = "1.5T"/' "$TEST_DIR/bbkit.toml"
   run bb-parse config

@@ -51,6 +51,21 @@ install_scripts() {
     --bindir "$BBKIT_BIN" --slurm-api "${API:-22.05}" "$@"
 }
 
+# Makes this host's Slurm say it is VERSION (slurmctld -V and scontrol -V print "slurm VERSION"),
+# or, for "", have no Slurm install-slurm can ask.
+fake_slurm() {
+  mkdir -p "$TEST_DIR/fake-slurm"
+  for prog in slurmctld scontrol; do
+    if [ -n "$1" ]; then
+      printf '#!/bin/sh\necho "slurm %s"\n' "$1" >"$TEST_DIR/fake-slurm/$prog"
+    else
+      printf '#!/bin/sh\nexit 1\n' >"$TEST_DIR/fake-slurm/$prog"
+    fi
+    chmod 0755 "$TEST_DIR/fake-slurm/$prog"
+  done
+  case ":$PATH:" in *":$TEST_DIR/fake-slurm:"*) ;; *) PATH="$TEST_DIR/fake-slurm:$PATH" ;; esac
+}
+
 # The setup's configuration, with env/ readable by USER's group, as an unprivileged SlurmUser
 # needs (state_group).
 config_for_slurm_user() {
@@ -220,6 +235,7 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
 
 @test "install-slurm --plugin datawarp writes the burst_buffer.conf naming bbkit's dw_wlm_cli and dwstat, and checks an existing one" {
   once_per_lua_set
+  fake_slurm 22.05.8  # no PollInterval (see the next test)
   write_config 'mode = "datawarp"' 'flags = ["EnablePersistent", "TeardownFailure"]' \
     '[timeouts]' 'stage_in = 600' 'stage_out = 600' 'other = 120' 'validate = 9'
   run "$SLURM_SHARE/install-slurm" --plugin datawarp --slurm-conf-dir "$CONF" \
@@ -273,6 +289,123 @@ ValidateTimeout=10"
   assert_output --partial "--plugin must be lua or datawarp, got 'cray'"
   run "$SLURM_SHARE/install-slurm" --plugin datawarp --standalone --slurm-conf-dir "$CONF" --bindir "$BBKIT_BIN"
   assert_failure 64
+}
+
+@test "install-slurm writes bbkit's poll_interval as PollInterval with the 24.05 signatures only, and checks an existing burst_buffer.conf's" {
+  once_per_lua_set
+  write_config 'mode = "slurm"' 'directives = ["BB_LUA"]' 'poll_interval = 30' \
+    '[timeouts]' 'stage_in = 600' 'stage_out = 600' 'other = 120'
+  API=24.05 run install_scripts
+  assert_success
+  # After Flags, where scontrol show burst prints it.
+  run grep -v '^#' "$CONF/burst_buffer.conf"
+  assert_equal "${lines[4]}" "Flags=DisablePersistent"
+  assert_equal "${lines[5]}" "PollInterval=30"
+  API=24.05 run install_scripts
+  assert_success
+  assert_output --partial "burst_buffer.conf checked (kept as it is)"
+  sed -i 's/^PollInterval=30$/pollinterval=20/' "$CONF/burst_buffer.conf"
+  API=24.05 run install_scripts
+  assert_failure 78
+  assert_output --partial "burst_buffer.conf: PollInterval=20 but bbkit.toml's poll_interval is 30: make them equal"
+  sed -i '/^pollinterval=/d' "$CONF/burst_buffer.conf"
+  API=24.05 run install_scripts
+  assert_failure 78
+  assert_output --partial "burst_buffer.conf: PollInterval=15 (Slurm's default) but bbkit.toml's poll_interval is 30: make them equal"
+  # Slurm before 24.05 refuses a burst_buffer.conf holding the key: none written, one refused.
+  for api in 22.05 23.02; do
+    rm "$CONF/burst_buffer.conf"
+    API=$api run install_scripts
+    assert_success
+    run grep -ci '^PollInterval' "$CONF/burst_buffer.conf"
+    assert_output 0
+  done
+  echo 'PollInterval=30' >>"$CONF/burst_buffer.conf"
+  API=22.05 run install_scripts
+  assert_failure 78
+  assert_output --partial "burst_buffer.conf: PollInterval=30: Slurm before 24.05 refuses this key (and the file): remove it"
+}
+
+@test "install-slurm --plugin datawarp writes PollInterval for Slurm 24.05 and later, as slurmctld -V (else slurm_release) says" {
+  once_per_lua_set
+  write_config 'mode = "datawarp"' 'poll_interval = 20'
+  datawarp_install() {
+    "$SLURM_SHARE/install-slurm" --plugin datawarp --slurm-conf-dir "$CONF" \
+      --config "$BBKIT_CONFIG" --bindir "$BBKIT_BIN"
+  }
+  fake_slurm 24.11.5
+  run datawarp_install
+  assert_success
+  run grep -v '^#' "$CONF/burst_buffer.conf"
+  assert_equal "${lines[3]}" "Flags=DisablePersistent"
+  assert_equal "${lines[4]}" "PollInterval=20"
+  run datawarp_install
+  assert_success
+  assert_output --partial "burst_buffer.conf checked (kept as it is)"
+  sed -i 's/^PollInterval=20$/PollInterval=15/' "$CONF/burst_buffer.conf"
+  run datawarp_install
+  assert_failure 78
+  assert_output --partial "PollInterval=15 but bbkit.toml's poll_interval is 20: make them equal"
+  # 23.11: none written, one refused.
+  rm "$CONF/burst_buffer.conf"
+  fake_slurm 23.11.10
+  run datawarp_install
+  assert_success
+  run grep -c '^PollInterval' "$CONF/burst_buffer.conf"
+  assert_output 0
+  echo 'PollInterval=20' >>"$CONF/burst_buffer.conf"
+  run datawarp_install
+  assert_failure 78
+  assert_output --partial "PollInterval=20: Slurm before 24.05 refuses this key (and the file): remove it"
+  # No Slurm here: bbkit.toml's slurm_release decides; without it the key is left out, saying so.
+  rm "$CONF/burst_buffer.conf"
+  fake_slurm ""
+  run datawarp_install
+  assert_success
+  assert_output --partial "install-slurm: note: no slurmctld here and no slurm_release in bbkit.toml: $CONF/burst_buffer.conf has no PollInterval"
+  run grep -c '^PollInterval' "$CONF/burst_buffer.conf"
+  assert_output 0
+  rm "$CONF/burst_buffer.conf"
+  write_config 'mode = "datawarp"' 'poll_interval = 20' 'slurm_release = "25.05"'
+  run datawarp_install
+  assert_success
+  refute_output --partial "note:"
+  refute_output --partial "warning:"
+  run grep -x 'PollInterval=20' "$CONF/burst_buffer.conf"
+  assert_success
+}
+
+@test "install-slurm warns when bbkit.toml's slurm_release is not the Slurm found here, or without one the Slurm --slurm-api means" {
+  once_per_lua_set
+  write_config 'mode = "slurm"' 'directives = ["BB_LUA"]' 'slurm_release = "24.11"' \
+    '[timeouts]' 'stage_in = 600' 'stage_out = 600' 'other = 120'
+  fake_slurm 24.11.5
+  API=24.05 run install_scripts
+  assert_success
+  refute_output --partial "warning"
+  fake_slurm 25.05.1
+  API=24.05 run install_scripts
+  assert_success
+  assert_line "install-slurm: warning: bbkit.toml says slurm_release = \"24.11\" but the Slurm here is 25.05: bb-stat burst prints 24.11's layout"
+  [ "$(grep -c warning <<<"$output")" = 1 ]
+  # Without Slurm here, the releases --slurm-api stands for.
+  fake_slurm ""
+  API=24.05 run install_scripts
+  assert_success
+  refute_output --partial "warning"
+  rm "$CONF/burst_buffer.conf"
+  API=23.02 run install_scripts
+  assert_success
+  assert_line "install-slurm: warning: bbkit.toml says slurm_release = \"24.11\" but --slurm-api 23.02 means Slurm 23.02 or 23.11: bb-stat burst prints 24.11's layout"
+  write_config 'mode = "slurm"' 'directives = ["BB_LUA"]' 'slurm_release = "23.11"' \
+    '[timeouts]' 'stage_in = 600' 'stage_out = 600' 'other = 120'
+  API=23.02 run install_scripts
+  assert_success
+  refute_output --partial "warning"
+  API=22.05 run install_scripts
+  assert_line "install-slurm: warning: bbkit.toml says slurm_release = \"23.11\" but --slurm-api 22.05 means Slurm 22.05: bb-stat burst prints 23.11's layout"
+  API=24.05 run install_scripts
+  assert_line --partial "but --slurm-api 24.05 means Slurm 24.05 or later"
 }
 
 @test "install-slurm --plugin datawarp: the drop-in adds bb-teardown --persistent for an unprivileged SlurmUser, and only in datawarp mode" {
@@ -333,6 +466,8 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
     dofile('$CONF/burst_buffer.lua')
     print(type(slurm_bb_test_data_in) .. ' ' .. type(slurm_bb_test_data_out))"
   assert_output "function function"
+  # 24.05's burst_buffer.conf holds PollInterval, which Slurm 22.05 refuses: a new one.
+  rm "$CONF/burst_buffer.conf"
   API=22.05 run install_scripts
   run "$LUA" -e "slurm = {SUCCESS = 0, ERROR = -1}; dofile('$CONF/burst_buffer.lua');
     print(type(slurm_bb_test_data_in) .. ' ' .. type(slurm_bb_get_status))"

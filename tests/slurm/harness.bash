@@ -188,6 +188,20 @@ burst_pool() {
     sed -n "s/^ *PoolName\[[0-9]*\]=$1 .*TotalSpace=\([^ ]*\) FreeSpace=\([^ ]*\) UsedSpace=\([^ ]*\).*/\1 \2 \3/p"
 }
 
+# The Slurm release this cluster runs, YY.MM: $SLURM_RELEASE when the caller sets it (a run
+# against another release), else what slurmctld -V reports. bbkit.toml names it (slurm_release).
+cluster_release() {
+  local release=${SLURM_RELEASE:-}
+  [ -n "$release" ] || release=$(slurmctld -V 2>/dev/null | sed -n 's/^slurm[^ ]* //p')
+  printf '%s\n' "$release" | sed -n 's/^\([0-9][0-9]\.[0-9][0-9]\).*/\1/p'
+}
+
+# `scontrol show burst`'s layout, from its text on stdin: each line's field names in order and
+# its indentation, without the values.
+burst_layout() {
+  sed -E 's/=[^ ]*/=/g'
+}
+
 # bbkit's own figures for a pool from `bb-pool --json list`: "total used trash free".
 bbkit_pool() {
   bb-pool --json list | python3 -c '
@@ -363,7 +377,7 @@ prolog_epilog_timeout() {
 # In standalone mode every directive dialect is accepted (the default), and a job short of
 # space waits in the pool's queue, inside its PrologSlurmctld, up to [timeouts] queue seconds.
 write_bbkit_conf() {
-  local mode_lines='mode = "slurm"
+  local release mode_lines='mode = "slurm"
 directives = ["BB_LUA"]' queue_line=''
   if [ "$HARNESS_MODE" = standalone ]; then
     mode_lines='mode = "standalone"'
@@ -372,11 +386,13 @@ directives = ["BB_LUA"]' queue_line=''
     mode_lines="mode = \"datawarp\"
 flags = [${BBKIT_DATAWARP_FLAGS:-\"EnablePersistent\"}]"
   fi
+  release=$(cluster_release)
   cat >"$BBKIT_CONFIG" <<EOF
 state_dir = "$SLURM_DIR/bbkit/state"
 $mode_lines
 cluster = "e2e"
 state_group = "slurm"
+${release:+slurm_release = \"$release\"}
 
 [timeouts]
 stage_in = 240

@@ -324,7 +324,7 @@ resume_copy() {
   assert_output --partial '"complete"'
 }
 
-@test "f. scontrol show burst lists the pool and the job's buffer; show bbstat prints bbkit's table and refuses anything else" {
+@test "f. scontrol show burst lists the pool and the job's buffer, line for line in bb-stat burst's layout; show bbstat prints bbkit's table and refuses anything else" {
   script=$(held_job_script f.sh f '#SBATCH --job-name=scenario-f' '#BB_LUA pool=pool1 capacity=4MiB')
   submit "$script"
   job=$JOB
@@ -334,6 +334,32 @@ resume_copy() {
   assert_equal "$status" 0
   assert_output --regexp "PoolName\[[0-9]+\]=pool1 Granularity=1MiB TotalSpace=64MiB FreeSpace=60MiB UsedSpace=4MiB"
   assert_output --regexp "JobID=$job CreateTime=[0-9T:-]+ Pool=pool1 Size=4MiB State=allocated UserID=$SLURM_TEST_USER\($TEST_UID\)"
+  via_scontrol=$output
+
+  # bb-stat burst has this release's layout (bbkit.toml's slurm_release is the cluster's): every
+  # line, its fields in their order; the values that are Slurm's own (Name=lua, the timeouts of
+  # burst_buffer.conf) aside, the pool's, Flags' and PollInterval's lines are the same text.
+  release=$(cluster_release)
+  slurm_run bb-stat burst
+  assert_equal "$status" 0
+  via_bbkit=$output
+  local ours theirs i
+  mapfile -t theirs < <(burst_layout <<<"$via_scontrol")
+  mapfile -t ours < <(burst_layout <<<"$via_bbkit")
+  for ((i = 0; i < ${#theirs[@]} || i < ${#ours[@]}; i++)); do
+    [ "${ours[i]-}" = "${theirs[i]-}" ] ||
+      fail "Slurm $release: line $((i + 1)) of scontrol show burst is '${theirs[i]-(none)}', bb-stat burst's '${ours[i]-(none)}'"
+  done
+  grep_line() { grep -x "  $1" <<<"$2" || true; }
+  pool_line='PoolName\[[0-9]*\]=pool1 .*'
+  assert_equal "$(grep_line "$pool_line" "$via_bbkit")" "$(grep_line "$pool_line" "$via_scontrol")"
+  assert_equal "$(grep_line 'Flags=.*' "$via_bbkit")" "$(grep_line 'Flags=.*' "$via_scontrol")"
+  assert_equal "$(grep_line 'PollInterval=.*' "$via_bbkit")" "$(grep_line 'PollInterval=.*' "$via_scontrol")"
+  if [ "$(printf '%s\n' "$release" "24.05" | sort -V | head -n 1)" = 24.05 ]; then
+    assert_line "  PollInterval=15"
+  else
+    refute_line --partial "PollInterval"
+  fi
 
   # bbkit's own table through Slurm, as the user, equal to bb-stat's.
   slurm_run -u scontrol show bbstat pools

@@ -102,6 +102,8 @@ TEST(config, empty_text_gives_defaults) {
     EXPECT_FALSE(config.limits.user_capacity);
     EXPECT_TRUE(config.pools.empty());
     EXPECT_TRUE(config.hooks.empty());
+    EXPECT_FALSE(config.slurm_release);
+    EXPECT_EQ(config.poll_interval, 15u);
 }
 
 TEST(config, reads_every_key) {
@@ -115,6 +117,8 @@ default_pool = "ssd"
 flags = ["EnablePersistent", "PrivateData", "TeardownFailure"]
 allow_users = ["alice", 1001]
 allow_root = true
+slurm_release = "24.11"
+poll_interval = 30
 [timeouts]
 stage_in = 100
 stage_out = 200
@@ -150,6 +154,8 @@ post_run = "/etc/bbkit/post_run.sh"
     EXPECT_TRUE(config.flags.teardown_failure);
     EXPECT_EQ(config.allow_users, (std::vector<std::string>{"alice", "1001"}));
     EXPECT_TRUE(config.allow_root);
+    EXPECT_EQ(config.slurm_release, (SlurmRelease{24, 11}));
+    EXPECT_EQ(config.poll_interval, 30u);
     EXPECT_EQ(config.timeouts.stage_in, 100u);
     EXPECT_EQ(config.timeouts.stage_out, 200u);
     EXPECT_EQ(config.timeouts.other, 30u);
@@ -483,6 +489,44 @@ TEST(config, rejects_user_of_wrong_type) {
               "t.toml:1: deny_users[0]: a user name must not be empty");
 }
 
+// --- the Slurm release and its PollInterval ---
+
+TEST(config, slurm_release_must_be_a_known_release_written_yy_mm) {
+    EXPECT_EQ(config_error("slurm_release = \"24.5\"\n"),
+              "t.toml:1: slurm_release: '24.5' is not a release written YY.MM, such as \"24.11\"");
+    EXPECT_EQ(config_error("cluster = \"x\"\nslurm_release = \"24.11.5\"\n"),
+              "t.toml:2: slurm_release: '24.11.5' is not a release written YY.MM, such as "
+              "\"24.11\" (leave out the maintenance number)");
+    EXPECT_EQ(config_error("slurm_release = \"19.05\"\n"),
+              "t.toml:1: slurm_release: Slurm 19.05 is older than 20.11, the oldest release "
+              "whose layout bbkit knows");
+    EXPECT_TRUE(starts_with(config_error("slurm_release = \"24.08\"\n"),
+                            "t.toml:1: slurm_release: '24.08' is no Slurm release bbkit knows "
+                            "(20.11, 21.08,"));
+    EXPECT_EQ(config_error("slurm_release = 24.11\n"),
+              "t.toml:1: slurm_release: expected a string (a release such as \"24.11\"), got "
+              "a float");
+    EXPECT_EQ(parse_config("slurm_release = \"22.05\"\n", "t.toml").slurm_release,
+              (SlurmRelease{22, 5}));
+}
+
+TEST(config, poll_interval_is_a_positive_number_of_seconds) {
+    EXPECT_EQ(config_error("poll_interval = 0\n"),
+              "t.toml:1: poll_interval: must be a number of seconds between 1 and 2073600 "
+              "(Slurm's longest timeout), got 0");
+    EXPECT_EQ(config_error("poll_interval = -15\n"),
+              "t.toml:1: poll_interval: must be a number of seconds between 1 and 2073600 "
+              "(Slurm's longest timeout), got -15");
+    EXPECT_EQ(config_error("poll_interval = 2073601\n"),
+              "t.toml:1: poll_interval: must be a number of seconds between 1 and 2073600 "
+              "(Slurm's longest timeout), got 2073601");
+    EXPECT_EQ(config_error("poll_interval = \"15\"\n"),
+              "t.toml:1: poll_interval: expected an integer, got a string");
+    EXPECT_EQ(config_error("poll_interval = 1.5\n"),
+              "t.toml:1: poll_interval: expected an integer, got a float");
+    EXPECT_EQ(parse_config("poll_interval = 1\n", "t.toml").poll_interval, 1u);
+}
+
 // --- timeouts and limits ---
 
 TEST(config, rejects_timeout_over_cap_naming_it) {
@@ -747,6 +791,8 @@ TEST(config, example_file_parses_with_documented_defaults) {
     EXPECT_FALSE(config.flags.enable_persistent);
     EXPECT_FALSE(config.allow_root);
     EXPECT_EQ(config.default_pool, "nvme");
+    EXPECT_FALSE(config.slurm_release);
+    EXPECT_EQ(config.poll_interval, defaults.poll_interval);
     ASSERT_EQ(config.pools.size(), 1u);
     EXPECT_EQ(config.pools[0].granularity, 1u);
 }
@@ -757,6 +803,7 @@ TEST(config, example_file_optional_settings_parse) {
     const std::string text = std::regex_replace(file_text(example_path()), optional_setting, "$1");
     const Config config = parse_config(text, "example");
     EXPECT_EQ(config.limits.user_capacity, 10 * 1024 * gib);
+    EXPECT_EQ(config.slurm_release, (SlurmRelease{24, 11}));
     EXPECT_EQ(config.hooks.size(), hook_phases().size());
 }
 
@@ -771,6 +818,7 @@ TEST(config, man_page_example_parses) {
     const Config config = parse_config(page.substr(text_begin, end - text_begin), "bbkit.toml.5");
     EXPECT_EQ(config.pools.size(), 2u);
     EXPECT_EQ(config.deny_users, (std::vector<std::string>{"guest", "1500"}));
+    EXPECT_EQ(config.slurm_release, (SlurmRelease{24, 11}));
 }
 
 }  // namespace

@@ -13,7 +13,9 @@ using namespace fixture;
 
 // ---- scontrol show burst ------------------------------------------------------------------
 
+// The guide's example has the layout of 21.08 to 23.11 (no PollInterval line).
 TEST_F(StatusTest, burst_matches_the_guides_lua_example_byte_for_byte) {
+    config_.slurm_release = SlurmRelease{21, 8};
     auto store = open_store();
     {
         WriteTransaction txn(*store, "test");
@@ -25,12 +27,10 @@ TEST_F(StatusTest, burst_matches_the_guides_lua_example_byte_for_byte) {
     const std::string expected =
         "Name=bbkit DefaultPool=(null) Granularity=1 TotalSpace=0 FreeSpace=0 UsedSpace=0\n"
         "  PoolName[0]=pool1 Granularity=1KiB TotalSpace=10000KiB FreeSpace=9750KiB "
-        "UsedSpace=250KiB Availability=up\n"
-        "  PoolName[1]=pool2 Granularity=2 TotalSpace=10 FreeSpace=10 UsedSpace=0 "
-        "Availability=up\n"
-        "  PoolName[2]=pool3 Granularity=1 TotalSpace=4 FreeSpace=4 UsedSpace=0 Availability=up\n"
-        "  PoolName[3]=pool4 Granularity=1 TotalSpace=5GB FreeSpace=4GB UsedSpace=1GB "
-        "Availability=up\n"
+        "UsedSpace=250KiB\n"
+        "  PoolName[1]=pool2 Granularity=2 TotalSpace=10 FreeSpace=10 UsedSpace=0\n"
+        "  PoolName[2]=pool3 Granularity=1 TotalSpace=4 FreeSpace=4 UsedSpace=0\n"
+        "  PoolName[3]=pool4 Granularity=1 TotalSpace=5GB FreeSpace=4GB UsedSpace=1GB\n"
         "  Flags=DisablePersistent\n"
         "  StageInTimeout=86400 StageOutTimeout=86400 ValidateTimeout=5 OtherTimeout=300\n"
         "  GetSysState=(null)\n"
@@ -46,6 +46,7 @@ TEST_F(StatusTest, burst_matches_the_guides_lua_example_byte_for_byte) {
 }
 
 TEST_F(StatusTest, burst_without_buffers_has_no_buffer_sections) {
+    config_.slurm_release = SlurmRelease{23, 11};
     config_.default_pool = "pool1";
     config_.flags.private_data = true;
     config_.flags.teardown_failure = true;
@@ -57,12 +58,88 @@ TEST_F(StatusTest, burst_without_buffers_has_no_buffer_sections) {
     EXPECT_EQ(burst_text(read_status(txn, config_), config_),
               "Name=bbkit DefaultPool=pool1 Granularity=1 TotalSpace=0 FreeSpace=0 UsedSpace=0\n"
               "  PoolName[0]=pool1 Granularity=1KiB TotalSpace=10000KiB FreeSpace=10000KiB "
-              "UsedSpace=0 Availability=up\n"
+              "UsedSpace=0\n"
               "  Flags=DisablePersistent,PrivateData,TeardownFailure\n"
               "  StageInTimeout=300 StageOutTimeout=300 ValidateTimeout=5 OtherTimeout=120\n"
               "  DenyUsers=eve,1234\n"
               "  GetSysState=(null)\n"
               "  GetSysStatus=(null)\n");
+}
+
+// From 24.05 Slurm prints burst_buffer.conf's PollInterval on a line of its own after Flags.
+TEST_F(StatusTest, burst_of_24_05_and_later_prints_poll_interval_after_flags) {
+    config_.slurm_release = SlurmRelease{24, 11};
+    config_.poll_interval = 30;
+    config_.allow_users = {"alice"};
+    config_.pools.resize(1);
+    auto store = open_store();
+    ReadSnapshot txn(*store);
+    EXPECT_EQ(burst_text(read_status(txn, config_), config_),
+              "Name=bbkit DefaultPool=(null) Granularity=1 TotalSpace=0 FreeSpace=0 UsedSpace=0\n"
+              "  PoolName[0]=pool1 Granularity=1KiB TotalSpace=10000KiB FreeSpace=10000KiB "
+              "UsedSpace=0\n"
+              "  Flags=DisablePersistent\n"
+              "  PollInterval=30\n"
+              "  StageInTimeout=86400 StageOutTimeout=86400 ValidateTimeout=5 OtherTimeout=300\n"
+              "  AllowUsers=alice\n"
+              "  GetSysState=(null)\n"
+              "  GetSysStatus=(null)\n");
+    EXPECT_EQ(burst_json(read_status(txn, config_), config_)["poll_interval"], 30);
+}
+
+// Without slurm_release, the newest layout bbkit knows, with Slurm's default PollInterval.
+TEST_F(StatusTest, burst_without_a_release_has_the_newest_layout) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    ReadSnapshot txn(*store);
+    const std::string text = burst_text(read_status(txn, config_), config_);
+    config_.slurm_release = known_slurm_releases().back();
+    EXPECT_EQ(text, burst_text(read_status(txn, config_), config_));
+    EXPECT_NE(text.find("  Flags=DisablePersistent\n  PollInterval=15\n  StageInTimeout="),
+              std::string::npos)
+        << text;
+}
+
+// 20.11 and earlier named the pool lines AltPoolName.
+TEST_F(StatusTest, burst_of_20_11_names_the_pools_alt_pool_name) {
+    config_.slurm_release = SlurmRelease{20, 11};
+    config_.pools.resize(2);
+    auto store = open_store();
+    ReadSnapshot txn(*store);
+    EXPECT_EQ(burst_text(read_status(txn, config_), config_),
+              "Name=bbkit DefaultPool=(null) Granularity=1 TotalSpace=0 FreeSpace=0 UsedSpace=0\n"
+              "  AltPoolName[0]=pool1 Granularity=1KiB TotalSpace=10000KiB FreeSpace=10000KiB "
+              "UsedSpace=0\n"
+              "  AltPoolName[1]=pool2 Granularity=2 TotalSpace=10 FreeSpace=10 UsedSpace=0\n"
+              "  Flags=DisablePersistent\n"
+              "  StageInTimeout=86400 StageOutTimeout=86400 ValidateTimeout=5 OtherTimeout=300\n"
+              "  GetSysState=(null)\n"
+              "  GetSysStatus=(null)\n");
+}
+
+// Each release's lines (bbkit(7), Slurm releases): the pool lines' key and whether PollInterval
+// is there; everything else is the same in every release.
+TEST_F(StatusTest, burst_follows_each_known_release) {
+    config_.pools.resize(1);
+    config_.poll_interval = 7;
+    auto store = open_store();
+    ReadSnapshot txn(*store);
+    const StatusSnapshot snapshot = read_status(txn, config_);
+    const std::string pool_line =
+        "[0]=pool1 Granularity=1KiB TotalSpace=10000KiB FreeSpace=10000KiB UsedSpace=0\n";
+    for (const SlurmRelease release : known_slurm_releases()) {
+        config_.slurm_release = release;
+        const bool polls = !(release < SlurmRelease{24, 5});
+        const std::string key = release < SlurmRelease{21, 8} ? "AltPoolName" : "PoolName";
+        EXPECT_EQ(burst_text(snapshot, config_),
+                  "Name=bbkit DefaultPool=(null) Granularity=1 TotalSpace=0 FreeSpace=0 "
+                  "UsedSpace=0\n  " +
+                      key + pool_line + "  Flags=DisablePersistent\n" +
+                      (polls ? "  PollInterval=7\n" : "") +
+                      "  StageInTimeout=86400 StageOutTimeout=86400 ValidateTimeout=5 "
+                      "OtherTimeout=300\n  GetSysState=(null)\n  GetSysStatus=(null)\n")
+            << to_string(release);
+    }
 }
 
 TEST_F(StatusTest, burst_lists_persistent_buffers_by_name_and_skips_pending_ones) {
@@ -399,8 +476,8 @@ TEST_F(StatusTest, availability_is_in_every_view_and_in_the_published_snapshot) 
     const StatusSnapshot snapshot = read_status(txn, config_);
     EXPECT_EQ(snapshot.pools[0].availability, PoolAvailability::draining);
     EXPECT_EQ(snapshot.pools[1].availability, PoolAvailability::unavailable);
-    EXPECT_NE(burst_text(snapshot, config_).find("UsedSpace=0 Availability=unavailable\n"),
-              std::string::npos);
+    // Slurm's text has no such field (sites grep it): the JSON has it.
+    EXPECT_EQ(burst_text(snapshot, config_).find("Availability"), std::string::npos);
     EXPECT_EQ(burst_json(snapshot, config_)["pools"][1]["availability"], "unavailable");
     EXPECT_EQ(pool_status_json(snapshot.pools[0])["availability"], "draining");
     const std::string metrics = prometheus_text(snapshot, Config{});
