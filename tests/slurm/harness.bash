@@ -188,14 +188,6 @@ burst_pool() {
     sed -n "s/^ *PoolName\[[0-9]*\]=$1 .*TotalSpace=\([^ ]*\) FreeSpace=\([^ ]*\) UsedSpace=\([^ ]*\).*/\1 \2 \3/p"
 }
 
-# The Slurm release this cluster runs, YY.MM: $SLURM_RELEASE when the caller sets it (a run
-# against another release), else what slurmctld -V reports. bbkit.toml names it (slurm_release).
-cluster_release() {
-  local release=${SLURM_RELEASE:-}
-  [ -n "$release" ] || release=$(slurmctld -V 2>/dev/null | sed -n 's/^slurm[^ ]* //p')
-  printf '%s\n' "$release" | sed -n 's/^\([0-9][0-9]\.[0-9][0-9]\).*/\1/p'
-}
-
 # `scontrol show burst`'s layout, from its text on stdin: each line's field names in order and
 # its indentation, without the values.
 burst_layout() {
@@ -386,7 +378,7 @@ directives = ["BB_LUA"]' queue_line=''
     mode_lines="mode = \"datawarp\"
 flags = [${BBKIT_DATAWARP_FLAGS:-\"EnablePersistent\"}]"
   fi
-  release=$(cluster_release)
+  release=$(slurm_release)
   cat >"$BBKIT_CONFIG" <<EOF
 state_dir = "$SLURM_DIR/bbkit/state"
 $mode_lines

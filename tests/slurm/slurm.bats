@@ -339,7 +339,7 @@ resume_copy() {
   # bb-stat burst has this release's layout (bbkit.toml's slurm_release is the cluster's): every
   # line, its fields in their order; the values that are Slurm's own (Name=lua, the timeouts of
   # burst_buffer.conf) aside, the pool's, Flags' and PollInterval's lines are the same text.
-  release=$(cluster_release)
+  release=$(slurm_release)
   slurm_run bb-stat burst
   assert_equal "$status" 0
   via_bbkit=$output
