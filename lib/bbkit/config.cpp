@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <regex>
 #include <sstream>
@@ -20,10 +21,6 @@
 
 namespace bbkit {
 namespace {
-
-// std::map keeps keys sorted, so checks that walk a table report the same problem every run.
-using Value = toml::basic_value<toml::discard_comments, std::map, std::vector>;
-using Table = Value::table_type;
 
 constexpr const char* default_config_path = "/etc/bbkit/bbkit.toml";
 constexpr std::int64_t max_uid = 4294967294;  // (uid_t)-1 means "no uid" to the kernel
@@ -50,6 +47,147 @@ std::string too_large() {
     throw Error(ExitCode::config, printable(where + ": " + key + ": " + why));
 }
 
+// A byte as messages name a control character: "0x01".
+std::string byte_code(unsigned char c) {
+    char code[8];
+    std::snprintf(code, sizeof code, "0x%02x", c);
+    return code;
+}
+
+std::string without_trailing_period(std::string text) {
+    while (!text.empty() && (text.back() == '.' || text.back() == ' '))
+        text.pop_back();
+    return text;
+}
+
+// toml11 words a syntax error "toml::parse_x: what" and hints at places in the source. Our
+// messages are one line: "what (hint)".
+std::string one_line(const std::string& summary, const std::string& hint) {
+    static const std::regex function_prefix(R"(^\s*(toml::[A-Za-z_:]+:\s*)?)");
+    const std::string what =
+        without_trailing_period(std::regex_replace(summary, function_prefix, ""));
+    const std::string clue = without_trailing_period(hint);
+    return clue.empty() ? what : what + " (" + clue + ")";
+}
+
+// --- toml11 3.x and 4.x: all that differs between them, and nothing else ---
+// Tables are std::maps, whose sorted keys make checks that walk a table report the same
+// problem every run; comments are discarded (4.x keeps them by default).
+#if TOML11_VERSION_MAJOR >= 4
+}  // namespace
+
+// Not in the anonymous namespace: with internal linkage, GCC 14 and 16 (-O2) inline toml11 4.4's
+// inline-table parser into parse_value and then warn that a std::optional it tests with
+// has_value() may be used uninitialized: the false -Wmaybe-uninitialized of GCC bug 80635, in
+// the library's code, which no #pragma around <toml.hpp> silences.
+struct ConfigTomlTypes : toml::type_config {
+    using comment_type = toml::discard_comments;
+    template <typename K, typename T>
+    using table_type = std::map<K, T>;
+};
+
+namespace {
+
+using Value = toml::basic_value<ConfigTomlTypes>;
+
+std::size_t line_of(const Value& value) {
+    return value.location().first_line_number();
+}
+
+const std::string& string_in(const Value& value) {
+    return value.as_string();
+}
+
+std::string first_line(const std::string& text) {
+    return text.substr(0, text.find('\n'));
+}
+
+// What toml11 4 points at with a bare "here", named as toml11 3 did: the character there.
+std::string found_at(const toml::source_location& place) {
+    if (!place.is_ok())
+        return "";
+    const std::string& line = place.first_line();
+    const std::size_t at = place.first_column_offset() - 1;  // in first_line()
+    if (at >= line.size())
+        return "got the end of the line";
+    const unsigned char c = static_cast<unsigned char>(line[at]);
+    if (c < 0x20 || c == 0x7f)
+        return "got " + byte_code(c);
+    std::size_t length = 1;  // the whole UTF-8 character
+    while (at + length < line.size() &&
+           (static_cast<unsigned char>(line[at + length]) & 0xc0) == 0x80)
+        ++length;
+    return "got '" + line.substr(at, length) + "'";
+}
+
+// toml11 4 goes on past an error and lists them all: the first is reported, at its first place,
+// with the last hint (naming its line when it is another).
+Value toml_document(const std::string& text, const std::string& source) {
+    auto parsed = toml::try_parse<ConfigTomlTypes>(
+        std::vector<unsigned char>(text.begin(), text.end()), source);
+    if (parsed.is_ok())
+        return std::move(parsed.unwrap());
+    const std::vector<toml::error_info>& errors = parsed.unwrap_err();
+    if (errors.empty())
+        fail_at(source, 0, "invalid TOML", "unexplained error");
+    std::size_t line = 0;
+    std::string hint;
+    for (const auto& [place, words] : errors.front().locations()) {
+        const std::size_t at = place.first_line_number();
+        if (line == 0)
+            line = at;
+        const std::string said = words == "here" ? found_at(place) : first_line(words);
+        if (said.empty())
+            continue;
+        // toml11's "but value already exists" reads, after the summary, "value already exists".
+        hint = said.compare(0, 4, "but ") == 0 ? said.substr(4) : said;
+        if (at != line)
+            hint += " at line " + std::to_string(at);
+    }
+    fail_at(source, line, "invalid TOML", one_line(first_line(errors.front().title()), hint));
+}
+#else
+using Value = toml::basic_value<toml::discard_comments, std::map, std::vector>;
+
+std::size_t line_of(const Value& value) {
+    return value.location().line();
+}
+
+const std::string& string_in(const Value& value) {
+    return value.as_string().str;
+}
+
+// toml11 3 explains a syntax error over several lines: "[error] toml::parse_x: what", then a
+// source excerpt with "^--- hint" marks, of which the last that says more than "here" is kept.
+std::string one_line(const std::string& toml_message) {
+    static const std::regex hint_line(R"(^\s*\|\s*[\^~]+-*\s+(.+)$)");
+    static const std::string error_tag = "[error]";
+    std::istringstream lines(toml_message);
+    std::string summary;
+    std::getline(lines, summary);
+    if (summary.compare(0, error_tag.size(), error_tag) == 0)
+        summary.erase(0, error_tag.size());
+    std::string line;
+    std::string hint;
+    std::smatch match;
+    while (std::getline(lines, line))
+        if (std::regex_match(line, match, hint_line) && match[1] != "here")
+            hint = match[1];
+    return one_line(summary, hint);
+}
+
+Value toml_document(const std::string& text, const std::string& source) {
+    std::istringstream stream(text);
+    try {
+        return toml::parse<toml::discard_comments, std::map, std::vector>(stream, source);
+    } catch (const toml::exception& error) {
+        fail_at(source, error.location().line(), "invalid TOML", one_line(error.what()));
+    }
+}
+#endif
+using Table = Value::table_type;
+// --- end of what differs between toml11 3.x and 4.x ---
+
 // One value of the document with the dotted key ("pool[0].name") that names it in messages.
 class Field {
   public:
@@ -58,7 +196,7 @@ class Field {
 
     const Value& value() const { return *value_; }
     const std::string& key() const { return key_; }
-    std::size_t line() const { return value_->location().line(); }
+    std::size_t line() const { return line_of(*value_); }
 
     [[noreturn]] void fail(const std::string& why) const { fail_at(*source_, line(), key_, why); }
     // For a key that should be in this table but is not: the table's line is the best we have.
@@ -145,7 +283,7 @@ std::vector<Field> items_of(const Field& field, const std::string& expected = "a
 
 std::string string_of(const Field& field, const std::string& expected = "a string") {
     expect_type(field, toml::value_t::string, expected);
-    return field.value().as_string().str;
+    return string_in(field.value());
 }
 
 std::int64_t integer_of(const Field& field) {
@@ -601,30 +739,6 @@ Config config_of(const Field& root) {
     return config;
 }
 
-std::string without_trailing_period(std::string text) {
-    while (!text.empty() && (text.back() == '.' || text.back() == ' '))
-        text.pop_back();
-    return text;
-}
-
-// toml11 explains a syntax error over several lines: "[error] toml::parse_x: what", then a
-// source excerpt with "^--- hint" marks. Our messages are one line: keep the what and last hint.
-std::string one_line(const std::string& toml_message) {
-    static const std::regex summary_prefix(R"(^\[error\]\s*(toml::[A-Za-z_:]+:\s*)?)");
-    static const std::regex hint_line(R"(^\s*\|\s*[\^~]+-*\s+(.+)$)");
-    std::istringstream lines(toml_message);
-    std::string summary;
-    std::getline(lines, summary);
-    summary = without_trailing_period(std::regex_replace(summary, summary_prefix, ""));
-    std::string line;
-    std::string hint;
-    std::smatch match;
-    while (std::getline(lines, line))
-        if (std::regex_match(line, match, hint_line) && match[1] != "here")
-            hint = without_trailing_period(match[1]);
-    return hint.empty() ? summary : summary + " (" + hint + ")";
-}
-
 // The byte length of the UTF-8 sequence starting at text[i], or 0 when it is not valid UTF-8
 // (overlong forms, surrogates and code points past U+10FFFF included).
 std::size_t utf8_sequence(const std::string& text, std::size_t i) {
@@ -677,7 +791,7 @@ void check_utf8(const std::string& text, const std::string& source) {
 // shipped example's 33 comment lines were 40% of its parse, paid by every tool call at a site
 // that keeps them. Only where nothing can be mistaken for a comment: no multi-line string in
 // the file (a line in one may start with '#'), and no character TOML forbids in a comment (such
-// a line stays, so that toml11 reports it). Single-line strings cannot span a line.
+// a line stays; check_comment refuses it first). Single-line strings cannot span a line.
 std::string without_comment_lines(const std::string& text) {
     if (text.find("\"\"\"") != std::string::npos || text.find("'''") != std::string::npos)
         return text;
@@ -745,12 +859,27 @@ std::size_t string_end(const std::string& text, std::size_t i) {
                 " deep (bbkit.toml needs two levels at most: flatten them)");
 }
 
+// TOML allows no control character in a comment but tab (and the CR of a CRLF). Refused here,
+// before toml11: 4.x reports one at the line after the comment's.
+void check_comment(const std::string& text, std::size_t begin, std::size_t end,
+                   const std::string& source, std::size_t line) {
+    for (std::size_t i = begin; i < end; ++i) {
+        const unsigned char c = static_cast<unsigned char>(text[i]);
+        if ((c >= 0x20 && c != 0x7f) || c == '\t' ||
+            (c == '\r' && i + 1 == end && end < text.size()))
+            continue;
+        fail_at(source, line, "invalid TOML",
+                "control character " + byte_code(c) + " in a comment (byte " +
+                    std::to_string(i + 1) + "; a comment may hold none but tab)");
+    }
+}
+
 // Refuses arrays, inline tables and dotted keys nested deeper than max_nesting before toml11
 // works on them: it recurses once per array or inline table, and takes time quadratic in the
 // parts of a dotted key. Brackets and dots in strings and comments do not count; a table header
 // ([a] or [[pool]]) opens and closes on its line, so it never adds up. Outside strings, only a
 // dotted key holds more than one dot between two of "=,[]{}" and a newline (a float or a time
-// holds one).
+// holds one). Each comment met on the way goes through check_comment.
 void check_nesting(const std::string& text, const std::string& source) {
     std::size_t depth = 0;
     std::size_t dots = 0;
@@ -765,7 +894,9 @@ void check_nesting(const std::string& text, const std::string& source) {
             continue;
         }
         if (c == '#') {
-            i = std::min(text.find('\n', i), text.size()) - 1;
+            const std::size_t end = std::min(text.find('\n', i), text.size());
+            check_comment(text, i, end, source, line);
+            i = end - 1;
         } else if (c == '.') {
             if (++dots >= max_nesting)
                 too_deep(source, line, "dotted keys");
@@ -789,12 +920,7 @@ Value parse_toml(const std::string& text, const std::string& source) {
         fail_at(source, 0, "refused", too_large() + " (is this a bbkit.toml?)");
     check_utf8(text, source);
     check_nesting(text, source);
-    std::istringstream stream(without_comment_lines(text));
-    try {
-        return toml::parse<toml::discard_comments, std::map, std::vector>(stream, source);
-    } catch (const toml::exception& error) {
-        fail_at(source, error.location().line(), "invalid TOML", one_line(error.what()));
-    }
+    return toml_document(without_comment_lines(text), source);
 }
 
 struct FileCloser {

@@ -7,7 +7,16 @@
 #include <unistd.h>
 
 #include <atomic>
+// Boost.Process v1. Newer Boosts keep it in <boost/process/v1.hpp>, namespace
+// boost::process::v1, and make <boost/process.hpp> the different v2 (1.88 on); older ones have
+// <boost/process.hpp> only.
+#if __has_include(<boost/process/v1.hpp>)
+#include <boost/process/v1.hpp>
+#define BBKIT_BOOST_PROCESS_V1 boost::process::v1
+#else
 #include <boost/process.hpp>
+#define BBKIT_BOOST_PROCESS_V1 boost::process
+#endif
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -20,7 +29,7 @@
 #include "bbkit/fsops.hpp"
 
 namespace bbkit {
-namespace bp = boost::process;
+namespace bp = BBKIT_BOOST_PROCESS_V1;
 
 namespace {
 

@@ -351,6 +351,23 @@ TEST(config, a_comment_holding_a_control_character_is_still_refused) {
                             "t.toml:1: invalid TOML: "));
 }
 
+// Named at the comment's own line (toml11 4 reports it at the next one), whatever toml11 says.
+TEST(config, a_control_character_in_a_comment_is_named_with_its_line_and_byte) {
+    EXPECT_EQ(config_error("cluster = \"x\"\n# bad \x01 byte\n"),
+              "t.toml:2: invalid TOML: control character 0x01 in a comment (byte 21; a comment "
+              "may hold none but tab)");
+    EXPECT_EQ(config_error("cluster = \"x\" # \x7f\nstate_dir = \"/x\"\n"),
+              "t.toml:1: invalid TOML: control character 0x7f in a comment (byte 17; a comment "
+              "may hold none but tab)");
+    EXPECT_TRUE(
+        starts_with(config_error("# a\rb\ncluster = \"x\"\n"),
+                    "t.toml:1: invalid TOML: control character 0x0d in a comment (byte 4;"));
+    EXPECT_TRUE(starts_with(config_error("cluster = \"x\" # a\r"),
+                            "t.toml:1: invalid TOML: control character 0x0d in a comment"));
+    // A tab, and the CR of a CRLF, are no control characters here.
+    EXPECT_EQ(parse_config("cluster = \"x\" # a\tb\r\n#\tc\r\n" + pool_a, "t.toml").cluster, "x");
+}
+
 TEST(config, escapes_control_characters_to_keep_messages_on_one_line) {
     EXPECT_EQ(config_error("cluster = \"a\\nb\"\n"),
               "t.toml:1: cluster: invalid character in 'a\\x0ab' (use letters, digits, '_', '.', "
