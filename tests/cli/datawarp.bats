@@ -285,6 +285,13 @@ pool_free() {
   # Every line is NAME=value, as Slurm adds each to the job's environment; no empty line.
   run grep -cv '^[A-Za-z_][A-Za-z0-9_]*=' "$jd/path"
   assert_output 0
+  # An array task's path file (Slurm 24.11 names hash.N/job.ID, a directory it no longer
+  # creates for array tasks): the directory is made, private, as Slurm makes its own.
+  run dw --function paths --job "$s" --token 11 --pathfile "$TEST_DIR/state/hash.2/job.12/path"
+  assert_success
+  assert_equal "$(stat -c %a "$TEST_DIR/state/hash.2/job.12")" 700
+  assert_equal "$(stat -c %a "$TEST_DIR/state/hash.2")" 700
+  cmp "$jd/path" "$TEST_DIR/state/hash.2/job.12/path"
 
   run dw --function pre_run --token 11 --job "$s" --nodehostnamefile "$jd/client_nids"
   assert_success
