@@ -129,13 +129,12 @@ EOF2
   assert_pool_whole pool1
 }
 
-@test "a. stage-in and stage-out of real files: the tasks (batch and srun) read their input in \$BB_JOB_DIR, the output lands, the buffer ends complete" {
-  run_stage_in_and_out a
-}
-
-@test "b. two jobs that together exceed the pool: the second waits in bbkit's queue (CONFIGURING), then runs" {
-  first=$(held_job_script b1.sh b '#SBATCH --job-name=scenario-b1' '#BB pool=small capacity=6MiB')
-  second=$(job_script b2.sh '#SBATCH --job-name=scenario-b2' '#BB pool=small capacity=6MiB' <<<'echo "second ran in $BB_JOB_DIR"')
+# Two jobs of 6MiB each in the 10MiB pool "small": TAG1 holds its buffer, RUNNING, until
+# $JOBS_DIR/release-TAG exists; TAG2, submitted then, prints where it ran. Sets job1 and job2.
+submit_pair() {
+  local tag=$1 first second
+  first=$(held_job_script "${tag}1.sh" "$tag" "#SBATCH --job-name=scenario-${tag}1" '#BB pool=small capacity=6MiB')
+  second=$(job_script "${tag}2.sh" "#SBATCH --job-name=scenario-${tag}2" '#BB pool=small capacity=6MiB' <<<'echo "second ran in $BB_JOB_DIR"')
   submit "$first"
   assert_equal "$status" 0
   job1=$JOB
@@ -143,6 +142,14 @@ EOF2
   submit "$second"
   assert_equal "$status" 0
   job2=$JOB
+}
+
+@test "a. stage-in and stage-out of real files: the tasks (batch and srun) read their input in \$BB_JOB_DIR, the output lands, the buffer ends complete" {
+  run_stage_in_and_out a
+}
+
+@test "b. two jobs that together exceed the pool: the second waits in bbkit's queue (CONFIGURING), then runs" {
+  submit_pair b
   # Its PrologSlurmctld waits in the pool's FIFO queue: Slurm shows the job CONFIGURING (it
   # holds its CPU meanwhile), bbkit has no buffer for it yet.
   wait_job "$job2" 'JobState=CONFIGURING ' 30
@@ -380,15 +387,7 @@ job_epoch() {
     sed -i "s/^SchedulerParameters=.*/SchedulerParameters=bf_interval=1,requeue_delay=$delay/" "$SLURM_CONF"
   fi
   restart_slurmctld "[timeouts] queue = 2, a requeue delay of $delay s"
-  first=$(held_job_script h1.sh h '#SBATCH --job-name=scenario-h1' '#BB pool=small capacity=6MiB')
-  second=$(job_script h2.sh '#SBATCH --job-name=scenario-h2' '#BB pool=small capacity=6MiB' <<<'echo "second ran in $BB_JOB_DIR"')
-  submit "$first"
-  assert_equal "$status" 0
-  job1=$JOB
-  wait_job "$job1" 'JobState=RUNNING ' 60
-  submit "$second"
-  assert_equal "$status" 0
-  job2=$JOB
+  submit_pair h
   wait_job "$job2" 'JobState=CONFIGURING ' 30
   wait_job "$job2" 'JobState=PENDING Reason=BeginTime ' 60
   local requeued eligible
