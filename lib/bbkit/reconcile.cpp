@@ -60,27 +60,50 @@ std::string failure(const std::string& program, const ProcessOutcome& o) {
 
 }  // namespace
 
+bool slurm_job_ended(const std::string& state) {
+    // Slurm's final base states as squeue prints them; a job with a flag that still matters
+    // (COMPLETING, REQUEUED, SPECIAL_EXIT, STAGE_OUT, ...) is shown by the flag instead.
+    static const std::vector<std::string> ended = {
+        "BOOT_FAIL", "CANCELLED", "COMPLETED",     "DEADLINE", "FAILED",
+        "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "TIMEOUT"};
+    return std::find(ended.begin(), ended.end(), state) != ended.end();
+}
+
+const char* to_string(OrphanReason reason) {
+    switch (reason) {
+        case OrphanReason::unknown_to_slurm:
+            return "unknown-to-slurm";
+        case OrphanReason::pending_in_slurm:
+            return "pending-in-slurm";
+        case OrphanReason::ended_in_slurm:
+            return "ended-in-slurm";
+    }
+    return "unknown-to-slurm";
+}
+
 SlurmClients::SlurmClients(std::chrono::milliseconds timeout) : timeout_(timeout) {}
 
-std::map<std::uint64_t, std::string> SlurmClients::known_jobs() {
-    const Output out = run_client(
-        "squeue", {"--noheader", "--all", "--states=all", "--Format=JobID:24,BurstBufferState:24"},
-        timeout_);
+std::map<std::uint64_t, SlurmJob> SlurmClients::known_jobs() {
+    const Output out = run_client("squeue",
+                                  {"--noheader", "--all", "--states=all",
+                                   "--Format=JobID:24,State:24,BurstBufferState:24"},
+                                  timeout_);
     if (out.outcome.exit_code != 0)
         throw Error(ExitCode::unavailable, failure("squeue", out.outcome));
-    std::map<std::uint64_t, std::string> jobs;
+    std::map<std::uint64_t, SlurmJob> jobs;
     for (const std::string& line : out.lines) {
         std::istringstream fields(line);
-        std::string id, bb_state;
+        std::string id;
+        SlurmJob job_info;
         if (!(fields >> id))
             continue;
-        fields >> bb_state;  // absent for a job without a burst buffer
+        fields >> job_info.state >> job_info.bb_state;  // no BurstBufferState without a buffer
         const std::optional<std::uint64_t> job = parse_decimal(id);
         if (!job)
             throw Error(ExitCode::unavailable, "cannot ask Slurm: squeue printed '" + line +
                                                    "' where a job id was expected; nothing was "
                                                    "torn down");
-        jobs[*job] = bb_state;
+        jobs[*job] = job_info;
     }
     return jobs;
 }
@@ -111,21 +134,25 @@ ReconcileResult reconcile_slurm(StateStore& store, const Config& config, SlurmJo
     if (live.empty())
         return result;
     // Ask everything first: a failure here leaves every buffer as it is.
-    const std::map<std::uint64_t, std::string> listed = slurm.known_jobs();
-    std::vector<std::pair<Buffer, bool>> orphans;  // the buffer, lost by Slurm
+    const std::map<std::uint64_t, SlurmJob> listed = slurm.known_jobs();
+    std::vector<std::pair<Buffer, OrphanReason>> orphans;
     for (const Buffer& b : live) {
         const auto found = listed.find(b.key.job_id);
+        const bool before_pre_run = b.state == BufferState::allocated ||
+                                    b.state == BufferState::staging_in ||
+                                    b.state == BufferState::staged_in;
         if (found == listed.end()) {
             if (!slurm.knows(b.key.job_id))
-                orphans.emplace_back(b, false);
-        } else if (found->second == "pending" &&
-                   (b.state == BufferState::allocated || b.state == BufferState::staging_in ||
-                    b.state == BufferState::staged_in)) {
-            orphans.emplace_back(b, true);
+                orphans.emplace_back(b, OrphanReason::unknown_to_slurm);
+        } else if (before_pre_run && found->second.bb_state == "pending") {
+            orphans.emplace_back(b, OrphanReason::pending_in_slurm);
+        } else if (before_pre_run && config.mode == Mode::standalone &&
+                   slurm_job_ended(found->second.state)) {
+            orphans.emplace_back(b, OrphanReason::ended_in_slurm);
         }
     }
-    for (const auto& [b, lost] : orphans) {
-        ReconcileEntry entry{b, false, "", lost};
+    for (const auto& [b, reason] : orphans) {
+        ReconcileEntry entry{b, false, "", reason};
         if (apply) {
             try {
                 TeardownOptions options;
@@ -143,9 +170,10 @@ ReconcileResult reconcile_slurm(StateStore& store, const Config& config, SlurmJo
     return result;
 }
 
-std::size_t ReconcileResult::lost_by_slurm() const {
-    return static_cast<std::size_t>(std::count_if(
-        orphans.begin(), orphans.end(), [](const ReconcileEntry& e) { return e.lost_by_slurm; }));
+std::size_t ReconcileResult::count(OrphanReason reason) const {
+    return static_cast<std::size_t>(
+        std::count_if(orphans.begin(), orphans.end(),
+                      [reason](const ReconcileEntry& e) { return e.reason == reason; }));
 }
 
 }  // namespace bbkit

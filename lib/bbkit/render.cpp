@@ -597,7 +597,7 @@ json reconcile_json(const ReconcileResult& result, bool applied) {
                            {"allocated", b.allocated_bytes},
                            {"state", to_string(b.state)},
                            {"torn_down", e.torn_down},
-                           {"reason", e.lost_by_slurm ? "pending-in-slurm" : "unknown-to-slurm"},
+                           {"reason", to_string(e.reason)},
                            {"note", e.note}});
     }
     return {{"checked", result.checked}, {"applied", applied}, {"orphans", orphans}};
@@ -605,21 +605,32 @@ json reconcile_json(const ReconcileResult& result, bool applied) {
 
 std::string reconcile_text(const ReconcileResult& result, bool applied) {
     std::ostringstream out;
+    const auto label = [](OrphanReason reason) {
+        switch (reason) {
+            case OrphanReason::pending_in_slurm:
+                return "pending in Slurm: ";
+            case OrphanReason::ended_in_slurm:
+                return "ended in Slurm: ";
+            case OrphanReason::unknown_to_slurm:
+                break;
+        }
+        return "unknown to Slurm: ";
+    };
     for (const ReconcileEntry& e : result.orphans) {
         const Buffer& b = e.buffer;
-        out << (applied ? (e.torn_down ? "torn down: " : "NOT torn down: ")
-                        : (e.lost_by_slurm ? "pending in Slurm: " : "unknown to Slurm: "))
+        out << (applied ? (e.torn_down ? "torn down: " : "NOT torn down: ") : label(e.reason))
             << b.key.str() << " (job " << b.key.job_id << ", user " << b.user << ", pool " << b.pool
             << ", " << format_size(b.allocated_bytes) << ", " << to_string(b.state) << ")";
         if (!e.note.empty())
             out << ": " << e.note;
         out << '\n';
     }
-    const std::size_t lost = result.lost_by_slurm();
-    out << result.checked << " job buffer(s) checked, " << result.orphans.size() - lost
-        << " unknown to Slurm";
-    if (lost > 0)
+    out << result.checked << " job buffer(s) checked, "
+        << result.count(OrphanReason::unknown_to_slurm) << " unknown to Slurm";
+    if (const std::size_t lost = result.count(OrphanReason::pending_in_slurm); lost > 0)
         out << ", " << lost << " pending in Slurm (its buffer lost)";
+    if (const std::size_t ended = result.count(OrphanReason::ended_in_slurm); ended > 0)
+        out << ", " << ended << " ended in Slurm before it ran";
     if (!applied && !result.orphans.empty())
         out << " (--apply tears them down)";
     out << '\n';

@@ -73,7 +73,7 @@ nlohmann::json findings_json(const std::vector<Finding>& findings);
 std::string findings_text(const std::vector<Finding>& findings);
 
 // bb-pool reconcile: {"checked", "applied", "orphans": [{"key", "job_id", "user", "uid", "pool",
-// "allocated", "state", "torn_down", "note"}]}.
+// "allocated", "state", "torn_down", "reason", "note"}]}.
 nlohmann::json reconcile_json(const ReconcileResult& result, bool applied);
 std::string reconcile_text(const ReconcileResult& result, bool applied);
 

@@ -93,16 +93,16 @@ teardown() {
   assert_output "2 job buffer(s) checked, 0 unknown to Slurm"
 }
 
-# squeue's second column is the job's BurstBufferState. Pending while bbkit holds its buffer is
+# squeue's columns: job id, job state, BurstBufferState. Pending while bbkit holds its buffer is
 # a buffer Slurm lost (slurmctld killed before it saved it): the job waits for space bbkit holds.
 @test "a job Slurm lists with BurstBufferState pending has lost its buffer: listed, and torn down with --apply" {
   bb-stage pre-run --job 3 >/dev/null
-  printf '1 pending\n2 staging-in\n3 pending\n' >"$TEST_DIR/jobs"
+  printf '1 PENDING pending\n2 CONFIGURING staging-in\n3 RUNNING pending\n' >"$TEST_DIR/jobs"
   run bb-pool reconcile --slurm
   assert_success
   assert_output "pending in Slurm: main.1.1 (job 1, user root, pool small, 1KiB, allocated)
 3 job buffer(s) checked, 0 unknown to Slurm, 1 pending in Slurm (its buffer lost) (--apply tears them down)"
-  run grep -x "squeue --noheader --all --states=all --Format=JobID:24,BurstBufferState:24" "$TEST_DIR/calls"
+  run grep -x "squeue --noheader --all --states=all --Format=JobID:24,State:24,BurstBufferState:24" "$TEST_DIR/calls"
   assert_success
   run bb-pool reconcile --slurm --json
   assert_output --partial '"reason": "pending-in-slurm"'
@@ -117,6 +117,38 @@ teardown() {
   run bb-pool alloc --job 1 --user root --pool small --capacity 1K
   assert_success
   assert_output --partial "main.1.2"
+}
+
+# Standalone mode: bbkit's EpilogSlurmctld ends each buffer, and Slurm's flush of a job cancelled
+# while its PrologSlurmctld runs can kill that epilog before it starts its work. A job Slurm
+# lists as ended whose buffer never reached pre-run has nothing in it: listed and, with --apply,
+# torn down. Buffers of jobs still completing, or that ran (pre-run done), are never touched,
+# nor are they in slurm mode (Slurm tears down its own).
+@test "standalone: a job Slurm lists as ended before it ran, its buffer not ended: listed and torn down with --apply" {
+  write_config 'mode = "standalone"'
+  bb-pool alloc --job 4 --user root --pool small --capacity 1K >/dev/null
+  bb-stage pre-run --job 2 >/dev/null
+  printf '1 CANCELLED\n2 COMPLETED\n3 COMPLETING\n4 TIMEOUT\n' >"$TEST_DIR/jobs"
+  run bb-pool reconcile --slurm
+  assert_success
+  assert_output "ended in Slurm: main.1.1 (job 1, user root, pool small, 1KiB, allocated)
+ended in Slurm: main.4.1 (job 4, user root, pool small, 1KiB, allocated)
+4 job buffer(s) checked, 0 unknown to Slurm, 2 ended in Slurm before it ran (--apply tears them down)"
+  run bb-pool reconcile --slurm --json
+  assert_output --partial '"reason": "ended-in-slurm"'
+  run bb-pool reconcile --slurm --apply
+  assert_success
+  assert_line --index 0 "torn down: main.1.1 (job 1, user root, pool small, 1KiB, allocated)"
+  assert_line --index 1 "torn down: main.4.1 (job 4, user root, pool small, 1KiB, allocated)"
+  for id in 1 4; do assert_dir_not_exists "$(bbdir $TEST_DIR/small/job/main.$id.1)"; done
+  for id in 2 3; do assert_dir_exists "$(bbdir $TEST_DIR/small/job/main.$id.1)"; done
+  # The same answer in slurm mode touches nothing: Slurm tears its jobs' buffers down itself.
+  write_config 'mode = "slurm"' 'directives = ["BB_LUA"]'
+  bb-pool alloc --job 7 --user root --pool small --capacity 1K >/dev/null
+  echo "7 CANCELLED" >>"$TEST_DIR/jobs"
+  run bb-pool reconcile --slurm --apply
+  assert_success
+  assert_output "3 job buffer(s) checked, 0 unknown to Slurm"
 }
 
 @test "when Slurm cannot be asked: exit 69 and nothing is torn down" {

@@ -316,10 +316,39 @@ resume_copy() {
   assert_equal "$status" 0
   wait_job_done "$job" CANCELLED 60
   wait_until 60 "the copy to stop" test -z "$(open_files_under "$SLURM_DIR/pools/slow")"
+  # The flush also kills the EpilogSlurmctld Slurm has just started for the job, its process
+  # group included: when that lands before the epilog's end has left the group, slurmctld logs
+  # "JobId=N EpilogSlurmctld killed by signal 9", the buffer stays, and reconcile (its timer)
+  # ends it, as a job Slurm lists as ended whose buffer never got to pre-run.
+  local waited=0
+  while ! bb_state_is "$job" complete && [ "$waited" -lt 100 ]; do
+    sleep 0.2
+    waited=$((waited + 1))
+  done
+  if ! bb_state_is "$job" complete &&
+    grep -q "JobId=$job EpilogSlurmctld killed by signal 9" "$SLURM_DIR/log/slurmctld.log"; then
+    transcript "(Slurm killed job $job's EpilogSlurmctld before its end left the process group)"
+    slurm_run bb-pool reconcile --slurm --apply
+    assert_equal "$status" 0
+    assert_line --index 0 --regexp "^torn down: [^ ]+\.$job\.1 \(job $job, "
+  fi
   wait_until 60 "job $job's buffer to be complete" bb_state_is "$job" complete
   assert_no_buffer_dir slow "$job"
   assert_pool_whole slow
   [ ! -e "$JOBS_DIR/scenario-e-$job.out" ] || fail "the job ran: $(cat "$JOBS_DIR/scenario-e-$job.out")"
+
+  # The same outcome made certain: a reservation for the job, which Slurm lists as CANCELLED
+  # (as one made by a prolog in the flush's window would be), is found and ended by reconcile.
+  slurm_run bb-pool alloc --job "$job" --user "$SLURM_TEST_USER" --pool slow --capacity 1MiB
+  assert_equal "$status" 0
+  slurm_run bb-pool reconcile --slurm
+  assert_equal "$status" 0
+  assert_line --index 0 --regexp "^ended in Slurm: [^ ]+\.$job\.2 \(job $job, user $SLURM_TEST_USER, pool slow, 1MiB, allocated\)$"
+  slurm_run bb-pool reconcile --slurm --apply
+  assert_equal "$status" 0
+  assert_line --index 0 --regexp "^torn down: [^ ]+\.$job\.2 "
+  assert_no_buffer_dir slow "$job"
+  assert_pool_whole slow
 }
 
 @test "f. scenario a again with SlurmUser=slurm (the tools through sudo -n and the drop-in)" {
