@@ -63,9 +63,9 @@ std::string failure(const std::string& program, const ProcessOutcome& o) {
 bool slurm_job_ended(const std::string& state) {
     // Slurm's final base states as squeue prints them; a job with a flag that still matters
     // (COMPLETING, REQUEUED, SPECIAL_EXIT, STAGE_OUT, ...) is shown by the flag instead.
-    static const std::vector<std::string> ended = {
-        "BOOT_FAIL", "CANCELLED", "COMPLETED",     "DEADLINE", "FAILED",
-        "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "TIMEOUT"};
+    static const std::vector<std::string> ended = {"BOOT_FAIL", "CANCELLED",     "COMPLETED",
+                                                   "DEADLINE",  "FAILED",        "NODE_FAIL",
+                                                   "PREEMPTED", "OUT_OF_MEMORY", "TIMEOUT"};
     return std::find(ended.begin(), ended.end(), state) != ended.end();
 }
 
@@ -84,10 +84,10 @@ const char* to_string(OrphanReason reason) {
 SlurmClients::SlurmClients(std::chrono::milliseconds timeout) : timeout_(timeout) {}
 
 std::map<std::uint64_t, SlurmJob> SlurmClients::known_jobs() {
-    const Output out = run_client("squeue",
-                                  {"--noheader", "--all", "--states=all",
-                                   "--Format=JobID:24,State:24,BurstBufferState:24"},
-                                  timeout_);
+    const Output out = run_client(
+        "squeue",
+        {"--noheader", "--all", "--states=all", "--Format=JobID:24,State:24,BurstBufferState:24"},
+        timeout_);
     if (out.outcome.exit_code != 0)
         throw Error(ExitCode::unavailable, failure("squeue", out.outcome));
     std::map<std::uint64_t, SlurmJob> jobs;
