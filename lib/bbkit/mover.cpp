@@ -153,6 +153,10 @@ enum class Kind { file, symlink, fifo, hard_link };
 // the allocator's share): a batch is closed at whichever bound it reaches first.
 constexpr std::size_t max_batch_entries = 16384;
 constexpr std::size_t entry_overhead = 512;
+// The first batch is this small, and each next one twice the last up to the bound: the copy
+// starts once a few entries are walked, not a whole batch (the time before the first byte is
+// serial), and later batches are large enough that finishing them costs little.
+constexpr std::size_t first_batch_entries = 256;
 // Batches alive at once: one being walked, one queued, one being copied.
 constexpr std::size_t queued_batches = 1;
 
@@ -242,6 +246,9 @@ struct Worker {
     };
     CachedDir src_dir, dst_dir;
     CopyBuffers buffers;
+    // Where its time went (MovePhases): copying, and its first and last copy (unset: none).
+    Clock::duration busy{};
+    Clock::time_point first_copy{}, last_copy{};
 };
 
 // Joins every thread it started, whatever happens.
@@ -414,6 +421,8 @@ class Mover {
     template <class Fn>
     void run_parallel(std::size_t count, Fn fn);
     void report(bool force);
+    MovePhases phases(Clock::time_point end) const;
+    static double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
     void warn(const std::string& message);
     void check_stopped() const {
         if (stop_.load(std::memory_order_relaxed))
@@ -427,6 +436,7 @@ class Mover {
     std::vector<Worker> workers_;
     std::size_t batch_entries_ = max_batch_entries;
     std::size_t batch_bytes_ = 0;
+    std::size_t batch_limit_ = 0;  // the batch being filled: doubles from the first's to the max
 
     // The walker's own.
     Batch batch_;
@@ -450,6 +460,7 @@ class Mover {
     std::size_t link_bytes_ = 0;
     bool link_overflow_ = false;
     std::unique_ptr<LinkSpill> spill_;
+    std::uint64_t capacity_counted_ = 0;  // see MovePlan::capacity
 
     // Between the walker and the executor.
     std::mutex queue_mutex_;
@@ -464,6 +475,11 @@ class Mover {
     std::vector<Fd> file_systems_;  // one descriptor per destination file system
     std::set<dev_t> file_system_ids_;
     std::set<std::string> dirs_to_sync_;  // destination directories outside the walked trees
+
+    // Phase times (MovePhases). The walker's is written before walk_finished_ is set; the
+    // others are the executor's own.
+    Clock::time_point start_{};
+    Clock::duration walk_time_{}, wait_time_{}, copy_time_{}, finish_time_{}, sync_time_{};
 
     std::atomic<bool> stop_{false};
     std::atomic<bool> walk_done_{false};
@@ -507,6 +523,7 @@ Mover::Mover(const MovePlan& plan, const std::function<void(const MoveProgress&)
     // workers' buffers and the allocator's slack the rest.
     batch_bytes_ = static_cast<std::size_t>(std::max<std::uint64_t>(plan.memory_limit / 16, 1));
     batch_entries_ = plan.batch_entries > 0 ? plan.batch_entries : max_batch_entries;
+    batch_limit_ = std::min(first_batch_entries, batch_entries_);
     umask_ = umask(077);  // reading it means setting it: put it back at once
     umask(umask_);
     uid_ = geteuid();
@@ -596,6 +613,7 @@ void Mover::run_parallel(std::size_t count, Fn fn) {
 // The walker thread: every entry depth first, in batches; the last batch, or the failure that
 // ended the walk, reaches the executor through the queue.
 void Mover::walk() {
+    const Clock::time_point began = Clock::now();
     try {
         for (const MoveEntry& entry : plan_.entries) {
             check_stopped();
@@ -611,6 +629,7 @@ void Mover::walk() {
         stop_ = true;
     }
     std::lock_guard<std::mutex> lock(queue_mutex_);
+    walk_time_ = Clock::now() - began;
     walk_finished_ = true;
     queue_changed_.notify_all();
 }
@@ -936,6 +955,10 @@ void Mover::add_node(const std::string& src, const std::string& dst, const struc
                         parent ? dst_->join(parent->at, split_last(dst).second) : dst);
         }
     }
+    if (plan_.capacity && type == S_IFREG) {
+        capacity_counted_ += static_cast<std::uint64_t>(st.st_size);
+        require_fits(capacity_counted_, *plan_.capacity);
+    }
     if (node.kind == Kind::file)
         bytes_total_ += static_cast<std::uint64_t>(st.st_size);
     ++files_total_;
@@ -945,8 +968,7 @@ void Mover::add_node(const std::string& src, const std::string& dst, const struc
 
 void Mover::account(std::size_t bytes) {
     batch_.bytes += bytes;
-    if (batch_.nodes.size() + batch_.closed.size() >= batch_entries_ ||
-        batch_.bytes >= batch_bytes_)
+    if (batch_.nodes.size() + batch_.closed.size() >= batch_limit_ || batch_.bytes >= batch_bytes_)
         hand_over();
 }
 
@@ -959,6 +981,7 @@ void Mover::hand_over() {
     check_stopped();
     queue_.push_back(std::move(batch_));
     batch_ = Batch{};
+    batch_limit_ = std::min(batch_limit_ * 2, batch_entries_);
     queue_changed_.notify_all();
     lock.unlock();
     fault_point("mover.batch-walked");
@@ -1525,10 +1548,15 @@ void Mover::copy_batch(Batch& batch) {
                      active.end());
     }
     run_parallel(runs.size(), [&](std::size_t r, Worker& worker) {
+        const Clock::time_point began = Clock::now();
+        if (worker.first_copy == Clock::time_point{})
+            worker.first_copy = began;
         for (std::size_t t = runs[r].first; t < runs[r].second; ++t) {
             check_stopped();
             run_task(tasks[t], worker);
         }
+        worker.last_copy = Clock::now();
+        worker.busy += worker.last_copy - began;
     });
 }
 
@@ -1607,9 +1635,11 @@ void Mover::sync_file_systems() {
         return;
     syncing_ = true;
     report(true);
+    const Clock::time_point began = Clock::now();
     for (const Fd& fd : file_systems_)
         if (syncfs(fd.get()) != 0)
             fail("sync the destination file system", errno);
+    sync_time_ += Clock::now() - began;
     syncing_ = false;
 }
 
@@ -1761,7 +1791,7 @@ void Mover::remove_temps(Batch* batch) noexcept {
 }
 
 MoveSummary Mover::run() {
-    const Clock::time_point start = Clock::now();
+    const Clock::time_point start = start_ = Clock::now();
     std::thread walker;
     Batch running;
     auto stop_walker = [&] {
@@ -1778,12 +1808,14 @@ MoveSummary Mover::run() {
         for (;;) {
             {
                 std::unique_lock<std::mutex> lock(queue_mutex_);
+                const Clock::time_point waiting = Clock::now();
                 while (queue_.empty() && !walk_finished_) {
                     queue_changed_.wait_for(lock, progress_interval);
                     lock.unlock();
                     report(false);
                     lock.lock();
                 }
+                wait_time_ += Clock::now() - waiting;
                 if (queue_.empty())
                     break;
                 running = std::move(queue_.front());
@@ -1791,8 +1823,13 @@ MoveSummary Mover::run() {
                 busy_ = true;
                 queue_changed_.notify_all();
             }
+            const Clock::time_point copying = Clock::now();
             copy_batch(running);
+            const Clock::time_point finishing = Clock::now();
+            copy_time_ += finishing - copying;
+            const Clock::duration synced = sync_time_;
             finish_batch(running);
+            finish_time_ += Clock::now() - finishing - (sync_time_ - synced);
             running = Batch{};
             std::lock_guard<std::mutex> lock(queue_mutex_);
             busy_ = false;
@@ -1801,6 +1838,8 @@ MoveSummary Mover::run() {
         walker.join();
         if (walk_error_)
             std::rethrow_exception(walk_error_);
+        const Clock::time_point finishing = Clock::now();
+        const Clock::duration synced = sync_time_;
         link_spilled();
         if (!deferred_tops_.empty()) {
             sync_file_systems();
@@ -1808,6 +1847,7 @@ MoveSummary Mover::run() {
                 publish(*dir);
         }
         restore_reopened();
+        finish_time_ += Clock::now() - finishing - (sync_time_ - synced);
     } catch (...) {
         std::exception_ptr error = std::current_exception();
         stop_walker();
@@ -1824,11 +1864,13 @@ MoveSummary Mover::run() {
     fault_point("mover.before-dir-fsync");
     // The parents of the entries' destinations: new names (and trees renamed) in them.
     if (plan_.durable) {
+        const Clock::time_point began = Clock::now();
         for (const std::string& dir : dirs_to_sync_) {
             const Fd fd = dst_->open_dir(dir);
             if (fsync(fd.get()) != 0)
                 fail("sync directory " + dst_->display(dir), errno);
         }
+        sync_time_ += Clock::now() - began;
     }
     report(true);
 
@@ -1839,8 +1881,32 @@ MoveSummary Mover::run() {
     summary.warnings = warnings_;
     if (warnings_dropped_ > 0)
         summary.warnings.push_back(std::to_string(warnings_dropped_) + " more warnings");
-    summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const Clock::time_point end = Clock::now();
+    summary.seconds = seconds(end - start);
+    summary.phases = phases(end);
     return summary;
+}
+
+MovePhases Mover::phases(Clock::time_point end) const {
+    MovePhases p;
+    p.walk = seconds(walk_time_);
+    p.wait = seconds(wait_time_);
+    p.copy = seconds(copy_time_);
+    p.finish = seconds(finish_time_);
+    p.sync = seconds(sync_time_);
+    p.threads = static_cast<unsigned>(workers_.size());
+    p.seconds = seconds(end - start_);
+    Clock::time_point first = end, last = start_;
+    for (const Worker& worker : workers_) {
+        p.busy += seconds(worker.busy);
+        if (worker.first_copy != Clock::time_point{}) {
+            first = std::min(first, worker.first_copy);
+            last = std::max(last, worker.last_copy);
+        }
+    }
+    p.before = seconds(first - start_);
+    p.after = first == end ? 0 : seconds(end - last);
+    return p;
 }
 
 }  // namespace
@@ -1865,16 +1931,10 @@ std::string root_of(const StagePlan& plan, const StageDirective& stage) {
 
 }  // namespace
 
-std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& plan,
-                                                              const SourceProgress& progress,
-                                                              SourceTotals* measured) {
+std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& plan) {
     std::map<std::string, std::vector<MoveEntry>> groups;
     if (plan.direction == StageDirection::in) {
-        SourceTotals totals = measure_stage_in(plan.stages, plan.capacity, progress);
-        if (measured != nullptr) {
-            measured->files = totals.files;
-            measured->bytes = totals.bytes;
-        }
+        check_stage_in(plan.stages, plan.capacity);
         for (const StageDirective& stage : plan.stages) {
             std::vector<SourceEntry> expanded;
             if (stage.type == StageType::list)
@@ -1895,13 +1955,7 @@ std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& p
 
 MoveSummary run_stage_plan(const StagePlan& plan,
                            const std::function<void(const PlanProgress&)>& progress) {
-    SourceTotals measured;
-    const auto groups = entries_by_root(
-        plan,
-        [&](std::uint64_t files, std::uint64_t bytes) {
-            progress({StagePhase::measuring, 0, files, 0, bytes});
-        },
-        &measured);
+    const auto groups = entries_by_root(plan);
     MoveSummary total;
     // What the roots already moved counted: the next root's counters start from there.
     std::uint64_t base_files = 0, base_bytes = 0;
@@ -1919,24 +1973,19 @@ MoveSummary run_stage_plan(const StagePlan& plan,
         move.trust_syncfs = plan.trust_syncfs;
         move.memory_limit = plan.memory_limit;
         move.temp_token = plan.temp_token;
+        if (plan.direction == StageDirection::in && root == plan.job_root)
+            move.capacity = plan.capacity;
         MoveProgress last;
         MoveSummary summary = run_move(move, [&](const MoveProgress& p) {
             last = p;
-            // Once the last walk is complete its count is the answer; before, the larger of
-            // the measurement and what the walks counted so far.
-            const bool complete = left == 0 && !p.counting;
             PlanProgress plan_progress;
             plan_progress.files_done = base_files + p.files_done;
             plan_progress.bytes_done = base_bytes + p.bytes_done;
-            plan_progress.files_total = complete
-                                            ? base_files + p.files_total
-                                            : std::max(measured.files, base_files + p.files_total);
-            plan_progress.bytes_total = complete
-                                            ? base_bytes + p.bytes_total
-                                            : std::max(measured.bytes, base_bytes + p.bytes_total);
-            const bool counting = measured.files == 0 && (p.counting || left > 0);
+            plan_progress.files_total = base_files + p.files_total;
+            plan_progress.bytes_total = base_bytes + p.bytes_total;
+            const bool started = plan_progress.files_done > 0 || plan_progress.bytes_done > 0;
             plan_progress.phase = p.syncing  ? StagePhase::syncing
-                                  : counting ? StagePhase::measuring
+                                  : !started ? StagePhase::measuring
                                              : StagePhase::copying;
             progress(plan_progress);
         });
@@ -1944,6 +1993,7 @@ MoveSummary run_stage_plan(const StagePlan& plan,
         total.bytes += summary.bytes;
         total.skipped += summary.skipped;
         total.seconds += summary.seconds;
+        total.phases.append(summary.phases);
         std::move(summary.warnings.begin(), summary.warnings.end(),
                   std::back_inserter(total.warnings));
         base_files += last.files_total;  // a move's last report is its complete count

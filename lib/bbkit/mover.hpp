@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,11 @@ struct MovePlan {
     // tag, belongs to the user and is no more open than the mover makes one. Empty: nothing is
     // taken over (bbkit(7), STAGING).
     std::string temp_token;
+    // Stage-in into the job's buffer: its allocated bytes. The walk counts the apparent size of
+    // every regular file (each name of a hard-linked one, as sources.hpp measures) and stops at
+    // the first that takes the count over it, with require_fits's error (65), before that file
+    // is handed to the copy: a tree that cannot fit never fills more than the buffer holds.
+    std::optional<std::uint64_t> capacity;
 };
 
 struct MoveProgress {
@@ -70,6 +76,7 @@ struct MoveSummary {
                                         // links/fifos already in place
     std::vector<std::string> warnings;  // devices/sockets skipped, xattrs unsupported, ...
     double seconds = 0;
+    MovePhases phases;  // where the time went (stage_plan.hpp)
 };
 
 // Copies every entry; returns only when done (and, when plan.durable, when every byte, name
@@ -91,18 +98,16 @@ MoveSummary run_move(const MovePlan& plan,
                      const std::function<void(const MoveProgress&)>& progress);
 
 // A stage plan's lines as move entries, grouped by the buffer root they touch (the job's
-// buffer, or a persistent buffer's). Stage-in: the sources are measured against the job
-// buffer's capacity first and type=list files are read, both as the caller (who must already
-// be the job's user). Throws Error(no_input) for a persistent buffer the plan has no root for,
-// and measure_stage_in's and read_stage_list's errors (sources.hpp).
-// `progress` and `measured`: the stage-in measurement's progress and its totals (sources.hpp).
-std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& plan,
-                                                              const SourceProgress& progress = {},
-                                                              SourceTotals* measured = nullptr);
+// buffer, or a persistent buffer's). Stage-in: each line's own source is checked and type=list
+// files are read, as the caller (who must already be the job's user), and file sources are
+// counted against the job buffer's capacity (check_stage_in); the trees are counted by the
+// moves' walks as they copy (MovePlan::capacity). Throws Error(no_input) for a persistent buffer
+// the plan has no root for, and check_stage_in's and read_stage_list's errors (sources.hpp).
+std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& plan);
 
 // A whole stage plan's counters, over every buffer root it touches (bb-mover's progress lines).
-// measuring: the totals may still grow (a stage-in's sources being measured, or a walk that
-// has not counted everything yet); copying; syncing: the durable flush of a move.
+// measuring: the walk counts and nothing is copied yet; copying (the totals still grow while
+// the walk, ahead of the copy, goes on); syncing: the durable flush of a move.
 struct PlanProgress {
     StagePhase phase = StagePhase::measuring;
     std::uint64_t files_done = 0, files_total = 0;
@@ -111,9 +116,8 @@ struct PlanProgress {
 
 // Carries out a stage plan as its user (the caller has become that user): entries_by_root,
 // then one run_move per buffer root in turn with the plan's threads, durability, direct I/O,
-// sync policy and memory bound. `progress` sees the whole plan's counters: a stage-in's totals
-// are its measurement's until the walks have counted everything (the measurement counts a
-// hard-linked file once per name, the walk once), a stage-out's grow as its walks count them.
+// sync policy and memory bound, the job buffer's capacity on a stage-in's move into it.
+// `progress` sees the whole plan's counters, whose totals grow as the walks count them.
 // Returns the moves' summaries added up, their warnings in order. Throws what entries_by_root
 // and run_move throw.
 MoveSummary run_stage_plan(const StagePlan& plan,

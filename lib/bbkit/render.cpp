@@ -427,6 +427,7 @@ json stage_result_json(const StageResult& r) {
             {"skipped", r.skipped},
             {"seconds", r.seconds},
             {"mb_per_s", mb_per_s(r.bytes, r.seconds)},
+            {"phases", r.phases ? phases_json(*r.phases) : json()},
             {"warnings", r.warnings},
             {"note", r.note}};
 }
@@ -499,6 +500,19 @@ std::string files_rate_text(double per_second) {
 }
 
 }  // namespace
+
+std::string phases_text(const MovePhases& p) {
+    char line[320];
+    const double serial = p.before + p.after;
+    std::snprintf(
+        line, sizeof line,
+        "walk %.2f s, wait %.2f s, copy %.2f s, finish %.2f s, sync %.2f s; serial %.2f s "
+        "of %.2f s (%.1f%%); workers idle %.0f%% (%u %s)",
+        p.walk, p.wait, p.copy, p.finish, p.sync, serial, p.seconds,
+        p.seconds > 0 ? 100 * serial / p.seconds : 0.0, 100 * p.idle_share(), p.threads,
+        p.threads == 1 ? "thread" : "threads");
+    return line;
+}
 
 std::string progress_text(const StagingProgress& p, bool live) {
     std::string text = grouped(p.files_done) + "/" + grouped(p.files_total) + " files, " +

@@ -98,6 +98,9 @@ std::string stage_result_text(const StageResult& result, const std::string& phas
 // counters, then each of the rates, the ETA and the phase that is known. Without `live` the
 // counters only: the last record of a stage that ended or whose stager is gone has no pace.
 std::string progress_text(const StagingProgress& progress, bool live = true);
+// Where a stage's time went, one line: "walk 0.52 s, wait 0.01 s, copy 4.10 s, finish 0.30 s,
+// sync 0.80 s; serial 0.07 s of 5.73 s (1.2%); workers idle 23% (8 threads)".
+std::string phases_text(const MovePhases& phases);
 // One carriage-returned progress bar line for a terminal, progress_text after the bar.
 std::string progress_bar(const StagingProgress& progress);
 

@@ -48,13 +48,16 @@ bool owner_may_read(const struct stat& st, bool directory) {
 class Tally {
   public:
     Tally(SourceTotals& totals, std::optional<std::uint64_t> capacity,
-          const SourceProgress& progress)
+          const SourceProgress& progress, bool walk_trees = true)
         : totals_(totals),
           capacity_(capacity),
           progress_(progress),
+          walk_trees_(walk_trees),
           next_report_(std::chrono::steady_clock::now() + report_interval) {}
 
     SourceTotals& totals() { return totals_; }
+    // false: a directory source is checked, not walked (check_stage_in).
+    bool walk_trees() const { return walk_trees_; }
 
     // Entries measured from now on go to a persistent buffer: not the job buffer's capacity.
     void stop_counting_capacity() { capacity_.reset(); }
@@ -86,6 +89,7 @@ class Tally {
     std::optional<std::uint64_t> capacity_;
     std::uint64_t counted_ = 0;
     SourceProgress progress_;
+    bool walk_trees_;
     std::chrono::steady_clock::time_point next_report_;
 };
 
@@ -186,7 +190,10 @@ void measure_entry(const SourceEntry& entry, Tally& tally) {
                                         "' is not a directory (use type=file)");
     if (is_dir) {
         tally.add(0);
-        measure_tree(entry.where, entry.source, tally);
+        if (tally.walk_trees())
+            measure_tree(entry.where, entry.source, tally);
+        else
+            require_readable(entry.where, entry.source, true);
     } else if (S_ISREG(st.st_mode)) {
         require_readable(entry.where, entry.source, false);
         tally.add(static_cast<std::uint64_t>(st.st_size));
@@ -316,18 +323,33 @@ SourceTotals measure_sources(const std::vector<StageDirective>& stage_in) {
     return totals;
 }
 
-SourceTotals measure_stage_in(const std::vector<StageDirective>& stage_in,
-                              std::optional<std::uint64_t> job_capacity,
-                              const SourceProgress& progress) {
+namespace {
+
+SourceTotals measure_lines_against(const std::vector<StageDirective>& stage_in,
+                                   std::optional<std::uint64_t> job_capacity,
+                                   const SourceProgress& progress, bool walk_trees) {
     std::vector<StageDirective> into_job, into_persistent;
     for (const StageDirective& stage : stage_in)
         (stage.buffer.empty() ? into_job : into_persistent).push_back(stage);
     SourceTotals totals;
-    Tally tally(totals, job_capacity, progress);
+    Tally tally(totals, job_capacity, progress, walk_trees);
     measure_lines(into_job, tally);
     tally.stop_counting_capacity();
     measure_lines(into_persistent, tally);
     return totals;
+}
+
+}  // namespace
+
+SourceTotals measure_stage_in(const std::vector<StageDirective>& stage_in,
+                              std::optional<std::uint64_t> job_capacity,
+                              const SourceProgress& progress) {
+    return measure_lines_against(stage_in, job_capacity, progress, true);
+}
+
+SourceTotals check_stage_in(const std::vector<StageDirective>& stage_in,
+                            std::optional<std::uint64_t> job_capacity) {
+    return measure_lines_against(stage_in, job_capacity, {}, false);
 }
 
 void require_fits(std::uint64_t counted, std::uint64_t capacity) {

@@ -1,7 +1,8 @@
 // What a request's stage-in sources add up to, read with the caller's own permissions.
 //
-// Used at submit time (bb-parse --check-sources, run as the job's user) and before stage-in,
-// so a missing or unreadable file is reported before any space or time is spent on it.
+// Used at submit time (bb-parse --check-sources, run as the job's user), so a missing or
+// unreadable file is reported before any space or time is spent on it, and (the lines' own
+// sources only: check_stage_in) before stage-in.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +59,15 @@ using SourceProgress = std::function<void(std::uint64_t files, std::uint64_t byt
 SourceTotals measure_stage_in(const std::vector<StageDirective>& stage_in,
                               std::optional<std::uint64_t> job_capacity,
                               const SourceProgress& progress = {});
+
+// What measure_stage_in checks of each line's own source (it exists, has the line's type, the
+// caller may read it; list files read), with the regular-file sources counted against
+// `job_capacity`, but no directory walked: its cost grows with the lines, never with the trees.
+// Before a stage-in, so that the mover starts copying at once and counts the trees as it walks
+// them (MovePlan::capacity): a line's own problem is still reported before anything is copied.
+// `entries`, `files` and `bytes` cover what was looked at; `skipped` as measure_stage_in's.
+SourceTotals check_stage_in(const std::vector<StageDirective>& stage_in,
+                            std::optional<std::uint64_t> job_capacity);
 
 // Refuses `counted` bytes of stage-in (all of the sources, or those counted before the walk
 // stopped) when they are more than `capacity`: Error(data) "stage-in needs at least X (N bytes

@@ -160,6 +160,7 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
     MoverRun run;
     auto last_write = std::chrono::steady_clock::time_point{};
     std::optional<StagePhase> last_phase;
+    StagingProgress last;  // the last record written
     StagingRate rate;
     const TimePoint started = std::chrono::system_clock::now();
     ProcessSpec spec;
@@ -195,11 +196,19 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
                     last_write = now;
                     last_phase = r.phase;
                 }
+                last = p;
                 break;
             }
             case MoverReport::Kind::summary:
                 run.summary = r;
                 run.ok = true;
+                if (r.phases) {  // the record keeps where the stage's time went
+                    last.direction = plan.direction;
+                    last.phases = r.phases;
+                    last.eta_seconds.reset();
+                    last.updated = std::chrono::system_clock::now();
+                    write_progress(store, b, last);
+                }
                 break;
             case MoverReport::Kind::error:
                 run.exit_code = r.exit_code;
@@ -371,6 +380,7 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
     result.bytes = run.summary.bytes;
     result.skipped = run.summary.skipped;
     result.seconds = run.summary.seconds;
+    result.phases = run.summary.phases;
     result.warnings = run.warnings;
     return result;
 }

@@ -28,6 +28,7 @@ struct StageResult {
     std::string note;            // why nothing was done, when that is not obvious
     std::uint64_t files = 0, bytes = 0, skipped = 0;
     double seconds = 0;
+    std::optional<MovePhases> phases;  // the mover's (stage_plan.hpp); absent when nothing ran
     std::vector<std::string> warnings;
 };
 

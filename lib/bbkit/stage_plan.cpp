@@ -1,9 +1,13 @@
 #include "bbkit/stage_plan.hpp"
 
 #include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <istream>
 #include <sstream>
 
 #include "bbkit/error.hpp"
+#include "bbkit/text.hpp"
 
 namespace bbkit {
 namespace {
@@ -211,10 +215,75 @@ std::string progress_line(std::uint64_t files_done, std::uint64_t files_total,
            std::to_string(bytes_done) + " " + std::to_string(bytes_total) + " " + to_string(phase);
 }
 
+double MovePhases::idle_share() const {
+    if (threads == 0 || seconds <= 0)
+        return 0;
+    return std::clamp(1 - busy / (threads * seconds), 0.0, 1.0);
+}
+
+void MovePhases::append(const MovePhases& later) {
+    walk += later.walk;
+    wait += later.wait;
+    copy += later.copy;
+    finish += later.finish;
+    sync += later.sync;
+    busy += later.busy;
+    if (seconds <= 0)
+        before = later.before;
+    after = later.after;
+    threads = std::max(threads, later.threads);
+    seconds += later.seconds;
+}
+
+namespace {
+
+// The phases as "name=value" words, in this order.
+std::vector<std::pair<const char*, double MovePhases::*>> phase_fields() {
+    return {{"walk", &MovePhases::walk},   {"wait", &MovePhases::wait},
+            {"copy", &MovePhases::copy},   {"finish", &MovePhases::finish},
+            {"sync", &MovePhases::sync},   {"before", &MovePhases::before},
+            {"after", &MovePhases::after}, {"busy", &MovePhases::busy}};
+}
+
+// The words after a summary's seconds; nullopt unless every field is there, well formed.
+std::optional<MovePhases> parse_phases(std::istream& in, double seconds) {
+    std::map<std::string, std::string> words;
+    for (std::string word; in >> word;) {
+        const std::size_t eq = word.find('=');
+        if (eq == std::string::npos)
+            return std::nullopt;
+        words[word.substr(0, eq)] = word.substr(eq + 1);
+    }
+    MovePhases phases;
+    phases.seconds = seconds;
+    for (const auto& [name, field] : phase_fields()) {
+        const auto found = words.find(name);
+        if (found == words.end())
+            return std::nullopt;
+        std::istringstream value(found->second);
+        double v = 0;
+        if (!(value >> v) || !(value >> std::ws).eof() || !(v >= 0))
+            return std::nullopt;
+        phases.*field = v;
+    }
+    const auto threads = words.find("threads");
+    const std::optional<std::uint64_t> n =
+        threads == words.end() ? std::nullopt : parse_decimal(threads->second);
+    if (!n || *n > 1024)
+        return std::nullopt;
+    phases.threads = static_cast<unsigned>(*n);
+    return phases;
+}
+
+}  // namespace
+
 std::string summary_line(std::uint64_t files, std::uint64_t bytes, std::uint64_t skipped,
-                         double seconds) {
+                         double seconds, const MovePhases& phases) {
     std::ostringstream out;
     out << "summary " << files << ' ' << bytes << ' ' << skipped << ' ' << seconds;
+    for (const auto& [name, field] : phase_fields())
+        out << ' ' << name << '=' << phases.*field;
+    out << " threads=" << phases.threads;
     return out.str();
 }
 
@@ -249,6 +318,7 @@ MoverReport parse_report(const std::string& line) {
         }
     } else if (word == "summary" && (in >> r.files >> r.bytes >> r.skipped >> r.seconds)) {
         r.kind = MoverReport::Kind::summary;
+        r.phases = parse_phases(in, r.seconds);
     } else if (word == "error" && (in >> r.exit_code)) {
         r.kind = MoverReport::Kind::error;
         r.message = message_rest();

@@ -59,6 +59,26 @@ enum class StagePhase { measuring, copying, syncing };
 const char* to_string(StagePhase phase);
 std::optional<StagePhase> parse_stage_phase(const std::string& text);  // nullopt when unknown
 
+// Where a move's time went (bb-mover's summary, bb-stage --json, bb-stat job), in seconds of
+// wall time. The walk runs on its own thread ahead of the copy; the copy waits for it only when
+// it has nothing walked to copy (`wait`). Workers copy batches in parallel (`copy`); between
+// batches the copy's own thread renames, links and gives directories their modes and times
+// (`finish`) while the workers wait; `sync` is the durable flush (syncfs, fsync). `before` and
+// `after`: from the move's start to its first copy, and from its last copy's end to its own
+// end: the serial share of a move is (before + after) / seconds.
+struct MovePhases {
+    double walk = 0, wait = 0, copy = 0, finish = 0, sync = 0;
+    double before = 0, after = 0;
+    double busy = 0;       // worker-seconds spent copying, over every worker
+    unsigned threads = 0;  // workers
+    double seconds = 0;    // the whole move
+    // The workers' idle share of the move: 1 - busy / (threads * seconds); 0 when unknown.
+    double idle_share() const;
+    // Adds a later move of the same plan: its times add up, `before` stays the first's and
+    // `after` becomes the later one's.
+    void append(const MovePhases& later);
+};
+
 // bb-mover's report lines.
 struct MoverReport {
     enum class Kind { progress, summary, error, warning, unknown } kind = Kind::unknown;
@@ -66,6 +86,7 @@ struct MoverReport {
     std::uint64_t files_done = 0, files_total = 0, bytes_done = 0, bytes_total = 0;
     std::uint64_t files = 0, bytes = 0, skipped = 0;
     double seconds = 0;
+    std::optional<MovePhases> phases;  // summary: absent from an older mover's
     int exit_code = 0;
     std::string message;
 };
@@ -76,8 +97,10 @@ struct MoverReport {
 std::string progress_line(std::uint64_t files_done, std::uint64_t files_total,
                           std::uint64_t bytes_done, std::uint64_t bytes_total,
                           StagePhase phase = StagePhase::copying);
+// "summary FILES BYTES SKIPPED SECONDS walk=S wait=S copy=S finish=S sync=S before=S after=S
+// busy=S threads=N": an older bb-stage reads the four first and ignores the rest.
 std::string summary_line(std::uint64_t files, std::uint64_t bytes, std::uint64_t skipped,
-                         double seconds);
+                         double seconds, const MovePhases& phases);
 std::string error_line(int exit_code, const std::string& message);
 std::string warning_line(const std::string& message);
 MoverReport parse_report(const std::string& line);

@@ -70,7 +70,46 @@ std::optional<double> time_left(std::uint64_t left, const std::optional<double>&
     return static_cast<double>(left) / *rate;
 }
 
+std::optional<MovePhases> phases_from_json(const json& value) {
+    if (!value.is_object())
+        return std::nullopt;
+    MovePhases p;
+    for (auto [name, field] : {std::pair{"walk", &MovePhases::walk},
+                               {"wait", &MovePhases::wait},
+                               {"copy", &MovePhases::copy},
+                               {"finish", &MovePhases::finish},
+                               {"sync", &MovePhases::sync},
+                               {"before", &MovePhases::before},
+                               {"after", &MovePhases::after},
+                               {"busy", &MovePhases::busy},
+                               {"seconds", &MovePhases::seconds}}) {
+        const auto v = read_rate(value, name);
+        if (!v)
+            return std::nullopt;
+        p.*field = *v;
+    }
+    const auto threads = read_uint(value, "threads", 1024);
+    if (!threads)
+        return std::nullopt;
+    p.threads = static_cast<unsigned>(*threads);
+    return p;
+}
+
 }  // namespace
+
+json phases_json(const MovePhases& p) {
+    return {{"walk", p.walk},
+            {"wait", p.wait},
+            {"copy", p.copy},
+            {"finish", p.finish},
+            {"sync", p.sync},
+            {"before", p.before},
+            {"after", p.after},
+            {"busy", p.busy},
+            {"threads", p.threads},
+            {"seconds", p.seconds},
+            {"idle_share", p.idle_share()}};
+}
 
 std::string progress_record(const StagingProgress& p) {
     const json record = {
@@ -86,7 +125,8 @@ std::string progress_record(const StagingProgress& p) {
         {"eta_seconds", p.eta_seconds ? json(*p.eta_seconds) : json()},
         {"started", unix_seconds(p.started)},
         {"updated", unix_seconds(p.updated)},
-        {"pid", p.pid ? json(*p.pid) : json()}};
+        {"pid", p.pid ? json(*p.pid) : json()},
+        {"phases", p.phases ? phases_json(*p.phases) : json()}};
     return record.dump() + "\n";
 }
 
@@ -120,6 +160,8 @@ std::optional<StagingProgress> parse_progress_record(const std::string& text) {
     p.updated = read_time(value, "updated");
     if (const auto pid = read_uint(value, "pid", std::numeric_limits<pid_t>::max()); pid && *pid)
         p.pid = static_cast<pid_t>(*pid);
+    if (value.contains("phases"))
+        p.phases = phases_from_json(value["phases"]);
     return p;
 }
 

@@ -5,6 +5,8 @@
 
 #include <sys/types.h>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -29,7 +31,12 @@ struct StagingProgress {
     std::optional<TimePoint> started;          // when the stager started this stage
     std::optional<TimePoint> updated;          // when it wrote the record
     std::optional<pid_t> pid;                  // the stager's
+    std::optional<MovePhases> phases;          // the finished stage's, from the mover's summary
 };
+
+// A move's phases as JSON (bb-stage --json, bb-stat job --json, the record's "phases"): each
+// MovePhases field in seconds, "threads", and "idle_share".
+nlohmann::json phases_json(const MovePhases& phases);
 
 // The record's one-line JSON text (fields in bbkit(7) and bb-stat(1)).
 std::string progress_record(const StagingProgress& progress);

@@ -561,7 +561,8 @@ json progress_json(const StagingProgress& p) {
             {"eta_seconds", known(p.eta_seconds)},
             {"started", p.started ? json(slurm_time(*p.started)) : json()},
             {"updated", p.updated ? json(slurm_time(*p.updated)) : json()},
-            {"pid", known(p.pid)}};
+            {"pid", known(p.pid)},
+            {"phases", p.phases ? phases_json(*p.phases) : json()}};
 }
 
 }  // namespace
@@ -600,6 +601,8 @@ std::string job_text(const JobStatus& job, TimePoint now) {
         const bool staging =
             b.state == BufferState::staging_in || b.state == BufferState::staging_out;
         field("progress", progress_text(*job.progress, staging && !stage_stalled(b)));
+        if (job.progress->phases)
+            field("mover", phases_text(*job.progress->phases));
     }
     out << "phases:\n";
     for (const Phase& phase : phases_of(b, now)) {

@@ -289,6 +289,37 @@ PY
   assert_output --partial "root-only"
 }
 
+# The tree is counted by the mover's walk while it copies (no walk of its own before): refused
+# with the measurement's message at the first file over the capacity, never past it.
+@test "a tree larger than the buffer is refused with 65 by the copy's own walk, having written no more than the buffer holds" {
+  as_user mkdir "$TEST_DIR/pfs/tree"
+  for i in 1 2 3 4 5 6; do as_user head -c 1000 /dev/zero >"$TEST_DIR/pfs/tree/f$i"; done
+  job_script "#BB_LUA pool=small capacity=4K" "#BB_LUA stage_in type=directory source=$TEST_DIR/pfs/tree destination=t"
+  bb-pool alloc --job 27 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  run bb-stage in --job 27
+  assert_failure 65
+  assert_output --regexp "^bb-stage: .*stage-in needs at least 5KB \(5000 bytes counted so far\) but the buffer holds 4KiB \(request a larger capacity\)"
+  written=$(find "$(bbdir $TEST_DIR/small/job/main.27.1)" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+  [ "$written" -le 4096 ] || fail "$written bytes written into a 4KiB buffer"
+}
+
+# Where the time went: bb-stage --json and bb-stat job (from the progress record).
+@test "a stage reports its phases: walk, wait, copy, finish, sync, the serial share and the workers' idle share" {
+  as_user mkdir "$TEST_DIR/pfs/few"
+  for i in 1 2 3; do as_user sh -c "echo $i >'$TEST_DIR/pfs/few/f$i'"; done
+  job_script "#BB_LUA pool=nvme capacity=1G" "#BB_LUA stage_in type=directory source=$TEST_DIR/pfs/few destination=few"
+  bb-pool alloc --job 28 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  run bb-stage in --job 28 --json
+  assert_success
+  for field in walk wait copy finish sync before after busy threads seconds idle_share; do
+    assert_output --regexp "\"phases\": \{[^}]*\"$field\": [0-9]"
+  done
+  run bb-stat job 28
+  assert_line --regexp "^mover: +walk [0-9.]+ s, wait [0-9.]+ s, copy [0-9.]+ s, finish [0-9.]+ s, sync [0-9.]+ s; serial [0-9.]+ s of [0-9.]+ s \([0-9.]+%\); workers idle [0-9]+% \([0-9]+ threads?\)$"
+  run bb-stat job 28 --json
+  assert_output --regexp '"phases": \{[^}]*"idle_share"'
+}
+
 @test "sources larger than the buffer are refused with 65 before copying" {
   as_user head -c 5000 /dev/zero >"$TEST_DIR/pfs/big"
   chown "$U" "$TEST_DIR/pfs/big"

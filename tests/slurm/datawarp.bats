@@ -259,7 +259,7 @@ EOF2
   script=$(job_script h.sh '#SBATCH --job-name=dw-h' '#DW jobdw capacity=32MiB' <<<'echo "ran in $DW_JOB_STRIPED"')
   submit "$script"
   assert_equal "$status" 0
-  wait_job "$JOB" 'JobState=PENDING Reason=BurstBufferResources BurstBufferState=pending' 30
+  wait_job "$JOB" 'JobState=PENDING Reason=BurstBufferResources BurstBufferState=pending' 60
   local i
   for i in $(seq 1 25); do
     sleep 0.2

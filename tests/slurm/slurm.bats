@@ -148,7 +148,7 @@ bb_log_line() {
   submit "$second"
   assert_equal "$status" 0
   job2=$JOB
-  wait_job "$job2" 'JobState=PENDING Reason=BurstBufferResources BurstBufferState=pending' 30
+  wait_job "$job2" 'JobState=PENDING Reason=BurstBufferResources BurstBufferState=pending' 60
   # Several backfill cycles (bf_interval=1) later it is still waiting for space, not started.
   local i
   for i in $(seq 1 15); do
@@ -209,7 +209,7 @@ bb_log_line() {
   submit "$script"
   assert_equal "$status" 0
   job=$JOB
-  wait_job "$job" 'JobState=PENDING Reason=BurstBufferResources BurstBufferState=pending' 30
+  wait_job "$job" 'JobState=PENDING Reason=BurstBufferResources BurstBufferState=pending' 60
   rm "$DATA_DIR/d/later.dat"
   touch "$JOBS_DIR/release-d"
   wait_job "$blocker_job" 'JobState=COMPLETED .*BurstBufferState=complete' 60

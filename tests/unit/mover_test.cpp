@@ -718,6 +718,68 @@ TEST(mover, a_directory_larger_than_a_batch_streams_through) {
     expect_same_tree(tmp / "src", buffer + "/data", static_cast<uid_t>(-1));
 }
 
+// A stage-in into the job's buffer counts what it walks against the buffer's capacity: a tree
+// that does not fit stops at the first file over it, with the measurement's own message, and
+// what was copied before never exceeds the capacity. Without a capacity (a persistent buffer's
+// move) the same tree goes through.
+TEST(mover, a_tree_larger_than_the_capacity_stops_at_the_first_file_over_it) {
+    TempDir tmp;
+    make_wide_tree(tmp / "src", 3, 1000);  // 3000 files of 6-9 bytes
+    const std::string buffer = make_buffer(tmp, "buffer");
+    MovePlan in = plan_in(buffer, tmp / "src", "data");
+    in.batch_entries = 100;
+    in.capacity = 5000;
+    try {
+        run_move(in, {});
+        ADD_FAILURE() << "a tree over the capacity was copied";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ExitCode::data) << e.what();
+        EXPECT_NE(std::string(e.what()).find("stage-in needs at least"), std::string::npos)
+            << e.what();
+        EXPECT_NE(std::string(e.what()).find("but the buffer holds "), std::string::npos)
+            << e.what();
+    }
+    std::uint64_t copied = 0;
+    for_each_entry(buffer, [&](const std::string& path) {
+        struct stat st {};
+        if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+            copied += static_cast<std::uint64_t>(st.st_size);
+    });
+    EXPECT_LE(copied, 5000u);
+    in.capacity.reset();
+    const MoveSummary rest = run_move(in, {});
+    EXPECT_EQ(rest.files + rest.skipped, 3000u);  // what the refused move copied is kept
+    in.capacity = 3000 * 9;                       // the whole tree fits: nothing refused
+    EXPECT_EQ(run_move(in, {}).skipped, 3000u);
+}
+
+// The copy starts once a small first batch is walked, not a whole batch's worth, and the move
+// says where its time went.
+TEST(mover, the_summary_says_where_the_time_went) {
+    TempDir tmp;
+    make_wide_tree(tmp / "src", 4, 1000);
+    const std::string buffer = make_buffer(tmp, "buffer");
+    MovePlan in = plan_in(buffer, tmp / "src", "data");
+    in.threads = 3;
+    std::vector<MoveProgress> seen;
+    const MoveSummary summary = run_move(in, [&](const MoveProgress& p) { seen.push_back(p); });
+    const MovePhases& p = summary.phases;
+    EXPECT_EQ(p.threads, 3u);
+    EXPECT_DOUBLE_EQ(p.seconds, summary.seconds);
+    EXPECT_GT(p.walk, 0);
+    EXPECT_GT(p.copy, 0);
+    EXPECT_GT(p.busy, 0);
+    EXPECT_LE(p.busy, p.threads * p.seconds);
+    EXPECT_LE(p.before + p.after, p.seconds);
+    EXPECT_LE(p.wait + p.copy + p.finish + p.sync, p.seconds * 1.001);
+    EXPECT_GE(p.idle_share(), 0);
+    EXPECT_LT(p.idle_share(), 1);
+    // Nothing to copy: a rerun's time is all before its first copy or in its skips.
+    const MoveSummary again = run_move(in, {});
+    EXPECT_EQ(again.skipped, 4000u);
+    EXPECT_LE(again.phases.before + again.phases.after, again.phases.seconds);
+}
+
 #ifdef BBKIT_FAULT_INJECTION
 // Killed anywhere inside the streaming walk or between batches: the rerun copies no complete
 // file again (stage-in writes final names, so what was written is skipped), leaves no

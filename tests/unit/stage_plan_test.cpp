@@ -52,10 +52,59 @@ TEST(StagePlan, report_lines_carry_any_message) {
     const MoverReport p = parse_report(progress_line(1, 2, 3, 4));
     EXPECT_EQ(p.kind, MoverReport::Kind::progress);
     EXPECT_EQ(p.bytes_total, 4u);
-    const MoverReport s = parse_report(summary_line(5, 6, 7, 1.5));
+    const MoverReport s = parse_report(summary_line(5, 6, 7, 1.5, MovePhases{}));
     EXPECT_EQ(s.kind, MoverReport::Kind::summary);
     EXPECT_EQ(s.skipped, 7u);
     EXPECT_EQ(parse_report("garbage").kind, MoverReport::Kind::unknown);
+}
+
+TEST(StagePlan, summary_lines_carry_the_phases) {
+    MovePhases phases;
+    phases.walk = 0.5;
+    phases.wait = 0.01;
+    phases.copy = 3.25;
+    phases.finish = 0.125;
+    phases.sync = 0.75;
+    phases.before = 0.02;
+    phases.after = 0.8;
+    phases.busy = 6;
+    phases.threads = 2;
+    const std::string line = summary_line(5, 6, 7, 4.5, phases);
+    EXPECT_EQ(line,
+              "summary 5 6 7 4.5 walk=0.5 wait=0.01 copy=3.25 finish=0.125 sync=0.75 before=0.02 "
+              "after=0.8 busy=6 threads=2");
+    const MoverReport s = parse_report(line);
+    ASSERT_TRUE(s.phases);
+    EXPECT_EQ(s.phases->copy, 3.25);
+    EXPECT_EQ(s.phases->threads, 2u);
+    EXPECT_EQ(s.phases->seconds, 4.5);
+    EXPECT_NEAR(s.phases->idle_share(), 1 - 6 / (2 * 4.5), 1e-9);
+    // An older mover's summary has none; a malformed or partial set is none, the summary kept.
+    EXPECT_FALSE(parse_report("summary 5 6 7 4.5").phases);
+    for (const char* odd : {"summary 5 6 7 4.5 walk=0.5", "summary 5 6 7 4.5 walk=x",
+                            "summary 5 6 7 4.5 walk=-1 wait=0 copy=0 finish=0 sync=0 before=0 "
+                            "after=0 busy=0 threads=1",
+                            "summary 5 6 7 4.5 walk=0 wait=0 copy=0 finish=0 sync=0 before=0 "
+                            "after=0 busy=0 threads=99999"}) {
+        const MoverReport r = parse_report(odd);
+        EXPECT_EQ(r.kind, MoverReport::Kind::summary) << odd;
+        EXPECT_FALSE(r.phases) << odd;
+    }
+}
+
+TEST(StagePlan, phases_of_several_moves_add_up) {
+    MovePhases a, b;
+    a.copy = 1, a.before = 0.1, a.after = 0.2, a.seconds = 2, a.busy = 3, a.threads = 2;
+    b.copy = 2, b.before = 0.3, b.after = 0.4, b.seconds = 3, b.busy = 5, b.threads = 2;
+    MovePhases total;
+    total.append(a);
+    total.append(b);
+    EXPECT_EQ(total.copy, 3);
+    EXPECT_EQ(total.before, 0.1);  // the first move's start
+    EXPECT_EQ(total.after, 0.4);   // the last move's end
+    EXPECT_EQ(total.seconds, 5);
+    EXPECT_NEAR(total.idle_share(), 1 - 8.0 / 10, 1e-9);
+    EXPECT_EQ(MovePhases{}.idle_share(), 0);
 }
 
 TEST(StagePlan, progress_lines_carry_the_phase) {

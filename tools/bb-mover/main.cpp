@@ -61,7 +61,8 @@ int run(const std::string& input) {
     for (const std::string& w : summary.warnings)
         report(warning_line(w));
     bbkit::fault_point("mover.before-summary");
-    report(summary_line(summary.files, summary.bytes, summary.skipped, summary.seconds));
+    report(summary_line(summary.files, summary.bytes, summary.skipped, summary.seconds,
+                        summary.phases));
     return 0;
 }
 
