@@ -1,4 +1,4 @@
-#include "bbkit/copy_file.hpp"
+#include "bbkit/mover/copy_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

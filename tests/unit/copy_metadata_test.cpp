@@ -1,4 +1,4 @@
-#include "bbkit/copy_metadata.hpp"
+#include "bbkit/mover/copy_metadata.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

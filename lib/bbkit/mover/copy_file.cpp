@@ -1,4 +1,4 @@
-#include "bbkit/copy_file.hpp"
+#include "bbkit/mover/copy_file.hpp"
 
 #include <fcntl.h>
 #include <linux/aio_abi.h>
@@ -14,7 +14,7 @@
 
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
-#include "bbkit/mover_internal.hpp"
+#include "bbkit/mover/common.hpp"
 
 namespace bbkit {
 

@@ -1,4 +1,4 @@
-#include "bbkit/link_spill.hpp"
+#include "bbkit/mover/link_spill.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -13,8 +13,8 @@
 #include <memory>
 #include <string>
 
-#include "bbkit/copy_metadata.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/mover/copy_metadata.hpp"
 
 namespace bbkit {
 

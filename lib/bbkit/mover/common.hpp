@@ -1,7 +1,7 @@
-// What the parts of a move share (mover.cpp walks and finishes, copy_file.cpp copies a file's
-// bytes, copy_metadata.cpp its group, mode, times and xattrs): one error wording for a failed
-// system call and one rule for "the same modification time". Not a contract: only those three
-// files include it.
+// What every part of a move shares (the Mover's files walk and finish, copy_file.cpp copies a
+// file's bytes, copy_metadata.cpp its group, mode, times and xattrs): one error wording for a
+// failed system call and one rule for "the same modification time". Not a contract: only files
+// under lib/bbkit/mover/ include it (ARCHITECTURE.md).
 #pragma once
 
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "bbkit/copy_metadata.hpp"
+#include "bbkit/mover/copy_metadata.hpp"
 
 #include <fcntl.h>
 #include <sys/xattr.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "bbkit/error.hpp"
-#include "bbkit/mover_internal.hpp"
+#include "bbkit/mover/common.hpp"
 
 namespace bbkit {
 

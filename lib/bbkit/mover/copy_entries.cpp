@@ -1,0 +1,231 @@
+#include "bbkit/mover/mover_private.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "bbkit/error.hpp"
+#include "bbkit/fault.hpp"
+#include "bbkit/fsops.hpp"
+
+namespace bbkit::mover_internal {
+
+// ---- copying ----------------------------------------------------------------------------
+
+// Creates the file that receives the copy: under a temporary name for durable moves (except in
+// a directory tree that is renamed into place whole), else under its final name after removing
+// what an earlier run left (which may be read-only).
+Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
+    const std::string shown = dst_->display(node.dst);
+    std::string target = name;
+    if (plan_.durable && !in_temp_tree(node)) {
+        target = temp_name(name);
+    } else if (!in_new_dir(node) && unlinkat(dir, name.c_str(), 0) != 0 && errno != ENOENT) {
+        fail("replace " + shown, errno);
+    }
+    node.initial =
+        initial_metadata(node.st, in_new_dir(node) ? &node.parent->new_files : nullptr, umask_);
+    const int fd = openat(dir, target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                          node.initial.mode);
+    if (fd < 0) {
+        const int err = errno;
+        const std::string parent = dst_->display(split_last(node.dst).first);
+        throw Error(exit_code_for(err) == ExitCode::no_input ? ExitCode::io : exit_code_for(err),
+                    "cannot create " + shown + " in directory " + parent + ": " + reason(err));
+    }
+    if (target != name)
+        node.temp = target;
+    return Fd(fd);
+}
+
+// Opens the source and creates the destination; false when the destination is already
+// complete (a rerun after success or a crash).
+bool Mover::open_file(Node& node, const FileCopy& file, Worker& worker, FilePair& pair) {
+    const auto [src_parent, src_name] = split_last(node.src);
+    const std::string dst_name = split_last(node.dst).second;
+    const int dst_dir = worker.dst_dir.get(*dst_, parent_path(node));
+    // A directory this move created holds nothing yet: no earlier copy to look for.
+    if (!in_new_dir(node) && is_complete_copy(dst_dir, dst_name, node.st))
+        return false;
+    const int src_dir = worker.src_dir.get(*src_, src_parent);
+    pair = open_pair(file, src_dir, src_name, plan_.direct_io,
+                     [&] { return create_destination(node, dst_dir, dst_name); });
+    return true;
+}
+
+void Mover::finish_file(const Node& node, const FileCopy& file, const FilePair& pair,
+                        bool truncate) {
+    bbkit::finish_file(file, pair.src.get(), pair.dst.get(), truncate, node.initial,
+                       plan_.durable && !plan_.trust_syncfs, warning_);
+}
+
+void Mover::run_task(const Task& task, Worker& worker) {
+    Node& node = *task.node;
+    switch (node.kind) {
+        case Kind::file:
+            if (task.shared)
+                copy_chunk(task, worker);
+            else
+                copy_small_file(node, worker);
+            return;
+        case Kind::symlink:
+            copy_symlink(node, worker);
+            break;
+        case Kind::fifo:
+            copy_fifo(node, worker);
+            break;
+        case Kind::hard_link:
+            return;
+    }
+    files_done_.fetch_add(1);
+}
+
+void Mover::copy_small_file(Node& node, Worker& worker) {
+    FilePair pair;
+    const auto size = static_cast<std::uint64_t>(node.st.st_size);
+    const FileCopy file = file_copy(node);
+    if (!open_file(node, file, worker, pair)) {
+        skipped_.fetch_add(1);
+    } else {
+        const bool sparse = is_sparse(node.st);
+        if (sparse || pair.direct)
+            size_destination(file, pair.dst.get(), pair.direct && !sparse);
+        if (node.st.st_size > 0)
+            copy_data(file, pair.src.get(), pair.dst.get(), 0, node.st.st_size, pair.direct, false,
+                      worker.buffers, stop_);
+        finish_file(node, file, pair, pair.direct);
+        fault_point("mover.file-copied");
+        files_written_.fetch_add(1);
+        bytes_written_.fetch_add(size);
+    }
+    bytes_done_.fetch_add(size);
+    files_done_.fetch_add(1);
+}
+
+void Mover::copy_chunk(const Task& task, Worker& worker) {
+    Node& node = *task.node;
+    const FileCopy copy = file_copy(node);
+    SharedFile& file = *task.shared;
+    {
+        std::lock_guard<std::mutex> lock(file.mutex);
+        if (file.failed)
+            throw CopyStopped{};  // the worker that opened it reports why
+        if (!file.opened) {
+            // Once only: a second attempt would make a second temporary.
+            file.failed = true;
+            file.skip = !open_file(node, copy, worker, file.pair);
+            // Full size first: chunks write at their own offsets, holes stay holes.
+            if (!file.skip)
+                size_destination(copy, file.pair.dst.get(),
+                                 file.pair.direct && !is_sparse(node.st));
+            file.opened = true;
+            file.failed = false;
+        }
+    }
+    if (!file.skip)
+        copy_data(copy, file.pair.src.get(), file.pair.dst.get(), task.offset,
+                  task.offset + task.length, file.pair.direct, true, worker.buffers, stop_);
+    bytes_done_.fetch_add(static_cast<std::uint64_t>(task.length));
+    if (file.remaining.fetch_sub(1) != 1)
+        return;
+    if (file.skip) {
+        skipped_.fetch_add(1);
+    } else {
+        finish_file(node, copy, file.pair, true);
+        files_written_.fetch_add(1);
+        bytes_written_.fetch_add(static_cast<std::uint64_t>(node.st.st_size));
+    }
+    file.pair.src.reset();
+    file.pair.dst.reset();
+    files_done_.fetch_add(1);
+}
+
+// Puts a symlink or fifo made under a temporary name in place; durable moves rename later,
+// together with the files.
+void Mover::place(Node& node, int dir, const std::string& name) {
+    if (plan_.durable || node.temp.empty())
+        return;
+    if (renameat(dir, node.temp.c_str(), dir, name.c_str()) != 0) {
+        const int err = errno;
+        unlinkat(dir, node.temp.c_str(), 0);
+        fail("replace " + dst_->display(node.dst), err);
+    }
+    node.temp.clear();
+}
+
+void Mover::copy_symlink(Node& node, Worker& worker) {
+    const auto [src_parent, src_name] = split_last(node.src);
+    const std::string dst_name = split_last(node.dst).second;
+    const int src_dir = worker.src_dir.get(*src_, src_parent);
+    std::string target(static_cast<std::size_t>(std::max<off_t>(node.st.st_size, 255)) + 1, '\0');
+    for (;;) {
+        const ssize_t n = readlinkat(src_dir, src_name.c_str(), &target[0], target.size());
+        if (n < 0)
+            fail("read symlink " + src_->display(node.src), errno);
+        if (static_cast<std::size_t>(n) < target.size()) {
+            target.resize(static_cast<std::size_t>(n));
+            break;
+        }
+        target.resize(target.size() * 2);
+    }
+    const int dst_dir = worker.dst_dir.get(*dst_, parent_path(node));
+    const bool fresh = in_new_dir(node);
+    struct stat existing {};
+    if (!fresh && fstatat(dst_dir, dst_name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISLNK(existing.st_mode) && same_mtime(existing, node.st)) {
+        std::string current(target.size() + 1, '\0');
+        const ssize_t n = readlinkat(dst_dir, dst_name.c_str(), &current[0], current.size());
+        if (n >= 0 && static_cast<std::size_t>(n) == target.size() &&
+            current.compare(0, target.size(), target) == 0) {
+            skipped_.fetch_add(1);
+            return;
+        }
+    }
+    // Under its final name at once where nothing can be replaced and no rename is batched.
+    const bool direct_name = fresh && (!plan_.durable || in_temp_tree(node));
+    const std::string temp = direct_name ? dst_name : temp_name(dst_name);
+    if (symlinkat(target.c_str(), dst_dir, temp.c_str()) != 0)
+        fail("create " + dst_->display(node.dst), errno);
+    if (!direct_name)
+        node.temp = temp;
+    set_link_group_times(dst_dir, temp, node.st, dst_->display(node.dst));
+    place(node, dst_dir, dst_name);
+    files_written_.fetch_add(1);
+}
+
+void Mover::copy_fifo(Node& node, Worker& worker) {
+    const std::string dst_name = split_last(node.dst).second;
+    const int dst_dir = worker.dst_dir.get(*dst_, parent_path(node));
+    const bool fresh = in_new_dir(node);
+    struct stat existing {};
+    if (!fresh && fstatat(dst_dir, dst_name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISFIFO(existing.st_mode) && existing.st_mode == node.st.st_mode &&
+        same_mtime(existing, node.st)) {
+        skipped_.fetch_add(1);
+        return;
+    }
+    const bool direct_name = fresh && (!plan_.durable || in_temp_tree(node));
+    const std::string temp = direct_name ? dst_name : temp_name(dst_name);
+    const std::string shown = dst_->display(node.dst);
+    if (mkfifoat(dst_dir, temp.c_str(), 0600) != 0)
+        fail("create " + shown, errno);
+    if (!direct_name)
+        node.temp = temp;
+    // Opening for reading without blocking works on a fifo with no writer; metadata then
+    // goes through the descriptor, never through a name that could be swapped.
+    const int fd = openat(dst_dir, temp.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        fail("open " + shown, errno);
+    const Fd owned(fd);
+    set_owner_mode_times(fd, node.st, shown, warning_);
+    place(node, dst_dir, dst_name);
+    files_written_.fetch_add(1);
+}
+
+}  // namespace bbkit::mover_internal

@@ -1,0 +1,192 @@
+#include "bbkit/mover/mover_private.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "bbkit/fault.hpp"
+#include "bbkit/fsops.hpp"
+
+namespace bbkit::mover_internal {
+
+// ---- finishing ----------------------------------------------------------------------------
+
+namespace {
+
+// The path a link target is reached at now: through its temporary tree until that is in place.
+std::string current_path(const LinkTarget& target) {
+    if (!target.tree || target.tree->published)
+        return target.dst;
+    return target.tree->at + target.dst.substr(target.tree->dst.size());
+}
+
+}  // namespace
+
+void Mover::sync_file_systems() {
+    std::lock_guard<std::mutex> lock(sync_mutex_);
+    if (file_systems_.empty())
+        return;
+    syncing_ = true;
+    report(true);
+    const Clock::time_point began = Clock::now();
+    for (const Fd& fd : file_systems_)
+        if (syncfs(fd.get()) != 0)
+            fail("sync the destination file system", errno);
+    sync_time_ += Clock::now() - began;
+    syncing_ = false;
+}
+
+// A hard link to the first copy of its inode, reached where it is now (through its
+// temporary tree until that is renamed).
+void Mover::make_link(Node& node) {
+    const std::string link_name = split_last(node.dst).second;
+    const auto [target_parent, target_name] = split_last(current_path(node.link));
+    const Fd link_dir = dst_->open_dir(parent_path(node));
+    const Fd target_dir = dst_->open_dir(target_parent);
+    struct stat a {
+    }, b{};
+    const bool fresh = in_new_dir(node);
+    if (!fresh && fstatat(link_dir.get(), link_name.c_str(), &a, AT_SYMLINK_NOFOLLOW) == 0 &&
+        fstatat(target_dir.get(), target_name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+        a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+        skipped_.fetch_add(1);
+    } else {
+        if (!fresh && unlinkat(link_dir.get(), link_name.c_str(), 0) != 0 && errno != ENOENT)
+            fail("replace " + dst_->display(node.dst), errno);
+        if (linkat(target_dir.get(), target_name.c_str(), link_dir.get(), link_name.c_str(), 0) !=
+            0)
+            fail("link " + dst_->display(node.dst) + " to " + dst_->display(node.link.dst), errno);
+        files_written_.fetch_add(1);
+    }
+    files_done_.fetch_add(1);
+    report(false);
+}
+
+void Mover::apply_dir_metadata(const Dir& dir, bool sync) {
+    if (!dir.keep_metadata) {
+        const Fd src = src_->open_dir(dir.src, true);
+        const Fd dst = dst_->open_dir(dir.at, true);
+        const std::string shown = dst_->display(dir.dst);
+        copy_xattrs(src.get(), dst.get(), true, shown, warning_);
+        set_owner_mode_times(dst.get(), dir.st, shown, warning_);
+        if (sync && fsync(dst.get()) != 0)
+            fail("sync directory " + shown, errno);
+    } else if (sync && fsync(buffer_root_.get()) != 0) {
+        fail("sync directory " + plan_.buffer_root, errno);
+    }
+    files_done_.fetch_add(1);
+    report(false);
+}
+
+// Renames a directory tree built under a temporary name into place. Never over anything: a
+// directory that appeared there meanwhile is not replaced (where the file system cannot refuse
+// a replacement, a plain rename still fails over anything but an empty directory).
+void Mover::publish(Dir& dir) {
+    TempTree& tree = *dir.tree;
+    const auto [parent, name] = split_last(tree.dst);
+    const std::string shown = dst_->display(tree.dst);
+    const Fd pdir = dst_->open_dir(parent);
+    int rc = renameat2(pdir.get(), tree.temp.c_str(), pdir.get(), name.c_str(), RENAME_NOREPLACE);
+    if (rc != 0 && errno == EINVAL)
+        rc = renameat(pdir.get(), tree.temp.c_str(), pdir.get(), name.c_str());
+    if (rc != 0)
+        fail("rename into place " + shown, errno);
+    tree.published = true;
+    dir.at = dir.dst;
+    {
+        std::lock_guard<std::mutex> lock(trees_mutex_);
+        open_trees_.erase(dir.tree);
+    }
+    fault_point("mover.renamed");
+    // A rename changes the ctime of what it moves, not its mtime, on the file systems known
+    // here; should one differ, the times are set again and made durable.
+    struct stat st {};
+    if (fstatat(pdir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        !same_mtime(st, dir.st)) {
+        const Fd fd = dst_->open_dir(dir.dst, true);
+        const struct timespec times[2] = {dir.st.st_atim, dir.st.st_mtim};
+        if (futimens(fd.get(), times) != 0 || fsync(fd.get()) != 0)
+            fail("set the times of " + shown, errno);
+    }
+}
+
+// The multiply-linked files met past the memory bound were copied each on its own: now that
+// every name is in place, each later name of an inode becomes a link to its first (a link
+// under a temporary name renamed over the copy, so the name never goes missing). The
+// directory keeps its mode and times.
+void Mover::link_spilled() {
+    if (!spill_)
+        return;
+    spill_->for_each_link([&](const std::string& first, const std::string& other) {
+        check_stopped();
+        const auto [first_parent, first_name] = split_last(first);
+        const auto [other_parent, other_name] = split_last(other);
+        const Fd from = dst_->open_dir(first_parent);
+        const Fd to = dst_->open_dir(other_parent, true);
+        const std::string shown = dst_->display(other);
+        struct stat a {
+        }, b{}, dir{};
+        if (fstatat(from.get(), first_name.c_str(), &a, AT_SYMLINK_NOFOLLOW) != 0)
+            fail("stat " + dst_->display(first), errno);
+        if (fstatat(to.get(), other_name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+            a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+            return;  // linked by an earlier run
+        if (fstat(to.get(), &dir) != 0)
+            fail("stat " + dst_->display(other_parent), errno);
+        const bool writable = (dir.st_mode & S_IRWXU) == S_IRWXU;
+        if (!writable && fchmod(to.get(), (dir.st_mode & 07777) | S_IRWXU) != 0)
+            fail("make " + dst_->display(other_parent) + " writable", errno);
+        const std::string temp = temp_name(other_name);
+        if (linkat(from.get(), first_name.c_str(), to.get(), temp.c_str(), 0) != 0)
+            fail("link " + shown + " to " + dst_->display(first), errno);
+        if (renameat(to.get(), temp.c_str(), to.get(), other_name.c_str()) != 0) {
+            const int err = errno;
+            unlinkat(to.get(), temp.c_str(), 0);
+            fail("replace " + shown, err);
+        }
+        const struct timespec times[2] = {dir.st_atim, dir.st_mtim};
+        if ((!writable && fchmod(to.get(), dir.st_mode & 07777) != 0) ||
+            futimens(to.get(), times) != 0)
+            fail("restore the mode and times of " + dst_->display(other_parent), errno);
+        if (plan_.durable && fsync(to.get()) != 0)
+            fail("sync directory " + dst_->display(other_parent), errno);
+        report(false);
+    });
+}
+
+// After a failure: no temporary of this move is left (the files of the batch being finished,
+// and trees not yet in place).
+void Mover::remove_temps(Batch* batch) noexcept {
+    if (batch != nullptr) {
+        for (Node& node : batch->nodes) {
+            if (node.temp.empty())
+                continue;
+            try {
+                const Fd dir = dst_->open_dir(parent_path(node));
+                unlinkat(dir.get(), node.temp.c_str(), 0);
+            } catch (...) {
+            }
+            node.temp.clear();
+        }
+    }
+    std::set<std::shared_ptr<TempTree>> trees;
+    {
+        std::lock_guard<std::mutex> lock(trees_mutex_);
+        trees.swap(open_trees_);
+    }
+    for (const std::shared_ptr<TempTree>& tree : trees) {
+        try {
+            const Fd dir = dst_->open_dir(split_last(tree->dst).first);
+            remove_tree_beneath(dir.get(), tree->temp);
+        } catch (...) {
+        }
+    }
+}
+
+}  // namespace bbkit::mover_internal

@@ -1,0 +1,211 @@
+#include "bbkit/mover/mover_private.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "bbkit/error.hpp"
+#include "bbkit/fault.hpp"
+#include "bbkit/fsops.hpp"
+#include "bbkit/seal.hpp"
+
+namespace bbkit {
+namespace mover_internal {
+
+namespace {
+
+constexpr std::size_t max_warnings = 100;
+
+}  // namespace
+
+Mover::Mover(const MovePlan& plan, const std::function<void(const MoveProgress&)>& progress)
+    : plan_(plan), progress_(progress) {
+    const int fd =
+        ::open(plan.buffer_root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        fail("open buffer directory " + plan.buffer_root, errno);
+    buffer_root_ = Fd(fd);
+    auto buffer = std::make_unique<Side>(true, buffer_root_.get(), plan.buffer_root);
+    auto outside = std::make_unique<Side>(false, -1, "");
+    if (plan.direction == MoveDirection::in) {
+        src_ = std::move(outside);
+        dst_ = std::move(buffer);
+    } else {
+        src_ = std::move(buffer);
+        dst_ = std::move(outside);
+    }
+    workers_.resize(std::max(1u, plan.threads));
+    // A sixteenth of the bound per batch: three batches alive, the hard links a quarter, the
+    // workers' buffers and the allocator's slack the rest.
+    batch_bytes_ = static_cast<std::size_t>(std::max<std::uint64_t>(plan.memory_limit / 16, 1));
+    batch_entries_ = plan.batch_entries > 0 ? plan.batch_entries : max_batch_entries;
+    batch_limit_ = std::min(first_batch_entries, batch_entries_);
+    umask_ = umask(077);  // reading it means setting it: put it back at once
+    umask(umask_);
+    uid_ = geteuid();
+    // The buffer's tag for this boot first: a temporary tree of a move of this buffer killed in
+    // this boot holds what the page cache holds, which the next move's sync makes durable (see
+    // scan_stale_temps).
+    temp_tag_ = temp_tag(plan.temp_token);
+    temp_prefix_ = temp_tag_ + random_hex(4);
+}
+
+void Mover::warn(const std::string& message) {
+    std::lock_guard<std::mutex> lock(warnings_mutex_);
+    if (warnings_.size() >= max_warnings) {  // nothing more is kept: memory stays bounded
+        ++warnings_dropped_;
+        return;
+    }
+    if (warned_.insert(message).second)
+        warnings_.push_back(message);
+}
+
+void Mover::report(bool force) {
+    const Clock::time_point now = Clock::now();
+    if (!force && now - last_report_ < progress_interval)
+        return;
+    last_report_ = now;
+    if (!progress_)
+        return;
+    progress_(MoveProgress{files_done_.load(), files_total_.load(), bytes_done_.load(),
+                           bytes_total_.load(), !walk_done_.load(), syncing_});
+}
+
+MoveSummary Mover::run() {
+    const Clock::time_point start = start_ = Clock::now();
+    std::thread walker;
+    Batch running;
+    auto stop_walker = [&] {
+        {
+            std::lock_guard<std::mutex> lock(queue_mutex_);
+            stop_ = true;
+            queue_changed_.notify_all();
+        }
+        if (walker.joinable())
+            walker.join();
+    };
+    try {
+        walker = std::thread([this] { walk(); });
+        for (;;) {
+            {
+                std::unique_lock<std::mutex> lock(queue_mutex_);
+                const Clock::time_point waiting = Clock::now();
+                while (queue_.empty() && !walk_finished_) {
+                    queue_changed_.wait_for(lock, progress_interval);
+                    lock.unlock();
+                    report(false);
+                    lock.lock();
+                }
+                wait_time_ += Clock::now() - waiting;
+                if (queue_.empty())
+                    break;
+                running = std::move(queue_.front());
+                queue_.pop_front();
+                busy_ = true;
+                queue_changed_.notify_all();
+            }
+            const Clock::time_point copying = Clock::now();
+            copy_batch(running);
+            const Clock::time_point finishing = Clock::now();
+            copy_time_ += finishing - copying;
+            const Clock::duration synced = sync_time_;
+            finish_batch(running);
+            finish_time_ += Clock::now() - finishing - (sync_time_ - synced);
+            running = Batch{};
+            std::lock_guard<std::mutex> lock(queue_mutex_);
+            busy_ = false;
+            queue_changed_.notify_all();
+        }
+        walker.join();
+        if (walk_error_)
+            std::rethrow_exception(walk_error_);
+        const Clock::time_point finishing = Clock::now();
+        const Clock::duration synced = sync_time_;
+        link_spilled();
+        if (!deferred_tops_.empty()) {
+            sync_file_systems();
+            for (const std::shared_ptr<Dir>& dir : deferred_tops_)
+                publish(*dir);
+        }
+        restore_reopened();
+        finish_time_ += Clock::now() - finishing - (sync_time_ - synced);
+    } catch (...) {
+        std::exception_ptr error = std::current_exception();
+        stop_walker();
+        try {
+            std::rethrow_exception(error);
+        } catch (const CopyStopped&) {
+            if (walk_error_)
+                error = walk_error_;  // the walk failed first: that is the reason
+        } catch (...) {
+        }
+        remove_temps(&running);
+        std::rethrow_exception(error);
+    }
+    fault_point("mover.before-dir-fsync");
+    // The parents of the entries' destinations: new names (and trees renamed) in them.
+    if (plan_.durable) {
+        const Clock::time_point began = Clock::now();
+        for (const std::string& dir : dirs_to_sync_) {
+            const Fd fd = dst_->open_dir(dir);
+            if (fsync(fd.get()) != 0)
+                fail("sync directory " + dst_->display(dir), errno);
+        }
+        sync_time_ += Clock::now() - began;
+    }
+    report(true);
+
+    MoveSummary summary;
+    summary.files = files_written_.load();
+    summary.bytes = bytes_written_.load();
+    summary.skipped = skipped_.load();
+    summary.warnings = warnings_;
+    if (warnings_dropped_ > 0)
+        summary.warnings.push_back(std::to_string(warnings_dropped_) + " more warnings");
+    const Clock::time_point end = Clock::now();
+    summary.seconds = seconds(end - start);
+    summary.phases = phases(end);
+    return summary;
+}
+
+MovePhases Mover::phases(Clock::time_point end) const {
+    MovePhases p;
+    p.walk = seconds(walk_time_);
+    p.wait = seconds(wait_time_);
+    p.copy = seconds(copy_time_);
+    p.finish = seconds(finish_time_);
+    p.sync = seconds(sync_time_);
+    p.threads = static_cast<unsigned>(workers_.size());
+    p.seconds = seconds(end - start_);
+    Clock::time_point first = end, last = start_;
+    for (const Worker& worker : workers_) {
+        p.busy += seconds(worker.busy);
+        if (worker.first_copy != Clock::time_point{}) {
+            first = std::min(first, worker.first_copy);
+            last = std::max(last, worker.last_copy);
+        }
+    }
+    p.before = seconds(first - start_);
+    p.after = first == end ? 0 : seconds(end - last);
+    return p;
+}
+
+}  // namespace mover_internal
+
+MoveSummary run_move(const MovePlan& plan,
+                     const std::function<void(const MoveProgress&)>& progress) {
+    mover_internal::Mover mover(plan, progress);
+    return mover.run();
+}
+
+}  // namespace bbkit

@@ -1,0 +1,103 @@
+#include "bbkit/mover.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bbkit/directive.hpp"
+#include "bbkit/error.hpp"
+#include "bbkit/sources.hpp"
+#include "bbkit/stage_plan.hpp"
+
+namespace bbkit {
+
+namespace {
+
+std::string root_of(const StagePlan& plan, const StageDirective& stage) {
+    if (stage.buffer.empty())
+        return plan.job_root;
+    const auto root = plan.persistent_roots.find(stage.buffer);
+    if (root == plan.persistent_roots.end())
+        throw Error(ExitCode::no_input,
+                    "persistent buffer '" + stage.buffer + "' is not available to this job");
+    return root->second;
+}
+
+}  // namespace
+
+std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& plan) {
+    std::map<std::string, std::vector<MoveEntry>> groups;
+    if (plan.direction == StageDirection::in) {
+        check_stage_in(plan.stages, plan.capacity);
+        for (const StageDirective& stage : plan.stages) {
+            std::vector<SourceEntry> expanded;
+            if (stage.type == StageType::list)
+                expanded = read_stage_list(stage);
+            else
+                expanded.push_back({stage.source, stage.destination, stage.type, stage.where});
+            for (const SourceEntry& e : expanded)
+                groups[root_of(plan, stage)].push_back({e.source, e.destination, e.type});
+        }
+        return groups;
+    }
+    for (const StageDirective& stage : plan.stages) {
+        check_stage_type(stage.type, false);  // lines recorded before bb-parse refused it
+        groups[root_of(plan, stage)].push_back({stage.source, stage.destination, stage.type});
+    }
+    return groups;
+}
+
+MoveSummary run_stage_plan(const StagePlan& plan,
+                           const std::function<void(const PlanProgress&)>& progress) {
+    const auto groups = entries_by_root(plan);
+    MoveSummary total;
+    // What the roots already moved counted: the next root's counters start from there.
+    std::uint64_t base_files = 0, base_bytes = 0;
+    std::size_t left = groups.size();
+    for (const auto& [root, entries] : groups) {
+        --left;
+        MovePlan move;
+        move.direction =
+            plan.direction == StageDirection::in ? MoveDirection::in : MoveDirection::out;
+        move.buffer_root = root;
+        move.entries = entries;
+        move.threads = plan.threads;
+        move.durable = plan.durable;
+        move.direct_io = plan.direct_io;
+        move.trust_syncfs = plan.trust_syncfs;
+        move.memory_limit = plan.memory_limit;
+        move.temp_token = plan.temp_token;
+        if (plan.direction == StageDirection::in && root == plan.job_root)
+            move.capacity = plan.capacity;
+        MoveProgress last;
+        MoveSummary summary = run_move(move, [&](const MoveProgress& p) {
+            last = p;
+            PlanProgress plan_progress;
+            plan_progress.files_done = base_files + p.files_done;
+            plan_progress.bytes_done = base_bytes + p.bytes_done;
+            plan_progress.files_total = base_files + p.files_total;
+            plan_progress.bytes_total = base_bytes + p.bytes_total;
+            const bool started = plan_progress.files_done > 0 || plan_progress.bytes_done > 0;
+            plan_progress.phase = p.syncing  ? StagePhase::syncing
+                                  : !started ? StagePhase::measuring
+                                             : StagePhase::copying;
+            progress(plan_progress);
+        });
+        total.files += summary.files;
+        total.bytes += summary.bytes;
+        total.skipped += summary.skipped;
+        total.seconds += summary.seconds;
+        total.phases.append(summary.phases);
+        std::move(summary.warnings.begin(), summary.warnings.end(),
+                  std::back_inserter(total.warnings));
+        base_files += last.files_total;  // a move's last report is its complete count
+        base_bytes += last.bytes_total;
+    }
+    return total;
+}
+
+}  // namespace bbkit
