@@ -49,6 +49,8 @@ const std::vector<FaultPointInfo> table = {
      "bb-mover's walk queued one batch; earlier batches may be copied or finished (:NTH)"},
     {"mover.walked", "bb-mover walked every source; the last batch queued, not all copied"},
     {"mover.mid-copy", "bb-mover wrote part of a file (:NTH for later pieces)"},
+    {"mover.chunk-copied",
+     "bb-mover copied one chunk of a large file (a stage-in's marked on the destination) (:NTH)"},
     {"mover.file-copied",
      "bb-mover wrote one whole file (temporary name, or in a temporary directory, when "
      "durable) (:NTH)"},

@@ -26,6 +26,8 @@
 
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
+#include "bbkit/fsops.hpp"
+#include "bbkit/mover/chunk_marks.hpp"
 #include "move_test_support.hpp"
 
 namespace bbkit {
@@ -718,6 +720,40 @@ TEST(mover, a_directory_larger_than_a_batch_streams_through) {
     expect_same_tree(tmp / "src", buffer + "/data", static_cast<uid_t>(-1));
 }
 
+// Hard links of a symlink and of a fifo stay links, as cp -a keeps them, in both directions.
+TEST(mover, hard_linked_symlinks_and_fifos_stay_linked) {
+    TempDir tmp;
+    mkdir((tmp / "src").c_str(), 0755);
+    mkdir((tmp / "src/sub").c_str(), 0755);
+    ASSERT_EQ(symlink("target", (tmp / "src/sym1").c_str()), 0);
+    ASSERT_EQ(link((tmp / "src/sym1").c_str(), (tmp / "src/sub/sym2").c_str()), 0);
+    ASSERT_EQ(mkfifo((tmp / "src/fifo1").c_str(), 0640), 0);
+    ASSERT_EQ(link((tmp / "src/fifo1").c_str(), (tmp / "src/fifo2").c_str()), 0);
+    for_each_entry(tmp / "src", [](const std::string& p) { lchown(p.c_str(), nobody, nogroup); });
+    lchown((tmp / "src").c_str(), nobody, nogroup);
+    auto same_inode = [](const std::string& a, const std::string& b) {
+        struct stat x {
+        }, y{};
+        return lstat(a.c_str(), &x) == 0 && lstat(b.c_str(), &y) == 0 && x.st_ino == y.st_ino;
+    };
+    const std::string buffer = make_buffer(tmp, "buffer");
+    const Outcome in = move_as_nobody(plan_in(buffer, tmp / "src", "data"));
+    ASSERT_EQ(in.code, 0) << in.message;
+    EXPECT_TRUE(same_inode(buffer + "/data/sym1", buffer + "/data/sub/sym2"));
+    EXPECT_TRUE(same_inode(buffer + "/data/fifo1", buffer + "/data/fifo2"));
+    mkdir((tmp / "out").c_str(), 0755);
+    chown((tmp / "out").c_str(), nobody, nogroup);
+    const std::string out_dir = tmp / "out/result";
+    const Outcome out = move_as_nobody(plan_out(buffer, "data", out_dir));
+    ASSERT_EQ(out.code, 0) << out.message;
+    EXPECT_TRUE(same_inode(out_dir + "/sym1", out_dir + "/sub/sym2"));
+    EXPECT_TRUE(same_inode(out_dir + "/fifo1", out_dir + "/fifo2"));
+    // A rerun finds the links in place.
+    const Outcome again = move_as_nobody(plan_in(buffer, tmp / "src", "data"));
+    ASSERT_EQ(again.code, 0) << again.message;
+    EXPECT_EQ(again.files, 0u);
+}
+
 // A stage-in into the job's buffer counts what it walks against the buffer's capacity: a tree
 // that does not fit stops at the first file over it, with the measurement's own message, and
 // what was copied before never exceeds the capacity. Without a capacity (a persistent buffer's
@@ -815,6 +851,65 @@ TEST(mover, stage_in_killed_inside_the_stream_resumes_without_copying_again) {
         expect_same_tree(tmp / "src", buffer + "/data", nobody);
         EXPECT_FALSE(has_temporaries(buffer)) << fault;
     }
+}
+
+// A large file's stage-in killed after some of its chunks: the rerun (same boot) copies only
+// the chunks not marked on the destination, and the copy ends equal to its source, holes kept,
+// with no marks left. A marked chunk is taken as done: one changed in between stays as the
+// killed run left it, which is how this test sees that it was not copied again.
+TEST(mover, a_large_file_killed_inside_resumes_from_its_marked_chunks) {
+    constexpr off_t chunk = off_t{32} << 20;  // the mover's chunk
+    TempDir tmp;
+    mkdir((tmp / "src").c_str(), 0755);
+    const std::string source = tmp / "src/big";
+    std::string data;
+    for (int c = 0; c < 4; ++c) {
+        const std::string piece = dense_data(1 << 20, static_cast<unsigned>(c + 1));
+        write_at(source, c * chunk, piece);
+        data += piece;
+    }
+    ASSERT_EQ(truncate(source.c_str(), 4 * chunk - 4096), 0);
+    lchown((tmp / "src").c_str(), nobody, nogroup);
+    lchown(source.c_str(), nobody, nogroup);
+    struct stat st {};
+    ASSERT_EQ(lstat(source.c_str(), &st), 0);
+    const std::string buffer = make_buffer(tmp, "buffer");
+    MovePlan plan = plan_in(buffer, tmp / "src", "data");
+    plan.threads = 2;
+    const Outcome killed = move_as_nobody(plan, "mover.chunk-copied:2");
+    ASSERT_EQ(killed.code, 128) << killed.message;
+    const std::string copy = buffer + "/data/big";
+    ChunkMarks marks(st, chunk, 4);
+    {
+        Fd fd(open(copy.c_str(), O_RDONLY | O_CLOEXEC));
+        ASSERT_TRUE(fd);
+        if (!marks.load(fd.get()) && errno == ENOTSUP)
+            GTEST_SKIP() << "no user xattrs here";
+    }
+    ASSERT_GE(marks.count(), 2u);
+    ASSERT_LT(marks.count(), 4u);
+    std::size_t marked = 0;
+    while (!marks.done(marked))
+        ++marked;
+    write_at(copy, static_cast<off_t>(marked) * chunk, "TAMPERED");
+    const Outcome rerun = move_as_nobody(plan);
+    ASSERT_EQ(rerun.code, 0) << rerun.message;
+    const std::string got = read_file(copy);
+    ASSERT_EQ(got.size(), static_cast<std::size_t>(4 * chunk - 4096));
+    for (std::size_t c = 0; c < 4; ++c) {
+        const std::string head = got.substr(c * chunk, 1 << 20);
+        if (c == marked)
+            EXPECT_EQ(head.substr(0, 8), "TAMPERED");
+        else
+            EXPECT_EQ(head, data.substr(c << 20, 1 << 20)) << "chunk " << c;
+    }
+    struct stat out {};
+    ASSERT_EQ(lstat(copy.c_str(), &out), 0);
+    EXPECT_EQ(out.st_mtim.tv_nsec, st.st_mtim.tv_nsec);
+    EXPECT_LT(out.st_blocks * 512, 16 << 20);  // the holes stayed holes
+    EXPECT_EQ(getxattr(copy.c_str(), ChunkMarks::attribute, nullptr, 0), -1);
+    // Another rerun finds it complete.
+    EXPECT_EQ(move_as_nobody(plan).skipped, 1u);
 }
 
 // A durable stage-out into a new directory killed after some batches: the rerun (same boot)

@@ -23,10 +23,6 @@ namespace bbkit::mover_internal {
 
 namespace {
 
-// Files at least this large are split into chunks so several workers (and several requests in
-// flight on the device) share one file; below it a file is one worker's job.
-constexpr off_t large_file = off_t{64} << 20;
-constexpr off_t chunk_bytes = off_t{32} << 20;
 // Small files are handed out in runs of this many from one directory, runs of different
 // directories in turn: workers then create in different directories (a create holds its
 // directory's lock, and on a cold cache may wait for an inode table read while holding it),

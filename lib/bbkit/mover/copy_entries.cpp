@@ -44,9 +44,31 @@ Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
     return Fd(fd);
 }
 
+// The destination a killed stage-in left under the final name, when its chunk marks are this
+// source's of this boot (`marks` then holds them); else none, and nothing is touched. Only a
+// plain file of the source's size with one name, opened without following a symlink or
+// blocking on a fifo. Its mode, group and times are all set again at the end (nothing of them
+// is taken as set).
+Fd Mover::resumable_destination(Node& node, int dir, const std::string& name, ChunkMarks& marks) {
+    Fd fd(openat(dir, name.c_str(), O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    struct stat st {};
+    if (!fd || fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+        st.st_size != node.st.st_size || !marks.load(fd.get()))
+        return Fd();
+    const int flags = fcntl(fd.get(), F_GETFL);
+    if (flags < 0 || fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0)
+        return Fd();
+    node.initial = InitialMetadata{};
+    node.initial.mode = st.st_mode & 07777;
+    return fd;
+}
+
 // Opens the source and creates the destination; false when the destination is already
-// complete (a rerun after success or a crash).
-bool Mover::open_file(Node& node, const FileCopy& file, Worker& worker, FilePair& pair) {
+// complete (a rerun after success or a crash). With `marks` (a large file's stage-in), the
+// partial copy a killed run left is reopened instead when its marks allow (marks then says
+// which chunks are done).
+bool Mover::open_file(Node& node, const FileCopy& file, Worker& worker, FilePair& pair,
+                      ChunkMarks* marks) {
     const auto [src_parent, src_name] = split_last(node.src);
     const std::string dst_name = split_last(node.dst).second;
     const int dst_dir = worker.dst_dir.get(*dst_, parent_path(node));
@@ -54,8 +76,12 @@ bool Mover::open_file(Node& node, const FileCopy& file, Worker& worker, FilePair
     if (!in_new_dir(node) && is_complete_copy(dst_dir, dst_name, node.st))
         return false;
     const int src_dir = worker.src_dir.get(*src_, src_parent);
-    pair = open_pair(file, src_dir, src_name, plan_.direct_io,
-                     [&] { return create_destination(node, dst_dir, dst_name); });
+    pair = open_pair(file, src_dir, src_name, plan_.direct_io, [&] {
+        if (marks != nullptr && !in_new_dir(node))
+            if (Fd resumed = resumable_destination(node, dst_dir, dst_name, *marks))
+                return resumed;
+        return create_destination(node, dst_dir, dst_name);
+    });
     return true;
 }
 
@@ -119,7 +145,13 @@ void Mover::copy_chunk(const Task& task, Worker& worker) {
         if (!file.opened) {
             // Once only: a second attempt would make a second temporary.
             file.failed = true;
-            file.skip = !open_file(node, copy, worker, file.pair);
+            // A stage-in writes the final name in place: its chunks are marked as they are
+            // done, and a rerun takes up where a killed one stopped.
+            if (!plan_.durable)
+                file.marks = std::make_unique<ChunkMarks>(
+                    node.st, chunk_bytes,
+                    static_cast<std::size_t>((node.st.st_size + chunk_bytes - 1) / chunk_bytes));
+            file.skip = !open_file(node, copy, worker, file.pair, file.marks.get());
             // Full size first: chunks write at their own offsets, holes stay holes.
             if (!file.skip)
                 size_destination(copy, file.pair.dst.get(),
@@ -128,15 +160,24 @@ void Mover::copy_chunk(const Task& task, Worker& worker) {
             file.failed = false;
         }
     }
-    if (!file.skip)
+    const auto chunk = static_cast<std::size_t>(task.offset / chunk_bytes);
+    if (!file.skip && !(file.marks && file.marks->done(chunk))) {
         copy_data(copy, file.pair.src.get(), file.pair.dst.get(), task.offset,
                   task.offset + task.length, file.pair.direct, true, worker.buffers, stop_);
+        if (file.marks) {
+            std::lock_guard<std::mutex> lock(file.mutex);
+            file.marks->mark(file.pair.dst.get(), chunk);
+        }
+        fault_point("mover.chunk-copied");
+    }
     bytes_done_.fetch_add(static_cast<std::uint64_t>(task.length));
     if (file.remaining.fetch_sub(1) != 1)
         return;
     if (file.skip) {
         skipped_.fetch_add(1);
     } else {
+        if (file.marks)
+            ChunkMarks::clear(file.pair.dst.get());  // a complete copy carries none
         finish_file(node, copy, file.pair, true);
         files_written_.fetch_add(1);
         bytes_written_.fetch_add(static_cast<std::uint64_t>(node.st.st_size));

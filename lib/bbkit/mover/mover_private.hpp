@@ -29,6 +29,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/mover.hpp"
+#include "bbkit/mover/chunk_marks.hpp"
 #include "bbkit/mover/common.hpp"
 #include "bbkit/mover/copy_file.hpp"
 #include "bbkit/mover/copy_metadata.hpp"
@@ -40,6 +41,11 @@ using Clock = std::chrono::steady_clock;
 
 // Progress is reported at most this often (run_move, mover.hpp).
 constexpr auto progress_interval = std::chrono::milliseconds(100);
+// Files at least this large are split into chunks so several workers (and several requests in
+// flight on the device) share one file; below it a file is one worker's job. A stage-in marks
+// each chunk done on the destination (chunk_marks.hpp).
+constexpr off_t large_file = off_t{64} << 20;
+constexpr off_t chunk_bytes = off_t{32} << 20;
 
 // "a/b" -> {"a", "b"}, "b" -> {"", "b"}, "/b" -> {"/", "b"}.
 inline std::pair<std::string, std::string> split_last(const std::string& path) {
@@ -219,6 +225,9 @@ struct SharedFile {
     bool skip = false;
     FilePair pair;
     std::atomic<std::size_t> remaining{0};
+    // A stage-in's: the chunks copied, marked on the destination as they are done, and those a
+    // killed run marked, which a rerun does not copy again (chunk_marks.hpp). Null otherwise.
+    std::unique_ptr<ChunkMarks> marks;
 };
 
 struct Task {
@@ -297,7 +306,9 @@ class Mover {
     std::string parent_path(const Node& node) const {
         return node.parent ? node.parent->at : split_last(node.dst).first;
     }
-    bool open_file(Node& node, const FileCopy& file, Worker& worker, FilePair& pair);
+    bool open_file(Node& node, const FileCopy& file, Worker& worker, FilePair& pair,
+                   ChunkMarks* marks = nullptr);
+    Fd resumable_destination(Node& node, int dir, const std::string& name, ChunkMarks& marks);
     Fd create_destination(Node& node, int dir, const std::string& name);
     void finish_file(const Node& node, const FileCopy& file, const FilePair& pair, bool truncate);
     void copy_symlink(Node& node, Worker& worker);

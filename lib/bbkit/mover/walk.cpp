@@ -356,7 +356,9 @@ void Mover::add_node(const std::string& src, const std::string& dst, const struc
     }
     note_lookalike(dst);
     std::size_t bytes = entry_overhead + src.size() + dst.size();
-    if (node.kind == Kind::file && st.st_nlink > 1) {
+    // Hard links of any kind of entry (a symlink or fifo can have several names too, and cp -a
+    // keeps them as links).
+    if (st.st_nlink > 1) {
         auto& by_inode = links_[static_cast<std::uint64_t>(st.st_dev)];
         const auto found = by_inode.find(static_cast<std::uint64_t>(st.st_ino));
         if (found != by_inode.end()) {

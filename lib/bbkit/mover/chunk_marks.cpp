@@ -1,4 +1,4 @@
-#include "bbkit/chunk_marks.hpp"
+#include "bbkit/mover/chunk_marks.hpp"
 
 #include <sys/xattr.h>
 
