@@ -60,8 +60,9 @@ const char* to_string(StagePhase phase);
 std::optional<StagePhase> parse_stage_phase(const std::string& text);  // nullopt when unknown
 
 // Where a move's time went (bb-mover's summary, bb-stage --json, bb-stat job), in seconds of
-// wall time. The walk runs on its own thread ahead of the copy; the copy waits for it only when
-// it has nothing walked to copy (`wait`). Workers copy batches in parallel (`copy`); between
+// wall time. The walk runs on its own thread ahead of the copy (`walk`: its working time, not
+// the time it waits for the copy to take a batch); the copy waits for it only when it has
+// nothing walked to copy (`wait`). Workers copy batches in parallel (`copy`); between
 // batches the copy's own thread renames, links and gives directories their modes and times
 // (`finish`) while the workers wait; `sync` is the durable flush (syncfs, fsync). `before` and
 // `after`: from the move's start to its first copy, and from its last copy's end to its own

@@ -385,6 +385,7 @@ class Mover {
     // others are the executor's own.
     Clock::time_point start_{};
     Clock::duration walk_time_{}, wait_time_{}, copy_time_{}, finish_time_{}, sync_time_{};
+    Clock::duration walk_idle_{};  // the walker's own: waiting for the copy to take a batch
 
     std::atomic<bool> stop_{false};
     std::atomic<bool> walk_done_{false};

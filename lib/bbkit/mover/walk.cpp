@@ -64,7 +64,7 @@ void Mover::walk() {
         stop_ = true;
     }
     std::lock_guard<std::mutex> lock(queue_mutex_);
-    walk_time_ = Clock::now() - began;
+    walk_time_ = Clock::now() - began - walk_idle_;
     walk_finished_ = true;
     queue_changed_.notify_all();
 }
@@ -414,7 +414,9 @@ void Mover::hand_over() {
     if (batch_.nodes.empty() && batch_.closed.empty())
         return;
     std::unique_lock<std::mutex> lock(queue_mutex_);
+    const Clock::time_point waiting = Clock::now();
     queue_changed_.wait(lock, [&] { return queue_.size() < queued_batches || stop_.load(); });
+    walk_idle_ += Clock::now() - waiting;
     check_stopped();
     queue_.push_back(std::move(batch_));
     batch_ = Batch{};
@@ -428,7 +430,9 @@ void Mover::hand_over() {
 void Mover::drain() {
     hand_over();
     std::unique_lock<std::mutex> lock(queue_mutex_);
+    const Clock::time_point waiting = Clock::now();
     queue_changed_.wait(lock, [&] { return (queue_.empty() && !busy_) || stop_.load(); });
+    walk_idle_ += Clock::now() - waiting;
     check_stopped();
 }
 
