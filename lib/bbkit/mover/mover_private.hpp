@@ -46,6 +46,8 @@ constexpr auto progress_interval = std::chrono::milliseconds(100);
 // each chunk done on the destination (chunk_marks.hpp).
 constexpr off_t large_file = off_t{64} << 20;
 constexpr off_t chunk_bytes = off_t{32} << 20;
+// Small files up to this size are read ahead a run at a time (Mover::read_ahead).
+constexpr off_t read_ahead_max = off_t{1} << 20;
 
 // "a/b" -> {"a", "b"}, "b" -> {"", "b"}, "/b" -> {"/", "b"}.
 inline std::pair<std::string, std::string> split_last(const std::string& path) {
@@ -300,6 +302,8 @@ class Mover {
     void run_task(const Task& task, Worker& worker);
     void copy_small_file(Node& node, Worker& worker);
     void copy_chunk(const Task& task, Worker& worker);
+    void read_ahead(const std::vector<Task>& tasks, std::size_t first, std::size_t last,
+                    Worker& worker);
     FileCopy file_copy(const Node& node) const {
         return FileCopy{node.st, src_->display(node.src), dst_->display(node.dst)};
     }
