@@ -34,6 +34,7 @@
 #include "bbkit/mover/copy_file.hpp"
 #include "bbkit/mover/copy_metadata.hpp"
 #include "bbkit/mover/link_spill.hpp"
+#include "bbkit/mover/walk_ahead.hpp"
 
 namespace bbkit::mover_internal {
 
@@ -370,6 +371,7 @@ class Mover {
     bool link_overflow_ = false;
     std::unique_ptr<LinkSpill> spill_;
     std::uint64_t capacity_counted_ = 0;  // see MovePlan::capacity
+    std::unique_ptr<WalkAhead> ahead_;    // reads directories ahead of the walk (run())
 
     // Between the walker and the executor.
     std::mutex queue_mutex_;

@@ -95,6 +95,11 @@ MoveSummary Mover::run() {
             walker.join();
     };
     try {
+        // Trees are read ahead by a thread per two workers (at most 8): they keep the one walk
+        // from waiting on the disk, which would starve the workers of a large machine.
+        if (std::any_of(plan_.entries.begin(), plan_.entries.end(),
+                        [](const MoveEntry& e) { return e.type == StageType::directory; }))
+            ahead_ = std::make_unique<WalkAhead>(std::clamp(plan_.threads / 2, 1u, 8u));
         walker = std::thread([this] { walk(); });
         for (;;) {
             {
@@ -127,6 +132,7 @@ MoveSummary Mover::run() {
             queue_changed_.notify_all();
         }
         walker.join();
+        ahead_.reset();
         if (walk_error_)
             std::rethrow_exception(walk_error_);
         const Clock::time_point finishing = Clock::now();

@@ -288,10 +288,15 @@ void Mover::walk_tree(const std::shared_ptr<Dir>& top) {
     stack.emplace_back();
     stack.back().dir = top;
     open_frame(stack.back(), -1);
+    // A descriptor of its own (a dup would share the walk's position in the directory).
+    if (ahead_)
+        ahead_->read(Fd(openat(stack.back().fd(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)));
     while (!stack.empty()) {
         check_stopped();
         Frame& frame = stack.back();
         const dirent* entry = frame.stream->next();
+        if (ahead_ && entry != nullptr)
+            ahead_->walked();
         if (entry == nullptr) {
             if (errno != 0)
                 fail("list " + src_->display(frame.dir->src), errno);
