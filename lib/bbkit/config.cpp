@@ -9,7 +9,6 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <regex>
@@ -927,13 +926,16 @@ struct FileCloser {
     void operator()(std::FILE* file) const { std::fclose(file); }
 };
 
+constexpr const char* cannot_read_hint = " (use --config FILE or set BBKIT_CONFIG)";
+
 [[noreturn]] void cannot_read(const std::string& path, const std::string& why) {
-    throw Error(ExitCode::config, printable(path + ": cannot read configuration: " + why +
-                                            " (use --config FILE or set BBKIT_CONFIG)"));
+    throw Error(ExitCode::config,
+                printable(path + ": cannot read configuration: " + why + cannot_read_hint));
 }
 
 [[noreturn]] void cannot_read(const std::string& path, int error_number) {
-    cannot_read(path, std::strerror(error_number));
+    throw configuration_error(printable(path + ": cannot read configuration"), error_number,
+                              cannot_read_hint);
 }
 
 // Opened without blocking, so that a FIFO with no writer is refused rather than waited for;

@@ -1,5 +1,6 @@
 #include "bbkit/error.hpp"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -19,8 +20,23 @@ ExitCode exit_code_for(int err) {
     }
 }
 
-Error system_error(const std::string& what, int err) {
-    return Error(exit_code_for(err), what + ": " + std::strerror(err));
+Error system_error(const std::string& what, int err, const std::string& hint) {
+    return Error(exit_code_for(err), what + ": " + std::strerror(err) + hint);
+}
+
+Error configuration_error(const std::string& what, int err, const std::string& hint) {
+    return Error(ExitCode::config, what + ": " + std::strerror(err) + hint);
+}
+
+Error mover_error(const std::string& what, int err) {
+    return Error(exit_code_for(err), "cannot " + what + ": " + mover_reason(err));
+}
+
+std::string mover_reason(int err) {
+    std::string text = std::strerror(err);
+    if (!text.empty())
+        text[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(text[0])));
+    return text;
 }
 
 bool is_control(char c) {

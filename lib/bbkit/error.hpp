@@ -39,8 +39,29 @@ class Error : public std::runtime_error {
 // an errno and says its own code.
 ExitCode exit_code_for(int err);
 
-// Error(exit_code_for(err), what + ": " + strerror(err)), e.g. "cannot open /x: Permission denied".
-Error system_error(const std::string& what, int err);
+// A failed system call reaches the user through one of the three functions below, never through
+// an Error built from strerror by hand: its exit code and its wording are decided here alone.
+//
+// system_error, the rule everywhere but in the two cases after it:
+// Error(exit_code_for(err), what + ": " + strerror(err) + hint), e.g. "cannot open /x:
+// Permission denied"; `hint`, when given, is the way on, with its leading blank
+// (" (check free space and permissions)").
+Error system_error(const std::string& what, int err, const std::string& hint = {});
+
+// The same message with exit code config (78) whatever the errno, for what bbkit must have
+// before it can act at all: its configuration, a file root must trust (trust.hpp), the record
+// key, and the state directory a writing command sets up (bbkit(7), EXIT STATUS). A reading
+// command's state directory is not set up: system_error.
+Error configuration_error(const std::string& what, int err, const std::string& hint = {});
+
+// bb-mover's wording: Error(exit_code_for(err), "cannot " + what + ": " + mover_reason(err)),
+// e.g. "cannot read /x: no such file or directory". Its messages become a clause of bb-stage's
+// ("stage-in of ... failed: cannot read /x: ..."), hence the lower case; bb-stage finds ENOSPC
+// and EDQUOT in them by that wording.
+Error mover_error(const std::string& what, int err);
+
+// strerror(err) with a lower-case first letter: mover_error's reason, and the mover's warnings'.
+std::string mover_reason(int err);
 
 // `text` with every control character (newline, carriage return, escape, NUL...) written as
 // \xNN: what a user chose (a file name, a job name, a directive) can then never start a line

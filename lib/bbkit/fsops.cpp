@@ -13,16 +13,16 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 
 #include "bbkit/error.hpp"
 
 namespace bbkit {
 namespace {
 
+// A failed step of a file write, through system_error with the way on that every such step
+// shares.
 [[noreturn]] void fail(const std::string& what, const std::string& path, int err) {
-    throw Error(exit_code_for(err), "cannot " + what + " " + path + ": " + std::strerror(err) +
-                                        " (check free space and permissions)");
+    throw system_error("cannot " + what + " " + path, err, " (check free space and permissions)");
 }
 
 std::string parent_of(const std::string& path) {

@@ -83,6 +83,8 @@ ProcessOutcome run_process(const ProcessSpec& spec) {
     std::error_code ec;
     bp::child child(bp::exe = spec.path, bp::args = spec.args, environment_for(spec),
                     bp::std_in<in, bp::std_out> pipes->out, bp::std_err > pipes->err, ec);
+    if (ec && (ec.category() == std::system_category() || ec.category() == std::generic_category()))
+        throw system_error("cannot start " + spec.path, ec.value());
     if (ec)
         throw Error(ExitCode::software, "cannot start " + spec.path + ": " + ec.message());
 

@@ -62,7 +62,8 @@ struct ProcessOutcome {
 };
 
 // Starts the program and waits for it, up to `timeout`: then SIGTERM, `grace`, SIGKILL.
-// Throws Error(software) when it cannot be started.
+// Throws system_error's Error (error.hpp) when it cannot be started, e.g. 77 for a file it may
+// not execute.
 ProcessOutcome run_process(const ProcessSpec& spec);
 
 }  // namespace bbkit

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
@@ -56,7 +55,7 @@ void remove_entry(int fd, const std::string& dir, const std::string& name) {
 Fd open_directory_at(int parent, const std::string& name, const std::string& path) {
     Fd fd(::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!fd && errno != ENOENT)
-        throw Error(ExitCode::io, "cannot open directory " + path + ": " + std::strerror(errno));
+        throw system_error("cannot open directory " + path, errno);
     return fd;
 }
 
@@ -116,19 +115,17 @@ struct DirectoryOwner {
 void fix_directory(int fd, const std::string& path, const DirectoryOwner& want) {
     struct stat st {};
     if (::fstat(fd, &st) != 0)
-        throw Error(ExitCode::io, "cannot inspect " + path + ": " + std::strerror(errno));
+        throw system_error("cannot inspect " + path, errno);
     mode_t mode = st.st_mode & 07777;
     const auto set_mode = [&](mode_t to) {
         if (::fchmod(fd, to) != 0)
-            throw Error(ExitCode::no_perm,
-                        "cannot set the mode of " + path + ": " + std::strerror(errno));
+            throw system_error("cannot set the mode of " + path, errno);
         mode = to;
     };
     if ((mode & ~want.mode) != 0)
         set_mode(mode & want.mode);
     if (st.st_uid != want.uid && ::fchown(fd, want.uid, want.gid) != 0)
-        throw Error(ExitCode::no_perm, "cannot give " + path + " to uid " +
-                                           std::to_string(want.uid) + ": " + std::strerror(errno));
+        throw system_error("cannot give " + path + " to uid " + std::to_string(want.uid), errno);
     if (mode != want.mode)
         set_mode(want.mode);
 }
@@ -143,19 +140,17 @@ class PublicBuffers {
         const std::string parent = store.path("public");
         const Fd public_fd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
         if (!public_fd)
-            throw Error(ExitCode::io,
-                        "cannot open directory " + parent + ": " + std::strerror(errno));
+            throw system_error("cannot open directory " + parent, errno);
         struct stat st {};
         if (::fstat(public_fd.get(), &st) != 0)
-            throw Error(ExitCode::io, "cannot inspect " + parent + ": " + std::strerror(errno));
+            throw system_error("cannot inspect " + parent, errno);
         // public/ belongs to the state directory's owner (StateStore sees to it).
         base_ = DirectoryOwner{st.st_uid, st.st_gid, 0755};
         if (::mkdirat(public_fd.get(), "buffers", 0700) != 0 && errno != EEXIST)
-            throw Error(ExitCode::io, "cannot create " + dir_ + ": " + std::strerror(errno));
+            throw system_error("cannot create " + dir_, errno);
         fd_ = open_directory_at(public_fd.get(), "buffers", dir_);
         if (!fd_)
-            throw Error(ExitCode::io,
-                        "cannot open directory " + dir_ + ": " + std::strerror(errno));
+            throw system_error("cannot open directory " + dir_, errno);
         // 0755 even with PrivateData: users list it to find their directory, which they alone
         // may then enter.
         fix_directory(fd_.get(), dir_, base_);
@@ -232,7 +227,7 @@ class PublicBuffers {
         const std::string path = dir_ + "/" + name;
         // 0700 until fix_directory has set the owner: never open to the wrong user.
         if (create && ::mkdirat(fd_.get(), name.c_str(), 0700) != 0 && errno != EEXIST)
-            throw Error(ExitCode::io, "cannot create " + path + ": " + std::strerror(errno));
+            throw system_error("cannot create " + path, errno);
         Fd fd = open_directory_at(fd_.get(), name, path);
         if (!fd)
             return nullptr;
@@ -308,13 +303,12 @@ class UnsettledFile {
             fd_.reset(::open(path.c_str(), flags, 0600));
         struct stat st {};
         if (!fd_ || ::fstat(fd_.get(), &st) != 0)
-            throw Error(ExitCode::io, "cannot open " + path + ": " + std::strerror(errno));
+            throw system_error("cannot open " + path, errno);
         if (!S_ISREG(st.st_mode))
             throw Error(ExitCode::io, path + " is not a regular file (remove it)");
         if (geteuid() == 0 && (st.st_uid != owner || st.st_gid != group) &&
             ::fchown(fd_.get(), owner, group) != 0)
-            throw Error(ExitCode::io, "cannot give " + path + " to uid " + std::to_string(owner) +
-                                          ": " + std::strerror(errno));
+            throw system_error("cannot give " + path + " to uid " + std::to_string(owner), errno);
         text_ = read_all(fd_.get(), path, max_published_bytes);
     }
 
@@ -345,13 +339,13 @@ class UnsettledFile {
                                        static_cast<off_t>(done));
             if (n < 0 && errno == EINTR)
                 continue;
-            if (n <= 0)
-                throw Error(ExitCode::io, "cannot write " + path_ + ": " + std::strerror(errno));
+            if (n <= 0)  // 0 sets no errno: nothing written is an I/O error
+                throw system_error("cannot write " + path_, n < 0 ? errno : EIO);
             done += static_cast<std::size_t>(n);
         }
         if (text.size() < text_.size() &&
             ::ftruncate(fd_.get(), static_cast<off_t>(text.size())) != 0)
-            throw Error(ExitCode::io, "cannot write " + path_ + ": " + std::strerror(errno));
+            throw system_error("cannot write " + path_, errno);
         text_ = std::move(text);
     }
 
@@ -386,7 +380,7 @@ UnsettledFile open_unsettled(const StateStore& store) {
     const std::string dir = store.path("public");
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0)
-        throw Error(ExitCode::io, "cannot inspect " + dir + ": " + std::strerror(errno));
+        throw system_error("cannot inspect " + dir, errno);
     return UnsettledFile(dir + "/.unsettled", st.st_uid, st.st_gid);
 }
 
@@ -443,7 +437,7 @@ void publish_all(WriteTransaction& txn, const StateStore& store, const Config& c
     const std::string dir = store.path("public");
     const Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!fd)
-        throw Error(ExitCode::io, "cannot list " + dir + ": " + std::strerror(errno));
+        throw system_error("cannot list " + dir, errno);
     for (const std::string& name : list_directory(fd.get(), dir))
         if (is_layout_1_file(name))
             remove_entry(fd.get(), dir, name);

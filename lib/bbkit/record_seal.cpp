@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 
 #include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
@@ -26,9 +25,8 @@ void create_key(const std::string& path) {
     unlink(tmp.c_str());
     Fd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
     if (!fd)
-        throw Error(ExitCode::config, "cannot create the record key " + path + ": " +
-                                          std::strerror(errno) +
-                                          " (its directory must exist and be root's)");
+        throw configuration_error("cannot create the record key " + path, errno,
+                                  " (its directory must exist and be root's)");
     const std::string key = random_hex(key_bytes) + "\n";
     const bool written =
         write(fd.get(), key.data(), key.size()) == static_cast<ssize_t>(key.size()) &&
@@ -38,19 +36,16 @@ void create_key(const std::string& path) {
     const int link_err = errno;
     unlink(tmp.c_str());
     if (!written)
-        throw Error(ExitCode::config,
-                    "cannot write the record key " + path + ": " + std::strerror(err));
+        throw configuration_error("cannot write the record key " + path, err);
     if (!linked && link_err != EEXIST)
-        throw Error(ExitCode::config,
-                    "cannot create the record key " + path + ": " + std::strerror(link_err));
+        throw configuration_error("cannot create the record key " + path, link_err);
 }
 
 std::string read_key(const std::string& path) {
     check_root_controlled(path, "record key");
     Fd fd(open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
     if (!fd)
-        throw Error(ExitCode::config,
-                    "cannot read the record key " + path + ": " + std::strerror(errno));
+        throw configuration_error("cannot read the record key " + path, errno);
     struct stat st {};
     if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
         throw Error(ExitCode::config, "record key " + path + " is not a regular file");

@@ -66,11 +66,9 @@ void write_holder(int fd) {
     if (fsetxattr(fd, holder_attribute, text.data(), text.size(), 0) == 0)
         return;
     if (errno != ENOTSUP && errno != EOPNOTSUPP && errno != EPERM)
-        throw Error(ExitCode::io,
-                    std::string("cannot record run lock holder: ") + std::strerror(errno));
+        throw system_error("cannot record run lock holder", errno);
     if (ftruncate(fd, 0) != 0 || pwrite(fd, text.data(), text.size(), 0) < 0)
-        throw Error(ExitCode::io,
-                    std::string("cannot record run lock holder: ") + std::strerror(errno));
+        throw system_error("cannot record run lock holder", errno);
 }
 
 }  // namespace
@@ -84,12 +82,12 @@ std::optional<RunLock> RunLock::try_acquire(const std::string& state_dir, const 
         if (flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
             if (errno == EWOULDBLOCK)
                 return std::nullopt;
-            throw Error(ExitCode::io, "cannot lock " + path + ": " + std::strerror(errno));
+            throw system_error("cannot lock " + path, errno);
         }
         struct stat held {};
         struct stat named {};
         if (fstat(fd.get(), &held) != 0)
-            throw Error(ExitCode::io, "cannot inspect " + path + ": " + std::strerror(errno));
+            throw system_error("cannot inspect " + path, errno);
         if (lstat(path.c_str(), &named) != 0 || named.st_ino != held.st_ino ||
             named.st_dev != held.st_dev)
             continue;

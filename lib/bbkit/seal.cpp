@@ -163,8 +163,7 @@ std::string random_hex(std::size_t bytes) {
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
-            throw Error(ExitCode::software,
-                        std::string("cannot read random bytes: ") + std::strerror(errno));
+            throw system_error("cannot read random bytes", errno);
         got += static_cast<std::size_t>(n);
     }
     return to_hex(raw);

@@ -7,7 +7,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -25,8 +24,7 @@ std::string where_text(const Location& where) {
 
 // The error for a failed system call on `path`, with the exit code its errno deserves.
 Error path_error(const Location& where, const std::string& path, const std::string& what, int err) {
-    return Error(exit_code_for(err), where_text(where) + ": stage-in source '" + path +
-                                         "': " + what + ": " + std::strerror(err));
+    return system_error(where_text(where) + ": stage-in source '" + path + "': " + what, err);
 }
 
 void require_readable(const Location& where, const std::string& path, bool directory) {

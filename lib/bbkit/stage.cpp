@@ -4,7 +4,6 @@
 #include <sys/file.h>
 #include <unistd.h>
 #include <cerrno>
-#include <cstring>
 
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -264,7 +263,7 @@ Error record_failure(StateStore& store, const Config& config, const Buffer& b, c
 // the way on ("bb-stage: what failed: why (what to do)").
 Error explain_failure(const Buffer& b, bool in, const Error& mover) {
     const std::string why = mover.what();
-    // bb-mover reports strerror() with a lower-case first letter (ENOSPC, EDQUOT).
+    // bb-mover words an errno as error.hpp's mover_error does, in lower case (ENOSPC, EDQUOT).
     const bool no_space = why.find("no space left on device") != std::string::npos;
     // EDQUOT: the buffer's project quota, its capacity, is full, not the pool (bbkit(7),
     // CAPACITY); freeing space in the pool would not help.
@@ -630,10 +629,12 @@ std::string job_paths(StateStore& store, const Config& config, std::uint64_t job
 void write_paths_file(const std::string& path, const std::string& lines) {
     Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!fd)
-        throw Error(ExitCode::io, "cannot write " + path + ": " + std::strerror(errno));
-    if (write(fd.get(), lines.data(), lines.size()) != static_cast<ssize_t>(lines.size()) ||
-        fsync(fd.get()) != 0)
-        throw Error(ExitCode::io, "cannot write " + path + ": " + std::strerror(errno));
+        throw system_error("cannot write " + path, errno);
+    const ssize_t n = write(fd.get(), lines.data(), lines.size());
+    if (n != static_cast<ssize_t>(lines.size()))  // short sets no errno: an I/O error
+        throw system_error("cannot write " + path, n < 0 ? errno : EIO);
+    if (fsync(fd.get()) != 0)
+        throw system_error("cannot write " + path, errno);
 }
 
 std::string find_mover() {

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <ctime>
 #include <limits>
 #include <optional>
@@ -204,6 +203,9 @@ void check_owned(const std::string& path, const struct stat& st, uid_t owner,
                                            ", or set state_owner)");
 }
 
+// Setting up the state directory, a failed call is a configuration error whatever its errno
+// (configuration_error, bbkit(7) EXIT STATUS); an owner or mode bbkit refuses is its own 77.
+
 // The directory at `path` itself, never what a symlink there points to: the state owner (not
 // root) owns the state directory and could swap an entry between a check and a change of mode
 // or owner, so root changes them only through this descriptor.
@@ -211,8 +213,7 @@ Fd open_directory_entry(const std::string& path, const struct stat* expected) {
     Fd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     struct stat st {};
     if (!fd || ::fstat(fd.get(), &st) != 0)
-        throw Error(ExitCode::no_perm, "cannot open directory " + path + ": " +
-                                           std::strerror(errno) + " (is it a symlink?)");
+        throw configuration_error("cannot open directory " + path, errno, " (is it a symlink?)");
     if (expected && (st.st_ino != expected->st_ino || st.st_dev != expected->st_dev))
         throw Error(ExitCode::no_perm, path + " changed while bbkit set it up (retry)");
     return fd;
@@ -229,15 +230,13 @@ struct stat ensure_directory(const std::string& path, mode_t mode, uid_t owner) 
             // chmod: the umask must not decide who can read the state.
             if (::fchmod(fd.get(), mode) != 0 ||
                 (geteuid() != owner && ::fchown(fd.get(), owner, static_cast<gid_t>(-1)) != 0))
-                throw Error(ExitCode::no_perm,
-                            "cannot set up directory " + path + ": " + std::strerror(errno));
+                throw configuration_error("cannot set up directory " + path, errno);
         } else if (errno != EEXIST) {
-            throw Error(ExitCode::config, "cannot create state directory " + path + ": " +
-                                              std::strerror(errno) +
-                                              " (create its parent, or set state_dir)");
+            throw configuration_error("cannot create state directory " + path, errno,
+                                      " (create its parent, or set state_dir)");
         }
         if (::lstat(path.c_str(), &st) != 0)
-            throw Error(ExitCode::config, "cannot inspect " + path + ": " + std::strerror(errno));
+            throw configuration_error("cannot inspect " + path, errno);
     }
     if (!S_ISDIR(st.st_mode))
         throw Error(ExitCode::config,
@@ -248,12 +247,12 @@ struct stat ensure_directory(const std::string& path, mode_t mode, uid_t owner) 
 Fd open_owned_file(const std::string& path, uid_t owner) {
     Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
     if (!fd)
-        throw Error(ExitCode::no_perm, "cannot open " + path + ": " + std::strerror(errno) +
-                                           " (check the state directory's owner and mode)");
+        throw configuration_error("cannot open " + path, errno,
+                                  " (check the state directory's owner and mode)");
     struct stat st {};
     if (::fstat(fd.get(), &st) == 0 && st.st_uid != owner && geteuid() == 0 &&
         ::fchown(fd.get(), owner, static_cast<gid_t>(-1)) != 0)
-        throw Error(ExitCode::no_perm, "cannot chown " + path + ": " + std::strerror(errno));
+        throw configuration_error("cannot chown " + path, errno);
     return fd;
 }
 
@@ -281,11 +280,10 @@ void set_up_env_directory(const std::string& path, const struct stat& st,
         return;
     const Fd fd = open_directory_entry(path, &st);
     if (regroup && ::fchown(fd.get(), static_cast<uid_t>(-1), *group) != 0)
-        throw Error(ExitCode::no_perm, "cannot give " + path + " to group " +
-                                           std::to_string(*group) + ": " + std::strerror(errno));
+        throw configuration_error("cannot give " + path + " to group " + std::to_string(*group),
+                                  errno);
     if (::fchmod(fd.get(), env_mode) != 0)
-        throw Error(ExitCode::no_perm,
-                    "cannot set the mode of " + path + ": " + std::strerror(errno));
+        throw configuration_error("cannot set the mode of " + path, errno);
 }
 
 void set_up_directory(const std::string& dir, uid_t owner, const std::string& owner_name,
@@ -328,8 +326,7 @@ void check_existing_directory(const std::string& dir, uid_t owner, const std::st
                         "cannot read state directory " + dir +
                             ": it does not exist (check state_dir and --state-dir; bb-pool init "
                             "creates it)");
-        throw Error(ExitCode::config,
-                    "cannot inspect state directory " + dir + ": " + std::strerror(errno));
+        throw system_error("cannot inspect state directory " + dir, errno);
     }
     if (!S_ISDIR(st.st_mode))
         throw Error(ExitCode::config, "cannot read state directory " + dir +

@@ -77,7 +77,7 @@ class PathCheck {
         struct stat st {};
         const int rc = follow ? stat(path.c_str(), &st) : lstat(path.c_str(), &st);
         if (rc != 0)
-            throw Error(ExitCode::config, path + ": " + std::strerror(errno));
+            throw configuration_error(path, errno);
         return st;
     }
 
@@ -119,8 +119,7 @@ class PathCheck {
             struct stat st {};
             if (lstat(entry.c_str(), &st) != 0) {
                 const int err = errno;
-                throw Error(ExitCode::config,
-                            original_ + ": cannot read " + what_ + ": " + std::strerror(err));
+                throw configuration_error(original_ + ": cannot read " + what_, err);
             }
             check_entry(dir, dir_st, entry, st);
             if (S_ISLNK(st.st_mode)) {
@@ -129,8 +128,8 @@ class PathCheck {
                 char target[PATH_MAX];
                 const ssize_t n = readlink(entry.c_str(), target, sizeof target - 1);
                 if (n < 0)
-                    throw Error(ExitCode::config, what_ + " " + original_ + ": cannot read " +
-                                                      entry + ": " + std::strerror(errno));
+                    throw configuration_error(what_ + " " + original_ + ": cannot read " + entry,
+                                              errno);
                 std::string next(target, static_cast<std::size_t>(n));
                 if (next.empty() || next[0] != '/')
                     next = joined(dir, next);
@@ -177,8 +176,7 @@ class CallerFsIdentity {
             // A caller without a passwd entry keeps only its primary group.
         }
         if (setgroups(groups.size(), groups.data()) != 0)
-            throw Error(ExitCode::no_perm,
-                        std::string("cannot take the caller's groups: ") + std::strerror(errno));
+            throw system_error("cannot take the caller's groups", errno);
         setfsgid(caller.gid);
         setfsuid(caller.uid);
         if (static_cast<uid_t>(setfsuid(static_cast<uid_t>(-1))) != caller.uid ||
@@ -265,8 +263,7 @@ void check_root_controlled(const std::string& path, const std::string& what) {
     if (absolute.empty() || absolute[0] != '/') {
         char cwd[PATH_MAX];
         if (getcwd(cwd, sizeof cwd) == nullptr)
-            throw Error(ExitCode::config,
-                        path + ": cannot read " + what + ": " + std::strerror(errno));
+            throw configuration_error(path + ": cannot read " + what, errno);
         absolute = std::string(cwd) + "/" + path;
     }
     PathCheck(what, path).run(absolute);

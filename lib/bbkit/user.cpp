@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 
 #include "bbkit/config.hpp"
 #include "bbkit/error.hpp"
@@ -39,8 +38,7 @@ User lookup_user(const std::string& name_or_uid, UserGroups groups) {
         rc = getpwnam_r(name_or_uid.c_str(), &entry, buf.data(), buf.size(), &found);
     }
     if (rc != 0)
-        throw Error(ExitCode::software,
-                    "cannot look up user '" + name_or_uid + "': " + std::strerror(rc));
+        throw system_error("cannot look up user '" + name_or_uid + "'", rc);
     if (found == nullptr)
         throw Error(ExitCode::no_input, "no such user '" + name_or_uid + "'");
     User user;
@@ -60,8 +58,7 @@ bool user_matches(const User& user, const std::string& candidate) {
 
 void become_user(const User& user) {
     auto fail = [&](const char* step) {
-        throw Error(ExitCode::no_perm, std::string("cannot become user '") + user.name +
-                                           "': " + step + ": " + std::strerror(errno));
+        throw system_error("cannot become user '" + user.name + "': " + step, errno);
     };
     if (getuid() == user.uid && geteuid() == user.uid && getgid() == user.gid &&
         getegid() == user.gid && user.uid != 0)

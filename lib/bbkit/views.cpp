@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 
 #include "bbkit/access.hpp"
 #include "bbkit/error.hpp"
@@ -39,7 +38,7 @@ std::optional<std::string> read_snapshot_file(const std::string& path, const std
         const int err = errno;
         if (err == ENOENT)
             return std::nullopt;
-        throw Error(exit_code_for(err), "cannot read " + path + ": " + std::strerror(err) + hint);
+        throw system_error("cannot read " + path, err, hint);
     }
     return read_all(fd.get(), path, max_published_bytes);
 }

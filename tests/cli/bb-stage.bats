@@ -557,6 +557,10 @@ print("%08x" % ((h ^ (h >> 47)) & 0xffffffff))'
   grep -q "^DW_JOB_PRIVATE=$(bbdir $TEST_DIR/nvme/job/main.32.1)$" "$TEST_DIR/pathfile"
   run bb-stage paths --job 99
   assert_failure 66
+  # A failed call's code is its errno's, as in every tool (bbkit(7), EXIT STATUS).
+  run bb-stage paths --job 32 --output "$TEST_DIR/no/such/pathfile"
+  assert_failure 66
+  assert_output "bb-stage: cannot write $TEST_DIR/no/such/pathfile: No such file or directory"
 }
 
 @test "a failing pre_run hook fails the phase with its last stderr line" {
@@ -570,6 +574,17 @@ print("%08x" % ((h ^ (h >> 47)) & 0xffffffff))'
   assert_output --partial "quota server unreachable for $U"
   run bb-stat job 33 --json
   assert_output --partial '"state": "pre-run"'
+}
+
+@test "a pre_run hook that cannot be started fails the phase with its errno's code" {
+  printf '#!/bin/sh\nexit 0\n' >"$TEST_DIR/hook"
+  chmod 644 "$TEST_DIR/hook"
+  write_config '[hooks]' "pre_run = \"$TEST_DIR/hook\""
+  bb-pool alloc --job 36 --user "$U" --capacity 1G >/dev/null
+  bb-stage in --job 36 >/dev/null
+  run bb-stage pre-run --job 36
+  assert_failure 77
+  assert_output "bb-stage: cannot start $TEST_DIR/hook: Permission denied"
 }
 
 @test "a phase out of order is refused naming both states" {

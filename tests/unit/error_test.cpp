@@ -1,7 +1,10 @@
-// printable: what users chose, made safe to put on one line of a message, a log or a reason.
+// printable: what users chose, made safe to put on one line of a message, a log or a reason;
+// and the one errno rule with the wordings a failed system call reaches the user in.
 #include "bbkit/error.hpp"
 
 #include <gtest/gtest.h>
+
+#include <cerrno>
 
 using bbkit::printable;
 
@@ -40,4 +43,30 @@ TEST(SystemError, names_what_failed_and_why_with_the_errno_code) {
     const bbkit::Error e = bbkit::system_error("cannot open /x", EACCES);
     EXPECT_EQ(e.code(), bbkit::ExitCode::no_perm);
     EXPECT_STREQ(e.what(), "cannot open /x: Permission denied");
+}
+
+TEST(SystemError, a_hint_ends_the_message) {
+    const bbkit::Error e =
+        bbkit::system_error("cannot write /x", ENOSPC, " (check free space and permissions)");
+    EXPECT_EQ(e.code(), bbkit::ExitCode::io);
+    EXPECT_STREQ(e.what(),
+                 "cannot write /x: No space left on device (check free space and permissions)");
+}
+
+TEST(ConfigurationError, words_it_as_system_error_and_is_78_whatever_the_errno) {
+    for (const int err : {EACCES, EPERM, ENOENT, ENOTDIR, EIO}) {
+        const bbkit::Error e = bbkit::configuration_error("cannot open /s/lock", err, " (hint)");
+        EXPECT_EQ(e.code(), bbkit::ExitCode::config) << err;
+        EXPECT_STREQ(e.what(), bbkit::system_error("cannot open /s/lock", err, " (hint)").what());
+    }
+}
+
+TEST(MoverError, says_cannot_and_a_lower_case_reason_with_the_errno_code) {
+    const bbkit::Error e = bbkit::mover_error("read /x", ENOENT);
+    EXPECT_EQ(e.code(), bbkit::ExitCode::no_input);
+    EXPECT_STREQ(e.what(), "cannot read /x: no such file or directory");
+    EXPECT_EQ(bbkit::mover_error("create /y", EACCES).code(), bbkit::ExitCode::no_perm);
+    // What bb-stage looks for in a failed stage's message.
+    EXPECT_EQ(bbkit::mover_reason(ENOSPC), "no space left on device");
+    EXPECT_EQ(bbkit::mover_reason(EDQUOT), "disk quota exceeded");
 }

@@ -1,9 +1,14 @@
 #include "bbkit/process.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "code_of.hpp"
 
 using namespace bbkit;
 using namespace std::chrono_literals;
@@ -80,4 +85,22 @@ TEST(Process, a_missing_program_is_reported) {
         threw = true;
     }
     EXPECT_TRUE(threw || code != 0);
+}
+
+// exec's errno gives the code, as any failed call's (bbkit(7), EXIT STATUS).
+TEST(Process, a_program_that_cannot_be_started_fails_with_its_errnos_code) {
+    char path[] = "/tmp/bbkit-process-XXXXXX";
+    const int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(write(fd, "#!/bin/sh\n", 10), 10);
+    close(fd);
+    ASSERT_EQ(chmod(path, 0644), 0);  // no execute bit, which even root needs
+    ProcessSpec spec;
+    spec.path = path;
+    std::string message;
+    EXPECT_EQ(code_of([&] { run_process(spec); }, &message), ExitCode::no_perm);
+    EXPECT_EQ(message, "cannot start " + std::string(path) + ": Permission denied");
+    std::remove(path);
+    EXPECT_EQ(code_of([&] { run_process(spec); }, &message), ExitCode::no_input);
+    EXPECT_EQ(message, "cannot start " + std::string(path) + ": No such file or directory");
 }

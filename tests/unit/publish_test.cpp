@@ -10,6 +10,7 @@
 
 #include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
+#include "code_of.hpp"
 #include "status_fixture.hpp"
 
 namespace bbkit {
@@ -352,6 +353,38 @@ TEST_F(StatusTest, publish_restores_a_user_directorys_mode_when_writing_into_it)
     }
     EXPECT_EQ(stat_of(dir).st_mode & 07777, 0700u);
     EXPECT_EQ(stat_of(dir).st_uid, 1017u);
+}
+
+// A non-root state owner (nobody) that may not open a user's directory under public/buffers/
+// fails as every failed call does (bbkit(7), EXIT STATUS): 77 for EACCES.
+TEST_F(StatusTest, a_user_directory_the_state_owner_may_not_open_is_refused_with_77) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "needs root to become the state owner";
+    config_.pools.resize(1);
+    config_.state_owner = "65534";
+    ASSERT_EQ(::chown(root_.c_str(), 65534, 65534), 0);
+    const auto as_owner = [&](bool first) {
+        const auto store = first ? open_store() : std::make_unique<StateStore>(config_);
+        WriteTransaction txn(*store, "test");
+        if (first)
+            allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        else
+            txn.transition(BufferKey::job("main", 1, 1), S::staging_in);
+        publish(txn, *store, config_);
+        txn.commit();
+    };
+    std::string message;
+    ASSERT_EQ(code_of_as(
+                  65534, 65534, [&] { as_owner(true); }, &message),
+              ExitCode::ok)
+        << message;
+    const std::string dir = config_.state_dir + "/public/buffers/1017";
+    ASSERT_EQ(::chown(dir.c_str(), 0, 0), 0);
+    ASSERT_EQ(::chmod(dir.c_str(), 0700), 0);
+    EXPECT_EQ(code_of_as(
+                  65534, 65534, [&] { as_owner(false); }, &message),
+              ExitCode::no_perm);
+    EXPECT_EQ(message, "cannot open directory " + dir + ": Permission denied");
 }
 
 TEST_F(StatusTest, a_resync_removes_stale_files_and_directories) {

@@ -271,6 +271,46 @@ TEST_F(StateStoreTest, missing_parent_is_a_config_error) {
     EXPECT_NE(message.find(config_.state_dir), std::string::npos) << message;
 }
 
+// bbkit(7), EXIT STATUS: a failed call while a writing command sets up the state directory is
+// 78 whatever its errno, for root and a non-root state owner (nobody here) alike.
+TEST_F(StateStoreTest, a_state_directory_its_owner_cannot_set_up_is_a_configuration_error) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "needs root to become the state owner";
+    ASSERT_EQ(chmod(root_.c_str(), 0711), 0);
+    config_.state_owner = "65534";
+    { StateStore store(config_); }  // root sets it up for its owner
+    std::string message;
+    config_.state_group = "1";  // a group nobody is not in: env/ cannot be given to it (EPERM)
+    EXPECT_EQ(code_of_as(
+                  65534, 65534, [&] { StateStore store(config_); }, &message),
+              ExitCode::config);
+    EXPECT_EQ(message,
+              "cannot give " + config_.state_dir + "/env to group 1: Operation not permitted");
+    config_.state_group.clear();
+    ASSERT_EQ(chown((config_.state_dir + "/lock").c_str(), 0, 0), 0);  // EACCES
+    EXPECT_EQ(code_of_as(
+                  65534, 65534, [&] { StateStore store(config_); }, &message),
+              ExitCode::config);
+    EXPECT_EQ(message, "cannot open " + config_.state_dir +
+                           "/lock: Permission denied (check the state directory's owner and mode)");
+}
+
+// A reading command sets nothing up: its failed call gives the errno's code (bbkit(7), EXIT
+// STATUS), here 77 for a state directory its owner may not reach.
+TEST_F(StateStoreTest, a_reading_commands_failed_call_gives_its_errnos_code) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "needs root to become the state owner";
+    config_.state_owner = "65534";
+    StoreOptions options;
+    options.read_only = true;
+    std::string message;
+    EXPECT_EQ(code_of_as(
+                  65534, 65534, [&] { StateStore store(config_, options); }, &message),
+              ExitCode::no_perm);
+    EXPECT_EQ(message,
+              "cannot inspect state directory " + config_.state_dir + ": Permission denied");
+}
+
 TEST_F(StateStoreTest, refuses_a_newer_schema) {
     { StateStore store(config_); }
     set_user_version(state_schema_version() + 41);

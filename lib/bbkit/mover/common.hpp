@@ -1,31 +1,24 @@
 // What every part of a move shares (the Mover's files walk and finish, copy_file.cpp copies a
-// file's bytes, copy_metadata.cpp its group, mode, times and xattrs): one error wording for a
-// failed system call and one rule for "the same modification time". Not a contract: only files
-// under lib/bbkit/mover/ include it (ARCHITECTURE.md).
+// file's bytes, copy_metadata.cpp its group, mode, times and xattrs): the wording of a failed
+// system call (error.hpp's, for the mover) and one rule for "the same modification time". Not
+// a contract: only files under lib/bbkit/mover/ include it (ARCHITECTURE.md).
 #pragma once
 
 #include <sys/stat.h>
 
-#include <cctype>
-#include <cstring>
 #include <string>
 
 #include "bbkit/error.hpp"
 
 namespace bbkit::mover_internal {
 
-// strerror with a lower-case first letter: mover messages read "cannot read /x: no such file
-// or directory".
+// Short names for error.hpp's mover_reason and mover_error, which every part of a move calls.
 inline std::string reason(int err) {
-    std::string text = std::strerror(err);
-    if (!text.empty())
-        text[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(text[0])));
-    return text;
+    return mover_reason(err);
 }
 
-// Error(exit_code_for(err), "cannot " + what + ": " + reason(err)).
 [[noreturn]] inline void fail(const std::string& what, int err) {
-    throw Error(exit_code_for(err), "cannot " + what + ": " + reason(err));
+    throw mover_error(what, err);
 }
 
 // A copy is complete (a rerun skips it) when its size and its nanosecond mtime are the source's.

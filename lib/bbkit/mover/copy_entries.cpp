@@ -36,8 +36,12 @@ Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
     if (fd < 0) {
         const int err = errno;
         const std::string parent = dst_->display(split_last(node.dst).first);
-        throw Error(exit_code_for(err) == ExitCode::no_input ? ExitCode::io : exit_code_for(err),
-                    "cannot create " + shown + " in directory " + parent + ": " + reason(err));
+        const Error error = mover_error("create " + shown + " in directory " + parent, err);
+        // Missing here is the move's own destination directory, gone under it: an I/O error
+        // while staging (74), not a missing buffer, pool or input (bbkit(7), EXIT STATUS).
+        if (error.code() == ExitCode::no_input)
+            throw Error(ExitCode::io, error.what());
+        throw error;
     }
     if (target != name)
         node.temp = target;

@@ -19,7 +19,6 @@
 namespace bbkit {
 
 using mover_internal::fail;
-using mover_internal::reason;
 using mover_internal::same_mtime;
 
 namespace {
@@ -78,7 +77,7 @@ class AioContext {
             if (n >= 0)
                 return n;
             if (errno != EINTR)
-                throw Error(ExitCode::io, "cannot wait for I/O: " + reason(errno));
+                fail("wait for I/O", errno);
         }
     }
 
