@@ -10,7 +10,9 @@
 #   scripts (the lines `install-slurm --standalone` prints), bbkit.toml says mode =
 #   "standalone". Slurm 22.05 gives the controller scripts no environment, so slurmctld and
 #   slurmd run in a private mount namespace where /etc/slurm is this cluster's etc/ and
-#   /etc/bbkit/bbkit.toml its bbkit.toml (the host's files are never touched).
+#   /etc/bbkit/bbkit.toml its bbkit.toml (the host's files are never touched);
+# - plain (nodes.bats, through nodes.bash): no burst_buffer plugin, no cli_filter and no bbkit
+#   scripts: the cluster alone, whose nodes nodes.bash lays out.
 # Only the processes started here are ever stopped, by their pid files (SIGTERM, then SIGKILL);
 # /etc/slurm and system services are never touched.
 #
@@ -33,7 +35,7 @@ INSTALL_SLURM=$BBKIT_SOURCE_DIR/share/bbkit/slurm/install-slurm
 TRANSCRIPT=${BBKIT_SLURM_TRANSCRIPT:-$BBKIT_BUILD_DIR/tests/slurm/transcript.txt}
 SLURM_TEST_USER=bbkit-test
 HARNESS_MODE=${HARNESS_MODE:-slurm}
-case "$HARNESS_MODE" in slurm | datawarp | standalone) ;; *) echo "HARNESS_MODE must be slurm, datawarp or standalone" >&2; exit 64 ;; esac
+case "$HARNESS_MODE" in slurm | datawarp | standalone | plain) ;; *) echo "HARNESS_MODE must be slurm, datawarp, standalone or plain" >&2; exit 64 ;; esac
 
 # ---------------------------------------------------------------------------------------------
 # The Slurm release
@@ -221,6 +223,9 @@ if p:
 # one scenario's leftovers must not starve the next one.
 cancel_leftover_jobs() {
   local jobs
+  # No cluster, no jobs (a scenario may have torn it down); a client without its slurm.conf
+  # would look for a controller in DNS for a minute.
+  [ -e "${SLURM_CONF:-}" ] || return 0
   jobs=$(squeue -h -u "$SLURM_TEST_USER" -o %i 2>/dev/null | tr '\n' ' ')
   [ -n "${jobs// /}" ] || return 0
   transcript "(cleaning up after the test: jobs $jobs)"
@@ -299,14 +304,33 @@ scriptd_pids() {
   return 0
 }
 
-write_slurm_conf() {
-  local slurm_user=${1:-root} hw
+# The cluster's layout in slurm.conf (write_slurm_conf's default): one node on loopback.
+loopback_topology() {
+  local hw
   # The node as slurmd sees it (CPUs, sockets, cores, threads, memory), renamed to localhost.
   hw=$(slurmd -C | head -n 1 | sed 's/^NodeName=[^ ]* //; s/ UpTime=.*//')
-  cat >"$SLURM_DIR/etc/slurm.conf" <<EOF
-# bbkit end-to-end suite: one node on loopback ($SLURM_DIR)
-ClusterName=bbkit-e2e
+  cat <<EOF
+# one node on loopback
 SlurmctldHost=localhost(127.0.0.1)
+CommunicationParameters=NoInAddrAny,NoCtldInAddrAny
+SlurmdSpoolDir=$SLURM_DIR/spool/slurmd
+SlurmdPidFile=$SLURM_DIR/run/slurmd.pid
+SlurmdLogFile=$SLURM_DIR/log/slurmd.log
+NodeName=localhost NodeAddr=127.0.0.1 $hw State=UNKNOWN
+PartitionName=e2e Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+EOF
+}
+
+# slurm.conf for SlurmUser (root by default); `topology` names the function that prints the
+# cluster's layout: controller address, the node daemons' files, nodes and partition
+# (loopback_topology; nodes.bash has its own).
+write_slurm_conf() {
+  local slurm_user=${1:-root} topology=${2:-loopback_topology}
+  {
+    echo "# bbkit end-to-end suite ($SLURM_DIR)"
+    "$topology"
+    cat <<EOF
+ClusterName=bbkit-e2e
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$SLURMD_PORT
 SlurmUser=$slurm_user
@@ -314,13 +338,9 @@ SlurmdUser=root
 AuthType=auth/munge
 AuthInfo=socket=$SLURM_DIR/munge/munge.socket.2
 CredType=cred/munge
-CommunicationParameters=NoInAddrAny,NoCtldInAddrAny
 StateSaveLocation=$SLURM_DIR/state
-SlurmdSpoolDir=$SLURM_DIR/spool/slurmd
 SlurmctldPidFile=$SLURM_DIR/run/slurmctld.pid
-SlurmdPidFile=$SLURM_DIR/run/slurmd.pid
 SlurmctldLogFile=$SLURM_DIR/log/slurmctld.log
-SlurmdLogFile=$SLURM_DIR/log/slurmd.log
 SlurmctldDebug=debug
 SlurmdDebug=info
 DebugFlags=BurstBuffer
@@ -337,9 +357,8 @@ SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-NodeName=localhost NodeAddr=127.0.0.1 $hw State=UNKNOWN
-PartitionName=e2e Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
+  } >"$SLURM_DIR/etc/slurm.conf"
   # From 24.05 slurmd loads a cgroup plugin unless told not to (none is wanted here: no
   # cgroups are mounted in a release's root).
   if release_at_least 24.05; then
@@ -349,7 +368,7 @@ EOF
     printf '%s\n' BurstBufferType=burst_buffer/lua CliFilterPlugins=cli_filter/lua >>"$SLURM_DIR/etc/slurm.conf"
   elif [ "$HARNESS_MODE" = datawarp ]; then
     printf '%s\n' BurstBufferType=burst_buffer/datawarp CliFilterPlugins=cli_filter/lua >>"$SLURM_DIR/etc/slurm.conf"
-  else
+  elif [ "$HARNESS_MODE" = standalone ]; then
     # DebugFlags=Script logs every PrologSlurmctld/EpilogSlurmctld run in slurmctld.log.
     sed -i 's/^DebugFlags=BurstBuffer$/DebugFlags=Script/' "$SLURM_DIR/etc/slurm.conf"
     echo "PrologEpilogTimeout=$(prolog_epilog_timeout)" >>"$SLURM_DIR/etc/slurm.conf"
@@ -436,15 +455,18 @@ start_slurmctld() {
   transcript "root# slurmctld -f $SLURM_CONF   # started, pid $(cat "$SLURM_DIR/run/slurmctld.pid" 2>/dev/null)"
 }
 
+# A command slurmctld is started through, before the harness's own (nodes.bash sets one).
+CTLD_WRAP=()
+
 # Starts slurmctld (it daemonizes) without waiting for it to answer.
 launch_slurmctld() {
-  local wrap=() user environment
+  local wrap=("${CTLD_WRAP[@]}") user environment
   user=$(sed -n 's/^SlurmUser=//p' "$SLURM_CONF" | tail -n 1)
   if [ "$HARNESS_MODE" = standalone ]; then
     site_paths_wrap
-    wrap=("${SITE_WRAP[@]}")
+    wrap+=("${SITE_WRAP[@]}")
   elif [ "${user:-root}" != root ]; then
-    wrap=("$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG")
+    wrap+=("$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG")
   fi
   environment=(PATH="$BBKIT_BIN:/usr/sbin:/usr/bin:/sbin:/bin" BBKIT_CONFIG="$BBKIT_CONFIG"
     SLURM_CONF="$SLURM_CONF" LANG=C.UTF-8)
@@ -466,18 +488,28 @@ site_paths_wrap() {
     sh -c 'mount --bind "$0" /etc/slurm && exec "$@"' "$SLURM_DIR/etc")
 }
 
+# start_slurmd [NODE [COMMAND...]]: slurmd for NODE (localhost), started through COMMAND when
+# one is given (nodes.bash: the node's namespaces); returns once the node is idle.
 start_slurmd() {
-  local wrap=()
+  local node=${1:-localhost} wrap=()
+  shift || true
+  wrap=("$@")
   if [ "$HARNESS_MODE" = standalone ]; then
     site_paths_wrap
-    wrap=("${SITE_WRAP[@]}")
+    wrap+=("${SITE_WRAP[@]}")
   fi
-  (cd "$SLURM_DIR/log" && "${wrap[@]}" env -i PATH="/usr/sbin:/usr/bin:/sbin:/bin" SLURM_CONF="$SLURM_CONF" \
-    slurmd -f "$SLURM_CONF" -N localhost)
-  wait_until 30 "the node to be idle" node_idle
+  local log
+  log=$(sed -n 's/^SlurmdLogFile=//p' "$SLURM_CONF" | tail -n 1)
+  log=${log/\%n/$node}
+  if ! (cd "$SLURM_DIR/log" && "${wrap[@]}" env -i PATH="/usr/sbin:/usr/bin:/sbin:/bin" SLURM_CONF="$SLURM_CONF" \
+    slurmd -f "$SLURM_CONF" -N "$node"); then
+    fail "slurmd -N $node did not start: $(grep -E 'error|fatal' "$log" 2>/dev/null | tail -n 3 | tr '\n' ' ')"
+    return 1
+  fi
+  wait_until 30 "node $node to be idle" node_idle "$node"
 }
 
-node_idle() { sinfo -h -n localhost -o '%T' | grep -qx 'idle'; }
+node_idle() { sinfo -h -n "${1:-localhost}" -o '%T' | grep -qx 'idle'; }
 
 # Stops slurmctld (and the slurmscriptd it forked) by its pid file.
 stop_slurmctld() {
@@ -506,7 +538,11 @@ restart_slurmctld() {
 stop_cluster() {
   [ -n "${SLURM_DIR:-}" ] && [ -d "$SLURM_DIR/run" ] || return 0
   stop_slurmctld TERM
-  stop_daemon "$SLURM_DIR/run/slurmd.pid" "$SLURM_CONF" 30
+  # One slurmd per node: slurmd.pid on loopback, slurmd-NODE.pid in nodes.bash's cluster.
+  local f
+  for f in "$SLURM_DIR"/run/slurmd*.pid; do
+    stop_daemon "$f" "$SLURM_CONF" 30
+  done
   stop_daemon "$SLURM_DIR/run/munged.pid" "$SLURM_DIR/munge" 10
   # Job steps and their children run under slurmstepd, which slurmd normally stops; anything
   # left with this cluster's SLURM_CONF and a job id in its environment is ours.
@@ -520,6 +556,7 @@ stop_cluster() {
 
 # A guard that stops the cluster if the suite's process disappears without its teardown
 # (for example when ctest kills it at its timeout): the daemons are detached from the suite.
+# Last it runs run/guard-hook when there is one (nodes.bash's removes the nodes' network).
 start_guard() {
   local owner=$1
   setsid bash -c '
@@ -529,8 +566,7 @@ start_guard() {
       [ -e "$dir/run/guard.stop" ] && exit 0
       sleep 1
     done
-    for name in slurmctld slurmd munged; do
-      f=$dir/run/$name.pid
+    for f in "$dir/run/slurmctld.pid" "$dir"/run/slurmd*.pid "$dir/run/munged.pid"; do
       [ -s "$f" ] || continue
       pid=$(tr -dc 0-9 <"$f")
       tr "\0" " " </proc/$pid/cmdline 2>/dev/null | grep -qF -- "$dir" || continue
@@ -540,6 +576,7 @@ start_guard() {
       f=$(cat "$dir/run/sudoers-dropin")
       case "$f" in /etc/sudoers.d/bbkit-e2e-*) rm -f "$f" ;; esac
     fi
+    [ ! -x "$dir/run/guard-hook" ] || "$dir/run/guard-hook"
   ' bbkit-slurm-guard "$owner" "$SLURM_DIR" "$SLURM_CONF" </dev/null >/dev/null 2>&1 &
   echo $! >"$SLURM_DIR/run/guard.pid"
 }
@@ -605,11 +642,9 @@ calibrate_slow_stage() {
   transcript "(disk: up to $best MiB/s with O_DIRECT; slow stage-in file: $SLOW_MIB MiB)"
 }
 
-# Sets up everything in a new temporary directory and starts the daemons.
-start_cluster() {
-  local slurm_user=${1:-root}
-  ensure_packages
-  ensure_test_user
+# The cluster's new temporary directory and its variables (SLURM_DIR, SLURM_CONF, BBKIT_CONFIG,
+# JOBS_DIR, DATA_DIR, CTLD_PORT, SLURMD_PORT); nothing is started.
+new_cluster_dir() {
   SLURM_DIR=$(mktemp -d /tmp/bbkit-slurm.XXXXXX)
   export SLURM_DIR
   # The job user execs its script from the spool and reads slurm.conf and the munge socket:
@@ -627,6 +662,14 @@ start_cluster() {
   chown "$SLURM_TEST_USER:" "$JOBS_DIR" "$DATA_DIR"
   read -r CTLD_PORT SLURMD_PORT < <(free_ports 2)
   export CTLD_PORT SLURMD_PORT
+}
+
+# Sets up everything in a new temporary directory and starts the daemons.
+start_cluster() {
+  local slurm_user=${1:-root}
+  ensure_packages
+  ensure_test_user
+  new_cluster_dir
   mkdir -p "$SLURM_DIR"/pools/{pool1,small,slow}
   calibrate_slow_stage
   write_slurm_conf "$slurm_user"
@@ -679,9 +722,11 @@ finish_cluster() {
   stop_cluster
   remove_sudoers_dropin
   : >"$SLURM_DIR/run/guard.stop"
+  # It looks for guard.stop once a second; the directory may be gone by then.
+  stop_daemon "$SLURM_DIR/run/guard.pid" bbkit-slurm-guard 2
   if [ -d "${BBKIT_BUILD_DIR}/tests/slurm" ]; then
     cp "$SLURM_DIR/log/slurmctld.log" "$BBKIT_BUILD_DIR/tests/slurm/slurmctld.log" 2>/dev/null || true
-    cp "$SLURM_DIR/log/slurmd.log" "$BBKIT_BUILD_DIR/tests/slurm/slurmd.log" 2>/dev/null || true
+    cp "$SLURM_DIR"/log/slurmd*.log "$BBKIT_BUILD_DIR/tests/slurm/" 2>/dev/null || true
   fi
   if [ "${BBKIT_SLURM_KEEP:-0}" != 1 ]; then
     rm -rf "$SLURM_DIR"
