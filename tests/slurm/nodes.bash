@@ -1,0 +1,263 @@
+# A real multi-node Slurm cluster on this one host, the ground of the node-local burst buffers
+# (issue 30): harness.bash's munged and slurmctld on the host, and one slurmd per node n1..n4,
+# each in namespaces of its own:
+# - network: a netns (`ip netns add`, bbkit-ID-nK) whose eth0 is one end of a veth pair, the
+#   other end on a bridge (bbkID) that holds the host's address on a private /24 (NET.1); node K
+#   is NET.(10+K). slurmctld listens on the bridge address, every slurmd on its node's address;
+#   srun and sbatch run on the host (or inside a node, from a batch script) and reach them all.
+# - mount: a private mount namespace in which the node's own directory ($SLURM_DIR/nodes/nK/nvme)
+#   is bind-mounted at one common path, $NODE_LOCAL_DIR: every node sees its "local NVMe" there,
+#   the host sees an empty directory. The node's /etc/hosts names the nodes and the host.
+# - UTS: the node's host name is its node name, as `hostname` in a job shows.
+# ID is the cluster directory's random suffix, so the names are unique and the guard and the
+# teardown find them from the directory alone. Teardown (finish_nodes, or the harness's guard
+# through run/guard-hook when the suite dies without it) kills every process left in the
+# namespaces and removes the veths, the bridge, the namespaces and the /run/netns mount that
+# `ip netns add` makes when it made it.
+#
+# Load it instead of harness.bash (`load nodes`); the cluster has no burst_buffer plugin
+# (HARNESS_MODE=plain).
+
+# shellcheck disable=SC2034 # read by harness.bash
+HARNESS_MODE=plain
+load harness
+
+NODE_COUNT=4
+NODES=()
+for ((i = 1; i <= NODE_COUNT; i++)); do NODES+=("n$i"); done
+unset i
+
+# Why this machine cannot run the cluster (nothing when it can). The kernel's abilities are
+# tried in a throwaway network namespace, so the probe leaves nothing behind.
+nodes_unsupported() {
+  local cmd
+  [ "$(id -u)" -eq 0 ] || { echo "the node cluster needs root (network and mount namespaces)"; return 0; }
+  for cmd in ip unshare nsenter; do
+    command -v "$cmd" >/dev/null || { echo "the node cluster needs $cmd (iproute2, util-linux)"; return 0; }
+  done
+  unshare --net --mount --uts --propagation private true 2>/dev/null ||
+    { echo "this kernel cannot make network, mount and UTS namespaces here"; return 0; }
+  unshare --net sh -c 'ip link add bbkprobe type bridge && ip link add bbkprobe0 type veth peer name bbkprobe1' \
+    >/dev/null 2>&1 || { echo "this kernel cannot make bridges and veth pairs"; return 0; }
+  if ! [ -d /run ] || ! [ -w /run ]; then echo "ip netns needs a writable /run"; fi
+}
+
+# The first three octets of a private /24 that no address or route of the host overlaps,
+# starting at one derived from the pid, so that two suites at once rarely try the same one.
+pick_node_net() {
+  python3 - "$$" <<'PY'
+import ipaddress, subprocess, sys
+used = []
+for args in (["ip", "-4", "-o", "addr", "show"], ["ip", "-4", "route", "show", "table", "all"]):
+    for word in subprocess.run(args, capture_output=True, text=True).stdout.split():
+        try:
+            net = ipaddress.ip_network(word, strict=False)
+        except ValueError:
+            continue
+        if net.prefixlen > 0:
+            used.append(net)
+seed = int(sys.argv[1])
+for prefix in ("10.77", "172.29", "192.168"):
+    for i in range(200):
+        third = 20 + (seed + i) % 200
+        net = ipaddress.ip_network(f"{prefix}.{third}.0/24")
+        if not any(net.overlaps(u) for u in used):
+            print(f"{prefix}.{third}")
+            sys.exit(0)
+sys.exit("no free private /24 for the node network")
+PY
+}
+
+node_netns() { echo "bbkit-$NODE_ID-$1"; }
+node_addr() { echo "$NODE_NET.$((10 + ${1#n}))"; }
+
+# The bridge with the host's address, and per node a netns whose eth0 is a veth into the bridge.
+# A guard hook that removes them all is in place before the first is made.
+start_node_network() {
+  local node ns veth
+  NODE_ID=${SLURM_DIR##*.}
+  NODE_BRIDGE=bbk$NODE_ID
+  NODE_NET=$(pick_node_net)
+  export NODE_ID NODE_BRIDGE NODE_NET
+  # `ip netns add` makes /run/netns a mount point (a bind mount on itself) when it is not one:
+  # the teardown removes it again only if this cluster made it.
+  if [ ! -d /run/netns ]; then
+    echo dir >"$SLURM_DIR/run/netns-ours"
+  elif ! mountpoint -q /run/netns; then
+    echo mount >"$SLURM_DIR/run/netns-ours"
+  fi
+  {
+    echo '#!/bin/bash'
+    echo "# The node network of $SLURM_DIR (tests/slurm/nodes.bash), for the cluster's guard."
+    declare -f remove_node_network
+    printf 'remove_node_network %q\n' "$SLURM_DIR"
+  } >"$SLURM_DIR/run/guard-hook"
+  chmod 0755 "$SLURM_DIR/run/guard-hook"
+  ip link add "$NODE_BRIDGE" type bridge
+  ip addr add "$NODE_NET.1/24" dev "$NODE_BRIDGE"
+  ip link set "$NODE_BRIDGE" up
+  for node in "${NODES[@]}"; do
+    ns=$(node_netns "$node")
+    veth=$NODE_BRIDGE$node
+    ip netns add "$ns"
+    ip link add "$veth" type veth peer name eth0 netns "$ns"
+    ip link set "$veth" master "$NODE_BRIDGE" up
+    ip -n "$ns" link set lo up
+    ip -n "$ns" addr add "$(node_addr "$node")/24" dev eth0
+    ip -n "$ns" link set eth0 up
+  done
+  transcript "root# (bridge $NODE_BRIDGE $NODE_NET.1/24; ${NODES[*]} at $NODE_NET.11-$((10 + NODE_COUNT)) in netns bbkit-$NODE_ID-*)"
+}
+
+# Removes the node network of the cluster in DIR: the processes still in its namespaces
+# (SIGKILL), its veths and bridge, its namespaces, and /run/netns's mount when the cluster made
+# it and no namespace is left there. Safe to run again or on a half-made network. Self-contained:
+# the guard runs it from run/guard-hook, without this file.
+remove_node_network() {
+  local dir=$1 id ns pids link i
+  id=${dir##*.}
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^bbkit-$id-n[0-9]+$"); do
+    for i in $(seq 1 100); do
+      pids=$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')
+      [ -n "${pids// /}" ] || break
+      # shellcheck disable=SC2086 # a list of pids
+      kill -KILL $pids 2>/dev/null || true
+      sleep 0.1
+    done
+  done
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E "^bbk$id(n[0-9]+)?$" | sort -r); do
+    ip link del "$link" 2>/dev/null || true
+  done
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^bbkit-$id-n[0-9]+$"); do
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  if [ -s "$dir/run/netns-ours" ] && mountpoint -q /run/netns && [ -z "$(ls -A /run/netns 2>/dev/null)" ]; then
+    umount /run/netns 2>/dev/null || true
+    [ "$(cat "$dir/run/netns-ours")" != dir ] || rmdir /run/netns 2>/dev/null || true
+  fi
+  return 0
+}
+
+# slurm.conf's layout of this cluster (write_slurm_conf's topology). slurmctld is the host, on
+# the bridge address: with NoCtldInAddrAny it listens on what the host name resolves to, which
+# start_nodes makes the bridge address for it alone (CTLD_WRAP). NoInAddrAny is left out: each
+# slurmd's "any address" is its own namespace's, and srun on the host takes the nodes'
+# connections back on the bridge address, where the host name resolves to loopback. Each node
+# has the host's CPU layout and a small memory.
+nodes_topology() {
+  local hw mem node list
+  hw=$(slurmd -C | head -n 1 | grep -o 'CPUs=.* ThreadsPerCore=[0-9]*')
+  mem=$(slurmd -C | head -n 1 | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p')
+  ((mem > 2048)) && mem=2048
+  echo "# ${NODE_COUNT} nodes in network, mount and UTS namespaces on bridge $NODE_BRIDGE ($NODE_NET.0/24)"
+  echo "SlurmctldHost=$(host_name)($NODE_NET.1)"
+  echo "CommunicationParameters=NoCtldInAddrAny"
+  echo "SlurmdSpoolDir=$SLURM_DIR/spool/%n"
+  echo "SlurmdPidFile=$SLURM_DIR/run/slurmd-%n.pid"
+  echo "SlurmdLogFile=$SLURM_DIR/log/slurmd-%n.log"
+  for node in "${NODES[@]}"; do
+    echo "NodeName=$node NodeAddr=$(node_addr "$node") $hw RealMemory=$mem State=UNKNOWN"
+  done
+  list=$(
+    IFS=,
+    echo "${NODES[*]}"
+  )
+  echo "PartitionName=nodes Nodes=$list Default=YES MaxTime=INFINITE State=UP"
+}
+
+# The host's short name, as slurmctld compares it with SlurmctldHost.
+host_name() {
+  local name
+  name=$(cat /proc/sys/kernel/hostname)
+  echo "${name%%.*}"
+}
+
+# slurmctld's CTLD_WRAP: a private mount namespace where /etc/hosts is the cluster's, so that
+# the host name resolves to the bridge address and slurmctld listens there (NoCtldInAddrAny).
+# The host's /etc/hosts is not touched.
+nodes_ctld_wrap() {
+  # shellcheck disable=SC2016 # expanded by the inner shell
+  CTLD_WRAP=(unshare --mount --propagation private
+    sh -c 'mount --bind "$1" /etc/hosts && shift && exec "$@"' sh "$SLURM_DIR/etc/hosts")
+}
+# Each test runs in a process of its own that loads this file again: a restart of slurmctld
+# there needs the wrap too.
+[ -z "${SLURM_DIR:-}" ] || nodes_ctld_wrap
+
+# The command that runs another inside NODE's namespaces (sets NODE_WRAP): its netns, then a new
+# private mount namespace with the node's directory at $NODE_LOCAL_DIR and the cluster's hosts
+# file at /etc/hosts, and a UTS namespace named after the node. The netns is entered with
+# nsenter, not `ip netns exec`: that one mounts a new /sys, without the cgroup file systems
+# under /sys/fs/cgroup, and Slurm 22.05's slurmd then fails to start ("Unable to initialize
+# cgroup plugin") even with proctrack/linuxproc and task/none.
+node_wrap() {
+  local node=$1
+  # shellcheck disable=SC2016 # expanded by the inner shell
+  NODE_WRAP=(nsenter --net="/run/netns/$(node_netns "$node")" unshare --mount --uts --propagation private
+    sh -c 'echo "$1" >/proc/sys/kernel/hostname && mount --bind "$2" "$3" && mount --bind "$4" /etc/hosts &&
+      shift 4 && exec "$@"' sh "$node" "$SLURM_DIR/nodes/$node/nvme" "$NODE_LOCAL_DIR" "$SLURM_DIR/etc/hosts")
+}
+
+# Starts NODE's slurmd in its namespaces and waits for the node to be idle.
+start_node() {
+  local node=$1
+  node_wrap "$node"
+  start_slurmd "$node" "${NODE_WRAP[@]}"
+  transcript "root# (slurmd -N $node started in netns $(node_netns "$node"), pid $(node_slurmd_pid "$node"))"
+}
+
+# The pid of NODE's slurmd (fails when it does not run).
+node_slurmd_pid() {
+  our_pid "$SLURM_DIR/run/slurmd-$1.pid" "$SLURM_CONF"
+}
+
+# Sets up the cluster in a new temporary directory and starts munged, slurmctld and the nodes.
+# Where the machine cannot, it starts nothing and sets NODES_SKIP, the reason every scenario
+# then skips with (skip_without_nodes in setup: bats 1.8 cannot skip from setup_file).
+start_nodes() {
+  local why node
+  # iproute2 is in scripts/install-deps's list; where it is missing, the check below says so.
+  command -v ip >/dev/null || "$BBKIT_SOURCE_DIR/scripts/install-deps" >&2 || true
+  why=$(nodes_unsupported)
+  if [ -n "$why" ]; then
+    NODES_SKIP="no node cluster: $why"
+    export NODES_SKIP
+    return 0
+  fi
+  ensure_packages
+  ensure_test_user
+  new_cluster_dir
+  NODE_LOCAL_DIR=$SLURM_DIR/local-nvme
+  export NODE_LOCAL_DIR
+  # The host's view of the common path: an empty directory nobody writes to.
+  mkdir -m 0755 "$NODE_LOCAL_DIR" "$SLURM_DIR/nodes"
+  for node in "${NODES[@]}"; do
+    mkdir -m 0755 "$SLURM_DIR/nodes/$node" "$SLURM_DIR/nodes/$node/nvme" "$SLURM_DIR/spool/$node"
+    chown "$SLURM_TEST_USER:" "$SLURM_DIR/nodes/$node/nvme"
+  done
+  start_guard "$$"
+  start_node_network
+  {
+    echo "127.0.0.1 localhost"
+    echo "$NODE_NET.1 $(host_name)"
+    for node in "${NODES[@]}"; do echo "$(node_addr "$node") $node"; done
+  } >"$SLURM_DIR/etc/hosts"
+  chmod 0644 "$SLURM_DIR/etc/hosts"
+  write_slurm_conf root nodes_topology
+  nodes_ctld_wrap
+  start_munge
+  start_slurmctld
+  for node in "${NODES[@]}"; do start_node "$node"; done
+}
+
+skip_without_nodes() {
+  [ -z "${NODES_SKIP:-}" ] || skip "$NODES_SKIP"
+}
+
+# Stops every daemon, removes the node network and the temporary directory (finish_cluster).
+finish_nodes() {
+  [ -n "${SLURM_DIR:-}" ] && [ -d "$SLURM_DIR" ] || return 0
+  stop_cluster
+  remove_node_network "$SLURM_DIR"
+  finish_cluster
+}
