@@ -32,9 +32,10 @@ struct StageResult {
     std::vector<std::string> warnings;
 };
 
-// allocated -> staging-in -> staged-in. The sources are measured as the user against the
-// buffer's capacity first, stopping at the first file over it (Error(data) "stage-in needs at
-// least X ... but the buffer holds Y"). A failure keeps staging-in with reason
+// allocated -> staging-in -> staged-in. As the user, each line's source is checked first, and
+// the mover's walk counts the trees against the buffer's capacity while it copies, stopping at
+// the first file over it (Error(data) "stage-in needs at least X ... but the buffer holds Y";
+// mover.hpp, MovePlan::capacity). A failure keeps staging-in with reason
 // BurstBufferOperation and the mover's message; in standalone mode with TeardownFailure the
 // buffer is then torn down. A timeout stops the mover and is recorded.
 StageResult stage_in(StateStore& store, const Config& config, std::uint64_t job_id,
