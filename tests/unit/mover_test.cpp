@@ -955,7 +955,9 @@ TEST(mover, a_source_swapped_for_a_fifo_after_the_walk_fails_instead_of_blocking
         if (setgroups(0, nullptr) != 0 || setresgid(nogroup, nogroup, nogroup) != 0 ||
             setresuid(nobody, nobody, nobody) != 0)
             _exit(71);
-        setenv("BBKIT_FAULT", "mover.batch-walked:1:stop", 1);
+        // Stopped once every entry is walked, before the batch holding them is handed to the
+        // copy (after the hand-over the copy may finish both files before the stop lands).
+        setenv("BBKIT_FAULT", "mover.walked:1:stop", 1);
         fault_rearm();
         try {
             run_move(plan, nullptr);
