@@ -57,9 +57,7 @@ MoveSummary run_stage_plan(const StagePlan& plan,
     MoveSummary total;
     // What the roots already moved counted: the next root's counters start from there.
     std::uint64_t base_files = 0, base_bytes = 0;
-    std::size_t left = groups.size();
     for (const auto& [root, entries] : groups) {
-        --left;
         MovePlan move;
         move.direction =
             plan.direction == StageDirection::in ? MoveDirection::in : MoveDirection::out;
