@@ -654,9 +654,25 @@ std::uint32_t project_base_of(const Field& field) {
     return static_cast<std::uint32_t>(base);
 }
 
-PoolConfig pool_of(const Field& table) {
+// A GRES name as Slurm's GresTypes takes it and as bbkit writes it into gres.conf and job
+// requests: lower-case letters, digits and '_', starting with a letter, at most 32.
+std::string gres_name_of(const Field& field) {
+    const std::string name = string_of(field);
+    const bool valid = !name.empty() && name.size() <= 32 && name[0] >= 'a' && name[0] <= 'z' &&
+                       std::all_of(name.begin(), name.end(), [](char c) {
+                           return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+                       });
+    if (!valid)
+        field.fail("'" + name +
+                   "' is not a GRES name (a lower-case letter, then letters, digits or '_', at "
+                   "most 32)");
+    return name;
+}
+
+PoolConfig pool_of(const Field& table, Mode mode) {
     reject_unknown_keys(table, {"name", "path", "capacity", "granularity", "direct_io", "syncfs",
-                                "quota", "quota_missing", "quota_project_base"});
+                                "quota", "quota_missing", "quota_project_base", "node_local",
+                                "gres"});
     PoolConfig pool;
     pool.name = name_of(required(table, "name"));
     pool.path = normalized_path_of(required(table, "path"));
@@ -666,6 +682,13 @@ PoolConfig pool_of(const Field& table) {
     read_if_present(table, "quota", pool.quota, quota_mode_of);
     read_if_present(table, "quota_missing", pool.quota_missing, quota_missing_of);
     read_if_present(table, "quota_project_base", pool.quota_project_base, project_base_of);
+    read_if_present(table, "node_local", pool.node_local, boolean_of);
+    read_if_present(table, "gres", pool.gres, gres_name_of);
+    if (pool.node_local && mode != Mode::standalone)
+        required(table, "node_local")
+            .fail("node-local pools need mode = \"standalone\" (each node runs the tools itself)");
+    if (find(table, "gres") && !pool.node_local)
+        required(table, "gres").fail("applies to node-local pools only (node_local = true)");
     if (auto field = find(table, "granularity")) {
         pool.granularity = capacity_of(*field);
         if (pool.granularity > pool.capacity)
@@ -675,11 +698,19 @@ PoolConfig pool_of(const Field& table) {
     return pool;
 }
 
-std::vector<PoolConfig> pools_of(const Field& field) {
+std::vector<PoolConfig> pools_of(const Field& field, Mode mode) {
     std::vector<PoolConfig> pools;
     std::map<std::string, std::size_t> name_lines;
+    std::map<std::string, std::string> gres_pools;  // node-local pools' GRES -> pool
     for (const Field& item : items_of(field, "an array of tables ([[pool]])")) {
-        pools.push_back(pool_of(item));
+        pools.push_back(pool_of(item, mode));
+        if (pools.back().node_local) {
+            const auto [other, fresh] = gres_pools.emplace(pools.back().gres, pools.back().name);
+            if (!fresh)
+                (find(item, "gres") ? required(item, "gres") : required(item, "node_local"))
+                    .fail("GRES '" + other->first + "' already counts pool '" + other->second +
+                          "' (each node-local pool needs a gres of its own)");
+        }
         const Field name = required(item, "name");
         const auto [first, inserted] = name_lines.emplace(pools.back().name, name.line());
         if (!inserted)
@@ -728,7 +759,8 @@ Config config_of(const Field& root) {
     read_if_present(root, "poll_interval", config.poll_interval, poll_interval_of);
     read_if_present(root, "timeouts", config.timeouts, timeouts_of);
     read_if_present(root, "limits", config.limits, limits_of);
-    read_if_present(root, "pool", config.pools, pools_of);
+    if (auto field = find(root, "pool"))
+        config.pools = pools_of(*field, config.mode);
     read_if_present(root, "hooks", config.hooks, hooks_of);
     if (auto field = find(root, "default_pool"))
         config.default_pool = default_pool_of(*field, config.pools);
@@ -737,6 +769,14 @@ Config config_of(const Field& root) {
         config.default_pool = config.pools.front().name;
     return config;
 }
+
+}  // namespace
+
+std::uint64_t gres_count(const PoolConfig& pool) {
+    return pool.capacity / pool.granularity;
+}
+
+namespace {
 
 // The byte length of the UTF-8 sequence starting at text[i], or 0 when it is not valid UTF-8
 // (overlong forms, surrogates and code points past U+10FFFF included).

@@ -54,7 +54,15 @@ struct PoolConfig {
     QuotaMode quota = QuotaMode::none;
     QuotaMissing quota_missing = QuotaMissing::refuse;
     std::uint32_t quota_project_base = 2000000000;  // project ids base+1 ... max_project_id
+    // A pool on every compute node's own storage (bbkit(7), NODE-LOCAL POOLS): each node runs
+    // the tools against its own copy of it; Slurm schedules its space as the GRES `gres`, one
+    // unit per granule (standalone mode only).
+    bool node_local = false;
+    std::string gres = "bbnvme";
 };
+
+// A node-local pool's GRES count on each node: whole granules of its capacity.
+std::uint64_t gres_count(const PoolConfig& pool);
 
 struct Timeouts {  // seconds; Slurm's defaults
     unsigned stage_in = 86400;

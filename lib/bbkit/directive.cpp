@@ -44,6 +44,14 @@ const char* to_string(StageType type) {
     return "?";
 }
 
+const char* to_string(Spread spread) {
+    return spread == Spread::shard ? "shard" : "copy";
+}
+
+const char* to_string(Gather gather) {
+    return gather == Gather::merge ? "merge" : "nodes";
+}
+
 namespace {
 
 // Slurm's %a for a job that is not part of an array (NO_VAL - 1).
@@ -570,6 +578,7 @@ class Parser {
             read_lines(split_lines(*text.command_line, Origin::command_line), Origin::command_line);
         resolve_persistent_references();
         check_datawarp_job_space();
+        check_node_local();
         check_user();
         if (config_.mode == Mode::slurm && text.check_slurm_view)
             check_slurm_view(text, request_, config_);
@@ -880,6 +889,12 @@ class Parser {
         buffer.access = check_access(access.value_or("striped"));
         buffer.type = check_type(type.value_or("scratch"));
         buffer.where = where;
+        const PoolConfig& pool_config = *config_.find_pool(space.pool);
+        if (pool_config.node_local) {
+            buffer.node_local = true;
+            buffer.gres = pool_config.gres;
+            buffer.gres_count = space.allocated / pool_config.granularity;
+        }
         request_.job_buffer = buffer;
     }
 
@@ -908,6 +923,16 @@ class Parser {
         StageDirective s;
         s.type = parse_stage_type(args.require("type", command));
         check_stage_type(s.type, in);
+        if (const auto spread = args.take("distribute")) {
+            if (!in)
+                throw invalid("distribute= is for stage_in lines (a stage_out line takes gather=)");
+            s.distribute = parse_spread(*spread);
+        }
+        if (const auto gather = args.take("gather")) {
+            if (in)
+                throw invalid("gather= is for stage_out lines (a stage_in line takes distribute=)");
+            s.gather = parse_gather(*gather);
+        }
         const std::string source = args.require("source", command);
         const std::string destination = args.require("destination", command);
         const bool workdir_pending = !job_.workdir;
@@ -1055,6 +1080,35 @@ class Parser {
                                   "persistent buffer it uses)");
     }
 
+    // distribute= and gather= say how a node-local buffer's lines run across the job's
+    // nodes: on any other line they would promise what nothing does. Persistent buffers live
+    // on one host, never in a node-local pool.
+    void check_node_local() const {
+        const bool node_local = request_.job_buffer && request_.job_buffer->node_local;
+        for (const auto* stages : {&request_.stage_in, &request_.stage_out})
+            for (const StageDirective& s : *stages) {
+                if (!s.distribute && !s.gather)
+                    continue;
+                const char* key = s.distribute ? "distribute=" : "gather=";
+                if (!s.buffer.empty())
+                    throw invalid(label(s.where) + ": " + key +
+                                  " applies to the job's own buffer in a node-local pool, not "
+                                  "to persistent buffer '" + s.buffer + "'");
+                if (!node_local)
+                    throw invalid(label(s.where) + ": " + key +
+                                  " applies to a job buffer in a node-local pool" +
+                                  (request_.job_buffer ? ", and pool '" +
+                                                             request_.job_buffer->pool +
+                                                             "' is not node-local"
+                                                       : " (the job asks for no buffer)"));
+            }
+        for (const PersistentCreate& c : request_.create)
+            if (const PoolConfig* pool = config_.find_pool(c.pool); pool && pool->node_local)
+                throw invalid(label(c.where) + ": persistent buffer '" + c.name +
+                              "' cannot be in node-local pool '" + c.pool +
+                              "' (a persistent buffer lives on one host)");
+    }
+
     void check_user() const {
         if (user_ && request_.has_directive)
             check_may_use_burst_buffers(config_, *user_);
@@ -1069,6 +1123,22 @@ class Parser {
 };
 
 }  // namespace
+
+Spread parse_spread(const std::string& name) {
+    if (name == "copy")
+        return Spread::copy;
+    if (name == "shard")
+        return Spread::shard;
+    throw invalid("unknown distribute '" + name + "' (use copy or shard)");
+}
+
+Gather parse_gather(const std::string& name) {
+    if (name == "nodes")
+        return Gather::nodes;
+    if (name == "merge")
+        return Gather::merge;
+    throw invalid("unknown gather '" + name + "' (use nodes or merge)");
+}
 
 StageType parse_stage_type(const std::string& name) {
     if (name == "file")
@@ -1149,18 +1219,24 @@ std::vector<std::string> canonical_lines(const Request& request, const Config& c
     for (const PersistentUse& u : request.use)
         lines.push_back(directive_line(prefix, datawarp ? "persistentdw" : "use_persistent",
                                        {{"name", u.name}}, true));
-    for (const StageDirective& s : request.stage_in)
-        lines.push_back(directive_line(prefix, "stage_in",
-                                       {{"type", to_string(s.type)},
-                                        {"source", s.source},
-                                        {"destination", buffer_path(s.destination, s.buffer)}},
-                                       !s.unresolved));
-    for (const StageDirective& s : request.stage_out)
-        lines.push_back(directive_line(prefix, "stage_out",
-                                       {{"type", to_string(s.type)},
-                                        {"source", buffer_path(s.source, s.buffer)},
-                                        {"destination", s.destination}},
-                                       !s.unresolved));
+    for (const StageDirective& s : request.stage_in) {
+        Pairs pairs{
+            {"type", to_string(s.type)},
+            {"source", s.source},
+            {"destination", buffer_path(s.destination, s.buffer)}};
+        if (s.distribute)
+            pairs.emplace_back("distribute", to_string(*s.distribute));
+        lines.push_back(directive_line(prefix, "stage_in", pairs, !s.unresolved));
+    }
+    for (const StageDirective& s : request.stage_out) {
+        Pairs pairs{
+            {"type", to_string(s.type)},
+            {"source", buffer_path(s.source, s.buffer)},
+            {"destination", s.destination}};
+        if (s.gather)
+            pairs.emplace_back("gather", to_string(*s.gather));
+        lines.push_back(directive_line(prefix, "stage_out", pairs, !s.unresolved));
+    }
     for (const PersistentDestroy& d : request.destroy)
         lines.push_back(
             directive_line(persistent_prefix, "destroy_persistent", {{"name", d.name}}, true) +

@@ -47,6 +47,11 @@ struct JobBufferRequest {
     std::string access = "striped";  // striped | private (one directory either way)
     std::string type = "scratch";
     Location where;
+    // A node-local pool's buffer (bbkit(7), NODE-LOCAL POOLS): capacity and allocated are per
+    // node, and Slurm schedules them as the GRES `gres` (the pool's), `gres_count` granules.
+    bool node_local = false;
+    std::string gres;
+    std::uint64_t gres_count = 0;
 };
 
 enum class StageType { file, directory, list };
@@ -66,6 +71,17 @@ void check_stage_type(StageType type, bool stage_in);
 // files and the mover's paths.
 std::vector<std::string> path_components(const std::string& path, const std::string& climbing);
 
+// Stage lines of a node-local pool's job buffer (bbkit(7), NODE-LOCAL POOLS): how a stage_in
+// line's input is spread over the job's nodes (every node gets all of it, or its share of the
+// files) and where each node's stage_out results land (DESTINATION/<node>/, or merged into
+// DESTINATION itself).
+enum class Spread { copy, shard };
+enum class Gather { nodes, merge };
+const char* to_string(Spread spread);
+const char* to_string(Gather gather);
+Spread parse_spread(const std::string& name);  // Error(data) for another word
+Gather parse_gather(const std::string& name);  // Error(data) for another word
+
 struct StageDirective {
     StageType type = StageType::file;
     // stage_in: source is an absolute path outside, destination is relative to the buffer.
@@ -75,6 +91,10 @@ struct StageDirective {
     std::string buffer;       // "" = the job's buffer, else the persistent buffer's name
     bool unresolved = false;  // a symbol could not be replaced yet (no job context)
     Location where;
+    // distribute= (stage_in) and gather= (stage_out) as the line gave them; only lines of a
+    // node-local pool's job buffer may (the defaults: copy, nodes).
+    std::optional<Spread> distribute;
+    std::optional<Gather> gather;
 };
 
 struct PersistentCreate {

@@ -35,6 +35,9 @@ struct MoveEntry {
     std::string source;
     std::string destination;
     StageType type = StageType::file;
+    std::uint32_t shard_index = 0;
+    std::uint32_t shard_count = 1;
+    bool keep_existing = false;
 };
 
 struct MovePlan {

@@ -16,6 +16,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/job_nodes.hpp"
 #include "bbkit/publish.hpp"
 #include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
@@ -630,6 +631,16 @@ AllocRequest build_alloc_request(const Config& config, const AllocCommand& c) {
     }
     AllocRequest r = job_alloc_request(request, *c.job_id, user);
     r.wait = c.wait;
+    if (c.node.has_value() != c.nodes.has_value())
+        throw Error(ExitCode::usage, "--node and --nodes go together");
+    if (configured_pool(config, r.pool).node_local) {
+        const JobNodes nodes = c.node ? job_nodes(*c.node, *c.nodes) : this_host_alone();
+        r.staging = staging_record(request, nodes);
+        r.wait.reset();
+    } else if (c.node) {
+        throw Error(ExitCode::usage,
+                    "--node applies to node-local pools, and pool '" + r.pool + "' is not one");
+    }
     return r;
 }
 

@@ -87,8 +87,14 @@ struct AllocCommand {
     RequestText text;                    // --script / --bb: the job's directives
     JobContext job;                      // symbols for the directives
     std::optional<std::chrono::milliseconds> wait;
+    // A node-local pool's job buffer: this node and the job's nodes, comma-separated
+    // (job_nodes.hpp); both or neither (then this host alone).
+    std::optional<std::string> node;
+    std::optional<std::string> nodes;
 };
 
+// A node-local pool's buffer never waits in the pool's queue: Slurm placed the job where its
+// GRES was free, so a shortage here is bbkit's count and Slurm's apart (75 at once).
 AllocRequest build_alloc_request(const Config& config, const AllocCommand& command);
 
 // bb-pool alloc --wait's value: SECONDS (a non-negative number), "none" or "" (--wait alone)

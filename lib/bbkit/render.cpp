@@ -29,7 +29,10 @@ json stage_json(const StageDirective& stage) {
                           {"source", stage.source},
                           {"destination", stage.destination},
                           {"buffer", stage.buffer.empty() ? json() : json(stage.buffer)},
-                          {"unresolved", stage.unresolved}},
+                          {"unresolved", stage.unresolved},
+                          {"distribute", stage.distribute ? json(to_string(*stage.distribute))
+                                                          : json()},
+                          {"gather", stage.gather ? json(to_string(*stage.gather)) : json()}},
                          stage.where);
 }
 
@@ -110,8 +113,14 @@ json request_json(const Request& request) {
                                            {"capacity", b.capacity},
                                            {"allocated", b.allocated},
                                            {"access", b.access},
-                                           {"type", b.type}},
+                                           {"type", b.type},
+                                           {"node_local", b.node_local}},
                                           b.where);
+        // What a node-local request asks Slurm for, as sbatch --gres takes it (per node).
+        if (b.node_local) {
+            out["node_local"] = true;
+            out["gres"] = b.gres + ":" + std::to_string(b.gres_count);
+        }
     } else {
         out["job_buffer"] = nullptr;
     }
@@ -204,7 +213,9 @@ json config_json(const Config& config) {
                          {"syncfs", p.syncfs},
                          {"quota", to_string(p.quota)},
                          {"quota_missing", to_string(p.quota_missing)},
-                         {"quota_project_base", p.quota_project_base}});
+                         {"quota_project_base", p.quota_project_base},
+                         {"node_local", p.node_local},
+                         {"gres", p.node_local ? json(p.gres) : json()}});
     const json release = config.slurm_release ? json(to_string(*config.slurm_release)) : json();
     return {{"source", config.source},
             {"state_dir", config.state_dir},
@@ -270,7 +281,7 @@ std::string config_text(const Config& config) {
         << "script_size = " << toml_string(format_size(config.limits.script_size)) << '\n';
     if (config.limits.user_capacity)
         out << "user_capacity = " << toml_string(format_size(*config.limits.user_capacity)) << '\n';
-    for (const PoolConfig& p : config.pools)
+    for (const PoolConfig& p : config.pools) {
         out << "\n[[pool]]\n"
             << "name = " << toml_string(p.name) << '\n'
             << "path = " << toml_string(p.path) << '\n'
@@ -280,7 +291,11 @@ std::string config_text(const Config& config) {
             << "syncfs = " << (p.syncfs ? "true" : "false") << '\n'
             << "quota = " << toml_string(to_string(p.quota)) << '\n'
             << "quota_missing = " << toml_string(to_string(p.quota_missing)) << '\n'
-            << "quota_project_base = " << p.quota_project_base << '\n';
+            << "quota_project_base = " << p.quota_project_base << '\n'
+            << "node_local = " << (p.node_local ? "true" : "false") << '\n';
+        if (p.node_local)  // the key is refused for other pools
+            out << "gres = " << toml_string(p.gres) << '\n';
+    }
     if (!config.hooks.empty()) {
         out << "\n[hooks]\n";
         for (const auto& [phase, path] : config.hooks)

@@ -326,14 +326,17 @@ namespace {
 SourceTotals measure_lines_against(const std::vector<StageDirective>& stage_in,
                                    std::optional<std::uint64_t> job_capacity,
                                    const SourceProgress& progress, bool walk_trees) {
-    std::vector<StageDirective> into_job, into_persistent;
+    // A distribute=shard line's share of each node is known only on the nodes (it depends on
+    // the job's node count): each node's walk counts its own share against its buffer.
+    std::vector<StageDirective> counted, uncounted;
     for (const StageDirective& stage : stage_in)
-        (stage.buffer.empty() ? into_job : into_persistent).push_back(stage);
+        (stage.buffer.empty() && stage.distribute != Spread::shard ? counted : uncounted)
+            .push_back(stage);
     SourceTotals totals;
     Tally tally(totals, job_capacity, progress, walk_trees);
-    measure_lines(into_job, tally);
+    measure_lines(counted, tally);
     tally.stop_counting_capacity();
-    measure_lines(into_persistent, tally);
+    measure_lines(uncounted, tally);
     return totals;
 }
 

@@ -54,8 +54,9 @@ using SourceProgress = std::function<void(std::uint64_t files, std::uint64_t byt
 // cannot fit: the bytes of the lines that go to the job's own buffer are checked against
 // `job_capacity` as they are counted, and the walk stops at the first file that takes them over
 // it (require_fits's error), so a tree far too large is refused without walking all of it.
-// Those lines are measured first; lines into persistent buffers come after them and do not count
-// against it; lines with unresolved symbols are skipped.
+// Those lines are measured first; lines into persistent buffers and distribute=shard lines
+// (whose share of each node only the nodes know) come after them and do not count against it;
+// lines with unresolved symbols are skipped.
 SourceTotals measure_stage_in(const std::vector<StageDirective>& stage_in,
                               std::optional<std::uint64_t> job_capacity,
                               const SourceProgress& progress = {});

@@ -11,6 +11,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/job_nodes.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/process.hpp"
 #include "bbkit/publish.hpp"
@@ -138,6 +139,8 @@ StagePlan plan_for(StateStore& store, const Config& config, const Buffer& b,
     plan.trust_syncfs = pool.syncfs;
     plan.memory_limit = config.limits.mover_memory;
     plan.temp_token = b.temp_token;
+    if (pool.node_local)  // recorded by bb-pool alloc; a record without it: this host alone
+        plan.nodes = recorded_nodes(b.staging).value_or(this_host_alone());
     ReadSnapshot snapshot(store);
     for (const auto& [name, path] :
          resolve_persistent_uses(snapshot, config, b.uid, b.user, recorded_persistent_uses(b)))

@@ -51,7 +51,25 @@ json stage_json(const StageDirective& s) {
             {"buffer", s.buffer},
             {"line", s.where.line},
             {"from", to_string(s.where.origin)},
-            {"unresolved", s.unresolved}};
+            {"unresolved", s.unresolved},
+            {"distribute", s.distribute ? json(to_string(*s.distribute)) : json()},
+            {"gather", s.gather ? json(to_string(*s.gather)) : json()}};
+}
+
+json nodes_json(const JobNodes& nodes) {
+    return {{"name", nodes.name}, {"index", nodes.index}, {"count", nodes.count}};
+}
+
+// Read back through job_nodes' own checks: a record names a node the way bb-pool alloc was
+// given it, and a plan only what a record holds.
+JobNodes nodes_from(const json& j) {
+    JobNodes nodes;
+    nodes.name = j.at("name").get<std::string>();
+    nodes.index = j.at("index").get<std::uint32_t>();
+    nodes.count = j.at("count").get<std::uint32_t>();
+    if (nodes.count == 0 || nodes.count > max_job_nodes || nodes.index >= nodes.count)
+        throw Error(ExitCode::data, "malformed node place in stage plan");
+    return nodes;
 }
 
 StageDirective stage_from(const json& j) {
@@ -62,6 +80,10 @@ StageDirective stage_from(const json& j) {
     s.unresolved = j.value("unresolved", false);
     if (j.contains("buffer") && j["buffer"].is_string())
         s.buffer = j["buffer"].get<std::string>();
+    if (j.contains("distribute") && j["distribute"].is_string())
+        s.distribute = parse_spread(j["distribute"].get<std::string>());
+    if (j.contains("gather") && j["gather"].is_string())
+        s.gather = parse_gather(j["gather"].get<std::string>());
     s.where.line = j.value("line", 0);
     const std::string from = j.value("from", std::string("script"));
     s.where.origin = from == "--bb"    ? Origin::bb_option
@@ -104,7 +126,8 @@ std::string plan_to_json(const StagePlan& plan) {
                 {"direct_io", plan.direct_io},
                 {"trust_syncfs", plan.trust_syncfs},
                 {"memory_limit", plan.memory_limit},
-                {"temp_token", plan.temp_token}}
+                {"temp_token", plan.temp_token},
+                {"nodes", nodes_json(plan.nodes)}}
         .dump();
 }
 
@@ -130,13 +153,15 @@ StagePlan plan_from_json(const std::string& text) {
         plan.trust_syncfs = j.value("trust_syncfs", true);
         plan.memory_limit = j.value("memory_limit", plan.memory_limit);
         plan.temp_token = j.value("temp_token", std::string());
+        if (j.contains("nodes"))
+            plan.nodes = nodes_from(j.at("nodes"));
         return plan;
     } catch (const json::exception& e) {
         throw Error(ExitCode::data, std::string("malformed stage plan: ") + e.what());
     }
 }
 
-std::string staging_record(const Request& request) {
+std::string staging_record(const Request& request, const std::optional<JobNodes>& nodes) {
     json in = json::array(), out = json::array(), uses = json::array();
     for (const StageDirective& s : request.stage_in)
         in.push_back(stage_json(s));
@@ -144,7 +169,21 @@ std::string staging_record(const Request& request) {
         out.push_back(stage_json(s));
     for (const PersistentUse& u : request.use)
         uses.push_back(u.name);
-    return json{{"stage_in", in}, {"stage_out", out}, {"persistent_use", uses}}.dump();
+    json record{{"stage_in", in}, {"stage_out", out}, {"persistent_use", uses}};
+    if (nodes)
+        record["nodes"] = nodes_json(*nodes);
+    return record.dump();
+}
+
+std::optional<JobNodes> recorded_nodes(const std::string& staging_json) {
+    const json j = json::parse(staging_json, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("nodes"))
+        return std::nullopt;
+    try {
+        return nodes_from(j.at("nodes"));
+    } catch (const json::exception& e) {
+        throw Error(ExitCode::data, std::string("malformed recorded node place: ") + e.what());
+    }
 }
 
 std::vector<StageDirective> recorded_stages(const std::string& staging_json,

@@ -13,6 +13,7 @@
 
 #include "bbkit/buffer.hpp"
 #include "bbkit/directive.hpp"
+#include "bbkit/job_nodes.hpp"
 #include "bbkit/user.hpp"
 
 namespace bbkit {
@@ -35,6 +36,9 @@ struct StagePlan {
     // The job buffer's Buffer::temp_token: the secret a durable move's temporaries are tagged
     // with, so that only this buffer's own killed move is ever taken over (bbkit(7), STAGING).
     std::string temp_token;
+    // A node-local pool's buffer: this node among the job's (job_nodes.hpp), which decides
+    // a distribute=shard line's share and a gather=nodes line's destination.
+    JobNodes nodes;
 };
 
 std::string plan_to_json(const StagePlan& plan);
@@ -42,7 +46,11 @@ StagePlan plan_from_json(const std::string& text);  // Error(data) when malforme
 
 // What bb-pool alloc records with a job's buffer (Buffer::staging): its stage lines, byte for
 // byte, and the persistent buffers it uses.
-std::string staging_record(const Request& request);
+// A node-local pool's buffer also records the node it is on among the job's nodes.
+std::string staging_record(const Request& request,
+                           const std::optional<JobNodes>& nodes = std::nullopt);
+// The node a buffer's staging record names; nullopt for a buffer outside node-local pools.
+std::optional<JobNodes> recorded_nodes(const std::string& staging_json);
 std::vector<StageDirective> recorded_stages(const std::string& staging_json,
                                             StageDirection direction);
 std::vector<std::string> recorded_persistent_uses(const std::string& staging_json);

@@ -589,6 +589,9 @@ std::string job_text(const JobStatus& job, TimePoint now) {
     if (job.status.queue_position)
         field("queue", std::to_string(*job.status.queue_position));
     field("pool", b.pool);
+    if (const auto nodes = recorded_nodes(b.staging))  // a node-local pool's buffer
+        field("node", nodes->name + " (" + std::to_string(nodes->index + 1) + " of " +
+                          std::to_string(nodes->count) + " of the job's nodes)");
     field("requested", format_size(b.requested_bytes));
     field("allocated", format_size(b.allocated_bytes));
     if (job.status.used_bytes)
@@ -627,6 +630,11 @@ json job_json(const JobStatus& job, TimePoint now) {
     out["failed"] = b.failed ? json(slurm_time(*b.failed)) : json();
     out["stalled"] = stage_stalled(b);
     out["used_bytes"] = job.status.used_bytes ? json(*job.status.used_bytes) : json();
+    const auto nodes = recorded_nodes(b.staging);
+    out["node"] = nodes ? json{{"name", nodes->name},
+                               {"index", nodes->index},
+                               {"count", nodes->count}}
+                        : json();
     if (job.progress)
         out["progress"] = progress_json(*job.progress);
     else

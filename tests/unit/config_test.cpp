@@ -227,7 +227,8 @@ TEST(config, rejects_unknown_key_in_limits_with_line) {
 TEST(config, rejects_unknown_key_in_pool_with_line) {
     EXPECT_EQ(config_error(pool_a + "[[pool]]\nname = \"b\"\nsize = \"1G\"\n"),
               "t.toml:7: pool[1].size: unknown key 'size' (known: name, path, capacity, "
-              "granularity, direct_io, syncfs, quota, quota_missing, quota_project_base)");
+              "granularity, direct_io, syncfs, quota, quota_missing, quota_project_base, "
+              "node_local, gres)");
 }
 
 TEST(config, pool_quota_defaults_to_none_refuse_and_base_2000000000) {
@@ -256,6 +257,55 @@ TEST(config, rejects_unknown_quota_words_and_bases_out_of_range) {
               std::string::npos);
     EXPECT_NE(config_error(pool_a + "quota_project_base = 4000000000\n").find("must be between"),
               std::string::npos);
+}
+
+const std::string standalone = "mode = \"standalone\"\n";
+const std::string nvme = R"([[pool]]
+name = "nvme"
+path = "/local/nvme"
+capacity = "3500GiB"
+granularity = "1GiB"
+node_local = true
+)";
+
+TEST(config, node_local_pools_have_a_gres_counted_in_granules) {
+    const Config config = parse_config(standalone + pool_a + nvme, "t.toml");
+    EXPECT_FALSE(config.pools.at(0).node_local);
+    EXPECT_TRUE(config.pools.at(1).node_local);
+    EXPECT_EQ(config.pools.at(1).gres, "bbnvme");
+    EXPECT_EQ(gres_count(config.pools.at(1)), 3500u);
+    const Config named = parse_config(standalone + nvme + "gres = \"bb_fast2\"\n", "t.toml");
+    EXPECT_EQ(named.pools.at(0).gres, "bb_fast2");
+    // Whole granules only: a partial one is never promised to Slurm.
+    const Config partial = parse_config(
+        standalone + "[[pool]]\nname = \"p\"\npath = \"/p\"\ncapacity = \"10GiB\"\n"
+                     "granularity = \"3GiB\"\nnode_local = true\n",
+        "t.toml");
+    EXPECT_EQ(gres_count(partial.pools.at(0)), 3u);
+}
+
+TEST(config, node_local_pools_need_standalone_mode_and_gres_of_their_own) {
+    EXPECT_NE(config_error("mode = \"slurm\"\n" + nvme).find("node-local pools need mode = "
+                                                              "\"standalone\""),
+              std::string::npos);
+    EXPECT_NE(config_error(standalone + pool_a + "gres = \"bbnvme\"\n")
+                  .find("gres: applies to node-local pools only"),
+              std::string::npos);
+    const std::string second = R"([[pool]]
+name = "nvme2"
+path = "/local/nvme2"
+capacity = "1TiB"
+node_local = true
+)";
+    EXPECT_NE(config_error(standalone + nvme + second)
+                  .find("GRES 'bbnvme' already counts pool 'nvme'"),
+              std::string::npos);
+    for (const char* bad : {"", "Bbnvme", "1nvme", "bb-nvme", "bb nvme", "bb:nvme",
+                            "abcdefghijklmnopqrstuvwxyz0123456"})
+        EXPECT_NE(config_error(standalone + nvme + "gres = \"" + bad + "\"\n")
+                      .find("is not a GRES name"),
+                  std::string::npos)
+            << bad;
 }
 
 TEST(config, pool_io_options_default_to_buffered_and_syncfs) {

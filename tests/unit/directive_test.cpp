@@ -1243,3 +1243,105 @@ TEST(Directive, datawarp_mode_reads_only_what_slurms_datawarp_plugin_reads) {
     EXPECT_EQ(r.create.size(), 1u);
     EXPECT_EQ(r.destroy.size(), 1u);
 }
+
+namespace {
+
+// A site with a shared pool and a node-local one (standalone mode).
+Config node_local_config() {
+    Config config = test_config();
+    config.mode = Mode::standalone;
+    bbkit::PoolConfig local{"local", "/local/nvme", 3500 * GiB, GiB};
+    local.node_local = true;
+    local.gres = "bbnvme";
+    config.pools.push_back(local);
+    return config;
+}
+
+}  // namespace
+
+TEST(Directive, node_local_lines_say_how_the_nodes_share_the_stages) {
+    const Request r = parse(script(shebang +
+                                   "#BB_LUA pool=local capacity=200GiB\n"
+                                   "#BB_LUA stage_in type=directory source=/lus/in "
+                                   "destination=$BB_JOB_DIR/in distribute=shard\n"
+                                   "#BB_LUA stage_in type=file source=/lus/table.dat "
+                                   "destination=$BB_JOB_DIR/\n"
+                                   "#BB_LUA stage_out type=directory source=$BB_JOB_DIR/out "
+                                   "destination=/lus/out gather=merge\n"
+                                   "#BB_LUA stage_out type=file source=$BB_JOB_DIR/log "
+                                   "destination=/lus/log\n"),
+                            node_local_config());
+    ASSERT_TRUE(r.job_buffer);
+    EXPECT_TRUE(r.job_buffer->node_local);
+    EXPECT_EQ(r.job_buffer->gres, "bbnvme");
+    EXPECT_EQ(r.job_buffer->gres_count, 200u);
+    ASSERT_EQ(r.stage_in.size(), 2u);
+    EXPECT_EQ(r.stage_in[0].distribute, bbkit::Spread::shard);
+    EXPECT_FALSE(r.stage_in[1].distribute);  // copy, the default
+    ASSERT_EQ(r.stage_out.size(), 2u);
+    EXPECT_EQ(r.stage_out[0].gather, bbkit::Gather::merge);
+    EXPECT_FALSE(r.stage_out[1].gather);  // nodes, the default
+    const auto json = request_json(r);
+    EXPECT_EQ(json["gres"], "bbnvme:200");
+    EXPECT_EQ(json["node_local"], true);
+    EXPECT_EQ(json["stage_in"][0]["distribute"], "shard");
+    EXPECT_EQ(json["stage_out"][0]["gather"], "merge");
+    // Printed back as they were given, and read back the same.
+    const auto lines = canonical_lines(r, node_local_config());
+    EXPECT_NE(std::find_if(lines.begin(), lines.end(),
+                           [](const std::string& l) { return l.find(" distribute=shard") !=
+                                                              std::string::npos; }),
+              lines.end());
+    std::string again = shebang;
+    for (const std::string& line : lines)
+        again += line + "\n";
+    const Request back = parse(script(again), node_local_config());
+    EXPECT_EQ(back.stage_in[0].distribute, bbkit::Spread::shard);
+    EXPECT_EQ(back.stage_out[0].gather, bbkit::Gather::merge);
+}
+
+TEST(Directive, a_partial_granule_asks_slurm_for_a_whole_one) {
+    const Request r =
+        parse(script(shebang + "#BB_LUA pool=local capacity=1500MiB\n"), node_local_config());
+    EXPECT_EQ(r.job_buffer->gres_count, 2u);
+    const Request shared =
+        parse(script(shebang + "#BB_LUA pool=nvme capacity=1500MiB\n"), node_local_config());
+    EXPECT_FALSE(shared.job_buffer->node_local);
+    EXPECT_FALSE(request_json(shared).contains("gres"));
+}
+
+TEST(Directive, distribute_and_gather_only_for_a_node_local_job_buffer) {
+    const Config config = node_local_config();
+    expect_error(script(shebang + "#BB_LUA pool=nvme capacity=1GiB\n"
+                                  "#BB_LUA stage_in type=file source=/a destination=b "
+                                  "distribute=shard\n"),
+                 ExitCode::data, "script line 3: distribute= applies to a job buffer in a "
+                                 "node-local pool, and pool 'nvme' is not node-local",
+                 config);
+    expect_error(script(shebang + "#BB_LUA stage_out type=file source=$BB_JOB_DIR/a "
+                                  "destination=/b gather=nodes\n"),
+                 ExitCode::data, "gather= applies to a job buffer in a node-local pool (the "
+                                 "job asks for no buffer)",
+                 config);
+    expect_error(script(shebang + "#BB_LUA pool=local capacity=1GiB\n"
+                                  "#BB_LUA stage_in type=file source=/a destination=b "
+                                  "distribute=spread\n"),
+                 ExitCode::data, "unknown distribute 'spread' (use copy or shard)", config);
+    expect_error(script(shebang + "#BB_LUA pool=local capacity=1GiB\n"
+                                  "#BB_LUA stage_out type=file source=$BB_JOB_DIR/a "
+                                  "destination=/b gather=all\n"),
+                 ExitCode::data, "unknown gather 'all' (use nodes or merge)", config);
+    expect_error(script(shebang + "#BB_LUA pool=local capacity=1GiB\n"
+                                  "#BB_LUA stage_out type=file source=$BB_JOB_DIR/a "
+                                  "destination=/b distribute=shard\n"),
+                 ExitCode::data, "distribute= is for stage_in lines", config);
+    expect_error(script(shebang + "#BB_LUA pool=local capacity=1GiB\n"
+                                  "#BB_LUA stage_in type=file source=/a destination=b "
+                                  "gather=merge\n"),
+                 ExitCode::data, "gather= is for stage_out lines", config);
+    Config persistent = config;
+    persistent.flags.enable_persistent = true;
+    expect_error(script(shebang + "#BB_LUA create_persistent name=p capacity=1GiB pool=local\n"),
+                 ExitCode::data, "persistent buffer 'p' cannot be in node-local pool 'local'",
+                 persistent);
+}

@@ -163,6 +163,11 @@ int main(int argc, char** argv) {
                                 "Short of space: wait in the pool's FIFO queue (SECONDS; default = "
                                 "timeouts.queue; none or no value = no limit)")
                    ->expected(0, 1);
+        alloc->add_option("--node", a.node,
+                          "Node-local pools: this node's name (with --nodes; default: this host)");
+        alloc->add_option("--nodes", a.nodes,
+                          "Node-local pools: the job's nodes, comma-separated, in the "
+                          "scheduler's order (for distribute=shard and gather=nodes)");
         alloc->add_flag("--json", o.json, "Print JSON");
     }
 

@@ -10,6 +10,7 @@
 
 #include "bbkit/directive.hpp"
 #include "bbkit/error.hpp"
+#include "bbkit/job_nodes.hpp"
 #include "bbkit/sources.hpp"
 #include "bbkit/stage_plan.hpp"
 
@@ -39,14 +40,30 @@ std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& p
                 expanded = read_stage_list(stage);
             else
                 expanded.push_back({stage.source, stage.destination, stage.type, stage.where});
-            for (const SourceEntry& e : expanded)
-                groups[root_of(plan, stage)].push_back({e.source, e.destination, e.type});
+            // distribute=shard: this node's share only (bbkit(7), NODE-LOCAL POOLS).
+            const bool shard = stage.distribute == Spread::shard;
+            for (const SourceEntry& e : expanded) {
+                MoveEntry entry{e.source, e.destination, e.type};
+                if (shard) {
+                    entry.shard_index = plan.nodes.index;
+                    entry.shard_count = plan.nodes.count;
+                }
+                groups[root_of(plan, stage)].push_back(entry);
+            }
         }
         return groups;
     }
     for (const StageDirective& stage : plan.stages) {
         check_stage_type(stage.type, false);  // lines recorded before bb-parse refused it
-        groups[root_of(plan, stage)].push_back({stage.source, stage.destination, stage.type});
+        MoveEntry entry{stage.source, stage.destination, stage.type};
+        // A node-local buffer's results: under the node's name, or merged (never replacing
+        // another node's file) when the line says gather=merge.
+        if (stage.gather == Gather::merge)
+            entry.keep_existing = true;
+        else if (!plan.nodes.name.empty() && stage.buffer.empty())
+            entry.destination = gathered_destination(stage.destination, stage.type,
+                                                     plan.nodes.name);
+        groups[root_of(plan, stage)].push_back(entry);
     }
     return groups;
 }
