@@ -670,9 +670,9 @@ std::string gres_name_of(const Field& field) {
 }
 
 PoolConfig pool_of(const Field& table, Mode mode) {
-    reject_unknown_keys(table, {"name", "path", "capacity", "granularity", "direct_io", "syncfs",
-                                "quota", "quota_missing", "quota_project_base", "node_local",
-                                "gres"});
+    reject_unknown_keys(table,
+                        {"name", "path", "capacity", "granularity", "direct_io", "syncfs", "quota",
+                         "quota_missing", "quota_project_base", "node_local", "gres"});
     PoolConfig pool;
     pool.name = name_of(required(table, "name"));
     pool.path = normalized_path_of(required(table, "path"));

@@ -1093,14 +1093,15 @@ class Parser {
                 if (!s.buffer.empty())
                     throw invalid(label(s.where) + ": " + key +
                                   " applies to the job's own buffer in a node-local pool, not "
-                                  "to persistent buffer '" + s.buffer + "'");
+                                  "to persistent buffer '" +
+                                  s.buffer + "'");
                 if (!node_local)
-                    throw invalid(label(s.where) + ": " + key +
-                                  " applies to a job buffer in a node-local pool" +
-                                  (request_.job_buffer ? ", and pool '" +
-                                                             request_.job_buffer->pool +
-                                                             "' is not node-local"
-                                                       : " (the job asks for no buffer)"));
+                    throw invalid(
+                        label(s.where) + ": " + key +
+                        " applies to a job buffer in a node-local pool" +
+                        (request_.job_buffer
+                             ? ", and pool '" + request_.job_buffer->pool + "' is not node-local"
+                             : " (the job asks for no buffer)"));
             }
         for (const PersistentCreate& c : request_.create)
             if (const PoolConfig* pool = config_.find_pool(c.pool); pool && pool->node_local)
@@ -1220,19 +1221,17 @@ std::vector<std::string> canonical_lines(const Request& request, const Config& c
         lines.push_back(directive_line(prefix, datawarp ? "persistentdw" : "use_persistent",
                                        {{"name", u.name}}, true));
     for (const StageDirective& s : request.stage_in) {
-        Pairs pairs{
-            {"type", to_string(s.type)},
-            {"source", s.source},
-            {"destination", buffer_path(s.destination, s.buffer)}};
+        Pairs pairs{{"type", to_string(s.type)},
+                    {"source", s.source},
+                    {"destination", buffer_path(s.destination, s.buffer)}};
         if (s.distribute)
             pairs.emplace_back("distribute", to_string(*s.distribute));
         lines.push_back(directive_line(prefix, "stage_in", pairs, !s.unresolved));
     }
     for (const StageDirective& s : request.stage_out) {
-        Pairs pairs{
-            {"type", to_string(s.type)},
-            {"source", buffer_path(s.source, s.buffer)},
-            {"destination", s.destination}};
+        Pairs pairs{{"type", to_string(s.type)},
+                    {"source", buffer_path(s.source, s.buffer)},
+                    {"destination", s.destination}};
         if (s.gather)
             pairs.emplace_back("gather", to_string(*s.gather));
         lines.push_back(directive_line(prefix, "stage_out", pairs, !s.unresolved));

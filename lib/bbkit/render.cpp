@@ -25,15 +25,15 @@ json with_location(json object, const Location& where) {
 }
 
 json stage_json(const StageDirective& stage) {
-    return with_location({{"type", to_string(stage.type)},
-                          {"source", stage.source},
-                          {"destination", stage.destination},
-                          {"buffer", stage.buffer.empty() ? json() : json(stage.buffer)},
-                          {"unresolved", stage.unresolved},
-                          {"distribute", stage.distribute ? json(to_string(*stage.distribute))
-                                                          : json()},
-                          {"gather", stage.gather ? json(to_string(*stage.gather)) : json()}},
-                         stage.where);
+    return with_location(
+        {{"type", to_string(stage.type)},
+         {"source", stage.source},
+         {"destination", stage.destination},
+         {"buffer", stage.buffer.empty() ? json() : json(stage.buffer)},
+         {"unresolved", stage.unresolved},
+         {"distribute", stage.distribute ? json(to_string(*stage.distribute)) : json()},
+         {"gather", stage.gather ? json(to_string(*stage.gather)) : json()}},
+        stage.where);
 }
 
 // The buffer side of a stage line as users write it.

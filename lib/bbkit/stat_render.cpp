@@ -631,10 +631,9 @@ json job_json(const JobStatus& job, TimePoint now) {
     out["stalled"] = stage_stalled(b);
     out["used_bytes"] = job.status.used_bytes ? json(*job.status.used_bytes) : json();
     const auto nodes = recorded_nodes(b.staging);
-    out["node"] = nodes ? json{{"name", nodes->name},
-                               {"index", nodes->index},
-                               {"count", nodes->count}}
-                        : json();
+    out["node"] =
+        nodes ? json{{"name", nodes->name}, {"index", nodes->index}, {"count", nodes->count}}
+              : json();
     if (job.progress)
         out["progress"] = progress_json(*job.progress);
     else

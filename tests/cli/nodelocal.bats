@@ -98,7 +98,7 @@ buffer_on() {
   assert_failure 78
   assert_output --partial 'node_local: node-local pools need mode = "standalone"'
   sed -i 's/^mode = .*/mode = "standalone"/' "$cfg"
-  printf 'gres = "x;rm"\n' >>"$cfg"  # the last pool is the shared one
+  printf 'gres = "bbshared"\n' >>"$cfg"  # the last pool is the shared one
   run on n1 bb-parse config
   assert_failure 78
   assert_output --partial 'gres: applies to node-local pools only'
@@ -182,7 +182,7 @@ buffer_on() {
   # 6 MiB of input into 4 MiB buffers: too much for one node, enough spread over three.
   script "$TEST_DIR/job.sh" '#BB_LUA pool=nvme capacity=4MiB' \
     "#BB_LUA stage_in type=directory source=$TEST_DIR/pfs/big destination=\$BB_JOB_DIR/big distribute=shard"
-  run on n1 bb-parse --script "$TEST_DIR/job.sh" --check-sources
+  run on n1 bb-parse --script "$TEST_DIR/job.sh" --check-sources --user "$U"
   assert_success
   for node in n1 n2 n3; do
     on "$node" bb-pool alloc --job 6 --user "$U" --script "$TEST_DIR/job.sh" --node "$node" --nodes n1,n2,n3 >/dev/null

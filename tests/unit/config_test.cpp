@@ -277,16 +277,18 @@ TEST(config, node_local_pools_have_a_gres_counted_in_granules) {
     const Config named = parse_config(standalone + nvme + "gres = \"bb_fast2\"\n", "t.toml");
     EXPECT_EQ(named.pools.at(0).gres, "bb_fast2");
     // Whole granules only: a partial one is never promised to Slurm.
-    const Config partial = parse_config(
-        standalone + "[[pool]]\nname = \"p\"\npath = \"/p\"\ncapacity = \"10GiB\"\n"
-                     "granularity = \"3GiB\"\nnode_local = true\n",
-        "t.toml");
+    const Config partial =
+        parse_config(standalone +
+                         "[[pool]]\nname = \"p\"\npath = \"/p\"\ncapacity = \"10GiB\"\n"
+                         "granularity = \"3GiB\"\nnode_local = true\n",
+                     "t.toml");
     EXPECT_EQ(gres_count(partial.pools.at(0)), 3u);
 }
 
 TEST(config, node_local_pools_need_standalone_mode_and_gres_of_their_own) {
-    EXPECT_NE(config_error("mode = \"slurm\"\n" + nvme).find("node-local pools need mode = "
-                                                              "\"standalone\""),
+    EXPECT_NE(config_error("mode = \"slurm\"\n" + nvme)
+                  .find("node-local pools need mode = "
+                        "\"standalone\""),
               std::string::npos);
     EXPECT_NE(config_error(standalone + pool_a + "gres = \"bbnvme\"\n")
                   .find("gres: applies to node-local pools only"),
@@ -297,14 +299,14 @@ path = "/local/nvme2"
 capacity = "1TiB"
 node_local = true
 )";
-    EXPECT_NE(config_error(standalone + nvme + second)
-                  .find("GRES 'bbnvme' already counts pool 'nvme'"),
-              std::string::npos);
+    EXPECT_NE(
+        config_error(standalone + nvme + second).find("GRES 'bbnvme' already counts pool 'nvme'"),
+        std::string::npos);
     for (const char* bad : {"", "Bbnvme", "1nvme", "bb-nvme", "bb nvme", "bb:nvme",
                             "abcdefghijklmnopqrstuvwxyz0123456"})
-        EXPECT_NE(config_error(standalone + nvme + "gres = \"" + bad + "\"\n")
-                      .find("is not a GRES name"),
-                  std::string::npos)
+        EXPECT_NE(
+            config_error(standalone + nvme + "gres = \"" + bad + "\"\n").find("is not a GRES name"),
+            std::string::npos)
             << bad;
 }
 

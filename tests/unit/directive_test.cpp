@@ -1260,17 +1260,17 @@ Config node_local_config() {
 }  // namespace
 
 TEST(Directive, node_local_lines_say_how_the_nodes_share_the_stages) {
-    const Request r = parse(script(shebang +
-                                   "#BB_LUA pool=local capacity=200GiB\n"
-                                   "#BB_LUA stage_in type=directory source=/lus/in "
-                                   "destination=$BB_JOB_DIR/in distribute=shard\n"
-                                   "#BB_LUA stage_in type=file source=/lus/table.dat "
-                                   "destination=$BB_JOB_DIR/\n"
-                                   "#BB_LUA stage_out type=directory source=$BB_JOB_DIR/out "
-                                   "destination=/lus/out gather=merge\n"
-                                   "#BB_LUA stage_out type=file source=$BB_JOB_DIR/log "
-                                   "destination=/lus/log\n"),
-                            node_local_config());
+    const Request r =
+        parse(script(shebang + "#BB_LUA pool=local capacity=200GiB\n"
+                               "#BB_LUA stage_in type=directory source=/lus/in "
+                               "destination=$BB_JOB_DIR/in distribute=shard\n"
+                               "#BB_LUA stage_in type=file source=/lus/table.dat "
+                               "destination=$BB_JOB_DIR/\n"
+                               "#BB_LUA stage_out type=directory source=$BB_JOB_DIR/out "
+                               "destination=/lus/out gather=merge\n"
+                               "#BB_LUA stage_out type=file source=$BB_JOB_DIR/log "
+                               "destination=/lus/log\n"),
+              node_local_config());
     ASSERT_TRUE(r.job_buffer);
     EXPECT_TRUE(r.job_buffer->node_local);
     EXPECT_EQ(r.job_buffer->gres, "bbnvme");
@@ -1289,8 +1289,9 @@ TEST(Directive, node_local_lines_say_how_the_nodes_share_the_stages) {
     // Printed back as they were given, and read back the same.
     const auto lines = canonical_lines(r, node_local_config());
     EXPECT_NE(std::find_if(lines.begin(), lines.end(),
-                           [](const std::string& l) { return l.find(" distribute=shard") !=
-                                                              std::string::npos; }),
+                           [](const std::string& l) {
+                               return l.find(" distribute=shard") != std::string::npos;
+                           }),
               lines.end());
     std::string again = shebang;
     for (const std::string& line : lines)
@@ -1315,13 +1316,15 @@ TEST(Directive, distribute_and_gather_only_for_a_node_local_job_buffer) {
     expect_error(script(shebang + "#BB_LUA pool=nvme capacity=1GiB\n"
                                   "#BB_LUA stage_in type=file source=/a destination=b "
                                   "distribute=shard\n"),
-                 ExitCode::data, "script line 3: distribute= applies to a job buffer in a "
-                                 "node-local pool, and pool 'nvme' is not node-local",
+                 ExitCode::data,
+                 "script line 3: distribute= applies to a job buffer in a "
+                 "node-local pool, and pool 'nvme' is not node-local",
                  config);
     expect_error(script(shebang + "#BB_LUA stage_out type=file source=$BB_JOB_DIR/a "
                                   "destination=/b gather=nodes\n"),
-                 ExitCode::data, "gather= applies to a job buffer in a node-local pool (the "
-                                 "job asks for no buffer)",
+                 ExitCode::data,
+                 "gather= applies to a job buffer in a node-local pool (the "
+                 "job asks for no buffer)",
                  config);
     expect_error(script(shebang + "#BB_LUA pool=local capacity=1GiB\n"
                                   "#BB_LUA stage_in type=file source=/a destination=b "

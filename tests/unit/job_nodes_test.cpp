@@ -24,19 +24,20 @@ TEST(JobNodes, finds_the_node_in_the_job_order) {
 
 TEST(JobNodes, refuses_bad_names_repeats_and_strangers) {
     for (const auto& [node, list] : std::vector<std::pair<std::string, std::string>>{
-             {"n1", ""},                          // an empty list
-             {"n1", "n1,,n2"},                    // an empty name
-             {"n1", "n1,n2,"},                    // a trailing comma
-             {"..", "..,n1"},                     // a path climbing out of DESTINATION
-             {"n1", "n1,../x"},                   // a slash
-             {"-n1", "-n1"},                      // an option-looking name
-             {"n1", "n1,n 2"},                    // a blank
-             {"n1", "n1,n2\n"},                   // a newline
-             {"n1", "n1,n2,n1"},                  // twice
-             {"n9", "n1,n2"},                     // not the job's
-             {std::string(65, 'a'), "n1"},        // too long
+             {"n1", ""},                    // an empty list
+             {"n1", "n1,,n2"},              // an empty name
+             {"n1", "n1,n2,"},              // a trailing comma
+             {"..", "..,n1"},               // a path climbing out of DESTINATION
+             {"n1", "n1,../x"},             // a slash
+             {"-n1", "-n1"},                // an option-looking name
+             {"n1", "n1,n 2"},              // a blank
+             {"n1", "n1,n2\n"},             // a newline
+             {"n1", "n1,n2,n1"},            // twice
+             {"n9", "n1,n2"},               // not the job's
+             {std::string(65, 'a'), "n1"},  // too long
          }) {
-        EXPECT_EQ(code_of([&] { job_nodes(node, list); }), ExitCode::data) << node << " in " << list;
+        EXPECT_EQ(code_of([&] { job_nodes(node, list); }), ExitCode::data)
+            << node << " in " << list;
     }
     try {
         job_nodes("n1", "n1,n\x01x");

@@ -596,6 +596,56 @@ TEST(mover, entries_by_root_expands_stage_in_lists) {
     EXPECT_EQ(groups["/bb/job"][1].type, StageType::directory);
 }
 
+// A node-local buffer's lines (bbkit(7), NODE-LOCAL POOLS): a shard line's entries carry
+// this node's share, a gather=nodes line lands under the node's name, a gather=merge line
+// keeps what another node wrote.
+TEST(mover, entries_by_root_places_a_node_local_buffers_lines) {
+    TempDir tmp;
+    mkdir((tmp / "in").c_str(), 0755);
+    StagePlan plan;
+    plan.direction = StageDirection::in;
+    plan.job_root = "/bb/job";
+    plan.capacity = 1 << 20;
+    plan.nodes = JobNodes{"n2", 1, 3};
+    StageDirective shard;
+    shard.type = StageType::directory;
+    shard.source = tmp / "in";
+    shard.destination = "in";
+    shard.distribute = Spread::shard;
+    StageDirective copy = shard;
+    copy.distribute = Spread::copy;
+    plan.stages = {shard, copy};
+    auto groups = entries_by_root(plan);
+    ASSERT_EQ(groups["/bb/job"].size(), 2u);
+    EXPECT_EQ(groups["/bb/job"][0].shard_index, 1u);
+    EXPECT_EQ(groups["/bb/job"][0].shard_count, 3u);
+    EXPECT_EQ(groups["/bb/job"][1].shard_count, 1u);
+
+    plan.direction = StageDirection::out;
+    StageDirective tree;
+    tree.type = StageType::directory;
+    tree.source = "out";
+    tree.destination = "/lus/out";
+    StageDirective file = tree;
+    file.type = StageType::file;
+    file.source = "log";
+    file.destination = "/lus/logs/run.log";
+    StageDirective merged = tree;
+    merged.gather = Gather::merge;
+    plan.stages = {tree, file, merged};
+    groups = entries_by_root(plan);
+    ASSERT_EQ(groups["/bb/job"].size(), 3u);
+    EXPECT_EQ(groups["/bb/job"][0].destination, "/lus/out/n2");
+    EXPECT_FALSE(groups["/bb/job"][0].keep_existing);
+    EXPECT_EQ(groups["/bb/job"][1].destination, "/lus/logs/n2/run.log");
+    EXPECT_EQ(groups["/bb/job"][2].destination, "/lus/out");
+    EXPECT_TRUE(groups["/bb/job"][2].keep_existing);
+
+    plan.nodes = JobNodes{};  // a buffer outside node-local pools: lines as written
+    plan.stages = {tree};
+    EXPECT_EQ(entries_by_root(plan)["/bb/job"][0].destination, "/lus/out");
+}
+
 // Stage-out lines recorded before bb-parse refused type=list are refused the same way (65);
 // no path of a move may climb, outside the buffer either (directive.hpp's one '..' rule).
 TEST(mover, stage_out_lists_and_climbing_paths_are_refused_as_bb_parse_refuses_them) {

@@ -190,3 +190,45 @@ TEST(StagePlan, unstaged_results_are_those_of_a_job_that_ran_and_did_not_stage_o
     persistent.staging = staging_record(request);
     EXPECT_TRUE(unstaged_results(persistent).empty());
 }
+
+TEST(StagePlan, carries_the_node_and_the_lines_spread) {
+    StagePlan plan;
+    plan.user = User{"alice", 1001, 1002, {}};
+    plan.job_root = "/local/nvme/job/main.7.1";
+    StageDirective s;
+    s.type = StageType::directory;
+    s.source = "/lus/in";
+    s.destination = "in";
+    s.distribute = Spread::shard;
+    plan.stages.push_back(s);
+    plan.nodes = JobNodes{"n3", 2, 4};
+    const StagePlan back = plan_from_json(plan_to_json(plan));
+    EXPECT_EQ(back.nodes.name, "n3");
+    EXPECT_EQ(back.nodes.index, 2u);
+    EXPECT_EQ(back.nodes.count, 4u);
+    EXPECT_EQ(back.stages.at(0).distribute, Spread::shard);
+    EXPECT_FALSE(back.stages.at(0).gather);
+    // A place that cannot be: refused, never a shard nobody owns.
+    std::string text = plan_to_json(plan);
+    text.replace(text.find("\"index\":2"), 9, "\"index\":4");
+    EXPECT_THROW(plan_from_json(text), Error);
+}
+
+TEST(StagePlan, the_staging_record_keeps_the_node_of_a_node_local_buffer) {
+    Request request;
+    StageDirective out;
+    out.type = StageType::file;
+    out.source = "log";
+    out.destination = "/lus/log";
+    out.gather = Gather::merge;
+    request.stage_out.push_back(out);
+    EXPECT_FALSE(recorded_nodes(staging_record(request)));
+    const std::string record = staging_record(request, JobNodes{"n1", 0, 2});
+    const auto nodes = recorded_nodes(record);
+    ASSERT_TRUE(nodes);
+    EXPECT_EQ(nodes->name, "n1");
+    EXPECT_EQ(nodes->count, 2u);
+    EXPECT_EQ(recorded_stages(record, StageDirection::out).at(0).gather, Gather::merge);
+    EXPECT_FALSE(recorded_nodes("{}"));
+    EXPECT_FALSE(recorded_nodes("not json"));
+}

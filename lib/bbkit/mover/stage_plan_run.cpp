@@ -61,8 +61,8 @@ std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& p
         if (stage.gather == Gather::merge)
             entry.keep_existing = true;
         else if (!plan.nodes.name.empty() && stage.buffer.empty())
-            entry.destination = gathered_destination(stage.destination, stage.type,
-                                                     plan.nodes.name);
+            entry.destination =
+                gathered_destination(stage.destination, stage.type, plan.nodes.name);
         groups[root_of(plan, stage)].push_back(entry);
     }
     return groups;
