@@ -1363,7 +1363,7 @@ BBKIT_DIRECTIVES = "BB_LUA NODE"'
   assert_line "install-slurm: wrote $CONF/gres.conf"
   assert_line "install-slurm: Prolog and Epilog run without a time limit"
   refute_line --partial "PrologSlurmctld"
-  refute_line --partial "BurstBufferType"
+  refute_line --regexp '^BurstBufferType='
   for name in prolog epilog; do assert_file_executable "$nodes/$name"; done
   run grep -v '^#' "$CONF/gres.conf"
   assert_output "NodeName=n[1-4] Name=bbnvme Count=800"
@@ -1415,7 +1415,8 @@ NodeName=n[1-2],big01 Name=bbfast Count=20"
   refused() {  # refused LINE: the one line install-slurm says, the file left as it was
     run install_node_local --nodes 'n[01-04]'
     assert_failure 78
-    assert_output "install-slurm: $CONF/gres.conf: $1"
+    assert_line "install-slurm: $CONF/gres.conf: $1"
+    [ "$(grep -c 'gres.conf: ' <<<"$output")" = 1 ] || fail "more than one line on gres.conf: $output"
     cmp "$CONF/gres.conf" "$TEST_DIR/gres.before"
     assert_file_not_exists "$CONF/cli_filter.lua"
   }
@@ -1438,8 +1439,8 @@ NodeName=n[1-2],big01 Name=bbfast Count=20"
   gres_conf 'Name=scratch Count=800' 'NodeName=n02 Name=scratch Count=1'
   refused "node n02 has 801 of scratch but pool local gives it 800 (capacity / granularity): $fix"
   # What install-slurm cannot read is refused, never run.
-  gres_conf "NodeName=n\$(touch $TEST_DIR/pwned) Name=scratch Count=800"
-  refused "NodeName=n\$(touch $TEST_DIR/pwned) (Name=scratch) is not a node list install-slurm reads: write NodeName=n[01-04] Name=scratch Count=800"
+  gres_conf "NodeName=n\$(touch\${IFS}$TEST_DIR/pwned) Name=scratch Count=800"
+  refused "NodeName=n\$(touch\${IFS}$TEST_DIR/pwned) (Name=scratch) is not a node list install-slurm reads: write NodeName=n[01-04] Name=scratch Count=800"
   assert_file_not_exists "$TEST_DIR/pwned"
   gres_conf 'NodeName=n[01-04] Name=scratch Count=8e2'
   refused "Count=8e2 of Name=scratch is not a count install-slurm reads: write NodeName=n[01-04] Name=scratch Count=800"
