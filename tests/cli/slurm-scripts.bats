@@ -114,7 +114,8 @@ job_script() {
   once_per_lua_set
   run "$SLURM_SHARE/install-slurm" --help
   assert_success
-  for opt in --slurm-conf-dir --config --bindir --slurm-api --lua --slurm-user --sudoers --sudo; do
+  for opt in --slurm-conf-dir --config --bindir --slurm-api --lua --slurm-user --sudoers --sudo \
+    --standalone --node-local --nodes; do
     assert_output --partial -- "$opt"
   done
   run "$SLURM_SHARE/install-slurm" --bogus
@@ -1140,5 +1141,381 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   for n in $numbers; do
     [[ $n =~ ^[0-9]+$ ]] || fail "not a plain integer in pools.json: $n"
     [ "${#n}" -lt 19 ] || [[ ${#n} -eq 19 && $n < 9223372036854775808 ]] || fail "$n is 2^63 or more"
+  done
+}
+
+# ---- node-local pools (bbkit(7), NODE-LOCAL POOLS) -------------------------------------------
+
+# node_local_config [LINE...]: a standalone configuration with the top-level LINEs and a
+# node-local pool "local" of 800 GiB in 1 GiB granules (800 units of its GRES per node, $NL_GRES
+# else bbnvme), before the setup's shared pools nvme and small.
+node_local_config() {
+  mkdir -p "$TEST_DIR/local"
+  write_config 'mode = "standalone"' "$@" '[[pool]]' 'name = "local"' \
+    "path = \"$TEST_DIR/local\"" 'capacity = "800GiB"' 'granularity = "1GiB"' 'node_local = true' \
+    ${NL_GRES:+"gres = \"$NL_GRES\""}
+}
+
+install_node_local() {
+  "$SLURM_SHARE/install-slurm" --node-local --slurm-conf-dir "$CONF" --config "$BBKIT_CONFIG" \
+    --bindir "$BBKIT_BIN" "$@"
+}
+
+# cli_submit OPTIONS-TABLE-LUA: the installed cli_filter's slurm_cli_pre_submit as the test user
+# $U; prints its return code and the job's --gres afterwards.
+cli_submit() {
+  setpriv --reuid "$U" --regid "$U" --clear-groups env PATH="$PATH" \
+    BBKIT_CONFIG="$BBKIT_CONFIG" "$LUA" -e "
+    slurm = {SUCCESS = 0, ERROR = -1,
+             log_error = function(fmt, ...) io.write('error: ', string.format(fmt, ...), '\n') end,
+             log_info = function(fmt, ...) io.write('info: ', string.format(fmt, ...), '\n') end}
+    dofile('$CONF/cli_filter.lua')
+    local options = $1
+    print('rc=' .. slurm_cli_pre_submit(options, 0))
+    print('gres=' .. tostring(options.gres))"
+}
+
+# A job script readable by the test user.
+user_script() {  # user_script NAME LINE...
+  local file=$TEST_DIR/$1
+  shift
+  { printf '#!/bin/bash\n'; printf '%s\n' "$@"; printf 'echo job\n'; } >"$file"
+  chmod 644 "$file"
+  echo "$file"
+}
+
+@test "cli_filter: reads the GRES of bb-parse --json in bbkit's one shape, and the names of a --gres as Slurm keeps it" {
+  run "$LUA" -e "
+    dofile('$SLURM_SHARE/cli_filter.lua')
+    local function show(json)
+      local name, count, problem = bbkit_json_gres(json)
+      print(tostring(name) .. ' ' .. tostring(count) .. ' ' .. tostring(problem))
+    end
+    show('{\n  \"gres\": \"bbnvme:200\",\n  \"has_directive\": true,\n  \"node_local\": true\n}')
+    show('{\"has_directive\": true, \"job_buffer\": {\"node_local\": false}}')
+    show('{\"gres\":\"scratch_2:7\"}')
+    -- A value cannot forge the key: every quote inside a JSON string is escaped.
+    show('{\"job_name\": \"x\\\\\"gres\\\\\": \\\\\"bbnvme:99\\\\\"\"}')
+    show('{\"node_local\": true}')
+    show('{\"gres\": \"bbnvme:1\", \"x\": {\"gres\": \"bbnvme:2\"}}')
+    show('{\"gres\": \"BBNVME:1\"}')
+    show('{\"gres\": \"bbnvme:0\"}')
+    show('{\"gres\": \"bbnvme:01\"}')
+    show('{\"gres\": \"bb;touch x:1\"}')
+    show('{\"gres\": \"' .. string.rep('a', 33) .. ':1\"}')
+    show('{\"gres\": \"bbnvme:200,gpu:1\"}')
+    show('{\"gres\": null}')
+    for _, v in ipairs({'gres:gpu:tesla:1,gres:bbnvme:2', 'gres/gpu:1', 'bbnvme', 'none', 'NONE', ''}) do
+      print(v .. ' -> ' .. table.concat(bbkit_gres_names(v), ' '))
+    end
+    print('nil -> ' .. table.concat(bbkit_gres_names(nil), ' '))"
+  assert_success
+  unread="bbkit: bb-parse --json names its gres in a shape this cli_filter does not read (rerun install-slurm after upgrading bbkit)"
+  assert_output "bbnvme 200 nil
+nil nil nil
+scratch_2 7 nil
+nil nil nil
+nil nil bbkit: bb-parse --json says node_local but names no gres
+nil nil $unread
+nil nil $unread
+nil nil $unread
+nil nil $unread
+nil nil $unread
+nil nil $unread
+nil nil $unread
+nil nil $unread
+gres:gpu:tesla:1,gres:bbnvme:2 -> gpu bbnvme
+gres/gpu:1 -> gpu
+bbnvme -> bbnvme
+none -> 
+NONE -> 
+ -> 
+nil -> "
+}
+
+@test "cli_filter: adds the GRES after the job's own, refuses a job naming it, and checks that Slurm took it" {
+  run "$LUA" -e "
+    dofile('$SLURM_SHARE/cli_filter.lua')
+    local json = '{\n  \"gres\": \"bbnvme:200\",\n  \"node_local\": true\n}'
+    for _, given in ipairs({'', 'gpu:1', 'gres:gpu:1', 'gres/gpu:tesla:2,gres/fpga', 'none',
+                            'bbnvme:5', 'gres:gpu:1,gres:BBNVME', 'gres/bbnvme:tlc:1'}) do
+      local options = {gres = given ~= '' and given or nil}
+      local problem = bbkit_cli_add_gres(options, json)
+      print(given .. ' -> ' .. tostring(options.gres) .. ' ' .. tostring(problem))
+    end
+    -- A request without a node-local pool leaves --gres as it is.
+    local options = {gres = 'gpu:1'}
+    print(tostring(bbkit_cli_add_gres(options, '{\"has_directive\": true}')) .. ' ' .. options.gres)
+    print(tostring(bbkit_cli_add_gres(options, nil)) .. ' ' .. options.gres)
+    -- An options table that drops what is written (Slurm's reports no failure): refused.
+    local dropping = setmetatable({}, {__newindex = function() end})
+    print(bbkit_cli_add_gres(dropping, json))"
+  assert_success
+  mine() { echo "bbkit: --gres asks for $1 itself, the GRES bbkit sizes from the burst-buffer request (bbnvme:200 here): remove it from --gres (and #SBATCH --gres)"; }
+  assert_output " -> bbnvme:200 nil
+gpu:1 -> gpu:1,bbnvme:200 nil
+gres:gpu:1 -> gres:gpu:1,bbnvme:200 nil
+gres/gpu:tesla:2,gres/fpga -> gres/gpu:tesla:2,gres/fpga,bbnvme:200 nil
+none -> bbnvme:200 nil
+bbnvme:5 -> bbnvme:5 $(mine bbnvme)
+gres:gpu:1,gres:BBNVME -> gres:gpu:1,gres:BBNVME $(mine BBNVME)
+gres/bbnvme:tlc:1 -> gres/bbnvme:tlc:1 $(mine bbnvme)
+nil gpu:1
+nil gpu:1
+bbkit: could not add --gres bbnvme:200 to the job (Slurm did not take --gres=bbnvme:200)"
+}
+
+@test "cli_filter (node-local pool): sbatch, salloc and srun get the request's GRES per node at submit; other jobs are left alone" {
+  # Needs bb-parse's node_local and gres (bbkit(7), NODE-LOCAL POOLS).
+  once_per_lua_set
+  U=$(test_user)
+  node_local_config
+  run install_node_local --nodes 'n[1-4]'
+  assert_success
+  chmod 755 "$TEST_DIR" "$CONF"
+  chmod 644 "$BBKIT_CONFIG" "$CONF/cli_filter.lua"
+  local_job=$(user_script local.sh '#BB_LUA pool=local capacity=200GiB')
+  run cli_submit "{type = 'sbatch', argv = {'$local_job'}}"
+  assert_output $'rc=0\ngres=bbnvme:200'
+  run cli_submit "{type = 'sbatch', argv = {'$local_job'}, gres = 'gpu:1'}"
+  assert_output $'rc=0\ngres=gpu:1,bbnvme:200'
+  # Slurm 22.05 keeps what sbatch --gres and #SBATCH --gres gave as "gres:NAME...".
+  run cli_submit "{type = 'sbatch', argv = {'$local_job'}, gres = 'gres:gpu:1'}"
+  assert_output $'rc=0\ngres=gres:gpu:1,bbnvme:200'
+  # The user may not size bbkit's GRES: refused in one line, their --gres left as it was.
+  run cli_submit "{type = 'sbatch', argv = {'$local_job'}, gres = 'gpu:1,bbnvme:5'}"
+  assert_output "error: bbkit: --gres asks for bbnvme itself, the GRES bbkit sizes from the burst-buffer request (bbnvme:200 here): remove it from --gres (and #SBATCH --gres)
+rc=-1
+gres=gpu:1,bbnvme:5"
+  # Per node, rounded up to the granularity.
+  run cli_submit "{type = 'srun', argv = {'hostname'}, bb = '#BB_LUA pool=local capacity=1500MiB'}"
+  assert_output $'rc=0\ngres=bbnvme:2'
+  run cli_submit "{type = 'salloc', gres = 'gpu:2', bb = '#BB_LUA pool=local capacity=3GiB'}"
+  assert_output $'rc=0\ngres=gpu:2,bbnvme:3'
+  # More than a node's pool holds: refused by bb-parse at submit.
+  run cli_submit "{type = 'salloc', bb = '#BB_LUA pool=local capacity=801GiB'}"
+  assert_line --index 0 --partial "error: bb-parse: "
+  assert_line "rc=-1"
+  # A shared pool's request, no request, a job without directives: --gres untouched.
+  run cli_submit "{type = 'sbatch', argv = {'$(user_script shared.sh '#BB_LUA pool=small capacity=1K')'}, gres = 'gpu:1'}"
+  assert_output $'rc=0\ngres=gpu:1'
+  run cli_submit "{type = 'sbatch', argv = {'$(user_script plain.sh)'}}"
+  assert_output $'rc=0\ngres=nil'
+  run cli_submit "{type = 'srun', argv = {'hostname'}, gres = 'gpu:1'}"
+  assert_output $'rc=0\ngres=gpu:1'
+}
+
+@test "cli_filter (node-local pool): a script whose directives use another of bbkit.toml's prefixes is seen too" {
+  # Needs bb-parse's node_local and gres. No burst_buffer plugin reads the script in standalone
+  # mode: bbkit-job reads every configured directive, so the cli_filter looks for each.
+  once_per_lua_set
+  U=$(test_user)
+  node_local_config 'directives = ["BB_LUA", "NODE"]'
+  install_node_local --nodes n1 >/dev/null
+  run grep -E '^BBKIT_(PLUGIN|DIRECTIVES?) = ' "$CONF/cli_filter.lua"
+  assert_output 'BBKIT_DIRECTIVE = "BB_LUA"
+BBKIT_PLUGIN = "standalone"
+BBKIT_DIRECTIVES = "BB_LUA NODE"'
+  chmod 755 "$TEST_DIR" "$CONF"
+  chmod 644 "$BBKIT_CONFIG" "$CONF/cli_filter.lua"
+  run cli_submit "{type = 'sbatch', argv = {'$(user_script node.sh '#NODE pool=local capacity=2GiB')'}}"
+  assert_output $'rc=0\ngres=bbnvme:2'
+}
+
+@test "cli_filter (node-local pool) under Slurm's own sbatch: the GRES reaches the job's options" {
+  # Needs bb-parse's node_local and gres. sbatch -v prints the options after the cli_filter ran;
+  # no slurmctld answers here, so nothing is submitted.
+  once_per_lua_set
+  command -v sbatch >/dev/null || skip "no sbatch on this host"
+  node_local_config
+  printf '%s\n' 'ClusterName=bbkit' 'SlurmctldHost=localhost(127.0.0.1)' 'SlurmctldPort=1' \
+    'CliFilterPlugins=cli_filter/lua' 'NodeName=n1 CPUs=1' 'PartitionName=p Nodes=n1 Default=YES' \
+    >"$CONF/slurm.conf"
+  run install_node_local --nodes n1
+  assert_success
+  job=$(user_script job.sh '#SBATCH --gres=gpu:1' '#BB_LUA pool=local capacity=200GiB')
+  run env SLURM_CONF="$CONF/slurm.conf" timeout 60 sbatch -v "$job"
+  assert_line --regexp '^sbatch: gres +: gres:gpu:1,gres:bbnvme:200$'
+  job=$(user_script mine.sh '#SBATCH --gres=bbnvme:1' '#BB_LUA pool=local capacity=200GiB')
+  run env SLURM_CONF="$CONF/slurm.conf" timeout 60 sbatch -v "$job"
+  assert_failure
+  assert_line --partial "bbkit: --gres asks for bbnvme itself"
+  assert_line --partial "cli_filter plugin terminated with error"
+}
+
+@test "install-slurm --node-local prints the slurm.conf lines, writes gres.conf and the cli_filter, and nothing for SlurmUser" {
+  # Needs bb-parse's node_local and gres, and the nodes' scripts (standalone/slurm-node/).
+  once_per_lua_set
+  node_local_config
+  printf '%s\n' 'ClusterName=bbkit' 'GresTypes=gpu' 'PrologFlags=Contain' \
+    'CliFilterPlugins=cli_filter/syslog' >"$CONF/slurm.conf"
+  run install_node_local --nodes 'n[1-4]'
+  assert_success
+  nodes=$(cd "$SLURM_SHARE/../standalone/slurm-node" && pwd)
+  scripts=$(cd "$SLURM_SHARE/../standalone/slurm" && pwd)
+  assert_line "GresTypes=gpu,bbnvme"
+  assert_line "PrologFlags=Contain,Alloc"
+  assert_line "Prolog=$nodes/prolog"
+  assert_line "Epilog=$nodes/epilog"
+  assert_line "TaskProlog=$scripts/task-prolog"
+  assert_line "CliFilterPlugins=cli_filter/syslog,cli_filter/lua"
+  assert_line "Gres=bbnvme:800"
+  assert_line "install-slurm: wrote $CONF/gres.conf"
+  assert_line "install-slurm: Prolog and Epilog run without a time limit"
+  refute_line --partial "PrologSlurmctld"
+  refute_line --regexp '^BurstBufferType='
+  for name in prolog epilog; do assert_file_executable "$nodes/$name"; done
+  run grep -v '^#' "$CONF/gres.conf"
+  assert_output "NodeName=n[1-4] Name=bbnvme Count=800"
+  run grep -E '^BBKIT_(BINDIR|CONFIG|PLUGIN) = ' "$CONF/cli_filter.lua"
+  assert_output "BBKIT_BINDIR = \"$BBKIT_BIN\"
+BBKIT_CONFIG = \"$BBKIT_CONFIG\"
+BBKIT_PLUGIN = \"standalone\""
+  run "$LUAC" -p "$CONF/cli_filter.lua"
+  assert_success
+  # No burst_buffer plugin, and the nodes' scripts run as root under slurmd: no drop-in.
+  run ls -A "$CONF"
+  assert_output $'cli_filter.lua\ngres.conf\nslurm.conf'
+  # Flags and lists that hold bbkit's already are printed as they are; two node-local pools,
+  # each its own GRES, every node both.
+  mkdir -p "$TEST_DIR/local2"
+  node_local_config '[timeouts]' 'other = 100' >/dev/null
+  printf '[[pool]]\nname = "fast"\npath = "%s/local2"\ncapacity = "10GiB"\ngranularity = "512MiB"\nnode_local = true\ngres = "bbfast"\n' \
+    "$TEST_DIR/local2" >>"$BBKIT_CONFIG"
+  printf '%s\n' 'gestypes=x' 'GresTypes=bbnvme,GPU' 'prologflags=alloc,nohold' \
+    'CliFilterPlugins=cli_filter/lua' >"$CONF/slurm.conf"
+  rm "$CONF/gres.conf"
+  run install_node_local --nodes 'n[1-2],big01'
+  assert_success
+  assert_line "GresTypes=bbnvme,GPU,bbfast"
+  assert_line "PrologFlags=alloc,nohold"
+  assert_line "CliFilterPlugins=cli_filter/lua"
+  assert_line "Gres=bbnvme:800,bbfast:20"
+  run grep -v '^#' "$CONF/gres.conf"
+  assert_output "NodeName=n[1-2],big01 Name=bbnvme Count=800
+NodeName=n[1-2],big01 Name=bbfast Count=20"
+}
+
+@test "install-slurm --node-local keeps a gres.conf that gives every node the pool's count, and refuses one that does not" {
+  # Needs bb-parse's node_local and gres, and the nodes' scripts.
+  once_per_lua_set
+  NL_GRES=scratch node_local_config
+  gres_conf() {
+    printf '%s\n' "$@" >"$CONF/gres.conf"
+    cp "$CONF/gres.conf" "$TEST_DIR/gres.before"
+    rm -f "$CONF/cli_filter.lua"
+  }
+  kept() {
+    run install_node_local --nodes 'n[01-04]'
+    assert_success
+    assert_line "install-slurm: $CONF/gres.conf checked (kept as it is)"
+    assert_line "Gres=scratch:800"
+    cmp "$CONF/gres.conf" "$TEST_DIR/gres.before"
+  }
+  refused() {  # refused LINE: the one line install-slurm says, the file left as it was
+    run install_node_local --nodes 'n[01-04]'
+    assert_failure 78
+    assert_line "install-slurm: $CONF/gres.conf: $1"
+    [ "$(grep -c 'gres.conf: ' <<<"$output")" = 1 ] || fail "more than one line on gres.conf: $output"
+    cmp "$CONF/gres.conf" "$TEST_DIR/gres.before"
+    assert_file_not_exists "$CONF/cli_filter.lua"
+  }
+  fix="write NodeName=n[01-04] Name=scratch Count=800 (then restart slurmd)"
+  # Other GRES, keys in any case, comments, ranges written otherwise, lines that add up.
+  gres_conf '# site' 'AutoDetect=off' 'NodeName=n[01-02] Name=gpu File=/dev/nvidia0' \
+    'NodeName=n01,n02 Name=scratch Count=800' 'nodename=n[03-04] name=SCRATCH count=400 # half' \
+    'NodeName=n03,n04 Name=scratch Count=400'
+  kept
+  gres_conf 'Name=scratch Count=800'
+  kept
+  gres_conf 'NodeName=n[01-04] Name=scratch Count=700'
+  refused "node n01 has 700 of scratch but pool local gives it 800 (capacity / granularity): $fix"
+  gres_conf 'NodeName=n[01-03] Name=scratch Count=800' 'NodeName=n[05-09] Name=scratch Count=800'
+  refused "node n04 has 0 of scratch but pool local gives it 800 (capacity / granularity): $fix"
+  gres_conf 'NodeName=n[01-04] Name=gpu Count=2'
+  refused "node n01 has 0 of scratch but pool local gives it 800 (capacity / granularity): $fix"
+  gres_conf 'NodeName=n[01-04] Name=scratch Count=1K'
+  refused "node n01 has 1024 of scratch but pool local gives it 800 (capacity / granularity): $fix"
+  gres_conf 'Name=scratch Count=800' 'NodeName=n02 Name=scratch Count=1'
+  refused "node n02 has 801 of scratch but pool local gives it 800 (capacity / granularity): $fix"
+  # What install-slurm cannot read is refused, never run.
+  gres_conf "NodeName=n\$(touch\${IFS}$TEST_DIR/pwned) Name=scratch Count=800"
+  refused "NodeName=n\$(touch\${IFS}$TEST_DIR/pwned) (Name=scratch) is not a node list install-slurm reads: write NodeName=n[01-04] Name=scratch Count=800"
+  assert_file_not_exists "$TEST_DIR/pwned"
+  gres_conf 'NodeName=n[01-04] Name=scratch Count=8e2'
+  refused "Count=8e2 of Name=scratch is not a count install-slurm reads: write NodeName=n[01-04] Name=scratch Count=800"
+}
+
+@test "install-slurm --node-local refuses a Prolog or Epilog limit shorter than bbkit's [timeouts], by release" {
+  # Needs bb-parse's node_local and gres, and the nodes' scripts.
+  once_per_lua_set
+  # Prolog: stage_in 1000 + other 100 = 1100, 1210 with room to report (no queue: Slurm
+  # reserved the space); Epilog: other 100 + stage_out 2000 + other 100 = 2200, 2420.
+  node_local_config '[timeouts]' 'queue = 600' 'stage_in = 1000' 'stage_out = 2000' 'other = 100'
+  echo 'PrologEpilogTimeout=2000' >"$CONF/slurm.conf"
+  run install_node_local --nodes n1 --slurm-release 22.05
+  assert_failure 78
+  assert_output "install-slurm: $CONF/slurm.conf: PrologEpilogTimeout=2000 is shorter than Epilog may take (timeouts.other 100 + stage_out 2000 + other 100 s, with room to report: 2420 s): Slurm would kill it before the stage-out ends and drain the node; set PrologEpilogTimeout=2420 or more (0: no limit), or lower bbkit.toml's [timeouts]"
+  assert_file_not_exists "$CONF/gres.conf"
+  printf '%s\n' 'PrologEpilogTimeout=2000' 'PrologTimeout=1000' 'EpilogTimeout=0' >"$CONF/slurm.conf"
+  run install_node_local --nodes n1 --slurm-release 25.05
+  assert_failure 78
+  assert_line "install-slurm: Epilog runs without a time limit (EpilogTimeout=0)"
+  assert_line "install-slurm: $CONF/slurm.conf: PrologTimeout=1000 is shorter than Prolog may take (timeouts.stage_in 1000 + other 100 s, with room to report: 1210 s): Slurm would kill it, drain the node and requeue the job, which stages in again; set PrologTimeout=1210 or more (0: no limit), or lower bbkit.toml's [timeouts]"
+  printf '%s\n' 'PrologTimeout=1210' 'EpilogTimeout=0' >"$CONF/slurm.conf"
+  run install_node_local --nodes n1 --slurm-release 25.05
+  assert_success
+  assert_line "install-slurm: PrologTimeout=1210 leaves Prolog room (1210 s needed)"
+  assert_line "install-slurm: Epilog runs without a time limit (EpilogTimeout=0)"
+  echo 'PrologEpilogTimeout=2420' >"$CONF/slurm.conf"
+  run install_node_local --nodes n1 --slurm-release 24.11
+  assert_success
+  assert_line "install-slurm: PrologEpilogTimeout=2420 leaves Epilog room (2420 s needed)"
+}
+
+@test "install-slurm --node-local refuses a configuration without node-local pools, a missing or hostile --nodes, and writes nothing then" {
+  once_per_lua_set
+  # Usage: checked before the configuration is read.
+  run "$SLURM_SHARE/install-slurm" --node-local --slurm-conf-dir "$CONF" --config "$BBKIT_CONFIG" --bindir "$BBKIT_BIN"
+  assert_failure 64
+  assert_output "install-slurm: --node-local needs --nodes NODELIST (the compute nodes with the node-local pools)"
+  run "$SLURM_SHARE/install-slurm" --standalone --nodes n1 --slurm-conf-dir "$CONF" --bindir "$BBKIT_BIN"
+  assert_failure 64
+  assert_output "install-slurm: --nodes names the nodes of node-local pools: it goes with --node-local"
+  run install_node_local --nodes n1 --plugin datawarp
+  assert_failure 64
+  for hostile in 'n1;touch x' 'n[1-4] Name=x' $'n1\nNodeName=n2 Name=bbnvme Count=1' 'n1,' ',n1' \
+    'n[1-4' 'n[4-1]' 'n[0-65536]' 'n[1-40000],m[1-40000]' '-n1' '.n1' 'n$(id)' "$(printf 'a%.0s' {1..65})" \
+    'n[1-2]x['; do
+    run install_node_local --nodes "$hostile"
+    assert_failure 64
+    [ "${#lines[@]}" = 1 ] || fail "more than one line for '$hostile': $output"
+    assert_output --partial "is not a node list"
+  done
+  run install_node_local --nodes "$(printf 'a%.0s' {1..63})[1-9]"
+  refute_output --partial "is not a node list"
+  # A standalone configuration whose pools are all shared, and another mode.
+  write_config 'mode = "standalone"'
+  run install_node_local --nodes n1
+  assert_failure 78
+  assert_output "install-slurm: bbkit.toml has no pool with node_local = true: --node-local needs one (use --standalone for shared pools)"
+  write_config 'mode = "slurm"' 'directives = ["BB_LUA"]'
+  run install_node_local --nodes n1
+  assert_failure 78
+  assert_output --partial '--node-local needs mode = "standalone"'
+  run ls -A "$CONF"
+  assert_output ""
+}
+
+@test "install-slurm --node-local: a gres that is not a GRES name never reaches a file" {
+  # Needs bb-parse's node_local and gres: bb-parse config refuses such a gres first; install-slurm
+  # checks it again before writing.
+  once_per_lua_set
+  for bad in 'bb nvme' 'bbnvme Count=9' 'BBNVME' '9nvme' 'a$(id)' "$(printf 'a%.0s' {1..33})"; do
+    NL_GRES=$bad node_local_config
+    run install_node_local --nodes n1
+    assert_failure 78
+    run ls -A "$CONF"
+    assert_output ""
   done
 }

@@ -15,13 +15,19 @@ Slurm prefixes a Lua error with "lua: "). When the check itself cannot run on th
 bb-parse, an unreadable bbkit.toml) the job goes on with a logged note. A
 script read from standard input cannot be seen here; slurm_bb_setup validates every job again
 (a client-side filter can be bypassed). Installed by install-slurm, which fills in the settings.
+
+A job buffer in a node-local pool (bbkit(7), NODE-LOCAL POOLS) is counted by Slurm as a GRES:
+bb-parse --json says which and how much per node ("gres": "NAME:COUNT") and this filter adds it
+to the job's --gres (after the user's own, comma-separated). A user who asks for that GRES
+themselves is refused: its count is bbkit's to size from the request.
 ]]
 
 -- ---- install-time settings (install-slurm writes them; keep each on one line) ----------------
 BBKIT_BINDIR = ""                -- bb-parse's directory (install-slurm always writes it; "" = PATH)
 BBKIT_CONFIG = ""                -- bbkit.toml's absolute name, unless the default; "" = $BBKIT_CONFIG, else /etc/bbkit/bbkit.toml
 BBKIT_DIRECTIVE = "BB_LUA"       -- burst_buffer.conf's Directive
-BBKIT_PLUGIN = "lua"             -- the burst_buffer plugin: "lua", or "datawarp" (#DW and #BB)
+BBKIT_PLUGIN = "lua"             -- the burst_buffer plugin: "lua", "datawarp" (#DW and #BB), or "standalone" (none: BBKIT_DIRECTIVES)
+BBKIT_DIRECTIVES = ""            -- standalone: every directive of bbkit.toml, blank-separated (bbkit-job reads them all)
 -- ---- end of install-time settings ---------------------------------------------------------
 
 local function quote(word)
@@ -100,13 +106,21 @@ local function has_directive(script)
         local lines = bbkit_datawarp_lines(script)
         return lines == nil or #lines > 0 -- a refused mix is bb-parse's to explain
     end
-    local prefix = "#" .. BBKIT_DIRECTIVE
+    local prefixes = { "#" .. BBKIT_DIRECTIVE }
+    if BBKIT_PLUGIN == "standalone" then
+        for word in string.gmatch(BBKIT_DIRECTIVES, "%S+") do
+            prefixes[#prefixes + 1] = "#" .. word
+        end
+    end
     for line in string.gmatch(script, "[^\n]+") do
         if string.sub(line, 1, 1) ~= "#" then
             return false
         end
-        if string.sub(line, 1, #prefix) == prefix then
-            return true
+        -- A longer directive starting with a shorter one (#BB_LUA, #BB) is bb-parse's to tell.
+        for _, prefix in ipairs(prefixes) do
+            if string.sub(line, 1, #prefix) == prefix then
+                return true
+            end
         end
     end
     return false
@@ -168,6 +182,8 @@ end
 local refusing = { ["65"] = true, ["66"] = true, ["77"] = true }
 
 -- Runs bb-parse; returns nil when the request may go on, else bb-parse's one-line message.
+-- The second value is bb-parse's JSON for the request when it was checked (nil when the check
+-- could not run here).
 function bbkit_cli_check(args)
     local words = { quote(BBKIT_BINDIR ~= "" and (BBKIT_BINDIR .. "/bb-parse") or "bb-parse") }
     if BBKIT_CONFIG ~= "" then
@@ -176,19 +192,24 @@ function bbkit_cli_check(args)
     for _, arg in ipairs(args) do
         words[#words + 1] = quote(arg)
     end
+    words[#words + 1] = "--json"
     -- The submitting user, for the checks that need one (allow_users, deny_users, persistent
     -- buffers without EnablePersistent): bb-parse runs as that user, and says so.
     words[#words + 1] = '--user "$(id -u)"'
-    local line = table.concat(words, " ") .. " </dev/null 2>&1 >/dev/null; echo \"bbkit-exit=$?\""
+    -- Standard output (the JSON) first, then the exit status, then standard error: a JSON line
+    -- never starts with "bbkit-exit=", so the first such line ends the JSON whatever the
+    -- messages say.
+    local line = "{ bbkit_err=$(" .. table.concat(words, " ")
+        .. " </dev/null 2>&1 >&3 3>&-); printf '\\nbbkit-exit=%s\\n%s\\n' \"$?\" \"$bbkit_err\"; } 3>&1"
     local handle = io.popen(line, "r")
     if not handle then
         return "bb-parse: could not be started"
     end
     local output = handle:read("*a") or ""
     handle:close()
-    local body, status = string.match(output, "^(.-)bbkit%-exit=(%d+)\n?$")
+    local json, status, body = string.match(output, "^(.-)\nbbkit%-exit=(%d+)\n(.*)$")
     if status == "0" then
-        return nil
+        return nil, json
     end
     -- bb-parse's error is its whole last line, never an earlier one (see burst_buffer.lua).
     local message
@@ -208,6 +229,82 @@ function bbkit_cli_check(args)
     return message
 end
 
+-- The GRES of a job buffer in a node-local pool, as bb-parse --json says it: "NAME:COUNT", NAME
+-- as bbkit.toml's gres allows it, COUNT granules per node (bbkit(7), NODE-LOCAL POOLS). Returns
+-- nil for a request without one, else NAME and COUNT; nil, nil and a message when the JSON does
+-- not say it in that one shape. A key's quotes cannot come from a value: JSON escapes every '"'
+-- inside a string.
+function bbkit_json_gres(json)
+    local seen = 0
+    for _ in string.gmatch(json, '"gres"%s*:') do
+        seen = seen + 1
+    end
+    if seen == 0 then
+        if string.find(json, '"node_local"%s*:%s*true') then
+            return nil, nil, "bbkit: bb-parse --json says node_local but names no gres"
+        end
+        return nil
+    end
+    local name, count = string.match(json, '"gres"%s*:%s*"([a-z][a-z0-9_]*):([1-9]%d*)"%s*[,}\n]')
+    if seen > 1 or not name or #name > 32 or #count > 19 then
+        return nil, nil, "bbkit: bb-parse --json names its gres in a shape this cli_filter does "
+            .. "not read (rerun install-slurm after upgrading bbkit)"
+    end
+    return name, count
+end
+
+-- The names of the GRES a --gres value asks for. Slurm keeps each item as given, prefixed with
+-- "gres:" (22.05 to 23.02) or "gres/" (23.11 and later): [gres:|gres/]NAME[:TYPE][:COUNT],
+-- comma-separated; "none" asks for none.
+function bbkit_gres_names(value)
+    local names = {}
+    if not set(value) or string.lower(value) == "none" then
+        return names
+    end
+    for item in string.gmatch(value, "[^,]+") do
+        local rest = string.match(item, "^gres[:/](.+)$")
+        while rest do
+            item = rest
+            rest = string.match(item, "^gres[:/](.+)$")
+        end
+        names[#names + 1] = string.match(item, "^[^:]*")
+    end
+    return names
+end
+
+-- Adds the job buffer's GRES to the job's --gres; returns nil, else a one-line message. Slurm's
+-- cli_filter/lua sets an option written into the table (slurm_option_set) but says nothing
+-- when that fails: the value is read back.
+function bbkit_cli_add_gres(options, json)
+    local name, count, problem = bbkit_json_gres(json or "")
+    if problem then
+        return problem
+    end
+    if not name then
+        return nil
+    end
+    local have = options["gres"]
+    for _, given in ipairs(bbkit_gres_names(have)) do
+        if string.lower(given) == name then
+            return "bbkit: --gres asks for " .. given .. " itself, the GRES bbkit sizes from the "
+                .. "burst-buffer request (" .. name .. ":" .. count .. " here): remove it from "
+                .. "--gres (and #SBATCH --gres)"
+        end
+    end
+    local wanted = name .. ":" .. count
+    if set(have) and string.lower(have) ~= "none" then
+        wanted = have .. "," .. wanted
+    end
+    options["gres"] = wanted
+    for _, given in ipairs(bbkit_gres_names(options["gres"])) do
+        if given == name then
+            return nil
+        end
+    end
+    return "bbkit: could not add --gres " .. name .. ":" .. count .. " to the job (Slurm did not "
+        .. "take --gres=" .. wanted .. ")"
+end
+
 function slurm_cli_setup_defaults(options, early_pass)
     return slurm.SUCCESS
 end
@@ -217,7 +314,10 @@ function slurm_cli_pre_submit(options, offset)
     if not args then
         return slurm.SUCCESS
     end
-    local problem = bbkit_cli_check(args)
+    local problem, json = bbkit_cli_check(args)
+    if not problem then
+        problem = bbkit_cli_add_gres(options, json)
+    end
     if problem then
         slurm.log_error("%s", problem)
         return slurm.ERROR
