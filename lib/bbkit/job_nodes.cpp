@@ -73,15 +73,6 @@ JobNodes this_host_alone() {
     return JobNodes{name, 0, 1};
 }
 
-std::uint32_t shard_of(std::string_view relative_path, std::uint32_t count) {
-    std::uint64_t hash = 14695981039346656037ULL;
-    for (const char c : relative_path) {
-        hash ^= static_cast<unsigned char>(c);
-        hash *= 1099511628211ULL;
-    }
-    return count <= 1 ? 0 : static_cast<std::uint32_t>(hash % count);
-}
-
 std::string gathered_destination(const std::string& destination, StageType type,
                                  const std::string& node) {
     if (type == StageType::directory)

@@ -1,11 +1,10 @@
 // A job's place among its nodes when its buffer is in a node-local pool (bbkit(7), NODE-LOCAL
 // POOLS): each node runs the tools against its own pool, and knows which node it is of how
-// many, so that a stage-in can give it its share of the input and a stage-out can put its
-// results under its own name.
+// many, so that a stage-in can give it its share of the input (shard.hpp's rule) and a
+// stage-out can put its results under its own name.
 #pragma once
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include "bbkit/directive.hpp"
 
 namespace bbkit {
@@ -28,10 +27,6 @@ JobNodes job_nodes(const std::string& node, const std::string& nodes);
 // This host alone: its short host name (up to the first '.'), node 0 of 1. Throws
 // Error(data) when that name is not a valid node name.
 JobNodes this_host_alone();
-
-// The shard a file belongs to: FNV-1a (64 bit) of its path relative to its stage line's
-// source, modulo the job's node count. Stable across nodes, releases and runs.
-std::uint32_t shard_of(std::string_view relative_path, std::uint32_t count);
 
 // Where a node's copy of a gather=nodes stage_out line lands: a directory's tree under
 // DESTINATION/<node>/, a file at dirname(DESTINATION)/<node>/basename(DESTINATION).

@@ -31,12 +31,34 @@ enum class MoveDirection { in, out };
 // destination (`cp -a src/. dest/`) and destination gets the source directory's mode and times
 // (except the buffer root itself, whose mode bbkit owns). type=list must be expanded first.
 // Missing parents of a destination are created.
+//
+// shard_index/shard_count (a sharded stage-in, bbkit(7) NODE-LOCAL POOLS): with a count above
+// 1, a non-directory (file, symlink, fifo; each name of a hard-linked file on its own) is moved
+// only when shard_of(its path below `source`, shard_count) == shard_index (shard.hpp; type=file:
+// the source's base name); a type=file entry of another shard moves nothing, not even the
+// destination's parents. The directories of a tree are made, with their modes and times, in
+// every shard. What another shard receives is neither counted against MovePlan::capacity nor
+// in the progress totals. A count of 1 moves everything. An index not below the count, or a
+// count of 0, is refused before anything is touched: Error(data).
+//
+// keep_existing (a stage-out gathered by merging: several nodes write into one destination):
+// a non-directory already at a destination name is never replaced. When it is already complete
+// (what a rerun skips: a regular file of the same size and ns mtime, a symlink to the same
+// target with the same ns mtime, a fifo of the same mode and ns mtime, the same inode for a
+// hard link) it is skipped; otherwise the move fails with Error(exists),
+// "exists (another node's result): PATH". The check cannot race: names are put in place by a
+// rename that refuses to replace (RENAME_NOREPLACE, or a hard link and an unlink where the file
+// system refuses that flag) or are created with O_EXCL, so a file that appears meanwhile is
+// refused the same way. A non-directory where a directory of the tree goes is refused alike.
+// Directories merge; a durable move builds no tree under a temporary name (every file gets its
+// own temporary and rename), and removes only its own buffer's temporaries of this boot, never
+// another writer's.
 struct MoveEntry {
     std::string source;
     std::string destination;
     StageType type = StageType::file;
     std::uint32_t shard_index = 0;
-    std::uint32_t shard_count = 1;
+    std::uint32_t shard_count = 1;  // 1: every file
     bool keep_existing = false;
 };
 
@@ -94,9 +116,10 @@ struct MoveSummary {
 // whose destinations overlap run one after the other. `progress` is called from the calling thread,
 // at most every ~100 ms and once at the end. Throws Error: no_input (66) for a missing source,
 // no_perm (77) for an unreadable source, an unwritable destination or a symlink in the buffer's
-// way, io (74) for ENOSPC/EIO and the like, data (65) for a source of the wrong type; each message
-// names the path. After a durable failure no temporary file is left and no final name holds a
-// partial file.
+// way, io (74) for ENOSPC/EIO and the like, data (65) for a source of the wrong type or an
+// invalid shard, exists (73) for another writer's file in a keep_existing entry's way; each
+// message names the path. After a durable failure no temporary file is left and no final name holds
+// a partial file.
 MoveSummary run_move(const MovePlan& plan,
                      const std::function<void(const MoveProgress&)>& progress);
 

@@ -65,25 +65,6 @@ TEST(JobNodes, this_host_alone_is_the_short_host_name) {
     EXPECT_EQ(alone.count, 1u);
 }
 
-// FNV-1a 64 of the path, modulo the node count: values computed independently.
-TEST(JobNodes, shard_of_is_fnv1a_modulo_the_count) {
-    EXPECT_EQ(shard_of("a/b.dat", 4), 2u);  // 4117987947879284142 % 4
-    EXPECT_EQ(shard_of("a/b.dat", 64), 46u);
-    EXPECT_EQ(shard_of("input/part-0001.h5", 3), 2u);  // 13618712031482715548 % 3
-    EXPECT_EQ(shard_of("a", 3), 1u);                   // 12638187200555641996 % 3
-    EXPECT_EQ(shard_of("", 64), 37u);                  // the offset basis % 64
-    EXPECT_EQ(shard_of("anything", 1), 0u);
-    EXPECT_EQ(shard_of("anything", 0), 0u);
-}
-
-TEST(JobNodes, shards_spread_files_over_every_node) {
-    std::vector<int> per_node(4);
-    for (int i = 0; i < 4000; ++i)
-        ++per_node.at(shard_of("dir/file-" + std::to_string(i), 4));
-    for (const int n : per_node)
-        EXPECT_GT(n, 800) << "a node got far less than its quarter";
-}
-
 TEST(JobNodes, gathered_destination_puts_the_node_name_in) {
     EXPECT_EQ(gathered_destination("/lus/alice/out", StageType::directory, "n2"),
               "/lus/alice/out/n2");

@@ -1,6 +1,7 @@
 #include "bbkit/mover.hpp"
 #include "bbkit/process.hpp"
 #include "bbkit/seal.hpp"
+#include "bbkit/shard.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -19,6 +20,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -1449,6 +1451,564 @@ TEST(mover, a_plan_over_two_roots_reports_its_counters_as_one) {
     ASSERT_EQ(lstat((plan.job_root + "/in/a2").c_str(), &a2), 0);
     EXPECT_EQ(a.st_ino, a2.st_ino);
 }
+
+// ---- node-local pools: sharded entries, entries that keep what is there ------------------
+
+// Every non-directory below `root`, as paths relative to it, sorted.
+std::vector<std::string> non_directories(const std::string& root) {
+    std::vector<std::string> out;
+    for_each_entry(root, [&](const std::string& path) {
+        struct stat st {};
+        if (lstat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+            out.push_back(path.substr(root.size() + 1));
+    });
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+std::vector<std::string> directories(const std::string& root) {
+    std::vector<std::string> out;
+    for_each_entry(root, [&](const std::string& path) {
+        struct stat st {};
+        if (lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+            out.push_back(path.substr(root.size() + 1));
+    });
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+// About 500 non-directories in nested directories: files of several sizes, symlinks, fifos and
+// hard-linked pairs whose names are judged each on its own. Owned by nobody, times set.
+void make_shard_tree(const std::string& root) {
+    ASSERT_EQ(mkdir(root.c_str(), 0755), 0);
+    for (int d = 0; d < 10; ++d) {
+        const std::string dir = root + "/d" + std::to_string(d);
+        ASSERT_EQ(mkdir(dir.c_str(), 0750), 0);
+        ASSERT_EQ(mkdir((dir + "/sub").c_str(), 0700), 0);
+        for (int f = 0; f < 45; ++f)
+            write_file(dir + "/f" + std::to_string(f), std::string(1 + d * 45 + f, 'x'));
+        write_file(dir + "/sub/deep", "deep " + std::to_string(d));
+        symlink(("f" + std::to_string(d)).c_str(), (dir + "/link").c_str());
+        write_file(root + "/top" + std::to_string(d), "top " + std::to_string(d));
+        ASSERT_EQ(link((root + "/top" + std::to_string(d)).c_str(), (dir + "/hard").c_str()), 0);
+    }
+    ASSERT_EQ(mkdir((root + "/empty").c_str(), 0755), 0);
+    mkfifo((root + "/fifo").c_str(), 0640);
+    mkfifo((root + "/d3/fifo").c_str(), 0600);
+    for (int f = 0; f < 40; ++f)
+        write_file(root + "/f" + std::to_string(f), "top file " + std::to_string(f));
+    int counter = 0;
+    for_each_entry(root, [&](const std::string& path) {
+        lchown(path.c_str(), nobody, nogroup);
+        ++counter;
+        set_times(path, 1600000000 + counter, counter);
+    });
+    lchown(root.c_str(), nobody, nogroup);
+}
+
+std::string base_name(const std::string& path) {
+    return path.substr(path.rfind('/') + 1);
+}
+
+std::uint64_t size_of(const std::string& path) {
+    struct stat st {};
+    return lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)
+               ? static_cast<std::uint64_t>(st.st_size)
+               : 0;
+}
+
+// What `count` shards of `src` wrote into dests[i]: each non-directory in exactly the shard its
+// relative path hashes to (and nowhere else), the union the source, every directory in every
+// shard with its mode and times, each copy the same as its source (hard-linked names whose
+// shards differ are copies of their own).
+void expect_sharded(const std::string& src, const std::vector<std::string>& dests) {
+    const auto count = static_cast<std::uint32_t>(dests.size());
+    const std::vector<std::string> all = non_directories(src);
+    std::vector<std::string> seen;
+    for (std::uint32_t i = 0; i < count; ++i) {
+        for (const std::string& name : non_directories(dests[i])) {
+            seen.push_back(name);
+            EXPECT_EQ(shard_of(name, count), i) << name << " in shard " << i << " of " << count;
+        }
+        EXPECT_EQ(directories(dests[i]), directories(src)) << "shard " << i << " of " << count;
+        for (const std::string& dir : directories(src)) {
+            struct stat a {
+            }, b{};
+            ASSERT_EQ(lstat((src + "/" + dir).c_str(), &a), 0);
+            ASSERT_EQ(lstat((dests[i] + "/" + dir).c_str(), &b), 0) << dir;
+            EXPECT_EQ(a.st_mode, b.st_mode) << dir;
+            EXPECT_EQ(a.st_mtim.tv_sec, b.st_mtim.tv_sec) << dir;
+            EXPECT_EQ(a.st_mtim.tv_nsec, b.st_mtim.tv_nsec) << dir;
+        }
+    }
+    std::sort(seen.begin(), seen.end());
+    EXPECT_EQ(seen, all) << "over " << count << " shards";
+    for (const std::string& name : all) {
+        const std::string copy = dests[shard_of(name, count)] + "/" + name;
+        struct stat a {
+        }, b{};
+        ASSERT_EQ(lstat((src + "/" + name).c_str(), &a), 0);
+        ASSERT_EQ(lstat(copy.c_str(), &b), 0) << copy;
+        EXPECT_EQ(a.st_mode, b.st_mode) << copy;
+        EXPECT_EQ(a.st_mtim.tv_nsec, b.st_mtim.tv_nsec) << copy;
+        if (S_ISREG(a.st_mode)) {
+            EXPECT_EQ(read_file(src + "/" + name), read_file(copy)) << copy;
+        }
+    }
+}
+
+TEST(mover, sharded_stage_in_puts_each_file_in_exactly_one_shard) {
+    TempDir tmp;
+    make_shard_tree(tmp / "src");
+    const std::vector<std::string> all = non_directories(tmp / "src");
+    ASSERT_GE(all.size(), 500u);
+    const std::size_t dirs = directories(tmp / "src").size() + 1;  // and the entry's own
+    bool split_links = false, kept_links = false;
+    for (std::uint32_t count = 1; count <= 4; ++count) {
+        std::vector<std::string> dests;
+        for (std::uint32_t i = 0; i < count; ++i) {
+            const std::string buffer =
+                make_buffer(tmp, "buffer-" + std::to_string(count) + "-" + std::to_string(i));
+            MovePlan in = plan_in(buffer, tmp / "src", "data");
+            in.entries[0].shard_index = i;
+            in.entries[0].shard_count = count;
+            in.batch_entries = 64;
+            MoveProgress last;
+            const MoveSummary summary = run_move(in, [&](const MoveProgress& p) { last = p; });
+            dests.push_back(buffer + "/data");
+            // Counted: the directories and this shard's share only (the bytes of a hard-linked
+            // file once, with the first of its names in the shard).
+            std::uint64_t files = 0, bytes = 0;
+            std::set<ino_t> inodes;
+            for (const std::string& name : all) {
+                struct stat st {};
+                if (shard_of(name, count) != i || lstat((tmp / "src/" + name).c_str(), &st) != 0)
+                    continue;
+                ++files;
+                if (inodes.insert(st.st_ino).second)
+                    bytes += size_of(tmp / "src/" + name);
+            }
+            EXPECT_EQ(summary.files, files);
+            EXPECT_EQ(summary.bytes, bytes);
+            EXPECT_EQ(last.files_total, files + dirs);
+            EXPECT_EQ(last.files_done, files + dirs);
+            EXPECT_EQ(last.bytes_total, bytes);
+        }
+        expect_sharded(tmp / "src", dests);
+        for (int d = 0; d < 10; ++d) {
+            const std::string top = "top" + std::to_string(d);
+            const std::string hard = "d" + std::to_string(d) + "/hard";
+            struct stat a {
+            }, b{};
+            ASSERT_EQ(lstat((dests[shard_of(top, count)] + "/" + top).c_str(), &a), 0);
+            ASSERT_EQ(lstat((dests[shard_of(hard, count)] + "/" + hard).c_str(), &b), 0);
+            if (shard_of(top, count) == shard_of(hard, count)) {
+                EXPECT_EQ(a.st_ino, b.st_ino) << hard << " over " << count << " shards";
+                kept_links = true;
+            } else {
+                EXPECT_EQ(a.st_nlink, 1u);
+                split_links = split_links || count > 1;
+            }
+        }
+    }
+    EXPECT_TRUE(kept_links && split_links);  // the tree exercises both
+}
+
+TEST(mover, sharded_stage_out_moves_each_file_from_exactly_one_shard) {
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    make_shard_tree(buffer + "/data");
+    mkdir((tmp / "outs").c_str(), 0755);
+    chown((tmp / "outs").c_str(), nobody, nogroup);
+    for (const bool durable : {true, false}) {
+        std::vector<std::string> dests;
+        for (std::uint32_t i = 0; i < 3; ++i) {
+            const std::string out =
+                tmp / ("outs/" + std::to_string(durable) + "-" + std::to_string(i));
+            MovePlan plan = plan_out(buffer, "data", out);
+            plan.durable = durable;
+            plan.entries[0].shard_index = i;
+            plan.entries[0].shard_count = 3;
+            const Outcome moved = move_as_nobody(plan);
+            ASSERT_EQ(moved.code, 0) << moved.message;
+            dests.push_back(out);
+            EXPECT_FALSE(has_temporaries(out));
+        }
+        expect_sharded(buffer + "/data", dests);
+    }
+}
+
+// type=file: the source's base name decides, whatever its directory or its destination; a
+// file of another shard makes nothing on this one, not even the destination's parents.
+TEST(mover, a_sharded_file_entry_hashes_its_base_name) {
+    TempDir tmp;
+    make_shard_tree(tmp / "src");
+    const std::vector<std::string> sources = {"d0/f1", "d1/f1", "d2/f6", "f30"};
+    for (std::uint32_t i = 0; i < 2; ++i) {
+        const std::string buffer = make_buffer(tmp, "buffer" + std::to_string(i));
+        MovePlan in;
+        in.buffer_root = buffer;
+        for (std::size_t k = 0; k < sources.size(); ++k)
+            in.entries.push_back({tmp / "src/" + sources[k], "files" + std::to_string(k) + "/copy",
+                                  StageType::file, i, 2});
+        std::uint64_t expected = 0;
+        for (const std::string& source : sources)
+            expected += shard_of(base_name(source), 2) == i ? 1 : 0;
+        EXPECT_EQ(run_move(in, {}).files, expected);
+        for (std::size_t k = 0; k < sources.size(); ++k) {
+            const bool mine = shard_of(base_name(sources[k]), 2) == i;
+            const std::string copy = buffer + "/files" + std::to_string(k);
+            EXPECT_EQ(read_file(copy + "/copy"),
+                      mine ? read_file(tmp / "src/" + sources[k]) : "<unreadable>")
+                << sources[k] << " in shard " << i;
+            EXPECT_EQ(access(copy.c_str(), F_OK) == 0, mine) << copy;
+        }
+    }
+    EXPECT_EQ(shard_of("f1", 2), shard_of(base_name("d1/f1"), 2));
+    EXPECT_NE(shard_of("f1", 2), shard_of("f6", 2));  // both shards receive something
+}
+
+// MovePlan::capacity holds what this shard receives, not the whole tree.
+TEST(mover, the_capacity_counts_only_the_shard) {
+    TempDir tmp;
+    make_wide_tree(tmp / "src", 3, 200);  // 600 files of 6-9 bytes
+    std::uint64_t mine = 0, all = 0;
+    for (const std::string& name : non_directories(tmp / "src")) {
+        all += size_of(tmp / "src/" + name);
+        if (shard_of(name, 4) == 1)
+            mine += size_of(tmp / "src/" + name);
+    }
+    ASSERT_LT(mine, all / 2);
+    const std::string buffer = make_buffer(tmp, "buffer");
+    MovePlan in = plan_in(buffer, tmp / "src", "data");
+    in.entries[0].shard_index = 1;
+    in.entries[0].shard_count = 4;
+    in.capacity = mine - 1;
+    try {
+        run_move(in, {});
+        ADD_FAILURE() << "the shard was copied into less than it needs";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ExitCode::data) << e.what();
+        EXPECT_NE(std::string(e.what()).find("stage-in needs at least"), std::string::npos)
+            << e.what();
+    }
+    in.capacity = mine;
+    const MoveSummary summary = run_move(in, {});
+    std::uint64_t copied = 0;
+    for (const std::string& name : non_directories(buffer + "/data")) {
+        EXPECT_EQ(shard_of(name, 4), 1u) << name;
+        copied += size_of(buffer + "/data/" + name);
+    }
+    EXPECT_EQ(copied, mine);
+    EXPECT_GT(summary.files, 0u);
+}
+
+TEST(mover, invalid_shards_are_refused_before_anything_is_touched) {
+    TempDir tmp;
+    make_wide_tree(tmp / "src", 1, 3);
+    const std::string buffer = make_buffer(tmp, "buffer");
+    struct Case {
+        std::uint32_t index, count;
+        const char* message;
+    };
+    for (const Case& c : {Case{0, 0, "invalid shard count 0: at least 1 is needed"},
+                          Case{2, 2, "invalid shard index 2: not below the shard count 2"},
+                          Case{7, 1, "invalid shard index 7: not below the shard count 1"}}) {
+        MovePlan in = plan_in(buffer, tmp / "src", "data");
+        in.entries.push_back({tmp / "src/d0/f0", "f0", StageType::file, c.index, c.count});
+        const Outcome out = move_as_nobody(in);
+        EXPECT_EQ(out.code, 65) << out.message;
+        EXPECT_EQ(out.message, c.message);
+        EXPECT_TRUE(list_dir(buffer).empty());
+    }
+}
+
+// A node's results in buffer/data: a file, one in a subdirectory, a file every node has alike
+// (same size and mtime), a symlink, a fifo and two hard-linked names.
+void make_node_results(const std::string& buffer, const std::string& node) {
+    const std::string data = buffer + "/data";
+    mkdir(data.c_str(), 0755);
+    mkdir((data + "/shared").c_str(), 0750);
+    write_file(data + "/shared/" + node + ".txt", "result of " + node);
+    write_file(data + "/r.dat", "r.dat of " + node);
+    write_file(data + "/common", "the same everywhere");
+    symlink("common", (data + "/link").c_str());
+    mkfifo((data + "/fifo").c_str(), 0640);
+    write_file(data + "/h1", "linked");
+    link((data + "/h1").c_str(), (data + "/h2").c_str());
+    own_all(data);
+    for (const char* name : {"common", "link", "fifo", "h1"})
+        set_times(data + "/" + name, 1700000000, 7);
+    set_times(data + "/r.dat", node == "n1" ? 1700000001 : 1700000002, 0);
+}
+
+MovePlan merge_out(const std::string& buffer, const std::string& out, bool durable) {
+    MovePlan plan = plan_out(buffer, "data", out);
+    plan.durable = durable;
+    plan.entries[0].keep_existing = true;
+    return plan;
+}
+
+std::string refusal(const std::string& path) {
+    return "exists (another node's result): " + path;
+}
+
+TEST(mover, keep_existing_refuses_another_writers_different_file) {
+    for (const bool durable : {true, false}) {
+        TempDir tmp;
+        const std::string buffer = make_buffer(tmp, "buffer");
+        make_node_results(buffer, "n1");
+        mkdir((tmp / "out").c_str(), 0755);
+        chown((tmp / "out").c_str(), nobody, nogroup);
+        // Another node's r.dat: same size, other mtime.
+        write_file(tmp / "out/r.dat", "r.dat of n2");
+        set_times(tmp / "out/r.dat", 1700000002, 0);
+        lchown((tmp / "out/r.dat").c_str(), nobody, nogroup);
+        const Outcome out = move_as_nobody(merge_out(buffer, tmp / "out", durable));
+        EXPECT_EQ(out.code, 73) << out.message;
+        EXPECT_EQ(out.message, refusal(tmp / "out/r.dat"));
+        EXPECT_EQ(read_file(tmp / "out/r.dat"), "r.dat of n2");
+        EXPECT_FALSE(has_temporaries(tmp / "out"));
+
+        // Another size, the same mtime: refused too. Without keep_existing it is replaced.
+        write_file(tmp / "out/r.dat", "r.dat of node 2");
+        set_times(tmp / "out/r.dat", 1700000001, 0);
+        EXPECT_EQ(move_as_nobody(merge_out(buffer, tmp / "out", durable)).code, 73);
+        EXPECT_EQ(read_file(tmp / "out/r.dat"), "r.dat of node 2");
+        MovePlan replace = merge_out(buffer, tmp / "out", durable);
+        replace.entries[0].keep_existing = false;
+        const Outcome replaced = move_as_nobody(replace);
+        ASSERT_EQ(replaced.code, 0) << replaced.message;
+        EXPECT_EQ(read_file(tmp / "out/r.dat"), "r.dat of n1");
+    }
+}
+
+// Each kind of non-directory taken by another writer is refused; a non-directory where a
+// directory of the tree goes too.
+TEST(mover, keep_existing_refuses_every_kind_taken_by_another_writer) {
+    for (const bool durable : {true, false}) {
+        for (const std::string name : {"link", "fifo", "h2", "shared"}) {
+            TempDir tmp;
+            const std::string buffer = make_buffer(tmp, "buffer");
+            make_node_results(buffer, "n1");
+            mkdir((tmp / "out").c_str(), 0755);
+            write_file(tmp / ("out/" + name), "another node's");
+            own_all(tmp / "out");
+            const Outcome out = move_as_nobody(merge_out(buffer, tmp / "out", durable));
+            EXPECT_EQ(out.code, 73) << name << ": " << out.message;
+            EXPECT_EQ(out.message, refusal(tmp / ("out/" + name)));
+            EXPECT_EQ(read_file(tmp / ("out/" + name)), "another node's");
+            EXPECT_FALSE(has_temporaries(tmp / "out")) << name;
+        }
+    }
+}
+
+// A complete copy (what a rerun skips) is left as it is, whoever wrote it: even other bytes of
+// the same size and mtime, which is all a rerun looks at.
+TEST(mover, keep_existing_skips_what_is_already_complete) {
+    for (const bool durable : {true, false}) {
+        TempDir tmp;
+        const std::string buffer = make_buffer(tmp, "buffer");
+        make_node_results(buffer, "n1");
+        mkdir((tmp / "out").c_str(), 0755);
+        write_file(tmp / "out/common", "THE SAME EVERYWHERE");
+        write_file(tmp / "out/h2", "LINKED");
+        symlink("common", (tmp / "out/link").c_str());
+        mkfifo((tmp / "out/fifo").c_str(), 0640);
+        own_all(tmp / "out");
+        for (const char* name : {"common", "h2", "link", "fifo"})
+            set_times(tmp / "out/" + name, 1700000000, 7);
+        const Outcome out = move_as_nobody(merge_out(buffer, tmp / "out", durable));
+        ASSERT_EQ(out.code, 0) << out.message;
+        EXPECT_EQ(out.skipped, 4u);
+        EXPECT_EQ(out.files, 3u);  // r.dat, shared/n1.txt, h1
+        EXPECT_EQ(read_file(tmp / "out/common"), "THE SAME EVERYWHERE");
+        EXPECT_EQ(read_file(tmp / "out/h2"), "LINKED");
+        EXPECT_EQ(access((tmp / "out/h1").c_str(), F_OK), 0);
+        EXPECT_FALSE(has_temporaries(tmp / "out"));
+        const Outcome again = move_as_nobody(merge_out(buffer, tmp / "out", durable));
+        ASSERT_EQ(again.code, 0) << again.message;  // a rerun
+        EXPECT_EQ(again.files, 0u);
+    }
+}
+
+// Two nodes' results merge into one destination: directories merged, each node's files, the
+// files alike on both nodes once.
+TEST(mover, keep_existing_merges_two_nodes_into_one_tree) {
+    for (const bool durable : {true, false}) {
+        TempDir tmp;
+        const std::string n1 = make_buffer(tmp, "n1");
+        const std::string n2 = make_buffer(tmp, "n2");
+        make_node_results(n1, "n1");
+        make_node_results(n2, "n2");
+        unlink((n2 + "/data/r.dat").c_str());
+        mkdir((tmp / "out").c_str(), 0755);
+        chown((tmp / "out").c_str(), nobody, nogroup);
+        const Outcome first = move_as_nobody(merge_out(n1, tmp / "out/merged", durable));
+        ASSERT_EQ(first.code, 0) << first.message;
+        MovePlan second_plan = merge_out(n2, tmp / "out/merged", durable);
+        second_plan.temp_token = "ffeeddccbbaa99887766554433221100";  // another node's buffer
+        const Outcome second = move_as_nobody(second_plan);
+        ASSERT_EQ(second.code, 0) << second.message;
+        EXPECT_EQ(second.files, 1u);  // shared/n2.txt; the rest is n1's, alike
+        EXPECT_EQ(list_dir(tmp / "out/merged/shared"),
+                  (std::vector<std::string>{"n1.txt", "n2.txt"}));
+        EXPECT_EQ(read_file(tmp / "out/merged/shared/n2.txt"), "result of n2");
+        EXPECT_EQ(read_file(tmp / "out/merged/r.dat"), "r.dat of n1");
+        EXPECT_FALSE(has_temporaries(tmp / "out"));
+    }
+}
+
+// Another writer's live temporaries in a shared destination look like a killed move's: a
+// keep_existing entry leaves them (only its own buffer's of this boot go).
+TEST(mover, keep_existing_leaves_other_writers_temporaries) {
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    make_node_results(buffer, "n1");
+    mkdir((tmp / "out").c_str(), 0755);
+    const std::string theirs = ".r.dat.bbkit-0123456789abcdef0123456789ab";
+    write_file(tmp / ("out/" + theirs), "another node, still writing");
+    mkdir((tmp / "out/shared").c_str(), 0755);
+    const std::string in_shared = ".n1.txt.bbkit-0123456789abcdef0123456789ab";
+    write_file(tmp / ("out/shared/" + in_shared), "another node, still writing");
+    own_all(tmp / "out");
+    const Outcome kept = move_as_nobody(merge_out(buffer, tmp / "out", true));
+    ASSERT_EQ(kept.code, 0) << kept.message;
+    EXPECT_EQ(read_file(tmp / ("out/" + theirs)), "another node, still writing");
+    EXPECT_EQ(read_file(tmp / ("out/shared/" + in_shared)), "another node, still writing");
+    // Without keep_existing they are a killed move's, and go.
+    MovePlan plain = merge_out(buffer, tmp / "out", true);
+    plain.entries[0].keep_existing = false;
+    ASSERT_EQ(move_as_nobody(plain).code, 0);
+    EXPECT_EQ(read_file(tmp / ("out/" + theirs)), "<unreadable>");
+}
+
+#ifdef BBKIT_FAULT_INJECTION
+// Runs `plan` as nobody with BBKIT_FAULT=`fault` (a :stop point), calls `meanwhile` while the
+// move is stopped there, then lets it go on.
+Outcome move_stopped(const MovePlan& plan, const char* fault,
+                     const std::function<void()>& meanwhile) {
+    int fds[2];
+    if (pipe(fds) != 0)
+        return {};
+    const pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        std::string report = "0 ";
+        if (setgroups(0, nullptr) != 0 || setresgid(nogroup, nogroup, nogroup) != 0 ||
+            setresuid(nobody, nobody, nobody) != 0)
+            _exit(71);
+        setenv("BBKIT_FAULT", fault, 1);
+        fault_rearm();
+        try {
+            const MoveSummary s = run_move(plan, nullptr);
+            report += std::to_string(s.files) + " " + std::to_string(s.skipped);
+        } catch (const Error& e) {
+            report = std::to_string(e.exit_status()) + " " + e.what();
+        }
+        (void)!write(fds[1], report.data(), report.size());
+        _exit(0);
+    }
+    close(fds[1]);
+    int status = 0;
+    Outcome out;
+    if (waitpid(pid, &status, WUNTRACED) != pid || !WIFSTOPPED(status)) {
+        out.message = "the move did not stop at " + std::string(fault);
+        close(fds[0]);
+        return out;
+    }
+    meanwhile();
+    kill(pid, SIGCONT);
+    std::string report;
+    char buf[4096];
+    for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;)
+        report.append(buf, static_cast<std::size_t>(n));
+    close(fds[0]);
+    waitpid(pid, &status, 0);
+    const std::size_t blank = report.find(' ');
+    out.code = std::atoi(report.substr(0, blank).c_str());
+    out.message = report.substr(blank + 1);
+    if (out.code == 0)
+        std::sscanf(out.message.c_str(), "%lu %lu", &out.files, &out.skipped);
+    return out;
+}
+
+// The check before the copy is not all: another writer's file that appears after it, before
+// the temporary is renamed, is not replaced (RENAME_NOREPLACE); an identical one is kept.
+TEST(mover, keep_existing_never_renames_over_a_file_that_appeared_meanwhile) {
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    make_node_results(buffer, "n1");
+    mkdir((tmp / "out").c_str(), 0755);
+    chown((tmp / "out").c_str(), nobody, nogroup);
+    const Outcome refused =
+        move_stopped(merge_out(buffer, tmp / "out", true), "mover.before-renames:1:stop", [&] {
+            write_file(tmp / "out/r.dat", "another node's");
+            lchown((tmp / "out/r.dat").c_str(), nobody, nogroup);
+        });
+    EXPECT_EQ(refused.code, 73) << refused.message;
+    EXPECT_EQ(refused.message, refusal(tmp / "out/r.dat"));
+    EXPECT_EQ(read_file(tmp / "out/r.dat"), "another node's");
+    EXPECT_FALSE(has_temporaries(tmp / "out"));
+
+    ASSERT_EQ(unlink((tmp / "out/r.dat").c_str()), 0);
+    unlink((tmp / "out/common").c_str());  // where the failed move had put it already
+    const Outcome alike =
+        move_stopped(merge_out(buffer, tmp / "out", true), "mover.before-renames:1:stop", [&] {
+            write_file(tmp / "out/common", "THE SAME EVERYWHERE");
+            set_times(tmp / "out/common", 1700000000, 7);
+            lchown((tmp / "out/common").c_str(), nobody, nogroup);
+        });
+    ASSERT_EQ(alike.code, 0) << alike.message;
+    EXPECT_EQ(read_file(tmp / "out/common"), "THE SAME EVERYWHERE");
+    EXPECT_EQ(read_file(tmp / "out/r.dat"), "r.dat of n1");
+    EXPECT_FALSE(has_temporaries(tmp / "out"));
+}
+
+// A move that does not rename creates with O_EXCL: a file that appeared after the walk is not
+// replaced.
+TEST(mover, keep_existing_never_truncates_a_file_that_appeared_meanwhile) {
+    TempDir tmp;
+    const std::string buffer = make_buffer(tmp, "buffer");
+    make_node_results(buffer, "n1");
+    mkdir((tmp / "out").c_str(), 0755);
+    chown((tmp / "out").c_str(), nobody, nogroup);
+    const Outcome refused =
+        move_stopped(merge_out(buffer, tmp / "out", false), "mover.walked:1:stop", [&] {
+            write_file(tmp / "out/r.dat", "another node's");
+            lchown((tmp / "out/r.dat").c_str(), nobody, nogroup);
+        });
+    EXPECT_EQ(refused.code, 73) << refused.message;
+    EXPECT_EQ(refused.message, refusal(tmp / "out/r.dat"));
+    EXPECT_EQ(read_file(tmp / "out/r.dat"), "another node's");
+}
+
+// Two nodes write into one new destination at once. A durable move builds no tree under a
+// temporary name there: the one published second would find the first in its place.
+TEST(mover, keep_existing_merges_with_a_node_writing_at_the_same_time) {
+    TempDir tmp;
+    const std::string n1 = make_buffer(tmp, "n1");
+    const std::string n2 = make_buffer(tmp, "n2");
+    make_node_results(n1, "n1");
+    make_node_results(n2, "n2");
+    unlink((n2 + "/data/r.dat").c_str());
+    mkdir((tmp / "out").c_str(), 0755);
+    chown((tmp / "out").c_str(), nobody, nogroup);
+    MovePlan second = merge_out(n2, tmp / "out/merged", true);
+    second.temp_token = "ffeeddccbbaa99887766554433221100";  // another node's buffer
+    Outcome during;
+    const Outcome first =
+        move_stopped(merge_out(n1, tmp / "out/merged", true), "mover.before-renames:1:stop",
+                     [&] { during = move_as_nobody(second); });
+    ASSERT_EQ(during.code, 0) << during.message;
+    ASSERT_EQ(first.code, 0) << first.message;
+    EXPECT_EQ(list_dir(tmp / "out"), std::vector<std::string>{"merged"});
+    EXPECT_EQ(list_dir(tmp / "out/merged/shared"), (std::vector<std::string>{"n1.txt", "n2.txt"}));
+    EXPECT_EQ(read_file(tmp / "out/merged/r.dat"), "r.dat of n1");
+    EXPECT_EQ(read_file(tmp / "out/merged/common"), "the same everywhere");
+    EXPECT_FALSE(has_temporaries(tmp / "out"));
+}
+#endif
 
 }  // namespace
 }  // namespace bbkit

@@ -212,9 +212,13 @@ void Mover::finish_batch(Batch& batch) {
             Node& node = *pending[i];
             const std::string name = split_last(node.dst).second;
             const int dir = worker.dst_dir.get(*dst_, parent_path(node));
-            if (renameat(dir, node.temp.c_str(), dir, name.c_str()) != 0)
-                fail("rename into place " + dst_->display(node.dst), errno);
-            node.temp.clear();
+            if (node.keep_existing) {
+                put_without_replacing(node, dir, name);
+            } else {
+                if (renameat(dir, node.temp.c_str(), dir, name.c_str()) != 0)
+                    fail("rename into place " + dst_->display(node.dst), errno);
+                node.temp.clear();
+            }
             fault_point("mover.renamed");
         });
     }

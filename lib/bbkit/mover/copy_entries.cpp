@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -16,17 +17,109 @@
 
 namespace bbkit::mover_internal {
 
+// ---- keep_existing ------------------------------------------------------------------------
+
+namespace {
+
+// A symlink's target; "" when it cannot be read (never equal to a real one, which is never
+// empty).
+std::string link_target(int dir, const std::string& name) {
+    char target[PATH_MAX + 1];
+    const ssize_t n = readlinkat(dir, name.c_str(), target, sizeof target);
+    return n <= 0 || static_cast<std::size_t>(n) >= sizeof target
+               ? std::string()
+               : std::string(target, static_cast<std::size_t>(n));
+}
+
+}  // namespace
+
+// A keep_existing entry meets `name` in `dir` (its destination `dst`) taken by something that
+// is not a complete copy of its source: Error(exists), or, for a directory, the error replacing
+// it would give. Returns when nothing is there.
+void Mover::refuse_taken(int dir, const std::string& name, const std::string& dst) const {
+    struct stat st {};
+    if (fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT)
+            return;
+        fail("stat " + dst_->display(dst), errno);
+    }
+    if (S_ISDIR(st.st_mode))
+        fail("replace " + dst_->display(dst), EISDIR);
+    throw taken_by_another(dst_->display(dst));
+}
+
+// Whether `name` in `dir` is what a rerun would skip for this node: a regular file of the
+// source's size, a fifo of its mode, a symlink to the target of this move's own copy (`copy` in
+// `copy_dir`), each with the source's ns mtime.
+bool Mover::same_as_source(const Node& node, int dir, const std::string& name, int copy_dir,
+                           const std::string& copy) const {
+    struct stat st {};
+    if (fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !same_mtime(st, node.st))
+        return false;
+    switch (node.st.st_mode & S_IFMT) {
+        case S_IFREG:
+            return S_ISREG(st.st_mode) && st.st_size == node.st.st_size;
+        case S_IFIFO:
+            return st.st_mode == node.st.st_mode;
+        case S_IFLNK: {
+            if (!S_ISLNK(st.st_mode))
+                return false;
+            const std::string target = link_target(dir, name);
+            return !target.empty() && target == link_target(copy_dir, copy);
+        }
+        default:
+            return false;
+    }
+}
+
+// Gives a keep_existing entry's temporary its final name, never over anything: a name another
+// writer took meanwhile is refused (refuse_taken), or, when it is a complete copy of the same
+// source, kept and counted as skipped (this copy goes). The file systems that refuse
+// RENAME_NOREPLACE (NFS among them) get a hard link and an unlink, which refuse a taken name
+// just the same. The temporary is gone either way.
+void Mover::put_without_replacing(Node& node, int dir, const std::string& name) {
+    const std::string temp = node.temp;
+    int rc = renameat2(dir, temp.c_str(), dir, name.c_str(), RENAME_NOREPLACE);
+    if (rc != 0 && errno == EINVAL) {
+        rc = linkat(dir, temp.c_str(), dir, name.c_str(), 0);
+        if (rc == 0 && unlinkat(dir, temp.c_str(), 0) != 0)
+            fail("remove " + dst_->display(dst_->join(parent_path(node), temp)), errno);
+    }
+    if (rc == 0) {
+        node.temp.clear();
+        return;
+    }
+    const int err = errno;
+    const bool complete = err == EEXIST && same_as_source(node, dir, name, dir, temp);
+    unlinkat(dir, temp.c_str(), 0);
+    node.temp.clear();
+    if (complete) {
+        files_written_.fetch_sub(1);
+        if (node.kind == Kind::file)
+            bytes_written_.fetch_sub(static_cast<std::uint64_t>(node.st.st_size));
+        skipped_.fetch_add(1);
+        return;
+    }
+    if (err == EEXIST)
+        refuse_taken(dir, name, node.dst);
+    fail("rename into place " + dst_->display(node.dst), err);
+}
+
 // ---- copying ----------------------------------------------------------------------------
 
 // Creates the file that receives the copy: under a temporary name for durable moves (except in
 // a directory tree that is renamed into place whole), else under its final name after removing
-// what an earlier run left (which may be read-only).
+// what an earlier run left (which may be read-only). A keep_existing entry removes nothing:
+// what is there already is refused, and O_EXCL refuses a name another writer takes meanwhile.
 Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
     const std::string shown = dst_->display(node.dst);
     std::string target = name;
     if (plan_.durable && !in_temp_tree(node)) {
+        if (node.keep_existing)
+            refuse_taken(dir, name, node.dst);  // before copying (the rename checks again)
         target = temp_name(name);
-    } else if (!in_new_dir(node) && unlinkat(dir, name.c_str(), 0) != 0 && errno != ENOENT) {
+    } else if (!node.keep_existing && !in_new_dir(node) && unlinkat(dir, name.c_str(), 0) != 0 &&
+               errno != ENOENT) {
         fail("replace " + shown, errno);
     }
     node.initial =
@@ -35,6 +128,8 @@ Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
                           node.initial.mode);
     if (fd < 0) {
         const int err = errno;
+        if (err == EEXIST && node.keep_existing && target == name)
+            refuse_taken(dir, name, node.dst);
         const std::string parent = dst_->display(split_last(node.dst).first);
         const Error error = mover_error("create " + shown + " in directory " + parent, err);
         // Missing here is the move's own destination directory, gone under it: an I/O error
@@ -196,6 +291,8 @@ void Mover::copy_chunk(const Task& task, Worker& worker) {
 void Mover::place(Node& node, int dir, const std::string& name) {
     if (plan_.durable || node.temp.empty())
         return;
+    if (node.keep_existing)
+        return put_without_replacing(node, dir, name);
     if (renameat(dir, node.temp.c_str(), dir, name.c_str()) != 0) {
         const int err = errno;
         unlinkat(dir, node.temp.c_str(), 0);
@@ -232,6 +329,8 @@ void Mover::copy_symlink(Node& node, Worker& worker) {
             return;
         }
     }
+    if (node.keep_existing)
+        refuse_taken(dst_dir, dst_name, node.dst);  // before making it (the rename checks again)
     // Under its final name at once where nothing can be replaced and no rename is batched.
     const bool direct_name = fresh && (!plan_.durable || in_temp_tree(node));
     const std::string temp = direct_name ? dst_name : temp_name(dst_name);
@@ -240,8 +339,8 @@ void Mover::copy_symlink(Node& node, Worker& worker) {
     if (!direct_name)
         node.temp = temp;
     set_link_group_times(dst_dir, temp, node.st, dst_->display(node.dst));
+    files_written_.fetch_add(1);  // put_without_replacing takes it back for a complete one
     place(node, dst_dir, dst_name);
-    files_written_.fetch_add(1);
 }
 
 void Mover::copy_fifo(Node& node, Worker& worker) {
@@ -255,6 +354,8 @@ void Mover::copy_fifo(Node& node, Worker& worker) {
         skipped_.fetch_add(1);
         return;
     }
+    if (node.keep_existing)
+        refuse_taken(dst_dir, dst_name, node.dst);
     const bool direct_name = fresh && (!plan_.durable || in_temp_tree(node));
     const std::string temp = direct_name ? dst_name : temp_name(dst_name);
     const std::string shown = dst_->display(node.dst);
@@ -269,8 +370,8 @@ void Mover::copy_fifo(Node& node, Worker& worker) {
         fail("open " + shown, errno);
     const Fd owned(fd);
     set_owner_mode_times(fd, node.st, shown, warning_);
+    files_written_.fetch_add(1);  // put_without_replacing takes it back for a complete one
     place(node, dst_dir, dst_name);
-    files_written_.fetch_add(1);
 }
 
 }  // namespace bbkit::mover_internal

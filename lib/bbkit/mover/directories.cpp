@@ -109,10 +109,15 @@ std::shared_ptr<Dir> Mover::make_dir(const std::string& src, const std::string& 
     struct stat existing {};
     const bool absent =
         fstatat(pdir.get(), name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT;
+    // Other writers may fill the directories of a keep_existing entry at the same time (nodes
+    // merging into one destination): a directory made here is not taken to be empty, and none
+    // is built under a temporary name, whose rename into place would fail where another writer
+    // made the directory first.
+    const bool shared = entry_->keep_existing;
     // A durable move builds a directory that does not exist under a temporary name (or goes on
     // with the one a move killed in this boot was building) and renames it into place once
     // everything in it is durable. Not where a non-directory is replaced.
-    if (plan_.durable && !dir->tree && absent) {
+    if (plan_.durable && !dir->tree && absent && !shared) {
         auto tree = std::make_shared<TempTree>();
         tree->dst = dst;
         struct stat temp_st {};
@@ -150,6 +155,8 @@ std::shared_ptr<Dir> Mover::make_dir(const std::string& src, const std::string& 
     if (!adopt.empty())  // its final name exists after all: the old tree is stale
         remove_stale(parent_at, pdir.get(), adopt);
     if (absent && mkdirat(pdir.get(), name.c_str(), 0700) == 0) {
+        if (shared)
+            return dir;
         dir->created = true;
         learn_new_dir(*dir);
         return dir;
@@ -161,6 +168,8 @@ std::shared_ptr<Dir> Mover::make_dir(const std::string& src, const std::string& 
     if (S_ISLNK(existing.st_mode))
         throw Error(ExitCode::no_perm, "refusing " + shown + ": a symlink is in the way");
     if (!S_ISDIR(existing.st_mode)) {
+        if (shared)
+            throw taken_by_another(shown);
         if (unlinkat(pdir.get(), name.c_str(), 0) != 0 || mkdirat(pdir.get(), name.c_str(), 0700))
             fail("replace " + shown + " with a directory", errno);
         dir->created = true;

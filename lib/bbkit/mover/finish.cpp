@@ -56,6 +56,20 @@ void Mover::make_link(Node& node) {
         fstatat(target_dir.get(), target_name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 &&
         a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
         skipped_.fetch_add(1);
+    } else if (node.keep_existing) {
+        // Nothing is removed: a name taken by a complete copy of the source is kept, anything
+        // else refused; linkat refuses a name taken meanwhile.
+        if (linkat(target_dir.get(), target_name.c_str(), link_dir.get(), link_name.c_str(), 0) ==
+            0) {
+            files_written_.fetch_add(1);
+        } else if (errno != EEXIST) {
+            fail("link " + dst_->display(node.dst) + " to " + dst_->display(node.link.dst), errno);
+        } else if (same_as_source(node, link_dir.get(), link_name, target_dir.get(), target_name)) {
+            skipped_.fetch_add(1);
+        } else {
+            refuse_taken(link_dir.get(), link_name, node.dst);
+            fail("link " + dst_->display(node.dst), EEXIST);
+        }
     } else {
         if (!fresh && unlinkat(link_dir.get(), link_name.c_str(), 0) != 0 && errno != ENOENT)
             fail("replace " + dst_->display(node.dst), errno);

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -177,6 +178,7 @@ struct Node {
     std::string temp;             // durable moves: the name written before the rename
     InitialMetadata initial;      // files: what creating it already got right
     LinkTarget link;              // hard_link: the copy this name links to
+    bool keep_existing = false;   // its entry's (MoveEntry::keep_existing)
 };
 
 // What the walk hands to the copy at once.
@@ -187,6 +189,11 @@ struct Batch {
     std::vector<std::shared_ptr<Dir>> closed;
     std::size_t bytes = 0;  // estimated memory
 };
+
+// A keep_existing entry's refusal of what another writer put at a name (MoveEntry).
+inline Error taken_by_another(const std::string& shown) {
+    return Error(ExitCode::exists, "exists (another node's result): " + shown);
+}
 
 inline bool in_new_dir(const Node& node) {
     return node.parent && node.parent->created;
@@ -278,6 +285,7 @@ class Mover {
     void note_lookalike(const std::string& dst);
     bool kept_lookalike(const std::string& path) const;
     void prune_adopted(Frame& frame);
+    bool in_shard(std::string_view relative) const;
     // directories: directories.cpp
     void make_parents(const std::string& path);
     void watch_file_system(const std::string& dir);
@@ -292,6 +300,7 @@ class Mover {
     bool tagged_ours(const std::string& temp) const;
     bool can_adopt(const std::string& temp, const struct stat& st, const struct stat& source) const;
     bool owned(int dir, const std::string& name) const;
+    bool may_remove_stale(const std::string& temp) const;
     void scan_stale_temps(Frame& frame);
     std::vector<std::pair<std::string, std::string>>& temps_beside(const std::string& dir);
     void remove_stale(const std::string& dir, int fd, const std::string& name);
@@ -319,6 +328,11 @@ class Mover {
     void copy_symlink(Node& node, Worker& worker);
     void copy_fifo(Node& node, Worker& worker);
     void place(Node& node, int dir, const std::string& name);
+    // keep_existing: copy_entries.cpp
+    void refuse_taken(int dir, const std::string& name, const std::string& dst) const;
+    bool same_as_source(const Node& node, int dir, const std::string& name, int copy_dir,
+                        const std::string& copy) const;
+    void put_without_replacing(Node& node, int dir, const std::string& name);
     // finish: finish.cpp
     void sync_file_systems();
     void make_link(Node& node);
@@ -350,6 +364,10 @@ class Mover {
 
     // The walker's own.
     Batch batch_;
+    const MoveEntry* entry_ = nullptr;  // the entry being walked
+    // How much of a walked source path is the entry's source root (and its '/'): the rest is
+    // what a sharded entry hashes (shard.hpp).
+    std::size_t shard_prefix_ = 0;
     std::set<std::string> entry_tops_;  // destination of each entry walked so far
     bool covers_all_ = false;           // an entry's destination was the whole buffer or "/"
     bool overlapping_ = false;          // the entry being walked overlaps an earlier one

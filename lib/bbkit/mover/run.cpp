@@ -30,6 +30,14 @@ constexpr std::size_t max_warnings = 100;
 
 Mover::Mover(const MovePlan& plan, const std::function<void(const MoveProgress&)>& progress)
     : plan_(plan), progress_(progress) {
+    for (const MoveEntry& entry : plan.entries) {
+        if (entry.shard_count == 0)
+            throw Error(ExitCode::data, "invalid shard count 0: at least 1 is needed");
+        if (entry.shard_index >= entry.shard_count)
+            throw Error(ExitCode::data, "invalid shard index " + std::to_string(entry.shard_index) +
+                                            ": not below the shard count " +
+                                            std::to_string(entry.shard_count));
+    }
     const int fd =
         ::open(plan.buffer_root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)

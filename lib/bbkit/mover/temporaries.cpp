@@ -110,13 +110,14 @@ bool Mover::tagged_ours(const std::string& temp) const {
 // Whether a temporary tree `temp` (its lstat `st`) of a killed move may be taken over for a
 // source directory (its stat `source`). Only where one syncfs makes everything in it durable:
 // a file a killed run completed but never fsync'd would otherwise be published as it is. And
-// only this buffer's own (its tag: see temp_tag), a directory of the user's, no more open than
-// the mover makes one (the source's mode, the owner's rwx while it is built, a set-group-ID
+// only this buffer's own (its tag: see temp_tag), never for a keep_existing entry (which
+// builds no tree under a temporary name: see make_dir), a directory of the user's, no more open
+// than the mover makes one (the source's mode, the owner's rwx while it is built, a set-group-ID
 // bit inherited from the parent): anyone who could write in it may have put anything there
 // (bbkit(7), STAGING).
 bool Mover::can_adopt(const std::string& temp, const struct stat& st,
                       const struct stat& source) const {
-    if (!plan_.durable || !plan_.trust_syncfs || !tagged_ours(temp))
+    if (!plan_.durable || !plan_.trust_syncfs || !tagged_ours(temp) || entry_->keep_existing)
         return false;
     const mode_t allowed = (source.st_mode & 07777) | S_IRWXU | S_ISGID;
     return S_ISDIR(st.st_mode) && st.st_uid == uid_ && (st.st_mode & 07777 & ~allowed) == 0;
@@ -127,6 +128,13 @@ bool Mover::can_adopt(const std::string& temp, const struct stat& st,
 bool Mover::owned(int dir, const std::string& name) const {
     struct stat st {};
     return fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_uid == uid_;
+}
+
+// Whether a temporary of another move may be removed as stale. A keep_existing entry's
+// destination is shared with other writers (other nodes merging into it) whose live
+// temporaries look like a killed move's: only this buffer's own of this boot are.
+bool Mover::may_remove_stale(const std::string& temp) const {
+    return !entry_->keep_existing || tagged_ours(temp);
 }
 
 // Removes a temporary a killed move left (a file, or a whole tree without following a symlink).
@@ -186,7 +194,8 @@ void Mover::scan_stale_temps(Frame& frame) {
                 break;
             const std::string name = entry->d_name;
             const std::string owner = temp_owner(name);
-            if (owner.empty() || ours(name) || kept_lookalike(dst_->join(dir.dst, name)))
+            if (owner.empty() || ours(name) || kept_lookalike(dst_->join(dir.dst, name)) ||
+                !may_remove_stale(name))
                 continue;
             struct stat st {};
             if (fstatat(frame.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/shard.hpp"
 #include "bbkit/sources.hpp"
 
 namespace bbkit::mover_internal {
@@ -145,8 +147,18 @@ bool Mover::kept_lookalike(const std::string& path) const {
     return lookalikes_.count(path) != 0 || (lookalikes_overflow_ && overlapping_);
 }
 
+// Whether a non-directory at `relative` below the entry's source root is this shard's
+// (MoveEntry::shard_index): one hash of its name, nothing else.
+bool Mover::in_shard(std::string_view relative) const {
+    return entry_->shard_count <= 1 ||
+           shard_of(relative, entry_->shard_count) == entry_->shard_index;
+}
+
 void Mover::walk_entry(const MoveEntry& entry) {
+    entry_ = &entry;
     const std::string src = normalize(entry.source, src_->in_buffer(), "source");
+    // "" (the buffer root) -> "name", "/" -> "/name", "dir" -> "dir/name".
+    shard_prefix_ = src.empty() ? 0 : src == "/" ? 1 : src.size() + 1;
     bool into = entry.destination.empty() || entry.destination.back() == '/';
     std::string dst = normalize(entry.destination, dst_->in_buffer(), "destination");
     const std::string shown = src_->display(src);
@@ -173,6 +185,9 @@ void Mover::walk_entry(const MoveEntry& entry) {
         case StageType::list:
             throw Error(ExitCode::software, "type=list entries must be expanded before moving");
     }
+    // Another shard's file: checked like every shard's source, then left to that shard.
+    if (entry.type == StageType::file && !in_shard(split_last(src).second))
+        return;
     overlapping_ = overlaps_earlier(dst);
     if (overlapping_) {
         drain();
@@ -191,7 +206,7 @@ void Mover::walk_entry(const MoveEntry& entry) {
         const std::string tag = "#" + long_name_tag(name);
         for (auto it = temps.begin(); it != temps.end();) {
             if ((it->second != name && it->second != tag) ||
-                kept_lookalike(dst_->join(parent, it->first))) {
+                kept_lookalike(dst_->join(parent, it->first)) || !may_remove_stale(it->first)) {
                 ++it;
                 continue;
             }
@@ -315,12 +330,19 @@ void Mover::walk_tree(const std::shared_ptr<Dir>& top) {
             }
         }
         const std::string child_src = src_->join(frame.dir->src, name);
+        // A sharded entry takes only its own share of the non-directories, and does not even
+        // stat another shard's where the listing says what it is; directories are walked (and
+        // made) in every shard.
+        const bool mine = in_shard(std::string_view(child_src).substr(shard_prefix_));
+        if (!mine && entry->d_type != DT_UNKNOWN && entry->d_type != DT_DIR)
+            continue;
         const std::string child_dst = dst_->join(frame.dir->dst, name);
         struct stat st {};
         if (fstatat(frame.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
             fail("stat " + src_->display(child_src), errno);
         if (!S_ISDIR(st.st_mode)) {
-            add_node(child_src, child_dst, st, frame.dir);
+            if (mine)
+                add_node(child_src, child_dst, st, frame.dir);
             continue;
         }
         if (st.st_dev == top_dev_ && st.st_ino == top_ino_)
@@ -347,6 +369,7 @@ void Mover::add_node(const std::string& src, const std::string& dst, const struc
     node.dst = dst;
     node.st = st;
     node.parent = parent;
+    node.keep_existing = entry_->keep_existing;
     const mode_t type = st.st_mode & S_IFMT;
     if (type == S_IFREG)
         node.kind = Kind::file;
