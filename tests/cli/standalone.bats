@@ -174,3 +174,58 @@ ran_job() {
   assert_output --partial "state:      complete"
   assert_output --regexp "failure: +[0-9T:-]+ staging-in: .*$TEST_DIR/pfs/missing"
 }
+
+# bbkit-job of the installed tree.
+bbkit_job() { "${BBKIT_BIN_DIR:?the suites run against the installed tree}/../share/bbkit/standalone/bbkit-job" "$@"; }
+
+@test "bbkit-job begin: --node and --nodes are checked before any tool runs (64, one line, nothing reserved)" {
+  printf '#!/bin/sh\n#BB_LUA pool=nvme capacity=1G\n' >"$TEST_DIR/job.sh"
+  local many
+  while IFS='|' read -r node nodes message; do
+    run bbkit_job begin --node "$node" --nodes "$nodes" 70 "$U" "$TEST_DIR/job.sh"
+    assert_failure 64
+    assert_output "bbkit-job: $message"
+  done <<EOF2
+n1||--node and --nodes go together
+|n1,n2|--node and --nodes go together
+-n1|-n1,n2|invalid node name '-n1' (expected 1-64 letters, digits, '.', '_', '-', a letter or digit first)
+n1|n1,n 2|invalid node name 'n 2' (expected 1-64 letters, digits, '.', '_', '-', a letter or digit first)
+n1|n1,,n2|invalid node name '' (expected 1-64 letters, digits, '.', '_', '-', a letter or digit first)
+n1|n1,n2/x|invalid node name 'n2/x' (expected 1-64 letters, digits, '.', '_', '-', a letter or digit first)
+n1|n1,$(printf 'a%.0s' $(seq 65))|invalid node name '$(printf 'a%.0s' $(seq 65))' (expected 1-64 letters, digits, '.', '_', '-', a letter or digit first)
+n3|n1,n2|node 'n3' is not in --nodes
+n1|n1,n2,n1|node 'n1' is twice in --nodes
+EOF2
+  run bbkit_job begin --node n1 --nodes "$(printf 'n1\nn2')" 70 "$U" "$TEST_DIR/job.sh"
+  assert_failure 64
+  assert_output "bbkit-job: invalid --nodes (a newline in it)"
+  run bbkit_job begin --node "$(printf 'n1\nn2')" --nodes n1,n2 70 "$U" "$TEST_DIR/job.sh"
+  assert_failure 64
+  assert_output --partial "bbkit-job: invalid node name 'n1"
+  # A job of 20000 nodes is checked at once (no quadratic loop in sh).
+  many=$(seq -f 'n%g' 1 20000 | paste -s -d, -)
+  run timeout 10 "${BBKIT_BIN_DIR}/../share/bbkit/standalone/bbkit-job" begin --node n19999 --nodes "$many,n7" 70 "$U" "$TEST_DIR/job.sh"
+  assert_failure 64
+  assert_output "bbkit-job: node 'n7' is twice in --nodes"
+  run bbkit_job begin --node n1 --nodes n1 70 "$U" "$TEST_DIR/job.sh" name extra
+  assert_failure 64
+  assert_output --partial "usage: bbkit-job begin [--node NAME --nodes LIST] JOB USER SCRIPT"
+  run bbkit_job begin --bogus n1 70 "$U" "$TEST_DIR/job.sh"
+  assert_failure 64
+  run bb-pool show nvme --json
+  assert_output --partial '"used": 0'
+  [ -z "$(ls "$TEST_DIR/nvme/job")" ]
+}
+
+@test "bbkit-job begin --node --nodes for a pool that is not node-local: this node's buffer, as without them" {
+  printf '#!/bin/sh\n#BB_LUA pool=nvme capacity=1G\n' >"$TEST_DIR/job.sh"
+  run bbkit_job begin --node n2.example --nodes n1,n2.example,n_3 71 "$U" "$TEST_DIR/job.sh" name
+  assert_success
+  run bb-stat job 71 --json
+  assert_output --partial '"state": "running"'
+  refute_output --partial '"node"'
+  run bbkit_job end 71
+  assert_success
+  run bb-pool show nvme --json
+  assert_output --partial '"used": 0'
+}

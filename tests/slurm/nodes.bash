@@ -16,7 +16,15 @@
 # `ip netns add` makes when it made it.
 #
 # Load it instead of harness.bash (`load nodes`); the cluster has no burst_buffer plugin
-# (HARNESS_MODE=plain).
+# (HARNESS_MODE=plain). Set before start_nodes:
+# - NODE_GRES="NAME:COUNT": every node has COUNT units of the GRES NAME (GresTypes, the nodes'
+#   Gres= and a gres.conf with a count and no device file);
+# - NODE_SLURM_EXTRA: lines added to slurm.conf as they are;
+# - NODE_BBKIT=1: bbkit on the nodes (start_node_bbkit): bbkit installed where every node sees
+#   it, each node's own state directory at one common path ($NODE_STATE_DIR, bind-mounted per
+#   node like $NODE_LOCAL_DIR), one bbkit.toml for all (standalone mode, pool "nvme" on the
+#   node's local directory) that every node reads as /etc/bbkit/bbkit.toml, and slurmd's
+#   Prolog, Epilog and TaskProlog bbkit's node scripts (share/bbkit/standalone/slurm-node).
 
 # shellcheck disable=SC2034 # read by harness.bash
 HARNESS_MODE=plain
@@ -155,8 +163,9 @@ nodes_topology() {
   echo "SlurmdSpoolDir=$SLURM_DIR/spool/%n"
   echo "SlurmdPidFile=$SLURM_DIR/run/slurmd-%n.pid"
   echo "SlurmdLogFile=$SLURM_DIR/log/slurmd-%n.log"
+  [ -z "${NODE_GRES:-}" ] || echo "GresTypes=${NODE_GRES%%:*}"
   for node in "${NODES[@]}"; do
-    echo "NodeName=$node NodeAddr=$(node_addr "$node") $hw RealMemory=$mem State=UNKNOWN"
+    echo "NodeName=$node NodeAddr=$(node_addr "$node") $hw RealMemory=$mem${NODE_GRES:+ Gres=$NODE_GRES} State=UNKNOWN"
   done
   list=$(
     IFS=,
@@ -190,12 +199,29 @@ nodes_ctld_wrap() {
 # nsenter, not `ip netns exec`: that one mounts a new /sys, without the cgroup file systems
 # under /sys/fs/cgroup, and Slurm 22.05's slurmd then fails to start ("Unable to initialize
 # cgroup plugin") even with proctrack/linuxproc and task/none.
+# With NODE_BBKIT=1 the node's state directory is at $NODE_STATE_DIR too, and bbkit.toml at
+# /etc/bbkit/bbkit.toml (tests/with-default-config): slurmd gives its Prolog and Epilog no
+# BBKIT_CONFIG.
 node_wrap() {
   local node=$1
   # shellcheck disable=SC2016 # expanded by the inner shell
   NODE_WRAP=(nsenter --net="/run/netns/$(node_netns "$node")" unshare --mount --uts --propagation private
     sh -c 'echo "$1" >/proc/sys/kernel/hostname && mount --bind "$2" "$3" && mount --bind "$4" /etc/hosts &&
       shift 4 && exec "$@"' sh "$node" "$SLURM_DIR/nodes/$node/nvme" "$NODE_LOCAL_DIR" "$SLURM_DIR/etc/hosts")
+  if [ "${NODE_BBKIT:-0}" = 1 ]; then
+    # shellcheck disable=SC2016 # expanded by the inner shell
+    NODE_WRAP+=(sh -c 'mount --bind "$0" "$1" && shift && exec "$@"' "$SLURM_DIR/nodes/$node/state" "$NODE_STATE_DIR"
+      "$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG")
+  fi
+}
+
+# Runs a command inside NODE's namespaces, those of its running slurmd (what its Prolog, Epilog
+# and jobs see), as root.
+node_exec() {
+  local node=$1 pid
+  shift
+  pid=$(node_slurmd_pid "$node") || { echo "no slurmd for $node" >&2; return 1; }
+  nsenter --target "$pid" --mount --uts --net -- "$@"
 }
 
 # Starts NODE's slurmd in its namespaces and waits for the node to be idle.
@@ -243,11 +269,101 @@ start_nodes() {
     for node in "${NODES[@]}"; do echo "$(node_addr "$node") $node"; done
   } >"$SLURM_DIR/etc/hosts"
   chmod 0644 "$SLURM_DIR/etc/hosts"
+  if [ "${NODE_BBKIT:-0}" = 1 ]; then start_node_bbkit || return 1; fi
   write_slurm_conf root nodes_topology
+  if [ -n "${NODE_GRES:-}" ]; then
+    # A count without a device file: Slurm only counts the units.
+    echo "NodeName=n[1-$NODE_COUNT] Name=${NODE_GRES%%:*} Count=${NODE_GRES#*:}" >"$SLURM_DIR/etc/gres.conf"
+  fi
+  [ -z "${NODE_SLURM_EXTRA:-}" ] || printf '%s\n' "$NODE_SLURM_EXTRA" >>"$SLURM_CONF"
   nodes_ctld_wrap
   start_munge
   start_slurmctld
   for node in "${NODES[@]}"; do start_node "$node"; done
+}
+
+# NODE_BBKIT=1: bbkit for the nodes, before any slurmd starts. The tools and the node scripts
+# come from the installed tree ctest's install.tree fixture makes (BBKIT_BIN_DIR), else from a
+# tree installed here from the build (tests/install-tree): slurmd's scripts run as programs
+# and the job's user runs the TaskProlog, so neither may live in the checkout. Every node sees
+# the host's /tmp, where both trees are. Sets NODE_STATE_DIR, NODE_BBKIT_TREE and NODE_POOL_DIR
+# (the pool's path on each node), and adds the Slurm lines to NODE_SLURM_EXTRA.
+start_node_bbkit() {
+  local node share
+  if [ -n "${BBKIT_BIN_DIR:-}" ]; then
+    NODE_BBKIT_TREE=$(cd "$BBKIT_BIN_DIR/.." && pwd)
+  else
+    NODE_BBKIT_TREE=$SLURM_DIR/tree
+    "$BBKIT_SOURCE_DIR/tests/install-tree" "$BBKIT_BUILD_DIR" "$NODE_BBKIT_TREE"
+  fi
+  BBKIT_BIN=$NODE_BBKIT_TREE/bin
+  PATH="$BBKIT_BIN:$PATH"
+  NODE_STATE_DIR=$SLURM_DIR/node-state
+  NODE_POOL_DIR=$NODE_LOCAL_DIR/pool
+  export NODE_BBKIT_TREE NODE_STATE_DIR NODE_POOL_DIR BBKIT_BIN PATH
+  mkdir -m 0711 "$NODE_STATE_DIR"
+  # The local disk is the pool's: root's, as bbkit wants every directory above a pool.
+  for node in "${NODES[@]}"; do
+    mkdir -m 0711 "$SLURM_DIR/nodes/$node/state"
+    mkdir -m 0755 "$SLURM_DIR/nodes/$node/nvme/pool"
+    chown root: "$SLURM_DIR/nodes/$node/nvme"
+  done
+  write_node_bbkit_conf
+  share=$NODE_BBKIT_TREE/share/bbkit/standalone
+  NODE_SLURM_EXTRA="Prolog=$share/slurm-node/prolog
+Epilog=$share/slurm-node/epilog
+TaskProlog=$share/slurm/task-prolog
+PrologFlags=Alloc${NODE_SLURM_EXTRA:+
+$NODE_SLURM_EXTRA}"
+  : "${NODE_GRES:=bbnvme:$NODE_POOL_UNITS}"
+  # Each node's pool, made inside the node's view (its state directory and local disk).
+  for node in "${NODES[@]}"; do
+    node_wrap "$node"
+    "${NODE_WRAP[@]}" env -i PATH="$BBKIT_BIN:/usr/sbin:/usr/bin:/sbin:/bin" bb-pool init nvme >/dev/null ||
+      { fail "bb-pool init nvme on $node failed"; return 1; }
+  done
+  transcript "root# (bbkit from $NODE_BBKIT_TREE on every node; state $NODE_STATE_DIR, pool nvme at $NODE_POOL_DIR per node, node_local $NODE_POOL_LOCAL)"
+}
+
+# The nodes' bbkit.toml: standalone mode, the node's state directory, and one pool "nvme" of
+# NODE_POOL_UNITS (64) units of 1 MiB on the node's local directory: node-local (bbkit(7),
+# node_local) when the tools take the key, else a plain standalone pool on each node. Sets
+# NODE_POOL_LOCAL (yes or no).
+NODE_POOL_UNITS=${NODE_POOL_UNITS:-64}
+write_node_bbkit_conf() {
+  local release pool_keys
+  release=$(slurm_release)
+  for pool_keys in 'node_local = true
+gres = "bbnvme"' ''; do
+    cat >"$BBKIT_CONFIG" <<EOF
+state_dir = "$NODE_STATE_DIR"
+mode = "standalone"
+cluster = "nodes"
+${release:+slurm_release = \"$release\"}
+
+[timeouts]
+stage_in = 240
+stage_out = 240
+other = 100
+validate = 4
+queue = ${NODE_BBKIT_QUEUE_SECONDS:-5}
+
+[limits]
+mover_threads = 2
+
+[[pool]]
+name = "nvme"
+path = "$NODE_POOL_DIR"
+capacity = "${NODE_POOL_UNITS}MiB"
+granularity = "1MiB"
+$pool_keys
+EOF
+    chmod 0644 "$BBKIT_CONFIG"
+    bb-parse config >/dev/null 2>&1 && break
+  done
+  NODE_POOL_LOCAL=no
+  [ -z "$pool_keys" ] || NODE_POOL_LOCAL=yes
+  export NODE_POOL_LOCAL
 }
 
 skip_without_nodes() {
