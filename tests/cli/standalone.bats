@@ -223,7 +223,7 @@ EOF2
   assert_success
   run bb-stat job 71 --json
   assert_output --partial '"state": "running"'
-  refute_output --partial '"node"'
+  assert_output --partial '"node": null'
   run bbkit_job end 71
   assert_success
   run bb-pool show nvme --json
