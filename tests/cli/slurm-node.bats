@@ -1,0 +1,215 @@
+#!/usr/bin/env bats
+# The node scripts of node-local pools (share/bbkit/standalone/slurm-node/prolog and epilog;
+# bbkit(7), NODE-LOCAL POOLS) as slurmd runs them, without a Slurm cluster: each node of the job
+# is a directory of its own (bbkit.toml, state directory, pool, as tests/cli/nodelocal.bats), the
+# real tools and bbkit-job run against it, and Slurm's commands are stand-ins that answer from
+# files and log their calls. The scripts set their own PATH, so the stand-ins cannot come first
+# on the caller's PATH: each script runs in a mount namespace of its own where they are
+# bind-mounted over /usr/local/sbin, the first directory of that PATH (nothing changes outside
+# the namespace). `scontrol show hostnames` is Slurm's own scontrol, reading a slurm.conf that
+# names no reachable controller (it expands the list locally). The environment is the one
+# slurmd builds (no PATH, SLURM_NODELIST compressed), plus BBKIT_CONFIG naming the node's
+# bbkit.toml and BBKIT_BINDIR the tools under test. The cluster runs: tests/slurm/nodelocal.bats.
+
+load common
+
+NODE_SCRIPTS="$BBKIT_SOURCE_DIR/share/bbkit/standalone/slurm-node"
+[ -n "${BBKIT_BIN_DIR:-}" ] && NODE_SCRIPTS="$BBKIT_BIN_DIR/../share/bbkit/standalone/slurm-node"
+REAL_SCONTROL=$(command -v scontrol || true)
+
+# node_config NODE: node NODE's bbkit.toml, pool and state directory in $TEST_DIR/NODE.
+node_config() {
+  local dir=$TEST_DIR/$1
+  mkdir -p "$dir/nvme"
+  cat >"$dir/bbkit.toml" <<TOML
+state_dir = "$dir/state"
+mode = "standalone"
+allow_root = true
+default_pool = "nvme"
+[[pool]]
+name = "nvme"
+path = "$dir/nvme"
+capacity = "64MiB"
+granularity = "1MiB"
+node_local = true
+TOML
+  BBKIT_CONFIG=$dir/bbkit.toml bb-pool init nvme >/dev/null
+}
+
+# The stand-ins for Slurm's commands, in $TEST_DIR/slurm-bin. Every call is logged to
+# $TEST_DIR/calls, one line each (its arguments joined by '|'). Control files in $TEST_DIR:
+#   job.sh          what `scontrol write batch_script` writes (absent: "Job script not specified")
+#   state           the job's state for `squeue -o %T` (default RUNNING; "invalid": Invalid job id)
+#   name            the job's name for `squeue -o %j`
+#   requeue-fails   `scontrol requeue` and `requeuehold` fail
+# `scontrol update` keeps the last AdminComment, byte for byte, in $TEST_DIR/admin-comment;
+# logger keeps its message in $TEST_DIR/syslog.
+fake_slurm() {
+  local bin=$TEST_DIR/slurm-bin
+  mkdir -p "$bin"
+  printf '%s\n' 'ClusterName=bbkit' 'SlurmctldHost=localhost(127.0.0.1)' 'SlurmctldPort=1' \
+    'NodeName=n1 CPUs=1' 'PartitionName=p Nodes=n1 Default=YES' >"$TEST_DIR/slurm.conf"
+  cat >"$bin/log-call" <<SH
+#!/bin/sh
+# Logs one call: its name and arguments joined by '|'.
+{ printf '%s' "\$1"; shift; for a in "\$@"; do printf '|%s' "\$a"; done; echo; } >>"$TEST_DIR/calls"
+SH
+  cat >"$bin/scontrol" <<SH
+#!/bin/sh
+T='$TEST_DIR'
+"\$T/slurm-bin/log-call" scontrol "\$@"
+case "\$1 \${2:-}" in
+  "show hostnames") SLURM_CONF=\$T/slurm.conf exec '$REAL_SCONTROL' show hostnames "\$3" ;;
+  "write batch_script")
+    [ -e "\$T/job.sh" ] || { echo "scontrol: error: Job script not specified" >&2; exit 1; }
+    cp "\$T/job.sh" "\$4" && echo "batch script for job \$3 written to \$4" ;;
+  "update JobId=\$SLURM_JOB_ID")
+    case \$3 in AdminComment=*) printf '%s' "\${3#AdminComment=}" >"\$T/admin-comment" ;; esac ;;
+  "requeue \$SLURM_JOB_ID" | "requeuehold \$SLURM_JOB_ID")
+    [ ! -e "\$T/requeue-fails" ] || { echo "Requested operation is presently disabled for job \$2" >&2; exit 1; }
+    echo COMPLETING >"\$T/state" ;;
+  *) echo "scontrol stand-in: unexpected call: \$*" >&2; exit 2 ;;
+esac
+SH
+  cat >"$bin/squeue" <<SH
+#!/bin/sh
+T='$TEST_DIR'
+"\$T/slurm-bin/log-call" squeue "\$@"
+[ "\$1 \$2 \$3" = "-h -j \$SLURM_JOB_ID" ] || { echo "squeue stand-in: unexpected call: \$*" >&2; exit 2; }
+state=\$(cat "\$T/state" 2>/dev/null || echo RUNNING)
+[ "\$state" != invalid ] || { echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; }
+case \$5 in
+  %T) echo "\$state" ;;
+  %j) cat "\$T/name" 2>/dev/null; echo ;;
+  *) echo "squeue stand-in: unexpected format: \$5" >&2; exit 2 ;;
+esac
+SH
+  cat >"$bin/scancel" <<SH
+#!/bin/sh
+'$TEST_DIR/slurm-bin/log-call' scancel "\$@"
+SH
+  cat >"$bin/logger" <<SH
+#!/bin/sh
+'$TEST_DIR/slurm-bin/log-call' logger "\$@"
+eval "msg=\\\${\$#}"
+printf '%s\n' "\$msg" >>'$TEST_DIR/syslog'
+SH
+  chmod 755 "$bin"/*
+}
+
+setup() {
+  common_setup
+  [ -n "$REAL_SCONTROL" ] || skip "needs Slurm's scontrol (show hostnames)"
+  [ -d /usr/local/sbin ] || skip "needs /usr/local/sbin to mount the stand-ins over"
+  U=$(test_user)
+  mkdir -p "$TEST_DIR/pfs" "$TEST_DIR/slurmd"
+  chown "$U" "$TEST_DIR/pfs"
+  runuser -u "$U" -- sh -c "echo input >'$TEST_DIR/pfs/in.dat'"
+  for node in n1 n2; do node_config "$node"; done
+  fake_slurm
+  JOB=10
+  NODELIST='n[1-2]'
+  SCRIPTS=$NODE_SCRIPTS
+}
+
+teardown() {
+  common_teardown
+}
+
+# job_script LINE...: the batch script Slurm holds for the job.
+job_script() {
+  { echo '#!/bin/sh'; printf '%s\n' "$@"; echo 'srun ./app'; } >"$TEST_DIR/job.sh"
+}
+
+# slurmd SCRIPT NODE [VAR=VALUE...]: prolog or epilog as slurmd runs it on NODE for job $JOB of
+# $NODELIST (root, its cwd, stdin /dev/null, its environment and nothing else; no fd 3 of bats),
+# the node's BBKIT_CONFIG unless one is given. Extra variables go after Slurm's (they may
+# replace them).
+slurmd() {
+  local script=$1 node=$2 ctx=prolog_slurmd
+  shift 2
+  [ "$script" = epilog ] && ctx=epilog_slurmd
+  (cd "$TEST_DIR/slurmd" && unshare -m --propagation private sh -c \
+    'mount --bind "$1" /usr/local/sbin || exit 99; shift; exec "$@"' sh "$TEST_DIR/slurm-bin" \
+    env -i SLURM_JOB_ID="$JOB" SLURM_JOBID="$JOB" SLURM_JOB_USER="$U" SLURM_JOB_UID="$(id -u "$U")" \
+    SLURM_JOB_GID="$(id -g "$U")" SLURMD_NODENAME="$node" SLURM_NODELIST="$NODELIST" \
+    SLURM_CLUSTER_NAME=bbkit SLURM_CONF="$TEST_DIR/slurm.conf" SLURM_SCRIPT_CONTEXT=$ctx \
+    BBKIT_CONFIG="$TEST_DIR/$node/bbkit.toml" BBKIT_BINDIR="$BBKIT_BIN" "$@" \
+    "$SCRIPTS/$script" </dev/null 3>&-)
+}
+
+on() {  # on NODE COMMAND...: a tool as it runs on that node
+  local node=$1
+  shift
+  BBKIT_CONFIG=$TEST_DIR/$node/bbkit.toml "$@"
+}
+
+# Slurm's commands the scripts called, one per line (arguments joined by '|'), without the
+# script file's own name.
+calls() { sed "s|$TEST_DIR|T|g" "$TEST_DIR/calls" 2>/dev/null || true; }
+
+@test "a job without directives: the prolog exits 0 and makes nothing, asking Slurm for the script only" {
+  job_script '#SBATCH -N 2'
+  run slurmd prolog n1
+  assert_success
+  assert_output ''
+  run on n1 bb-stat job "$JOB"
+  assert_failure 66
+  [ -z "$(ls -A "$TEST_DIR/n1/nvme/job")" ]
+  run calls
+  refute_output --partial requeue
+  refute_output --partial update
+  refute_output --partial scancel
+  refute_output --partial logger
+  # A job without a batch script (salloc, srun) has no directives.
+  rm "$TEST_DIR/job.sh" "$TEST_DIR/calls"
+  run slurmd prolog n1
+  assert_success
+  assert_output ''
+  run calls
+  assert_output --regexp '^scontrol\|write\|batch_script\|10\|/.*/bbkit-node-prolog\.10\.[^/]*/script$'
+  [ "${#lines[@]}" -eq 1 ]
+}
+
+@test "a job with a buffer: each node's prolog sets up its part with the node's place; the epilog ends it" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB' \
+    "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/in.dat destination=in.dat" \
+    "#BB_LUA stage_out type=directory source=out destination=$TEST_DIR/pfs/res-%x"
+  echo 'sim' >"$TEST_DIR/name"
+  for node in n1 n2; do
+    run slurmd prolog "$node"
+    assert_success
+    assert_output ''
+  done
+  run on n2 bb-stat job "$JOB"
+  assert_success
+  assert_line --regexp '^node: +n2 \(2 of 2 of the job.s nodes\)$'
+  assert_line --regexp '^state: +running$'
+  run on n1 bb-stat job "$JOB"
+  assert_line --regexp '^node: +n1 \(1 of 2 of the job.s nodes\)$'
+  for node in n1 n2; do
+    buf=$(bbdir "$TEST_DIR/$node/nvme/job/main.$JOB.1")
+    [ "$(cat "$buf/in.dat")" = input ]
+    runuser -u "$U" -- sh -c "mkdir '$buf/out' && echo 'result of $node' >'$buf/out/r'"
+  done
+  run calls
+  assert_line "scontrol|show|hostnames|n[1-2]"
+  assert_line "squeue|-h|-j|10|-o|%j"
+  refute_output --partial requeue
+  refute_output --partial update
+  for node in n1 n2; do
+    run slurmd epilog "$node"
+    assert_success
+    assert_output ''
+    run on "$node" bb-stat job "$JOB" --json
+    assert_output --partial '"state": "complete"'
+    run on "$node" bb-pool show nvme --json
+    assert_output --partial '"used": 0'
+  done
+  [ "$(cat "$TEST_DIR/pfs/res-sim/n1/r")" = "result of n1" ]
+  [ "$(cat "$TEST_DIR/pfs/res-sim/n2/r")" = "result of n2" ]
+  run calls
+  refute_output --partial requeue
+  refute_output --partial update
+  refute_output --partial logger
+}
