@@ -12,6 +12,7 @@
 # bbkit.toml and BBKIT_BINDIR the tools under test. The cluster runs: tests/slurm/nodelocal.bats.
 
 load common
+bats_require_minimum_version 1.5.0
 
 NODE_SCRIPTS="$BBKIT_SOURCE_DIR/share/bbkit/standalone/slurm-node"
 [ -n "${BBKIT_BIN_DIR:-}" ] && NODE_SCRIPTS="$BBKIT_BIN_DIR/../share/bbkit/standalone/slurm-node"
@@ -212,4 +213,123 @@ calls() { sed "s|$TEST_DIR|T|g" "$TEST_DIR/calls" 2>/dev/null || true; }
   refute_output --partial requeue
   refute_output --partial update
   refute_output --partial logger
+}
+
+# The last AdminComment set, checked as one line ("bbkit: " and at most 480 bytes after it)
+# starting with PREFIX.
+assert_admin_comment() {
+  local prefix=$1 comment
+  [ -e "$TEST_DIR/admin-comment" ] || fail "no AdminComment was set"
+  comment=$(cat "$TEST_DIR/admin-comment"; echo x)
+  comment=${comment%x}
+  [[ $comment != *$'\n'* ]] || fail "AdminComment of more than one line: $comment"
+  [[ $comment =~ ^bbkit:\ (.*)$ ]] || fail "AdminComment without 'bbkit: ': $comment"
+  [ "$(printf '%s' "${BASH_REMATCH[1]}" | wc -c)" -le 480 ] || fail "AdminComment over 480 bytes after 'bbkit: ': $comment"
+  [[ $comment == "$prefix"* ]] || fail "AdminComment '$comment' does not start with '$prefix'"
+}
+
+@test "a source missing at run time is the job's fault: requeuehold, one-line AdminComment, syslog, exit 0" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB' \
+    "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/gone.dat destination=x"
+  run slurmd prolog n1
+  assert_success
+  assert_output --regexp "^bbkit node prolog: job 10: node n1: bb-stage: .*$TEST_DIR/pfs/gone.dat"
+  [ "${#lines[@]}" -eq 1 ]
+  assert_admin_comment "bbkit: node n1: bb-stage: "
+  run cat "$TEST_DIR/admin-comment"
+  assert_output --partial "$TEST_DIR/pfs/gone.dat"
+  run calls
+  assert_line "scontrol|requeuehold|10"
+  refute_line "scontrol|requeue|10"
+  refute_line --partial scancel
+  assert_line --regexp "^logger\|-t\|bbkit-node-prolog\|-p\|daemon.err\|job 10: node n1: bb-stage: "
+  # The buffer reserved before the failure waits for the Epilog, which Slurm runs after the
+  # requeue, and which ends it.
+  run on n1 bb-stat job 10 --json
+  assert_output --partial '"failure": "staging-in: '
+  run slurmd epilog n1
+  assert_success
+  run on n1 bb-pool show nvme --json
+  assert_output --partial '"used": 0'
+}
+
+@test "a draining pool is the node's fault: the prolog exits 69 (Slurm drains the node), no requeue" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB'
+  on n1 bb-pool drain nvme >/dev/null
+  run slurmd prolog n1
+  assert_failure 69
+  assert_output --regexp "^bbkit node prolog: job 10: node n1: bb-pool: .*draining"
+  assert_admin_comment "bbkit: node n1: bb-pool: "
+  run calls
+  refute_output --partial requeue
+  refute_output --partial scancel
+  # The other node's pool is up: its part is set up.
+  run slurmd prolog n2
+  assert_success
+  run on n2 bb-stat job 10 --json
+  assert_output --partial '"state": "running"'
+}
+
+@test "short of space now (75): requeue without a hold, exit 0; a job Slurm will not requeue is cancelled" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB'
+  printf '#!/bin/sh\n#BB_LUA pool=nvme capacity=60MiB\n' >"$TEST_DIR/big.sh"
+  on n1 bb-pool alloc --job 11 --user "$U" --script "$TEST_DIR/big.sh" --node n1 --nodes n1 >/dev/null
+  run slurmd prolog n1
+  assert_success
+  assert_admin_comment "bbkit: node n1: bb-pool: "
+  run calls
+  assert_line "scontrol|requeue|10"
+  refute_line "scontrol|requeuehold|10"
+  refute_output --partial scancel
+  run on n1 bb-stat job 10
+  assert_failure 66
+  # sbatch --no-requeue: the requeue is refused while the job still waits: scancel.
+  rm "$TEST_DIR/calls" "$TEST_DIR/state"
+  touch "$TEST_DIR/requeue-fails"
+  run slurmd prolog n1
+  assert_success
+  assert_output --partial "requeue: Requested operation is presently disabled for job 10"
+  run calls
+  assert_line "scontrol|requeue|10"
+  assert_line "scancel|10"
+}
+
+@test "a job that is no longer running (COMPLETING, CANCELLED, gone) when the begin fails is left alone" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB' \
+    "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/gone.dat destination=x"
+  for state in COMPLETING CANCELLED PENDING invalid; do
+    rm -f "$TEST_DIR/calls"
+    echo "$state" >"$TEST_DIR/state"
+    run slurmd prolog n1
+    assert_success
+    [ "$state" = invalid ] && state=gone
+    assert_output --regexp "^bbkit node prolog: job 10 is $state on n1: bb-stage: "
+    run calls
+    refute_output --partial requeue
+    refute_output --partial update
+    refute_output --partial scancel
+    slurmd epilog n1
+  done
+  assert_not_exist "$TEST_DIR/admin-comment"
+}
+
+@test "bbkit-job missing (127) or not executable (126): the node is broken, prolog and epilog fail" {
+  # A copy of the installed scripts, without bbkit-job beside them, then with one that cannot run.
+  local tree=$TEST_DIR/tree/share/bbkit/standalone
+  mkdir -p "$tree/slurm-node"
+  cp "$NODE_SCRIPTS/prolog" "$NODE_SCRIPTS/epilog" "$tree/slurm-node/"
+  SCRIPTS=$tree/slurm-node
+  job_script '#BB_LUA pool=nvme capacity=8MiB'
+  for code in 127 126; do
+    [ "$code" = 126 ] && install -m 644 "$NODE_SCRIPTS/../bbkit-job" "$tree/bbkit-job"
+    rm -f "$TEST_DIR/calls" "$TEST_DIR/admin-comment"
+    run "-$code" slurmd prolog n1
+    assert_admin_comment "bbkit: node n1: "
+    run calls
+    refute_output --partial requeue
+    run "-$code" slurmd epilog n1
+    assert_failure "$status"
+    assert_output --partial "bbkit node epilog: job 10: node n1: "
+    assert_admin_comment "bbkit: node n1: "
+  done
 }
