@@ -333,3 +333,51 @@ assert_admin_comment() {
     assert_admin_comment "bbkit: node n1: "
   done
 }
+
+# Nothing on any node: no buffer, no record, and no file a shell would have made.
+assert_nothing_made() {
+  local node
+  for node in n1 n2; do
+    [ -z "$(ls -A "$TEST_DIR/$node/nvme/job")" ] || fail "a buffer on $node: $(ls -A "$TEST_DIR/$node/nvme/job")"
+    run on "$node" bb-stat job "$JOB"
+    assert_failure 66
+  done
+  [ -z "$(ls -A "$TEST_DIR/slurmd")" ] || fail "made in slurmd's cwd: $(ls -A "$TEST_DIR/slurmd")"
+  assert_not_exist "$TEST_DIR/pwned"
+}
+
+@test "hostile SLURMD_NODENAME: never run, never a path; the job held with one line; nothing made" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB'
+  local long
+  long=$(printf 'x%.0s' $(seq 600))
+  while IFS='|' read -r node message; do
+    node=${node//\\n/$'\n'}
+    rm -f "$TEST_DIR/calls" "$TEST_DIR/admin-comment" "$TEST_DIR/state"
+    run slurmd prolog "$node" BBKIT_CONFIG="$TEST_DIR/n1/bbkit.toml"
+    assert_success
+    assert_admin_comment "bbkit: node "
+    run cat "$TEST_DIR/admin-comment"
+    assert_output --partial "bbkit-job: $message"
+    run calls
+    assert_line "scontrol|requeuehold|10"
+    assert_nothing_made
+  done <<EOF2
+n1;touch ../pwned|invalid node name 'n1;touch ../pwned'
+n1\$(touch ../pwned)|invalid node name 'n1\$(touch ../pwned)'
+n1\`touch ../pwned\`|invalid node name 'n1\`touch ../pwned\`'
+..|invalid node name '..'
+../n1|invalid node name '../n1'
+n1/../n2|invalid node name 'n1/../n2'
+n1\nn2|invalid node name 'n1 n2'
+n3|node 'n3' is not in --nodes
+EOF2
+  # A name of 1201 bytes with a newline: the AdminComment stays one line of 480 bytes.
+  rm -f "$TEST_DIR/calls" "$TEST_DIR/admin-comment" "$TEST_DIR/state"
+  run slurmd prolog "$long"$'\n'"$long" BBKIT_CONFIG="$TEST_DIR/n1/bbkit.toml"
+  assert_success
+  assert_admin_comment "bbkit: node ${long:0:475}"
+  [ "$(wc -c <"$TEST_DIR/admin-comment")" -eq $((7 + 480)) ]
+  run calls
+  assert_line "scontrol|requeuehold|10"
+  assert_nothing_made
+}
