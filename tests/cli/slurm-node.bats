@@ -381,3 +381,185 @@ EOF2
   assert_line "scontrol|requeuehold|10"
   assert_nothing_made
 }
+
+@test "hostile SLURM_NODELIST: Slurm expands it, bbkit-job refuses what is not a node list; the job held, nothing made" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB'
+  while IFS='|' read -r list message; do
+    NODELIST=${list//\\n/$'\n'}
+    rm -f "$TEST_DIR/calls" "$TEST_DIR/admin-comment" "$TEST_DIR/state"
+    run slurmd prolog n1
+    assert_success
+    assert_admin_comment "bbkit: node n1: "
+    run cat "$TEST_DIR/admin-comment"
+    assert_output --partial "$message"
+    run calls
+    assert_line "scontrol|requeuehold|10"
+    assert_nothing_made
+  done <<EOF2
+n[1-2];touch ../pwned|scontrol show hostnames n[1-2];touch ../pwned failed
+n[1-2]\$(touch ../pwned)|scontrol show hostnames n[1-2]\$(touch ../pwned) failed
+n1,..|bbkit-job: invalid node name '..'
+n1,../n2|bbkit-job: invalid node name '../n2'
+n1,n2/../n1|bbkit-job: invalid node name 'n2/../n1'
+n[1-2]\nn3|scontrol show hostnames n[1-2] n3 failed
+n[2-3]|bbkit-job: node 'n1' is not in --nodes
+n[1-2],n1|bbkit-job: node 'n1' is twice in --nodes
+EOF2
+}
+
+@test "a job of 5000 nodes: the prolog gives this node its place at once" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB'
+  NODELIST='n[1-5000]'
+  local start end
+  start=$(date +%s%N)
+  run slurmd prolog n4321 BBKIT_CONFIG="$TEST_DIR/n1/bbkit.toml"
+  end=$(date +%s%N)
+  assert_success
+  echo "# prolog of a 5000-node job: $(((end - start) / 1000000)) ms" >&3
+  [ $(((end - start) / 1000000000)) -lt 30 ]
+  run on n1 bb-stat job 10
+  assert_line --regexp '^node: +n4321 \(4321 of 5000 of the job.s nodes\)$'
+  start=$(date +%s%N)
+  run slurmd epilog n4321 BBKIT_CONFIG="$TEST_DIR/n1/bbkit.toml"
+  end=$(date +%s%N)
+  assert_success
+  echo "# epilog: $(((end - start) / 1000000)) ms" >&3
+  # One node too many is refused before anything is reserved.
+  NODELIST='n[1-5000],n4321'
+  run slurmd prolog n4321 BBKIT_CONFIG="$TEST_DIR/n1/bbkit.toml"
+  assert_success
+  run cat "$TEST_DIR/admin-comment"
+  assert_output "bbkit: node n4321: bbkit-job: node 'n4321' is twice in --nodes"
+}
+
+@test "a hostile job name reaches bb-pool as one argument, never run; one a directive cannot hold is refused" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB'
+  printf '%s' $'it\'s "x" $(touch ../pwned) `touch ../pwned`;touch ../pwned\nline 2' >"$TEST_DIR/name"
+  run slurmd prolog n1
+  assert_success
+  run on n1 bb-stat job 10 --json
+  assert_output --partial '"state": "running"'
+  assert_not_exist "$TEST_DIR/pwned"
+  [ -z "$(ls -A "$TEST_DIR/slurmd")" ]
+  slurmd epilog n1
+  # %x in a path: the name's newline cannot be written back into a directive line.
+  JOB=11
+  job_script '#BB_LUA pool=nvme capacity=8MiB' \
+    "#BB_LUA stage_out type=directory source=out destination=$TEST_DIR/pfs/%x"
+  run slurmd prolog n1
+  assert_success
+  assert_admin_comment "bbkit: node n1: bb-"
+  run cat "$TEST_DIR/admin-comment"
+  assert_output --partial "holds a control character"
+  run calls
+  assert_line "scontrol|requeuehold|11"
+  assert_not_exist "$TEST_DIR/pwned"
+  run on n1 bb-stat job 11
+  assert_failure 66
+}
+
+@test "PATH and IFS from the environment are not used" {
+  # Every command the scripts run, as an impostor that only logs its call.
+  mkdir "$TEST_DIR/evil"
+  for cmd in scontrol squeue scancel logger mktemp readlink dirname rm tr head tail paste wc \
+    sleep kill cat setsid sh env printf echo id sudo bb-parse bb-pool bb-stage bb-stat; do
+    printf '#!/bin/sh\necho "%s $*" >>%s/evil-calls\nexit 1\n' "$cmd" "$TEST_DIR" >"$TEST_DIR/evil/$cmd"
+  done
+  chmod 755 "$TEST_DIR"/evil/*
+  job_script '#BB_LUA pool=nvme capacity=8MiB' \
+    "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/in.dat destination=in.dat"
+  run slurmd prolog n2 PATH="$TEST_DIR/evil" IFS='/,n0123456789 '
+  assert_success
+  assert_output ''
+  run on n2 bb-stat job 10
+  assert_line --regexp '^node: +n2 \(2 of 2 of the job.s nodes\)$'
+  assert_line --regexp '^state: +running$'
+  run slurmd epilog n2 PATH="$TEST_DIR/evil" IFS='/,n0123456789 '
+  assert_success
+  run on n2 bb-stat job 10 --json
+  assert_output --partial '"state": "complete"'
+  assert_not_exist "$TEST_DIR/evil-calls"
+}
+
+@test "a hostile directive path in the batch script: refused or read as the user, the job held, nothing copied" {
+  while IFS='|' read -r line message; do
+    rm -f "$TEST_DIR/calls" "$TEST_DIR/admin-comment" "$TEST_DIR/state"
+    job_script '#BB_LUA pool=nvme capacity=8MiB' "$line"
+    run slurmd prolog n1
+    assert_success
+    assert_admin_comment "bbkit: node n1: bb-"
+    run cat "$TEST_DIR/admin-comment"
+    assert_output --partial "$message"
+    run calls
+    assert_line "scontrol|requeuehold|10"
+    assert_not_exist "$TEST_DIR/pwned"
+    [ -z "$(ls -A "$TEST_DIR/slurmd")" ]
+    [ -z "$(find "$TEST_DIR/n1/nvme/job" -name secret)" ]
+    slurmd epilog n1
+    run on n1 bb-pool show nvme --json
+    assert_output --partial '"used": 0'
+  done <<EOF2
+#BB_LUA stage_in type=file source=/etc/shadow destination=secret|cannot read: Permission denied
+#BB_LUA stage_in type=file source=$TEST_DIR/pfs/in.dat destination=../../../secret|bb-parse: script line 3: destination '../../../secret' is outside the buffer
+#BB_LUA stage_in type=file source=$TEST_DIR/pfs/\$(touch ../pwned) destination=secret|pwned
+EOF2
+}
+
+@test "a long message: the AdminComment is one line of 480 bytes after 'bbkit: '" {
+  local deep
+  deep=$TEST_DIR/pfs/$(printf 'd%.0s' $(seq 200))/$(printf 'e%.0s' $(seq 200))/$(printf 'f%.0s' $(seq 200))
+  job_script '#BB_LUA pool=nvme capacity=8MiB' "#BB_LUA stage_in type=file source=$deep/x destination=x"
+  run slurmd prolog n1
+  assert_success
+  assert_admin_comment "bbkit: node n1: bb-stage: "
+  [ "$(wc -c <"$TEST_DIR/admin-comment")" -eq $((7 + 480)) ]
+  run calls
+  assert_line "scontrol|requeuehold|10"
+}
+
+@test "epilog: a failed stage-out is the job's (exit 0, buffer and data kept, logged); 69 and 78 drain the node; no buffer costs nothing" {
+  # No buffer on this node: no call to Slurm, nothing written.
+  run slurmd epilog n1
+  assert_success
+  assert_output ''
+  assert_not_exist "$TEST_DIR/calls"
+  [ -z "$(ls -A "$TEST_DIR/n1/nvme/job")" ]
+
+  mkdir -m 755 "$TEST_DIR/locked"
+  job_script '#BB_LUA pool=nvme capacity=8MiB' \
+    "#BB_LUA stage_out type=directory source=out destination=$TEST_DIR/locked/res"
+  slurmd prolog n1
+  buf=$(bbdir "$TEST_DIR/n1/nvme/job/main.10.1")
+  runuser -u "$U" -- sh -c "mkdir '$buf/out' && echo result >'$buf/out/r'"
+  run slurmd epilog n1
+  assert_success
+  assert_output --regexp "^bbkit node epilog: job 10: node n1: bb-stage: .*permission denied.* \(buffer and data kept\)$"
+  [ "$(cat "$buf/out/r")" = result ]
+  assert_admin_comment "bbkit: node n1: bb-stage: "
+  run calls
+  assert_line --regexp "^logger\|-t\|bbkit-node-epilog\|-p\|daemon.err\|job 10: node n1: bb-stage: "
+  run on n1 bb-stat job 10
+  assert_output --regexp "failure: +[0-9T:-]+ staging-out: "
+
+  # 78: this node's bbkit.toml is broken; the buffer stays.
+  cp "$TEST_DIR/n1/bbkit.toml" "$TEST_DIR/n1/good.toml"
+  echo 'this is not toml' >>"$TEST_DIR/n1/bbkit.toml"
+  run slurmd epilog n1
+  assert_failure 78
+  assert_output --partial "(buffer and data kept)"
+  cp "$TEST_DIR/n1/good.toml" "$TEST_DIR/n1/bbkit.toml"
+  # 69: the pool is not mounted (its directory gone).
+  mv "$TEST_DIR/n1/nvme" "$TEST_DIR/n1/nvme.away"
+  run slurmd epilog n1
+  assert_failure 69
+  mv "$TEST_DIR/n1/nvme.away" "$TEST_DIR/n1/nvme"
+  [ "$(cat "$buf/out/r")" = result ]
+  # Delivered by an admin, the next end finishes.
+  chown "$U" "$TEST_DIR/locked"
+  on n1 bb-stage out --retry --job 10 >/dev/null
+  run slurmd epilog n1
+  assert_success
+  [ "$(cat "$TEST_DIR/locked/res/n1/r")" = result ]
+  run on n1 bb-pool show nvme --json
+  assert_output --partial '"used": 0'
+}
