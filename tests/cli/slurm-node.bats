@@ -547,6 +547,10 @@ EOF2
   run slurmd epilog n1
   assert_failure 78
   assert_output --partial "(buffer and data kept)"
+  # A node name with a newline: the AdminComment is still one line.
+  run slurmd epilog $'n1\nn1' BBKIT_CONFIG="$TEST_DIR/n1/bbkit.toml"
+  assert_failure 78
+  assert_admin_comment "bbkit: node n1 n1: bb-"
   cp "$TEST_DIR/n1/good.toml" "$TEST_DIR/n1/bbkit.toml"
   # 69: the pool is not mounted (its directory gone).
   mv "$TEST_DIR/n1/nvme" "$TEST_DIR/n1/nvme.away"
