@@ -1,0 +1,569 @@
+#!/usr/bin/env bats
+# The node scripts of node-local pools (share/bbkit/standalone/slurm-node/prolog and epilog;
+# bbkit(7), NODE-LOCAL POOLS) as slurmd runs them, without a Slurm cluster: each node of the job
+# is a directory of its own (bbkit.toml, state directory, pool, as tests/cli/nodelocal.bats), the
+# real tools and bbkit-job run against it, and Slurm's commands are stand-ins that answer from
+# files and log their calls. The scripts set their own PATH, so the stand-ins cannot come first
+# on the caller's PATH: each script runs in a mount namespace of its own where they are
+# bind-mounted over /usr/local/sbin, the first directory of that PATH (nothing changes outside
+# the namespace). `scontrol show hostnames` is Slurm's own scontrol, reading a slurm.conf that
+# names no reachable controller (it expands the list locally). The environment is the one
+# slurmd builds (no PATH, SLURM_NODELIST compressed), plus BBKIT_CONFIG naming the node's
+# bbkit.toml and BBKIT_BINDIR the tools under test. The cluster runs: tests/slurm/nodelocal.bats.
+
+load common
+bats_require_minimum_version 1.5.0
+
+NODE_SCRIPTS="$BBKIT_SOURCE_DIR/share/bbkit/standalone/slurm-node"
+[ -n "${BBKIT_BIN_DIR:-}" ] && NODE_SCRIPTS="$BBKIT_BIN_DIR/../share/bbkit/standalone/slurm-node"
+REAL_SCONTROL=$(command -v scontrol || true)
+
+# node_config NODE: node NODE's bbkit.toml, pool and state directory in $TEST_DIR/NODE.
+node_config() {
+  local dir=$TEST_DIR/$1
+  mkdir -p "$dir/nvme"
+  cat >"$dir/bbkit.toml" <<TOML
+state_dir = "$dir/state"
+mode = "standalone"
+allow_root = true
+default_pool = "nvme"
+[[pool]]
+name = "nvme"
+path = "$dir/nvme"
+capacity = "64MiB"
+granularity = "1MiB"
+node_local = true
+TOML
+  BBKIT_CONFIG=$dir/bbkit.toml bb-pool init nvme >/dev/null
+}
+
+# The stand-ins for Slurm's commands, in $TEST_DIR/slurm-bin. Every call is logged to
+# $TEST_DIR/calls, one line each (its arguments joined by '|'). Control files in $TEST_DIR:
+#   job.sh          what `scontrol write batch_script` writes (absent: "Job script not specified")
+#   state           the job's state for `squeue -o %T` (default RUNNING; "invalid": Invalid job id)
+#   name            the job's name for `squeue -o %j`
+#   requeue-fails   `scontrol requeue` and `requeuehold` fail
+# `scontrol update` keeps the last AdminComment, byte for byte, in $TEST_DIR/admin-comment;
+# logger keeps its message in $TEST_DIR/syslog.
+fake_slurm() {
+  local bin=$TEST_DIR/slurm-bin
+  mkdir -p "$bin"
+  printf '%s\n' 'ClusterName=bbkit' 'SlurmctldHost=localhost(127.0.0.1)' 'SlurmctldPort=1' \
+    'NodeName=n1 CPUs=1' 'PartitionName=p Nodes=n1 Default=YES' >"$TEST_DIR/slurm.conf"
+  cat >"$bin/log-call" <<SH
+#!/bin/sh
+# Logs one call: its name and arguments joined by '|'.
+{ printf '%s' "\$1"; shift; for a in "\$@"; do printf '|%s' "\$a"; done; echo; } >>"$TEST_DIR/calls"
+SH
+  cat >"$bin/scontrol" <<SH
+#!/bin/sh
+T='$TEST_DIR'
+"\$T/slurm-bin/log-call" scontrol "\$@"
+case "\$1 \${2:-}" in
+  "show hostnames") SLURM_CONF=\$T/slurm.conf exec '$REAL_SCONTROL' show hostnames "\$3" ;;
+  "write batch_script")
+    [ -e "\$T/job.sh" ] || { echo "scontrol: error: Job script not specified" >&2; exit 1; }
+    cp "\$T/job.sh" "\$4" && echo "batch script for job \$3 written to \$4" ;;
+  "update JobId=\$SLURM_JOB_ID")
+    case \$3 in AdminComment=*) printf '%s' "\${3#AdminComment=}" >"\$T/admin-comment" ;; esac ;;
+  "requeue \$SLURM_JOB_ID" | "requeuehold \$SLURM_JOB_ID")
+    [ ! -e "\$T/requeue-fails" ] || { echo "Requested operation is presently disabled for job \$2" >&2; exit 1; }
+    echo COMPLETING >"\$T/state" ;;
+  *) echo "scontrol stand-in: unexpected call: \$*" >&2; exit 2 ;;
+esac
+SH
+  cat >"$bin/squeue" <<SH
+#!/bin/sh
+T='$TEST_DIR'
+"\$T/slurm-bin/log-call" squeue "\$@"
+[ "\$1 \$2 \$3" = "-h -j \$SLURM_JOB_ID" ] || { echo "squeue stand-in: unexpected call: \$*" >&2; exit 2; }
+state=\$(cat "\$T/state" 2>/dev/null || echo RUNNING)
+[ "\$state" != invalid ] || { echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; }
+case \$5 in
+  %T) echo "\$state" ;;
+  %j) cat "\$T/name" 2>/dev/null; echo ;;
+  *) echo "squeue stand-in: unexpected format: \$5" >&2; exit 2 ;;
+esac
+SH
+  cat >"$bin/scancel" <<SH
+#!/bin/sh
+'$TEST_DIR/slurm-bin/log-call' scancel "\$@"
+SH
+  cat >"$bin/logger" <<SH
+#!/bin/sh
+'$TEST_DIR/slurm-bin/log-call' logger "\$@"
+eval "msg=\\\${\$#}"
+printf '%s\n' "\$msg" >>'$TEST_DIR/syslog'
+SH
+  chmod 755 "$bin"/*
+}
+
+setup() {
+  common_setup
+  [ -n "$REAL_SCONTROL" ] || skip "needs Slurm's scontrol (show hostnames)"
+  [ -d /usr/local/sbin ] || skip "needs /usr/local/sbin to mount the stand-ins over"
+  U=$(test_user)
+  mkdir -p "$TEST_DIR/pfs" "$TEST_DIR/slurmd"
+  chown "$U" "$TEST_DIR/pfs"
+  runuser -u "$U" -- sh -c "echo input >'$TEST_DIR/pfs/in.dat'"
+  for node in n1 n2; do node_config "$node"; done
+  fake_slurm
+  JOB=10
+  NODELIST='n[1-2]'
+  SCRIPTS=$NODE_SCRIPTS
+}
+
+teardown() {
+  common_teardown
+}
+
+# job_script LINE...: the batch script Slurm holds for the job.
+job_script() {
+  { echo '#!/bin/sh'; printf '%s\n' "$@"; echo 'srun ./app'; } >"$TEST_DIR/job.sh"
+}
+
+# slurmd SCRIPT NODE [VAR=VALUE...]: prolog or epilog as slurmd runs it on NODE for job $JOB of
+# $NODELIST (root, its cwd, stdin /dev/null, its environment and nothing else; no fd 3 of bats),
+# the node's BBKIT_CONFIG unless one is given. Extra variables go after Slurm's (they may
+# replace them).
+slurmd() {
+  local script=$1 node=$2 ctx=prolog_slurmd
+  shift 2
+  [ "$script" = epilog ] && ctx=epilog_slurmd
+  (cd "$TEST_DIR/slurmd" && unshare -m --propagation private sh -c \
+    'mount --bind "$1" /usr/local/sbin || exit 99; shift; exec "$@"' sh "$TEST_DIR/slurm-bin" \
+    env -i SLURM_JOB_ID="$JOB" SLURM_JOBID="$JOB" SLURM_JOB_USER="$U" SLURM_JOB_UID="$(id -u "$U")" \
+    SLURM_JOB_GID="$(id -g "$U")" SLURMD_NODENAME="$node" SLURM_NODELIST="$NODELIST" \
+    SLURM_CLUSTER_NAME=bbkit SLURM_CONF="$TEST_DIR/slurm.conf" SLURM_SCRIPT_CONTEXT=$ctx \
+    BBKIT_CONFIG="$TEST_DIR/$node/bbkit.toml" BBKIT_BINDIR="$BBKIT_BIN" "$@" \
+    "$SCRIPTS/$script" </dev/null 3>&-)
+}
+
+on() {  # on NODE COMMAND...: a tool as it runs on that node
+  local node=$1
+  shift
+  BBKIT_CONFIG=$TEST_DIR/$node/bbkit.toml "$@"
+}
+
+# Slurm's commands the scripts called, one per line (arguments joined by '|'), without the
+# script file's own name.
+calls() { sed "s|$TEST_DIR|T|g" "$TEST_DIR/calls" 2>/dev/null || true; }
+
+@test "a job without directives: the prolog exits 0 and makes nothing, asking Slurm for the script only" {
+  job_script '#SBATCH -N 2'
+  run slurmd prolog n1
+  assert_success
+  assert_output ''
+  run on n1 bb-stat job "$JOB"
+  assert_failure 66
+  [ -z "$(ls -A "$TEST_DIR/n1/nvme/job")" ]
+  run calls
+  refute_output --partial requeue
+  refute_output --partial update
+  refute_output --partial scancel
+  refute_output --partial logger
+  # A job without a batch script (salloc, srun) has no directives.
+  rm "$TEST_DIR/job.sh" "$TEST_DIR/calls"
+  run slurmd prolog n1
+  assert_success
+  assert_output ''
+  run calls
+  assert_output --regexp '^scontrol\|write\|batch_script\|10\|/.*/bbkit-node-prolog\.10\.[^/]*/script$'
+  [ "${#lines[@]}" -eq 1 ]
+}
+
+@test "a job with a buffer: each node's prolog sets up its part with the node's place; the epilog ends it" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB' \
+    "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/in.dat destination=in.dat" \
+    "#BB_LUA stage_out type=directory source=out destination=$TEST_DIR/pfs/res-%x"
+  echo 'sim' >"$TEST_DIR/name"
+  for node in n1 n2; do
+    run slurmd prolog "$node"
+    assert_success
+    assert_output ''
+  done
+  run on n2 bb-stat job "$JOB"
+  assert_success
+  assert_line --regexp '^node: +n2 \(2 of 2 of the job.s nodes\)$'
+  assert_line --regexp '^state: +running$'
+  run on n1 bb-stat job "$JOB"
+  assert_line --regexp '^node: +n1 \(1 of 2 of the job.s nodes\)$'
+  for node in n1 n2; do
+    buf=$(bbdir "$TEST_DIR/$node/nvme/job/main.$JOB.1")
+    [ "$(cat "$buf/in.dat")" = input ]
+    runuser -u "$U" -- sh -c "mkdir '$buf/out' && echo 'result of $node' >'$buf/out/r'"
+  done
+  run calls
+  assert_line "scontrol|show|hostnames|n[1-2]"
+  assert_line "squeue|-h|-j|10|-o|%j"
+  refute_output --partial requeue
+  refute_output --partial update
+  for node in n1 n2; do
+    run slurmd epilog "$node"
+    assert_success
+    assert_output ''
+    run on "$node" bb-stat job "$JOB" --json
+    assert_output --partial '"state": "complete"'
+    run on "$node" bb-pool show nvme --json
+    assert_output --partial '"used": 0'
+  done
+  [ "$(cat "$TEST_DIR/pfs/res-sim/n1/r")" = "result of n1" ]
+  [ "$(cat "$TEST_DIR/pfs/res-sim/n2/r")" = "result of n2" ]
+  run calls
+  refute_output --partial requeue
+  refute_output --partial update
+  refute_output --partial logger
+}
+
+# The last AdminComment set, checked as one line ("bbkit: " and at most 480 bytes after it)
+# starting with PREFIX.
+assert_admin_comment() {
+  local prefix=$1 comment
+  [ -e "$TEST_DIR/admin-comment" ] || fail "no AdminComment was set"
+  comment=$(cat "$TEST_DIR/admin-comment"; echo x)
+  comment=${comment%x}
+  [[ $comment != *$'\n'* ]] || fail "AdminComment of more than one line: $comment"
+  [[ $comment =~ ^bbkit:\ (.*)$ ]] || fail "AdminComment without 'bbkit: ': $comment"
+  [ "$(printf '%s' "${BASH_REMATCH[1]}" | wc -c)" -le 480 ] || fail "AdminComment over 480 bytes after 'bbkit: ': $comment"
+  [[ $comment == "$prefix"* ]] || fail "AdminComment '$comment' does not start with '$prefix'"
+}
+
+@test "a source missing at run time is the job's fault: requeuehold, one-line AdminComment, syslog, exit 0" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB' \
+    "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/gone.dat destination=x"
+  run slurmd prolog n1
+  assert_success
+  assert_output --regexp "^bbkit node prolog: job 10: node n1: bb-stage: .*$TEST_DIR/pfs/gone.dat"
+  [ "${#lines[@]}" -eq 1 ]
+  assert_admin_comment "bbkit: node n1: bb-stage: "
+  run cat "$TEST_DIR/admin-comment"
+  assert_output --partial "$TEST_DIR/pfs/gone.dat"
+  run calls
+  assert_line "scontrol|requeuehold|10"
+  refute_line "scontrol|requeue|10"
+  refute_line --partial scancel
+  assert_line --regexp "^logger\|-t\|bbkit-node-prolog\|-p\|daemon.err\|job 10: node n1: bb-stage: "
+  # The buffer reserved before the failure waits for the Epilog, which Slurm runs after the
+  # requeue, and which ends it.
+  run on n1 bb-stat job 10 --json
+  assert_output --partial '"failure": "staging-in: '
+  run slurmd epilog n1
+  assert_success
+  run on n1 bb-pool show nvme --json
+  assert_output --partial '"used": 0'
+}
+
+@test "a draining pool is the node's fault: the prolog exits 69 (Slurm drains the node), no requeue" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB'
+  on n1 bb-pool drain nvme >/dev/null
+  run slurmd prolog n1
+  assert_failure 69
+  assert_output --regexp "^bbkit node prolog: job 10: node n1: bb-pool: .*draining"
+  assert_admin_comment "bbkit: node n1: bb-pool: "
+  run calls
+  refute_output --partial requeue
+  refute_output --partial scancel
+  # The other node's pool is up: its part is set up.
+  run slurmd prolog n2
+  assert_success
+  run on n2 bb-stat job 10 --json
+  assert_output --partial '"state": "running"'
+}
+
+@test "short of space now (75): requeue without a hold, exit 0; a job Slurm will not requeue is cancelled" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB'
+  printf '#!/bin/sh\n#BB_LUA pool=nvme capacity=60MiB\n' >"$TEST_DIR/big.sh"
+  on n1 bb-pool alloc --job 11 --user "$U" --script "$TEST_DIR/big.sh" --node n1 --nodes n1 >/dev/null
+  run slurmd prolog n1
+  assert_success
+  assert_admin_comment "bbkit: node n1: bb-pool: "
+  run calls
+  assert_line "scontrol|requeue|10"
+  refute_line "scontrol|requeuehold|10"
+  refute_output --partial scancel
+  run on n1 bb-stat job 10
+  assert_failure 66
+  # sbatch --no-requeue: the requeue is refused while the job still waits: scancel.
+  rm "$TEST_DIR/calls" "$TEST_DIR/state"
+  touch "$TEST_DIR/requeue-fails"
+  run slurmd prolog n1
+  assert_success
+  assert_output --partial "requeue: Requested operation is presently disabled for job 10"
+  run calls
+  assert_line "scontrol|requeue|10"
+  assert_line "scancel|10"
+}
+
+@test "a job that is no longer running (COMPLETING, CANCELLED, gone) when the begin fails is left alone" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB' \
+    "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/gone.dat destination=x"
+  for state in COMPLETING CANCELLED PENDING invalid; do
+    rm -f "$TEST_DIR/calls"
+    echo "$state" >"$TEST_DIR/state"
+    run slurmd prolog n1
+    assert_success
+    [ "$state" = invalid ] && state=gone
+    assert_output --regexp "^bbkit node prolog: job 10 is $state on n1: bb-stage: "
+    run calls
+    refute_output --partial requeue
+    refute_output --partial update
+    refute_output --partial scancel
+    slurmd epilog n1
+  done
+  assert_not_exist "$TEST_DIR/admin-comment"
+}
+
+@test "bbkit-job missing (127) or not executable (126): the node is broken, prolog and epilog fail" {
+  # A copy of the installed scripts, without bbkit-job beside them, then with one that cannot run.
+  local tree=$TEST_DIR/tree/share/bbkit/standalone
+  mkdir -p "$tree/slurm-node"
+  cp "$NODE_SCRIPTS/prolog" "$NODE_SCRIPTS/epilog" "$tree/slurm-node/"
+  SCRIPTS=$tree/slurm-node
+  job_script '#BB_LUA pool=nvme capacity=8MiB'
+  for code in 127 126; do
+    [ "$code" = 126 ] && install -m 644 "$NODE_SCRIPTS/../bbkit-job" "$tree/bbkit-job"
+    rm -f "$TEST_DIR/calls" "$TEST_DIR/admin-comment"
+    run "-$code" slurmd prolog n1
+    assert_admin_comment "bbkit: node n1: "
+    run calls
+    refute_output --partial requeue
+    run "-$code" slurmd epilog n1
+    assert_failure "$status"
+    assert_output --partial "bbkit node epilog: job 10: node n1: "
+    assert_admin_comment "bbkit: node n1: "
+  done
+}
+
+# Nothing on any node: no buffer, no record, and no file a shell would have made.
+assert_nothing_made() {
+  local node
+  for node in n1 n2; do
+    [ -z "$(ls -A "$TEST_DIR/$node/nvme/job")" ] || fail "a buffer on $node: $(ls -A "$TEST_DIR/$node/nvme/job")"
+    run on "$node" bb-stat job "$JOB"
+    assert_failure 66
+  done
+  [ -z "$(ls -A "$TEST_DIR/slurmd")" ] || fail "made in slurmd's cwd: $(ls -A "$TEST_DIR/slurmd")"
+  assert_not_exist "$TEST_DIR/pwned"
+}
+
+@test "hostile SLURMD_NODENAME: never run, never a path; the job held with one line; nothing made" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB'
+  local long
+  long=$(printf 'x%.0s' $(seq 600))
+  while IFS='|' read -r node message; do
+    node=${node//\\n/$'\n'}
+    rm -f "$TEST_DIR/calls" "$TEST_DIR/admin-comment" "$TEST_DIR/state"
+    run slurmd prolog "$node" BBKIT_CONFIG="$TEST_DIR/n1/bbkit.toml"
+    assert_success
+    assert_admin_comment "bbkit: node "
+    run cat "$TEST_DIR/admin-comment"
+    assert_output --partial "bbkit-job: $message"
+    run calls
+    assert_line "scontrol|requeuehold|10"
+    assert_nothing_made
+  done <<EOF2
+n1;touch ../pwned|invalid node name 'n1;touch ../pwned'
+n1\$(touch ../pwned)|invalid node name 'n1\$(touch ../pwned)'
+n1\`touch ../pwned\`|invalid node name 'n1\`touch ../pwned\`'
+..|invalid node name '..'
+../n1|invalid node name '../n1'
+n1/../n2|invalid node name 'n1/../n2'
+n1\nn2|invalid node name 'n1 n2'
+n3|node 'n3' is not in --nodes
+EOF2
+  # A name of 1201 bytes with a newline: the AdminComment stays one line of 480 bytes.
+  rm -f "$TEST_DIR/calls" "$TEST_DIR/admin-comment" "$TEST_DIR/state"
+  run slurmd prolog "$long"$'\n'"$long" BBKIT_CONFIG="$TEST_DIR/n1/bbkit.toml"
+  assert_success
+  assert_admin_comment "bbkit: node ${long:0:475}"
+  [ "$(wc -c <"$TEST_DIR/admin-comment")" -eq $((7 + 480)) ]
+  run calls
+  assert_line "scontrol|requeuehold|10"
+  assert_nothing_made
+}
+
+@test "hostile SLURM_NODELIST: Slurm expands it, bbkit-job refuses what is not a node list; the job held, nothing made" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB'
+  while IFS='|' read -r list message; do
+    NODELIST=${list//\\n/$'\n'}
+    rm -f "$TEST_DIR/calls" "$TEST_DIR/admin-comment" "$TEST_DIR/state"
+    run slurmd prolog n1
+    assert_success
+    assert_admin_comment "bbkit: node n1: "
+    run cat "$TEST_DIR/admin-comment"
+    assert_output --partial "$message"
+    run calls
+    assert_line "scontrol|requeuehold|10"
+    assert_nothing_made
+  done <<EOF2
+n[1-2];touch ../pwned|scontrol show hostnames n[1-2];touch ../pwned failed
+n[1-2]\$(touch ../pwned)|scontrol show hostnames n[1-2]\$(touch ../pwned) failed
+n1,..|bbkit-job: invalid node name '..'
+n1,../n2|bbkit-job: invalid node name '../n2'
+n1,n2/../n1|bbkit-job: invalid node name 'n2/../n1'
+n[1-2]\nn3|scontrol show hostnames n[1-2] n3 failed
+n[2-3]|bbkit-job: node 'n1' is not in --nodes
+n[1-2],n1|bbkit-job: node 'n1' is twice in --nodes
+EOF2
+}
+
+@test "a job of 5000 nodes: the prolog gives this node its place at once" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB'
+  NODELIST='n[1-5000]'
+  local start end
+  start=$(date +%s%N)
+  run slurmd prolog n4321 BBKIT_CONFIG="$TEST_DIR/n1/bbkit.toml"
+  end=$(date +%s%N)
+  assert_success
+  echo "# prolog of a 5000-node job: $(((end - start) / 1000000)) ms" >&3
+  [ $(((end - start) / 1000000000)) -lt 30 ]
+  run on n1 bb-stat job 10
+  assert_line --regexp '^node: +n4321 \(4321 of 5000 of the job.s nodes\)$'
+  start=$(date +%s%N)
+  run slurmd epilog n4321 BBKIT_CONFIG="$TEST_DIR/n1/bbkit.toml"
+  end=$(date +%s%N)
+  assert_success
+  echo "# epilog: $(((end - start) / 1000000)) ms" >&3
+  # One node too many is refused before anything is reserved.
+  NODELIST='n[1-5000],n4321'
+  run slurmd prolog n4321 BBKIT_CONFIG="$TEST_DIR/n1/bbkit.toml"
+  assert_success
+  run cat "$TEST_DIR/admin-comment"
+  assert_output "bbkit: node n4321: bbkit-job: node 'n4321' is twice in --nodes"
+}
+
+@test "a hostile job name reaches bb-pool as one argument, never run; one a directive cannot hold is refused" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB'
+  printf '%s' $'it\'s "x" $(touch ../pwned) `touch ../pwned`;touch ../pwned\nline 2' >"$TEST_DIR/name"
+  run slurmd prolog n1
+  assert_success
+  run on n1 bb-stat job 10 --json
+  assert_output --partial '"state": "running"'
+  assert_not_exist "$TEST_DIR/pwned"
+  [ -z "$(ls -A "$TEST_DIR/slurmd")" ]
+  slurmd epilog n1
+  # %x in a path: the name's newline cannot be written back into a directive line.
+  JOB=11
+  job_script '#BB_LUA pool=nvme capacity=8MiB' \
+    "#BB_LUA stage_out type=directory source=out destination=$TEST_DIR/pfs/%x"
+  run slurmd prolog n1
+  assert_success
+  assert_admin_comment "bbkit: node n1: bb-"
+  run cat "$TEST_DIR/admin-comment"
+  assert_output --partial "holds a control character"
+  run calls
+  assert_line "scontrol|requeuehold|11"
+  assert_not_exist "$TEST_DIR/pwned"
+  run on n1 bb-stat job 11
+  assert_failure 66
+}
+
+@test "PATH and IFS from the environment are not used" {
+  # Every command the scripts run, as an impostor that only logs its call.
+  mkdir "$TEST_DIR/evil"
+  for cmd in scontrol squeue scancel logger mktemp readlink dirname rm tr head tail paste wc \
+    sleep kill cat setsid sh env printf echo id sudo bb-parse bb-pool bb-stage bb-stat; do
+    printf '#!/bin/sh\necho "%s $*" >>%s/evil-calls\nexit 1\n' "$cmd" "$TEST_DIR" >"$TEST_DIR/evil/$cmd"
+  done
+  chmod 755 "$TEST_DIR"/evil/*
+  job_script '#BB_LUA pool=nvme capacity=8MiB' \
+    "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/in.dat destination=in.dat"
+  run slurmd prolog n2 PATH="$TEST_DIR/evil" IFS='/,n0123456789 '
+  assert_success
+  assert_output ''
+  run on n2 bb-stat job 10
+  assert_line --regexp '^node: +n2 \(2 of 2 of the job.s nodes\)$'
+  assert_line --regexp '^state: +running$'
+  run slurmd epilog n2 PATH="$TEST_DIR/evil" IFS='/,n0123456789 '
+  assert_success
+  run on n2 bb-stat job 10 --json
+  assert_output --partial '"state": "complete"'
+  assert_not_exist "$TEST_DIR/evil-calls"
+}
+
+@test "a hostile directive path in the batch script: refused or read as the user, the job held, nothing copied" {
+  while IFS='|' read -r line message; do
+    rm -f "$TEST_DIR/calls" "$TEST_DIR/admin-comment" "$TEST_DIR/state"
+    job_script '#BB_LUA pool=nvme capacity=8MiB' "$line"
+    run slurmd prolog n1
+    assert_success
+    assert_admin_comment "bbkit: node n1: bb-"
+    run cat "$TEST_DIR/admin-comment"
+    assert_output --partial "$message"
+    run calls
+    assert_line "scontrol|requeuehold|10"
+    assert_not_exist "$TEST_DIR/pwned"
+    [ -z "$(ls -A "$TEST_DIR/slurmd")" ]
+    [ -z "$(find "$TEST_DIR/n1/nvme/job" -name secret)" ]
+    slurmd epilog n1
+    run on n1 bb-pool show nvme --json
+    assert_output --partial '"used": 0'
+  done <<EOF2
+#BB_LUA stage_in type=file source=/etc/shadow destination=secret|cannot read: Permission denied
+#BB_LUA stage_in type=file source=$TEST_DIR/pfs/in.dat destination=../../../secret|bb-parse: script line 3: destination '../../../secret' is outside the buffer
+#BB_LUA stage_in type=file source=$TEST_DIR/pfs/\$(touch ../pwned) destination=secret|pwned
+EOF2
+}
+
+@test "a long message: the AdminComment is one line of 480 bytes after 'bbkit: '" {
+  local deep
+  deep=$TEST_DIR/pfs/$(printf 'd%.0s' $(seq 200))/$(printf 'e%.0s' $(seq 200))/$(printf 'f%.0s' $(seq 200))
+  job_script '#BB_LUA pool=nvme capacity=8MiB' "#BB_LUA stage_in type=file source=$deep/x destination=x"
+  run slurmd prolog n1
+  assert_success
+  assert_admin_comment "bbkit: node n1: bb-stage: "
+  [ "$(wc -c <"$TEST_DIR/admin-comment")" -eq $((7 + 480)) ]
+  run calls
+  assert_line "scontrol|requeuehold|10"
+}
+
+@test "epilog: a failed stage-out is the job's (exit 0, buffer and data kept, logged); 69 and 78 drain the node; no buffer costs nothing" {
+  # No buffer on this node: no call to Slurm, nothing written.
+  run slurmd epilog n1
+  assert_success
+  assert_output ''
+  assert_not_exist "$TEST_DIR/calls"
+  [ -z "$(ls -A "$TEST_DIR/n1/nvme/job")" ]
+
+  mkdir -m 755 "$TEST_DIR/locked"
+  job_script '#BB_LUA pool=nvme capacity=8MiB' \
+    "#BB_LUA stage_out type=directory source=out destination=$TEST_DIR/locked/res"
+  slurmd prolog n1
+  buf=$(bbdir "$TEST_DIR/n1/nvme/job/main.10.1")
+  runuser -u "$U" -- sh -c "mkdir '$buf/out' && echo result >'$buf/out/r'"
+  run slurmd epilog n1
+  assert_success
+  assert_output --regexp "^bbkit node epilog: job 10: node n1: bb-stage: .*permission denied.* \(buffer and data kept\)$"
+  [ "$(cat "$buf/out/r")" = result ]
+  assert_admin_comment "bbkit: node n1: bb-stage: "
+  run calls
+  assert_line --regexp "^logger\|-t\|bbkit-node-epilog\|-p\|daemon.err\|job 10: node n1: bb-stage: "
+  run on n1 bb-stat job 10
+  assert_output --regexp "failure: +[0-9T:-]+ staging-out: "
+
+  # 78: this node's bbkit.toml is broken; the buffer stays.
+  cp "$TEST_DIR/n1/bbkit.toml" "$TEST_DIR/n1/good.toml"
+  echo 'this is not toml' >>"$TEST_DIR/n1/bbkit.toml"
+  run slurmd epilog n1
+  assert_failure 78
+  assert_output --partial "(buffer and data kept)"
+  # A node name with a newline: the AdminComment is still one line.
+  run slurmd epilog $'n1\nn1' BBKIT_CONFIG="$TEST_DIR/n1/bbkit.toml"
+  assert_failure 78
+  assert_admin_comment "bbkit: node n1 n1: bb-"
+  cp "$TEST_DIR/n1/good.toml" "$TEST_DIR/n1/bbkit.toml"
+  # 69: the pool is not mounted (its directory gone).
+  mv "$TEST_DIR/n1/nvme" "$TEST_DIR/n1/nvme.away"
+  run slurmd epilog n1
+  assert_failure 69
+  mv "$TEST_DIR/n1/nvme.away" "$TEST_DIR/n1/nvme"
+  [ "$(cat "$buf/out/r")" = result ]
+  # Delivered by an admin, the next end finishes.
+  chown "$U" "$TEST_DIR/locked"
+  on n1 bb-stage out --retry --job 10 >/dev/null
+  run slurmd epilog n1
+  assert_success
+  [ "$(cat "$TEST_DIR/locked/res/n1/r")" = result ]
+  run on n1 bb-pool show nvme --json
+  assert_output --partial '"used": 0'
+}
