@@ -178,8 +178,11 @@ ran_job() {
 # bbkit-job of the installed tree.
 bbkit_job() { "${BBKIT_BIN_DIR:?the suites run against the installed tree}/../share/bbkit/standalone/bbkit-job" "$@"; }
 
-@test "bbkit-job begin: --node and --nodes are checked before any tool runs (64, one line, nothing reserved)" {
-  printf '#!/bin/sh\n#BB_LUA pool=nvme capacity=1G\n' >"$TEST_DIR/job.sh"
+@test "bbkit-job begin: --node and --nodes of a node-local buffer are checked before anything is reserved (64, one line)" {
+  printf '[[pool]]\nname = "local"\npath = "%s/local"\ncapacity = "10GiB"\ngranularity = "1GiB"\nnode_local = true\n' "$TEST_DIR" >>"$TEST_DIR/bbkit.toml"
+  mkdir "$TEST_DIR/local"
+  bb-pool init local >/dev/null
+  printf '#!/bin/sh\n#BB_LUA pool=local capacity=1G\n' >"$TEST_DIR/job.sh"
   local many
   while IFS='|' read -r node nodes message; do
     run bbkit_job begin --node "$node" --nodes "$nodes" 70 "$U" "$TEST_DIR/job.sh"
@@ -212,9 +215,13 @@ EOF2
   assert_output --partial "usage: bbkit-job begin [--node NAME --nodes LIST] JOB USER SCRIPT"
   run bbkit_job begin --bogus n1 70 "$U" "$TEST_DIR/job.sh"
   assert_failure 64
-  run bb-pool show nvme --json
+  run bb-pool show local --json
   assert_output --partial '"used": 0'
-  [ -z "$(ls "$TEST_DIR/nvme/job")" ]
+  [ -z "$(ls "$TEST_DIR/local/job")" ]
+  # A job without directives never fails for a node name it does not use.
+  printf '#!/bin/sh\necho no buffer\n' >"$TEST_DIR/plain.sh"
+  run bbkit_job begin --node 'bad name' --nodes 'bad name' 72 "$U" "$TEST_DIR/plain.sh"
+  assert_success
 }
 
 @test "bbkit-job begin --node --nodes for a pool that is not node-local: this node's buffer, as without them" {
