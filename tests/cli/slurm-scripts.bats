@@ -1354,7 +1354,7 @@ BBKIT_DIRECTIVES = "BB_LUA NODE"'
   nodes=$(cd "$SLURM_SHARE/../standalone/slurm-node" && pwd)
   scripts=$(cd "$SLURM_SHARE/../standalone/slurm" && pwd)
   assert_line "GresTypes=gpu,bbnvme"
-  assert_line "PrologFlags=Contain,Alloc"
+  assert_line "PrologFlags=Contain,Alloc,DeferBatch"
   assert_line "Prolog=$nodes/prolog"
   assert_line "Epilog=$nodes/epilog"
   assert_line "TaskProlog=$scripts/task-prolog"
@@ -1388,7 +1388,7 @@ BBKIT_PLUGIN = \"standalone\""
   run install_node_local --nodes 'n[1-2],big01'
   assert_success
   assert_line "GresTypes=bbnvme,GPU,bbfast"
-  assert_line "PrologFlags=alloc,nohold"
+  assert_line "PrologFlags=alloc,nohold,DeferBatch"
   assert_line "CliFilterPlugins=cli_filter/lua"
   assert_line "Gres=bbnvme:800,bbfast:20"
   run grep -v '^#' "$CONF/gres.conf"

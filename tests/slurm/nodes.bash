@@ -313,7 +313,7 @@ start_node_bbkit() {
   NODE_SLURM_EXTRA="Prolog=$share/slurm-node/prolog
 Epilog=$share/slurm-node/epilog
 TaskProlog=$share/slurm/task-prolog
-PrologFlags=Alloc${NODE_SLURM_EXTRA:+
+PrologFlags=Alloc,DeferBatch${NODE_SLURM_EXTRA:+
 $NODE_SLURM_EXTRA}"
   : "${NODE_GRES:=bbnvme:$NODE_POOL_UNITS}"
   # Each node's pool, made inside the node's view (its state directory and local disk).
