@@ -2,8 +2,10 @@
 # bbkit on the nodes of a real multi-node Slurm cluster (nodes.bash with NODE_BBKIT=1, issue
 # 30): slurmd's Prolog and Epilog are share/bbkit/standalone/slurm-node/prolog and epilog, its
 # TaskProlog the standalone task-prolog; every node has its own pool "nvme" on its local disk
-# and its own state directory, at the same paths. Each scenario reads the nodes' pools from
-# inside the nodes (node_tool). Every line seen is kept in
+# and its own state directory, at the same paths; with the tools' node_local (NODE_POOL_LOCAL=yes)
+# install-slurm --node-local installs the cli_filter that adds each job's GRES (bbnvme, one
+# unit per MiB) at submit. Each scenario reads the nodes' pools from inside the nodes
+# (node_tool) and Slurm's count from scontrol -d show node (gres_used). Every line seen is kept in
 # build/tests/slurm/transcript-nodelocal.txt.
 
 BBKIT_SLURM_TRANSCRIPT=${BBKIT_SLURM_TRANSCRIPT:-$BBKIT_BUILD_DIR/tests/slurm/transcript-nodelocal.txt}
@@ -226,9 +228,11 @@ JOB
   local first second
   # The first job's results cannot land: its destination's parent is root's.
   mkdir -m 0755 "$DATA_DIR/e"
+  # shellcheck disable=SC2016 # expanded in the job
   first=$(job_script e1.sh '#SBATCH --job-name=e1' '#SBATCH --nodelist=n2' \
     '#BB pool=nvme capacity=800MiB' \
     "#BB stage_out type=directory source=\$BB_JOB_DIR/out destination=$DATA_DIR/e/out" <<<'mkdir "$BB_JOB_DIR/out" && hostname >"$BB_JOB_DIR/out/who"')
+  # shellcheck disable=SC2016 # expanded in the job
   second=$(job_script e2.sh '#SBATCH --job-name=e2' '#SBATCH --nodelist=n2' \
     '#BB pool=nvme capacity=400MiB' <<<'echo "e2 ran in $BB_JOB_DIR"')
   submit "$first"
@@ -371,8 +375,9 @@ NODE
   assert_equal "$(cat "$DATA_DIR"/f/held/*.files | LC_ALL=C sort -k 2)" \
     "$(cd "$DATA_DIR/f/in" && find . -type f -printf '%P\n' | LC_ALL=C sort | while IFS= read -r f; do echo "$(md5sum <"$f" | cut -d' ' -f1) $f"; done | LC_ALL=C sort -k 2)"
   assert_equal "$(cat "$DATA_DIR"/f/held/*.files | wc -l)" 200
-  assert_equal "$(ls "$DATA_DIR/f/nodes" | LC_ALL=C sort)" "$nodes"
-  assert_equal "$(ls "$DATA_DIR/f/merged" | LC_ALL=C sort)" "$(printf '%s.files\n' $nodes; echo sub)"
+  assert_equal "$(find "$DATA_DIR/f/nodes" -mindepth 1 -maxdepth 1 -printf '%P\n' | LC_ALL=C sort)" "$nodes"
+  # shellcheck disable=SC2086 # the node names
+  assert_equal "$(find "$DATA_DIR/f/merged" -mindepth 1 -maxdepth 1 -printf '%P\n' | LC_ALL=C sort)" "$(printf '%s.files\n' $nodes; echo sub)"
   # shellcheck disable=SC2086 # the node names
   wait_until 30 "both pools free" pools_free $nodes
   # shellcheck disable=SC2086
@@ -406,7 +411,8 @@ NODE
   done
   run scontrol -d show node n1
   transcript "root# scontrol -d show node n1" "$output"
-  assert_output --partial "Gres=bbnvme:1024"
+  # 1024 units, as Slurm prints the count.
+  assert_output --partial "Gres=bbnvme:1K"
   assert_output --partial "GresUsed=bbnvme:600"
 
   submit "$second"

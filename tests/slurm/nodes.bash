@@ -24,7 +24,9 @@
 #   it, each node's own state directory at one common path ($NODE_STATE_DIR, bind-mounted per
 #   node like $NODE_LOCAL_DIR), one bbkit.toml for all (standalone mode, pool "nvme" on the
 #   node's local directory) that every node reads as /etc/bbkit/bbkit.toml, and slurmd's
-#   Prolog, Epilog and TaskProlog bbkit's node scripts (share/bbkit/standalone/slurm-node).
+#   Prolog, Epilog and TaskProlog bbkit's node scripts (share/bbkit/standalone/slurm-node);
+#   with a node-local pool, the slurm.conf lines and cli_filter.lua from install-slurm
+#   --node-local (install_node_local), so every sbatch gets its job's GRES added.
 
 # shellcheck disable=SC2034 # read by harness.bash
 HARNESS_MODE=plain
@@ -314,7 +316,8 @@ start_nodes() {
 # tree installed here from the build (tests/install-tree): slurmd's scripts run as programs
 # and the job's user runs the TaskProlog, so neither may live in the checkout. Every node sees
 # the host's /tmp, where both trees are. Sets NODE_STATE_DIR, NODE_BBKIT_TREE and NODE_POOL_DIR
-# (the pool's path on each node), and adds the Slurm lines to NODE_SLURM_EXTRA.
+# (the pool's path on each node), and, without a node-local pool, adds the Slurm lines to
+# NODE_SLURM_EXTRA (with one, install_node_local does).
 start_node_bbkit() {
   local node share
   if [ -n "${BBKIT_BIN_DIR:-}" ]; then
