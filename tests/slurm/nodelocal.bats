@@ -2,8 +2,10 @@
 # bbkit on the nodes of a real multi-node Slurm cluster (nodes.bash with NODE_BBKIT=1, issue
 # 30): slurmd's Prolog and Epilog are share/bbkit/standalone/slurm-node/prolog and epilog, its
 # TaskProlog the standalone task-prolog; every node has its own pool "nvme" on its local disk
-# and its own state directory, at the same paths. Each scenario reads the nodes' pools from
-# inside the nodes (node_tool). Every line seen is kept in
+# and its own state directory, at the same paths; with the tools' node_local (NODE_POOL_LOCAL=yes)
+# install-slurm --node-local installs the cli_filter that adds each job's GRES (bbnvme, one
+# unit per MiB) at submit. Each scenario reads the nodes' pools from inside the nodes
+# (node_tool) and Slurm's count from scontrol -d show node (gres_used). Every line seen is kept in
 # build/tests/slurm/transcript-nodelocal.txt.
 
 BBKIT_SLURM_TRANSCRIPT=${BBKIT_SLURM_TRANSCRIPT:-$BBKIT_BUILD_DIR/tests/slurm/transcript-nodelocal.txt}
@@ -45,6 +47,15 @@ pool_used() {
   node_tool "$1" bb-pool list | awk '$1 == "nvme" { print $3 }'
 }
 
+pool_used_is() {
+  [ "$(pool_used "$1")" = "$2" ]
+}
+
+# The job is PENDING for REASON, as squeue's %r says it.
+job_pending_for() {
+  [ "$(squeue -h -j "$1" -o '%T %r')" = "PENDING $2" ]
+}
+
 pools_free() {
   local node
   for node in "$@"; do
@@ -66,6 +77,18 @@ node_movers() {
     grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null || echo "$p"
   done
   return 0
+}
+
+# NODE's GRES in use as slurmctld counts it: "bbnvme:N" (scontrol -d show node's GresUsed).
+gres_used() {
+  scontrol -d show node "$1" | sed -n 's/.*GresUsed=\([^ ]*\).*/\1/p'
+}
+
+gres_free() {
+  local node
+  for node in "$@"; do
+    [ "$(gres_used "$node")" = bbnvme:0 ] || return 1
+  done
 }
 
 wait_ended() {
@@ -201,15 +224,29 @@ JOB
   wait_until 30 "every node idle" all_nodes_idle
 }
 
-@test "e. a node short of space requeues the job (no hold): it runs once the space is back" {
+@test "e. a buffer kept by a failed stage-out leaves a node short although Slurm counts it free: the job there is requeued (no hold) and runs once the buffer is staged out" {
   local first second
+  # The first job's results cannot land: its destination's parent is root's.
+  mkdir -m 0755 "$DATA_DIR/e"
+  # shellcheck disable=SC2016 # expanded in the job
   first=$(job_script e1.sh '#SBATCH --job-name=e1' '#SBATCH --nodelist=n2' \
-    '#BB pool=nvme capacity=800MiB' <<<'sleep 8')
+    '#BB pool=nvme capacity=800MiB' \
+    "#BB stage_out type=directory source=\$BB_JOB_DIR/out destination=$DATA_DIR/e/out" <<<'mkdir "$BB_JOB_DIR/out" && hostname >"$BB_JOB_DIR/out/who"')
+  # shellcheck disable=SC2016 # expanded in the job
   second=$(job_script e2.sh '#SBATCH --job-name=e2' '#SBATCH --nodelist=n2' \
     '#BB pool=nvme capacity=400MiB' <<<'echo "e2 ran in $BB_JOB_DIR"')
   submit "$first"
   local one=$JOB
-  wait_job "$one" 'JobState=RUNNING Reason=None' 30
+  wait_ended "$one" 60
+  [[ $JOB_STATE_LINE == JobState=COMPLETED* ]] || fail "job $one: $JOB_STATE_LINE"
+  # n2's Epilog failed to stage out: the buffer and its data stay; Slurm's count is free again.
+  wait_until 30 "n2 idle" node_idle n2
+  assert_equal "$(pool_used n2)" 800MiB
+  assert_equal "$(gres_used n2)" bbnvme:0
+  run node_tool n2 bb-stat job "$one"
+  transcript "root@n2# bb-stat job $one" "$output"
+  assert_success
+  assert_file_not_exists "$DATA_DIR/e/out"
   submit "$second"
   local two=$JOB
   wait_job "$two" 'JobState=PENDING Reason=BeginTime' 60
@@ -217,9 +254,25 @@ JOB
   assert_output --partial "AdminComment=bbkit: node n2: bb-pool: "
   assert_output --regexp "Priority=[1-9]"
   assert_output --partial "Restarts=1"
+  assert_output --partial "TresPerNode=gres:bbnvme:400"
   run sinfo -h -n n2 -o '%T'
   refute_output --partial drain
-  wait_ended "$one" 30
+  # The administrator's fix: the destination writable, the stage-out retried and the kept
+  # buffer ended by hand, on the node. Ending it before the retry is refused, naming the retry.
+  run node_tool n2 bb-stage --job "$one" end
+  transcript "root@n2# bb-stage --job $one end" "$output" "(exit $status)"
+  assert_failure
+  assert_output --partial "bb-stage out --retry --job $one"
+  assert_equal "$(pool_used n2)" 800MiB
+  chown "$SLURM_TEST_USER:" "$DATA_DIR/e"
+  run node_tool n2 bb-stage out --retry --job "$one"
+  transcript "root@n2# bb-stage out --retry --job $one" "$output" "(exit $status)"
+  assert_success
+  run node_tool n2 bb-stage --job "$one" end
+  transcript "root@n2# bb-stage --job $one end" "$output" "(exit $status)"
+  assert_success
+  assert_equal "$(cat "$DATA_DIR/e/out/n2/who")" n2
+  assert_equal "$(pool_used n2)" 0
   # Slurm makes a requeued job eligible again about 120 s later (its credential's lifetime).
   # Not hastened with `scontrol update StartTime=now`: a job started again that way a few
   # seconds after its requeue was seen to start without its node Prolog, so without a buffer.
@@ -228,4 +281,240 @@ JOB
   run cat "$JOBS_DIR/e2-$two.out"
   assert_output --regexp "^e2 ran in $NODE_POOL_DIR/job/"
   wait_until 30 "n2's pool free" pools_free n2
+  wait_until 30 "n2's GRES free" gres_free n2
+}
+
+# The share of each node under distribute=shard (bbkit(7), NODE-LOCAL POOLS): the files of the
+# tree ROOT, each as "MD5 PATH" (PATH relative to ROOT), that go to node NODES[i] where i is
+# FNV-1a (64 bit) of PATH modulo the number of nodes; written to PREFIX.NODE, sorted by PATH.
+expected_shares() {
+  python3 - "$@" <<'PY'
+import hashlib, os, sys
+root, prefix, nodes = sys.argv[1], sys.argv[2], sys.argv[3:]
+def fnv1a64(text):
+    h = 0xcbf29ce484222325
+    for b in text.encode():
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+shares = {n: [] for n in nodes}
+for top, _, files in os.walk(root):
+    for f in files:
+        path = os.path.join(top, f)
+        rel = os.path.relpath(path, root)
+        with open(path, "rb") as data:
+            shares[nodes[fnv1a64(rel) % len(nodes)]].append((rel.encode(), hashlib.md5(data.read()).hexdigest()))
+for n in nodes:
+    with open(f"{prefix}.{n}", "w") as out:
+        for rel, md5 in sorted(shares[n]):
+            out.write(f"{md5} {rel.decode()}\n")
+PY
+}
+
+@test "f. distribute=shard over two nodes: each node holds its share of a 200-file tree, together each file once; gather=nodes and gather=merge stage the results out" {
+  local script node nodes i j
+  mkdir -p "$DATA_DIR/f/in" "$DATA_DIR/f/held"
+  for i in $(seq 0 9); do
+    mkdir "$DATA_DIR/f/in/d$i"
+    for j in $(seq 0 19); do
+      head -c $((RANDOM % 3000 + 1)) /dev/urandom >"$DATA_DIR/f/in/d$i/f$j.dat"
+    done
+  done
+  # A directory without files: every node makes it.
+  mkdir -p "$DATA_DIR/f/in/d0/empty/deeper"
+  chown -R "$SLURM_TEST_USER:" "$DATA_DIR/f"
+  # What each node lists: the files of its share with their MD5, and the directories; its
+  # results, under the same names on both nodes (out/, gather=nodes) and under its own names
+  # (merged/, gather=merge).
+  cat >"$JOBS_DIR/f-node.sh" <<'NODE'
+#!/bin/bash
+set -euo pipefail
+data=$1 node=$(hostname)
+cd "$BB_JOB_DIR/in"
+find . -type f -printf '%P\n' | LC_ALL=C sort | while IFS= read -r f; do
+  echo "$(md5sum <"$f" | cut -d' ' -f1) $f"
+done >"$data/held/$node.files"
+find . -mindepth 1 -type d -printf '%P\n' | LC_ALL=C sort >"$data/held/$node.dirs"
+mkdir -p "$BB_JOB_DIR/out/sub" "$BB_JOB_DIR/merged/sub"
+echo "$node" >"$BB_JOB_DIR/out/who"
+echo "$node" >"$BB_JOB_DIR/out/sub/who"
+cp "$data/held/$node.files" "$BB_JOB_DIR/merged/$node.files"
+echo "$node" >"$BB_JOB_DIR/merged/sub/$node"
+NODE
+  chmod 0755 "$JOBS_DIR/f-node.sh"
+  chown "$SLURM_TEST_USER:" "$JOBS_DIR/f-node.sh"
+  script=$(job_script f.sh '#SBATCH --job-name=f' '#SBATCH --nodes=2' \
+    '#BB pool=nvme capacity=8MiB' \
+    "#BB stage_in type=directory source=$DATA_DIR/f/in destination=\$BB_JOB_DIR/in distribute=shard" \
+    "#BB stage_out type=directory source=\$BB_JOB_DIR/out destination=$DATA_DIR/f/nodes gather=nodes" \
+    "#BB stage_out type=directory source=\$BB_JOB_DIR/merged destination=$DATA_DIR/f/merged gather=merge" \
+    <<<"srun --ntasks-per-node=1 $JOBS_DIR/f-node.sh $DATA_DIR/f")
+  submit "$script"
+  assert_equal "$status" 0
+  wait_ended "$JOB" 120
+  [[ $JOB_STATE_LINE == JobState=COMPLETED* ]] || fail "job $JOB: $JOB_STATE_LINE; $(cat "$JOBS_DIR/f-$JOB.out" 2>/dev/null)"
+  # Slurm's order of the job's nodes, the one the node Prologs pass as --nodes.
+  nodes=$(scontrol show hostnames "$(job_field "$JOB" NodeList)")
+  assert_equal "$(wc -l <<<"$nodes")" 2
+  # shellcheck disable=SC2086 # the node names
+  expected_shares "$DATA_DIR/f/in" "$DATA_DIR/f/expected" $nodes
+  for node in $nodes; do
+    transcript "($node holds $(wc -l <"$DATA_DIR/f/held/$node.files") of the 200 files)"
+    # Its share and nothing else, with the source's contents.
+    assert_equal "$(cat "$DATA_DIR/f/held/$node.files")" "$(cat "$DATA_DIR/f/expected.$node")"
+    [ -s "$DATA_DIR/f/held/$node.files" ] || fail "$node holds no file"
+    # Every directory, on every node.
+    assert_equal "$(cat "$DATA_DIR/f/held/$node.dirs")" "$(cd "$DATA_DIR/f/in" && find . -mindepth 1 -type d -printf '%P\n' | LC_ALL=C sort)"
+    # gather=nodes: each node's out/ under DEST/<node>/, the same names kept apart.
+    assert_equal "$(cat "$DATA_DIR/f/nodes/$node/who")" "$node"
+    assert_equal "$(cat "$DATA_DIR/f/nodes/$node/sub/who")" "$node"
+    # gather=merge: both nodes' files in one DEST.
+    assert_equal "$(cat "$DATA_DIR/f/merged/$node.files")" "$(cat "$DATA_DIR/f/held/$node.files")"
+    assert_equal "$(cat "$DATA_DIR/f/merged/sub/$node")" "$node"
+  done
+  # Together the nodes hold every input file exactly once.
+  assert_equal "$(cat "$DATA_DIR"/f/held/*.files | LC_ALL=C sort -k 2)" \
+    "$(cd "$DATA_DIR/f/in" && find . -type f -printf '%P\n' | LC_ALL=C sort | while IFS= read -r f; do echo "$(md5sum <"$f" | cut -d' ' -f1) $f"; done | LC_ALL=C sort -k 2)"
+  assert_equal "$(cat "$DATA_DIR"/f/held/*.files | wc -l)" 200
+  assert_equal "$(find "$DATA_DIR/f/nodes" -mindepth 1 -maxdepth 1 -printf '%P\n' | LC_ALL=C sort)" "$nodes"
+  # shellcheck disable=SC2086 # the node names
+  assert_equal "$(find "$DATA_DIR/f/merged" -mindepth 1 -maxdepth 1 -printf '%P\n' | LC_ALL=C sort)" "$(printf '%s.files\n' $nodes; echo sub)"
+  # shellcheck disable=SC2086 # the node names
+  wait_until 30 "both pools free" pools_free $nodes
+  # shellcheck disable=SC2086
+  wait_until 30 "both nodes' GRES free" gres_free $nodes
+}
+
+@test "g. Slurm counts the space as GRES: a job over half of every node's pool runs, a second waits for Resources while a smaller one runs beside; oversized requests and a user's own --gres are refused at submit" {
+  local big second small script node small_node used
+  mkdir -p "$DATA_DIR/g"
+  chown "$SLURM_TEST_USER:" "$DATA_DIR/g"
+  # The jobs have time limits: backfill starts the small one before the waiting one.
+  big=$(job_script g1.sh '#SBATCH --job-name=g1' '#SBATCH --nodes=4' '#SBATCH --time=10' \
+    '#BB pool=nvme capacity=600MiB' <<<'sleep 600')
+  second=$(job_script g2.sh '#SBATCH --job-name=g2' '#SBATCH --nodes=1' '#SBATCH --time=2' \
+    '#BB pool=nvme capacity=600MiB' <<<'echo "g2 should not run"')
+  small=$(job_script g3.sh '#SBATCH --job-name=g3' '#SBATCH --nodes=1' '#SBATCH --time=2' \
+    '#BB pool=nvme capacity=200MiB' <<<'sleep 600')
+  submit "$big"
+  local g1=$JOB
+  wait_job "$g1" 'JobState=RUNNING Reason=None' 60
+  # The cli_filter added the request's units per node to the job's GRES.
+  run scontrol show job "$g1"
+  assert_output --partial "TresPerNode=gres:bbnvme:600"
+  run scontrol -d show job "$g1"
+  transcript "root# scontrol -d show job $g1" "$output"
+  assert_output --partial "JOB_GRES=bbnvme:2400"
+  assert_equal "$(job_field "$g1" NodeList)" "n[1-4]"
+  for node in "${NODES[@]}"; do
+    wait_until 30 "$node's buffer allocated" pool_used_is "$node" 600MiB
+    assert_equal "$(gres_used "$node")" bbnvme:600
+  done
+  run scontrol -d show node n1
+  transcript "root# scontrol -d show node n1" "$output"
+  # 1024 units, as Slurm prints the count.
+  assert_output --partial "Gres=bbnvme:1K"
+  assert_output --partial "GresUsed=bbnvme:600"
+
+  submit "$second"
+  local g2=$JOB
+  submit "$small"
+  local g3=$JOB
+  wait_job "$g3" 'JobState=RUNNING Reason=None' 60
+  small_node=$(job_field "$g3" NodeList)
+  transcript "(g3 runs on $small_node)"
+  wait_until 30 "g2 to wait for Resources" job_pending_for "$g2" Resources
+  run squeue -h -j "$g2" -o '%T %r %b'
+  transcript "root# squeue -h -j $g2 -o '%T %r %b'" "$output"
+  assert_output "PENDING Resources gres:bbnvme:600"
+  for node in "${NODES[@]}"; do
+    used=600
+    [ "$node" != "$small_node" ] || used=800
+    assert_equal "$(gres_used "$node")" "bbnvme:$used"
+    assert_equal "$(pool_used "$node")" "${used}MiB"
+  done
+
+  # More than a node's pool: refused by the cli_filter, with bb-parse's message; no job made.
+  local jobs_before
+  jobs_before=$(squeue -h -u "$SLURM_TEST_USER" -o %i | sort)
+  script=$(job_script g4.sh '#SBATCH --job-name=g4' '#BB pool=nvme capacity=2GiB' <<<'echo "should not run"')
+  submit "$script"
+  assert_equal "$status" 1
+  assert_output --partial "capacity=2GiB can never be satisfied: pool 'nvme' holds only 1GiB in total"
+  # The GRES named by the user in a job with a request: refused, its count is bbkit's.
+  script=$(job_script g5.sh '#SBATCH --job-name=g5' '#BB pool=nvme capacity=10MiB' <<<'echo "should not run"')
+  submit --gres=bbnvme:1 "$script"
+  assert_equal "$status" 1
+  assert_output --partial "bbkit: --gres asks for bbnvme itself"
+  script=$(job_script g6.sh '#SBATCH --job-name=g6' '#SBATCH --gres=bbnvme:1' '#BB pool=nvme capacity=10MiB' <<<'echo "should not run"')
+  submit "$script"
+  assert_equal "$status" 1
+  assert_output --partial "bbkit: --gres asks for bbnvme itself"
+  assert_equal "$(squeue -h -u "$SLURM_TEST_USER" -o %i | sort)" "$jobs_before"
+
+  # Cancelled (the waiting one first: it would start once the others are gone), every node's
+  # pool and GRES are free again.
+  slurm_run scancel "$g2"
+  wait_ended "$g2" 60
+  slurm_run scancel "$g1" "$g3"
+  wait_ended "$g1" 60
+  wait_ended "$g3" 60
+  wait_until 60 "every pool free" pools_free "${NODES[@]}"
+  wait_until 30 "every node's GRES free" gres_free "${NODES[@]}"
+  wait_until 30 "every node idle" all_nodes_idle
+}
+
+@test "h. slurmd SIGKILLed and restarted on both nodes of a running job: the job completes, the restarted slurmds' Epilogs stage out and end the buffers, pools and GRES are free" {
+  local script node
+  mkdir -p "$DATA_DIR/h"
+  head -c 2M /dev/urandom >"$DATA_DIR/h/input.dat"
+  chown -R "$SLURM_TEST_USER:" "$DATA_DIR/h"
+  # The job runs until the file go exists (at most 170 s); each node's result is staged out.
+  script=$(job_script h.sh '#SBATCH --job-name=h' '#SBATCH --nodes=2' '#SBATCH --nodelist=n3,n4' \
+    '#BB pool=nvme capacity=50MiB' \
+    "#BB stage_in type=file source=$DATA_DIR/h/input.dat destination=\$BB_JOB_DIR/input.dat" \
+    "#BB stage_out type=directory source=\$BB_JOB_DIR/out destination=$DATA_DIR/h/out" <<JOB
+srun --ntasks-per-node=1 sh -c 'mkdir -p "\$BB_JOB_DIR/out" && md5sum <"\$BB_JOB_DIR/input.dat" >"\$BB_JOB_DIR/out/\$(hostname)"'
+touch $DATA_DIR/h/ran
+for i in \$(seq 1 850); do [ ! -e $DATA_DIR/h/go ] || break; sleep 0.2; done
+[ -e $DATA_DIR/h/go ]
+echo "h ended"
+JOB
+  )
+  submit "$script"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=RUNNING Reason=None' 60
+  wait_until 60 "the job's steps to have run" test -e "$DATA_DIR/h/ran"
+  for node in n3 n4; do
+    assert_equal "$(pool_used "$node")" 50MiB
+    assert_equal "$(gres_used "$node")" bbnvme:50
+  done
+  # n3 runs the batch script, n4 only held the step: both slurmds die and come back while the
+  # job runs on.
+  for node in n3 n4; do
+    kill_node_slurmd "$node"
+  done
+  assert_equal "$(job_field "$JOB" JobState)" RUNNING
+  for node in n3 n4; do
+    restart_node "$node"
+  done
+  assert_equal "$(job_field "$JOB" JobState)" RUNNING
+  # The buffers are still there, in the restarted slurmds' view of the nodes.
+  for node in n3 n4; do
+    assert_equal "$(pool_used "$node")" 50MiB
+  done
+  touch "$DATA_DIR/h/go"
+  wait_ended "$JOB" 120
+  [[ $JOB_STATE_LINE == JobState=COMPLETED* ]] || fail "job $JOB: $JOB_STATE_LINE; $(cat "$JOBS_DIR/h-$JOB.out" 2>/dev/null)"
+  run cat "$JOBS_DIR/h-$JOB.out"
+  assert_output --partial "h ended"
+  # Each node's Epilog, run by its new slurmd, staged its result out (gather=nodes) and ended
+  # its buffer.
+  local sum
+  sum=$(md5sum <"$DATA_DIR/h/input.dat")
+  for node in n3 n4; do
+    assert_equal "$(cat "$DATA_DIR/h/out/$node/$node")" "$sum"
+  done
+  wait_until 60 "every pool free" pools_free "${NODES[@]}"
+  wait_until 30 "every node's GRES free" gres_free "${NODES[@]}"
+  wait_until 60 "every node idle" all_nodes_idle
 }

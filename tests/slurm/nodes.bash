@@ -24,7 +24,9 @@
 #   it, each node's own state directory at one common path ($NODE_STATE_DIR, bind-mounted per
 #   node like $NODE_LOCAL_DIR), one bbkit.toml for all (standalone mode, pool "nvme" on the
 #   node's local directory) that every node reads as /etc/bbkit/bbkit.toml, and slurmd's
-#   Prolog, Epilog and TaskProlog bbkit's node scripts (share/bbkit/standalone/slurm-node).
+#   Prolog, Epilog and TaskProlog bbkit's node scripts (share/bbkit/standalone/slurm-node);
+#   with a node-local pool, the slurm.conf lines and cli_filter.lua from install-slurm
+#   --node-local (install_node_local), so every sbatch gets its job's GRES added.
 
 # shellcheck disable=SC2034 # read by harness.bash
 HARNESS_MODE=plain
@@ -232,6 +234,32 @@ start_node() {
   transcript "root# (slurmd -N $node started in netns $(node_netns "$node"), pid $(node_slurmd_pid "$node"))"
 }
 
+# Kills NODE's slurmd with SIGKILL (what its jobs' slurmstepd run stays) and waits for it to be
+# gone.
+kill_node_slurmd() {
+  local node=$1 pid
+  pid=$(node_slurmd_pid "$node") || { fail "no slurmd for $node"; return 1; }
+  kill -KILL "$pid"
+  wait_until 10 "slurmd $pid of $node to die" sh -c "! [ -d /proc/$pid ] || grep -q '^State:.*Z' /proc/$pid/status"
+  transcript "root# kill -KILL $pid   # slurmd -N $node"
+}
+
+# Starts NODE's slurmd again after kill_node_slurmd, in namespaces made as start_node makes them
+# (the same directories, address and name), without waiting for the node to be idle: a job may
+# hold it. Returns once its log says it started (it has registered with slurmctld by then).
+restart_node() {
+  local node=$1 log=$SLURM_DIR/log/slurmd-$1.log before
+  before=$(grep -c 'slurmd started on' "$log" 2>/dev/null || true)
+  node_wrap "$node"
+  if ! (cd "$SLURM_DIR/log" && "${NODE_WRAP[@]}" env -i PATH="/usr/sbin:/usr/bin:/sbin:/bin" SLURM_CONF="$SLURM_CONF" \
+    slurmd -f "$SLURM_CONF" -N "$node"); then
+    fail "slurmd -N $node did not start again: $(grep -E 'error|fatal' "$log" | tail -n 3 | tr '\n' ' ')"
+    return 1
+  fi
+  wait_until 30 "slurmd of $node to start again" sh -c "[ \"\$(grep -c 'slurmd started on' '$log')\" -gt ${before:-0} ]"
+  transcript "root# (slurmd -N $node started again in netns $(node_netns "$node"), pid $(node_slurmd_pid "$node"))"
+}
+
 # The pid of NODE's slurmd (fails when it does not run).
 node_slurmd_pid() {
   our_pid "$SLURM_DIR/run/slurmd-$1.pid" "$SLURM_CONF"
@@ -275,6 +303,7 @@ start_nodes() {
     # A count without a device file: Slurm only counts the units.
     echo "NodeName=n[1-$NODE_COUNT] Name=${NODE_GRES%%:*} Count=${NODE_GRES#*:}" >"$SLURM_DIR/etc/gres.conf"
   fi
+  if [ "${NODE_BBKIT:-0}" = 1 ] && [ "$NODE_POOL_LOCAL" = yes ]; then install_node_local || return 1; fi
   [ -z "${NODE_SLURM_EXTRA:-}" ] || printf '%s\n' "$NODE_SLURM_EXTRA" >>"$SLURM_CONF"
   nodes_ctld_wrap
   start_munge
@@ -287,7 +316,8 @@ start_nodes() {
 # tree installed here from the build (tests/install-tree): slurmd's scripts run as programs
 # and the job's user runs the TaskProlog, so neither may live in the checkout. Every node sees
 # the host's /tmp, where both trees are. Sets NODE_STATE_DIR, NODE_BBKIT_TREE and NODE_POOL_DIR
-# (the pool's path on each node), and adds the Slurm lines to NODE_SLURM_EXTRA.
+# (the pool's path on each node), and, without a node-local pool, adds the Slurm lines to
+# NODE_SLURM_EXTRA (with one, install_node_local does).
 start_node_bbkit() {
   local node share
   if [ -n "${BBKIT_BIN_DIR:-}" ]; then
@@ -309,12 +339,16 @@ start_node_bbkit() {
     chown root: "$SLURM_DIR/nodes/$node/nvme"
   done
   write_node_bbkit_conf
-  share=$NODE_BBKIT_TREE/share/bbkit/standalone
-  NODE_SLURM_EXTRA="Prolog=$share/slurm-node/prolog
+  # A node-local pool: install-slurm --node-local prints the slurm.conf lines (start_nodes, once
+  # slurm.conf and gres.conf are written). Else the node scripts' lines as they are.
+  if [ "$NODE_POOL_LOCAL" = no ]; then
+    share=$NODE_BBKIT_TREE/share/bbkit/standalone
+    NODE_SLURM_EXTRA="Prolog=$share/slurm-node/prolog
 Epilog=$share/slurm-node/epilog
 TaskProlog=$share/slurm/task-prolog
 PrologFlags=Alloc,DeferBatch${NODE_SLURM_EXTRA:+
 $NODE_SLURM_EXTRA}"
+  fi
   : "${NODE_GRES:=bbnvme:$NODE_POOL_UNITS}"
   # Each node's pool, made inside the node's view (its state directory and local disk).
   for node in "${NODES[@]}"; do
@@ -323,6 +357,28 @@ $NODE_SLURM_EXTRA}"
       { fail "bb-pool init nvme on $node failed"; return 1; }
   done
   transcript "root# (bbkit from $NODE_BBKIT_TREE on every node; state $NODE_STATE_DIR, pool nvme at $NODE_POOL_DIR per node, node_local $NODE_POOL_LOCAL)"
+}
+
+# A node-local pool: bbkit's Slurm lines as a site installs them, with the installed tree's
+# install-slurm --node-local (bbkit(7), NODE-LOCAL POOLS): it checks the gres.conf start_nodes
+# wrote (NODE_GRES) and writes cli_filter.lua next to slurm.conf, which adds each job's GRES at
+# submit; the lines it prints (GresTypes, PrologFlags, Prolog, Epilog, TaskProlog,
+# CliFilterPlugins) go before NODE_SLURM_EXTRA, and the Gres it gives the nodes must be
+# NODE_GRES.
+install_node_local() {
+  local log=$SLURM_DIR/log/install-slurm.log lines args
+  args=(--node-local --nodes "n[1-$NODE_COUNT]" --slurm-conf-dir "$SLURM_DIR/etc" --config "$BBKIT_CONFIG")
+  if ! "$NODE_BBKIT_TREE/share/bbkit/slurm/install-slurm" "${args[@]}" >"$log" 2>&1; then
+    fail "install-slurm --node-local failed: $(cat "$log")"
+    return 1
+  fi
+  transcript "root# install-slurm $(printf '%q ' "${args[@]}" | sed 's/ $//')" "$(cat "$log")"
+  lines=$(grep -E '^(GresTypes|PrologFlags|Prolog|Epilog|TaskProlog|CliFilterPlugins)=' "$log")
+  [ "$(wc -l <<<"$lines")" -eq 6 ] || { fail "install-slurm --node-local printed no slurm.conf lines: $(cat "$log")"; return 1; }
+  grep -qx "Gres=$NODE_GRES" "$log" || { fail "install-slurm --node-local gives the nodes another Gres than $NODE_GRES: $(cat "$log")"; return 1; }
+  [ -s "$SLURM_DIR/etc/cli_filter.lua" ] || { fail "install-slurm --node-local wrote no cli_filter.lua"; return 1; }
+  NODE_SLURM_EXTRA="$lines${NODE_SLURM_EXTRA:+
+$NODE_SLURM_EXTRA}"
 }
 
 # The nodes' bbkit.toml: standalone mode, the node's state directory, and one pool "nvme" of
