@@ -113,3 +113,29 @@ bbdir() {
   done
   echo "$1"
 }
+
+# node_config NODE [TOML...]: what a compute node holds for node-local pools (bbkit(7),
+# NODE-LOCAL POOLS), in $TEST_DIR/NODE: its own bbkit.toml (standalone mode, pool "nvme" of
+# 64 MiB with node_local = true, then the TOML lines given), state directory and pool "nvme",
+# initialised.
+node_config() {
+  local dir=$TEST_DIR/$1
+  shift
+  mkdir -p "$dir/nvme"
+  {
+    cat <<TOML
+state_dir = "$dir/state"
+mode = "standalone"
+allow_root = true
+default_pool = "nvme"
+[[pool]]
+name = "nvme"
+path = "$dir/nvme"
+capacity = "64MiB"
+granularity = "1MiB"
+node_local = true
+TOML
+    printf '%s\n' "$@"
+  } >"$dir/bbkit.toml"
+  BBKIT_CONFIG=$dir/bbkit.toml bb-pool init nvme >/dev/null
+}

@@ -7,31 +7,6 @@
 
 load common
 
-# node_config NODE: the configuration node NODE reads, in $TEST_DIR/NODE.
-node_config() {
-  local dir=$TEST_DIR/$1
-  mkdir -p "$dir/nvme"
-  cat >"$dir/bbkit.toml" <<TOML
-state_dir = "$dir/state"
-mode = "standalone"
-allow_root = true
-default_pool = "nvme"
-[[pool]]
-name = "nvme"
-path = "$dir/nvme"
-capacity = "64MiB"
-granularity = "1MiB"
-node_local = true
-[[pool]]
-name = "shared"
-path = "$dir/shared"
-capacity = "64MiB"
-granularity = "1MiB"
-TOML
-  mkdir -p "$dir/shared"
-  echo "$dir/bbkit.toml"
-}
-
 on() {  # on NODE COMMAND...: the command as it runs on that node
   local node=$1
   shift
@@ -44,8 +19,10 @@ setup() {
   mkdir -p "$TEST_DIR/pfs"
   chown "$U" "$TEST_DIR/pfs"
   for node in n1 n2 n3; do
-    node_config "$node" >/dev/null
-    on "$node" bb-pool init nvme >/dev/null
+    # Each node also has a pool that is not node-local.
+    mkdir -p "$TEST_DIR/$node/shared"
+    node_config "$node" '[[pool]]' 'name = "shared"' "path = \"$TEST_DIR/$node/shared\"" \
+      'capacity = "64MiB"' 'granularity = "1MiB"'
     on "$node" bb-pool init shared >/dev/null
   done
   # The input: 300 files in a tree, a file of its own, an empty directory.

@@ -18,25 +18,6 @@ NODE_SCRIPTS="$BBKIT_SOURCE_DIR/share/bbkit/standalone/slurm-node"
 [ -n "${BBKIT_BIN_DIR:-}" ] && NODE_SCRIPTS="$BBKIT_BIN_DIR/../share/bbkit/standalone/slurm-node"
 REAL_SCONTROL=$(command -v scontrol || true)
 
-# node_config NODE: node NODE's bbkit.toml, pool and state directory in $TEST_DIR/NODE.
-node_config() {
-  local dir=$TEST_DIR/$1
-  mkdir -p "$dir/nvme"
-  cat >"$dir/bbkit.toml" <<TOML
-state_dir = "$dir/state"
-mode = "standalone"
-allow_root = true
-default_pool = "nvme"
-[[pool]]
-name = "nvme"
-path = "$dir/nvme"
-capacity = "64MiB"
-granularity = "1MiB"
-node_local = true
-TOML
-  BBKIT_CONFIG=$dir/bbkit.toml bb-pool init nvme >/dev/null
-}
-
 # The stand-ins for Slurm's commands, in $TEST_DIR/slurm-bin. Every call is logged to
 # $TEST_DIR/calls, one line each (its arguments joined by '|'). Control files in $TEST_DIR:
 #   job.sh          what `scontrol write batch_script` writes (absent: "Job script not specified")

@@ -1284,9 +1284,14 @@ bbkit: could not add --gres bbnvme:200 to the job (Slurm did not take --gres=bbn
   assert_output $'rc=0\ngres=gres:gpu:1,bbnvme:200'
   # The user may not size bbkit's GRES: refused in one line, their --gres left as it was.
   run cli_submit "{type = 'sbatch', argv = {'$local_job'}, gres = 'gpu:1,bbnvme:5'}"
-  assert_output "error: bbkit: --gres asks for bbnvme itself, the GRES bbkit sizes from the burst-buffer request (bbnvme:200 here): remove it from --gres (and #SBATCH --gres)
+  assert_output "error: bbkit: --gres asks for bbnvme itself, the GRES bbkit sizes from a burst-buffer request (#BB_LUA pool=... capacity=...): remove it from --gres (and #SBATCH --gres)
 rc=-1
 gres=gpu:1,bbnvme:5"
+  # So is a job that asks for no burst buffer: it would hold space no buffer uses.
+  run cli_submit "{type = 'sbatch', argv = {'$(user_script none.sh)'}, gres = 'gres:BBNVME:1'}"
+  assert_output "error: bbkit: --gres asks for BBNVME itself, the GRES bbkit sizes from a burst-buffer request (#BB_LUA pool=... capacity=...): remove it from --gres (and #SBATCH --gres)
+rc=-1
+gres=gres:BBNVME:1"
   # Per node, rounded up to the granularity.
   run cli_submit "{type = 'srun', argv = {'hostname'}, bb = '#BB_LUA pool=local capacity=1500MiB'}"
   assert_output $'rc=0\ngres=bbnvme:2'
@@ -1312,10 +1317,11 @@ gres=gpu:1,bbnvme:5"
   U=$(test_user)
   node_local_config 'directives = ["BB_LUA", "NODE"]'
   install_node_local --nodes n1 >/dev/null
-  run grep -E '^BBKIT_(PLUGIN|DIRECTIVES?) = ' "$CONF/cli_filter.lua"
+  run grep -E '^BBKIT_(PLUGIN|DIRECTIVES?|NODE_GRES) = ' "$CONF/cli_filter.lua"
   assert_output 'BBKIT_DIRECTIVE = "BB_LUA"
 BBKIT_PLUGIN = "standalone"
-BBKIT_DIRECTIVES = "BB_LUA NODE"'
+BBKIT_DIRECTIVES = "BB_LUA NODE"
+BBKIT_NODE_GRES = "bbnvme"'
   chmod 755 "$TEST_DIR" "$CONF"
   chmod 644 "$BBKIT_CONFIG" "$CONF/cli_filter.lua"
   run cli_submit "{type = 'sbatch', argv = {'$(user_script node.sh '#NODE pool=local capacity=2GiB')'}}"

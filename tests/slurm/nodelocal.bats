@@ -286,7 +286,8 @@ JOB
 
 # The share of each node under distribute=shard (bbkit(7), NODE-LOCAL POOLS): the files of the
 # tree ROOT, each as "MD5 PATH" (PATH relative to ROOT), that go to node NODES[i] where i is
-# FNV-1a (64 bit) of PATH modulo the number of nodes; written to PREFIX.NODE, sorted by PATH.
+# FNV-1a (64 bit) of PATH, mixed by MurmurHash3's finalizer, modulo the number of nodes; written
+# to PREFIX.NODE, sorted by PATH.
 expected_shares() {
   python3 - "$@" <<'PY'
 import hashlib, os, sys
@@ -295,6 +296,12 @@ def fnv1a64(text):
     h = 0xcbf29ce484222325
     for b in text.encode():
         h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    # MurmurHash3's 64-bit finalizer
+    h ^= h >> 33
+    h = (h * 0xff51afd7ed558ccd) & 0xFFFFFFFFFFFFFFFF
+    h ^= h >> 33
+    h = (h * 0xc4ceb9fe1a85ec53) & 0xFFFFFFFFFFFFFFFF
+    h ^= h >> 33
     return h
 shares = {n: [] for n in nodes}
 for top, _, files in os.walk(root):
@@ -447,6 +454,11 @@ NODE
   assert_output --partial "bbkit: --gres asks for bbnvme itself"
   script=$(job_script g6.sh '#SBATCH --job-name=g6' '#SBATCH --gres=bbnvme:1' '#BB pool=nvme capacity=10MiB' <<<'echo "should not run"')
   submit "$script"
+  assert_equal "$status" 1
+  assert_output --partial "bbkit: --gres asks for bbnvme itself"
+  # And in a job without a request: it would hold space on the node that no buffer uses.
+  script=$(job_script g7.sh '#SBATCH --job-name=g7' <<<'echo "should not run"')
+  submit --gres=bbnvme:1 "$script"
   assert_equal "$status" 1
   assert_output --partial "bbkit: --gres asks for bbnvme itself"
   assert_equal "$(squeue -h -u "$SLURM_TEST_USER" -o %i | sort)" "$jobs_before"

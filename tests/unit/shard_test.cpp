@@ -1,4 +1,5 @@
-// The sharding rule of a node-local stage-in: FNV-1a 64 of the relative path, modulo the count.
+// The sharding rule of a node-local stage-in: FNV-1a 64 of the relative path, mixed by
+// MurmurHash3's finalizer, modulo the count.
 // The expected values were computed apart from bbkit (a few lines of Python over the bytes).
 #include "bbkit/shard.hpp"
 
@@ -25,14 +26,14 @@ TEST(Shard, hashes_the_bytes_as_they_are) {
     EXPECT_NE(fnv1a_64(std::string("a\0b", 3)), fnv1a_64("ab"));
 }
 
-TEST(Shard, is_the_hash_modulo_the_count) {
+TEST(Shard, is_the_mixed_hash_modulo_the_count) {
     struct Case {
         const char* path;
         std::uint32_t by2, by3, by4, by7;
     };
     const Case cases[] = {
-        {"", 1, 2, 1, 2},        {"a", 0, 1, 0, 5},         {"foobar", 0, 0, 0, 6},
-        {"a/b.dat", 0, 0, 2, 6}, {"input.dat", 0, 0, 0, 0}, {"x\xffy", 1, 0, 3, 6},
+        {"", 0, 2, 2, 1},        {"a", 1, 2, 3, 1},         {"foobar", 1, 1, 3, 3},
+        {"a/b.dat", 0, 2, 2, 0}, {"input.dat", 1, 0, 3, 6}, {"x\xffy", 1, 1, 3, 4},
     };
     for (const Case& c : cases) {
         EXPECT_EQ(shard_of(c.path, 2), c.by2) << c.path;
@@ -46,4 +47,21 @@ TEST(Shard, one_shard_or_none_is_shard_zero) {
     EXPECT_EQ(shard_of("", 1), 0u);
     EXPECT_EQ(shard_of("a/b.dat", 1), 0u);
     EXPECT_EQ(shard_of("a/b.dat", 0), 0u);
+}
+
+TEST(Shard, mix_64_is_murmur3s_finalizer) {
+    EXPECT_EQ(bbkit::mix_64(0), 0u);
+    EXPECT_EQ(bbkit::mix_64(fnv1a_64("")), 17280346270528514342u);
+    EXPECT_EQ(bbkit::mix_64(fnv1a_64("a/b.dat")), 3615454014498179126u);
+}
+
+// Names that differ in one even character: plain FNV-1a's lowest bit is the same for all of
+// them, so two nodes would get all or nothing; mixed, both get some.
+TEST(Shard, names_differing_in_one_even_character_spread_over_two_nodes) {
+    int on_first = 0;
+    for (const char* name : {"rank0.dat", "rank2.dat", "rank4.dat", "rank6.dat", "rank8.dat",
+                             "rankB.dat", "rankD.dat", "rankF.dat"})
+        on_first += shard_of(name, 2) == 0;
+    EXPECT_GT(on_first, 0);
+    EXPECT_LT(on_first, 8);
 }

@@ -28,6 +28,7 @@ BBKIT_CONFIG = ""                -- bbkit.toml's absolute name, unless the defau
 BBKIT_DIRECTIVE = "BB_LUA"       -- burst_buffer.conf's Directive
 BBKIT_PLUGIN = "lua"             -- the burst_buffer plugin: "lua", "datawarp" (#DW and #BB), or "standalone" (none: BBKIT_DIRECTIVES)
 BBKIT_DIRECTIVES = ""            -- standalone: every directive of bbkit.toml, blank-separated (bbkit-job reads them all)
+BBKIT_NODE_GRES = ""             -- standalone: the node-local pools' GRES, blank-separated (only bbkit asks for them)
 -- ---- end of install-time settings ---------------------------------------------------------
 
 local function quote(word)
@@ -305,16 +306,38 @@ function bbkit_cli_add_gres(options, json)
         .. "take --gres=" .. wanted .. ")"
 end
 
+-- A node-local pool's GRES is bbkit's to ask for (bbkit(7), NODE-LOCAL POOLS): a job naming one
+-- in its own --gres is refused, whether it asks for a burst buffer or not (one that does not
+-- would hold space on its nodes that no buffer uses). Returns nil, else a one-line message.
+function bbkit_cli_own_gres(options)
+    for _, given in ipairs(bbkit_gres_names(options["gres"])) do
+        for name in string.gmatch(BBKIT_NODE_GRES, "%S+") do
+            if string.lower(given) == name then
+                return "bbkit: --gres asks for " .. given .. " itself, the GRES bbkit sizes from "
+                    .. "a burst-buffer request (#" .. BBKIT_DIRECTIVE .. " pool=... capacity=...): "
+                    .. "remove it from --gres (and #SBATCH --gres)"
+            end
+        end
+    end
+    return nil
+end
+
 function slurm_cli_setup_defaults(options, early_pass)
     return slurm.SUCCESS
 end
 
 function slurm_cli_pre_submit(options, offset)
+    local problem = bbkit_cli_own_gres(options)
+    if problem then
+        slurm.log_error("%s", problem)
+        return slurm.ERROR
+    end
     local args = bbkit_cli_arguments(options)
     if not args then
         return slurm.SUCCESS
     end
-    local problem, json = bbkit_cli_check(args)
+    local json
+    problem, json = bbkit_cli_check(args)
     if not problem then
         problem = bbkit_cli_add_gres(options, json)
     end
