@@ -214,7 +214,10 @@ Reserved reserve(StateStore& store, const Config& config, const AllocRequest& r,
                                  ? " behind " + std::to_string(txn.queue_length(pool.name)) +
                                        " queued request(s)"
                                  : "") +
-                            " (BurstBufferResources; retry later or use --wait)");
+                            (pool.node_local
+                                 ? " (node-local: Slurm counts this node's space otherwise; see "
+                                   "bb-pool check)"
+                                 : " (BurstBufferResources; retry later or use --wait)"));
                 if (!live) {
                     Buffer pending = new_record(config, r, key, allocated, BufferState::pending);
                     txn.insert_buffer(pending);

@@ -127,6 +127,7 @@ buffer_on() {
   SECONDS=0
   run on n1 bb-pool alloc --job 2 --user "$U" --script "$TEST_DIR/big.sh" --node n1 --nodes n1 --wait 60
   assert_failure 75
+  assert_output --partial "(node-local: Slurm counts this node's space otherwise; see bb-pool check)"
   [ "$SECONDS" -lt 30 ]
 }
 
