@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # The multi-node cluster of nodes.bash, proved on its own before node-local burst buffers are
-# built on it (issue 30): four slurmd in network, mount and UTS namespaces of their own on one
+# built on it (bbkit(7), NODE-LOCAL POOLS): four slurmd in network, mount and UTS namespaces of their own on one
 # bridge, one slurmctld on the host. Jobs are submitted by an unprivileged user from the host;
 # every line seen is kept in build/tests/slurm/transcript-nodes.txt. Scenario d tears the
 # cluster down itself and looks for anything left.
