@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
-# bbkit on the nodes of a real multi-node Slurm cluster (nodes.bash with NODE_BBKIT=1, issue
-# 30): slurmd's Prolog and Epilog are share/bbkit/standalone/slurm-node/prolog and epilog, its
+# bbkit on the nodes of a real multi-node Slurm cluster (nodes.bash with NODE_BBKIT=1; bbkit(7),
+# NODE-LOCAL POOLS): slurmd's Prolog and Epilog are share/bbkit/standalone/slurm-node/prolog and epilog, its
 # TaskProlog the standalone task-prolog; every node has its own pool "nvme" on its local disk
 # and its own state directory, at the same paths; with the tools' node_local (NODE_POOL_LOCAL=yes)
 # install-slurm --node-local installs the cli_filter that adds each job's GRES (bbnvme, one

@@ -1,6 +1,6 @@
 # A real multi-node Slurm cluster on this one host, the ground of the node-local burst buffers
-# (bbkit(7), NODE-LOCAL POOLS): harness.bash's munged and slurmctld on the host, and one slurmd per node n1..n4,
-# each in namespaces of its own:
+# (bbkit(7), NODE-LOCAL POOLS): harness.bash's munged and slurmctld on the host, and one slurmd
+# per node n1..n4, each in namespaces of its own:
 # - network: a netns (`ip netns add`, bbkit-ID-nK) whose eth0 is one end of a veth pair, the
 #   other end on a bridge (bbkID) that holds the host's address on a private /24 (NET.1); node K
 #   is NET.(10+K). slurmctld listens on the bridge address, every slurmd on its node's address;
