@@ -221,9 +221,9 @@ bb_log_line() {
   assert_output --partial "later.dat"
 
   # The admin gives up on it: scancel --hurry tears the buffer down and nothing stays charged.
-  # Slurm 24.11's flush of the cancelled job may SIGKILL the teardown it has just started (its
-  # log: "teardown for JobId=N terminated by slurmctld"; seen once here), which leaves Slurm's
-  # record in teardown until slurmctld restarts and takes the teardown up again
+  # Slurm's flush of the cancelled job (seen on 24.11 and 26.05) may SIGKILL the teardown it
+  # has just started (its log: "teardown for JobId=N terminated by slurmctld"), which leaves
+  # Slurm's record in teardown until slurmctld restarts and takes the teardown up again
   # (_recover_job_bb): the admin's way out, taken here when Slurm says so.
   slurm_run scancel --hurry "$job"
   local deadline=$((SECONDS + 60))
