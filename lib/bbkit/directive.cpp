@@ -12,7 +12,6 @@
 #include "bbkit/access.hpp"
 #include "bbkit/error.hpp"
 #include "bbkit/size.hpp"
-#include "bbkit/slurm_view.hpp"
 #include "bbkit/text.hpp"
 #include "bbkit/user.hpp"
 
@@ -580,8 +579,6 @@ class Parser {
         check_datawarp_job_space();
         check_node_local();
         check_user();
-        if (config_.mode == Mode::slurm && text.check_slurm_view)
-            check_slurm_view(text, request_, config_);
         return request_;
     }
 

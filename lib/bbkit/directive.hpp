@@ -144,17 +144,14 @@ struct RequestText {
     // stages a copy of the directives with %% %A %a %b %d %j %u %x replaced, and a `\\` left
     // where it stopped. Such text is read as it is: no second replacement, `\\` kept.
     bool symbols_replaced = false;
-    // Slurm mode: also refuse a request Slurm would size or place differently (slurm_view.hpp).
-    // Off only for lines bbkit writes itself from command-line values.
-    bool check_slurm_view = true;
 };
 
 // Parses and validates against the configuration. Throws Error(usage) for a job, array job or
-// array task id that is not a number, Error(data) for an invalid request
-// (in Slurm mode also for one Slurm reads differently, and for --bb's short form, which
-// Slurm's lua plugin does not read),
-// Error(no_input) for an unknown pool or user, Error(no_perm) for a user who may not use
-// burst buffers or may not create/destroy persistent ones.
+// array task id that is not a number, Error(data) for an invalid request (in Slurm mode also
+// for --bb's short form, which Slurm's lua plugin does not read), Error(no_input) for an
+// unknown pool or user, Error(no_perm) for a user who may not use burst buffers or may not
+// create/destroy persistent ones. Whether Slurm reads a job's request the same is the caller's
+// next question (check_slurm_view): lines bbkit writes itself need not ask it.
 Request parse_request(const RequestText& text, const Config& config, const JobContext& job);
 
 // The canonical directive lines for a request (bb-parse --emit-script).

@@ -20,6 +20,7 @@
 #include "bbkit/publish.hpp"
 #include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
+#include "bbkit/slurm_view.hpp"
 #include "bbkit/stage_plan.hpp"
 #include "bbkit/trust.hpp"
 
@@ -539,7 +540,7 @@ AllocRequest session_request(const Config& config, const Request& request, std::
 Request parse_synthesized(const Config& config, const std::string& body, const JobContext& job) {
     RequestText text;
     text.command_line = "#" + config.directives.front() + " " + body;
-    text.check_slurm_view = false;  // bbkit's own line from command-line values
+    // No check_slurm_view: Slurm never reads this line, bbkit wrote it from option values.
     return parse_request(text, config, job);
 }
 
@@ -600,8 +601,10 @@ AllocRequest build_alloc_request(const Config& config, const AllocCommand& c) {
     job.user = user.name;
     job.uid = user.uid;
     Request request;
-    if (c.text.script || c.text.bb || c.text.bbf)
+    if (c.text.script || c.text.bb || c.text.bbf) {
         request = parse_request(c.text, config, job);
+        check_slurm_view(c.text, request, config);
+    }
     // In datawarp mode the size is Slurm's alone (setup's): a job buffer line Slurm did not
     // count never gets space.
     if (config.mode == Mode::datawarp && !c.capacity) {

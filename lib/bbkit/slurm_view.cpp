@@ -193,6 +193,8 @@ SlurmView slurm_view(const std::string& text, const std::string& directive, cons
 }
 
 void check_slurm_view(const RequestText& text, const Request& request, const Config& config) {
+    if (config.mode != Mode::slurm)
+        return;
     const std::string directive = config.directives.empty() ? "BB_LUA" : config.directives[0];
     const SlurmView view = slurm_view(slurm_job_text(text), directive, config);
     auto differ = [](const std::string& why) {

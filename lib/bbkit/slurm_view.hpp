@@ -41,7 +41,8 @@ std::string slurm_job_text(const RequestText& text);
 SlurmView slurm_view(const std::string& text, const std::string& directive, const Config& config);
 
 // In Slurm mode: Error(data) "Slurm reads this request differently: ..." when Slurm's view of
-// the request's capacity and pool differs from bbkit's parsed `request`.
+// the request's capacity and pool differs from bbkit's parsed `request` (parse_request's answer
+// for `text`); nothing in the other modes. Every caller that parses a job's request asks it.
 void check_slurm_view(const RequestText& text, const Request& request, const Config& config);
 
 }  // namespace bbkit

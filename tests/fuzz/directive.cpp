@@ -1,7 +1,8 @@
-// Fuzz target for lib/bbkit/directive: parse_request over a job script, --bb text (directives or
-// the short form) or --bbf contents, against a fixed configuration, in standalone and Slurm
-// mode, with and without a job context. It must either return a request or throw bbkit::Error;
-// a fully resolved request must survive canonical_lines (bb-parse --emit-script) unchanged.
+// Fuzz target for lib/bbkit/directive: parse_request, then check_slurm_view as the tools ask it,
+// over a job script, --bb text (directives or the short form) or --bbf contents, against a fixed
+// configuration, in standalone and Slurm mode, with and without a job context. It must either
+// return a request or throw bbkit::Error; a fully resolved request must survive canonical_lines
+// (bb-parse --emit-script) unchanged.
 //
 // The first input byte chooses the variant: bits 0-1 the text (script, --bb, --bbf, script with
 // an empty --bb), bit 2 Slurm mode, bit 3 a known job (id, array, name, working directory).
@@ -13,6 +14,7 @@
 #include "bbkit/config.hpp"
 #include "bbkit/directive.hpp"
 #include "bbkit/error.hpp"
+#include "bbkit/slurm_view.hpp"
 
 namespace {
 
@@ -163,6 +165,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     bbkit::Request request;
     try {
         request = bbkit::parse_request(input, cfg, context);
+        bbkit::check_slurm_view(input, request, cfg);
     } catch (const bbkit::Error& e) {
         check(e.code() == bbkit::ExitCode::data || e.code() == bbkit::ExitCode::no_input ||
               e.code() == bbkit::ExitCode::no_perm);
@@ -181,6 +184,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     bbkit::Request reparsed;
     try {
         reparsed = bbkit::parse_request(again, cfg, context);
+        bbkit::check_slurm_view(again, reparsed, cfg);
     } catch (const bbkit::Error&) {
         std::abort();  // canonical lines that do not parse
     }

@@ -1194,7 +1194,6 @@ TEST(Directive, a_blank_between_capacity_and_its_unit_is_refused) {
 TEST(Directive, a_command_line_value_is_blamed_on_the_command_line) {
     RequestText text;
     text.command_line = "#DW jobdw capacity=\"1.5G\"";
-    text.check_slurm_view = false;
     try {
         parse_request(text, test_config(), {});
         FAIL() << "1.5G was accepted";

@@ -27,10 +27,11 @@ RequestText script(const std::string& text) {
     return request;
 }
 
-// The parse error's message, "" when the request is accepted.
+// The error's message, "" when the request is accepted: parsed, then Slurm's reading checked,
+// as bb-parse and bb-pool alloc do.
 std::string refusal(const RequestText& text, const Config& config = slurm_config()) {
     try {
-        parse_request(text, config, JobContext{});
+        check_slurm_view(text, parse_request(text, config, JobContext{}), config);
     } catch (const Error& e) {
         EXPECT_EQ(e.code(), ExitCode::data) << e.what();
         return e.what();
@@ -115,6 +116,20 @@ TEST(SlurmView, refuses_requests_slurm_reads_differently) {
     expect("#BB_LUA pool=small \\\n# capacity=1K\n", "a job buffer needs capacity=");
     expect("#BB_LUA stage_in type=file source=/d/capacity=3 destination=x pool=small\n",
            "Slurm takes '#BB_LUA stage_in");
+}
+
+// The parser reads bbkit's grammar only; Slurm's reading is its callers' question, asked in
+// Slurm mode alone.
+TEST(SlurmView, the_parser_leaves_slurms_reading_to_its_caller) {
+    const RequestText text = script("#!/bin/sh\n#BB_LUA capacity=1K\n");
+    const Config config = slurm_config();
+    const Request request = parse_request(text, config, JobContext{});
+    ASSERT_TRUE(request.job_buffer);
+    EXPECT_EQ(request.job_buffer->pool, "nvme");  // the default pool, which Slurm never applies
+    EXPECT_THROW(check_slurm_view(text, request, config), Error);
+    Config standalone = config;
+    standalone.mode = Mode::standalone;
+    EXPECT_NO_THROW(check_slurm_view(text, request, standalone));
 }
 
 TEST(SlurmView, short_form_is_refused_in_slurm_mode_only) {

@@ -6,6 +6,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/render.hpp"
 #include "bbkit/size.hpp"
+#include "bbkit/slurm_view.hpp"
 #include "bbkit/sources.hpp"
 #include "bbkit/tool.hpp"
 #include "bbkit/user.hpp"
@@ -70,6 +71,7 @@ int run_request(const CommonOptions& common, RequestOptions& options) {
         text.bbf = read_script_file(*options.bbf, config.limits.script_size, "directives file");
     text.symbols_replaced = options.symbols_replaced;
     const Request request = parse_request(text, config, options.job);
+    check_slurm_view(text, request, config);
 
     if (options.emit_script) {
         for (const std::string& line : canonical_lines(request, config))
