@@ -2,19 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include <fcntl.h>
-#include <grp.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <ctime>
-#include <limits>
 #include <optional>
 #include <sstream>
-#include <thread>
 
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
@@ -22,19 +11,14 @@
 #include "bbkit/record_seal.hpp"
 #include "bbkit/seal.hpp"
 #include "bbkit/sqlite.hpp"
+#include "bbkit/state_dir.hpp"
 #include "bbkit/store_schema.hpp"
-#include "bbkit/text.hpp"
-#include "bbkit/user.hpp"
 
 namespace bbkit {
 
 using sqlite::Query;
 
 namespace {
-
-// Torn-down directories wait in each pool's own trash/ (a rename cannot cross file systems),
-// and quarantined ones in the pool's quarantine/, so neither is here.
-const char* const subdirectories[] = {"env", "public", "run", "progress", "log"};
 
 std::int64_t to_nanos(TimePoint time) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count();
@@ -43,21 +27,6 @@ std::int64_t to_nanos(TimePoint time) {
 TimePoint from_nanos(std::int64_t nanos) {
     return TimePoint(
         std::chrono::duration_cast<TimePoint::duration>(std::chrono::nanoseconds(nanos)));
-}
-
-std::string local_time(std::int64_t nanos) {
-    const std::time_t seconds = static_cast<std::time_t>(nanos / 1000000000);
-    std::tm tm{};
-    localtime_r(&seconds, &tm);
-    char text[32];
-    std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &tm);
-    return text;
-}
-
-std::string octal_mode(mode_t mode) {
-    char text[8];
-    std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
-    return text;
 }
 
 // "allocating=1700000000000000000,allocated=..." : one column instead of fifteen.
@@ -83,66 +52,6 @@ std::map<BufferState, TimePoint> decode_entered(const std::string& text) {
     return entered;
 }
 
-// ---- the flock ------------------------------------------------------------------------------
-
-// Holds flock(LOCK_EX) on the lock file while alive, with the holder named in the file. The
-// record always has the same length and is overwritten in place, blank once released: a
-// truncate and a new block per transaction cost more than the transaction's own statements.
-class HeldLock {
-  public:
-    static constexpr std::size_t record_size = 256;
-
-    HeldLock() = default;
-    HeldLock(int fd, const std::string& who) : fd_(fd) {
-        std::string holder = std::to_string(getpid()) + " " +
-                             std::to_string(ProcessId::self().start_time) + " " +
-                             std::to_string(to_nanos(std::chrono::system_clock::now())) + " " + who;
-        write_record(std::move(holder));
-    }
-    HeldLock(HeldLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
-    HeldLock& operator=(HeldLock&& other) noexcept {
-        std::swap(fd_, other.fd_);
-        return *this;
-    }
-    HeldLock(const HeldLock&) = delete;
-    HeldLock& operator=(const HeldLock&) = delete;
-    ~HeldLock() {
-        if (fd_ >= 0) {
-            write_record("");
-            ::flock(fd_, LOCK_UN);
-        }
-    }
-
-  private:
-    // Informational only (for waiters' messages), so neither failure nor fsync matters.
-    void write_record(std::string text) const {
-        text.resize(record_size - 1, ' ');
-        text += '\n';
-        if (::pwrite(fd_, text.data(), text.size(), 0) < 0) {
-        }
-    }
-
-    int fd_ = -1;
-};
-
-std::string describe_holder(int fd) {
-    char buffer[512];
-    const ssize_t n = ::pread(fd, buffer, sizeof buffer - 1, 0);
-    if (n <= 0)
-        return "another process";
-    std::istringstream fields(std::string(buffer, static_cast<std::size_t>(n)));
-    long pid = 0;
-    std::uint64_t start = 0;
-    std::int64_t since = 0;
-    std::string who;
-    if (!(fields >> pid >> start >> since) || pid <= 0)
-        return "another process";  // blank: released, or not yet written by the new holder
-    std::getline(fields >> std::ws, who);
-    who.erase(who.find_last_not_of(' ') + 1);
-    return "pid " + std::to_string(pid) + (who.empty() ? "" : " (" + who + ")") + " since " +
-           local_time(since);
-}
-
 }  // namespace
 
 // ---- StateStore -----------------------------------------------------------------------------
@@ -152,196 +61,21 @@ struct StateStore::Impl {
     StoreOptions options;
     Fd lock_fd;
     sqlite::Database db;
-    std::optional<HeldLock> lock;
+    std::optional<StateLock> lock;
     // Root's key (RecordSeal::for_process) and whether rows must match it to be acted on.
     std::optional<RecordSeal> seal;
     bool check_seals = false;
 
-    HeldLock acquire_lock(const std::string& who) {
+    StateLock acquire_lock(const std::string& who) {
         if (!lock_fd)
             throw Error(ExitCode::software, "cannot write " + db.path() +
                                                 ": the store was opened read-only (a reading "
                                                 "command never changes state)");
-        using Clock = std::chrono::steady_clock;
-        const auto deadline = Clock::now() + options.lock_timeout;
-        auto pause = std::chrono::microseconds(200);
-        while (::flock(lock_fd.get(), LOCK_EX | LOCK_NB) != 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno != EWOULDBLOCK)
-                throw system_error("cannot lock " + dir + "/lock", errno);
-            if (Clock::now() >= deadline) {
-                const auto waited = std::chrono::duration<double>(options.lock_timeout).count();
-                std::ostringstream seconds;
-                seconds << waited;
-                throw Error(ExitCode::temp_fail,
-                            "state directory " + dir + " is locked by " +
-                                describe_holder(lock_fd.get()) + ": gave up after " +
-                                seconds.str() + " s (retry later; if that process hangs, stop it)");
-            }
-            std::this_thread::sleep_for(pause);
-            pause = std::min(pause * 2, std::chrono::microseconds(10000));
-        }
-        return HeldLock(lock_fd.get(), who);
+        return StateLock::acquire(lock_fd, dir, options.lock_timeout, who);
     }
 };
 
 namespace {
-
-uid_t owner_uid_of(const Config& config) {
-    if (config.state_owner == "root" || config.state_owner == "0")
-        return 0;
-    return lookup_user(config.state_owner).uid;
-}
-
-void check_owned(const std::string& path, const struct stat& st, uid_t owner,
-                 const std::string& owner_name) {
-    if (st.st_uid != owner)
-        throw Error(ExitCode::no_perm, "state directory " + path + " is owned by uid " +
-                                           std::to_string(st.st_uid) + ", not by " + owner_name +
-                                           " (chown " + owner_name + " " + path +
-                                           ", or set state_owner)");
-}
-
-// Setting up the state directory, a failed call is a configuration error whatever its errno
-// (configuration_error, bbkit(7) EXIT STATUS); an owner or mode bbkit refuses is its own 77.
-
-// The directory at `path` itself, never what a symlink there points to: the state owner (not
-// root) owns the state directory and could swap an entry between a check and a change of mode
-// or owner, so root changes them only through this descriptor.
-Fd open_directory_entry(const std::string& path, const struct stat* expected) {
-    Fd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    struct stat st {};
-    if (!fd || ::fstat(fd.get(), &st) != 0)
-        throw configuration_error("cannot open directory " + path, errno, " (is it a symlink?)");
-    if (expected && (st.st_ino != expected->st_ino || st.st_dev != expected->st_dev))
-        throw Error(ExitCode::no_perm, path + " changed while bbkit set it up (retry)");
-    return fd;
-}
-
-// Creates `path` as a directory if missing; returns its status.
-struct stat ensure_directory(const std::string& path, mode_t mode, uid_t owner) {
-    struct stat st {};
-    // Looked at first: a mkdir of an existing directory takes its parent's inode lock, which
-    // every tool call would otherwise take six times.
-    if (::lstat(path.c_str(), &st) != 0) {
-        if (::mkdir(path.c_str(), mode) == 0) {
-            const Fd fd = open_directory_entry(path, nullptr);
-            // chmod: the umask must not decide who can read the state.
-            if (::fchmod(fd.get(), mode) != 0 ||
-                (geteuid() != owner && ::fchown(fd.get(), owner, static_cast<gid_t>(-1)) != 0))
-                throw configuration_error("cannot set up directory " + path, errno);
-        } else if (errno != EEXIST) {
-            throw configuration_error("cannot create state directory " + path, errno,
-                                      " (create its parent, or set state_dir)");
-        }
-        if (::lstat(path.c_str(), &st) != 0)
-            throw configuration_error("cannot inspect " + path, errno);
-    }
-    if (!S_ISDIR(st.st_mode))
-        throw Error(ExitCode::config,
-                    path + " is not a directory (move it aside so bbkit can create it)");
-    return st;
-}
-
-Fd open_owned_file(const std::string& path, uid_t owner) {
-    Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
-    if (!fd)
-        throw configuration_error("cannot open " + path, errno,
-                                  " (check the state directory's owner and mode)");
-    struct stat st {};
-    if (::fstat(fd.get(), &st) == 0 && st.st_uid != owner && geteuid() == 0 &&
-        ::fchown(fd.get(), owner, static_cast<gid_t>(-1)) != 0)
-        throw configuration_error("cannot chown " + path, errno);
-    return fd;
-}
-
-// The group config.state_group names, or nullopt when it names none.
-std::optional<gid_t> state_group_of(const Config& config) {
-    if (config.state_group.empty())
-        return std::nullopt;
-    if (const std::optional<std::uint64_t> gid =
-            parse_decimal(config.state_group, std::numeric_limits<gid_t>::max()))
-        return static_cast<gid_t>(*gid);
-    if (const struct group* g = ::getgrnam(config.state_group.c_str()))
-        return g->gr_gid;
-    throw Error(ExitCode::config, "state_group '" + config.state_group +
-                                      "' is not a group on this host (groupadd it, or change "
-                                      "state_group in the configuration)");
-}
-
-// env/: its group (state_group, SlurmUser's) may enter it and read the env files, which it
-// passes on to the files created in it (setgid); nobody else can even learn which exist.
-void set_up_env_directory(const std::string& path, const struct stat& st,
-                          std::optional<gid_t> group) {
-    constexpr mode_t env_mode = 02710;
-    const bool regroup = group && st.st_gid != *group;
-    if (!regroup && (st.st_mode & 07777) == env_mode)
-        return;
-    const Fd fd = open_directory_entry(path, &st);
-    if (regroup && ::fchown(fd.get(), static_cast<uid_t>(-1), *group) != 0)
-        throw configuration_error("cannot give " + path + " to group " + std::to_string(*group),
-                                  errno);
-    if (::fchmod(fd.get(), env_mode) != 0)
-        throw configuration_error("cannot set the mode of " + path, errno);
-}
-
-void set_up_directory(const std::string& dir, uid_t owner, const std::string& owner_name,
-                      std::optional<gid_t> env_group) {
-    if (geteuid() != owner && geteuid() != 0)
-        throw Error(ExitCode::no_perm,
-                    "state directory " + dir + " belongs to " + owner_name +
-                        (owner_name == "root" ? " (run this as root)"
-                                              : " (run this as " + owner_name + " or root)"));
-    // 0711: others may reach public/ (and nothing else: every other entry is 0700 or 0600).
-    const struct stat st = ensure_directory(dir, 0711, owner);
-    check_owned(dir, st, owner, owner_name);
-    // Search permission alone lets non-owners reach public/; reading or writing does not.
-    if ((st.st_mode & 066) != 0)
-        throw Error(ExitCode::no_perm,
-                    "state directory " + dir + " has mode " + octal_mode(st.st_mode) +
-                        ": group or others may read or write it (chmod 0711 " + dir + ")");
-    for (const char* name : subdirectories) {
-        const std::string path = dir + "/" + name;
-        const bool env = std::string(name) == "env";
-        const mode_t mode = std::string(name) == "public" ? 0755 : env ? 0710 : 0700;
-        struct stat st = ensure_directory(path, mode, owner);
-        check_owned(path, st, owner, owner_name);
-        if (env)
-            set_up_env_directory(path, st, env_group);
-    }
-}
-
-// What a reading command checks instead of set_up_directory: the same owner and mode rules,
-// but a missing directory is an answer (66), never something to create (bbkit(7), STATE
-// DIRECTORY).
-void check_existing_directory(const std::string& dir, uid_t owner, const std::string& owner_name) {
-    if (geteuid() != owner && geteuid() != 0)
-        throw Error(ExitCode::no_perm, "state directory " + dir + " belongs to " + owner_name +
-                                           " (run this as " + owner_name + " or root)");
-    struct stat st {};
-    if (::lstat(dir.c_str(), &st) != 0) {
-        if (errno == ENOENT)
-            throw Error(ExitCode::no_input,
-                        "cannot read state directory " + dir +
-                            ": it does not exist (check state_dir and --state-dir; bb-pool init "
-                            "creates it)");
-        throw system_error("cannot inspect state directory " + dir, errno);
-    }
-    if (!S_ISDIR(st.st_mode))
-        throw Error(ExitCode::config, "cannot read state directory " + dir +
-                                          ": not a directory (check state_dir and --state-dir)");
-    check_owned(dir, st, owner, owner_name);
-    if ((st.st_mode & 066) != 0)
-        throw Error(ExitCode::no_perm,
-                    "state directory " + dir + " has mode " + octal_mode(st.st_mode) +
-                        ": group or others may read or write it (chmod 0711 " + dir + ")");
-    const std::string db = dir + "/state.db";
-    if (::lstat(db.c_str(), &st) != 0 && errno == ENOENT)
-        throw Error(ExitCode::no_input, "cannot read " + db +
-                                            ": it does not exist (check state_dir and "
-                                            "--state-dir; bb-pool init creates it)");
-}
 
 std::string buffer_columns() {
     return "key, cluster, job_id, incarnation, name, pool, requested_bytes, allocated_bytes, uid, "
@@ -516,7 +250,7 @@ void migrate(StateStore::Impl& impl) {
                                           std::to_string(found) + " is older than this bbkit's " +
                                           std::to_string(known) +
                                           " (run bb-pool recover once to migrate it)");
-    const HeldLock lock = impl.acquire_lock("bbkit schema migration");
+    const StateLock lock = impl.acquire_lock("bbkit schema migration");
     migrate_schema(impl.db);
     if (found < first_sealed_schema && impl.seal)
         seal_every_row(impl);
@@ -530,16 +264,7 @@ StateStore::StateStore(const Config& config, StoreOptions options)
     impl.dir = config.state_dir;
     const std::string db_path = impl.dir + "/state.db";
     impl.options = options;
-    const uid_t owner = owner_uid_of(config);
-    if (options.read_only) {
-        state_group_of(config);  // a misconfigured state_group is an error for readers too
-        check_existing_directory(impl.dir, owner, config.state_owner);
-    } else {
-        set_up_directory(impl.dir, owner, config.state_owner, state_group_of(config));
-        impl.lock_fd = open_owned_file(impl.dir + "/lock", owner);
-        // Created here so its owner and mode are ours; SQLite gives -wal and -shm the same ones.
-        open_owned_file(db_path, owner);
-    }
+    impl.lock_fd = open_state_dir(config, options.read_only);
 
     impl.db = sqlite::Database(db_path);
     impl.seal = RecordSeal::for_process(config, !options.read_only);
@@ -834,7 +559,7 @@ WriteTransaction::WriteTransaction(StateStore& store, std::string who, Durabilit
     if (impl_.db.in_transaction())
         throw Error(ExitCode::software,
                     "a transaction on " + impl_.db.path() + " is already open (one at a time)");
-    HeldLock lock = impl_.acquire_lock(who_);
+    StateLock lock = impl_.acquire_lock(who_);
     // SQLite takes the safety level only outside a transaction.
     if (durability_ == Durability::deferred)
         impl_.db.query("PRAGMA synchronous = NORMAL").run();

@@ -1,10 +1,8 @@
-// The state directory: one owner, a lock, and a SQLite database (state.db) holding buffers,
-// pools, queues and history. Every write happens inside a WriteTransaction, which holds
-// <state>/lock (flock) and a SQLite write transaction; readers take a ReadSnapshot and never
-// wait for writers. A kill -9 at any instant leaves the last committed state.
-//
-// Layout: lock, state.db (+ -wal, -shm), env/ public/ run/ progress/ log/ (trash/ and
-// quarantine/ live in each pool, where a rename can reach them).
+// The state: a SQLite database (state.db) in the state directory (state_dir.hpp: its owner,
+// layout and lock) holding buffers, pools, queues and history. Every write happens inside a
+// WriteTransaction, which holds <state>/lock (flock) and a SQLite write transaction; readers
+// take a ReadSnapshot and never wait for writers. A kill -9 at any instant leaves the last
+// committed state.
 // Open a StateStore after fork(), never before: a SQLite connection must not cross a fork.
 #pragma once
 
