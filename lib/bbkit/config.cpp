@@ -17,6 +17,7 @@
 
 #include "bbkit/error.hpp"
 #include "bbkit/size.hpp"
+#include "bbkit/text.hpp"
 
 namespace bbkit {
 namespace {
@@ -295,13 +296,6 @@ bool boolean_of(const Field& field) {
     return field.value().as_boolean();
 }
 
-std::string joined(const std::vector<std::string>& words) {
-    std::string out;
-    for (const std::string& word : words)
-        out += (out.empty() ? "" : ", ") + word;
-    return out;
-}
-
 // Reports the unknown key that comes first in the file, as a reader fixing them would meet it.
 void reject_unknown_keys(const Field& table, const std::vector<std::string>& known) {
     std::optional<Field> first;
@@ -316,7 +310,7 @@ void reject_unknown_keys(const Field& table, const std::vector<std::string>& kno
         first_name = name;
     }
     if (first)
-        first->fail("unknown key '" + first_name + "' (known: " + joined(known) + ")");
+        first->fail("unknown key '" + first_name + "' (known: " + join(known, ", ") + ")");
 }
 
 template <typename T, typename Read>
@@ -503,12 +497,6 @@ std::vector<std::string> directives_of(const Field& field) {
     return words;
 }
 
-std::string lower(std::string text) {
-    for (char& c : text)
-        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return text;
-}
-
 // Slurm compares burst_buffer.conf flags case-insensitively; we return the canonical spelling.
 std::string flag_of(const Field& field) {
     static const std::vector<std::string> known{"DisablePersistent", "EnablePersistent",
@@ -517,7 +505,7 @@ std::string flag_of(const Field& field) {
     for (const std::string& name : known)
         if (lower(name) == lower(flag))
             return name;
-    field.fail("unknown flag '" + flag + "' (known: " + joined(known) + ")");
+    field.fail("unknown flag '" + flag + "' (known: " + join(known, ", ") + ")");
 }
 
 Flags flags_of(const Field& field) {
@@ -743,7 +731,7 @@ std::string default_pool_of(const Field& field, const std::vector<PoolConfig>& p
     for (const PoolConfig& pool : pools)
         names.push_back(pool.name);
     if (std::find(names.begin(), names.end(), name) == names.end())
-        field.fail("no pool named '" + name + "' (configured: " + joined(names) + ")");
+        field.fail("no pool named '" + name + "' (configured: " + join(names, ", ") + ")");
     return name;
 }
 

@@ -65,10 +65,6 @@ bool is_blank(char c) {
     return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
 }
 
-bool starts_with(const std::string& s, const std::string& prefix) {
-    return s.compare(0, prefix.size(), prefix) == 0;
-}
-
 std::string trim(const std::string& s) {
     std::size_t begin = 0;
     std::size_t end = s.size();
@@ -418,13 +414,6 @@ std::string variable_form(const std::string& name) {
     return persistent_variable_form(name);
 }
 
-std::string join(const std::vector<std::string>& parts) {
-    std::string out;
-    for (const std::string& part : parts)
-        out += (out.empty() ? "" : "/") + part;
-    return out;
-}
-
 // The variable prefixes that name the job's own buffer.
 bool strip_job_variable(const std::string& path, std::string& rest) {
     static const char* const names[] = {"BB_JOB_DIR", "DW_JOB_STRIPED", "DW_JOB_PRIVATE"};
@@ -474,7 +463,7 @@ std::string buffer_relative(const std::string& path, std::string& buffer, const 
                       " is outside the buffer (write it relative to the buffer or as "
                       "$DW_JOB_STRIPED/…)");
     }
-    return join(path_components(rest, what + " is outside the buffer ('..' is not allowed)"));
+    return join(path_components(rest, what + " is outside the buffer ('..' is not allowed)"), "/");
 }
 
 // An absolute path outside the buffer, lexically normalized. `workdir_pending` lets a path
@@ -492,7 +481,7 @@ std::string outside_path(const std::string& path, const std::string& role, bool 
         throw invalid(what + " must be an absolute path (write %d/" + path +
                       " for a path under the job's working directory)");
     }
-    const std::string joined = join(path_components(rest, what + " must not contain '..'"));
+    const std::string joined = join(path_components(rest, what + " must not contain '..'"), "/");
     if (joined.empty())
         return head == "/" ? "/" : "%d";
     return head + joined;

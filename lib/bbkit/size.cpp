@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "bbkit/error.hpp"
+#include "bbkit/text.hpp"
 
 namespace bbkit {
 namespace {
@@ -31,13 +32,6 @@ constexpr std::array<Unit, 10> print_units{{
     {"KiB", kib},
     {"KB", kb},
 }};
-
-std::string lower(std::string_view s) {
-    std::string out(s);
-    for (char& c : out)
-        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return out;
-}
 
 // Returns the multiplier of a suffix, 0 for a node suffix; throws for an unknown one.
 std::uint64_t suffix_factor(std::string_view token, std::string_view suffix, bool& nodes) {

@@ -5,6 +5,7 @@
 
 #include "bbkit/error.hpp"
 #include "bbkit/size.hpp"
+#include "bbkit/text.hpp"
 
 namespace bbkit {
 namespace {
@@ -50,13 +51,6 @@ bool c_space(char c) {
     return std::isspace(static_cast<unsigned char>(c)) != 0;
 }
 
-bool equals_ignoring_case(const std::string& a, const char* b) {
-    std::string lower;
-    for (char c : a)
-        lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return lower == b;
-}
-
 // Slurm's suffix_mult; 0 for an unknown suffix (Slurm then keeps the bare number).
 std::uint64_t suffix_multiplier(const std::string& unit) {
     const std::uint64_t k = 1024, d = 1000;
@@ -75,8 +69,9 @@ std::uint64_t suffix_multiplier(const std::string& unit) {
                  {{"pb", "pb"}, d * d * d * d * d}};
     if (unit.empty())
         return 1;
+    const std::string name = lower(unit);
     for (const auto& row : table)
-        if (equals_ignoring_case(unit, row.names[0]) || equals_ignoring_case(unit, row.names[1]))
+        if (name == row.names[0] || name == row.names[1])
             return row.value;
     return 0;
 }
@@ -106,8 +101,8 @@ void slurm_size(const std::string& text, SlurmBufferLine& line) {
         return;
     std::string unit = text.substr(at);
     unit = unit.substr(0, unit.find(' '));
-    if (equals_ignoring_case(unit, "n") || equals_ignoring_case(unit, "node") ||
-        equals_ignoring_case(unit, "nodes")) {
+    const std::string name = lower(unit);
+    if (name == "n" || name == "node" || name == "nodes") {
         line.nodes = true;
         return;
     }

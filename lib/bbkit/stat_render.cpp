@@ -13,6 +13,7 @@
 #include "bbkit/size.hpp"
 #include "bbkit/slurm_release.hpp"
 #include "bbkit/stage_plan.hpp"
+#include "bbkit/text.hpp"
 
 namespace bbkit {
 namespace {
@@ -28,13 +29,6 @@ std::string token_of(const Buffer& buffer) {
 std::string user_of(const Buffer& buffer) {
     const std::string name = buffer.user.empty() ? std::to_string(buffer.uid) : buffer.user;
     return name + "(" + std::to_string(buffer.uid) + ")";
-}
-
-std::string joined(const std::vector<std::string>& items, const char* separator) {
-    std::string out;
-    for (std::size_t i = 0; i < items.size(); ++i)
-        out += (i ? separator : "") + items[i];
-    return out;
 }
 
 std::string seconds_text(double seconds) {
@@ -469,7 +463,7 @@ std::string burst_text(const StatusSnapshot& snapshot, const Config& config) {
                " TotalSpace=" + format_size(pool.total) + " FreeSpace=" + format_size(pool.free) +
                " UsedSpace=" + format_size(pool.used) + "\n";
     }
-    out += "  Flags=" + joined(flag_names(config.flags), ",") + "\n";
+    out += "  Flags=" + join(flag_names(config.flags), ",") + "\n";
     if (layout.poll_interval)
         out += "  PollInterval=" + std::to_string(config.poll_interval) + "\n";
     const Timeouts& t = config.timeouts;
@@ -478,9 +472,9 @@ std::string burst_text(const StatusSnapshot& snapshot, const Config& config) {
            " ValidateTimeout=" + std::to_string(t.validate) +
            " OtherTimeout=" + std::to_string(t.other) + "\n";
     if (!config.allow_users.empty())
-        out += "  AllowUsers=" + joined(config.allow_users, ",") + "\n";
+        out += "  AllowUsers=" + join(config.allow_users, ",") + "\n";
     else if (!config.deny_users.empty())
-        out += "  DenyUsers=" + joined(config.deny_users, ",") + "\n";
+        out += "  DenyUsers=" + join(config.deny_users, ",") + "\n";
     out += "  GetSysState=(null)\n  GetSysStatus=(null)\n";
 
     const std::vector<const Buffer*> buffers = allocated_buffers(snapshot);

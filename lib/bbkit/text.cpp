@@ -1,5 +1,7 @@
 #include "bbkit/text.hpp"
 
+#include <cctype>
+
 namespace bbkit {
 
 bool all_digits(std::string_view text) {
@@ -22,6 +24,27 @@ std::optional<std::uint64_t> parse_decimal(std::string_view text, std::uint64_t 
         value = value * 10 + digit;
     }
     return value;
+}
+
+std::string join(const std::vector<std::string>& parts, std::string_view separator) {
+    std::string out;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+        if (i > 0)
+            out += separator;
+        out += parts[i];
+    }
+    return out;
+}
+
+std::string lower(std::string_view text) {
+    std::string out(text);
+    for (char& c : out)
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+}
+
+bool starts_with(std::string_view text, std::string_view prefix) {
+    return text.substr(0, prefix.size()) == prefix;
 }
 
 }  // namespace bbkit

@@ -1,10 +1,13 @@
-// Small text rules every layer shares: what counts as a plain decimal number.
+// Small text rules every layer shares: what counts as a plain decimal number, and the few
+// string helpers that were otherwise written again in each file that wanted one.
 #pragma once
 
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace bbkit {
 
@@ -15,5 +18,14 @@ bool all_digits(std::string_view text);
 // overflow included.
 std::optional<std::uint64_t> parse_decimal(
     std::string_view text, std::uint64_t max = std::numeric_limits<std::uint64_t>::max());
+
+// `parts` with `separator` between each two: join({"a", "b"}, ", ") is "a, b".
+std::string join(const std::vector<std::string>& parts, std::string_view separator);
+
+// `text` with each byte through std::tolower: for words compared without regard to case (size
+// units, burst_buffer.conf flags, Slurm's size suffixes), which are ASCII.
+std::string lower(std::string_view text);
+
+bool starts_with(std::string_view text, std::string_view prefix);
 
 }  // namespace bbkit

@@ -1,4 +1,5 @@
-// The shared number rules: digits only, and no value past the caller's maximum.
+// The shared number rules (digits only, and no value past the caller's maximum) and the small
+// string helpers.
 #include "bbkit/text.hpp"
 
 #include <gtest/gtest.h>
@@ -6,7 +7,10 @@
 #include <cstdint>
 
 using bbkit::all_digits;
+using bbkit::join;
+using bbkit::lower;
 using bbkit::parse_decimal;
+using bbkit::starts_with;
 
 TEST(AllDigits, takes_ascii_digits_only) {
     EXPECT_TRUE(all_digits("0"));
@@ -28,4 +32,25 @@ TEST(ParseDecimal, stops_at_the_maximum_without_overflowing) {
     EXPECT_EQ(parse_decimal("007"), 7u);
     EXPECT_EQ(parse_decimal(""), std::nullopt);
     EXPECT_EQ(parse_decimal("1 "), std::nullopt);
+}
+
+TEST(Join, puts_the_separator_between_parts_only) {
+    EXPECT_EQ(join({}, ", "), "");
+    EXPECT_EQ(join({"a"}, ", "), "a");
+    EXPECT_EQ(join({"a", "b", "c"}, "/"), "a/b/c");
+    EXPECT_EQ(join({"", "b"}, ","), ",b");
+}
+
+TEST(Lower, lowers_ascii_letters_only) {
+    EXPECT_EQ(lower("GiB"), "gib");
+    EXPECT_EQ(lower("Enable_Persistent"), "enable_persistent");
+    EXPECT_EQ(lower("\xc3\x89t\xc3\xa9"), "\xc3\x89t\xc3\xa9");  // bytes past ASCII kept
+}
+
+TEST(StartsWith, compares_the_leading_bytes) {
+    EXPECT_TRUE(starts_with("#!/bin/sh", "#!"));
+    EXPECT_TRUE(starts_with("abc", ""));
+    EXPECT_TRUE(starts_with("abc", "abc"));
+    EXPECT_FALSE(starts_with("ab", "abc"));
+    EXPECT_FALSE(starts_with("xabc", "abc"));
 }
