@@ -314,13 +314,6 @@ std::vector<SourceEntry> read_stage_list(const StageDirective& list) {
     return entries;
 }
 
-SourceTotals measure_sources(const std::vector<StageDirective>& stage_in) {
-    SourceTotals totals;
-    Tally tally(totals, std::nullopt, {});
-    measure_lines(stage_in, tally);
-    return totals;
-}
-
 namespace {
 
 SourceTotals measure_lines_against(const std::vector<StageDirective>& stage_in,

@@ -29,17 +29,6 @@ struct SourceTotals {
     std::vector<Warning> skipped;  // stage lines whose symbols are not resolved yet
 };
 
-// Expands the list files of `stage_in` and measures every source. Throws Error(no_input) for a
-// missing source, Error(no_perm) for one the caller cannot read or traverse, Error(data) for a
-// malformed list file or a source of the wrong type; each message names the path and the line.
-//
-// A directory is walked depth-first without following symlinks, holding one open directory
-// stream (a descriptor and its buffer) per level: memory grows with a tree's depth, never with
-// its width or its number of files. When a deep tree runs out of descriptors, the soft
-// RLIMIT_NOFILE is raised to the hard limit (for the rest of the process); a tree deeper than
-// that allows is Error(io) "... cannot open directory N levels deep ...: Too many open files".
-SourceTotals measure_sources(const std::vector<StageDirective>& stage_in);
-
 // Reads a type=list file: one "source destination" pair a line (double quotes allowed, '#'
 // comments and blank lines skipped); destinations are made relative to the buffer and checked
 // with buffer_relative_path, then placed under `base` (the directive's destination).
@@ -50,13 +39,23 @@ std::vector<SourceEntry> read_stage_list(const StageDirective& list);
 // stops the walk and propagates.
 using SourceProgress = std::function<void(std::uint64_t files, std::uint64_t bytes)>;
 
-// Measures the stage-in lines as the caller (measure_sources's walk and errors) and refuses what
-// cannot fit: the bytes of the lines that go to the job's own buffer are checked against
-// `job_capacity` as they are counted, and the walk stops at the first file that takes them over
-// it (require_fits's error), so a tree far too large is refused without walking all of it.
-// Those lines are measured first; lines into persistent buffers and distribute=shard lines
-// (whose share of each node only the nodes know) come after them and do not count against it;
-// lines with unresolved symbols are skipped.
+// Expands the list files of `stage_in` and measures every source as the caller. Throws
+// Error(no_input) for a missing source, Error(no_perm) for one the caller cannot read or
+// traverse, Error(data) for a malformed list file or a source of the wrong type; each message
+// names the path and the line.
+//
+// A directory is walked depth-first without following symlinks, holding one open directory
+// stream (a descriptor and its buffer) per level: memory grows with a tree's depth, never with
+// its width or its number of files. When a deep tree runs out of descriptors, the soft
+// RLIMIT_NOFILE is raised to the hard limit (for the rest of the process); a tree deeper than
+// that allows is Error(io) "... cannot open directory N levels deep ...: Too many open files".
+//
+// With a `job_capacity` it also refuses what cannot fit: the bytes of the lines that go to the
+// job's own buffer are checked against it as they are counted, and the walk stops at the first
+// file that takes them over it (require_fits's error), so a tree far too large is refused
+// without walking all of it. Those lines are measured first; lines into persistent buffers and
+// distribute=shard lines (whose share of each node only the nodes know) come after them and do
+// not count against it; lines with unresolved symbols are skipped.
 SourceTotals measure_stage_in(const std::vector<StageDirective>& stage_in,
                               std::optional<std::uint64_t> job_capacity,
                               const SourceProgress& progress = {});

@@ -458,14 +458,6 @@ std::optional<PoolRecord> Transaction::find_pool(const std::string& name) {
     return PoolRecord{q.text(0), q.text(1), q.text(2), q.integer(3) != 0};
 }
 
-std::vector<PoolRecord> Transaction::list_pools() {
-    Query q = impl_.db.query("SELECT name, path, uuid, draining FROM pools ORDER BY name");
-    std::vector<PoolRecord> pools;
-    while (q.step())
-        pools.push_back(PoolRecord{q.text(0), q.text(1), q.text(2), q.integer(3) != 0});
-    return pools;
-}
-
 std::vector<QueueEntry> Transaction::queue(const std::string& pool) {
     Query q = impl_.db.query(std::string("SELECT ") + queue_columns +
                              " FROM queue WHERE pool = ?1 ORDER BY seq");

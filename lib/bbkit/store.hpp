@@ -82,7 +82,9 @@ class StateStore {
     const std::string& dir() const;
     std::string path(const std::string& relative) const;  // dir() + "/" + relative
     // Whether this connection syncs every commit now (synchronous=FULL); false only inside a
-    // WriteTransaction opened with Durability::deferred.
+    // WriteTransaction opened with Durability::deferred. Only the unit tests ask: the setting
+    // belongs to this connection, so nothing outside it can see that a deferred commit left it
+    // FULL again, which the crash protocol relies on (ARCHITECTURE.md, Invariants).
     bool syncs_commits() const;
 
     struct Impl;  // store.cpp's; public only so that its helpers can name it
@@ -120,7 +122,6 @@ class Transaction {
     std::uint64_t used_bytes_of_user(uid_t uid);               // all pools, states that hold space
 
     std::optional<PoolRecord> find_pool(const std::string& name);
-    std::vector<PoolRecord> list_pools();
 
     std::vector<QueueEntry> queue(const std::string& pool);  // FIFO order
     std::optional<QueueEntry> queue_head(const std::string& pool);

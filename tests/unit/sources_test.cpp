@@ -128,15 +128,16 @@ TEST_F(Sources, sums_files_and_trees_without_following_symlinks) {
     write("tree/b", std::string(20, 'y'));
     write("tree/sub/c", std::string(3, 'z'));
     fs::create_symlink("/usr", fs::path(dir) / "tree" / "link");  // would be huge if followed
-    const auto totals = bbkit::measure_sources(
-        {stage(StageType::file, a, "a"), stage(StageType::directory, dir + "/tree", "t")});
+    const auto totals = bbkit::measure_stage_in(
+        {stage(StageType::file, a, "a"), stage(StageType::directory, dir + "/tree", "t")},
+        std::nullopt);
     EXPECT_EQ(totals.bytes, 123u);
     EXPECT_EQ(totals.entries.size(), 2u);
 }
 
 TEST_F(Sources, missing_source_is_no_input_naming_path_and_line) {
     try {
-        bbkit::measure_sources({stage(StageType::file, dir + "/nope", "x")});
+        bbkit::measure_stage_in({stage(StageType::file, dir + "/nope", "x")}, std::nullopt);
         FAIL();
     } catch (const Error& e) {
         EXPECT_EQ(e.code(), ExitCode::no_input);
@@ -147,11 +148,15 @@ TEST_F(Sources, missing_source_is_no_input_naming_path_and_line) {
 
 TEST_F(Sources, file_and_directory_types_must_match) {
     write("d/f", "1");
-    EXPECT_EQ(code_of([&] { bbkit::measure_sources({stage(StageType::file, dir + "/d", "x")}); }),
+    EXPECT_EQ(code_of([&] {
+                  bbkit::measure_stage_in({stage(StageType::file, dir + "/d", "x")}, std::nullopt);
+              }),
               ExitCode::data);
-    EXPECT_EQ(
-        code_of([&] { bbkit::measure_sources({stage(StageType::directory, dir + "/d/f", "x")}); }),
-        ExitCode::data);
+    EXPECT_EQ(code_of([&] {
+                  bbkit::measure_stage_in({stage(StageType::directory, dir + "/d/f", "x")},
+                                          std::nullopt);
+              }),
+              ExitCode::data);
 }
 
 TEST_F(Sources, list_files_expand_under_the_directive_destination) {
@@ -162,7 +167,8 @@ TEST_F(Sources, list_files_expand_under_the_directive_destination) {
     ASSERT_EQ(entries.size(), 2u);
     EXPECT_EQ(entries[0].destination, "base/in/one");
     EXPECT_EQ(entries[1].destination, "top");
-    const auto totals = bbkit::measure_sources({stage(StageType::list, list, "base")});
+    const auto totals =
+        bbkit::measure_stage_in({stage(StageType::list, list, "base")}, std::nullopt);
     EXPECT_EQ(totals.bytes, 8u);
 }
 
@@ -181,7 +187,7 @@ TEST_F(Sources, list_lines_that_escape_or_are_malformed_are_refused) {
 TEST_F(Sources, unresolved_lines_are_skipped_with_a_warning) {
     StageDirective s = stage(StageType::file, "/data/%j", "x");
     s.unresolved = true;
-    const auto totals = bbkit::measure_sources({s});
+    const auto totals = bbkit::measure_stage_in({s}, std::nullopt);
     EXPECT_EQ(totals.bytes, 0u);
     ASSERT_EQ(totals.skipped.size(), 1u);
 }
@@ -269,7 +275,8 @@ TEST_F(Sources, a_quick_measurement_reports_no_progress) {
 TEST_F(Sources, a_deep_tree_longer_than_path_max_is_measured) {
     const std::string deep = make_deep_tree(300, std::string(30, 'n'));  // 9,300-byte path
     ASSERT_FALSE(deep.empty());
-    const auto totals = bbkit::measure_sources({stage(StageType::directory, deep, "d")});
+    const auto totals =
+        bbkit::measure_stage_in({stage(StageType::directory, deep, "d")}, std::nullopt);
     EXPECT_EQ(totals.files, 600u);  // 300 directories, 300 files
     EXPECT_EQ(totals.bytes, 300u);
     remove_deep_tree();
@@ -284,7 +291,8 @@ TEST_F(Sources, a_deep_tree_raises_the_soft_descriptor_limit) {
         GTEST_SKIP() << "hard RLIMIT_NOFILE below 400";
     const auto [code, message] = in_child([&] {
         limit_descriptors(64, limit.rlim_max);
-        const auto totals = bbkit::measure_sources({stage(StageType::directory, deep, "d")});
+        const auto totals =
+            bbkit::measure_stage_in({stage(StageType::directory, deep, "d")}, std::nullopt);
         if (totals.files != 600)
             throw Error(ExitCode::software, "counted " + std::to_string(totals.files));
     });
@@ -297,7 +305,7 @@ TEST_F(Sources, a_tree_deeper_than_the_descriptors_allow_is_refused_in_one_line)
     ASSERT_FALSE(deep.empty());
     const auto [code, message] = in_child([&] {
         limit_descriptors(64, 64);
-        bbkit::measure_sources({stage(StageType::directory, deep, "d")});
+        bbkit::measure_stage_in({stage(StageType::directory, deep, "d")}, std::nullopt);
     });
     EXPECT_EQ(code, ExitCode::io) << message;
     EXPECT_NE(message.find("levels deep (raise the open-file limit, ulimit -n): Too many open "
@@ -315,7 +323,7 @@ TEST_F(Sources, an_unreadable_subdirectory_is_refused_with_no_perm_naming_its_pa
     ASSERT_EQ(chmod((dir + "/tree/closed").c_str(), geteuid() == 0 ? 0700 : 0), 0);
     const auto [code, message] = in_child([&] {
         become_nobody_if_root();
-        bbkit::measure_sources({stage(StageType::directory, dir + "/tree", "t")});
+        bbkit::measure_stage_in({stage(StageType::directory, dir + "/tree", "t")}, std::nullopt);
     });
     chmod((dir + "/tree/closed").c_str(), 0755);
     EXPECT_EQ(code, ExitCode::no_perm) << message;
