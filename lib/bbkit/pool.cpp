@@ -16,6 +16,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/job_environment.hpp"
 #include "bbkit/job_nodes.hpp"
 #include "bbkit/publish.hpp"
 #include "bbkit/run_lock.hpp"
@@ -797,13 +798,17 @@ std::string job_environment(const Buffer& job, const std::string& buffer_path,
     return out;
 }
 
+namespace {
+
 std::string env_file_path(const StateStore& store, const BufferKey& key) {
-    return store.path("env/" + key.str() + ".env");
+    return buffer_environment_path(store.dir(), key);
 }
 
 std::string job_env_file_path(const StateStore& store, const BufferKey& key) {
-    return store.path("env/" + key.cluster + "." + std::to_string(key.job_id) + ".env");
+    return job_environment_path(store.dir(), key.cluster, key.job_id);
 }
+
+}  // namespace
 
 void write_env_files(const StateStore& store, const BufferKey& key, const std::string& text) {
     const std::string own = env_file_path(store, key);

@@ -158,15 +158,8 @@ Buffer complete_allocation(StateStore& store, const Config& config, const Buffer
 std::string job_environment(const Buffer& job, const std::string& buffer_path,
                             const std::vector<std::pair<std::string, std::string>>& persistent);
 
-// <state>/env/<key>.env.
-std::string env_file_path(const StateStore& store, const BufferKey& key);
-
-// <state>/env/<cluster>.<jobid>.env: the same lines for the job's current incarnation, so that
-// burst_buffer.lua's slurm_bb_paths, which knows only the job id and must not fork, finds them
-// with one open(). Only job buffers have one.
-std::string job_env_file_path(const StateStore& store, const BufferKey& key);
-
-// Writes a job buffer's env file and its job-level copy (not fsync'd: recover rewrites both).
+// Writes a buffer's env file and, for a job's, its job-level name (buffer_environment_path and
+// job_environment_path, job_environment.hpp; not fsync'd: recover rewrites both).
 void write_env_files(const StateStore& store, const BufferKey& key, const std::string& text);
 
 // The content of an env file, or std::nullopt when it is missing or cannot be read.

@@ -8,8 +8,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -21,8 +19,8 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/job_environment.hpp"
 #include "bbkit/seal.hpp"
-#include "bbkit/text.hpp"
 
 namespace bbkit {
 namespace {
@@ -744,58 +742,6 @@ std::vector<std::string> PoolDir::list(const std::string& subdir) const {
     return list_directory(subdir_fd(subdir), path_ + "/" + subdir);
 }
 
-namespace {
-
-constexpr std::size_t environment_key_digits = 32;
-constexpr std::size_t environment_tag_digits = 32;
-
-bool lower_hex(const std::string& text) {
-    return std::all_of(text.begin(), text.end(), [](char c) {
-        return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
-    });
-}
-
-}  // namespace
-
-std::string legacy_job_environment_name(const std::string& cluster, std::uint64_t job_id) {
-    return cluster + "." + std::to_string(job_id);
-}
-
-std::string job_environment_name(const std::string& cluster, std::uint64_t job_id,
-                                 const std::string& user_key) {
-    const std::string legacy = legacy_job_environment_name(cluster, job_id);
-    return legacy + "." + to_hex(hmac_sha256(user_key, legacy)).substr(0, environment_tag_digits);
-}
-
-std::string environment_key_name(uid_t uid) {
-    return std::to_string(uid) + ".key";
-}
-
-std::optional<std::string> parse_environment_key(const std::string& text) {
-    std::string key = text;
-    if (!key.empty() && key.back() == '\n')
-        key.pop_back();
-    if (key.size() != environment_key_digits || !lower_hex(key))
-        return std::nullopt;
-    return key;
-}
-
-std::optional<std::uint64_t> environment_job_id(const std::string& cluster,
-                                                const std::string& name) {
-    const std::string prefix = cluster + ".";
-    if (name.compare(0, prefix.size(), prefix) != 0)
-        return std::nullopt;
-    std::string rest = name.substr(prefix.size());
-    const std::size_t dot = rest.find('.');
-    if (dot != std::string::npos) {
-        const std::string tag = rest.substr(dot + 1);
-        if (tag.size() != environment_tag_digits || !lower_hex(tag))
-            return std::nullopt;
-        rest.resize(dot);
-    }
-    return parse_decimal(rest);
-}
-
 Fd PoolDir::env_dir(bool create) const {
     const std::string what = path_ + "/" + env_subdir;
     // Created beneath the open root, never by path; an existing entry is checked, not fixed:
@@ -886,7 +832,7 @@ std::string PoolDir::job_environment_key(uid_t uid, gid_t gid) {
     };
     if (std::optional<std::string> key = read_key())
         return *key;
-    const std::string key = random_hex(environment_key_digits / 2);
+    const std::string key = new_environment_key();
     struct stat st {};
     const bool absent = fstatat(env_dir(true).get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0;
     if (write_env_entry(name, key + "\n", uid, gid, !absent))

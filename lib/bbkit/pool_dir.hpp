@@ -88,23 +88,6 @@ struct DirectoryUsage {
     bool complete = false;  // every entry was counted (not stopped by over, budget or depth)
 };
 
-// The names in a pool's env/ (bbkit(7), FILES). A job's environment file is
-// "<cluster>.<jobid>.<tag>": the tag, 32 hex digits, a keyed hash of "<cluster>.<jobid>" under
-// the key of the job's user (env/<uid>.key, theirs alone to read). Only that user can name the
-// file, and root, who lists env/: nobody else can learn whether the job has one (env/ is 0711).
-std::string job_environment_name(const std::string& cluster, std::uint64_t job_id,
-                                 const std::string& user_key);
-// What the file was named before it had a tag: "<cluster>.<jobid>" (still read and removed).
-std::string legacy_job_environment_name(const std::string& cluster, std::uint64_t job_id);
-// A user's key file in env/: "<uid>.key".
-std::string environment_key_name(uid_t uid);
-// The key a key file holds (32 lower-case hex digits and a newline); nullopt for anything else.
-std::optional<std::string> parse_environment_key(const std::string& text);
-// The job an entry of env/ is the environment file of, for `cluster` (tagged or legacy name);
-// nullopt for anything else (another cluster's, a key, a temporary).
-std::optional<std::uint64_t> environment_job_id(const std::string& cluster,
-                                                const std::string& name);
-
 class PoolDir {
   public:
     static constexpr const char* env_subdir = "env";
@@ -210,7 +193,7 @@ class PoolDir {
     std::vector<std::string> list(const std::string& subdir) const;
 
     // A job's environment for its tasks in standalone mode (bbkit(7), FILES): env/<name> (see
-    // job_environment_name), owned by uid:gid, mode 0400, in the root-owned env/ the user
+    // job_environment.hpp), owned by uid:gid, mode 0400, in the root-owned env/ the user
     // cannot write, so only the job's user reads it and nobody but root replaces it. Written to
     // a temporary name and renamed over the old one, both durable. env/ is created when missing
     // (pools initialised before it existed); one that is a symlink, not a directory, not root's

@@ -10,6 +10,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/job_environment.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/project_quota.hpp"
 #include "bbkit/publish.hpp"
@@ -324,8 +325,9 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
                     job_environment(b, configured_pool(config, b.pool).path + "/" + b.directory,
                                     resolve_persistent_uses(snapshot, config, b.uid, b.user,
                                                             recorded_persistent_uses(b)));
-                if (read_env_file(env_file_path(store, b.key)) != text ||
-                    read_env_file(job_env_file_path(store, b.key)) != text) {
+                if (read_env_file(buffer_environment_path(store.dir(), b.key)) != text ||
+                    read_env_file(job_environment_path(store.dir(), b.key.cluster, b.key.job_id)) !=
+                        text) {
                     write_env_files(store, b.key, text);
                     actions.push_back(b.key.str() + ": env file rewritten");
                 }

@@ -11,6 +11,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/job_environment.hpp"
 #include "bbkit/job_nodes.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/process.hpp"

@@ -10,6 +10,7 @@
 
 #include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/job_environment.hpp"
 #include "bbkit/pool_dir.hpp"
 
 namespace bbkit {

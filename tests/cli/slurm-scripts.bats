@@ -673,6 +673,36 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   assert_line --index 0 "rc=0"
 }
 
+# slurm_bb_paths builds the job-level file's name itself (it runs inside slurmctld and may not
+# fork); the tools name it in lib/bbkit/job_environment.cpp. Here under a cluster other than the
+# default and past a first incarnation, so neither part of the name can drift unnoticed.
+@test "hooks: slurm_bb_paths opens the file the tools name for the cluster and current incarnation" {
+  write_config 'mode = "slurm"' 'directives = ["BB_LUA"]' 'cluster = "blue"' \
+    '[timeouts]' 'stage_in = 600' 'stage_out = 600' 'other = 120'
+  install_scripts >/dev/null
+  script=$(job_script 18 '#BB_LUA pool=small capacity=1K')
+  run hook slurm_bb_setup 18 0 0 small 1024 "$script"
+  assert_line --index 0 "rc=0"
+  run hook slurm_bb_job_teardown 18 "$script" true
+  assert_line --index 0 "rc=0"
+  run hook slurm_bb_setup 18 0 0 small 1024 "$script"
+  assert_line --index 0 "rc=0"
+  assert_output --partial "allocated: blue.18.2"
+  assert_file_exists "$TEST_DIR/state/env/blue.18.env"
+  : >"$TEST_DIR/path"
+  run hook slurm_bb_paths 18 "$script" "$TEST_DIR/path"
+  assert_output "rc=0"
+  run cat "$TEST_DIR/path"
+  assert_line "BB_JOB_DIR=$(bbdir $TEST_DIR/small/job/blue.18.2)"
+  # Without the file the tools write, the hook fails naming the one it looked for.
+  run hook slurm_bb_job_teardown 18 "$script" true
+  assert_line --index 0 "rc=0"
+  assert_file_not_exists "$TEST_DIR/state/env/blue.18.env"
+  run hook slurm_bb_paths 18 "$script" "$TEST_DIR/path"
+  assert_line --index 0 "rc=-1"
+  assert_output --partial "cannot read $TEST_DIR/state/env/blue.18.env"
+}
+
 @test "hooks: a bare #BB_LUA reserves nothing and every buffer hook succeeds" {
   install_scripts >/dev/null
   script=$(job_script 30 '#BB_LUA')

@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "bbkit/error.hpp"
+#include "bbkit/job_environment.hpp"
 #include "bbkit/pool_dir.hpp"
 #include "bbkit/stat_render.hpp"
 #include "code_of.hpp"
@@ -124,9 +125,6 @@ TEST_F(TaskEnvironmentTest, a_tagged_file_is_found_by_its_user_and_root_only) {
     EXPECT_EQ(code_as(1), static_cast<int>(ExitCode::no_input));
     EXPECT_EQ(pool.job_environments("t", 7), std::vector<std::string>{name});
     EXPECT_EQ(environment_job_id("t", name), std::optional<std::uint64_t>(7));
-    EXPECT_EQ(environment_job_id("t", environment_key_name(nobody)), std::nullopt);
-    EXPECT_EQ(environment_job_id("t", "t.7"), std::optional<std::uint64_t>(7));
-    EXPECT_EQ(environment_job_id("t", "t.x.7"), std::nullopt);
 }
 
 TEST_F(TaskEnvironmentTest, a_symlink_at_the_file_is_refused) {

@@ -609,6 +609,9 @@ local function real_size(job_id)
 end
 
 local function paths(job_id, job_script, path_file)
+    -- The name the tools give this file (job_environment_path, ARCHITECTURE.md's
+    -- job_environment): built here again, since this runs inside slurmctld and may not fork;
+    -- tests/cli/slurm-scripts.bats checks the two agree.
     local env_file = BBKIT_STATE_DIR .. "/env/" .. BBKIT_CLUSTER .. "." .. job_id .. ".env"
     local text, why = read_file(env_file)
     if not text then
