@@ -70,10 +70,7 @@ int run_check(StateStore& store, const Config& config, const Options& o) {
         print(findings_json(findings));
     else
         std::cout << findings_text(findings);
-    bool open = false;
-    for (const Finding& f : findings)
-        open = open || !f.repaired;
-    return open ? 1 : 0;
+    return check_status(findings);
 }
 
 int run_reconcile(StateStore& store, const Config& config, const Options& o,
@@ -87,10 +84,7 @@ int run_reconcile(StateStore& store, const Config& config, const Options& o,
     } else {
         std::cout << reconcile_text(result, o.apply);
     }
-    for (const ReconcileEntry& e : result.orphans)
-        if (o.apply && !e.torn_down && !e.note.empty())
-            return 1;  // a teardown failed; it is named above
-    return 0;
+    return static_cast<int>(result.status());  // a failed teardown is named above
 }
 
 }  // namespace
