@@ -152,7 +152,7 @@ ReconcileResult reconcile_slurm(StateStore& store, const Config& config, SlurmJo
         }
     }
     for (const auto& [b, reason] : orphans) {
-        ReconcileEntry entry{b, false, "", reason};
+        ReconcileEntry entry{b, false, "", reason, std::nullopt};
         if (apply) {
             try {
                 TeardownOptions options;
@@ -162,12 +162,20 @@ ReconcileResult reconcile_slurm(StateStore& store, const Config& config, SlurmJo
                 entry.note = t.note;
             } catch (const Error& e) {
                 entry.note = e.what();
+                entry.failure = e.code();
                 spdlog::warn("buffer {}: teardown failed: {}", b.key.str(), e.what());
             }
         }
         result.orphans.push_back(entry);
     }
     return result;
+}
+
+ExitCode ReconcileResult::status() const {
+    for (const ReconcileEntry& e : orphans)
+        if (e.failure)
+            return *e.failure;
+    return ExitCode::ok;
 }
 
 std::size_t ReconcileResult::count(OrphanReason reason) const {

@@ -11,11 +11,13 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bbkit/buffer.hpp"
 #include "bbkit/config.hpp"
+#include "bbkit/error.hpp"
 #include "bbkit/store.hpp"
 
 namespace bbkit {
@@ -69,12 +71,17 @@ struct ReconcileEntry {
     bool torn_down = false;
     std::string note;  // why it was not torn down, or teardown's note
     OrphanReason reason = OrphanReason::unknown_to_slurm;
+    std::optional<ExitCode> failure;  // the code of its teardown's error, when one failed
 };
 
 struct ReconcileResult {
     std::size_t checked = 0;              // live job buffers of this cluster
     std::vector<ReconcileEntry> orphans;  // in the order found
     std::size_t count(OrphanReason reason) const;
+    // bb-pool reconcile's exit status: the code of the first teardown that failed, the others
+    // having gone on (bbkit(7), EXIT STATUS); ok when none did. A buffer found already torn
+    // down, as bb-teardown says of one, is no failure.
+    ExitCode status() const;
 };
 
 // Lists the live job buffers of config.cluster whose job ids Slurm neither lists nor knows, and

@@ -983,4 +983,10 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
     return findings;
 }
 
+int check_status(const std::vector<Finding>& findings) {
+    const bool open =
+        std::any_of(findings.begin(), findings.end(), [](const Finding& f) { return !f.repaired; });
+    return open ? 1 : 0;
+}
+
 }  // namespace bbkit

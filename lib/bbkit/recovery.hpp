@@ -60,4 +60,8 @@ struct Finding {
 std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
                            const std::string& who);
 
+// bb-pool check's exit status: 1 when a finding is left unrepaired, else 0 (bb-pool(1), EXIT
+// STATUS): a report for cron, as diff(1)'s 1 is, not an error.
+int check_status(const std::vector<Finding>& findings);
+
 }  // namespace bbkit

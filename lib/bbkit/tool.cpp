@@ -134,7 +134,15 @@ Config load_effective_config(const CommonOptions& options) {
 }
 
 int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
-             const CommonOptions& options, const std::function<int()>& body) {
+             const CommonOptions& options, const std::function<int()>& body,
+             const ErrorReport& report) {
+    // `hint` follows the message whole: a long message is shortened, never what to do.
+    const auto fail = [&](ExitCode code, const std::string& message, const std::string& hint = "") {
+        if (report)
+            report(static_cast<int>(code), message + hint);
+        error_stream() << tool << ": " << bounded(message) << hint << '\n';
+        return static_cast<int>(code);
+    };
     drop_caller_environment();
     if (fault_list_requested()) {  // for tests/fault/run: see bbkit(7), CRASH INJECTION
         for (const FaultPointInfo& point : fault_points())
@@ -146,8 +154,7 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
     } catch (const CLI::Success& e) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
-        error_stream() << tool << ": " << bounded(e.what()) << " (see " << tool << " --help)\n";
-        return static_cast<int>(ExitCode::usage);
+        return fail(ExitCode::usage, e.what(), " (see " + tool + " --help)");
     }
     setup_logging(tool, options);
     try {
@@ -156,11 +163,9 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
                 refuse_caller_file_choice(option->get_name());
         return body();
     } catch (const Error& e) {
-        error_stream() << tool << ": " << bounded(e.what()) << '\n';
-        return e.exit_status();
+        return fail(e.code(), e.what());
     } catch (const std::exception& e) {
-        error_stream() << tool << ": internal error: " << bounded(e.what()) << '\n';
-        return static_cast<int>(ExitCode::software);
+        return fail(ExitCode::software, std::string("internal error: ") + e.what());
     }
 }
 

@@ -45,10 +45,17 @@ bool on_command_line(int argc, char** argv, const char* word);
 // change (check_root_controlled).
 Config load_effective_config(const CommonOptions& options);
 
+// Told of the error that ends a tool, besides its "bb-TOOL: message" line on stderr: the exit
+// status and the message without the prefix, whole (stderr's line is shortened when long).
+// bb-mover reports it to bb-stage on its standard output as well (stage_plan.hpp).
+using ErrorReport = std::function<void(int status, const std::string& message)>;
+
 // Parses the command line and runs `body`; returns the process exit status. CLI11 errors exit
-// 64 (0 for --help/--version); bbkit::Error exits with its code; anything else exits 70.
+// 64 (0 for --help/--version); bbkit::Error exits with its code; anything else exits 70
+// (bbkit(7), EXIT STATUS). Each error is one line on stderr, after `report` is told of it.
 int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
-             const CommonOptions& options, const std::function<int()>& body);
+             const CommonOptions& options, const std::function<int()>& body,
+             const ErrorReport& report = {});
 
 // Reads a job script (`what`: "job script", "directives file") whole ("-" is standard input),
 // with the caller's permissions when root runs for a less privileged caller (open_as_caller),

@@ -2,6 +2,7 @@
 # bb-stage: data in and out as the job's user, the phases, and every failure path. Trees are
 # compared by content, modes, times and link targets, not by exit codes alone.
 
+bats_require_minimum_version 1.5.0
 load common
 
 setup() { staging_setup; }
@@ -626,4 +627,17 @@ print("%08x" % ((h ^ (h >> 47)) & 0xffffffff))'
   run bb-stage in --job 35
   assert_success
   assert_output --partial ": 1 file,"
+}
+
+# bb-mover's errors, as bb-stage reads them: an "error CODE MESSAGE" line on standard output
+# (stage_plan.hpp) and "bb-mover: MESSAGE" on standard error, with bbkit(7)'s exit codes.
+@test "bb-mover reports a malformed plan (65) and an argument (64) on stdout and stderr" {
+  run --separate-stderr bb-mover <<<'not a plan'
+  assert_failure 65
+  assert_output --regexp '^error 65 "malformed stage plan: .*"$'
+  [[ $stderr == "bb-mover: malformed stage plan: "* ]] || fail "stderr: $stderr"
+  run --separate-stderr bb-mover --no-such-option </dev/null
+  assert_failure 64
+  assert_output --regexp '^error 64 ".*--no-such-option.* \(see bb-mover --help\)"$'
+  [[ $stderr == "bb-mover: "*"--no-such-option"*" (see bb-mover --help)" ]] || fail "stderr: $stderr"
 }

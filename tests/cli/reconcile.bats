@@ -3,6 +3,7 @@
 # stand-ins on PATH here (squeue and scontrol answering from a file); the check against a real
 # slurmctld is part of tests/slurm/.
 
+bats_require_minimum_version 1.5.0
 load common
 
 setup() {
@@ -149,6 +150,25 @@ ended in Slurm: main.4.1 (job 4, user root, pool small, 1KiB, allocated)
   run bb-pool reconcile --slurm --apply
   assert_success
   assert_output "3 job buffer(s) checked, 0 unknown to Slurm"
+}
+
+# A teardown that fails is a failure with its own code (bbkit(7), EXIT STATUS), named on its
+# line; the other buffers are torn down all the same.
+@test "--apply: a teardown that fails exits with its code, the others torn down" {
+  dir=$(bbdir "$TEST_DIR/small/job/main.2.1")
+  chattr +i "$dir" 2>/dev/null || skip "no chattr on this file system"
+  run --separate-stderr bb-pool reconcile --slurm --apply
+  chattr -i "$dir"
+  assert_failure 77
+  [[ $stderr == "bb-pool: warning: buffer main.2.1: teardown failed: "* ]] || fail "stderr: $stderr"
+  assert_line --index 0 "torn down: main.1.1 (job 1, user root, pool small, 1KiB, allocated)"
+  assert_line --index 1 --regexp '^NOT torn down: main\.2\.1 \(job 2, user root, pool small, 1KiB, allocated\): teardown of buffer main\.2\.1 failed: .*stays charged'
+  assert_line --index 2 "torn down: main.3.1 (job 3, user root, pool small, 1KiB, allocated)"
+  assert_dir_not_exists "$(bbdir $TEST_DIR/small/job/main.3.1)"
+  run bb-pool reconcile --slurm --apply --json
+  assert_success
+  assert_output --partial '"torn_down": true'
+  assert_dir_not_exists "$dir"
 }
 
 @test "when Slurm cannot be asked: exit 69 and nothing is torn down" {

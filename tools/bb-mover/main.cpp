@@ -18,6 +18,7 @@
 #include "bbkit/fsops.hpp"
 #include "bbkit/mover.hpp"
 #include "bbkit/stage_plan.hpp"
+#include "bbkit/tool.hpp"
 #include "bbkit/user.hpp"
 
 namespace {
@@ -68,19 +69,17 @@ int run(const std::string& input) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
     limit_arenas();
-    try {
-        const std::string input{std::istreambuf_iterator<char>(std::cin),
-                                std::istreambuf_iterator<char>()};
-        return run(input);
-    } catch (const bbkit::Error& e) {
-        report(bbkit::error_line(e.exit_status(), e.what()));
-        std::cerr << "bb-mover: " << bbkit::printable(e.what()) << '\n';
-        return e.exit_status();
-    } catch (const std::exception& e) {
-        report(bbkit::error_line(70, std::string("internal error: ") + e.what()));
-        std::cerr << "bb-mover: internal error: " << bbkit::printable(e.what()) << '\n';
-        return 70;
-    }
+    CLI::App app{
+        "bb-mover: bbkit's data mover, run by bb-stage with a stage plan on standard "
+        "input (bbkit(7), STAGING)"};
+    const CommonOptions none;  // bb-stage gives it no option: everything is in the plan
+    return run_tool(
+        "bb-mover", app, argc, argv, none,
+        []() -> int {
+            return run(std::string{std::istreambuf_iterator<char>(std::cin),
+                                   std::istreambuf_iterator<char>()});
+        },
+        [](int status, const std::string& message) { report(error_line(status, message)); });
 }

@@ -1,7 +1,12 @@
 // bb-pool: capacity pools and the buffers reserved from them.
 #include <unistd.h>
 
+#include <chrono>
+#include <functional>
 #include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "bbkit/error.hpp"
 #include "bbkit/pool.hpp"
@@ -38,17 +43,28 @@ void print(const nlohmann::json& value) {
     std::cout << json_text(value) << '\n';
 }
 
-int run_list(StateStore& store, const Config& config, const Options& o, bool one) {
+// A subcommand: its options, added when its name is on the command line (on_command_line), and
+// what it runs once they are parsed.
+struct Subcommand {
+    CLI::App* app = nullptr;
+    bool reads = false;  // a reading command never creates state
+    std::function<int(StateStore&, const Config&, const std::string& who)> run;
+};
+
+// Whether a subcommand's name is on the command line: only then are its options added.
+using Named = std::function<bool(const CLI::App*)>;
+
+int print_pools(StateStore& store, const Config& config, const Options& o,
+                const std::optional<std::string>& only) {
     std::vector<PoolStatus> pools;
-    std::string slurm;
     {
         ReadSnapshot snapshot(store);
         pools = pool_status(snapshot, config);
-        if (one) {
-            configured_pool(config, *o.show_pool);
+        if (only) {
+            configured_pool(config, *only);
             std::vector<PoolStatus> selected;
             for (const PoolStatus& p : pools)
-                if (p.name == *o.show_pool)
+                if (p.name == *only)
                     selected.push_back(p);
             pools = selected;
         }
@@ -57,57 +73,14 @@ int run_list(StateStore& store, const Config& config, const Options& o, bool one
         std::cout << slurm_pools_json(pools) << '\n';
     } else if (o.json) {
         const nlohmann::json out = pools_json(pools);
-        print(one ? out.at(0) : out);
+        print(only ? out.at(0) : out);
     } else {
         std::cout << pool_list_text(pools);
     }
     return 0;
 }
 
-int run_check(StateStore& store, const Config& config, const Options& o) {
-    const std::vector<Finding> findings = check(store, config, o.repair, tool + " check");
-    if (o.json)
-        print(findings_json(findings));
-    else
-        std::cout << findings_text(findings);
-    bool open = false;
-    for (const Finding& f : findings)
-        open = open || !f.repaired;
-    return open ? 1 : 0;
-}
-
-int run_reconcile(StateStore& store, const Config& config, const Options& o,
-                  const std::string& who) {
-    if (!o.slurm)
-        throw Error(ExitCode::usage, "reconcile needs --slurm (the scheduler to ask)");
-    SlurmClients slurm;
-    const ReconcileResult result = reconcile_slurm(store, config, slurm, o.apply, who);
-    if (o.json) {
-        print(reconcile_json(result, o.apply));
-    } else {
-        std::cout << reconcile_text(result, o.apply);
-    }
-    for (const ReconcileEntry& e : result.orphans)
-        if (o.apply && !e.torn_down && !e.note.empty())
-            return 1;  // a teardown failed; it is named above
-    return 0;
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-    CLI::App app{"bb-pool: burst-buffer capacity pools and the buffers reserved from them"};
-    app.require_subcommand(1);
-    app.fallthrough();
-    CommonOptions common;
-    add_common_options(app, common, true);
-    Options o;
-    app.add_flag("--json", o.json, "Print JSON");
-
-    // Each subcommand's options only when its name is on the command line (on_command_line).
-    const auto named = [&](CLI::App* sub) {
-        return on_command_line(argc, argv, sub->get_name().c_str());
-    };
+Subcommand add_list(CLI::App& app, Options& o, const Named& named) {
     CLI::App* list = app.add_subcommand("list", "Show every pool: total, used, trash, free, queue");
     if (named(list)) {
         list->add_option("--format", o.format,
@@ -115,6 +88,12 @@ int main(int argc, char** argv) {
             ->check(CLI::IsMember({"table", "slurm-lua"}));
         list->add_flag("--json", o.json, "Print JSON");
     }
+    return {list, true, [&o](StateStore& store, const Config& config, const std::string&) {
+                return print_pools(store, config, o, std::nullopt);
+            }};
+}
+
+Subcommand add_show(CLI::App& app, Options& o, const Named& named) {
     CLI::App* show = app.add_subcommand("show", "Show one pool (all without POOL)");
     if (named(show)) {
         show->add_option("POOL", o.show_pool, "Pool name");
@@ -122,7 +101,12 @@ int main(int argc, char** argv) {
             ->check(CLI::IsMember({"table", "slurm-lua"}));
         show->add_flag("--json", o.json, "Print JSON");
     }
+    return {show, true, [&o](StateStore& store, const Config& config, const std::string&) {
+                return print_pools(store, config, o, o.show_pool);
+            }};
+}
 
+Subcommand add_init(CLI::App& app, Options& o, const Named& named) {
     CLI::App* init =
         app.add_subcommand("init", "Write a pool's marker and create job/ persistent/ trash/");
     if (named(init)) {
@@ -132,7 +116,29 @@ int main(int argc, char** argv) {
                        "buffers' records, release their space and write a new marker");
         init->add_flag("--json", o.json, "Print JSON");
     }
+    return {init, false, [&o](StateStore& store, const Config& config, const std::string& who) {
+                if (o.replace) {
+                    const ReplaceResult r = replace_pool(store, config, o.pool, who);
+                    if (o.json)
+                        print({{"pool", r.marker.name},
+                               {"uuid", r.marker.uuid},
+                               {"replaced_uuid", r.old_uuid},
+                               {"closed", r.closed},
+                               {"bytes_released", r.bytes_released}});
+                    else
+                        std::cout << replace_text(r);
+                    return 0;
+                }
+                const PoolMarker marker = init_pool(store, config, o.pool, who);
+                if (o.json)
+                    print({{"pool", marker.name}, {"uuid", marker.uuid}});
+                else
+                    std::cout << "pool " << marker.name << " ready (uuid " << marker.uuid << ")\n";
+                return 0;
+            }};
+}
 
+Subcommand add_alloc(CLI::App& app, Options& o, const Named& named) {
     CLI::App* alloc =
         app.add_subcommand("alloc", "Reserve a buffer for a job or a persistent buffer");
     AllocCommand& a = o.alloc;
@@ -170,72 +176,9 @@ int main(int argc, char** argv) {
                           "scheduler's order (for distribute=shard and gather=nodes)");
         alloc->add_flag("--json", o.json, "Print JSON");
     }
-
-    CLI::App* drain = app.add_subcommand("drain", "Stop new allocations from a pool");
-    if (named(drain))
-        drain->add_option("POOL", o.pool, "Pool name")->required();
-    CLI::App* resume = app.add_subcommand("resume", "Allow allocations from a drained pool again");
-    if (named(resume))
-        resume->add_option("POOL", o.pool, "Pool name")->required();
-
-    CLI::App* check_cmd = app.add_subcommand(
-        "check", "Compare records with the pool directories, buffers with their capacity");
-    if (named(check_cmd)) {
-        check_cmd->add_flag(
-            "--repair", o.repair,
-            "Quarantine what does not belong, close dead records, remove stale project limits");
-        check_cmd->add_flag("--json", o.json, "Print JSON");
-    }
-    CLI::App* recover_cmd =
-        app.add_subcommand("recover", "Finish or undo what dead processes left half done");
-    if (named(recover_cmd))
-        recover_cmd->add_flag("--json", o.json, "Print JSON");
-    CLI::App* reap_cmd = app.add_subcommand("reap", "Empty trash/ and release that space");
-    if (named(reap_cmd)) {
-        reap_cmd->add_option("--budget", o.budget, "Seconds to spend at most (default 60)")
-            ->check(CLI::PositiveNumber);
-        reap_cmd->add_flag("--json", o.json, "Print JSON");
-    }
-    CLI::App* reconcile_cmd = app.add_subcommand(
-        "reconcile", "List (--apply: tear down) buffers whose jobs the scheduler no longer knows");
-    if (named(reconcile_cmd)) {
-        reconcile_cmd->add_flag("--slurm", o.slurm,
-                                "Ask Slurm (squeue, scontrol) which jobs it knows");
-        reconcile_cmd->add_flag("--apply", o.apply, "Tear those buffers down (default: only list)");
-        reconcile_cmd->add_flag("--json", o.json, "Print JSON");
-    }
-
-    return run_tool(tool, app, argc, argv, common, [&]() -> int {
-        const Config config = load_effective_config(common);
-        StoreOptions store_options;
-        store_options.read_only = *list || *show;  // reading commands never create state
-        StateStore store(config, store_options);
-        const std::string who = tool + " " + app.get_subcommands().front()->get_name();
-        if (*list)
-            return run_list(store, config, o, false);
-        if (*show)
-            return run_list(store, config, o, o.show_pool.has_value());
-        if (*init && o.replace) {
-            const ReplaceResult r = replace_pool(store, config, o.pool, who);
-            if (o.json)
-                print({{"pool", r.marker.name},
-                       {"uuid", r.marker.uuid},
-                       {"replaced_uuid", r.old_uuid},
-                       {"closed", r.closed},
-                       {"bytes_released", r.bytes_released}});
-            else
-                std::cout << replace_text(r);
-            return 0;
-        }
-        if (*init) {
-            const PoolMarker marker = init_pool(store, config, o.pool, who);
-            if (o.json)
-                print({{"pool", marker.name}, {"uuid", marker.uuid}});
-            else
-                std::cout << "pool " << marker.name << " ready (uuid " << marker.uuid << ")\n";
-            return 0;
-        }
-        if (*alloc) {
+    return {
+        alloc, false, [&o, wait](StateStore& store, const Config& config, const std::string& who) {
+            AllocCommand& a = o.alloc;
             a.job_id = o.job_id;
             if (a.text.script)
                 a.text.script = read_script_file(*a.text.script, config.limits.script_size);
@@ -247,45 +190,147 @@ int main(int argc, char** argv) {
             else
                 std::cout << alloc_text(result);
             return 0;
+        }};
+}
+
+// drain (`draining`) or resume.
+Subcommand add_drain(CLI::App& app, Options& o, const Named& named, bool draining) {
+    CLI::App* sub =
+        draining ? app.add_subcommand("drain", "Stop new allocations from a pool")
+                 : app.add_subcommand("resume", "Allow allocations from a drained pool again");
+    if (named(sub))
+        sub->add_option("POOL", o.pool, "Pool name")->required();
+    return {sub, false,
+            [&o, draining](StateStore& store, const Config& config, const std::string& who) {
+                set_draining(store, config, o.pool, draining, who);
+                std::cout << "pool " << o.pool << (draining ? " draining" : " resumed") << "\n";
+                return 0;
+            }};
+}
+
+Subcommand add_check(CLI::App& app, Options& o, const Named& named) {
+    CLI::App* check_cmd = app.add_subcommand(
+        "check", "Compare records with the pool directories, buffers with their capacity");
+    if (named(check_cmd)) {
+        check_cmd->add_flag(
+            "--repair", o.repair,
+            "Quarantine what does not belong, close dead records, remove stale project limits");
+        check_cmd->add_flag("--json", o.json, "Print JSON");
+    }
+    return {check_cmd, false,
+            [&o](StateStore& store, const Config& config, const std::string& who) {
+                const std::vector<Finding> findings = check(store, config, o.repair, who);
+                if (o.json)
+                    print(findings_json(findings));
+                else
+                    std::cout << findings_text(findings);
+                return check_status(findings);
+            }};
+}
+
+Subcommand add_recover(CLI::App& app, Options& o, const Named& named) {
+    CLI::App* recover_cmd =
+        app.add_subcommand("recover", "Finish or undo what dead processes left half done");
+    if (named(recover_cmd))
+        recover_cmd->add_flag("--json", o.json, "Print JSON");
+    return {recover_cmd, false,
+            [&o](StateStore& store, const Config& config, const std::string& who) {
+                const std::vector<std::string> actions =
+                    recover(store, config, std::chrono::seconds(10), who);
+                if (o.json) {
+                    print(actions);
+                } else {
+                    for (const std::string& line : actions)
+                        std::cout << line << '\n';
+                    if (actions.empty())
+                        std::cout << "nothing to recover\n";
+                }
+                return 0;
+            }};
+}
+
+Subcommand add_reap(CLI::App& app, Options& o, const Named& named) {
+    CLI::App* reap_cmd = app.add_subcommand("reap", "Empty trash/ and release that space");
+    if (named(reap_cmd)) {
+        reap_cmd->add_option("--budget", o.budget, "Seconds to spend at most (default 60)")
+            ->check(CLI::PositiveNumber);
+        reap_cmd->add_flag("--json", o.json, "Print JSON");
+    }
+    return {reap_cmd, false, [&o](StateStore& store, const Config& config, const std::string& who) {
+                bool shown = false;  // a progress line to end before anything else is printed
+                RemovalProgressFn progress;
+                if (isatty(STDERR_FILENO))
+                    progress = [&shown](const RemovalProgress& p) {
+                        std::cerr << removal_progress_line(p) << std::flush;
+                        shown = true;
+                    };
+                const auto budget =
+                    std::chrono::milliseconds(static_cast<long long>(o.budget * 1000));
+                const ReapResult r = reap(store, config, budget, who, progress);
+                if (shown)
+                    std::cerr << '\n';
+                if (o.json)
+                    print(reap_json(r));
+                else
+                    std::cout << reap_text(r);
+                return 0;
+            }};
+}
+
+Subcommand add_reconcile(CLI::App& app, Options& o, const Named& named) {
+    CLI::App* reconcile_cmd = app.add_subcommand(
+        "reconcile", "List (--apply: tear down) buffers whose jobs the scheduler no longer knows");
+    if (named(reconcile_cmd)) {
+        reconcile_cmd->add_flag("--slurm", o.slurm,
+                                "Ask Slurm (squeue, scontrol) which jobs it knows");
+        reconcile_cmd->add_flag("--apply", o.apply, "Tear those buffers down (default: only list)");
+        reconcile_cmd->add_flag("--json", o.json, "Print JSON");
+    }
+    return {reconcile_cmd, false,
+            [&o](StateStore& store, const Config& config, const std::string& who) {
+                if (!o.slurm)
+                    throw Error(ExitCode::usage, "reconcile needs --slurm (the scheduler to ask)");
+                SlurmClients slurm;
+                const ReconcileResult result = reconcile_slurm(store, config, slurm, o.apply, who);
+                if (o.json)
+                    print(reconcile_json(result, o.apply));
+                else
+                    std::cout << reconcile_text(result, o.apply);
+                return static_cast<int>(result.status());  // a failed teardown is named above
+            }};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"bb-pool: burst-buffer capacity pools and the buffers reserved from them"};
+    app.require_subcommand(1);
+    app.fallthrough();
+    CommonOptions common;
+    add_common_options(app, common, true);
+    Options o;
+    app.add_flag("--json", o.json, "Print JSON");
+    const Named named = [&](const CLI::App* sub) {
+        return on_command_line(argc, argv, sub->get_name().c_str());
+    };
+    // In the order --help lists them.
+    const std::vector<Subcommand> subcommands{
+        add_list(app, o, named),        add_show(app, o, named),
+        add_init(app, o, named),        add_alloc(app, o, named),
+        add_drain(app, o, named, true), add_drain(app, o, named, false),
+        add_check(app, o, named),       add_recover(app, o, named),
+        add_reap(app, o, named),        add_reconcile(app, o, named)};
+
+    return run_tool(tool, app, argc, argv, common, [&]() -> int {
+        const Config config = load_effective_config(common);
+        for (const Subcommand& sub : subcommands) {
+            if (!sub.app->parsed())
+                continue;
+            StoreOptions store_options;
+            store_options.read_only = sub.reads;
+            StateStore store(config, store_options);
+            return sub.run(store, config, tool + " " + sub.app->get_name());
         }
-        if (*drain || *resume) {
-            set_draining(store, config, o.pool, drain->parsed(), who);
-            std::cout << "pool " << o.pool << (drain->parsed() ? " draining" : " resumed") << "\n";
-            return 0;
-        }
-        if (*check_cmd)
-            return run_check(store, config, o);
-        if (*reconcile_cmd)
-            return run_reconcile(store, config, o, who);
-        if (*recover_cmd) {
-            const std::vector<std::string> actions =
-                recover(store, config, std::chrono::seconds(10), who);
-            if (o.json) {
-                print(actions);
-            } else {
-                for (const std::string& line : actions)
-                    std::cout << line << '\n';
-                if (actions.empty())
-                    std::cout << "nothing to recover\n";
-            }
-            return 0;
-        }
-        bool shown = false;  // a progress line to end before anything else is printed
-        RemovalProgressFn progress;
-        if (isatty(STDERR_FILENO))
-            progress = [&shown](const RemovalProgress& p) {
-                std::cerr << removal_progress_line(p) << std::flush;
-                shown = true;
-            };
-        const ReapResult r =
-            reap(store, config, std::chrono::milliseconds(static_cast<long long>(o.budget * 1000)),
-                 who, progress);
-        if (shown)
-            std::cerr << '\n';
-        if (o.json)
-            print(reap_json(r));
-        else
-            std::cout << reap_text(r);
-        return 0;
+        throw Error(ExitCode::software, "no subcommand to run");  // require_subcommand(1)
     });
 }

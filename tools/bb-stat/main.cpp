@@ -2,7 +2,6 @@
 // as Prometheus text for node_exporter's textfile collector.
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <optional>
@@ -17,6 +16,7 @@
 #include "bbkit/fsops.hpp"
 #include "bbkit/render.hpp"
 #include "bbkit/stat_render.hpp"
+#include "bbkit/stat_request.hpp"
 #include "bbkit/store.hpp"
 #include "bbkit/task_environment.hpp"
 #include "bbkit/tool.hpp"
@@ -26,145 +26,78 @@ namespace {
 
 using namespace bbkit;
 
-enum class View { pools, sessions, instances, configurations, activations, burst, job, env };
-
-struct Request {
-    View view = View::pools;
-    bool explicit_view = false;  // a word was given (with --prometheus, print it too)
-    std::uint64_t job_id = 0;
-};
-
-struct Options {
-    std::vector<std::string> words;
-    bool json = false;
-    bool dws = false;
-    bool shell = false;
-    bool for_anyone = false;
-    bool dwstat = false;
-    std::optional<std::string> prometheus;
-    std::optional<uid_t> for_uid;
-};
-
-Request parse_words(const std::vector<std::string>& words) {
-    Request request;
-    if (words.empty())
-        return request;
-    request.explicit_view = true;
-    const std::string& word = words[0];
-    const std::vector<std::pair<std::string, View>> views{{"pools", View::pools},
-                                                          {"sessions", View::sessions},
-                                                          {"instances", View::instances},
-                                                          {"configurations", View::configurations},
-                                                          {"activations", View::activations},
-                                                          {"burst", View::burst},
-                                                          {"job", View::job},
-                                                          {"env", View::env}};
-    bool known = false;
-    for (const auto& [name, view] : views)
-        if (word == name) {
-            request.view = view;
-            known = true;
-        }
-    if (!known)
-        throw Error(ExitCode::usage, "unknown view '" + word +
-                                         "' (pools, sessions, instances, configurations, "
-                                         "activations, burst, job ID or env ID)");
-    if (request.view != View::job && request.view != View::env) {
-        if (words.size() > 1)
-            throw Error(ExitCode::usage,
-                        "'" + word + "' takes no argument, got '" + words[1] + "'");
-        return request;
-    }
-    if (words.size() != 2)
-        throw Error(ExitCode::usage, word + " needs exactly one job ID");
-    request.job_id = parse_job_id(words[1], "job ID");
-    return request;
-}
-
 void print_json(const nlohmann::json& value) {
     std::cout << json_text(value) << '\n';
 }
 
-void print_view(const Request& request, const StatusSnapshot& snapshot, const Config& config,
+void print_view(const StatRequest& request, const StatusSnapshot& snapshot, const Config& config,
                 bool json) {
     switch (request.view) {
-        case View::pools:
+        case StatView::pools:
             if (json)
                 print_json(pools_json(snapshot.pools));
             else
                 std::cout << pools_table(snapshot.pools);
             return;
-        case View::sessions:
+        case StatView::sessions:
             if (json)
                 print_json(sessions_json(snapshot.buffers));
             else
                 std::cout << sessions_table(snapshot.buffers);
             return;
-        case View::instances:
+        case StatView::instances:
             if (json)
                 print_json(instances_json(snapshot.buffers));
             else
                 std::cout << instances_table(snapshot.buffers);
             return;
-        case View::configurations:
+        case StatView::configurations:
             if (json)
                 print_json(configurations_json(snapshot.buffers));
             else
                 std::cout << configurations_table(snapshot.buffers);
             return;
-        case View::activations:
+        case StatView::activations:
             if (json)
                 print_json(activations_json(snapshot.buffers));
             else
                 std::cout << activations_table(snapshot.buffers);
             return;
-        case View::burst:
+        case StatView::burst:
             if (json)
                 print_json(burst_json(snapshot, config));
             else
                 std::cout << burst_text(snapshot, config);
             return;
-        case View::job:
-        case View::env:
+        case StatView::job:
+        case StatView::env:
             return;  // printed by run()
     }
 }
 
 // What Slurm's burst_buffer/datawarp plugin reads from dw_wlm_cli (dws_render.hpp).
-void print_dws(const Request& request, const StatusSnapshot& snapshot,
+void print_dws(const StatRequest& request, const StatusSnapshot& snapshot,
                const std::optional<JobStatus>& job) {
     switch (request.view) {
-        case View::pools:
+        case StatView::pools:
             std::cout << dws_pools(snapshot.pools) << '\n';
             return;
-        case View::sessions:
+        case StatView::sessions:
             std::cout << dws_sessions(snapshot.buffers) << '\n';
             return;
-        case View::instances:
+        case StatView::instances:
             std::cout << dws_instances(snapshot.buffers) << '\n';
             return;
-        case View::configurations:
+        case StatView::configurations:
             std::cout << dws_configurations(snapshot.buffers) << '\n';
             return;
-        case View::job:
+        case StatView::job:
             if (const std::string answer = dws_real_size(job->status.buffer); !answer.empty())
                 std::cout << answer << '\n';
             return;
         default:
             return;  // refused by check_dws
     }
-}
-
-void check_dws(const Request& request, const Options& options) {
-    if (!options.dws)
-        return;
-    if (options.json || options.prometheus)
-        throw Error(ExitCode::usage, "--dws goes with neither --json nor --prometheus");
-    const View v = request.view;
-    if (v != View::pools && v != View::sessions && v != View::instances &&
-        v != View::configurations && v != View::job)
-        throw Error(ExitCode::usage,
-                    "--dws shows pools, sessions, instances, configurations or job ID");
 }
 
 void print_job(const JobStatus& job, bool json) {
@@ -177,7 +110,7 @@ void print_job(const JobStatus& job, bool json) {
 
 // Runs as the job's user on a compute node (a TaskProlog): the pools and the configuration
 // only, never the state directory, which is the controller's.
-int run_env(const Config& config, const Request& request, const Options& options) {
+int run_env(const Config& config, const StatRequest& request, const StatOptions& options) {
     const TaskEnvironment env = read_task_environment(config, request.job_id, geteuid());
     if (options.json)
         print_json(task_environment_json(env));
@@ -188,22 +121,7 @@ int run_env(const Config& config, const Request& request, const Options& options
 
 // DataWarp's dwstat, exactly: every table it is asked for from one snapshot read once (Slurm
 // gives `scontrol show dwstat` 2 s).
-int run_dwstat(const CommonOptions& common, const Options& options) {
-    if (options.json || options.dws || options.shell || options.prometheus)
-        throw Error(ExitCode::usage,
-                    "--dwstat goes with neither --json, --dws, --shell nor "
-                    "--prometheus");
-    if (options.for_uid && options.for_anyone)
-        throw Error(ExitCode::usage, "give --for-uid or --for-anyone, not both");
-    if (options.words.size() > 1)
-        throw Error(ExitCode::usage,
-                    "--dwstat takes one view, got '" + printable(options.words[1]) + "' too");
-    const std::string view = options.words.empty() ? "pools" : options.words[0];
-    const std::vector<std::string>& views = dwstat_views();
-    if (std::find(views.begin(), views.end(), view) == views.end())
-        throw Error(ExitCode::usage, "unknown dwstat view '" + printable(view) +
-                                         "' (pools, sessions, instances, configurations, "
-                                         "activations, most or all)");
+int run_dwstat(const CommonOptions& common, const StatOptions& options, const std::string& view) {
     const Config config = load_effective_config(common);
     StatusSnapshot snapshot;
     if (privileged_viewer(config, geteuid())) {
@@ -226,21 +144,12 @@ int run_dwstat(const CommonOptions& common, const Options& options) {
     return 0;
 }
 
-int run(const CommonOptions& common, const Options& options) {
-    if (options.dwstat)
-        return run_dwstat(common, options);
-    const Request request = parse_words(options.words);
-    if (options.shell && request.view != View::env)
-        throw Error(ExitCode::usage, "--shell goes with the env view only");
-    if (request.view == View::env &&
-        (options.prometheus || options.for_uid || options.for_anyone || options.dws))
-        throw Error(ExitCode::usage,
-                    "env takes neither --prometheus, --for-uid, --for-anyone nor --dws");
-    if (options.for_uid && options.for_anyone)
-        throw Error(ExitCode::usage, "give --for-uid or --for-anyone, not both");
-    check_dws(request, options);
+int run(const CommonOptions& common, const StatOptions& options) {
+    const StatRequest request = parse_stat_request(options);
+    if (request.dwstat_view)
+        return run_dwstat(common, options, *request.dwstat_view);
     const Config config = load_effective_config(common);
-    if (request.view == View::env)
+    if (request.view == StatView::env)
         return run_env(config, request, options);
     const bool show = request.explicit_view || !options.prometheus;
 
@@ -252,18 +161,18 @@ int run(const CommonOptions& common, const Options& options) {
         read_only.read_only = true;
         StateStore store(config, read_only);
         ReadSnapshot txn(store);
-        if (show && request.view == View::job)
+        if (show && request.view == StatView::job)
             job = job_status(txn, config, request.job_id, options.for_uid);
         // The pools view reads no buffer row (Slurm's datawarp plugin asks every 30 s).
-        if (request.view == View::pools && !options.prometheus)
+        if (request.view == StatView::pools && !options.prometheus)
             snapshot.pools = pool_status(txn, config);
-        else if (options.prometheus || request.view != View::job)
+        else if (options.prometheus || request.view != StatView::job)
             snapshot = read_status(txn, config);
         if (options.prometheus)
             read_project_usage(snapshot, config);
     } else {
         snapshot = read_public_status(config, geteuid());
-        if (show && request.view == View::job)
+        if (show && request.view == StatView::job)
             job = job_status(snapshot, config, request.job_id, options.for_uid);
     }
     if (options.for_uid)
@@ -298,7 +207,7 @@ int main(int argc, char** argv) {
     CommonOptions common;
     add_common_options(app, common, true);
 
-    Options options;
+    StatOptions options;
     app.add_option("VIEW", options.words,
                    "pools (default), sessions, instances, configurations, burst, job ID, or env "
                    "ID");

@@ -1,0 +1,101 @@
+#include "bbkit/stat_request.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "bbkit/buffer_key.hpp"
+#include "bbkit/error.hpp"
+#include "bbkit/stat_render.hpp"
+
+namespace bbkit {
+namespace {
+
+StatRequest parse_words(const std::vector<std::string>& words) {
+    StatRequest request;
+    if (words.empty())
+        return request;
+    request.explicit_view = true;
+    const std::string& word = words[0];
+    const std::vector<std::pair<std::string, StatView>> views{
+        {"pools", StatView::pools},
+        {"sessions", StatView::sessions},
+        {"instances", StatView::instances},
+        {"configurations", StatView::configurations},
+        {"activations", StatView::activations},
+        {"burst", StatView::burst},
+        {"job", StatView::job},
+        {"env", StatView::env}};
+    const auto known = std::find_if(views.begin(), views.end(),
+                                    [&](const auto& view) { return view.first == word; });
+    if (known == views.end())
+        throw Error(ExitCode::usage, "unknown view '" + word +
+                                         "' (pools, sessions, instances, configurations, "
+                                         "activations, burst, job ID or env ID)");
+    request.view = known->second;
+    if (request.view != StatView::job && request.view != StatView::env) {
+        if (words.size() > 1)
+            throw Error(ExitCode::usage,
+                        "'" + word + "' takes no argument, got '" + words[1] + "'");
+        return request;
+    }
+    if (words.size() != 2)
+        throw Error(ExitCode::usage, word + " needs exactly one job ID");
+    request.job_id = parse_job_id(words[1], "job ID");
+    return request;
+}
+
+// DataWarp's dwstat takes one of its own views: most and all, but no burst, job or env.
+StatRequest parse_dwstat(const StatOptions& options) {
+    if (options.json || options.dws || options.shell || options.prometheus)
+        throw Error(ExitCode::usage,
+                    "--dwstat goes with neither --json, --dws, --shell nor "
+                    "--prometheus");
+    if (options.for_uid && options.for_anyone)
+        throw Error(ExitCode::usage, "give --for-uid or --for-anyone, not both");
+    if (options.words.size() > 1)
+        throw Error(ExitCode::usage,
+                    "--dwstat takes one view, got '" + printable(options.words[1]) + "' too");
+    const std::string view = options.words.empty() ? "pools" : options.words[0];
+    const std::vector<std::string>& views = dwstat_views();
+    if (std::find(views.begin(), views.end(), view) == views.end())
+        throw Error(ExitCode::usage, "unknown dwstat view '" + printable(view) +
+                                         "' (pools, sessions, instances, configurations, "
+                                         "activations, most or all)");
+    StatRequest request;
+    request.explicit_view = !options.words.empty();
+    request.dwstat_view = view;
+    return request;
+}
+
+// --dws prints what dw_wlm_cli answers Slurm's datawarp plugin, for the views it asks for.
+void check_dws(const StatRequest& request, const StatOptions& options) {
+    if (!options.dws)
+        return;
+    if (options.json || options.prometheus)
+        throw Error(ExitCode::usage, "--dws goes with neither --json nor --prometheus");
+    const StatView v = request.view;
+    if (v != StatView::pools && v != StatView::sessions && v != StatView::instances &&
+        v != StatView::configurations && v != StatView::job)
+        throw Error(ExitCode::usage,
+                    "--dws shows pools, sessions, instances, configurations or job ID");
+}
+
+}  // namespace
+
+StatRequest parse_stat_request(const StatOptions& options) {
+    if (options.dwstat)
+        return parse_dwstat(options);
+    const StatRequest request = parse_words(options.words);
+    if (options.shell && request.view != StatView::env)
+        throw Error(ExitCode::usage, "--shell goes with the env view only");
+    if (request.view == StatView::env &&
+        (options.prometheus || options.for_uid || options.for_anyone || options.dws))
+        throw Error(ExitCode::usage,
+                    "env takes neither --prometheus, --for-uid, --for-anyone nor --dws");
+    if (options.for_uid && options.for_anyone)
+        throw Error(ExitCode::usage, "give --for-uid or --for-anyone, not both");
+    check_dws(request, options);
+    return request;
+}
+
+}  // namespace bbkit

@@ -1,0 +1,42 @@
+// What bb-stat is asked for: its view words (VIEW [ID]) and the options each view goes with,
+// checked before anything is read (bb-stat(1)). Every refusal is Error(usage), exit 64.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace bbkit {
+
+enum class StatView { pools, sessions, instances, configurations, activations, burst, job, env };
+
+// bb-stat's command line as given: the words and the options that change what is shown.
+struct StatOptions {
+    std::vector<std::string> words;
+    bool json = false;
+    bool dws = false;
+    bool shell = false;
+    bool for_anyone = false;
+    bool dwstat = false;
+    std::optional<std::string> prometheus;
+    std::optional<uid_t> for_uid;
+};
+
+struct StatRequest {
+    StatView view = StatView::pools;  // the default when no word is given
+    bool explicit_view = false;       // a word was given (with --prometheus, print it too)
+    std::uint64_t job_id = 0;         // job and env
+    // With --dwstat: the one of dwstat_views() to print ("pools" without a word); `view` is
+    // then unused.
+    std::optional<std::string> dwstat_view;
+};
+
+// The request `options` make, or Error(usage) naming what is wrong: an unknown view, a view
+// with an argument it does not take or without the job ID it needs, or options that do not go
+// together (--dws with --json, --shell but for env, --for-uid with --for-anyone, ...).
+StatRequest parse_stat_request(const StatOptions& options);
+
+}  // namespace bbkit

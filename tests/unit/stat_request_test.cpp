@@ -1,0 +1,150 @@
+#include "bbkit/stat_request.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "code_of.hpp"
+
+namespace bbkit {
+namespace {
+
+StatOptions words(std::vector<std::string> w) {
+    StatOptions options;
+    options.words = std::move(w);
+    return options;
+}
+
+// The usage error `options` make, its message in `message`.
+ExitCode refused(const StatOptions& options, std::string* message = nullptr) {
+    return code_of([&] { parse_stat_request(options); }, message);
+}
+
+TEST(StatRequest, NoWordIsThePoolsViewNotNamed) {
+    const StatRequest r = parse_stat_request(StatOptions{});
+    EXPECT_EQ(r.view, StatView::pools);
+    EXPECT_FALSE(r.explicit_view);
+    EXPECT_FALSE(r.dwstat_view);
+}
+
+TEST(StatRequest, EveryViewByItsName) {
+    const std::vector<std::pair<std::string, StatView>> views{
+        {"pools", StatView::pools},
+        {"sessions", StatView::sessions},
+        {"instances", StatView::instances},
+        {"configurations", StatView::configurations},
+        {"activations", StatView::activations},
+        {"burst", StatView::burst}};
+    for (const auto& [name, view] : views) {
+        const StatRequest r = parse_stat_request(words({name}));
+        EXPECT_EQ(r.view, view) << name;
+        EXPECT_TRUE(r.explicit_view) << name;
+    }
+}
+
+TEST(StatRequest, JobAndEnvTakeOneJobId) {
+    const StatRequest job = parse_stat_request(words({"job", "42"}));
+    EXPECT_EQ(job.view, StatView::job);
+    EXPECT_EQ(job.job_id, 42u);
+    const StatRequest env = parse_stat_request(words({"env", "7"}));
+    EXPECT_EQ(env.view, StatView::env);
+    EXPECT_EQ(env.job_id, 7u);
+}
+
+TEST(StatRequest, UnknownViewNamesTheViews) {
+    std::string message;
+    EXPECT_EQ(refused(words({"frobnicate"}), &message), ExitCode::usage);
+    EXPECT_EQ(message,
+              "unknown view 'frobnicate' (pools, sessions, instances, configurations, "
+              "activations, burst, job ID or env ID)");
+    EXPECT_EQ(refused(words({"POOLS"})), ExitCode::usage);  // names are exact
+    EXPECT_EQ(refused(words({"most"})), ExitCode::usage);   // dwstat's, with --dwstat only
+}
+
+TEST(StatRequest, ViewsOtherThanJobAndEnvTakeNoArgument) {
+    std::string message;
+    EXPECT_EQ(refused(words({"pools", "extra"}), &message), ExitCode::usage);
+    EXPECT_EQ(message, "'pools' takes no argument, got 'extra'");
+}
+
+TEST(StatRequest, JobNeedsExactlyOneNumericId) {
+    std::string message;
+    EXPECT_EQ(refused(words({"job"}), &message), ExitCode::usage);
+    EXPECT_EQ(message, "job needs exactly one job ID");
+    EXPECT_EQ(refused(words({"env", "1", "2"})), ExitCode::usage);
+    EXPECT_EQ(refused(words({"job", "abc"}), &message), ExitCode::usage);
+    EXPECT_NE(message.find("'abc' is not a number"), std::string::npos) << message;
+    EXPECT_EQ(refused(words({"job", " 7"})), ExitCode::usage);
+    EXPECT_EQ(refused(words({"job", "99999999999999999999"})), ExitCode::usage);
+}
+
+TEST(StatRequest, OptionsGoWithTheirViewsOnly) {
+    StatOptions shell = words({"pools"});
+    shell.shell = true;
+    std::string message;
+    EXPECT_EQ(refused(shell, &message), ExitCode::usage);
+    EXPECT_EQ(message, "--shell goes with the env view only");
+    shell.words = {"env", "3"};
+    EXPECT_EQ(parse_stat_request(shell).view, StatView::env);
+
+    StatOptions env = words({"env", "3"});
+    env.prometheus = "/tmp/metrics.prom";
+    EXPECT_EQ(refused(env, &message), ExitCode::usage);
+    EXPECT_EQ(message, "env takes neither --prometheus, --for-uid, --for-anyone nor --dws");
+    env.prometheus.reset();
+    env.for_uid = 1000;
+    EXPECT_EQ(refused(env), ExitCode::usage);
+
+    StatOptions both;
+    both.for_uid = 1000;
+    both.for_anyone = true;
+    EXPECT_EQ(refused(both, &message), ExitCode::usage);
+    EXPECT_EQ(message, "give --for-uid or --for-anyone, not both");
+}
+
+TEST(StatRequest, DwsShowsWhatDwWlmCliAnswers) {
+    StatOptions dws = words({"job", "5"});
+    dws.dws = true;
+    EXPECT_EQ(parse_stat_request(dws).job_id, 5u);
+    dws.words = {"burst"};
+    std::string message;
+    EXPECT_EQ(refused(dws, &message), ExitCode::usage);
+    EXPECT_EQ(message, "--dws shows pools, sessions, instances, configurations or job ID");
+    dws.words = {"sessions"};
+    dws.json = true;
+    EXPECT_EQ(refused(dws, &message), ExitCode::usage);
+    EXPECT_EQ(message, "--dws goes with neither --json nor --prometheus");
+}
+
+TEST(StatRequest, DwstatTakesOneOfItsOwnViews) {
+    StatOptions dwstat;
+    dwstat.dwstat = true;
+    EXPECT_EQ(parse_stat_request(dwstat).dwstat_view, "pools");
+    for (const char* view : {"sessions", "activations", "most", "all"}) {
+        dwstat.words = {view};
+        EXPECT_EQ(parse_stat_request(dwstat).dwstat_view, view);
+    }
+    std::string message;
+    dwstat.words = {"burst"};
+    EXPECT_EQ(refused(dwstat, &message), ExitCode::usage);
+    EXPECT_EQ(message,
+              "unknown dwstat view 'burst' (pools, sessions, instances, configurations, "
+              "activations, most or all)");
+    dwstat.words = {"ses\nsions"};
+    EXPECT_EQ(refused(dwstat, &message), ExitCode::usage);
+    EXPECT_EQ(message.find('\n'), std::string::npos);  // printable: one line
+    dwstat.words = {"sessions", "extra"};
+    EXPECT_EQ(refused(dwstat, &message), ExitCode::usage);
+    EXPECT_EQ(message, "--dwstat takes one view, got 'extra' too");
+    dwstat.words = {"sessions"};
+    dwstat.json = true;
+    EXPECT_EQ(refused(dwstat), ExitCode::usage);
+    dwstat.json = false;
+    dwstat.for_uid = 0;
+    dwstat.for_anyone = true;
+    EXPECT_EQ(refused(dwstat), ExitCode::usage);
+}
+
+}  // namespace
+}  // namespace bbkit
