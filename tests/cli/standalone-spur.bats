@@ -81,7 +81,7 @@ rejected() {  # [REASON-PART]
   [ "$status" -ne 0 ] || { echo "accepted: $output" >&2; return 1; }
   [ -z "$stdout_text" ]
   [ "${#lines[@]}" -eq 1 ] || { echo "not one line: $output" >&2; return 1; }
-  [[ "${lines[0]}" == bbkit-spur-job-submit:* || "${lines[0]}" == bb-parse:* ]]
+  [[ "${lines[0]}" == bbkit-spur-job-submit:* ]]
   [ -z "${1:-}" ] || assert_output --partial "$1"
 }
 
@@ -113,7 +113,6 @@ no_buffers() {
   [ -z "$(ls "$TEST_DIR/nvme/job")" ]
 }
 
-STAGE_IN="#BB_LUA stage_in type=directory source=\$TEST_DIR/pfs/input destination=\$BB_JOB_DIR/input"
 stage_in() { printf '#BB_LUA stage_in type=directory source=%s/pfs/input destination=$BB_JOB_DIR/input' "$TEST_DIR"; }
 
 @test "spur programs are installed executable, root-owned, not group/other writable, POSIX sh" {
@@ -254,8 +253,7 @@ EOF
 @test "job_submit: the directives are checked by bb-parse as the user: its reason, one line" {
   job "#BB_LUA pool=nvme capacity=1.5G"
   submit "$(spec 'capacity=2GiB')"
-  rejected
-  [[ "${lines[0]}" == bb-parse:* ]]
+  rejected "bbkit-spur-job-submit: bb-parse: script line 2: "
   job "#BB_LUA pool=nosuch capacity=2GiB"
   submit "$(spec 'capacity=2GiB')"
   rejected "bb-parse:"
@@ -414,7 +412,7 @@ EOF
   bb-pool reap >/dev/null
   hook prolog_slurmctld "$(handover)"
   assert_success
-  [ -d "$(bbdir $TEST_DIR/small/job/main.45.1)" ]
+  ls "$TEST_DIR/small/job" | grep -q '^main\.45\.'
   hook epilog_slurmctld
   assert_success
 }
@@ -462,8 +460,6 @@ EOF
   hook epilog_slurmctld
   assert_success
   wait "$pid" || true
-  run bb-stat job 47 --json
-  refute_output --partial '"state": "pre-run"'
   bb-pool reap >/dev/null
   no_buffers
 }
