@@ -75,7 +75,8 @@ set(CPACK_DEBIAN_PACKAGE_DEPENDS "init-system-helpers (>= 1.54~)")
 # install-slurm checks the Lua scripts with the luac of the Lua Slurm links (Debian's Slurm:
 # 5.1) and writes a sudoers drop-in.
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "lua5.1 | lua5.3 | lua5.4, sudo")
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS "slurmctld, slurm-client, prometheus-node-exporter")
+# jq: Spur's job_submit (share/bbkit/standalone/spur) reads the job spec with it.
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "slurmctld, slurm-client, prometheus-node-exporter, jq")
 configure_file(${debian}/conffiles ${PROJECT_BINARY_DIR}/debian/conffiles COPYONLY)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
   ${PROJECT_BINARY_DIR}/debian/conffiles ${debian}/postinst ${debian}/prerm ${debian}/postrm)

@@ -45,7 +45,8 @@ alloc_with_file() {
   assert_file_executable "$P/share/bbkit/datawarp/dw_wlm_cli"
   assert_file_executable "$P/share/bbkit/datawarp/dwstat"
   assert_file_exists "$P/share/bbkit/datawarp/burst_buffer.conf"
-  for s in pbs/prologue pbs/epilogue gridengine/prolog gridengine/epilog; do
+  for s in pbs/prologue pbs/epilogue gridengine/prolog gridengine/epilog spur/job_submit \
+    spur/prolog_slurmctld spur/epilog_slurmctld; do
     assert_file_executable "$P/share/bbkit/standalone/$s"
   done
   assert_file_exists "$P/share/bbkit/bbkit.toml.example"

@@ -45,7 +45,8 @@ UNITS="bbkit-recover.service bbkit-reap.service bbkit-reap.timer bbkit-check.ser
   assert_file_executable /usr/share/bbkit/slurm/install-slurm
   assert_file_executable /usr/share/bbkit/datawarp/dw_wlm_cli
   assert_file_executable /usr/share/bbkit/datawarp/dwstat
-  for s in pbs/prologue pbs/epilogue gridengine/prolog gridengine/epilog; do
+  for s in pbs/prologue pbs/epilogue gridengine/prolog gridengine/epilog spur/job_submit \
+    spur/prolog_slurmctld spur/epilog_slurmctld; do
     assert_file_executable "/usr/share/bbkit/standalone/$s"
   done
   assert_file_exists /usr/share/bbkit/bbkit.toml.example
