@@ -71,7 +71,7 @@ TEST(JobEnvironmentTest, a_new_key_is_what_a_key_file_may_hold_and_never_the_sam
 TEST(JobEnvironmentTest, only_32_lower_case_hex_digits_and_one_newline_are_a_key) {
     EXPECT_EQ(parse_environment_key(std::string(key_a) + "\n"), std::string(key_a));
     EXPECT_EQ(parse_environment_key(key_a), std::string(key_a));
-    for (const std::string bad :
+    for (const std::string& bad :
          {std::string(), std::string("\n"), std::string(key_a).substr(1), std::string(key_a) + "0",
           std::string(key_a) + "\n\n", std::string("0123456789ABCDEF0123456789abcdef"),
           std::string("0123456789abcdeg0123456789abcdef"), std::string(" ") + key_a})
