@@ -8,10 +8,15 @@
 # through sudo, so an adapter sources this file only by a path made from its own resolved
 # location, never from an environment variable, PATH or the working directory:
 #     here=$(dirname "$(readlink -f "$0")")
-#     . "$here/../bbkit-lib.sh"      # shellcheck source=../bbkit-lib.sh on the line before
-# It is installed beside bbkit-job, owned by root and not writable by others, like the scripts.
+#     # shellcheck source=../bbkit-lib.sh
+#     . "$here/../bbkit-lib.sh"
+# (from a scheduler directory such as pbs/; bbkit-job sources "$here/bbkit-lib.sh", dw_wlm_cli
+# "${self%/*}/../standalone/bbkit-lib.sh"). An adapter whose scheduler must see one failure
+# status sets "trap 'exit STATUS' EXIT" before that line, so that even a missing library ends
+# in it; bbkit_exit_only then takes over. It is installed beside bbkit-job, owned by root and
+# not writable by others, like the scripts.
 #
-# Every name defined here starts with bbkit_; nothing runs when it is sourced.
+# Every name defined here starts with bbkit_; sourcing it only sets the variables below.
 
 # The PATH every adapter gives bbkit-job (whose environment it empties first).
 bbkit_path=/usr/sbin:/usr/bin:/sbin:/bin
