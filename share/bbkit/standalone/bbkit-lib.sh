@@ -189,6 +189,24 @@ bbkit_job_script() {
     fi
 }
 
+# bbkit_ge_args LINE ARGS...: what the admin wrote after the script on the queue's LINE (prolog
+# or epilog): --config FILE, which becomes bbkit-job's configuration ($bbkit_job_config);
+# anything else is bbkit_fail.
+bbkit_ge_args() {
+    bbkit_ge_line=$1
+    shift
+    while [ $# -gt 0 ]; do
+        case $1 in
+            --config)
+                [ $# -ge 2 ] || bbkit_fail "--config needs a file (fix the queue's $bbkit_ge_line line)"
+                bbkit_job_config=$2
+                shift 2
+                ;;
+            *) bbkit_fail "unknown argument '$1' (fix the queue's $bbkit_ge_line line)" ;;
+        esac
+    done
+}
+
 # bbkit_ge_error_file: $bbkit_say_also becomes Grid Engine's shepherd error file (qstat -j's
 # "error reason"), $SGE_JOB_SPOOL_DIR/error, when it is the execd's own: a directory and a
 # regular file, neither a link, the directory not the job owner's.
