@@ -15,6 +15,7 @@ unset BBKIT_CONFIG BBKIT_STATE_DIR
 
 # Writes $TEST_DIR/bbkit.toml with two pools and points BBKIT_CONFIG at it; extra TOML lines
 # given as arguments go before the pools.
+# shellcheck disable=SC2120 # the arguments are optional: the suites pass some
 write_config() {
   {
     printf 'state_dir = "%s/state"\n' "$TEST_DIR"
@@ -32,6 +33,7 @@ common_setup() {
   chmod 755 "$TEST_DIR"
   export TEST_DIR
   sanitizer_setup
+  # shellcheck disable=SC2119 # no extra lines here
   write_config
 }
 
@@ -67,6 +69,7 @@ sanitizer_check() {
 
 # Creates (once) an unprivileged user for permission tests; prints its name. NAME (default
 # bbkit-test) gives a suite that runs alongside its own variants a user of its own.
+# shellcheck disable=SC2120 # NAME is optional: the suites pass one
 test_user() {
   local name=${1:-bbkit-test}
   if ! id "$name" >/dev/null 2>&1; then
@@ -81,6 +84,7 @@ staging_setup() {
   common_setup
   mkdir -p "$TEST_DIR/nvme" "$TEST_DIR/small" "$TEST_DIR/pfs"
   chmod 755 "$TEST_DIR/pfs"
+  # shellcheck disable=SC2119 # the default user
   U=$(test_user)
   chown "$U" "$TEST_DIR/pfs"
   bb-pool init nvme >/dev/null
@@ -94,6 +98,7 @@ sized_script() {
   shift 2
   [ $# -gt 0 ] || set -- '#BB_LUA capacity=1G'
   { echo '#!/bin/sh'; for l in "$@"; do printf '%s\n' "$l"; done; } >"$file"
+  # shellcheck disable=SC2094 # stat runs (an expansion) before the append opens the file
   yes : | head -c $((bytes - $(stat -c %s "$file"))) >>"$file"
   [ "$(stat -c %s "$file")" = "$bytes" ]
 }

@@ -49,6 +49,8 @@ alloc_with_file() {
     spur/prolog_slurmctld spur/epilog_slurmctld; do
     assert_file_executable "$P/share/bbkit/standalone/$s"
   done
+  # The adapters' library: sourced, never run; root's and writable by root only, like them.
+  [ "$(stat -c '%a %U' "$P/share/bbkit/standalone/bbkit-lib.sh")" = "644 root" ]
   assert_file_exists "$P/share/bbkit/bbkit.toml.example"
   assert_file_exists "$P/share/man/man7/bbkit.7"
 }

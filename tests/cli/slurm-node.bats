@@ -295,10 +295,12 @@ assert_admin_comment() {
 }
 
 @test "bbkit-job missing (127) or not executable (126): the node is broken, prolog and epilog fail" {
-  # A copy of the installed scripts, without bbkit-job beside them, then with one that cannot run.
+  # A copy of the installed scripts and their library, without bbkit-job beside them, then with
+  # one that cannot run.
   local tree=$TEST_DIR/tree/share/bbkit/standalone
   mkdir -p "$tree/slurm-node"
   cp "$NODE_SCRIPTS/prolog" "$NODE_SCRIPTS/epilog" "$tree/slurm-node/"
+  cp "$NODE_SCRIPTS/../bbkit-lib.sh" "$tree/"
   SCRIPTS=$tree/slurm-node
   job_script '#BB_LUA pool=nvme capacity=8MiB'
   for code in 127 126; do

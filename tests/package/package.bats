@@ -49,6 +49,8 @@ UNITS="bbkit-recover.service bbkit-reap.service bbkit-reap.timer bbkit-check.ser
     spur/prolog_slurmctld spur/epilog_slurmctld; do
     assert_file_executable "/usr/share/bbkit/standalone/$s"
   done
+  # The adapters' library: sourced, never run; root's and writable by root only, like them.
+  [ "$(stat -c '%a %U' /usr/share/bbkit/standalone/bbkit-lib.sh)" = "644 root" ]
   assert_file_exists /usr/share/bbkit/bbkit.toml.example
   assert_file_exists /usr/share/man/man7/bbkit.7.gz
   assert_file_exists /usr/share/man/man1/bb-stage.1.gz

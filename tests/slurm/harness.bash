@@ -104,7 +104,7 @@ job_field() {
 # Waits until the job's "JobState Reason BurstBufferState" (as scontrol -o shows them) matches
 # the extended regular expression; logs every distinct squeue line and scontrol state seen.
 wait_job() {
-  local job=$1 pattern=$2 timeout=${3:-60} deadline line last_line= sq last_sq=
+  local job=$1 pattern=$2 timeout=${3:-60} deadline line last_line='' sq last_sq=''
   deadline=$((SECONDS + timeout))
   while :; do
     line="JobState=$(job_field "$job" JobState) Reason=$(job_field "$job" Reason) BurstBufferState=$(job_field "$job" BurstBufferState)"
@@ -118,6 +118,7 @@ wait_job() {
       last_line=$line
     fi
     if [[ $line =~ $pattern ]]; then
+      # shellcheck disable=SC2034 # read by the suites (nodelocal.bats)
       JOB_STATE_LINE=$line
       return 0
     fi
@@ -231,6 +232,7 @@ cancel_leftover_jobs() {
   transcript "(cleaning up after the test: jobs $jobs)"
   scancel --hurry -u "$SLURM_TEST_USER" 2>/dev/null || true
   local deadline=$((SECONDS + 60))
+  # shellcheck disable=SC2143 # grep -q would end squeue early: SIGPIPE, and a failing pipeline
   while [ -n "$(squeue -h -u "$SLURM_TEST_USER" -t all -o '%i %T' 2>/dev/null | grep -v -E 'COMPLETED|CANCELLED|FAILED|TIMEOUT')" ] &&
     [ "$SECONDS" -lt "$deadline" ]; do
     sleep 0.2
@@ -490,6 +492,7 @@ site_paths_wrap() {
 
 # start_slurmd [NODE [COMMAND...]]: slurmd for NODE (localhost), started through COMMAND when
 # one is given (nodes.bash: the node's namespaces); returns once the node is idle.
+# shellcheck disable=SC2120 # NODE and COMMAND are optional: nodes.bash passes them
 start_slurmd() {
   local node=${1:-localhost} wrap=()
   shift || true
@@ -524,7 +527,7 @@ stop_slurmctld() {
   fi
   local p
   for p in $scriptd; do
-    [ -d "/proc/$p" ] && kill -KILL "$p" 2>/dev/null || true
+    if [ -d "/proc/$p" ]; then kill -KILL "$p" 2>/dev/null || true; fi
   done
   rm -f "$SLURM_DIR/run/slurmctld.pid"
 }
@@ -559,6 +562,7 @@ stop_cluster() {
 # Last it runs run/guard-hook when there is one (nodes.bash's removes the nodes' network).
 start_guard() {
   local owner=$1
+  # shellcheck disable=SC2016 # the inner shell expands these
   setsid bash -c '
     owner=$1 dir=$2 conf=$3
     start=$(awk "{print \$22}" /proc/$owner/stat)
@@ -650,6 +654,7 @@ new_cluster_dir() {
   # The job user execs its script from the spool and reads slurm.conf and the munge socket:
   # every directory on those paths is 0755. Slurm's state directory stays 0700.
   chmod 0755 "$SLURM_DIR"
+  # shellcheck disable=SC2174 # $SLURM_DIR is 0755 already (above), and so are its parents
   mkdir -m 0755 -p "$SLURM_DIR"/{etc,munge,run,log,spool/slurmd,bbkit,pools,jobs,data}
   mkdir -m 0700 "$SLURM_DIR/state"
   chmod 0755 "$SLURM_DIR/spool"
@@ -680,6 +685,7 @@ start_cluster() {
   start_guard "$$"
   start_munge
   start_slurmctld
+  # shellcheck disable=SC2119 # the one node, localhost
   start_slurmd
 }
 
@@ -704,6 +710,7 @@ use_slurm_user() {
   chown -R "$user:" "$SLURM_DIR/state"
   chown "$user:" "$SLURM_DIR/log" "$SLURM_DIR/log/slurmctld.log"
   start_slurmctld
+  # shellcheck disable=SC2119 # the one node, localhost
   start_slurmd
 }
 

@@ -279,10 +279,6 @@ end
 
 -- ---- Slurm's view of a job script --------------------------------------------------------------
 
-local function escape_pattern(text)
-    return (string.gsub(text, "[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0"))
-end
-
 -- The directive lines as Slurm's lua plugin collects them: up to the first line not starting
 -- with '#', lines starting with '#' .. Directive, a trailing '\' joining the next directive
 -- line (without its prefix, and without its leading blanks only when a blank came right before
@@ -622,9 +618,9 @@ local function paths(job_id, job_script, path_file)
         return error_code(), "bbkit: cannot read " .. env_file .. ": " .. tostring(why)
             .. " (SlurmUser must be in bbkit.toml's state_group, which may read env/)"
     end
-    local out, why = io.open(path_file, "w")
+    local out, open_why = io.open(path_file, "w")
     if not out then
-        return error_code(), "bbkit: cannot write " .. path_file .. ": " .. tostring(why)
+        return error_code(), "bbkit: cannot write " .. path_file .. ": " .. tostring(open_why)
     end
     out:write(text)
     out:close()
@@ -736,11 +732,12 @@ function slurm_bb_pools()
     return pools()
 end
 
-function slurm_bb_job_teardown(job_id, job_script, hurry)
+-- The hooks take Slurm's arguments, whether used or not (the tools take the user's groups).
+function slurm_bb_job_teardown(job_id, job_script, hurry) -- luacheck: no unused args
     return teardown(job_id, hurry)
 end
 
-function slurm_bb_setup(job_id, uid, gid, pool, bb_size, job_script)
+function slurm_bb_setup(job_id, uid, gid, pool, bb_size, job_script) -- luacheck: no unused args
     return setup(job_id, uid, pool, bb_size, job_script)
 end
 
@@ -773,7 +770,8 @@ if SLURM_API == "22.05" then
         return get_status(collect(...))
     end
 else
-    function slurm_bb_get_status(uid, gid, ...)
+    -- Slurm's arguments: gid unused (bb-stat decides from the uid).
+    function slurm_bb_get_status(uid, gid, ...) -- luacheck: no unused args
         return get_status(collect(...), uid)
     end
 end

@@ -132,7 +132,7 @@ local function set(value)
 end
 
 -- The bb-parse arguments for this job, or nil when it asks for no burst buffer.
-function bbkit_cli_arguments(options)
+local function bbkit_cli_arguments(options)
     local args = {}
     local wanted = false
     if options["type"] == "sbatch" and not set(options["wrap"]) then
@@ -185,7 +185,7 @@ local refusing = { ["65"] = true, ["66"] = true, ["77"] = true }
 -- Runs bb-parse; returns nil when the request may go on, else bb-parse's one-line message.
 -- The second value is bb-parse's JSON for the request when it was checked (nil when the check
 -- could not run here).
-function bbkit_cli_check(args)
+local function bbkit_cli_check(args)
     local words = { quote(BBKIT_BINDIR ~= "" and (BBKIT_BINDIR .. "/bb-parse") or "bb-parse") }
     if BBKIT_CONFIG ~= "" then
         words[#words + 1] = "--config " .. quote(BBKIT_CONFIG)
@@ -309,7 +309,7 @@ end
 -- A node-local pool's GRES is bbkit's to ask for (bbkit(7), NODE-LOCAL POOLS): a job naming one
 -- in its own --gres is refused, whether it asks for a burst buffer or not (one that does not
 -- would hold space on its nodes that no buffer uses). Returns nil, else a one-line message.
-function bbkit_cli_own_gres(options)
+local function bbkit_cli_own_gres(options)
     for _, given in ipairs(bbkit_gres_names(options["gres"])) do
         for name in string.gmatch(BBKIT_NODE_GRES, "%S+") do
             if string.lower(given) == name then
@@ -322,11 +322,12 @@ function bbkit_cli_own_gres(options)
     return nil
 end
 
-function slurm_cli_setup_defaults(options, early_pass)
+-- The hooks take Slurm's arguments, whether used or not.
+function slurm_cli_setup_defaults(options, early_pass) -- luacheck: no unused args
     return slurm.SUCCESS
 end
 
-function slurm_cli_pre_submit(options, offset)
+function slurm_cli_pre_submit(options, offset) -- luacheck: no unused args
     local problem = bbkit_cli_own_gres(options)
     if problem then
         slurm.log_error("%s", problem)
@@ -348,6 +349,6 @@ function slurm_cli_pre_submit(options, offset)
     return slurm.SUCCESS
 end
 
-function slurm_cli_post_submit(offset, job_id, step_id)
+function slurm_cli_post_submit(offset, job_id, step_id) -- luacheck: no unused args
     return slurm.SUCCESS
 end

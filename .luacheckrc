@@ -1,0 +1,36 @@
+-- luacheck's configuration for share/bbkit/slurm/*.lua (scripts/lint-shell runs it).
+-- Slurm's lua plugins link Lua 5.1, 5.3 or 5.4 (whichever its configure found): only what all
+-- of them have.
+std = "min"
+-- Slurm's plugins (burst_buffer/lua, cli_filter/lua) give the scripts the `slurm` table
+-- (slurm.SUCCESS, slurm.ERROR, slurm.log_info, ...) before they load them.
+read_globals = { "slurm" }
+-- The install-time settings: install-slurm rewrites each as one line, its note included.
+max_line_length = false
+
+files["share/bbkit/slurm/burst_buffer.lua"] = {
+    globals = {
+        -- The install-time settings (install-slurm writes them; bbkit(7), USE WITH SLURM).
+        "BBKIT_BINDIR", "BBKIT_CONFIG", "BBKIT_STATE_DIR", "BBKIT_CLUSTER", "BBKIT_DIRECTIVE",
+        "SLURM_API", "BBKIT_SUDO",
+        -- The rules, a table the tests load the script for (tests/slurm-lua).
+        "bbkit",
+        -- The hooks Slurm's burst_buffer/lua plugin calls by name.
+        "slurm_bb_job_process", "slurm_bb_pools", "slurm_bb_job_teardown", "slurm_bb_setup",
+        "slurm_bb_data_in", "slurm_bb_test_data_in", "slurm_bb_real_size", "slurm_bb_paths",
+        "slurm_bb_pre_run", "slurm_bb_post_run", "slurm_bb_data_out", "slurm_bb_test_data_out",
+        "slurm_bb_get_status",
+    },
+}
+
+files["share/bbkit/slurm/cli_filter.lua"] = {
+    globals = {
+        -- The install-time settings (install-slurm writes them).
+        "BBKIT_BINDIR", "BBKIT_CONFIG", "BBKIT_DIRECTIVE", "BBKIT_PLUGIN", "BBKIT_DIRECTIVES",
+        "BBKIT_NODE_GRES",
+        -- The hooks Slurm's cli_filter/lua plugin calls by name.
+        "slurm_cli_setup_defaults", "slurm_cli_pre_submit", "slurm_cli_post_submit",
+        -- Functions the tests call (tests/cli/slurm-scripts.bats, tests/slurm-lua).
+        "bbkit_datawarp_lines", "bbkit_json_gres", "bbkit_gres_names", "bbkit_cli_add_gres",
+    },
+}

@@ -1,0 +1,287 @@
+# shellcheck shell=sh
+# bbkit-lib.sh: the shell the scheduler adapters share (bbkit(7), STANDALONE MODE; USE WITH
+# SLURM (DATAWARP PLUGIN)): bbkit-job, the scripts under pbs/, gridengine/, slurm/ and
+# slurm-node/, and ../datawarp/dw_wlm_cli and dwstat. Each rule they have in common is written
+# here once; what a tool decides stays the tool's.
+#
+# Sourced, never run (no shebang, not executable). These scripts run as root, or as SlurmUser
+# through sudo, so an adapter sources this file only by a path made from its own resolved
+# location, never from an environment variable, PATH or the working directory:
+#     here=$(dirname "$(readlink -f "$0")")
+#     # shellcheck source=../bbkit-lib.sh
+#     . "$here/../bbkit-lib.sh"
+# (from a scheduler directory such as pbs/; bbkit-job sources "$here/bbkit-lib.sh", dw_wlm_cli
+# "${self%/*}/../standalone/bbkit-lib.sh"). An adapter whose scheduler must see one failure
+# status sets "trap 'exit STATUS' EXIT" before that line, so that even a missing library ends
+# in it; bbkit_exit_only then takes over. It is installed beside bbkit-job, owned by root and
+# not writable by others, like the scripts.
+#
+# Every name defined here starts with bbkit_; sourcing it only sets the variables below.
+
+# The PATH every adapter gives bbkit-job (whose environment it empties first).
+bbkit_path=/usr/sbin:/usr/bin:/sbin:/bin
+# The state the functions below read, set here: some adapters run as root in an environment a
+# job's user chose (Grid Engine's), where a bbkit_job_bindir or bbkit_uid of theirs must not
+# count. The adapter sets what it needs after sourcing this file.
+bbkit_me=bbkit
+bbkit_fail_status=1
+bbkit_say_also=
+bbkit_job_config=
+bbkit_job_bindir=
+bbkit_tools=
+bbkit_uid=
+
+# --- Messages --------------------------------------------------------------------------------
+
+# bbkit_printable TEXT: TEXT with every byte that is not printable (a newline, an escape) as '?':
+# a job id, a user name or a path a user chose never breaks a message's one line.
+bbkit_printable() {
+    printf '%s' "$1" | tr -c '[:print:]' '?'
+}
+
+# bbkit_blank TEXT: TEXT as one line, its control characters (a newline) blanked; other bytes,
+# UTF-8 included, kept (Slurm's adapters, bbkit-job).
+bbkit_blank() {
+    printf '%s' "$1" | tr '\000-\037\177' ' '
+}
+
+# bbkit_comment TEXT: bbkit_blank, at most 480 bytes: a job's AdminComment or a syslog line.
+bbkit_comment() {
+    bbkit_blank "$1" | head -c 480
+}
+
+# bbkit_say MESSAGE: MESSAGE as one printable line on standard error and, when $bbkit_say_also
+# names a file, appended to it too (Grid Engine's shepherd error file: bbkit_ge_error_file).
+bbkit_say() {
+    set -- "$(bbkit_printable "$1")"
+    printf '%s\n' "$1" >&2
+    if [ -n "$bbkit_say_also" ]; then
+        printf '%s\n' "$1" >>"$bbkit_say_also" || :
+    fi
+}
+
+# bbkit_fail MESSAGE: "$bbkit_me: MESSAGE" through bbkit_say, then exit $bbkit_fail_status (the
+# status the scheduler reads as "this job failed": 1 for PBS, 100 for Grid Engine).
+bbkit_fail() {
+    bbkit_say "$bbkit_me: $1"
+    exit "$bbkit_fail_status"
+}
+
+# bbkit_reason OUTPUT: bbkit-job's standard error, all but its last line passed on to standard
+# error; the last line (the failing tool's one-line message, "bb-TOOL: ...") printed on
+# standard output for the caller to place where the scheduler shows a reason.
+bbkit_reason() {
+    [ -n "$1" ] || return 0
+    printf '%s\n' "$1" | sed '$d' >&2
+    printf '%s\n' "$1" | tail -n 1
+}
+
+# --- Exit statuses ---------------------------------------------------------------------------
+
+# bbkit_exit_only FALLBACK STATUS...: whatever ends the script (set -e, a failing command, an
+# exit anywhere), the scheduler sees one of STATUS..., else FALLBACK: a scheduler reads some
+# statuses as more than the job's failure (Grid Engine puts the queue in error state, PBS
+# requeues a checkpointed job on 2).
+bbkit_exit_only() {
+    bbkit_exit_fallback=$1
+    shift
+    bbkit_exit_statuses=' '
+    for bbkit_exit; do
+        bbkit_exit_statuses="$bbkit_exit_statuses$bbkit_exit "
+    done
+    trap 'bbkit_exit=$?
+        case $bbkit_exit_statuses in
+            *" $bbkit_exit "*) ;;
+            *) exit "$bbkit_exit_fallback" ;;
+        esac' EXIT
+}
+
+# --- Job ids ---------------------------------------------------------------------------------
+
+# bbkit_job_id SEQ [INDEX]: bbkit's job id, in $bbkit_id, for the scheduler's job number SEQ or,
+# with INDEX, for the task INDEX of its array job SEQ: (INDEX + 1) * 10^12 + SEQ, unique because
+# the schedulers' job numbers stay below 10^12 (PBS's max_job_sequence_id, Grid Engine's job
+# ids). Returns 0, else what is wrong: 1 SEQ is not a job number (decimal digits, no leading
+# zero), 2 SEQ is 10^12 or more, 3 INDEX is not an index (decimal, no leading zero but 0), 4
+# INDEX is too large for a 64-bit job id.
+bbkit_job_id() {
+    case $1 in
+        '' | *[!0-9]* | 0*) return 1 ;;
+    esac
+    [ ${#1} -le 12 ] || return 2
+    if [ $# -lt 2 ]; then
+        bbkit_id=$1
+        return 0
+    fi
+    case $2 in
+        '' | *[!0-9]* | 0?*) return 3 ;;
+    esac
+    { [ ${#2} -le 7 ] && [ "$2" -lt 9223371 ]; } || return 4
+    # shellcheck disable=SC2034 # the result, read by the adapters that source this file
+    bbkit_id=$((($2 + 1) * 1000000000000 + $1))
+}
+
+# bbkit_pbs_job_id PBSID: bbkit's job id for PBS's SEQ.SERVER or SEQ[INDEX].SERVER, in $bbkit_id
+# (bbkit_job_id), or bbkit_fail. The server name may hold letters, digits, '.', '-' and '_'
+# only (it becomes part of the job script's file name).
+bbkit_pbs_job_id() {
+    bbkit_pbs_seq=${1%%[.[]*}
+    bbkit_pbs_rest=${1#"$bbkit_pbs_seq"}
+    set -- "$1"
+    case $bbkit_pbs_rest in
+        '['*)
+            bbkit_pbs_index=${bbkit_pbs_rest#[}
+            bbkit_pbs_index=${bbkit_pbs_index%%]*}
+            bbkit_pbs_rest=${bbkit_pbs_rest#"[$bbkit_pbs_index]"}
+            set -- "$1" "$bbkit_pbs_index"
+            ;;
+    esac
+    bbkit_pbs_status=0
+    bbkit_job_id "$bbkit_pbs_seq" ${2+"$2"} || bbkit_pbs_status=$?
+    [ "$bbkit_pbs_status" -ne 1 ] ||
+        bbkit_fail "invalid job id '$1' (expected SEQ.SERVER or SEQ[INDEX].SERVER)"
+    case $bbkit_pbs_rest in
+        '' | .?*) ;;
+        *) bbkit_fail "invalid job id '$1' (expected SEQ.SERVER or SEQ[INDEX].SERVER)" ;;
+    esac
+    case ${bbkit_pbs_rest#.} in
+        *[!A-Za-z0-9._-]* | .*) bbkit_fail "invalid job id '$1' (bad server name)" ;;
+    esac
+    case $bbkit_pbs_status in
+        2) bbkit_fail "job id '$1' is too large for bbkit's job ids" ;;
+        3) bbkit_fail "invalid job id '$1' (expected SEQ[INDEX].SERVER)" ;;
+        4) bbkit_fail "subjob index of '$1' is too large for bbkit's job ids" ;;
+    esac
+}
+
+# bbkit_ge_job_id: bbkit's job id for Grid Engine's JOB_ID and SGE_TASK_ID ("undefined" for a
+# plain job), in $bbkit_id (bbkit_job_id), or bbkit_fail; the job number in $bbkit_ge_job.
+bbkit_ge_job_id() {
+    bbkit_ge_job=${JOB_ID:-}
+    set -- "${SGE_TASK_ID:-undefined}"
+    [ "$1" != undefined ] || set --
+    bbkit_ge_status=0
+    bbkit_job_id "$bbkit_ge_job" "$@" || bbkit_ge_status=$?
+    case $bbkit_ge_status in
+        1) bbkit_fail "invalid JOB_ID '$bbkit_ge_job' (expected a job number from Grid Engine)" ;;
+        2) bbkit_fail "JOB_ID '$bbkit_ge_job' is too large for bbkit's job ids" ;;
+        3) bbkit_fail "invalid SGE_TASK_ID '$1' for job $bbkit_ge_job" ;;
+        4) bbkit_fail "array task $1 of job $bbkit_ge_job is too large for bbkit's job ids" ;;
+    esac
+}
+
+# --- The job as the scheduler gives it -------------------------------------------------------
+
+# bbkit_job_user JOB NOUN USER: USER (the job's owner, NOUN in messages) is a user name this
+# host knows, else bbkit_fail.
+bbkit_job_user() {
+    case $3 in
+        '' | -*) bbkit_fail "job $1: invalid $2 '$3'" ;;
+    esac
+    id -u -- "$3" >/dev/null 2>&1 || bbkit_fail "job $1: $2 '$3' does not exist on this host"
+}
+
+# bbkit_job_script JOB SCRIPT: the job's spooled script is a regular file, not a symbolic link,
+# else bbkit_fail (bbkit-job reads it as root).
+bbkit_job_script() {
+    if [ -L "$2" ] || [ ! -f "$2" ]; then
+        bbkit_fail "job $1: job script '$2' is not a regular file (a symbolic link or missing)"
+    fi
+}
+
+# bbkit_ge_args LINE ARGS...: what the admin wrote after the script on the queue's LINE (prolog
+# or epilog): --config FILE, which becomes bbkit-job's configuration ($bbkit_job_config);
+# anything else is bbkit_fail.
+bbkit_ge_args() {
+    bbkit_ge_line=$1
+    shift
+    while [ $# -gt 0 ]; do
+        case $1 in
+            --config)
+                [ $# -ge 2 ] || bbkit_fail "--config needs a file (fix the queue's $bbkit_ge_line line)"
+                bbkit_job_config=$2
+                shift 2
+                ;;
+            *) bbkit_fail "unknown argument '$1' (fix the queue's $bbkit_ge_line line)" ;;
+        esac
+    done
+}
+
+# bbkit_ge_error_file: $bbkit_say_also becomes Grid Engine's shepherd error file (qstat -j's
+# "error reason"), $SGE_JOB_SPOOL_DIR/error, when it is the execd's own: a directory and a
+# regular file, neither a link, the directory not the job owner's.
+bbkit_ge_error_file() {
+    bbkit_say_also=
+    set -- "${SGE_JOB_SPOOL_DIR:-}"
+    if [ -n "$1" ] && [ -d "$1" ] && [ ! -L "$1" ] && [ -f "$1/error" ] &&
+        [ ! -L "$1/error" ] && [ "$(stat -c %U -- "$1")" != "${USER:-}" ]; then
+        bbkit_say_also=$1/error
+    fi
+}
+
+# --- bbkit-job -------------------------------------------------------------------------------
+
+# bbkit_job_run BBKIT_JOB COMMAND ARGS...: bbkit-job (by the path the adapter made from its own
+# location) with an empty environment but PATH=$bbkit_path, and BBKIT_CONFIG and BBKIT_BINDIR
+# when $bbkit_job_config and $bbkit_job_bindir are set (from what the admin wrote, never from a
+# job's environment). Its standard output is dropped, its standard error printed on standard
+# output (for $(...)); returns its exit status.
+bbkit_job_run() {
+    # shellcheck disable=SC2069 # on purpose: standard error to the caller's $(...), output dropped
+    env -i PATH="$bbkit_path" ${bbkit_job_config:+BBKIT_CONFIG="$bbkit_job_config"} \
+        ${bbkit_job_bindir:+BBKIT_BINDIR="$bbkit_job_bindir"} "$@" 2>&1 >/dev/null
+}
+
+# --- Slurm ------------------------------------------------------------------------------------
+
+# bbkit_admin_comment JOB MESSAGE: the job's AdminComment becomes "bbkit: MESSAGE" (bbkit_comment),
+# where scontrol show job shows why bbkit failed it: an admin's field, which SlurmUser and root
+# may set and the job's user may not change. Fails, silently, when Slurm refuses (a finished job
+# takes no update: "Job has already finished").
+bbkit_admin_comment() {
+    scontrol update "JobId=$1" "AdminComment=bbkit: $(bbkit_comment "$2")" >/dev/null 2>&1
+}
+
+# bbkit_job_failure FILE COMMAND STATUS: why `bbkit-job COMMAND` failed: the last line of its
+# standard error, kept in FILE (the failing tool's one-line message), else its exit status.
+bbkit_job_failure() {
+    set -- "$(tail -n 1 "$1")" "$2" "$3"
+    printf '%s\n' "${1:-bbkit-job $2 failed with exit status $3}"
+}
+
+# --- The tools -------------------------------------------------------------------------------
+
+# bbkit_find_tools DIR: where bbkit_tool finds the tools: $BBKIT_BINDIR, else DIR (PREFIX/bin of
+# the installation the caller belongs to), else PATH; a directory is used only when it holds
+# bb-stage. No process but readlink for $BBKIT_BINDIR: Slurm forks dw_wlm_cli for every call.
+bbkit_find_tools() {
+    bbkit_tools=${BBKIT_BINDIR:-$1}
+    if [ -x "$bbkit_tools/bb-stage" ]; then
+        [ -z "${BBKIT_BINDIR:-}" ] || bbkit_tools=$(readlink -f "$bbkit_tools")
+    else
+        bbkit_tools=
+    fi
+}
+
+# bbkit_tool NAME: the absolute path of the tool NAME (bbkit_find_tools), or NAME when PATH does
+# not have it (the shell then says "not found", exit 127).
+bbkit_tool() {
+    if [ -n "$bbkit_tools" ]; then
+        echo "$bbkit_tools/$1"
+    else
+        command -v "$1" || echo "$1"
+    fi
+}
+
+# bbkit_as_root NAME ARGS...: the root tool NAME, directly as root, else through "sudo -n" and
+# the sudoers drop-in, which names the tools by absolute path (bbkit(7), SECURITY).
+bbkit_as_root() {
+    : "${bbkit_uid:=$(id -u)}"
+    bbkit_as_root_tool=$(bbkit_tool "$1")
+    shift
+    if [ "$bbkit_uid" -eq 0 ]; then
+        "$bbkit_as_root_tool" "$@"
+    else
+        sudo -n "$bbkit_as_root_tool" "$@"
+    fi
+}
