@@ -1,6 +1,6 @@
 # shellcheck shell=sh
 # bbkit-lib.sh: the shell the scheduler adapters share (bbkit(7), STANDALONE MODE; USE WITH
-# SLURM (DATAWARP PLUGIN)): bbkit-job, the scripts under pbs/, gridengine/, slurm/ and
+# SLURM (DATAWARP PLUGIN); SPUR): bbkit-job, the scripts under pbs/, gridengine/, slurm/, spur/ and
 # slurm-node/, and ../datawarp/dw_wlm_cli and dwstat. Each rule they have in common is written
 # here once; what a tool decides stays the tool's.
 #
