@@ -1,8 +1,8 @@
 # shellcheck shell=sh
 # bbkit-lib.sh: the shell the scheduler adapters share (bbkit(7), STANDALONE MODE; USE WITH
-# SLURM (DATAWARP PLUGIN); SPUR): bbkit-job, the scripts under pbs/, gridengine/, slurm/, spur/ and
-# slurm-node/, and ../datawarp/dw_wlm_cli and dwstat. Each rule they have in common is written
-# here once; what a tool decides stays the tool's.
+# SLURM (DATAWARP PLUGIN); SPUR): bbkit-job, the scripts under pbs/, gridengine/, slurm/,
+# slurm-node/ and spur/, and ../datawarp/dw_wlm_cli and dwstat. Each rule they have in common
+# is written here once; what a tool decides stays the tool's.
 #
 # Sourced, never run (no shebang, not executable). These scripts run as root, or as SlurmUser
 # through sudo, so an adapter sources this file only by a path made from its own resolved
