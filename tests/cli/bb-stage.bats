@@ -632,6 +632,10 @@ print("%08x" % ((h ^ (h >> 47)) & 0xffffffff))'
 # bb-mover's errors, as bb-stage reads them: an "error CODE MESSAGE" line on standard output
 # (stage_plan.hpp) and "bb-mover: MESSAGE" on standard error, with bbkit(7)'s exit codes.
 @test "bb-mover reports a malformed plan (65) and an argument (64) on stdout and stderr" {
+  # Installed, it is PREFIX/libexec/bbkit/bb-mover (bbkit(7), FILES); in the build, bin/.
+  local mover=$BBKIT_BIN/../libexec/bbkit/bb-mover
+  [ -x "$mover" ] || mover=$BBKIT_BIN/bb-mover
+  bb-mover() { "$mover" "$@"; }
   run --separate-stderr bb-mover <<<'not a plan'
   assert_failure 65
   assert_output --regexp '^error 65 "malformed stage plan: .*"$'
