@@ -293,6 +293,27 @@ EOF
   no_buffers
 }
 
+@test "job_submit: a source the user makes fail or stall does not get a wrong --bb through" {
+  # A symbolic-link loop as a stage-in source: bb-parse as the user exits 74 (ELOOP).
+  ln -s loop "$TEST_DIR/pfs/loop"
+  job "#BB_LUA pool=nvme capacity=50GiB" \
+    "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/loop/x destination=in"
+  submit "$(spec 'capacity=1GiB')"
+  rejected "give --bb capacity=50GiB"
+  submit "$(spec 'capacity=50GiB')"
+  rejected "bb-parse:"
+  assert_output --partial "Too many levels of symbolic links"
+  # A list file that never ends (a FIFO nobody writes) would stall the sources' check until its
+  # 20 s cut: Spur's count is held to the script's request before that check starts.
+  mkfifo "$TEST_DIR/pfs/list"
+  chmod 644 "$TEST_DIR/pfs/list"
+  job "#BB_LUA pool=nvme capacity=3GiB" \
+    "#BB_LUA stage_in type=list source=$TEST_DIR/pfs/list destination=in"
+  submit "$(spec 'capacity=1GiB')"
+  rejected "give --bb capacity=3GiB"
+  no_buffers
+}
+
 @test "job_submit: a script over [limits] script_size is refused from its size" {
   sized_script "$TEST_DIR/job.sh" 4194305 "#BB_LUA pool=nvme capacity=2GiB"
   submit "$(spec 'capacity=2GiB')"
