@@ -62,9 +62,15 @@ ge() {
     JOB_ID="$job" SGE_TASK_ID="$task" USER="${GE_USER:-$U}" LOGNAME="${GE_USER:-$U}" \
     JOB_SCRIPT="${GE_SCRIPT:-$TEST_DIR/spool/job_scripts/$job}" REQNAME=job.sh \
     SGE_JOB_SPOOL_DIR="$spool" ENVIRONMENT=BATCH \
-    sh -c 'cd "$1" && shift && exec "$@"' - "$TEST_DIR/pfs" \
-    "$GE_DIR/$which" --config "$BBKIT_CONFIG"
+    "${GE_FUNCTIONS[@]}" \
+    "${GE_SHELL:-sh}" -c 'cd "$1" && shift && exec "$@"' - "$TEST_DIR/pfs" \
+    ${GE_SHELL:+"$GE_SHELL" --posix} "$GE_DIR/$which" --config "$BBKIT_CONFIG"
 }
+# GE_SHELL: the shell that runs the script, in POSIX mode (bash: RHEL's /bin/sh), and the
+# shepherd's part (dash would drop the exported functions below); GE_FUNCTIONS: more of the
+# job's environment.
+GE_SHELL=
+GE_FUNCTIONS=()
 
 # The shepherd's error file of job $1 (what qstat -j shows as the error reason).
 error_file() { cat "$TEST_DIR/spool/active_jobs/$1.1/error"; }
@@ -77,6 +83,23 @@ no_buffers() {
   run bb-pool show nvme --json
   assert_output --partial '"used": 0'
   [ -z "$(ls "$TEST_DIR/nvme/job")" ]
+}
+
+@test "gridengine: where /bin/sh is bash, functions the job's environment exports replace nothing" {
+  require_bbkit_job
+  spool_script 61 "#BB_LUA pool=nvme capacity=1GiB"
+  # Exported bash functions named like the commands the scripts run, each leaving a mark.
+  local f
+  GE_FUNCTIONS=()
+  for f in readlink dirname id printf env stat tr cat tail sed head; do
+    GE_FUNCTIONS+=("BASH_FUNC_$f%%=() { touch $TEST_DIR/evil/ran-function-$f; command $f \"\$@\"; }")
+  done
+  GE_SHELL=bash ge prolog 61
+  assert_success
+  GE_SHELL=bash ge epilog 61
+  assert_success
+  no_evil_ran
+  no_buffers
 }
 
 @test "gridengine scripts are installed executable and are POSIX sh" {
