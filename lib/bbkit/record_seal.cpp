@@ -5,10 +5,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <map>
+#include <sstream>
 
 #include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/seal.hpp"
+#include "bbkit/text.hpp"
 #include "bbkit/trust.hpp"
 #include "bbkit/user.hpp"
 
@@ -63,7 +66,58 @@ std::string read_key(const std::string& path) {
     return key;
 }
 
+std::string ledger_path(const Config& config) {
+    return config.record_key + ".sealed";
+}
+
+constexpr std::size_t ledger_limit = 1 << 20;
+
+// The ledger's lines, state directory -> version; empty when there is no ledger yet.
+std::map<std::string, int> read_ledger(const std::string& path) {
+    std::map<std::string, int> sealed;
+    struct stat st {};
+    if (lstat(path.c_str(), &st) != 0 && errno == ENOENT)
+        return sealed;
+    check_root_controlled(path, "record key's ledger");
+    const std::optional<std::string> text =
+        read_file(path, "the record key's ledger " + path, ledger_limit, O_NOFOLLOW | O_NONBLOCK);
+    std::istringstream lines(text.value_or(""));
+    std::string line;
+    while (std::getline(lines, line)) {
+        const auto space = line.find(' ');
+        const std::optional<std::uint64_t> version =
+            space == std::string::npos ? std::nullopt : parse_decimal(line.substr(0, space), 1000);
+        if (!version)
+            throw Error(ExitCode::config,
+                        "the record key's ledger " + path +
+                            " has a line that is not \"VERSION PATH\": " + printable(line));
+        sealed[line.substr(space + 1)] = static_cast<int>(*version);
+    }
+    return sealed;
+}
+
 }  // namespace
+
+std::optional<int> SealLedger::sealed_version(const Config& config) {
+    const std::map<std::string, int> sealed = read_ledger(ledger_path(config));
+    const auto found = sealed.find(config.state_dir);
+    if (found == sealed.end())
+        return std::nullopt;
+    return found->second;
+}
+
+void SealLedger::record(const Config& config, int version) {
+    const std::string path = ledger_path(config);
+    std::map<std::string, int> sealed = read_ledger(path);
+    int& recorded = sealed[config.state_dir];
+    if (recorded >= version)
+        return;
+    recorded = version;
+    std::string text;
+    for (const auto& [dir, v] : sealed)
+        text += std::to_string(v) + " " + dir + "\n";
+    write_file_atomically(path, text, 0600);
+}
 
 std::optional<RecordSeal> RecordSeal::for_process(const Config& config, bool create) {
     if (geteuid() != 0 || config.record_key.empty())

@@ -30,6 +30,19 @@ class RecordSeal {
     std::string key_;
 };
 
+// Root's memory of the state directories whose records it has sealed (bbkit(7), SECURITY): the
+// file <record_key>.sealed (root's, mode 0600), one line per state directory, "VERSION PATH",
+// the path as root's configuration names it and the highest schema version root found there.
+// Only root writes it, so the state owner cannot make root forget that a database was sealed
+// and have it seal rows again by "migrating" an older schema. Root only (the key's rules).
+class SealLedger {
+  public:
+    // The version recorded for config.state_dir; none when it was never sealed here.
+    static std::optional<int> sealed_version(const Config& config);
+    // Records `version` for config.state_dir unless as high a version is already there.
+    static void record(const Config& config, int version);
+};
+
 // Whether root must check the seals of `config`'s records: the state owner is not root.
 bool records_need_checking(const Config& config);
 

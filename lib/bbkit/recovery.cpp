@@ -409,6 +409,8 @@ const char* to_string(FindingKind kind) {
             return "stale-quota";
         case FindingKind::unlimited_buffer:
             return "unlimited-buffer";
+        case FindingKind::foreign_schema:
+            return "foreign-schema";
     }
     return "unknown";
 }
@@ -953,10 +955,54 @@ void drop_stale_queue(const CheckRun& run, Findings& findings) {
             f.repaired = true;
 }
 
+// The foreign-schema findings of a store opened with tolerate_foreign_schema and, with
+// `repair`, the rebuild that answers them: the pools root's configuration names (with the uuid
+// of the marker each has now), and every record that carries root's seal.
+std::vector<Finding> foreign_schema(StateStore& store, const Config& config, bool repair,
+                                    const std::string& who) {
+    std::vector<Finding> findings;
+    for (const std::string& line : store.foreign_schema())
+        findings.push_back({FindingKind::foreign_schema, "", "state.db", line, false});
+    if (!repair)
+        return findings;
+    std::vector<PoolRecord> pools;
+    for (const PoolConfig& pool : config.pools) {
+        try {
+            pools.push_back(
+                {pool.name, pool.path, PoolDir::open(pool, std::nullopt).marker().uuid, false});
+        } catch (const Error& e) {
+            spdlog::warn(
+                "pool {} is not registered in the rebuilt state.db: {} (run bb-pool init "
+                "{} once it is back)",
+                pool.name, e.what(), pool.name);
+        }
+    }
+    const RebuildResult rebuilt = store.rebuild_from_sealed_records(pools, who);
+    const std::string detail =
+        "state.db rebuilt from " + std::to_string(rebuilt.carried) + " sealed record(s), " +
+        std::to_string(rebuilt.left_out) + " row(s) without root's seal left out" +
+        (rebuilt.unreadable.empty() ? "" : " (no row could be read: " + rebuilt.unreadable + ")") +
+        "; the old file is " + rebuilt.kept_as + "; pools are registered again undrained";
+    audit(store.dir(), who, "rebuild", detail);
+    for (Finding& f : findings)
+        f.repaired = true;
+    findings.push_back({FindingKind::foreign_schema, "", "state.db", detail, true});
+    return findings;
+}
+
 }  // namespace
 
 std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
                            const std::string& who) {
+    if (!store.foreign_schema().empty()) {
+        std::vector<Finding> findings = foreign_schema(store, config, repair, who);
+        if (!repair)
+            return findings;
+        StateStore rebuilt(config);
+        for (Finding& f : check(rebuilt, config, repair, who))
+            findings.push_back(std::move(f));
+        return findings;
+    }
     const CheckRun run{store, config, repair, who};
     Findings findings;
     if (repair)

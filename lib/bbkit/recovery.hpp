@@ -42,6 +42,8 @@ enum class FindingKind {
     over_capacity,       // a buffer whose files take more than its allocated bytes
     stale_quota,         // a project limit left for a buffer that is gone, or of no record
     unlimited_buffer,    // a buffer of a pool with project quotas whose directory has none
+    foreign_schema,      // state.db's schema is not bbkit's (an object another account added,
+                         // removed or changed, or a version older than root sealed)
 };
 // The name bb-pool check prints and its --json holds: "orphan-directory", "stale-queue", ...
 const char* to_string(FindingKind kind);
@@ -56,7 +58,10 @@ struct Finding {
 
 // Lists every inconsistency; with `repair`, quarantines orphan directories and trash entries,
 // closes records whose directory is gone, runs recover for interrupted operations, and
-// records each repair in the audit log.
+// records each repair in the audit log. A store opened with tolerate_foreign_schema whose
+// schema is foreign gets only its foreign-schema findings; with `repair`, state.db is rebuilt
+// from its sealed records (StateStore::rebuild_from_sealed_records) and the rest of the check
+// runs on the rebuilt one.
 std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
                            const std::string& who);
 

@@ -20,6 +20,9 @@ constexpr int wal_checkpoint_pages = 128;
 constexpr int wal_size_limit = 4 << 20;
 // How much of state.db SQLite may read through mmap.
 constexpr long long state_db_mmap_bytes = 256LL << 20;
+// The most memory SQLite may hold in one process: a record is at most a request's stage lines
+// (bounded by [limits] script_size, itself at most 512 MiB), so twice that.
+constexpr sqlite3_int64 sqlite_heap_limit = 1LL << 30;
 
 // The unix VFS opens the WAL with O_CREAT and then, at the first sync, also syncs its directory
 // (a new file's name must be durable). The WAL now outlives our processes, so that would cost
@@ -65,6 +68,9 @@ sqlite3_vfs* bbkit_vfs() {
         // faults on the kernel's cache) rather than one pread per page. Set here rather than
         // by a PRAGMA, which every process would compile and run.
         sqlite3_config(SQLITE_CONFIG_MMAP_SIZE, state_db_mmap_bytes, state_db_mmap_bytes);
+        // A file another account wrote cannot make SQLite take all of root's memory
+        // (bbkit(7), SECURITY: SQLite's own list of defences, one by one).
+        sqlite3_hard_heap_limit64(sqlite_heap_limit);
         sqlite3_vfs* base = sqlite3_vfs_find(nullptr);
         if (base == nullptr)
             return nullptr;
@@ -225,7 +231,44 @@ void Database::Finalizer::operator()(sqlite3_stmt* statement) const {
     sqlite3_finalize(statement);
 }
 
-Database::Database(std::string path) : path_(std::move(path)) {
+namespace {
+
+// What a connection runs of the SQL a database file brings, and how much it lets any statement
+// take: nothing and little (bbkit(7), SECURITY, where each of SQLite's "defense against the dark
+// arts" items is answered). bbkit's own statements need none of what is turned off here; the
+// schema check (store_schema) refuses any object bbkit did not create before a statement runs.
+void run_no_sql_of_the_file(sqlite3* db, const std::string& path) {
+    const std::pair<int, int> settings[] = {
+        {SQLITE_DBCONFIG_DEFENSIVE, 1},       // no writable_schema, no corrupting pragmas
+        {SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0},  // the schema's functions: innocuous ones only
+        {SQLITE_DBCONFIG_ENABLE_TRIGGER, 0},  // no trigger fires
+        {SQLITE_DBCONFIG_ENABLE_VIEW, 0},     // no view is read
+        {SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0},
+        {SQLITE_DBCONFIG_DQS_DDL, 0},  // a double-quoted word is a name, never a string
+        {SQLITE_DBCONFIG_DQS_DML, 0},
+    };
+    for (const auto& [option, value] : settings) {
+        int now = -1;
+        if (sqlite3_db_config(db, option, value, &now) != SQLITE_OK || now != value)
+            throw Error(ExitCode::software, "setting SQLite's defences on " + path +
+                                                " failed (option " + std::to_string(option) + ")");
+    }
+    // Far above what bbkit's statements and schema use, far below SQLite's defaults.
+    const std::pair<int, int> limits[] = {
+        {SQLITE_LIMIT_SQL_LENGTH, 100000},  {SQLITE_LIMIT_COLUMN, 100},
+        {SQLITE_LIMIT_EXPR_DEPTH, 50},      {SQLITE_LIMIT_COMPOUND_SELECT, 3},
+        {SQLITE_LIMIT_VDBE_OP, 25000},      {SQLITE_LIMIT_FUNCTION_ARG, 8},
+        {SQLITE_LIMIT_ATTACHED, 0},         {SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 50},
+        {SQLITE_LIMIT_VARIABLE_NUMBER, 64}, {SQLITE_LIMIT_TRIGGER_DEPTH, 1},
+        {SQLITE_LIMIT_WORKER_THREADS, 0},
+    };
+    for (const auto& [limit, value] : limits)
+        sqlite3_limit(db, limit, value);
+}
+
+}  // namespace
+
+Database::Database(std::string path, FileTrust trust) : path_(std::move(path)) {
     sqlite3* raw = nullptr;
     sqlite3_vfs* vfs = bbkit_vfs();
     const int rc = sqlite3_open_v2(
@@ -235,6 +278,7 @@ Database::Database(std::string path) : path_(std::move(path)) {
     if (rc != SQLITE_OK)
         fail_sqlite(raw, rc, path_, "opening the state database failed");
     sqlite3_extended_result_codes(raw, 0);
+    run_no_sql_of_the_file(raw, path_);
     // The WAL stays between processes: a checkpoint at every close would cost each process two
     // syncs, and deleting the WAL one more to create it again (with a directory sync). Commits
     // checkpoint instead, every wal_checkpoint_pages pages. Committed transactions are in the
@@ -250,8 +294,29 @@ Database::Database(std::string path) : path_(std::move(path)) {
         throw Error(ExitCode::software, "enabling foreign keys on " + path_ + " failed");
     if (sqlite3_wal_autocheckpoint(raw, wal_checkpoint_pages) != SQLITE_OK)
         fail_sqlite(raw, SQLITE_ERROR, path_, "setting wal_autocheckpoint failed");
-    exec("PRAGMA synchronous = FULL; PRAGMA journal_size_limit = " + std::to_string(wal_size_limit),
-         "setting synchronous=FULL and journal_size_limit failed");
+    // cell_size_check: a b-tree page's cells are checked before they are used. A file another
+    // account writes is read with read() only: SQLite's advice for a file it cannot trust is
+    // no memory-mapped I/O, which the owner could change under the mapping.
+    exec("PRAGMA synchronous = FULL; PRAGMA journal_size_limit = " +
+             std::to_string(wal_size_limit) + "; PRAGMA cell_size_check = ON" +
+             (trust == FileTrust::foreign ? "; PRAGMA mmap_size = 0" : ""),
+         "setting synchronous=FULL, journal_size_limit and cell_size_check failed");
+}
+
+Database Database::in_memory() {
+    Database db;
+    db.path_ = ":memory:";
+    sqlite3* raw = nullptr;
+    bbkit_vfs();  // SQLite's process settings first
+    const int rc =
+        sqlite3_open_v2(":memory:", &raw,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+    db.db_.reset(raw);
+    if (rc != SQLITE_OK)
+        fail_sqlite(raw, rc, db.path_, "opening a database in memory failed");
+    sqlite3_extended_result_codes(raw, 0);
+    run_no_sql_of_the_file(raw, db.path_);
+    return db;
 }
 
 Database::Database(Database&&) noexcept = default;

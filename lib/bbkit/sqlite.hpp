@@ -2,7 +2,10 @@
 // for its whole life, one use of a statement at a time, and SQLite's result codes turned into
 // bbkit's errors. Every connection goes through the "bbkit" VFS and the settings state.db relies
 // on (WAL kept between processes, synchronous=FULL, foreign keys): bbkit(7), STATE DIRECTORY.
-// A connection must not cross a fork().
+// Every connection also runs no SQL that the file brings (bbkit(7), SECURITY): no trigger
+// fires, no view is expanded, no function of the schema runs unless innocuous, no extension
+// loads, and SQLite's defensive mode and lowered limits are on. A connection must not cross a
+// fork().
 #pragma once
 
 #include <cstdint>
@@ -54,13 +57,22 @@ class Query {
     const std::string& db_path_;
 };
 
+// Who may have written the file a connection opens.
+enum class FileTrust {
+    own,      // this process's own file, or root's read by root
+    foreign,  // a less trusted account can write it: no memory-mapped I/O of it either
+};
+
 // A connection to an existing database file, read-write. One transaction at a time.
 class Database {
   public:
     Database() = default;  // not open: only to be assigned an open one
     // Opens `path`, which must exist (else Error(no_perm)): SQLite never creates it, so its owner
     // and mode stay whoever created it chose.
-    explicit Database(std::string path);
+    explicit Database(std::string path, FileTrust trust = FileTrust::own);
+    // A private database in memory, with the same settings (store_schema builds the schema
+    // bbkit expects in one).
+    static Database in_memory();
     Database(Database&&) noexcept;
     Database& operator=(Database&&) noexcept;
     ~Database();

@@ -123,13 +123,23 @@ struct stat ensure_directory(const std::string& path, mode_t mode, uid_t owner) 
     return st;
 }
 
+// The state owner may have put anything at `path` (bbkit(7), SECURITY): root opens no symlink,
+// and gives the owner nothing but a regular file of one link, so that a hard link planted to a
+// file elsewhere is never opened for writing nor chowned.
 Fd open_owned_file(const std::string& path, uid_t owner) {
-    Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+    Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600));
     if (!fd)
         throw configuration_error("cannot open " + path, errno,
                                   " (check the state directory's owner and mode)");
     struct stat st {};
-    if (::fstat(fd.get(), &st) == 0 && st.st_uid != owner && geteuid() == 0 &&
+    if (::fstat(fd.get(), &st) != 0)
+        throw configuration_error("cannot inspect " + path, errno);
+    if (!S_ISREG(st.st_mode) || st.st_nlink != 1)
+        throw Error(ExitCode::no_perm, path +
+                                           " is not a regular file of one link: it was planted "
+                                           "outside bbkit, so root does not use it (bbkit(7), "
+                                           "SECURITY; move it aside)");
+    if (st.st_uid != owner && geteuid() == 0 &&
         ::fchown(fd.get(), owner, static_cast<gid_t>(-1)) != 0)
         throw configuration_error("cannot chown " + path, errno);
     return fd;

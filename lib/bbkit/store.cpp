@@ -1,7 +1,13 @@
 #include "bbkit/store.hpp"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <array>
+#include <cerrno>
 #include <optional>
 #include <sstream>
 
@@ -13,6 +19,7 @@
 #include "bbkit/sqlite.hpp"
 #include "bbkit/state_dir.hpp"
 #include "bbkit/store_schema.hpp"
+#include "bbkit/text.hpp"
 
 namespace bbkit {
 
@@ -65,6 +72,9 @@ struct StateStore::Impl {
     // Root's key (RecordSeal::for_process) and whether rows must match it to be acted on.
     std::optional<RecordSeal> seal;
     bool check_seals = false;
+    // With StoreOptions::tolerate_foreign_schema: what check_schema would have refused.
+    std::vector<std::string> foreign_schema;
+    std::size_t sealed_by_migration = 0;  // rows bb-pool migrate sealed
 
     StateLock acquire_lock(const std::string& who) {
         if (!lock_fd)
@@ -87,20 +97,118 @@ std::string buffer_columns() {
 constexpr int row_id_column = 29;
 constexpr int seal_column = 30;
 
-// A row's canonical text for its seal: every column up to the id, each as SQLite gives it as
-// text, length-prefixed (NULL told apart from ""). A column added to buffer_columns() is
-// sealed with the rest.
-std::string row_text(const Query& q) {
+// The columns of buffer_columns(), by name, up to the id.
+enum Column {
+    c_key,
+    c_cluster,
+    c_job_id,
+    c_incarnation,
+    c_name,
+    c_pool,
+    c_requested,
+    c_allocated,
+    c_uid,
+    c_gid,
+    c_user,
+    c_state,
+    c_reason,
+    c_message,
+    c_entered,
+    c_directory,
+    c_access,
+    c_type,
+    c_staging,
+    c_owner,
+    c_expires,
+    c_use_count,
+    c_created,
+    c_lock_pid,
+    c_lock_start,
+    c_reaped,
+    c_failure,
+    c_failed,
+    c_temp_token,
+    c_id
+};
+static_assert(c_id == row_id_column);
+
+// A buffer row's values up to its id, each as SQLite gives it as text (none for NULL): what a
+// seal covers.
+using RowValues = std::array<std::optional<std::string>, row_id_column + 1>;
+
+RowValues stored_values(const Query& q) {
+    RowValues values;
+    for (int c = 0; c <= row_id_column; ++c)
+        if (!q.is_null(c))
+            values[static_cast<std::size_t>(c)] = q.text(c);
+    return values;
+}
+
+// A row's canonical text for its seal: every column up to the id, length-prefixed (NULL told
+// apart from ""). A column added to buffer_columns() is sealed with the rest.
+std::string row_text(const RowValues& values) {
     std::string text;
-    for (int c = 0; c <= row_id_column; ++c) {
-        if (q.is_null(c)) {
-            text += "~;";
-            continue;
-        }
-        const std::string value = q.text(c);
-        text += std::to_string(value.size()) + ":" + value + ";";
-    }
+    for (const std::optional<std::string>& value : values)
+        text += value ? std::to_string(value->size()) + ":" + *value + ";" : "~;";
     return text;
+}
+
+std::string row_text(const Query& q) {
+    return row_text(stored_values(q));
+}
+
+std::string integer_text(std::int64_t value) {
+    return std::to_string(value);
+}
+
+std::optional<std::string> nanos_text(const std::optional<TimePoint>& time) {
+    if (!time)
+        return std::nullopt;
+    return integer_text(to_nanos(*time));
+}
+
+// What root binds for `b` (bind_mutable and the key's columns), as SQLite will give each value
+// back as text: a seal is computed from these, never from what a statement reads back
+// (store_test checks every column against the row SQLite stores).
+RowValues bound_values(const Buffer& b, std::int64_t id) {
+    RowValues v;
+    const bool job = b.key.kind() == BufferKind::job;
+    v[c_key] = b.key.str();
+    v[c_cluster] = b.key.cluster;
+    if (job) {
+        v[c_job_id] = integer_text(static_cast<std::int64_t>(b.key.job_id));
+        v[c_incarnation] = integer_text(static_cast<std::int64_t>(b.key.incarnation));
+    } else {
+        v[c_name] = b.key.name;
+    }
+    v[c_pool] = b.pool;
+    v[c_requested] = integer_text(static_cast<std::int64_t>(b.requested_bytes));
+    v[c_allocated] = integer_text(static_cast<std::int64_t>(b.allocated_bytes));
+    v[c_uid] = integer_text(static_cast<std::int64_t>(b.uid));
+    v[c_gid] = integer_text(static_cast<std::int64_t>(b.gid));
+    v[c_user] = b.user;
+    v[c_state] = std::string(to_string(b.state));
+    v[c_reason] = b.reason;
+    v[c_message] = b.message;
+    v[c_entered] = encode_entered(b.entered);
+    v[c_directory] = b.directory;
+    v[c_access] = b.access;
+    v[c_type] = b.type;
+    v[c_staging] = b.staging;
+    v[c_owner] = b.owner;
+    v[c_expires] = nanos_text(b.expires);
+    v[c_use_count] = integer_text(static_cast<std::int64_t>(b.use_count));
+    v[c_created] = integer_text(to_nanos(b.created));
+    if (b.run_lock_holder) {
+        v[c_lock_pid] = integer_text(static_cast<std::int64_t>(b.run_lock_holder->pid));
+        v[c_lock_start] = integer_text(static_cast<std::int64_t>(b.run_lock_holder->start_time));
+    }
+    v[c_reaped] = b.reaped ? "1" : "0";
+    v[c_failure] = b.failure;
+    v[c_failed] = nanos_text(b.failed);
+    v[c_temp_token] = b.temp_token;
+    v[c_id] = integer_text(id);
+    return v;
 }
 
 // Whether root may act on the row `q` is on: sealed with root's key, or nobody checks.
@@ -156,19 +264,20 @@ bool trusted_row(const StateStore::Impl& impl, const Query& q) {
     return !impl.check_seals || impl.seal->matches(row_text(q), q.text(seal_column));
 }
 
-// Seals the row `id` as it now is, when this process holds root's key; every write of a
-// buffer row ends with it.
-void reseal(StateStore::Impl& impl, std::int64_t id) {
-    if (!impl.seal)
-        return;
-    Query q = impl.db.query("SELECT " + buffer_columns() + " FROM buffers WHERE id = ?1");
-    q.bind(1, id);
-    if (!q.step())
-        return;
-    const std::string seal = impl.seal->seal(row_text(q));
-    Query update = impl.db.query("UPDATE buffers SET seal = ?1 WHERE id = ?2");
-    update.bind(1, seal).bind(2, id);
-    update.run();
+// The seal of a row that will hold `values`, under root's key; "" for a process without it
+// (root refuses such a row: a record only root writes is root's).
+std::string seal_of(const StateStore::Impl& impl, const RowValues& values) {
+    return impl.seal ? impl.seal->seal(row_text(values)) : std::string();
+}
+
+// Every write of a buffer row addresses it by id and must change exactly that row: with
+// triggers off nothing else runs, so anything else is a database that is not what bbkit made.
+void check_one_row(const StateStore::Impl& impl, const std::string& key) {
+    const int changed = impl.db.changes();
+    if (changed != 1)
+        throw Error(ExitCode::software, "writing the record of buffer " + printable(key) +
+                                            " changed " + std::to_string(changed) +
+                                            " rows of state.db, not one (run bb-pool check)");
 }
 
 // Binds the fields update_buffer() may change, as parameters 1..21.
@@ -218,42 +327,94 @@ QueueEntry read_queue_entry(const Query& q) {
 const char* const queue_columns =
     "seq, pool, key, requested_bytes, waiter_pid, waiter_start, enqueued";
 
-// Records written before seals existed are sealed by the root process that migrates the file
-// (bbkit(7), SECURITY: upgrade as root).
-constexpr int first_sealed_schema = 6;
-
-void seal_every_row(StateStore::Impl& impl) {
+// `bb-pool migrate`'s sealing of the rows of a database from before seals: root vouches for
+// them as they are, which only an administrator's command may decide (bbkit(7), SECURITY).
+std::size_t seal_every_row(StateStore::Impl& impl) {
     impl.db.begin(true);
     try {
-        std::vector<std::int64_t> ids;
+        std::vector<std::pair<std::int64_t, std::string>> seals;
         {
-            Query q = impl.db.query("SELECT id FROM buffers WHERE seal = ''");
+            Query q = impl.db.query("SELECT " + buffer_columns() + " FROM buffers WHERE seal = ''");
             while (q.step())
-                ids.push_back(q.integer(0));
+                seals.emplace_back(q.integer(row_id_column), seal_of(impl, stored_values(q)));
         }
-        for (const std::int64_t id : ids)
-            reseal(impl, id);
+        for (const auto& [id, seal] : seals) {
+            Query update = impl.db.query("UPDATE buffers SET seal = ?1 WHERE id = ?2");
+            update.bind(1, seal).bind(2, id);
+            update.run();
+            check_one_row(impl, "record " + std::to_string(id));
+        }
         impl.db.commit("sealing the records failed");
+        return seals.size();
     } catch (...) {
         impl.db.rollback();
         throw;
     }
 }
 
-void migrate(StateStore::Impl& impl) {
+// The refusal of a database older than what root sealed, or from before seals, whose owner is
+// not root: root seals nothing on the owner's word (bbkit(7), SECURITY).
+Error unsealed_schema_error(int found, std::optional<int> sealed) {
+    if (sealed)
+        return Error(ExitCode::no_perm,
+                     "state.db has schema version " + std::to_string(found) +
+                         ", older than the version " + std::to_string(*sealed) +
+                         " root sealed it at: it was replaced or rewound outside bbkit, and root "
+                         "migrates nothing on its owner's word (bbkit(7), SECURITY; bb-pool check "
+                         "--repair rebuilds it from its sealed records)");
+    return Error(ExitCode::no_perm,
+                 "state.db has schema version " + std::to_string(found) +
+                     ", from before records were sealed, and its owner is not root: run bb-pool "
+                     "migrate as root once to seal its records (bbkit(7), SECURITY)");
+}
+
+// Whether `db` is a file nobody has written a schema into yet (open_state_dir creates it empty).
+bool fresh_database(sqlite::Database& db, int found) {
+    if (found != 0)
+        return false;
+    Query q = db.query("SELECT COUNT(*) FROM sqlite_schema");
+    return q.step() && q.integer(0) == 0;
+}
+
+void migrate(StateStore::Impl& impl, int found, bool fresh) {
     const int known = state_schema_version();
-    const int found = schema_version(impl.db);  // refuses a file that is not SQLite, or newer
     if (found == known)
         return;
     if (impl.options.read_only)
-        throw Error(ExitCode::config, "cannot read state.db: its schema version " +
-                                          std::to_string(found) + " is older than this bbkit's " +
-                                          std::to_string(known) +
-                                          " (run bb-pool recover once to migrate it)");
+        throw Error(ExitCode::config,
+                    "cannot read state.db: its schema version " + std::to_string(found) +
+                        " is older than this bbkit's " + std::to_string(known) + " (run " +
+                        (found < first_sealed_schema ? "bb-pool migrate" : "bb-pool recover") +
+                        " once to migrate it)");
+    // Rows written before seals are sealed only by root: by its explicit command, or where
+    // nobody but root could have written them. The owner's own processes never migrate across.
+    const bool seals_rows = found < first_sealed_schema && !fresh;
+    if (seals_rows && (geteuid() != 0 || (impl.check_seals && !impl.options.migrate_unsealed)))
+        throw unsealed_schema_error(found, std::nullopt);
     const StateLock lock = impl.acquire_lock("bbkit schema migration");
     migrate_schema(impl.db);
-    if (found < first_sealed_schema && impl.seal)
-        seal_every_row(impl);
+    if (seals_rows && impl.seal)
+        impl.sealed_by_migration = seal_every_row(impl);
+}
+
+// What root checks of a database another account can write before it reads anything of it:
+// its version against what root sealed (the ledger beside the key), and its schema, object by
+// object, against the one bbkit creates (bbkit(7), SECURITY). With tolerate_foreign_schema
+// (bb-pool check), what it would refuse is kept in impl.foreign_schema instead.
+void check_foreign_database(StateStore::Impl& impl, const Config& config, int found, bool fresh) {
+    const std::optional<int> sealed = SealLedger::sealed_version(config);
+    const bool tolerate = impl.options.tolerate_foreign_schema;
+    if (!fresh && ((sealed && found < *sealed) ||
+                   (found < first_sealed_schema && (sealed || !impl.options.migrate_unsealed)))) {
+        Error refused = unsealed_schema_error(found, sealed);
+        if (!tolerate)
+            throw refused;
+        impl.foreign_schema = {refused.what()};
+    } else if (tolerate) {
+        impl.foreign_schema = foreign_schema(impl.db, found);
+    } else {
+        check_schema(impl.db, found);
+    }
 }
 
 }  // namespace
@@ -266,10 +427,19 @@ StateStore::StateStore(const Config& config, StoreOptions options)
     impl.options = options;
     impl.lock_fd = open_state_dir(config, options.read_only);
 
-    impl.db = sqlite::Database(db_path);
     impl.seal = RecordSeal::for_process(config, !options.read_only);
     impl.check_seals = impl.seal && records_need_checking(config);
-    migrate(impl);
+    impl.db = sqlite::Database(
+        db_path, impl.check_seals ? sqlite::FileTrust::foreign : sqlite::FileTrust::own);
+    const int found = schema_version(impl.db);  // refuses a file that is not SQLite, or newer
+    const bool fresh = fresh_database(impl.db, found);
+    if (impl.check_seals)
+        check_foreign_database(impl, config, found, fresh);
+    if (impl.foreign_schema.empty()) {
+        migrate(impl, found, fresh);
+        if (impl.seal && !options.read_only)
+            SealLedger::record(config, state_schema_version());
+    }
     {
         Query q = impl.db.query("PRAGMA journal_mode");
         if (!q.step() || q.text(0) != "wal")
@@ -288,9 +458,180 @@ std::string StateStore::path(const std::string& relative) const {
     return impl_->dir + "/" + relative;
 }
 
+const std::vector<std::string>& StateStore::foreign_schema() const {
+    return impl_->foreign_schema;
+}
+
+std::size_t StateStore::sealed_by_migration() const {
+    return impl_->sealed_by_migration;
+}
+
 bool StateStore::syncs_commits() const {
     Query q = impl_->db.query("PRAGMA synchronous");
     return q.step() && q.integer(0) == 2;  // FULL
+}
+
+// ---- rebuild --------------------------------------------------------------------------------
+
+namespace {
+
+// The columns of a buffer row that hold integers: a sealed row's are root's integers, carried
+// as such.
+bool integer_column(int c) {
+    switch (c) {
+        case c_job_id:
+        case c_incarnation:
+        case c_requested:
+        case c_allocated:
+        case c_uid:
+        case c_gid:
+        case c_expires:
+        case c_use_count:
+        case c_created:
+        case c_lock_pid:
+        case c_lock_start:
+        case c_reaped:
+        case c_failed:
+        case c_id:
+            return true;
+        default:
+            return false;
+    }
+}
+
+struct SealedRow {
+    RowValues values;
+    std::string seal;
+};
+
+// The rows of the old file whose seal matches, read without any of its indexes.
+std::vector<SealedRow> sealed_rows(StateStore::Impl& impl, RebuildResult& result) {
+    std::vector<SealedRow> rows;
+    try {
+        Query q = impl.db.query("SELECT " + buffer_columns() + " FROM buffers NOT INDEXED");
+        while (q.step()) {
+            RowValues values = stored_values(q);
+            const std::string seal = q.text(seal_column);
+            bool integers = true;
+            for (int c = 0; c <= row_id_column; ++c)
+                if (integer_column(c) && values[static_cast<std::size_t>(c)] &&
+                    !parse_signed(*values[static_cast<std::size_t>(c)]))
+                    integers = false;
+            if (integers && !seal.empty() && impl.seal->matches(row_text(values), seal))
+                rows.push_back({std::move(values), seal});
+            else
+                ++result.left_out;
+        }
+    } catch (const Error& e) {
+        rows.clear();
+        result.left_out = 0;
+        result.unreadable = e.what();
+    }
+    return rows;
+}
+
+void insert_sealed_row(sqlite::Database& db, const SealedRow& row) {
+    Query q = db.query("INSERT INTO buffers (" + buffer_columns() +
+                       ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
+                       " ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28,"
+                       " ?29, ?30, ?31)");
+    for (int c = 0; c <= row_id_column; ++c) {
+        const std::optional<std::string>& value = row.values[static_cast<std::size_t>(c)];
+        if (!value)
+            q.bind_null(c + 1);
+        else if (integer_column(c))
+            q.bind(c + 1, *parse_signed(*value));
+        else
+            q.bind(c + 1, *value);
+    }
+    q.bind(seal_column + 1, row.seal);
+    q.run("carrying a sealed record failed");
+}
+
+// Renames `from` to `to` in the directory `dir_fd` (`dir`); a missing `from` is fine.
+void rename_in(int dir_fd, const std::string& dir, const std::string& from, const std::string& to) {
+    if (::renameat(dir_fd, from.c_str(), dir_fd, to.c_str()) != 0 && errno != ENOENT)
+        throw system_error("cannot rename " + dir + "/" + from + " to " + to, errno);
+}
+
+}  // namespace
+
+RebuildResult StateStore::rebuild_from_sealed_records(const std::vector<PoolRecord>& pools,
+                                                      const std::string& who) {
+    Impl& impl = *impl_;
+    if (!impl.seal)
+        throw Error(ExitCode::no_perm,
+                    "only root, which holds the record key, can rebuild state.db from its sealed "
+                    "records (run bb-pool check --repair as root)");
+    const StateLock lock = impl.acquire_lock(who);
+    RebuildResult result;
+    const std::vector<SealedRow> rows = sealed_rows(impl, result);
+
+    const Fd dir_fd(::open(impl.dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat dir_st {};
+    if (!dir_fd || ::fstat(dir_fd.get(), &dir_st) != 0)
+        throw system_error("cannot open the state directory " + impl.dir, errno);
+    const std::string stamp =
+        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count());
+    const std::string fresh = "state.db.rebuilt." + std::to_string(::getpid());
+    for (const char* suffix : {"", "-wal", "-shm"})
+        ::unlinkat(dir_fd.get(), (fresh + suffix).c_str(), 0);
+    {
+        const Fd file = open_state_file(impl.dir, fresh, O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (::fchown(file.get(), dir_st.st_uid, static_cast<gid_t>(-1)) != 0)
+            throw system_error("cannot give " + impl.dir + "/" + fresh + " to the state owner",
+                               errno);
+    }
+    {
+        sqlite::Database db(impl.dir + "/" + fresh);
+        migrate_schema(db);
+        db.begin(true);
+        try {
+            for (const PoolRecord& pool : pools) {
+                Query q = db.query(
+                    "INSERT INTO pools (name, path, uuid, draining)"
+                    " VALUES (?1, ?2, ?3, 0)");
+                q.bind(1, pool.name).bind(2, pool.path).bind(3, pool.uuid);
+                q.run("registering a pool failed");
+            }
+            for (const SealedRow& row : rows) {
+                const std::string& pool = *row.values[c_pool];
+                if (std::none_of(pools.begin(), pools.end(),
+                                 [&pool](const PoolRecord& p) { return p.name == pool; })) {
+                    Query q = db.query(
+                        "INSERT OR IGNORE INTO pools (name, path, uuid, draining)"
+                        " VALUES (?1, '', '', 0)");
+                    q.bind(1, pool);
+                    q.run("registering a pool failed");
+                }
+                insert_sealed_row(db, row);
+                ++result.carried;
+            }
+            Query usage = db.query(std::string("INSERT INTO pool_usage (pool, used) SELECT name, "
+                                               "(SELECT COALESCE(SUM(allocated_bytes), 0) FROM "
+                                               "buffers WHERE buffers.pool = pools.name AND state"
+                                               " IN ") +
+                                   holding_states + ") FROM pools");
+            usage.run("counting the pools' used space failed");
+            db.commit("writing the rebuilt state.db failed");
+        } catch (...) {
+            db.rollback();
+            throw;
+        }
+        db.exec("PRAGMA wal_checkpoint(TRUNCATE)", "checkpointing the rebuilt state.db failed");
+    }
+    for (const char* suffix : {"-wal", "-shm"})
+        ::unlinkat(dir_fd.get(), (fresh + suffix).c_str(), 0);
+    result.kept_as = "state.db.foreign." + stamp;
+    rename_in(dir_fd.get(), impl.dir, "state.db", result.kept_as);
+    rename_in(dir_fd.get(), impl.dir, "state.db-wal", result.kept_as + "-wal");
+    ::unlinkat(dir_fd.get(), "state.db-shm", 0);
+    rename_in(dir_fd.get(), impl.dir, fresh, "state.db");
+    if (::fsync(dir_fd.get()) != 0)
+        throw system_error("cannot sync the state directory " + impl.dir, errno);
+    return result;
 }
 
 // ---- reads ----------------------------------------------------------------------------------
@@ -299,11 +640,22 @@ Transaction::Transaction(StateStore& store) : impl_(*store.impl_) {}
 
 namespace {
 
-// A buffer's record and its row, which the writes of a transaction address directly.
+// A buffer's record and its row, which the writes of a transaction address directly, with the
+// values root sealed (a write seals them with what it changes).
 struct Row {
     std::int64_t id;
     Buffer buffer;
+    RowValues values;
 };
+
+// The one-line refusal of a sealed row that a query for `key` returned although it is another
+// buffer's: state.db's indexes were changed under it.
+Error misplaced_record_error(const std::string& key) {
+    return Error(ExitCode::no_perm, "state.db answered for buffer " + printable(key) +
+                                        " with another buffer's record: its indexes were "
+                                        "changed outside bbkit, so root does not act on it "
+                                        "(bbkit(7), SECURITY; bb-pool check --repair)");
+}
 
 std::optional<Row> find_row(StateStore::Impl& impl, const BufferKey& key) {
     // Persistent names can be reused after deletion: the newest row is the buffer.
@@ -314,7 +666,10 @@ std::optional<Row> find_row(StateStore::Impl& impl, const BufferKey& key) {
         return std::nullopt;
     if (!trusted_row(impl, q))
         throw forged_record_error(key.str());
-    return Row{q.integer(row_id_column), read_buffer(q)};
+    RowValues values = stored_values(q);
+    if (values[c_key] != key.str())
+        throw misplaced_record_error(key.str());
+    return Row{q.integer(row_id_column), read_buffer(q), std::move(values)};
 }
 
 Row get_row(StateStore::Impl& impl, const BufferKey& key) {
@@ -340,7 +695,7 @@ Buffer Transaction::get_buffer(const BufferKey& key) {
 std::optional<Buffer> Transaction::find_buffer_by_record(std::int64_t record_id) {
     Query q = impl_.db.query("SELECT " + buffer_columns() + " FROM buffers WHERE id = ?1");
     q.bind(1, record_id);
-    if (!q.step() || !trusted_row(impl_, q))
+    if (!q.step() || !trusted_row(impl_, q) || q.integer(row_id_column) != record_id)
         return std::nullopt;  // a forged row names nothing root acts on
     return read_buffer(q);
 }
@@ -404,7 +759,16 @@ std::vector<Buffer> Transaction::list_buffers(const BufferFilter& filter) {
         q.bind(2, static_cast<std::int64_t>(*filter.uid));
     if (filter.state)
         q.bind(3, std::string(to_string(*filter.state)));
-    return read_buffers(impl_, q);
+    std::vector<Buffer> buffers = read_buffers(impl_, q);
+    // The same filter again on what the rows say, so that an index changed under the query
+    // cannot hand root a buffer it did not ask for.
+    const auto unasked = [&filter](const Buffer& b) {
+        return (filter.live_only && is_final(b.state)) || (filter.pool && b.pool != *filter.pool) ||
+               (filter.uid && b.uid != *filter.uid) || (filter.state && b.state != *filter.state) ||
+               (filter.in_trash_only && (b.reaped || !is_final(b.state)));
+    };
+    buffers.erase(std::remove_if(buffers.begin(), buffers.end(), unasked), buffers.end());
+    return buffers;
 }
 
 std::map<BufferState, std::size_t> Transaction::count_by_state() {
@@ -671,8 +1035,15 @@ void WriteTransaction::insert_buffer(Buffer& buffer) {
                                                 buffer.pool + ")");
         throw;
     }
+    check_one_row(impl_, buffer.key.str());
     buffer.record_id = impl_.db.last_insert_rowid();
-    reseal(impl_, buffer.record_id);
+    {
+        Query seal = impl_.db.query("UPDATE buffers SET seal = ?1 WHERE id = ?2");
+        seal.bind(1, seal_of(impl_, bound_values(buffer, buffer.record_id)))
+            .bind(2, buffer.record_id);
+        seal.run();
+        check_one_row(impl_, buffer.key.str());
+    }
     if (holds_space(buffer.state))
         add_used_bytes(impl_, buffer.pool, signed_bytes(buffer.allocated_bytes));
     append_history(impl_, buffer.key.str(), std::nullopt, buffer.state, buffer.created, who_,
@@ -694,11 +1065,16 @@ void WriteTransaction::update_buffer(const Buffer& buffer) {
         " gid = ?5, user = ?6, reason = ?7, message = ?8, directory = ?9, access = ?10,"
         " type = ?11, staging = ?12, owner = ?13, expires = ?14, use_count = ?15,"
         " lock_pid = ?16, lock_start = ?17, reaped = ?18, failure = ?19, failed = ?20,"
-        " temp_token = ?21 WHERE id = ?22");
+        " temp_token = ?21, seal = ?23 WHERE id = ?22");
+    // The key, state and times stay as sealed; every other column takes what is bound.
+    RowValues values = bound_values(buffer, row.id);
+    for (const Column kept :
+         {c_key, c_cluster, c_job_id, c_incarnation, c_name, c_state, c_entered, c_created, c_id})
+        values[kept] = row.values[kept];
     bind_mutable(q, buffer);
-    q.bind(22, row.id);
+    q.bind(22, row.id).bind(23, seal_of(impl_, values));
     q.run();
-    reseal(impl_, row.id);
+    check_one_row(impl_, buffer.key.str());
     if (holds_space(stored.state) &&
         (stored.pool != buffer.pool || stored.allocated_bytes != buffer.allocated_bytes)) {
         add_used_bytes(impl_, stored.pool, -signed_bytes(stored.allocated_bytes));
@@ -721,15 +1097,22 @@ Buffer WriteTransaction::transition(const BufferKey& key, BufferState to, const 
     buffer.reason = reason;
     buffer.message = message;
     buffer.entered[to] = now;
+    RowValues values = row.values;
+    values[c_state] = std::string(to_string(to));
+    values[c_reason] = reason;
+    values[c_message] = message;
+    values[c_entered] = encode_entered(buffer.entered);
     Query q = impl_.db.query(
-        "UPDATE buffers SET state = ?1, reason = ?2, message = ?3, entered = ?4 WHERE id = ?5");
-    q.bind(1, std::string(to_string(to)))
+        "UPDATE buffers SET state = ?1, reason = ?2, message = ?3, entered = ?4, seal = ?6"
+        " WHERE id = ?5");
+    q.bind(1, *values[c_state])
         .bind(2, reason)
         .bind(3, message)
-        .bind(4, encode_entered(buffer.entered))
-        .bind(5, row.id);
+        .bind(4, *values[c_entered])
+        .bind(5, row.id)
+        .bind(6, seal_of(impl_, values));
     q.run();
-    reseal(impl_, row.id);
+    check_one_row(impl_, key.str());
     if (holds_space(from) != holds_space(to))
         add_used_bytes(impl_, buffer.pool,
                        holds_space(to) ? signed_bytes(buffer.allocated_bytes)
@@ -746,14 +1129,21 @@ void WriteTransaction::set_run_lock_holder(const BufferKey& key,
     const Row row = get_row(impl_, key);
     // A statement of its own: it touches no indexed column, and compiling the full update
     // costs a short command more than running it.
-    Query q = impl_.db.query("UPDATE buffers SET lock_pid = ?1, lock_start = ?2 WHERE id = ?3");
-    if (holder)
+    Query q = impl_.db.query(
+        "UPDATE buffers SET lock_pid = ?1, lock_start = ?2, seal = ?4 WHERE id = ?3");
+    RowValues values = row.values;
+    values[c_lock_pid].reset();
+    values[c_lock_start].reset();
+    if (holder) {
         q.bind(1, static_cast<std::int64_t>(holder->pid)).bind(2, holder->start_time);
-    else
+        values[c_lock_pid] = integer_text(static_cast<std::int64_t>(holder->pid));
+        values[c_lock_start] = integer_text(static_cast<std::int64_t>(holder->start_time));
+    } else {
         q.bind_null(1).bind_null(2);
-    q.bind(3, row.id);
+    }
+    q.bind(3, row.id).bind(4, seal_of(impl_, values));
     q.run();
-    reseal(impl_, row.id);
+    check_one_row(impl_, key.str());
     touched_keys_.insert(key.str());
 }
 
@@ -763,10 +1153,12 @@ void WriteTransaction::mark_reaped(const BufferKey& key) {
     if (!is_final(buffer.state))
         throw Error(ExitCode::data, "buffer " + key.str() + " is " + to_string(buffer.state) +
                                         ", cannot be reaped (only complete or deleted buffers)");
-    Query q = impl_.db.query("UPDATE buffers SET reaped = 1 WHERE id = ?1");
-    q.bind(1, row.id);
+    RowValues values = row.values;
+    values[c_reaped] = "1";
+    Query q = impl_.db.query("UPDATE buffers SET reaped = 1, seal = ?2 WHERE id = ?1");
+    q.bind(1, row.id).bind(2, seal_of(impl_, values));
     q.run();
-    reseal(impl_, row.id);
+    check_one_row(impl_, key.str());
     touched_keys_.insert(key.str());
     pools_touched_ = true;
 }

@@ -31,6 +31,14 @@ struct StoreOptions {
     // an older schema is Error(config) (any writing command migrates it); a WriteTransaction
     // is Error(software). See bbkit(7), STATE DIRECTORY.
     bool read_only = false;
+    // bb-pool migrate: root may seal the rows of a database from before seals whose owner is
+    // not root (bbkit(7), SECURITY). Refused all the same where root's ledger says it sealed
+    // this state directory before.
+    bool migrate_unsealed = false;
+    // bb-pool check: a database whose schema root would refuse (a foreign object, a version
+    // older than root sealed) is opened, with nothing migrated, so that foreign_schema() can
+    // list why and rebuild_from_sealed_records() can replace it.
+    bool tolerate_foreign_schema = false;
 };
 
 struct PoolRecord {
@@ -56,6 +64,14 @@ struct HistoryEntry {
     TimePoint time{};
     std::string who;  // the WriteTransaction's holder, e.g. "bb-pool alloc"
     std::string reason;
+};
+
+// What rebuild_from_sealed_records() carried into the new state.db.
+struct RebuildResult {
+    std::size_t carried = 0;   // buffer records sealed by root, carried whole
+    std::size_t left_out = 0;  // rows whose seal did not match, left in the old file
+    std::string unreadable;    // why no row of the old file could be read ("" when they could)
+    std::string kept_as;       // the old state.db's new name in the state directory
 };
 
 struct BufferFilter {
@@ -86,6 +102,22 @@ class StateStore {
     // belongs to this connection, so nothing outside it can see that a deferred commit left it
     // FULL again, which the crash protocol relies on (ARCHITECTURE.md, Invariants).
     bool syncs_commits() const;
+
+    // What root refused in this database's schema (one line each, naming the object), when it
+    // was opened with tolerate_foreign_schema; empty otherwise.
+    const std::vector<std::string>& foreign_schema() const;
+    // How many rows of a database from before seals this open sealed (migrate_unsealed).
+    std::size_t sealed_by_migration() const;
+
+    // bb-pool check --repair of a foreign schema (bbkit(7), SECURITY): under the state lock,
+    // writes a new state.db with bbkit's schema, the pools `pools` (from root's configuration
+    // and the pools' markers; no drain flag) and every buffer record whose seal matches,
+    // carried whole (nothing unsealed: no other row, no history, no queue), then moves the old
+    // state.db (and its WAL) aside as state.db.foreign.TIME and puts the new one in its place.
+    // Root with its key only, else Error(no_perm). This store reads the old file afterwards:
+    // open a new StateStore.
+    RebuildResult rebuild_from_sealed_records(const std::vector<PoolRecord>& pools,
+                                              const std::string& who);
 
     struct Impl;  // store.cpp's; public only so that its helpers can name it
 

@@ -1,6 +1,9 @@
 #include "bbkit/store_schema.hpp"
 
+#include <map>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bbkit/error.hpp"
@@ -158,7 +161,74 @@ int recorded_version(sqlite::Database& db) {
     return static_cast<int>(q.integer(0));
 }
 
+// One row of sqlite_schema as the schema check compares it: the page it starts on is left out.
+struct SchemaObject {
+    std::string type;
+    std::string table;
+    std::optional<std::string> sql;  // none for SQLite's automatic indexes
+    bool operator==(const SchemaObject& other) const {
+        return std::tie(type, table, sql) == std::tie(other.type, other.table, other.sql);
+    }
+};
+
+std::map<std::string, SchemaObject> schema_objects(sqlite::Database& db) {
+    std::map<std::string, SchemaObject> objects;
+    sqlite::Query q = db.query("SELECT type, name, tbl_name, sql FROM sqlite_schema");
+    while (q.step())
+        objects[q.text(1)] =
+            SchemaObject{q.text(0), q.text(2),
+                         q.is_null(3) ? std::nullopt : std::optional<std::string>(q.text(3))};
+    return objects;
+}
+
+// bbkit's schema at `version`, as this SQLite writes it: the migrations run in memory.
+const std::map<std::string, SchemaObject>& expected_schema(int version) {
+    static std::map<int, std::map<std::string, SchemaObject>> built;
+    auto found = built.find(version);
+    if (found == built.end()) {
+        sqlite::Database db = sqlite::Database::in_memory();
+        for (int v = 0; v < version; ++v)
+            db.exec(migrations[static_cast<std::size_t>(v)],
+                    "building schema " + std::to_string(v + 1) + " in memory failed");
+        found = built.emplace(version, schema_objects(db)).first;
+    }
+    return found->second;
+}
+
+std::string object_name(const std::string& type, const std::string& name) {
+    return type + " '" + printable(name) + "'";
+}
+
 }  // namespace
+
+std::vector<std::string> foreign_schema(sqlite::Database& db, int version) {
+    const std::map<std::string, SchemaObject>& want = expected_schema(version);
+    const std::map<std::string, SchemaObject> have = schema_objects(db);
+    std::vector<std::string> differences;
+    for (const auto& [name, object] : have) {
+        const auto expected = want.find(name);
+        if (expected == want.end())
+            differences.push_back("state.db holds " +
+                                  std::string(object.type == "index" ? "an " : "a ") +
+                                  object_name(object.type, name) + " that bbkit did not create");
+        else if (!(expected->second == object))
+            differences.push_back("state.db's " + object_name(object.type, name) +
+                                  " is not the one bbkit creates");
+    }
+    for (const auto& [name, object] : want)
+        if (have.count(name) == 0)
+            differences.push_back("state.db lacks bbkit's " + object_name(object.type, name));
+    return differences;
+}
+
+void check_schema(sqlite::Database& db, int version) {
+    const std::vector<std::string> differences = foreign_schema(db, version);
+    if (!differences.empty())
+        throw Error(ExitCode::no_perm,
+                    differences.front() +
+                        ": root runs and trusts nothing another account wrote in it (bbkit(7), "
+                        "SECURITY; bb-pool check --repair rebuilds it from its sealed records)");
+}
 
 int state_schema_version() {
     return static_cast<int>(migrations.size());

@@ -4,6 +4,9 @@
 // (bbkit(7), STATE DIRECTORY).
 #pragma once
 
+#include <string>
+#include <vector>
+
 namespace bbkit {
 
 namespace sqlite {
@@ -26,5 +29,19 @@ int schema_version(sqlite::Database& db);
 // keeps other writers out (StateStore holds <state>/lock). A failed step rolls back every step:
 // the file keeps the version it had.
 void migrate_schema(sqlite::Database& db);
+
+// The first schema whose buffer rows carry root's seal (bbkit(7), SECURITY).
+constexpr int first_sealed_schema = 6;
+
+// Where the schema of `db` (every row of sqlite_schema: tables, indexes, triggers, views) is
+// not exactly the one bbkit creates for `version`, one line per object, naming it: an object
+// bbkit did not create, one it created and is missing, or one whose definition changed. Empty
+// when they are the same. bbkit's schema of each version is built from the migrations in a
+// database in memory, so it is what this SQLite writes for them.
+std::vector<std::string> foreign_schema(sqlite::Database& db, int version);
+
+// Error(no_perm) with the first line of foreign_schema(db, version), if any: root reads and
+// writes nothing in a database whose schema another account changed (bbkit(7), SECURITY).
+void check_schema(sqlite::Database& db, int version);
 
 }  // namespace bbkit

@@ -26,6 +26,20 @@ std::optional<std::uint64_t> parse_decimal(std::string_view text, std::uint64_t 
     return value;
 }
 
+std::optional<std::int64_t> parse_signed(std::string_view text) {
+    const bool negative = !text.empty() && text.front() == '-';
+    if (negative)
+        text.remove_prefix(1);
+    constexpr auto max = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    const std::optional<std::uint64_t> magnitude = parse_decimal(text, max + (negative ? 1 : 0));
+    if (!magnitude)
+        return std::nullopt;
+    if (negative)
+        return *magnitude == max + 1 ? std::numeric_limits<std::int64_t>::min()
+                                     : -static_cast<std::int64_t>(*magnitude);
+    return static_cast<std::int64_t>(*magnitude);
+}
+
 std::string join(const std::vector<std::string>& parts, std::string_view separator) {
     std::string out;
     for (std::size_t i = 0; i < parts.size(); ++i) {

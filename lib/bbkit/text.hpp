@@ -19,6 +19,10 @@ bool all_digits(std::string_view text);
 std::optional<std::uint64_t> parse_decimal(
     std::string_view text, std::uint64_t max = std::numeric_limits<std::uint64_t>::max());
 
+// `text` as a signed 64-bit number: an optional '-' and all_digits, within range, as
+// std::to_string writes one; std::nullopt otherwise.
+std::optional<std::int64_t> parse_signed(std::string_view text);
+
 // `parts` with `separator` between each two: join({"a", "b"}, ", ") is "a, b".
 std::string join(const std::vector<std::string>& parts, std::string_view separator);
 

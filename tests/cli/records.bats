@@ -223,3 +223,65 @@ job_dir() {
   refute_output --partial 'main.1.1'
   assert_output --partial 'main.2.1'
 }
+
+@test "a schema object the owner adds makes every root command refuse (77, one line); check --repair rebuilds from the sealed records" {
+  bb-pool alloc --job 1 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  bb-pool alloc --job 2 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  forge_job_1
+  as_owner_sql "CREATE TRIGGER t AFTER UPDATE OF state ON buffers BEGIN
+      UPDATE buffers SET uid = 0, gid = 0 WHERE id = NEW.id; END"
+  local action
+  for action in "bb-stage --job 2 in" "bb-teardown --job 2" "bb-pool alloc --job 3 --user $U --capacity 1GiB" \
+    "bb-pool recover" "bb-stat burst"; do
+    run -77 $action
+    assert_output "${action%% *}: state.db holds a trigger 't' that bbkit did not create: root runs and trusts nothing another account wrote in it (bbkit(7), SECURITY; bb-pool check --repair rebuilds it from its sealed records)"
+  done
+  run -1 bb-pool check
+  assert_output --partial "foreign-schema"
+  assert_output --partial "state.db holds a trigger 't' that bbkit did not create"
+  run -0 bb-pool check --repair
+  assert_output --partial "state.db rebuilt from 1 sealed record(s), 1 row(s) without root's seal left out"
+  run ls "$TEST_DIR/state"
+  assert_output --regexp "state\.db\.foreign\.[0-9]+"
+  run -0 runuser -u "$OWNER" -- sqlite3 "$DB" "SELECT name FROM sqlite_schema WHERE type = 'trigger'"
+  assert_output ""
+  # Job 2's buffer goes on; job 1's forged row was not carried over.
+  bb-stage --job 2 in
+  run -66 bb-stage --job 1 in
+  run ls -A "$ROOTONLY"
+  assert_output ""
+}
+
+@test "a database from before seals is sealed only by bb-pool migrate, as root, and never twice" {
+  bb-pool alloc --job 1 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  as_owner_sql "ALTER TABLE buffers DROP COLUMN seal; ALTER TABLE buffers DROP COLUMN temp_token;
+      PRAGMA user_version = 5"
+  # Root sealed this state directory: a rewound schema is refused, even to migrate.
+  run -77 bb-stage --job 1 in
+  assert_output "bb-stage: state.db has schema version 5, older than the version 6 root sealed it at: it was replaced or rewound outside bbkit, and root migrates nothing on its owner's word (bbkit(7), SECURITY; bb-pool check --repair rebuilds it from its sealed records)"
+  run -77 bb-pool migrate
+  # A database from an older bbkit, which root never sealed: only bb-pool migrate seals it.
+  rm "$TEST_DIR/record.key.sealed"
+  run -77 bb-stage --job 1 in
+  assert_output "bb-stage: state.db has schema version 5, from before records were sealed, and its owner is not root: run bb-pool migrate as root once to seal its records (bbkit(7), SECURITY)"
+  run -77 runuser -u "$OWNER" -- env BBKIT_CONFIG="$BBKIT_CONFIG" "$(command -v bb-pool)" migrate
+  run -0 bb-pool migrate
+  assert_output "state.db at schema 6, 1 record(s) sealed"
+  bb-stage --job 1 in
+  run -0 bb-pool --json migrate
+  assert_output '{"schema":6,"sealed":0}'
+}
+
+@test "state.db and lock are used only as regular files of one link: a planted link is neither opened for writing nor chowned" {
+  bb-pool alloc --job 1 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  local f
+  for f in lock state.db; do
+    runuser -u "$OWNER" -- sh -c "echo mine >'$TEST_DIR/state/mine' && mv '$TEST_DIR/state/$f' '$TEST_DIR/state/$f.saved' && ln '$TEST_DIR/state/mine' '$TEST_DIR/state/$f'"
+    run -77 bb-pool alloc --job 2 --user "$U" --capacity 1GiB
+    assert_output "bb-pool: $TEST_DIR/state/$f is not a regular file of one link: it was planted outside bbkit, so root does not use it (bbkit(7), SECURITY; move it aside)"
+    run cat "$TEST_DIR/state/mine"
+    assert_output mine
+    runuser -u "$OWNER" -- sh -c "rm '$TEST_DIR/state/$f' '$TEST_DIR/state/mine' && mv '$TEST_DIR/state/$f.saved' '$TEST_DIR/state/$f'"
+  done
+  bb-pool alloc --job 2 --user "$U" --capacity 1GiB >/dev/null
+}

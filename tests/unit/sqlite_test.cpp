@@ -259,5 +259,50 @@ TEST_F(SqliteTest, the_wal_is_created_once_and_read_by_the_next_connection) {
     EXPECT_EQ(count(db), 2);
 }
 
+// Whatever SQL the file brings runs in no connection of bbkit's (bbkit(7), SECURITY): a trigger
+// another account added does not fire, a view is not read, the schema cannot be written, and
+// no extension loads.
+TEST_F(SqliteTest, runs_no_trigger_view_or_extension_the_file_brings) {
+    create();
+    {
+        sqlite3* raw = nullptr;
+        ASSERT_EQ(sqlite3_open(path_.c_str(), &raw), SQLITE_OK);
+        ASSERT_EQ(sqlite3_exec(raw,
+                               "CREATE TABLE log (x); CREATE VIEW v AS SELECT * FROM t;"
+                               " CREATE TRIGGER fired AFTER INSERT ON t"
+                               " BEGIN INSERT INTO log VALUES (NEW.a); END;",
+                               nullptr, nullptr, nullptr),
+                  SQLITE_OK);
+        sqlite3_close(raw);
+    }
+    for (const FileTrust trust : {FileTrust::own, FileTrust::foreign}) {
+        Database db(path_, trust);
+        db.query("INSERT INTO t (a) VALUES (1)").run();
+        EXPECT_EQ(count(db, "log"), 0);  // the trigger did not fire
+        EXPECT_EQ(code_of([&] { db.query("SELECT * FROM v").step(); }), ExitCode::software);
+        EXPECT_EQ(code_of([&] {
+                      db.exec("PRAGMA writable_schema = ON; UPDATE sqlite_schema SET sql = ''",
+                              "writing the schema");
+                  }),
+                  ExitCode::software);
+        EXPECT_EQ(code_of([&] { db.query("SELECT load_extension('x')").step(); }),
+                  ExitCode::software);
+    }
+}
+
+// A file another account can write is read with read() only: nothing it changes under a
+// mapping reaches SQLite unchecked.
+TEST_F(SqliteTest, a_foreign_file_is_not_memory_mapped) {
+    create();
+    Database own(path_, FileTrust::own);
+    Query mapped = own.query("PRAGMA mmap_size");
+    ASSERT_TRUE(mapped.step());
+    EXPECT_GT(mapped.integer(0), 0);
+    Database foreign(path_, FileTrust::foreign);
+    Query unmapped = foreign.query("PRAGMA mmap_size");
+    ASSERT_TRUE(unmapped.step());
+    EXPECT_EQ(unmapped.integer(0), 0);
+}
+
 }  // namespace
 }  // namespace bbkit::sqlite

@@ -49,6 +49,7 @@ struct Subcommand {
     CLI::App* app = nullptr;
     bool reads = false;  // a reading command never creates state
     std::function<int(StateStore&, const Config&, const std::string& who)> run;
+    StoreOptions store{};  // how it opens the state (read_only follows `reads`)
 };
 
 // Whether a subcommand's name is on the command line: only then are its options added.
@@ -217,6 +218,8 @@ Subcommand add_check(CLI::App& app, Options& o, const Named& named) {
             "Quarantine what does not belong, close dead records, remove stale project limits");
         check_cmd->add_flag("--json", o.json, "Print JSON");
     }
+    StoreOptions store;
+    store.tolerate_foreign_schema = true;  // listed as foreign-schema, rebuilt by --repair
     return {check_cmd, false,
             [&o](StateStore& store, const Config& config, const std::string& who) {
                 const std::vector<Finding> findings = check(store, config, o.repair, who);
@@ -225,7 +228,28 @@ Subcommand add_check(CLI::App& app, Options& o, const Named& named) {
                 else
                     std::cout << findings_text(findings);
                 return check_status(findings);
-            }};
+            },
+            store};
+}
+
+Subcommand add_migrate(CLI::App& app, Options& o, const Named& named) {
+    CLI::App* migrate_cmd = app.add_subcommand(
+        "migrate", "Bring state.db to this bbkit's schema, sealing the records of an old one");
+    if (named(migrate_cmd))
+        migrate_cmd->add_flag("--json", o.json, "Print JSON");
+    StoreOptions store;
+    store.migrate_unsealed = true;  // the store's opening migrates; this only reports
+    return {migrate_cmd, false,
+            [&o](StateStore& store, const Config&, const std::string&) {
+                const std::size_t sealed = store.sealed_by_migration();
+                if (o.json)
+                    print({{"schema", state_schema_version()}, {"sealed", sealed}});
+                else
+                    std::cout << "state.db at schema " << state_schema_version() << ", " << sealed
+                              << " record(s) sealed\n";
+                return 0;
+            },
+            store};
 }
 
 Subcommand add_recover(CLI::App& app, Options& o, const Named& named) {
@@ -319,14 +343,15 @@ int main(int argc, char** argv) {
         add_init(app, o, named),        add_alloc(app, o, named),
         add_drain(app, o, named, true), add_drain(app, o, named, false),
         add_check(app, o, named),       add_recover(app, o, named),
-        add_reap(app, o, named),        add_reconcile(app, o, named)};
+        add_reap(app, o, named),        add_reconcile(app, o, named),
+        add_migrate(app, o, named)};
 
     return run_tool(tool, app, argc, argv, common, [&]() -> int {
         const Config config = load_effective_config(common);
         for (const Subcommand& sub : subcommands) {
             if (!sub.app->parsed())
                 continue;
-            StoreOptions store_options;
+            StoreOptions store_options = sub.store;
             store_options.read_only = sub.reads;
             StateStore store(config, store_options);
             return sub.run(store, config, tool + " " + sub.app->get_name());
