@@ -1,11 +1,16 @@
 #include "bbkit/sqlite.hpp"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <utility>
 
 #include "bbkit/error.hpp"
+#include "bbkit/fsops.hpp"
 
 namespace bbkit::sqlite {
 namespace {
@@ -128,6 +133,32 @@ sqlite3_vfs* bbkit_vfs() {
     }();
     return vfs;
 }
+// While alive, this thread's file operations run as `writer` (ForeignWriter); nothing when
+// there is none. setfsuid and setfsgid are per thread: the process's other threads, and its
+// credentials for anything else, are untouched; each returns the identity it replaces.
+class AsWriter {
+  public:
+    explicit AsWriter(const std::optional<ForeignWriter>& writer) : active_(writer.has_value()) {
+        if (!active_)
+            return;
+        old_gid_ = static_cast<gid_t>(::setfsgid(writer->gid));
+        old_uid_ = static_cast<uid_t>(::setfsuid(writer->uid));
+    }
+    ~AsWriter() {
+        if (!active_)
+            return;
+        ::setfsuid(old_uid_);
+        ::setfsgid(old_gid_);
+    }
+    AsWriter(const AsWriter&) = delete;
+    AsWriter& operator=(const AsWriter&) = delete;
+
+  private:
+    bool active_;
+    uid_t old_uid_ = 0;
+    gid_t old_gid_ = 0;
+};
+
 [[noreturn]] void fail_sqlite(sqlite3* db, int rc, const std::string& db_path,
                               const std::string& what) {
     const std::string why = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
@@ -160,6 +191,7 @@ sqlite3_vfs* bbkit_vfs() {
 // ---- Query ----------------------------------------------------------------------------------
 
 Query::~Query() {
+    const AsWriter as(writer_);
     sqlite3_reset(statement_);
     sqlite3_clear_bindings(statement_);
 }
@@ -185,7 +217,11 @@ Query& Query::bind_null(int index) {
 }
 
 bool Query::step(const std::string& what) {
-    const int rc = sqlite3_step(statement_);
+    int rc = 0;
+    {
+        const AsWriter as(writer_);
+        rc = sqlite3_step(statement_);
+    }
     if (rc == SQLITE_ROW)
         return true;
     if (rc == SQLITE_DONE)
@@ -224,6 +260,7 @@ void Query::check(int rc) {
 // ---- Database -------------------------------------------------------------------------------
 
 void Database::Closer::operator()(sqlite3* db) const {
+    const AsWriter as(writer != nullptr ? *writer : std::optional<ForeignWriter>());
     sqlite3_close_v2(db);
 }
 
@@ -268,7 +305,14 @@ void run_no_sql_of_the_file(sqlite3* db, const std::string& path) {
 
 }  // namespace
 
-Database::Database(std::string path, FileTrust trust) : path_(std::move(path)) {
+Database::Database(std::string path, std::optional<ForeignWriter> writer) : path_(std::move(path)) {
+    *writer_ = writer;
+    const AsWriter as(*writer_);
+    if (writer && !Fd(::open(path_.c_str(), O_PATH | O_CLOEXEC | O_NOFOLLOW)) && errno == EACCES)
+        throw Error(ExitCode::config,
+                    "cannot reach " + path_ + " as uid " + std::to_string(writer->uid) +
+                        ", the account that owns it, as root opens it: every directory above it "
+                        "must be searchable by that account (bbkit(7), SECURITY)");
     sqlite3* raw = nullptr;
     sqlite3_vfs* vfs = bbkit_vfs();
     const int rc = sqlite3_open_v2(
@@ -297,10 +341,10 @@ Database::Database(std::string path, FileTrust trust) : path_(std::move(path)) {
     // cell_size_check: a b-tree page's cells are checked before they are used. A file another
     // account writes is read with read() only: SQLite's advice for a file it cannot trust is
     // no memory-mapped I/O, which the owner could change under the mapping.
-    exec("PRAGMA synchronous = FULL; PRAGMA journal_size_limit = " +
-             std::to_string(wal_size_limit) + "; PRAGMA cell_size_check = ON" +
-             (trust == FileTrust::foreign ? "; PRAGMA mmap_size = 0" : ""),
-         "setting synchronous=FULL, journal_size_limit and cell_size_check failed");
+    exec(
+        "PRAGMA synchronous = FULL; PRAGMA journal_size_limit = " + std::to_string(wal_size_limit) +
+            "; PRAGMA cell_size_check = ON" + (writer ? "; PRAGMA mmap_size = 0" : ""),
+        "setting synchronous=FULL, journal_size_limit and cell_size_check failed");
 }
 
 Database Database::in_memory() {
@@ -326,6 +370,7 @@ Database::~Database() = default;
 Query Database::query(const std::string& sql) {
     auto found = statements_.find(sql);
     if (found == statements_.end()) {
+        const AsWriter as(*writer_);
         sqlite3_stmt* raw = nullptr;
         const int rc = sqlite3_prepare_v3(db_.get(), sql.c_str(), static_cast<int>(sql.size()),
                                           SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
@@ -334,11 +379,15 @@ Query Database::query(const std::string& sql) {
             fail_sqlite(db_.get(), rc, path_, "preparing a query failed");
         found = statements_.emplace(sql, std::move(statement)).first;
     }
-    return Query(db_.get(), found->second.get(), path_);
+    return Query(db_.get(), found->second.get(), path_, *writer_);
 }
 
 void Database::exec(const std::string& sql, const std::string& what) {
-    const int rc = sqlite3_exec(db_.get(), sql.c_str(), nullptr, nullptr, nullptr);
+    int rc = 0;
+    {
+        const AsWriter as(*writer_);
+        rc = sqlite3_exec(db_.get(), sql.c_str(), nullptr, nullptr, nullptr);
+    }
     if (rc != SQLITE_OK)
         fail_sqlite(db_.get(), rc, path_, what);
 }
@@ -360,6 +409,7 @@ void Database::rollback() noexcept {
     if (!in_transaction_)
         return;
     in_transaction_ = false;
+    const AsWriter as(*writer_);
     sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
 }
 

@@ -8,6 +8,8 @@
 // fork().
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -19,14 +21,26 @@ struct sqlite3_stmt;
 
 namespace bbkit::sqlite {
 
+// The account that can write a database file, when that is not this process (root's
+// connection to a state.db whose owner is not root): the connection maps none of the file,
+// and every SQLite call that may open, create, read or write one of its files runs under that
+// account's file-system identity (setfsuid and setfsgid, in the calling thread only), so that a
+// link the account planted in its directory to a file elsewhere (the WAL, the -shm file SQLite
+// opens by name) reaches only what the account itself could (bbkit(7), SECURITY).
+struct ForeignWriter {
+    uid_t uid;
+    gid_t gid;
+};
+
 // One use of a cached prepared statement: binds, steps, and resets it (bindings cleared) when
 // it goes out of scope. A failure is an Error whose code follows SQLite's result: a corrupt file
 // is config, busy temp_fail, a full or failing disk io, a refused open no_perm, a constraint
 // exists, anything else software.
 class Query {
   public:
-    Query(sqlite3* db, sqlite3_stmt* statement, const std::string& db_path)
-        : db_(db), statement_(statement), db_path_(db_path) {}
+    Query(sqlite3* db, sqlite3_stmt* statement, const std::string& db_path,
+          const std::optional<ForeignWriter>& writer)
+        : db_(db), statement_(statement), db_path_(db_path), writer_(writer) {}
     Query(const Query&) = delete;
     Query& operator=(const Query&) = delete;
     ~Query();
@@ -55,12 +69,7 @@ class Query {
     sqlite3* db_;
     sqlite3_stmt* statement_;
     const std::string& db_path_;
-};
-
-// Who may have written the file a connection opens.
-enum class FileTrust {
-    own,      // this process's own file, or root's read by root
-    foreign,  // a less trusted account can write it: no memory-mapped I/O of it either
+    const std::optional<ForeignWriter>& writer_;
 };
 
 // A connection to an existing database file, read-write. One transaction at a time.
@@ -69,7 +78,7 @@ class Database {
     Database() = default;  // not open: only to be assigned an open one
     // Opens `path`, which must exist (else Error(no_perm)): SQLite never creates it, so its owner
     // and mode stay whoever created it chose.
-    explicit Database(std::string path, FileTrust trust = FileTrust::own);
+    explicit Database(std::string path, std::optional<ForeignWriter> writer = std::nullopt);
     // A private database in memory, with the same settings (store_schema builds the schema
     // bbkit expects in one).
     static Database in_memory();
@@ -98,6 +107,7 @@ class Database {
 
   private:
     struct Closer {
+        const std::optional<ForeignWriter>* writer = nullptr;
         void operator()(sqlite3* db) const;
     };
     struct Finalizer {
@@ -105,7 +115,11 @@ class Database {
     };
 
     std::string path_;
-    std::unique_ptr<sqlite3, Closer> db_;
+    // Before db_: the connection closes under the writer's identity. Boxed, so that a moved
+    // Database's queries still find it.
+    std::unique_ptr<std::optional<ForeignWriter>> writer_ =
+        std::make_unique<std::optional<ForeignWriter>>();
+    std::unique_ptr<sqlite3, Closer> db_{nullptr, Closer{writer_.get()}};
     // After db_: finalized before the connection closes.
     std::unordered_map<std::string, std::unique_ptr<sqlite3_stmt, Finalizer>> statements_;
     bool in_transaction_ = false;

@@ -20,6 +20,7 @@
 #include "bbkit/state_dir.hpp"
 #include "bbkit/store_schema.hpp"
 #include "bbkit/text.hpp"
+#include "bbkit/user.hpp"
 
 namespace bbkit {
 
@@ -72,6 +73,8 @@ struct StateStore::Impl {
     // Root's key (RecordSeal::for_process) and whether rows must match it to be acted on.
     std::optional<RecordSeal> seal;
     bool check_seals = false;
+    // The state owner, when root must not trust its files (check_seals): sqlite::ForeignWriter.
+    std::optional<sqlite::ForeignWriter> writer;
     // With StoreOptions::tolerate_foreign_schema: what check_schema would have refused.
     std::vector<std::string> foreign_schema;
     std::size_t sealed_by_migration = 0;  // rows bb-pool migrate sealed
@@ -429,8 +432,11 @@ StateStore::StateStore(const Config& config, StoreOptions options)
 
     impl.seal = RecordSeal::for_process(config, !options.read_only);
     impl.check_seals = impl.seal && records_need_checking(config);
-    impl.db = sqlite::Database(
-        db_path, impl.check_seals ? sqlite::FileTrust::foreign : sqlite::FileTrust::own);
+    if (impl.check_seals) {
+        const User owner = lookup_user(config.state_owner, UserGroups::skip);
+        impl.writer = sqlite::ForeignWriter{owner.uid, owner.gid};
+    }
+    impl.db = sqlite::Database(db_path, impl.writer);
     const int found = schema_version(impl.db);  // refuses a file that is not SQLite, or newer
     const bool fresh = fresh_database(impl.db, found);
     if (impl.check_seals)
@@ -585,7 +591,7 @@ RebuildResult StateStore::rebuild_from_sealed_records(const std::vector<PoolReco
                                errno);
     }
     {
-        sqlite::Database db(impl.dir + "/" + fresh);
+        sqlite::Database db(impl.dir + "/" + fresh, impl.writer);
         migrate_schema(db);
         db.begin(true);
         try {

@@ -29,6 +29,7 @@ class RecordSealTest : public ::testing::Test {
         char pattern[] = "/tmp/bbkit-seal-XXXXXX";
         ASSERT_NE(mkdtemp(pattern), nullptr);
         root_ = pattern;
+        ASSERT_EQ(chmod(root_.c_str(), 0755), 0);  // the state owner reaches its directory
         config_.state_dir = root_ + "/state";
         config_.record_key = root_ + "/record.key";
         config_.state_owner = "nobody";

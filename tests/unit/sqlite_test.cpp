@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "bbkit/error.hpp"
+#include "bbkit/user.hpp"
 #include "code_of.hpp"
 
 namespace bbkit::sqlite {
@@ -35,6 +36,17 @@ class SqliteTest : public ::testing::Test {
         Database db(path_);
         db.exec("CREATE TABLE t (a INTEGER, b INTEGER, c TEXT, d INTEGER)", "creating t");
         return db;
+    }
+
+    // The test's directory and database handed to nobody, as a state owner's: what a
+    // connection with a ForeignWriter opens as that account.
+    std::optional<ForeignWriter> nobody() {
+        const User user = lookup_user("nobody", UserGroups::skip);
+        EXPECT_EQ(::chmod(root_.c_str(), 0755), 0);
+        EXPECT_EQ(::chown(root_.c_str(), user.uid, user.gid), 0);
+        for (const char* suffix : {"", "-wal", "-shm"})
+            ::chown((path_ + suffix).c_str(), user.uid, user.gid);
+        return ForeignWriter{user.uid, user.gid};
     }
 
     static std::int64_t count(Database& db, const std::string& table = "t") {
@@ -275,8 +287,8 @@ TEST_F(SqliteTest, runs_no_trigger_view_or_extension_the_file_brings) {
                   SQLITE_OK);
         sqlite3_close(raw);
     }
-    for (const FileTrust trust : {FileTrust::own, FileTrust::foreign}) {
-        Database db(path_, trust);
+    for (const std::optional<ForeignWriter> writer : {std::optional<ForeignWriter>(), nobody()}) {
+        Database db(path_, writer);
         db.query("INSERT INTO t (a) VALUES (1)").run();
         EXPECT_EQ(count(db, "log"), 0);  // the trigger did not fire
         EXPECT_EQ(code_of([&] { db.query("SELECT * FROM v").step(); }), ExitCode::software);
@@ -294,14 +306,45 @@ TEST_F(SqliteTest, runs_no_trigger_view_or_extension_the_file_brings) {
 // mapping reaches SQLite unchecked.
 TEST_F(SqliteTest, a_foreign_file_is_not_memory_mapped) {
     create();
-    Database own(path_, FileTrust::own);
+    Database own(path_);
     Query mapped = own.query("PRAGMA mmap_size");
     ASSERT_TRUE(mapped.step());
     EXPECT_GT(mapped.integer(0), 0);
-    Database foreign(path_, FileTrust::foreign);
+    Database foreign(path_, nobody());
     Query unmapped = foreign.query("PRAGMA mmap_size");
     ASSERT_TRUE(unmapped.step());
     EXPECT_EQ(unmapped.integer(0), 0);
+}
+
+// A connection with a ForeignWriter opens the files SQLite finds beside the database as that
+// account: a -shm file hard-linked to root's file (where fs.protected_hardlinks is 0, or
+// through a race with a check) is refused, and root's file keeps its owner, size and bytes.
+TEST_F(SqliteTest, a_foreign_writers_link_to_a_file_it_cannot_write_is_not_written_through) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "needs root";
+    {
+        Database db = create();
+        db.exec("PRAGMA journal_mode = WAL", "WAL");
+    }
+    const std::optional<ForeignWriter> writer = nobody();
+    const std::string precious = root_ + "/precious";
+    { std::ofstream(precious) << "root's"; }
+    ASSERT_EQ(::chmod(precious.c_str(), 0600), 0);
+    ::unlink((path_ + "-shm").c_str());
+    ASSERT_EQ(::link(precious.c_str(), (path_ + "-shm").c_str()), 0);
+    EXPECT_NE(code_of([&] {
+                  Database db(path_, writer);
+                  db.query("SELECT COUNT(*) FROM t").step();
+              }),
+              ExitCode::ok);
+    struct stat st {};
+    ASSERT_EQ(::stat(precious.c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 0u);
+    EXPECT_EQ(st.st_size, 6);
+    std::ifstream in(precious);
+    std::string content;
+    std::getline(in, content);
+    EXPECT_EQ(content, "root's");
 }
 
 }  // namespace
