@@ -39,12 +39,16 @@ as_owner_sql() {
   runuser -u "$OWNER" -- sqlite3 "$DB" "$1"
 }
 
+# SQL: the row's staging column with the stage-out destination moved into a directory only root
+# may write (the record holds its paths in hex).
+forged_staging() {
+  echo "replace(staging, lower(hex('$TEST_DIR/pfs/out.txt')), lower(hex('$ROOTONLY/forged')))"
+}
+
 # The owner's forgery of job 1's record: root's uid and group, and a stage-out destination in
 # a directory only root may write.
 forge_job_1() {
-  as_owner_sql "UPDATE buffers SET uid = 0, gid = 0,
-      staging = replace(staging, '$TEST_DIR/pfs/out.txt', '$ROOTONLY/forged')
-      WHERE job_id = 1"
+  as_owner_sql "UPDATE buffers SET uid = 0, gid = 0, staging = $(forged_staging) WHERE job_id = 1"
 }
 
 job_dir() {
