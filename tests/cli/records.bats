@@ -39,12 +39,16 @@ as_owner_sql() {
   runuser -u "$OWNER" -- sqlite3 "$DB" "$1"
 }
 
+# SQL: the row's staging column with the stage-out destination moved into a directory only root
+# may write (the record holds its paths in hex).
+forged_staging() {
+  echo "replace(staging, lower(hex('$TEST_DIR/pfs/out.txt')), lower(hex('$ROOTONLY/forged')))"
+}
+
 # The owner's forgery of job 1's record: root's uid and group, and a stage-out destination in
 # a directory only root may write.
 forge_job_1() {
-  as_owner_sql "UPDATE buffers SET uid = 0, gid = 0,
-      staging = replace(staging, '$TEST_DIR/pfs/out.txt', '$ROOTONLY/forged')
-      WHERE job_id = 1"
+  as_owner_sql "UPDATE buffers SET uid = 0, gid = 0, staging = $(forged_staging) WHERE job_id = 1"
 }
 
 job_dir() {
@@ -284,4 +288,98 @@ job_dir() {
     runuser -u "$OWNER" -- sh -c "rm '$TEST_DIR/state/$f' '$TEST_DIR/state/mine' && mv '$TEST_DIR/state/$f.saved' '$TEST_DIR/state/$f'"
   done
   bb-pool alloc --job 2 --user "$U" --capacity 1GiB >/dev/null
+}
+
+# refused STATUS OUTPUT ACTION: ACTION exited STATUS with OUTPUT, which must be a refusal: 77,
+# one line naming state.db.
+refused() {
+  if [ "$1" -ne 77 ] || [ "$(printf '%s\n' "$2" | wc -l)" -ne 1 ] || [[ $2 != *state.db* ]]; then
+    printf 'expected %s refused (77, one line naming state.db), got %s:\n%s\n' "$3" "$1" "$2" >&2
+    return 1
+  fi
+}
+
+# Every file under the test's directory that root made or changed since $TEST_DIR/mark (its
+# inode's change time, which no copy of times can set back), outside the state directory and
+# the pools, where root's own files live: none, in the tests below.
+root_made_elsewhere() {
+  find "$TEST_DIR" \( -path "$TEST_DIR/state" -o -path "$TEST_DIR/nvme" \
+    -o -path "$TEST_DIR/small" \) -prune -o -user root -cnewer "$TEST_DIR/mark" -print
+}
+
+# nothing_written_as_root: the attack got the owner nothing (checked before the exit statuses,
+# so that a failure shows what root wrote).
+nothing_written_as_root() {
+  run ls -A "$ROOTONLY"
+  assert_output ""
+  run root_made_elsewhere
+  assert_output ""
+}
+
+# forged_or_refused STATUS OUTPUT: bb-pool check listed job 1's row as forged (1), or refused
+# the file in one line (77 or 78); it never found the row sealed.
+forged_or_refused() {
+  case $1 in
+    1) [[ $2 == *"forged-record: pool nvme: main.1.1"* ]] ||
+      { printf 'bb-pool check does not list main.1.1 as forged:\n%s\n' "$2" >&2; return 1; } ;;
+    77 | 78) [ "$(printf '%s\n' "$2" | wc -l)" -eq 1 ] ||
+      { printf 'bb-pool check refused in more than one line:\n%s\n' "$2" >&2; return 1; } ;;
+    *) printf 'bb-pool check exited %s:\n%s\n' "$1" "$2" >&2; return 1 ;;
+  esac
+}
+
+@test "a trigger the state owner adds to state.db makes root neither rewrite nor seal a row: the stage-out writes nothing as root" {
+  bb-pool alloc --job 1 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  bb-stage --job 1 in
+  bb-stage --job 1 pre-run
+  dir=$(job_dir 1)
+  runuser -u "$U" -- sh -c "echo '* * * * * root echo owned' >'$dir/out.txt'"
+  # When root's own UPDATE moves the row to post-run, SQLite runs the owner's code in root's
+  # transaction: the row becomes root's, with a stage-out into root's directory, and root seals
+  # the row as it reads it back.
+  as_owner_sql "CREATE TRIGGER hostile AFTER UPDATE OF state ON buffers
+      WHEN NEW.state = 'post-run' BEGIN
+        UPDATE buffers SET uid = 0, gid = 0, user = 'root', staging = $(forged_staging)
+          WHERE id = NEW.id;
+      END"
+  touch "$TEST_DIR/mark"
+  run bb-stage --job 1 post-run
+  post_run=("$status" "$output")
+  run bb-stage --job 1 out
+  out=("$status" "$output")
+  nothing_written_as_root
+  # The first root action that met the owner's trigger refused the file, and so does the next.
+  refused "${post_run[@]}" post-run
+  refused "${out[@]}" out
+}
+
+@test "a state.db the owner downgraded to the schema before seals is not migrated and sealed by root: the forged row stays refused" {
+  bb-pool alloc --job 1 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
+  bb-stage --job 1 in
+  bb-stage --job 1 pre-run
+  dir=$(job_dir 1)
+  runuser -u "$U" -- sh -c "echo '* * * * * root echo owned' >'$dir/out.txt'"
+  bb-stage --job 1 post-run
+  # The owner makes the row root's, with a stage-out into root's directory, and makes the file
+  # look as it did before seals existed, for root to "migrate" and seal.
+  forge_job_1
+  as_owner_sql "ALTER TABLE buffers DROP COLUMN seal; ALTER TABLE buffers DROP COLUMN temp_token;
+      PRAGMA user_version = 5"
+  touch "$TEST_DIR/mark"
+  run bb-stage --job 1 out
+  out=("$status" "$output")
+  run bb-pool check
+  check=("$status" "$output")
+  # Whatever root runs next, the row stays unsealed: recover, the stage-out again, check again.
+  run bb-pool recover
+  run bb-stage --job 1 out
+  again=("$status" "$output")
+  run bb-pool check
+  check_again=("$status" "$output")
+  nothing_written_as_root
+  refused "${out[@]}" out
+  forged_or_refused "${check[@]}"
+  [ "${again[0]}" -ne 0 ] && [ "$(printf '%s\n' "${again[1]}" | wc -l)" -eq 1 ] ||
+    fail "the second stage-out exited ${again[0]}: ${again[1]}"
+  forged_or_refused "${check_again[@]}"
 }

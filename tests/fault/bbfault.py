@@ -30,12 +30,16 @@ def ensure_user():
 
 class World:
     def __init__(self, build_dir, capacity="64GiB", granularity="1GiB", pool_path=None,
-                 extra_toml=(), keep=False):
-        self.bin = os.path.join(build_dir, "bin")
+                 extra_toml=(), keep=False, bin_dir=None, prefix="bbkit-fault."):
+        # bin_dir: an installed tree's bin/ (its bb-mover in ../libexec/bbkit), else the build's.
+        self.bin = bin_dir or os.path.join(build_dir, "bin")
         for tool in ("bb-pool", "bb-stage", "bb-teardown", "bb-mover"):
-            if not os.access(os.path.join(self.bin, tool), os.X_OK):
+            where = [os.path.join(self.bin, tool)]
+            if tool == "bb-mover":
+                where.append(os.path.join(self.bin, "..", "libexec", "bbkit", tool))
+            if not any(os.access(path, os.X_OK) for path in where):
                 raise SystemExit(f"fault: {self.bin}/{tool} is missing (run ./scripts/build)")
-        self.dir = tempfile.mkdtemp(prefix="bbkit-fault.")
+        self.dir = tempfile.mkdtemp(prefix=prefix)
         os.chmod(self.dir, 0o755)
         self.keep = keep
         self.user = ensure_user()
