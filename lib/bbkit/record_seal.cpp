@@ -139,10 +139,17 @@ bool RecordSeal::matches(std::string_view row, std::string_view seal_text) const
     return same_secret(seal(row), seal_text);
 }
 
-bool records_need_checking(const Config& config) {
+std::optional<User> untrusted_state_owner(const Config& config) {
     if (config.state_owner == "root" || config.state_owner == "0")
-        return false;
-    return lookup_user(config.state_owner).uid != 0;
+        return std::nullopt;
+    User owner = lookup_user(config.state_owner, UserGroups::skip);
+    if (owner.uid == 0)
+        return std::nullopt;
+    return owner;
+}
+
+bool records_need_checking(const Config& config) {
+    return untrusted_state_owner(config).has_value();
 }
 
 Error forged_record_error(const std::string& key) {

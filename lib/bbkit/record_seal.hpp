@@ -10,6 +10,7 @@
 
 #include "bbkit/config.hpp"
 #include "bbkit/error.hpp"
+#include "bbkit/user.hpp"
 
 namespace bbkit {
 
@@ -42,6 +43,10 @@ class SealLedger {
     // Records `version` for config.state_dir unless as high a version is already there.
     static void record(const Config& config, int version);
 };
+
+// The state owner when it is not root: whose rows root must check, and whose files root opens
+// with that account's rights (sqlite::ForeignWriter); none for root.
+std::optional<User> untrusted_state_owner(const Config& config);
 
 // Whether root must check the seals of `config`'s records: the state owner is not root.
 bool records_need_checking(const Config& config);

@@ -431,10 +431,11 @@ StateStore::StateStore(const Config& config, StoreOptions options)
     impl.lock_fd = open_state_dir(config, options.read_only);
 
     impl.seal = RecordSeal::for_process(config, !options.read_only);
-    impl.check_seals = impl.seal && records_need_checking(config);
-    if (impl.check_seals) {
-        const User owner = lookup_user(config.state_owner, UserGroups::skip);
-        impl.writer = sqlite::ForeignWriter{owner.uid, owner.gid};
+    if (impl.seal) {
+        if (const std::optional<User> owner = untrusted_state_owner(config)) {
+            impl.check_seals = true;
+            impl.writer = sqlite::ForeignWriter{owner->uid, owner->gid};
+        }
     }
     impl.db = sqlite::Database(db_path, impl.writer);
     const int found = schema_version(impl.db);  // refuses a file that is not SQLite, or newer

@@ -40,6 +40,13 @@ constexpr int first_sealed_schema = 6;
 // database in memory, so it is what this SQLite writes for them.
 std::vector<std::string> foreign_schema(sqlite::Database& db, int version);
 
+// A digest of the schema of `db` as foreign_schema compares it (every row of sqlite_schema but
+// its root page), and that of bbkit's current schema as SQLite writes it: a database whose
+// digest is that one needs no building of the schema to be checked. store_schema_test keeps
+// the constant equal to what the migrations build; a new migration changes it.
+std::string schema_digest(sqlite::Database& db);
+extern const char* const current_schema_digest;
+
 // Error(no_perm) with the first line of foreign_schema(db, version), if any: root reads and
 // writes nothing in a database whose schema another account changed (bbkit(7), SECURITY).
 void check_schema(sqlite::Database& db, int version);

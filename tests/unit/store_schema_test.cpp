@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -168,6 +169,26 @@ TEST_F(StoreSchemaTest, holding_states_are_the_states_that_hold_space) {
             list.find(std::string("'") + to_string(state) + "'") != std::string::npos;
         EXPECT_EQ(listed, holds_space(state)) << to_string(state);
     }
+}
+
+// The constant the schema check compares a database's digest with is the digest of what the
+// migrations build: a new migration fails here, printing the value to put in store_schema.cpp.
+TEST_F(StoreSchemaTest, the_current_schema_digest_is_that_of_the_migrations) {
+    migrate_schema(db_);
+    EXPECT_EQ(schema_digest(db_), current_schema_digest);
+    EXPECT_TRUE(foreign_schema(db_, state_schema_version()).empty());
+}
+
+// An older schema is checked against what its own migrations build, object by object.
+TEST_F(StoreSchemaTest, each_version_is_checked_against_its_own_migrations) {
+    db_.exec("CREATE TABLE x (y)", "a table of the owner's");
+    const std::vector<std::string> found = foreign_schema(db_, 0);
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_EQ(found[0], "state.db holds a table 'x' that bbkit did not create");
+    const std::vector<std::string> missing = foreign_schema(db_, 1);
+    EXPECT_NE(std::find(missing.begin(), missing.end(), "state.db lacks bbkit's table 'buffers'"),
+              missing.end());
+    EXPECT_EQ(code_of([&] { check_schema(db_, 0); }), ExitCode::no_perm);
 }
 
 }  // namespace
