@@ -72,7 +72,7 @@ const std::vector<FaultPointInfo> table = {
     {"recover.queue", "recover dropped dead waiters; env files not rebuilt"},
     {"recover.published", "recover rebuilt public/; trash not reaped"},
     {"publish.unsettled-written",
-     "public/.unsettled names this transaction's keys; their files not written, no commit"},
+     "public/.owner/unsettled names this transaction's keys; their files not written, no commit"},
     {"quarantine.renamed", "check --repair moved an orphan into quarantine/; not fsync'd"},
     {"repair.closed", "check --repair closed a record whose directory was gone"},
     {"check.listed",

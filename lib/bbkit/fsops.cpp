@@ -32,12 +32,28 @@ std::string parent_of(const std::string& path) {
     return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-// Unique per process and call, so concurrent writers of one file never share a temporary. The
-// pid makes it unique among live processes and the counter within one; the random start keeps
-// a reused pid from meeting a temporary its predecessor left behind. getrandom, not
-// std::random_device: that one probes the CPU with cpuid, which traps to the hypervisor on a VM
-// (tens of microseconds in every short command that writes a snapshot).
-std::string temporary_name(const std::string& path) {
+std::string base_of(const std::string& path) {
+    const auto slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// The directory of `path`, for the *_at functions that do the work: a caller that names a file
+// by its path trusts the directories on the way.
+Fd open_parent(const std::string& path) {
+    const std::string parent = parent_of(path);
+    Fd fd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd)
+        fail("create", path, errno);
+    return fd;
+}
+
+// What a temporary's name adds to the name it replaces: unique per process and call, so
+// concurrent writers of one file never share a temporary. The pid makes it unique among live
+// processes and the counter within one; the random start keeps a reused pid from meeting a
+// temporary its predecessor left behind. getrandom, not std::random_device: that one probes the
+// CPU with cpuid, which traps to the hypervisor on a VM (tens of microseconds in every short
+// command that writes a snapshot).
+std::string temporary_suffix() {
     static std::uint64_t next = [] {
         std::uint64_t seed = 0;
         if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof seed))
@@ -45,7 +61,7 @@ std::string temporary_name(const std::string& path) {
                 std::chrono::steady_clock::now().time_since_epoch().count());
         return seed;
     }();
-    return path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(next++ % 1000000007);
+    return ".tmp." + std::to_string(getpid()) + "." + std::to_string(next++ % 1000000007);
 }
 
 void write_all(int fd, const std::string& data, const std::string& path) {
@@ -60,21 +76,25 @@ void write_all(int fd, const std::string& data, const std::string& path) {
     }
 }
 
-// Removes the temporary file unless the rename consumed it.
+// Removes the temporary file (`name` in the directory `dir`) unless the rename consumed it.
 class TemporaryFile {
   public:
-    explicit TemporaryFile(std::string path) : path_(std::move(path)) {}
+    TemporaryFile(int dir, std::string name, std::string what)
+        : dir_(dir), name_(std::move(name)), what_(std::move(what)) {}
     TemporaryFile(const TemporaryFile&) = delete;
     TemporaryFile& operator=(const TemporaryFile&) = delete;
     ~TemporaryFile() {
-        if (!path_.empty())
-            ::unlink(path_.c_str());
+        if (!name_.empty())
+            ::unlinkat(dir_, name_.c_str(), 0);
     }
-    const std::string& path() const { return path_; }
-    void keep() { path_.clear(); }
+    const std::string& name() const { return name_; }
+    const std::string& what() const { return what_; }  // its path, for messages
+    void keep() { name_.clear(); }
 
   private:
-    std::string path_;
+    int dir_;
+    std::string name_;
+    std::string what_;
 };
 
 }  // namespace
@@ -124,70 +144,85 @@ void PendingSync::wait() {
 
 namespace {
 
-// Puts `temporary` in place of `path` without the write-back ext4 starts (auto_da_alloc) when a
-// rename replaces an existing file, which costs a device write per call: the two names are
-// swapped, then the old content, now under the temporary's name, is removed. Readers still see
-// the old or the new file, never neither. Where the swap is not supported, or nothing is at
-// `path` yet, a plain rename.
-void swap_into_place(const std::string& temporary, const std::string& path) {
-    if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) == 0) {
-        if (::unlink(temporary.c_str()) == 0 || errno == ENOENT)
+// Puts `temporary` in place of `name` (in the directory `dir`; `what` is its path) without the
+// write-back ext4 starts (auto_da_alloc) when a rename replaces an existing file, which costs a
+// device write per call: the two names are swapped, then the old content, now under the
+// temporary's name, is removed. Readers still see the old or the new file, never neither.
+// Where the swap is not supported, or nothing is at `name` yet, a plain rename.
+void swap_into_place(int dir, const TemporaryFile& temporary, const std::string& name,
+                     const std::string& what) {
+    const char* from = temporary.name().c_str();
+    if (::renameat2(dir, from, dir, name.c_str(), RENAME_EXCHANGE) == 0) {
+        if (::unlinkat(dir, from, 0) == 0 || errno == ENOENT)
             return;
-        // Not a file (a directory planted at `path`): swap back and fail as rename would.
+        // Not a file (a directory planted at `name`): swap back and fail as rename would.
         const int error = errno;
-        ::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE);
-        fail("rename " + temporary + " to", path, error);
+        ::renameat2(dir, from, dir, name.c_str(), RENAME_EXCHANGE);
+        fail("rename " + temporary.what() + " to", what, error);
     }
     if (errno != ENOENT && errno != EINVAL && errno != ENOSYS)
-        fail("rename " + temporary + " to", path, errno);
-    if (::rename(temporary.c_str(), path.c_str()) != 0)
-        fail("rename " + temporary + " to", path, errno);
+        fail("rename " + temporary.what() + " to", what, errno);
+    if (::renameat(dir, from, dir, name.c_str()) != 0)
+        fail("rename " + temporary.what() + " to", what, errno);
 }
 
 // `durable`: fsync the file before the rename and the directory after it.
-void replace(const std::string& path, const std::string& data, mode_t mode, bool durable) {
-    TemporaryFile temporary(temporary_name(path));
+void replace(int dir, const std::string& name, const std::string& data, mode_t mode,
+             const std::string& what, FileOwner owner, bool durable) {
+    const std::string suffix = temporary_suffix();
+    TemporaryFile temporary(dir, name + suffix, what + suffix);
     {
-        const Fd fd(::open(temporary.path().c_str(),
-                           O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode));
+        const Fd fd(::openat(dir, temporary.name().c_str(),
+                             O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode));
         if (!fd)
-            fail("create", temporary.path(), errno);
+            fail("create", temporary.what(), errno);
+        // Given away before it takes its name, so the name never shows another owner's file.
+        if ((owner.uid != static_cast<uid_t>(-1) || owner.gid != static_cast<gid_t>(-1)) &&
+            ::fchown(fd.get(), owner.uid, owner.gid) != 0)
+            fail("set the owner of", temporary.what(), errno);
         // The umask (or a default ACL) may have taken bits away: they are put back, since it
         // must not change what readers are allowed. Only then: a chmod dirties the inode.
         struct stat st {};
         if (::fstat(fd.get(), &st) != 0 ||
             ((st.st_mode & 07777) != mode && ::fchmod(fd.get(), mode) != 0))
-            fail("set the mode of", temporary.path(), errno);
-        write_all(fd.get(), data, temporary.path());
+            fail("set the mode of", temporary.what(), errno);
+        write_all(fd.get(), data, temporary.what());
         if (durable && ::fsync(fd.get()) != 0)
-            fail("fsync", temporary.path(), errno);
+            fail("fsync", temporary.what(), errno);
     }
     if (durable) {
-        if (::rename(temporary.path().c_str(), path.c_str()) != 0)
-            fail("rename " + temporary.path() + " to", path, errno);
+        if (::renameat(dir, temporary.name().c_str(), dir, name.c_str()) != 0)
+            fail("rename " + temporary.what() + " to", what, errno);
     } else {
-        swap_into_place(temporary.path(), path);
+        swap_into_place(dir, temporary, name, what);
     }
     temporary.keep();
-    if (durable)
-        fsync_dir(parent_of(path));
+    if (durable && ::fsync(dir) != 0)
+        fail("fsync directory", parent_of(what), errno);
 }
 
 }  // namespace
 
 void write_file_atomically(const std::string& path, const std::string& data, mode_t mode) {
-    replace(path, data, mode, true);
+    replace(open_parent(path).get(), base_of(path), data, mode, path, FileOwner{}, true);
 }
 
 void replace_file(const std::string& path, const std::string& data, mode_t mode) {
-    replace(path, data, mode, false);
+    replace(open_parent(path).get(), base_of(path), data, mode, path, FileOwner{}, false);
+}
+
+void replace_file_at(int dir, const std::string& name, const std::string& data, mode_t mode,
+                     const std::string& what, FileOwner owner) {
+    replace(dir, name, data, mode, what, owner, false);
 }
 
 void link_file(const std::string& existing, const std::string& path) {
-    TemporaryFile temporary(temporary_name(path));
-    if (::link(existing.c_str(), temporary.path().c_str()) != 0)
-        fail("link " + existing + " to", temporary.path(), errno);
-    swap_into_place(temporary.path(), path);
+    const Fd dir = open_parent(path);
+    const std::string suffix = temporary_suffix();
+    TemporaryFile temporary(dir.get(), base_of(path) + suffix, path + suffix);
+    if (::linkat(AT_FDCWD, existing.c_str(), dir.get(), temporary.name().c_str(), 0) != 0)
+        fail("link " + existing + " to", temporary.what(), errno);
+    swap_into_place(dir.get(), temporary, base_of(path), path);
     temporary.keep();
 }
 
@@ -297,8 +332,12 @@ Fd open_state_file(const std::string& dir, const std::string& relative, int flag
     const Fd top(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!top)
         throw system_error("cannot open " + dir, errno);
-    const std::string what = dir + "/" + relative;
-    Fd fd = open_beneath(top.get(), relative, flags, what, mode);
+    return open_state_file_at(top.get(), relative, flags, dir + "/" + relative, mode);
+}
+
+Fd open_state_file_at(int dir, const std::string& relative, int flags, const std::string& what,
+                      mode_t mode) {
+    Fd fd = open_beneath(dir, relative, flags, what, mode);
     struct stat st {};
     if (fstat(fd.get(), &st) != 0)
         throw system_error("cannot inspect " + what, errno);
@@ -368,7 +407,12 @@ std::string read_all(int fd, const std::string& what, std::size_t limit) {
 
 std::optional<std::string> read_file(const std::string& path, const std::string& what,
                                      std::size_t limit, int flags) {
-    const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | flags));
+    return read_file_at(AT_FDCWD, path, what, limit, flags);
+}
+
+std::optional<std::string> read_file_at(int dir, const std::string& name, const std::string& what,
+                                        std::size_t limit, int flags) {
+    const Fd fd(::openat(dir, name.c_str(), O_RDONLY | O_CLOEXEC | flags));
     if (!fd) {
         if (errno == ENOENT)
             return std::nullopt;

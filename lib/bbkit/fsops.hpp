@@ -108,6 +108,11 @@ bool raise_descriptor_limit();
 // open_beneath's; a second link is Error(no_perm).
 Fd open_state_file(const std::string& dir, const std::string& relative, int flags, mode_t mode = 0);
 
+// open_state_file's rules beneath the open directory `dir` (the state directory, or one opened
+// beneath it), for a caller that holds it open: `what` names the file in errors.
+Fd open_state_file_at(int dir, const std::string& relative, int flags, const std::string& what,
+                      mode_t mode = 0);
+
 // Everything read from `fd` (from its offset) to the end, at most `limit` bytes: more is
 // Error(data) "<what> is larger than <limit> bytes"; a failed read is
 // system_error("cannot read " + what).
@@ -117,6 +122,10 @@ std::string read_all(int fd, const std::string& what, std::size_t limit);
 // `flags` added to O_RDONLY | O_CLOEXEC). std::nullopt when it does not exist.
 std::optional<std::string> read_file(const std::string& path, const std::string& what,
                                      std::size_t limit, int flags = 0);
+// The same for `name` in the open directory `dir` (one component; pass O_NOFOLLOW to refuse a
+// symlink, O_NONBLOCK not to wait on a fifo).
+std::optional<std::string> read_file_at(int dir, const std::string& name, const std::string& what,
+                                        std::size_t limit, int flags = 0);
 
 // Replaces `path` with `data`: a temporary file in the same directory is written with `mode`,
 // fsync'd and renamed over `path`, then the directory is fsync'd. Readers see the old or the
@@ -132,6 +141,20 @@ void write_file_atomically(const std::string& path, const std::string& data, mod
 // starts when a rename replaces a file. Throws Error(io) naming the path; a directory at `path`
 // is left as it is.
 void replace_file(const std::string& path, const std::string& data, mode_t mode);
+
+// Who a file replace_file_at makes belongs to; -1 keeps the writer's uid or gid.
+struct FileOwner {
+    uid_t uid = static_cast<uid_t>(-1);
+    gid_t gid = static_cast<gid_t>(-1);
+};
+
+// replace_file within the open directory `dir`, where `name` (one component) is replaced
+// whatever the path to `dir` becomes meanwhile: for a directory another party may rename or
+// swap for a symlink (the state owner's public/, bbkit(7) SECURITY). The temporary is created
+// without following a symlink and given `owner` before it takes `name`. `what` names the file
+// in errors.
+void replace_file_at(int dir, const std::string& name, const std::string& data, mode_t mode,
+                     const std::string& what, FileOwner owner = {});
 
 // Puts a second name of the file `existing` (same directory's file system) in place of `path`,
 // as replace_file would put new content there: a hard link, so no data is written and no

@@ -1,24 +1,9 @@
 #include "bbkit/job_environment.hpp"
 
-#include <algorithm>
-#include <cctype>
-
 #include "bbkit/seal.hpp"
 #include "bbkit/text.hpp"
 
 namespace bbkit {
-namespace {
-
-constexpr std::size_t environment_key_digits = 32;
-constexpr std::size_t environment_tag_digits = 32;
-
-bool lower_hex(const std::string& text) {
-    return std::all_of(text.begin(), text.end(), [](char c) {
-        return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
-    });
-}
-
-}  // namespace
 
 std::string buffer_environment_path(const std::string& state_dir, const BufferKey& key) {
     return state_dir + "/env/" + key.str() + ".env";
@@ -37,24 +22,11 @@ std::string legacy_job_environment_name(const std::string& cluster, std::uint64_
 std::string job_environment_name(const std::string& cluster, std::uint64_t job_id,
                                  const std::string& user_key) {
     const std::string legacy = legacy_job_environment_name(cluster, job_id);
-    return legacy + "." + to_hex(hmac_sha256(user_key, legacy)).substr(0, environment_tag_digits);
+    return legacy + "." + user_tag(user_key, legacy);
 }
 
 std::string environment_key_name(uid_t uid) {
     return std::to_string(uid) + ".key";
-}
-
-std::string new_environment_key() {
-    return random_hex(environment_key_digits / 2);
-}
-
-std::optional<std::string> parse_environment_key(const std::string& text) {
-    std::string key = text;
-    if (!key.empty() && key.back() == '\n')
-        key.pop_back();
-    if (key.size() != environment_key_digits || !lower_hex(key))
-        return std::nullopt;
-    return key;
 }
 
 std::optional<std::uint64_t> environment_job_id(const std::string& cluster,
@@ -65,8 +37,7 @@ std::optional<std::uint64_t> environment_job_id(const std::string& cluster,
     std::string rest = name.substr(prefix.size());
     const std::size_t dot = rest.find('.');
     if (dot != std::string::npos) {
-        const std::string tag = rest.substr(dot + 1);
-        if (tag.size() != environment_tag_digits || !lower_hex(tag))
+        if (!is_user_tag(std::string_view(rest).substr(dot + 1)))
             return std::nullopt;
         rest.resize(dot);
     }

@@ -26,19 +26,15 @@ std::string job_environment_path(const std::string& state_dir, const std::string
                                  std::uint64_t job_id);
 
 // The names in a pool's env/. A job's environment file is "<cluster>.<jobid>.<tag>": the tag,
-// 32 hex digits, a keyed hash of "<cluster>.<jobid>" under the key of the job's user
-// (env/<uid>.key, theirs alone to read). Only that user can name the file, and root, who lists
-// env/: nobody else can learn whether the job has one (env/ is 0711).
+// seal.hpp's user_tag of "<cluster>.<jobid>" under the key of the job's user (env/<uid>.key,
+// theirs alone to read; new_user_key, parse_user_key). Only that user can name the file, and
+// root, who lists env/: nobody else can learn whether the job has one (env/ is 0711).
 std::string job_environment_name(const std::string& cluster, std::uint64_t job_id,
                                  const std::string& user_key);
 // What the file was named before it had a tag: "<cluster>.<jobid>" (still read and removed).
 std::string legacy_job_environment_name(const std::string& cluster, std::uint64_t job_id);
 // A user's key file in env/: "<uid>.key".
 std::string environment_key_name(uid_t uid);
-// A new key for a user's key file: 32 random lower-case hex digits (no newline).
-std::string new_environment_key();
-// The key a key file holds (32 lower-case hex digits and a newline); nullopt for anything else.
-std::optional<std::string> parse_environment_key(const std::string& text);
 // The job an entry of env/ is the environment file of, for `cluster` (tagged or legacy name);
 // nullopt for anything else (another cluster's, a key, a temporary).
 std::optional<std::uint64_t> environment_job_id(const std::string& cluster,

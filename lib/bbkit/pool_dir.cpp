@@ -825,14 +825,14 @@ std::string PoolDir::job_environment_key(uid_t uid, gid_t gid) {
         if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != uid)
             return std::nullopt;
         try {
-            return parse_environment_key(read_all(fd.get(), what, 64));
+            return parse_user_key(read_all(fd.get(), what, 64));
         } catch (const Error&) {
             return std::nullopt;  // longer than a key: not one
         }
     };
     if (std::optional<std::string> key = read_key())
         return *key;
-    const std::string key = new_environment_key();
+    const std::string key = new_user_key();
     struct stat st {};
     const bool absent = fstatat(env_dir(true).get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0;
     if (write_env_entry(name, key + "\n", uid, gid, !absent))

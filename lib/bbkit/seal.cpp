@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -20,6 +21,14 @@ constexpr std::uint32_t round_constants[64] = {
     0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
     0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
     0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+constexpr std::size_t user_key_digits = 32;
+constexpr std::size_t user_tag_digits = 32;
+
+bool lower_hex(std::string_view text) {
+    return std::all_of(text.begin(), text.end(),
+                       [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
 
 std::uint32_t rotate_right(std::uint32_t x, unsigned n) {
     return (x >> n) | (x << (32 - n));
@@ -167,6 +176,26 @@ std::string random_hex(std::size_t bytes) {
         got += static_cast<std::size_t>(n);
     }
     return to_hex(raw);
+}
+
+std::string new_user_key() {
+    return random_hex(user_key_digits / 2);
+}
+
+std::optional<std::string> parse_user_key(std::string_view text) {
+    if (!text.empty() && text.back() == '\n')
+        text.remove_suffix(1);
+    if (text.size() != user_key_digits || !lower_hex(text))
+        return std::nullopt;
+    return std::string(text);
+}
+
+std::string user_tag(std::string_view user_key, std::string_view text) {
+    return to_hex(hmac_sha256(user_key, text)).substr(0, user_tag_digits);
+}
+
+bool is_user_tag(std::string_view text) {
+    return text.size() == user_tag_digits && lower_hex(text);
 }
 
 bool same_secret(std::string_view a, std::string_view b) {

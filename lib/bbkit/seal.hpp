@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -25,6 +26,19 @@ std::string to_hex(const Digest& digest);
 // `bytes` bytes from the kernel's random source (getrandom), as 2 * bytes hex digits: a name
 // or token another user cannot guess. Error(software) when the kernel gives none.
 std::string random_hex(std::size_t bytes);
+
+// A user's naming key: 32 random lower-case hex digits, kept in a key file of theirs (with a
+// newline), behind the names of their entries in directories others may traverse (a pool's
+// env/, public/buffers/ with PrivateData; bbkit(7), SECURITY).
+std::string new_user_key();
+// The key a key file holds (32 lower-case hex digits, then a newline or nothing); nullopt for
+// anything else.
+std::optional<std::string> parse_user_key(std::string_view text);
+// A name only the holders of `user_key` (the user, and root) can compute: the first 32 hex
+// digits of HMAC-SHA-256 of `text` under it.
+std::string user_tag(std::string_view user_key, std::string_view text);
+// Whether `text` has a user_tag's form.
+bool is_user_tag(std::string_view text);
 
 // Whether two strings are equal, in a time that depends only on their lengths.
 bool same_secret(std::string_view a, std::string_view b);

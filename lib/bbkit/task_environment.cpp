@@ -12,6 +12,7 @@
 #include "bbkit/fsops.hpp"
 #include "bbkit/job_environment.hpp"
 #include "bbkit/pool_dir.hpp"
+#include "bbkit/seal.hpp"
 
 namespace bbkit {
 namespace {
@@ -93,7 +94,7 @@ std::vector<std::string> candidate_names(int env, const std::string& env_path,
             open_entry(env, env_path, environment_key_name(caller), caller)) {
         std::optional<std::string> text;
         try {
-            text = parse_environment_key(read_all(key->fd.get(), key->path, 64));
+            text = parse_user_key(read_all(key->fd.get(), key->path, 64));
         } catch (const Error&) {
             // Not a key (the user's file, which they may have changed): no tagged name.
         }

@@ -1,6 +1,7 @@
 #include "bbkit/views.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "bbkit/access.hpp"
 #include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/seal.hpp"
 #include "bbkit/user.hpp"
 
 namespace bbkit {
@@ -125,50 +127,67 @@ StatusSnapshot read_status(Transaction& txn, const Config& config) {
 
 namespace {
 
-// Every public/buffers/<uid>/<key>.json the caller may read, oldest first. Directories and files
-// that cannot be opened are someone else's (PrivateData) or were removed meanwhile: skipped.
+// Adds the buffer files of the open directory `fd` (`path`) that the caller may read. Files
+// that cannot be opened are someone else's or were removed meanwhile: skipped.
+void read_buffer_files(int fd, const std::string& path, bool private_data, uid_t uid,
+                       std::vector<BufferStatus>& buffers) {
+    for (const std::string& name : list_directory(fd, path)) {
+        if (!ends_with(name, ".json"))
+            continue;  // a temporary being renamed into place
+        const std::string file = path + "/" + name;
+        std::optional<std::string> text;
+        try {
+            text = read_file_at(fd, name, file, max_published_bytes, O_NOFOLLOW | O_NONBLOCK);
+        } catch (const Error&) {
+            continue;
+        }
+        if (!text)
+            continue;
+        try {
+            json value = json::parse(*text, nullptr, false);
+            if (value.is_discarded())
+                throw Error(ExitCode::data,
+                            "not JSON (the owner rewrites it at the next change; run "
+                            "bb-stat as the owner meanwhile)");
+            BufferStatus status = buffer_status_from_json(value);
+            // Someone else's file left readable (PrivateData just set, not yet resynced).
+            if (private_data && status.buffer.uid != uid)
+                continue;
+            buffers.push_back(std::move(status));
+        } catch (const Error& error) {
+            throw Error(ExitCode::data, "cannot read " + file + ": " + error.what());
+        }
+    }
+}
+
+// Every public/buffers/.../<key>.json the caller may read, oldest first.
 std::vector<BufferStatus> read_public_buffers(const std::string& dir, bool private_data,
                                               uid_t uid) {
     std::vector<BufferStatus> buffers;
-    const Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    // Searched only, with PrivateData: it may not be listed.
+    const Fd fd(::open(dir.c_str(), (private_data ? O_PATH : O_RDONLY) | O_DIRECTORY | O_CLOEXEC));
     if (!fd) {
         const int err = errno;
         if (err == ENOENT)
             return buffers;  // no buffer published yet
         throw system_error("cannot read " + dir, err);
     }
-    for (const std::string& user : list_directory(fd.get(), dir)) {
-        const std::string user_path = dir + "/" + user;
-        const Fd user_fd(
-            ::openat(fd.get(), user.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-        if (!user_fd)
-            continue;
-        for (const std::string& name : list_directory(user_fd.get(), user_path)) {
-            if (!ends_with(name, ".json"))
-                continue;  // a temporary being renamed into place
-            const std::string path = user_path + "/" + name;
-            std::optional<std::string> text;
-            try {
-                text = read_snapshot_file(path, "");
-            } catch (const Error&) {
-                continue;
-            }
-            if (!text)
-                continue;
-            try {
-                json value = json::parse(*text, nullptr, false);
-                if (value.is_discarded())
-                    throw Error(ExitCode::data,
-                                "not JSON (the owner rewrites it at the next change; run "
-                                "bb-stat as the owner meanwhile)");
-                BufferStatus status = buffer_status_from_json(value);
-                // Someone else's file left readable (PrivateData just set, not yet resynced).
-                if (private_data && status.buffer.uid != uid)
-                    continue;
-                buffers.push_back(std::move(status));
-            } catch (const Error& error) {
-                throw Error(ExitCode::data, "cannot read " + path + ": " + error.what());
-            }
+    if (private_data) {
+        // Nothing of theirs without a key (nothing published for them yet, or PrivateData just
+        // set).
+        if (const std::optional<std::string> key = read_public_key(fd.get(), dir, uid)) {
+            const std::string name = public_directory_name(uid, *key);
+            const Fd own(
+                ::openat(fd.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+            if (own)
+                read_buffer_files(own.get(), dir + "/" + name, true, uid, buffers);
+        }
+    } else {
+        for (const std::string& user : list_directory(fd.get(), dir)) {
+            const Fd user_fd(
+                ::openat(fd.get(), user.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+            if (user_fd)
+                read_buffer_files(user_fd.get(), dir + "/" + user, false, uid, buffers);
         }
     }
     // The database's order (record id) is creation order.
@@ -323,6 +342,29 @@ std::string slurm_pools_json(const std::vector<PoolStatus>& pools) {
 
 std::string slurm_pools_json(Transaction& txn, const Config& config) {
     return slurm_pools_json(pool_status(txn, config));
+}
+
+// ---- the names in public/ ------------------------------------------------------------------
+
+std::string public_key_name(uid_t uid) {
+    return std::to_string(uid) + ".key";
+}
+
+std::string public_directory_name(uid_t uid, const std::string& user_key) {
+    return user_tag(user_key, "public/buffers/" + std::to_string(uid));
+}
+
+std::optional<std::string> read_public_key(int buffers, const std::string& dir, uid_t uid) {
+    const std::string name = public_key_name(uid);
+    const Fd fd(::openat(buffers, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    struct stat st {};
+    if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != uid)
+        return std::nullopt;
+    try {
+        return parse_user_key(read_all(fd.get(), dir + "/" + name, 64));
+    } catch (const Error&) {
+        return std::nullopt;  // longer than a key: not one
+    }
 }
 
 // ---- the JSON of public/ and of --json ----------------------------------------------------

@@ -80,11 +80,11 @@ BufferStatus buffer_status(Transaction& txn, const Config& config, Buffer buffer
 // Pools, live buffers and counts of all records, from one snapshot.
 StatusSnapshot read_status(Transaction& txn, const Config& config);
 // What a user who is not the state directory's owner may see: public/pools.json and every
-// public/buffers/<uid>/<key>.json they may read (only their own with PrivateData; directories
-// they cannot enter are skipped). Availability is read from the markers again, as the caller
-// may (the published one when the caller may not read a pool root). Error(unavailable) when nothing
-// was published yet, Error(no_perm) when public/pools.json exists but may not be read, Error(data)
-// when a file is not what publish() writes.
+// public/buffers/<uid>/<key>.json they may read, or with PrivateData their own only, from the
+// directory their key names (public_directory_name). Availability is read from the markers again,
+// as the caller may (the published one when the caller may not read a pool root).
+// Error(unavailable) when nothing was published yet, Error(no_perm) when public/pools.json exists
+// but may not be read, Error(data) when a file is not what publish() writes.
 StatusSnapshot read_public_status(const Config& config, uid_t uid);
 
 // Keeps what `viewer` may see of a snapshot (pool totals are everyone's; the counts become
@@ -123,6 +123,20 @@ std::string slurm_reason(const Buffer& buffer);
 // unavailable (its marker missing or different). With no pools: {"pools":[]}.
 std::string slurm_pools_json(const std::vector<PoolStatus>& pools);
 std::string slurm_pools_json(Transaction& txn, const Config& config);
+
+// ---- the names in public/ (bbkit(7), FILES) ------------------------------------------------
+
+// With PrivateData, public/buffers/ (mode 0711: nobody else lists it) holds, for each user who
+// has had a buffer, their key file public_key_name (theirs, mode 0400, holding a seal.hpp user
+// key) and the directory of their buffers' files, public_directory_name: a user_tag of their uid
+// under that key, which only they and root can compute. Both stay once made, so that nothing
+// another user can reach changes with that user's buffers.
+std::string public_key_name(uid_t uid);  // "<uid>.key"
+std::string public_directory_name(uid_t uid, const std::string& user_key);
+// The key in `uid`'s key file in the open public/buffers/ (`dir`), when it is a regular file of
+// theirs holding one; nullopt otherwise (missing, unreadable, someone else's, or changed by its
+// user into something else). Never follows a symlink nor waits on a fifo.
+std::optional<std::string> read_public_key(int buffers, const std::string& dir, uid_t uid);
 
 // ---- the JSON of public/ and of --json ----------------------------------------------------
 

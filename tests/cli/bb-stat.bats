@@ -284,12 +284,24 @@ private_pair() {
   uid=$(id -u "$user")
 }
 
+# With PrivateData: the directory of UID's files in public/buffers/, named by their key.
+own_directory() {
+  local key
+  key=$(cat "$TEST_DIR/state/public/buffers/$1.key")
+  printf '%s/public/buffers/%s\n' "$TEST_DIR/state" \
+    "$(printf '%s' "public/buffers/$1" | openssl dgst -sha256 -hmac "$key" -r | cut -c1-32)"
+}
+
 @test "with PrivateData a non-owner sees only their own buffers" {
   private_pair
-  [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers")" = "755 0" ]
-  [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers/$uid")" = "700 $uid" ]
-  [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers/0")" = "700 0" ]
-  run runuser -u "$user" -- cat "$TEST_DIR/state/public/buffers/0/main.1.1.json"
+  [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers")" = "711 0" ]
+  [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers/$uid.key")" = "400 $uid" ]
+  [ "$(stat -c '%a %u' "$(own_directory "$uid")")" = "700 $uid" ]
+  [ "$(stat -c '%a %u' "$(own_directory 0)")" = "700 0" ]
+  assert_file_not_exists "$TEST_DIR/state/public/buffers/$uid"
+  run runuser -u "$user" -- cat "$TEST_DIR/state/public/buffers/0.key"
+  assert_failure
+  run runuser -u "$user" -- cat "$(own_directory 0)/main.1.1.json"
   assert_failure
   run runuser -u "$user" -- bb-stat sessions
   assert_success
@@ -377,6 +389,56 @@ private_pair() {
   assert_success
 }
 
+# What another user can learn of public/ under PrivateData, by stat(1) of every name they can
+# try (the old layout's public/buffers/UID and bookkeeping included): size, links, owner, mode,
+# mtime and ctime to the nanosecond. public/ and public/pools.json are left out: they change with
+# the pools' totals, whoever's buffer changed them, which bb-stat shows everyone anyway.
+reachable_by() {
+  local who=$1 uid=$2 name
+  for name in public/buffers "public/buffers/$uid" "public/buffers/$uid.key" public/.owner \
+    public/.owner/settings public/.owner/unsettled public/.settings public/.unsettled; do
+    runuser -u "$who" -- stat -c '%n %i %a %u %s %h %.9Y %.9Z' "$TEST_DIR/state/$name" 2>&1 || true
+  done
+}
+
+@test "with PrivateData another user learns nothing from public/ of who has a buffer or when it changed" {
+  write_config 'flags = ["PrivateData"]'
+  U=$(test_user)
+  other=$(test_user bbkit-test-other)
+  uid=$(id -u "$U")
+  command -v bb-teardown >/dev/null || skip "needs bb-teardown"
+  needs_bb_pool
+  open_state_dir
+  # The user's first buffer makes their key (bbkit(7), SECURITY: it tells that they once had a
+  # buffer here, never whether they have one or when it changed).
+  bb-pool alloc --job 1 --user "$U" --pool nvme --capacity 1GiB
+  bb-teardown --job 1
+  run runuser -u "$other" -- ls "$TEST_DIR/state/public/buffers"
+  assert_failure
+  assert_output --partial "Permission denied"
+  before=$(reachable_by "$other" "$uid")
+  sleep 0.05
+  bb-pool alloc --job 2 --user "$U" --pool nvme --capacity 1GiB
+  assert_equal "$(reachable_by "$other" "$uid")" "$before"
+  run runuser -u "$U" -- bb-stat sessions
+  assert_success
+  assert_equal "${#lines[@]}" 2
+  run runuser -u "$U" -- bb-stat job 2
+  assert_success
+  run runuser -u "$other" -- bb-stat sessions
+  assert_success
+  assert_equal "${#lines[@]}" 1
+  sleep 0.05
+  bb-pool alloc --job 3 --user "$U" --pool nvme --capacity 1GiB
+  bb-teardown --job 2
+  assert_equal "$(reachable_by "$other" "$uid")" "$before"
+  sleep 0.05
+  bb-teardown --job 3
+  assert_equal "$(reachable_by "$other" "$uid")" "$before"
+  run runuser -u "$U" -- bb-stat sessions
+  assert_equal "${#lines[@]}" 1
+}
+
 @test "turning PrivateData on or off takes effect at the next write" {
   local user; user=$(test_user)
   needs_bb_pool
@@ -388,13 +450,15 @@ private_pair() {
   assert_equal "${#lines[@]}" 3
   write_config 'flags = ["PrivateData"]'
   bb-pool drain small  # any write resyncs public/
-  [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers/$uid")" = "700 $uid" ]
+  [ "$(stat -c '%a %u' "$(own_directory "$uid")")" = "700 $uid" ]
+  assert_file_not_exists "$TEST_DIR/state/public/buffers/$uid"
   run runuser -u "$user" -- bb-stat sessions
   assert_success
   assert_equal "${#lines[@]}" 2
   write_config
   bb-pool resume small
   [ "$(stat -c '%a %u' "$TEST_DIR/state/public/buffers/$uid")" = "755 0" ]
+  assert_file_not_exists "$TEST_DIR/state/public/buffers/$uid.key"
   run runuser -u "$user" -- bb-stat sessions
   assert_equal "${#lines[@]}" 3
 }

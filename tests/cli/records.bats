@@ -29,6 +29,7 @@ JOB
 }
 
 teardown() {
+  [ -z "${SWAPPER:-}" ] || kill "$SWAPPER" 2>/dev/null || true
   [ -z "${VICTIM:-}" ] || kill "$VICTIM" 2>/dev/null || true
   [ -z "${HOLDER:-}" ] || kill "$HOLDER" 2>/dev/null || true
   common_teardown
@@ -383,4 +384,58 @@ forged_or_refused() {
   [ "${again[0]}" -ne 0 ] && [ "$(printf '%s\n' "${again[1]}" | wc -l)" -eq 1 ] ||
     fail "the second stage-out exited ${again[0]}: ${again[1]}"
   forged_or_refused "${check_again[@]}"
+}
+
+# The owner's loop: public/, public/buffers/, public/buffers/UID and public/.owner/ swapped for
+# symlinks to a directory of root's and back, over and over. Root may make a directory anew in
+# the moment one is gone (a writer sets up public/ when missing): the owner then drops the old.
+swap_public_loop() {
+  runuser -u "$OWNER" -- bash -c '
+    cd "$1" || exit 1
+    while :; do
+      for d in public public/buffers "public/buffers/$3" public/.owner; do
+        mv -T "$d" "$d.real" 2>/dev/null || continue
+        ln -sT "$2" "$d" 2>/dev/null
+        sleep "0.00$((RANDOM % 5))"
+        [ -L "$d" ] && rm -f "$d"
+        mv -T "$d.real" "$d" 2>/dev/null || rm -rf "$d.real"
+      done
+    done' _ "$TEST_DIR/state" "$ROOTONLY" "$1" &
+  SWAPPER=$!
+}
+
+# Stops the loop and puts back what it left, whichever step it was at.
+put_public_back() {
+  kill "$SWAPPER" 2>/dev/null || true
+  wait "$SWAPPER" 2>/dev/null || true
+  SWAPPER=
+  local d
+  for d in public public/buffers "public/buffers/$1" public/.owner; do
+    d="$TEST_DIR/state/$d"
+    [ -L "$d" ] && rm -f "$d"
+    [ -e "$d.real" ] && { mv -T "$d.real" "$d" 2>/dev/null || rm -rf "$d.real"; }
+  done
+  return 0
+}
+
+@test "root writes nothing through public/ or its directories swapped for symlinks while it runs" {
+  local uid i action out
+  uid=$(id -u "$U")
+  bb-pool alloc --job 1 --user "$U" --capacity 1GiB >/dev/null  # public/buffers/UID exists
+  swap_public_loop "$uid"
+  for i in $(seq 2 31); do
+    for action in "bb-pool alloc --job $i --user $U --capacity 1GiB" "bb-teardown --job $i"; do
+      out=$($action 2>&1) && continue
+      [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] || fail "$action failed with more than one line: $out"
+    done
+  done
+  put_public_back "$uid"
+  run ls -A "$ROOTONLY"
+  assert_output ""
+  # Put back, the state directory serves as before.
+  run -0 bb-pool recover
+  bb-pool alloc --job 40 --user "$U" --capacity 1GiB >/dev/null
+  assert_file_exists "$TEST_DIR/state/public/buffers/$uid/main.40.1.json"
+  run ls -A "$ROOTONLY"
+  assert_output ""
 }

@@ -199,7 +199,7 @@ class World:
     def public_matches_records(self):
         """Every buffer that is not final has its file in public/buffers/<uid>/, showing its
         recorded state, and no other buffer has one. Only after a later write: a kill between
-        a publish and its commit leaves files that the next publish settles (.unsettled)."""
+        a publish and its commit leaves files that the next publish settles (.owner/unsettled)."""
         recorded = {key: (uid, state) for key, uid, state in self.rows(
             "SELECT key, uid, state FROM buffers WHERE state NOT IN ('complete', 'deleted')")}
         shown = {}

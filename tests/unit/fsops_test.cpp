@@ -226,6 +226,68 @@ TEST_F(FsopsTest, read_file_is_bounded_and_says_what_it_read) {
     }
 }
 
+// The directory another party may rename and replace with a symlink between two writes: what
+// replace_file_at writes lands in the directory it was given, never where the link points.
+TEST_F(FsopsTest, replace_file_at_writes_in_the_directory_it_holds_whatever_its_path_becomes) {
+    ASSERT_EQ(mkdir((dir_ + "/public").c_str(), 0755), 0);
+    ASSERT_EQ(mkdir((dir_ + "/outside").c_str(), 0700), 0);
+    const Fd fd(open((dir_ + "/public").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    ASSERT_EQ(rename((dir_ + "/public").c_str(), (dir_ + "/moved").c_str()), 0);
+    ASSERT_EQ(symlink("outside", (dir_ + "/public").c_str()), 0);
+    replace_file_at(fd.get(), "pools.json", "one\n", 0644, dir_ + "/public/pools.json");
+    replace_file_at(fd.get(), "pools.json", "two\n", 0600, dir_ + "/public/pools.json");
+    EXPECT_EQ(read(dir_ + "/moved/pools.json"), "two\n");
+    struct stat st {};
+    ASSERT_EQ(stat((dir_ + "/moved/pools.json").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0600u);
+    DIR* outside = opendir((dir_ + "/outside").c_str());
+    int count = 0;
+    while (readdir(outside))
+        ++count;
+    closedir(outside);
+    EXPECT_EQ(count, 2) << "only . and ..";
+}
+
+TEST_F(FsopsTest, replace_file_at_gives_the_file_its_owner_before_its_name) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "giving a file away needs root";
+    const Fd fd(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    replace_file_at(fd.get(), "1017.key", "k\n", 0400, dir_ + "/1017.key", FileOwner{1017, 1018});
+    struct stat st {};
+    ASSERT_EQ(stat((dir_ + "/1017.key").c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 1017u);
+    EXPECT_EQ(st.st_gid, 1018u);
+    EXPECT_EQ(st.st_mode & 07777, 0400u);
+    EXPECT_EQ(entries(), std::vector<std::string>{"1017.key"});
+}
+
+TEST_F(FsopsTest, read_file_at_reads_in_the_directory_and_refuses_a_symlink_when_asked) {
+    write_file_atomically(dir_ + "/f", "12345", 0600);
+    ASSERT_EQ(symlink("f", (dir_ + "/link").c_str()), 0);
+    const Fd fd(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    EXPECT_EQ(read_file_at(fd.get(), "f", "f", 5), std::optional<std::string>("12345"));
+    EXPECT_EQ(read_file_at(fd.get(), "none", "none", 5), std::nullopt);
+    EXPECT_EQ(read_file_at(fd.get(), "link", "link", 5), std::optional<std::string>("12345"));
+    EXPECT_THROW(read_file_at(fd.get(), "link", "link", 5, O_NOFOLLOW), Error);
+}
+
+TEST_F(FsopsTest, open_state_file_at_refuses_a_second_link_and_a_symlink) {
+    ASSERT_EQ(mkdir((dir_ + "/log").c_str(), 0700), 0);
+    write_file_atomically(dir_ + "/precious", "x", 0600);
+    ASSERT_EQ(link((dir_ + "/precious").c_str(), (dir_ + "/log/audit.log").c_str()), 0);
+    ASSERT_EQ(symlink("../precious", (dir_ + "/log/other").c_str()), 0);
+    const Fd fd(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    for (const char* name : {"log/audit.log", "log/other"}) {
+        try {
+            open_state_file_at(fd.get(), name, O_WRONLY | O_APPEND, name);
+            FAIL() << name;
+        } catch (const Error& error) {
+            EXPECT_EQ(error.code(), ExitCode::no_perm) << error.what();
+        }
+    }
+    EXPECT_TRUE(open_state_file_at(fd.get(), "log/new", O_WRONLY | O_CREAT, "log/new", 0600));
+}
+
 TEST_F(FsopsTest, open_beneath_refuses_a_symlink_on_the_way) {
     ASSERT_EQ(mkdir((dir_ + "/real").c_str(), 0700), 0);
     ASSERT_EQ(symlink("real", (dir_ + "/link").c_str()), 0);

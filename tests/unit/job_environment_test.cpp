@@ -60,24 +60,6 @@ TEST(JobEnvironmentTest, a_users_key_file_is_named_by_the_uid) {
     EXPECT_EQ(environment_key_name(65534), "65534.key");
 }
 
-TEST(JobEnvironmentTest, a_new_key_is_what_a_key_file_may_hold_and_never_the_same) {
-    const std::string key = new_environment_key();
-    EXPECT_EQ(key.size(), 32u);
-    EXPECT_TRUE(lower_hex(key)) << key;
-    EXPECT_EQ(parse_environment_key(key + "\n"), key);
-    EXPECT_NE(new_environment_key(), key);
-}
-
-TEST(JobEnvironmentTest, only_32_lower_case_hex_digits_and_one_newline_are_a_key) {
-    EXPECT_EQ(parse_environment_key(std::string(key_a) + "\n"), std::string(key_a));
-    EXPECT_EQ(parse_environment_key(key_a), std::string(key_a));
-    for (const std::string& bad :
-         {std::string(), std::string("\n"), std::string(key_a).substr(1), std::string(key_a) + "0",
-          std::string(key_a) + "\n\n", std::string("0123456789ABCDEF0123456789abcdef"),
-          std::string("0123456789abcdeg0123456789abcdef"), std::string(" ") + key_a})
-        EXPECT_EQ(parse_environment_key(bad), std::nullopt) << '"' << bad << '"';
-}
-
 TEST(JobEnvironmentTest, an_entry_names_a_job_of_the_cluster_only_in_either_form) {
     const std::string tagged = job_environment_name("t", 7, key_a);
     EXPECT_EQ(environment_job_id("t", tagged), std::optional<std::uint64_t>(7));

@@ -6,10 +6,13 @@
 #include <unistd.h>
 
 #include <iterator>
+#include <optional>
 #include <set>
+#include <sstream>
 
 #include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/seal.hpp"
 #include "code_of.hpp"
 #include "status_fixture.hpp"
 
@@ -20,6 +23,27 @@ using namespace fixture;
 
 [[maybe_unused]] std::string fs_parent(const std::string& path) {  // fault-injection builds only
     return path.substr(0, path.rfind('/'));
+}
+
+// With PrivateData, the directory of `uid`'s files as they find it: through their key.
+std::string own_directory(const Config& config, uid_t uid) {
+    const std::string buffers = config.state_dir + "/public/buffers/";
+    const std::optional<std::string> key =
+        parse_user_key(read_file(buffers + public_key_name(uid)));
+    EXPECT_TRUE(key) << "no key for uid " << uid;
+    return buffers + public_directory_name(uid, key.value_or(""));
+}
+
+// What another user learns from stat(2) of an entry they can reach: everything but atime.
+std::string stat_print(const std::string& path) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0)
+        return path + " missing";
+    std::ostringstream out;
+    out << path << ' ' << st.st_ino << ' ' << std::oct << st.st_mode << std::dec << ' '
+        << st.st_nlink << ' ' << st.st_uid << ' ' << st.st_size << ' ' << st.st_mtim.tv_sec << '.'
+        << st.st_mtim.tv_nsec << ' ' << st.st_ctim.tv_sec << '.' << st.st_ctim.tv_nsec;
+    return out.str();
 }
 
 TEST_F(StatusTest, write_transaction_records_the_keys_and_queues_it_touched) {
@@ -80,6 +104,11 @@ TEST_F(StatusTest, publish_writes_pools_json_and_one_file_per_live_buffer) {
     EXPECT_EQ(stat_of(dir + "/public/buffers/1017").st_uid, geteuid());
     EXPECT_EQ(stat_of(dir + "/public/buffers/1017/main.1.1.json").st_mode & 07777, 0644u);
     EXPECT_NE(::access((dir + "/public/buffers.json").c_str(), F_OK), 0) << "layout 1 is gone";
+    // The bookkeeping is the owner's alone: its sizes and times follow every change.
+    EXPECT_EQ(stat_of(dir + "/public/.owner").st_mode & 07777, 0700u);
+    EXPECT_EQ(stat_of(dir + "/public/.owner/settings").st_mode & 07777, 0600u);
+    EXPECT_EQ(stat_of(dir + "/public/.owner/unsettled").st_mode & 07777, 0600u);
+    EXPECT_NE(::access((dir + "/public/.settings").c_str(), F_OK), 0);
 
     const StatusSnapshot seen = read_public_status(config_, 4242);
     ASSERT_EQ(seen.pools.size(), 1u);
@@ -158,7 +187,7 @@ TEST_F(StatusTest, the_next_publish_undoes_a_rolled_back_one) {
 TEST_F(StatusTest, unsettled_is_rewritten_in_place_and_a_torn_tail_is_harmless) {
     config_.pools.resize(1);
     auto store = open_store();
-    const std::string unsettled = config_.state_dir + "/public/.unsettled";
+    const std::string unsettled = config_.state_dir + "/public/.owner/unsettled";
     const auto contents = [&] {
         std::ifstream in(unsettled);
         return std::string(std::istreambuf_iterator<char>(in), {});
@@ -300,6 +329,8 @@ TEST_F(StatusTest, private_data_changes_resync_the_user_directories) {
     }
     std::ofstream(pub + "/buffers.json") << "[]";  // layout 1's files go at the next resync
     std::ofstream(pub + "/buffers.1017.json") << "[]";
+    std::ofstream(pub + "/.settings") << "layout=2\n";  // and layout 2's bookkeeping
+    std::ofstream(pub + "/.unsettled") << "1017 main.1.1\n";
     auto publish_nothing = [&] {
         WriteTransaction txn(*store, "test");
         publish(txn, *store, config_);  // touches no buffer: only a resync changes the tree
@@ -308,11 +339,15 @@ TEST_F(StatusTest, private_data_changes_resync_the_user_directories) {
 
     config_.flags.private_data = true;
     publish_nothing();
-    EXPECT_NE(::access((pub + "/buffers.json").c_str(), F_OK), 0) << "shared file must go";
-    EXPECT_NE(::access((pub + "/buffers.1017.json").c_str(), F_OK), 0);
-    EXPECT_EQ(stat_of(pub + "/buffers").st_mode & 07777, 0755u);
+    for (const char* gone : {"/buffers.json", "/buffers.1017.json", "/.settings", "/.unsettled",
+                             "/buffers/1017", "/buffers/1018"})
+        EXPECT_NE(::access((pub + gone).c_str(), F_OK), 0) << gone;
+    EXPECT_EQ(stat_of(pub + "/buffers").st_mode & 07777, 0711u) << "nobody else lists it";
     for (uid_t uid : {1017u, 1018u}) {
-        const struct stat st = stat_of(pub + "/buffers/" + std::to_string(uid));
+        const struct stat key = stat_of(pub + "/buffers/" + public_key_name(uid));
+        EXPECT_EQ(key.st_mode & 07777, 0400u);
+        EXPECT_EQ(key.st_uid, uid);
+        const struct stat st = stat_of(own_directory(config_, uid));
         EXPECT_EQ(st.st_mode & 07777, 0700u);
         EXPECT_EQ(st.st_uid, uid);
     }
@@ -323,12 +358,135 @@ TEST_F(StatusTest, private_data_changes_resync_the_user_directories) {
 
     config_.flags.private_data = false;
     publish_nothing();
+    EXPECT_EQ(stat_of(pub + "/buffers").st_mode & 07777, 0755u);
     for (uid_t uid : {1017u, 1018u}) {
         const struct stat st = stat_of(pub + "/buffers/" + std::to_string(uid));
         EXPECT_EQ(st.st_mode & 07777, 0755u);
         EXPECT_EQ(st.st_uid, 0u);
+        EXPECT_NE(::access((pub + "/buffers/" + public_key_name(uid)).c_str(), F_OK), 0);
     }
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(pub + "/buffers"), {}), 2)
+        << "the keyed directories are gone";
     EXPECT_EQ(read_public_status(config_, 999).buffers.size(), 2u);
+}
+
+// With PrivateData nothing another user can reach changes with a user's buffers once that user
+// has a key: public/buffers/ (which they may not list) keeps its entries, the user's directory
+// stays when emptied, and only that user can name it.
+TEST_F(StatusTest, with_private_data_nothing_others_reach_changes_with_a_users_buffers) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "giving directories to other users needs root";
+    config_.pools.resize(1);
+    config_.flags.private_data = true;
+    auto store = open_store();
+    const std::string buffers = config_.state_dir + "/public/buffers";
+    const auto step = [&](std::uint64_t id, bool live) {
+        WriteTransaction txn(*store, "test");
+        if (live) {
+            allocate(txn, job(id, "pool1", kib, 1017, "marshall", t_169502));
+        } else {
+            txn.transition(BufferKey::job("main", id, 1), S::teardown);
+            txn.transition(BufferKey::job("main", id, 1), S::complete);
+        }
+        publish(txn, *store, config_);
+        txn.commit();
+    };
+    const auto reachable = [&] {
+        return stat_print(buffers) + "\n" + stat_print(buffers + "/" + public_key_name(1017)) +
+               "\n" + stat_print(buffers + "/1017");
+    };
+    step(1, true);  // the user's first buffer makes their key and directory
+    const std::string dir = own_directory(config_, 1017);
+    EXPECT_EQ(dir.substr(buffers.size() + 1).size(), 32u);
+    step(1, false);
+    EXPECT_TRUE(std::filesystem::is_empty(dir)) << "emptied, not removed";
+    const std::string before = reachable();
+    ::usleep(20000);  // so that a change of mtime would show
+    step(2, true);
+    EXPECT_EQ(reachable(), before);
+    ASSERT_EQ(read_public_status(config_, 1017).buffers.size(), 1u);
+    step(2, false);
+    EXPECT_EQ(reachable(), before);
+    EXPECT_EQ(own_directory(config_, 1017), dir) << "the key stays";
+}
+
+// A key file the user changed (it is theirs) is no key: root makes them a new one, and the
+// directory the old one named goes at the next resync.
+TEST_F(StatusTest, with_private_data_a_key_the_user_broke_is_made_again) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "giving files to other users needs root";
+    config_.pools.resize(1);
+    config_.flags.private_data = true;
+    auto store = open_store();
+    const std::string buffers = config_.state_dir + "/public/buffers";
+    const std::string key = buffers + "/" + public_key_name(1017);
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    const std::string old_dir = own_directory(config_, 1017);
+    ASSERT_EQ(::chmod(key.c_str(), 0600), 0);
+    std::ofstream(key) << "not a key\n";
+    {
+        WriteTransaction txn(*store, "test");
+        txn.transition(BufferKey::job("main", 1, 1), S::staging_in);
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    EXPECT_EQ(stat_of(key).st_mode & 07777, 0400u);
+    EXPECT_EQ(stat_of(key).st_uid, 1017u);
+    const std::string new_dir = own_directory(config_, 1017);
+    EXPECT_NE(new_dir, old_dir);
+    ASSERT_EQ(read_public_status(config_, 1017).buffers.size(), 1u);
+    EXPECT_EQ(read_public_status(config_, 1017).buffers[0].buffer.state, S::staging_in);
+    ASSERT_EQ(::unlink((config_.state_dir + "/public/.owner/settings").c_str()), 0);
+    {
+        WriteTransaction txn(*store, "test");
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    EXPECT_FALSE(std::filesystem::exists(old_dir));
+    EXPECT_TRUE(std::filesystem::exists(new_dir + "/main.1.1.json"));
+}
+
+// Only root can give a file away: with a state owner that is not root, PrivateData publishes no
+// buffer at all (no user could read their own), and nothing under public/buffers/ names a user.
+TEST_F(StatusTest, with_private_data_and_a_state_owner_not_root_no_buffer_is_published) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "needs root to become the state owner";
+    config_.pools.resize(1);
+    config_.state_owner = "65534";
+    ASSERT_EQ(::chown(root_.c_str(), 65534, 65534), 0);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        publish(txn, *store, config_);  // root writes, without PrivateData
+        txn.commit();
+    }
+    const std::string buffers = config_.state_dir + "/public/buffers";
+    ASSERT_TRUE(std::filesystem::exists(buffers + "/1017/main.1.1.json"));
+    config_.flags.private_data = true;
+    for (const bool as_root : {true, false}) {
+        const auto write = [&] {
+            StateStore shared(config_);
+            WriteTransaction txn(shared, "test");
+            allocate(txn, job(as_root ? 2 : 3, "pool1", kib, 1017, "marshall", t_169504));
+            publish(txn, shared, config_);
+            txn.commit();
+        };
+        std::string message;
+        if (as_root)
+            write();
+        else
+            ASSERT_EQ(code_of_as(65534, 65534, write, &message), ExitCode::ok) << message;
+        EXPECT_TRUE(std::filesystem::is_empty(buffers));
+        EXPECT_EQ(stat_of(buffers).st_mode & 07777, 0711u);
+        EXPECT_EQ(stat_of(buffers).st_uid, 65534u);
+    }
+    EXPECT_TRUE(read_public_status(config_, 1017).buffers.empty());
 }
 
 TEST_F(StatusTest, publish_restores_a_user_directorys_mode_when_writing_into_it) {
@@ -337,13 +495,13 @@ TEST_F(StatusTest, publish_restores_a_user_directorys_mode_when_writing_into_it)
     config_.pools.resize(1);
     config_.flags.private_data = true;
     auto store = open_store();
-    const std::string dir = config_.state_dir + "/public/buffers/1017";
     {
         WriteTransaction txn(*store, "test");
         allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
         publish(txn, *store, config_);
         txn.commit();
     }
+    const std::string dir = own_directory(config_, 1017);
     ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);  // what its owner may do
     {
         WriteTransaction txn(*store, "test");
@@ -401,7 +559,7 @@ TEST_F(StatusTest, a_resync_removes_stale_files_and_directories) {
     std::ofstream(users + "/1017/main.1.1.json.tmp.1.2") << "{";  // a killed writer's
     ASSERT_EQ(::mkdir((users + "/555").c_str(), 0755), 0);
     std::ofstream(users + "/555/main.8.1.json") << "{}";
-    ASSERT_EQ(::unlink((config_.state_dir + "/public/.settings").c_str()), 0);
+    ASSERT_EQ(::unlink((config_.state_dir + "/public/.owner/settings").c_str()), 0);
     {
         WriteTransaction txn(*store, "test");
         publish(txn, *store, config_);
@@ -419,6 +577,8 @@ TEST_F(StatusTest, a_resync_removes_stale_files_and_directories) {
 // another user's files, moved in whole), nor follows a link out. public/'s other files are not
 // layout 1's.
 TEST_F(StatusTest, a_resync_removes_what_users_could_remove_and_no_tree_they_planted) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "giving directories to other users needs root";
     config_.pools.resize(1);
     config_.flags.private_data = true;
     auto store = open_store();
@@ -429,28 +589,69 @@ TEST_F(StatusTest, a_resync_removes_what_users_could_remove_and_no_tree_they_pla
         publish(txn, *store, config_);
         txn.commit();
     }
-    std::filesystem::create_directories(pub + "/buffers/1017/empty");
-    std::filesystem::create_directories(pub + "/buffers/1017/planted/other-users");
-    std::ofstream(pub + "/buffers/1017/planted/other-users/results") << "not marshall's";
-    std::ofstream(pub + "/buffers/1017/stale.json") << "{}";
+    const std::string own = own_directory(config_, 1017);
+    std::filesystem::create_directories(own + "/empty");
+    std::filesystem::create_directories(own + "/planted/other-users");
+    std::ofstream(own + "/planted/other-users/results") << "not marshall's";
+    std::ofstream(own + "/stale.json") << "{}";
     std::filesystem::create_directories(pub + "/buffers/555/planted");
     std::filesystem::create_directories(root_ + "/outside");
     std::ofstream(root_ + "/outside/kept") << "x";
     std::filesystem::create_directory_symlink(root_ + "/outside", pub + "/buffers/555/link");
+    std::filesystem::create_directory_symlink(root_ + "/outside", pub + "/buffers/link");
     std::ofstream(pub + "/buffers.notes.json") << "{}";  // not a name layout 1 used
-    ASSERT_EQ(::unlink((pub + "/.settings").c_str()), 0);
+    ASSERT_EQ(::unlink((pub + "/.owner/settings").c_str()), 0);
     {
         WriteTransaction txn(*store, "test");
         publish(txn, *store, config_);
         txn.commit();
     }
-    EXPECT_FALSE(std::filesystem::exists(pub + "/buffers/1017/empty"));
-    EXPECT_FALSE(std::filesystem::exists(pub + "/buffers/1017/stale.json"));
-    EXPECT_TRUE(std::filesystem::exists(pub + "/buffers/1017/planted/other-users/results"));
+    EXPECT_FALSE(std::filesystem::exists(own + "/empty"));
+    EXPECT_FALSE(std::filesystem::exists(own + "/stale.json"));
+    EXPECT_TRUE(std::filesystem::exists(own + "/planted/other-users/results"));
     EXPECT_FALSE(std::filesystem::exists(pub + "/buffers/555"));  // a link and an empty dir
+    EXPECT_FALSE(std::filesystem::is_symlink(pub + "/buffers/link"));
     EXPECT_TRUE(std::filesystem::exists(root_ + "/outside/kept"));
-    EXPECT_TRUE(std::filesystem::exists(pub + "/buffers/1017/main.1.1.json"));
+    EXPECT_TRUE(std::filesystem::exists(own + "/main.1.1.json"));
     EXPECT_TRUE(std::filesystem::exists(pub + "/buffers.notes.json"));
+}
+
+// public/ and what is below it belong to the state owner, who may swap any directory for a
+// symlink: publish writes through descriptors opened beneath the state directory, so a swapped
+// entry is refused (77, one line) and nothing is written where the link points.
+TEST_F(StatusTest, publish_writes_nothing_through_a_directory_swapped_for_a_symlink) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    const std::string pub = config_.state_dir + "/public";
+    const std::string outside = root_ + "/outside";
+    std::filesystem::create_directories(outside);
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169502));
+        publish(txn, *store, config_);
+        txn.commit();
+    }
+    const auto publish_touching_1 = [&] {
+        WriteTransaction txn(*store, "test");
+        Buffer b = txn.get_buffer(BufferKey::job("main", 1, 1));
+        b.message = "again";
+        txn.update_buffer(b);
+        publish(txn, *store, config_);
+    };
+    for (const char* swapped : {"", "/buffers", "/buffers/1017", "/.owner"}) {
+        const std::string path = pub + swapped;
+        std::filesystem::rename(path, path + ".real");
+        std::filesystem::create_directory_symlink(outside, path);
+        std::string message;
+        EXPECT_EQ(code_of(publish_touching_1, &message), ExitCode::no_perm) << swapped;
+        EXPECT_NE(message.find("symlink"), std::string::npos) << message;
+        EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+        EXPECT_TRUE(std::filesystem::is_empty(outside)) << swapped;
+        std::filesystem::remove(path);
+        std::filesystem::rename(path + ".real", path);
+    }
+    EXPECT_EQ(code_of(publish_touching_1), ExitCode::ok);  // put back, as before
+    EXPECT_TRUE(std::filesystem::is_empty(outside));
 }
 
 }  // namespace

@@ -51,6 +51,36 @@ TEST(Seal, random_tokens_are_hex_of_the_asked_length_and_differ) {
     EXPECT_EQ(seen.size(), 100u);
 }
 
+TEST(Seal, a_new_user_key_is_what_a_key_file_may_hold_and_never_the_same) {
+    const std::string key = new_user_key();
+    EXPECT_EQ(key.size(), 32u);
+    EXPECT_EQ(key.find_first_not_of("0123456789abcdef"), std::string::npos) << key;
+    EXPECT_EQ(parse_user_key(key + "\n"), key);
+    EXPECT_NE(new_user_key(), key);
+}
+
+TEST(Seal, only_32_lower_case_hex_digits_and_one_newline_are_a_user_key) {
+    const std::string key = "0123456789abcdef0123456789abcdef";
+    EXPECT_EQ(parse_user_key(key + "\n"), key);
+    EXPECT_EQ(parse_user_key(key), key);
+    for (const std::string& bad : {std::string(), std::string("\n"), key.substr(1), key + "0",
+                                   key + "\n\n", std::string("0123456789ABCDEF0123456789abcdef"),
+                                   std::string("0123456789abcdeg0123456789abcdef"), " " + key})
+        EXPECT_EQ(parse_user_key(bad), std::nullopt) << '"' << bad << '"';
+}
+
+TEST(Seal, a_user_tag_is_32_hex_digits_of_the_keyed_hash) {
+    const std::string key = "0123456789abcdef0123456789abcdef";
+    const std::string tag = user_tag(key, "main.7");
+    EXPECT_EQ(tag, to_hex(hmac_sha256(key, "main.7")).substr(0, 32));
+    EXPECT_TRUE(is_user_tag(tag));
+    EXPECT_NE(user_tag(key, "main.8"), tag);
+    EXPECT_NE(user_tag("fedcba9876543210fedcba9876543210", "main.7"), tag);
+    for (const std::string& bad :
+         {std::string(), tag.substr(1), tag + "0", std::string("0123456789ABCDEF0123456789abcdef")})
+        EXPECT_FALSE(is_user_tag(bad)) << bad;
+}
+
 TEST(Seal, same_secret_compares_whole_strings) {
     EXPECT_TRUE(same_secret("abc", "abc"));
     EXPECT_FALSE(same_secret("abc", "abd"));

@@ -4,6 +4,7 @@
 
 #include "bbkit/error.hpp"
 #include "bbkit/publish.hpp"
+#include "bbkit/seal.hpp"
 #include "status_fixture.hpp"
 
 namespace bbkit {
@@ -166,6 +167,45 @@ TEST_F(StatusTest, a_reader_skips_temporaries_and_sorts_oldest_first) {
     } catch (const Error& error) {
         EXPECT_EQ(error.code(), ExitCode::data);
         EXPECT_NE(std::string(error.what()).find("main.1.1.json"), std::string::npos);
+    }
+}
+
+TEST(PublicNames, a_users_directory_is_the_tag_of_their_uid_under_their_key) {
+    const std::string key = "0123456789abcdef0123456789abcdef";
+    EXPECT_EQ(public_key_name(1017), "1017.key");
+    EXPECT_EQ(public_directory_name(1017, key), user_tag(key, "public/buffers/1017"));
+    EXPECT_NE(public_directory_name(1018, key), public_directory_name(1017, key));
+    EXPECT_NE(public_directory_name(1017, "fedcba9876543210fedcba9876543210"),
+              public_directory_name(1017, key));
+}
+
+// With PrivateData a reader never lists public/buffers/: they open their key by name and the
+// directory it names, and take a key only from a regular file of their own.
+TEST_F(StatusTest, with_private_data_a_reader_opens_only_what_their_own_key_names) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        publish(txn, *store, config_);  // public/pools.json
+        txn.commit();
+    }
+    config_.flags.private_data = true;
+    const uid_t me = geteuid();
+    const std::string buffers = config_.state_dir + "/public/buffers";
+    const std::string key = "0123456789abcdef0123456789abcdef";
+    const std::string dir = buffers + "/" + public_directory_name(me, key);
+    std::filesystem::create_directories(dir);
+    BufferStatus mine = status_of_uid(7, me, S::allocated);
+    mine.buffer.pool = "pool1";
+    std::ofstream(dir + "/main.7.1.json") << buffer_status_json(mine).dump();
+    EXPECT_TRUE(read_public_status(config_, me).buffers.empty()) << "no key yet";
+    std::ofstream(buffers + "/" + public_key_name(me)) << key << "\n";
+    ASSERT_EQ(read_public_status(config_, me).buffers.size(), 1u);
+    EXPECT_EQ(read_public_status(config_, me).buffers[0].buffer.key.str(), "main.7.1");
+    EXPECT_TRUE(read_public_status(config_, me + 1).buffers.empty());
+    if (geteuid() == 0) {  // a key file of another user's under my name is none
+        ASSERT_EQ(::chown((buffers + "/" + public_key_name(me)).c_str(), 4242, 4242), 0);
+        EXPECT_TRUE(read_public_status(config_, me).buffers.empty());
     }
 }
 
