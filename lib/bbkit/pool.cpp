@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <ctime>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -800,24 +801,40 @@ std::string job_environment(const Buffer& job, const std::string& buffer_path,
 
 namespace {
 
-std::string env_file_path(const StateStore& store, const BufferKey& key) {
-    return buffer_environment_path(store.dir(), key);
+std::string base_name(const std::string& path) {
+    return path.substr(path.rfind('/') + 1);
 }
 
-std::string job_env_file_path(const StateStore& store, const BufferKey& key) {
-    return job_environment_path(store.dir(), key.cluster, key.job_id);
+// The state directory's env/, opened beneath it without following a symlink: the state owner
+// may rename it or put a symlink in its place while root writes there (bbkit(7), SECURITY), so
+// root names its files only relative to this descriptor.
+Fd open_env_dir(const StateStore& store) {
+    const Fd state(::open(store.dir().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!state)
+        throw system_error("cannot open the state directory " + store.dir(), errno);
+    return open_beneath(state.get(), "env", O_RDONLY | O_DIRECTORY, store.path("env"));
 }
 
 }  // namespace
 
 void write_env_files(const StateStore& store, const BufferKey& key, const std::string& text) {
-    const std::string own = env_file_path(store, key);
+    const Fd env = open_env_dir(store);
+    const std::string own = base_name(buffer_environment_path(store.dir(), key));
     // The state owner and env/'s group (SlurmUser's, for burst_buffer.lua) read it; nobody else.
-    replace_file(own, text, 0640);
+    replace_file_at(env.get(), own, text, 0640, store.path("env/" + own));
+    if (key.kind() != BufferKind::job)
+        return;
     // The job's name for the same file: a second file cost a data block written and, at
-    // teardown, one freed.
-    if (key.kind() == BufferKind::job)
-        link_file(own, job_env_file_path(store, key));
+    // teardown, one freed. A new link under a temporary name takes the job's name in one rename.
+    const std::string job = base_name(job_environment_path(store.dir(), key.cluster, key.job_id));
+    const std::string tmp = job + ".new." + std::to_string(::getpid());
+    ::unlinkat(env.get(), tmp.c_str(), 0);
+    if (::linkat(env.get(), own.c_str(), env.get(), tmp.c_str(), 0) != 0 ||
+        ::renameat(env.get(), tmp.c_str(), env.get(), job.c_str()) != 0) {
+        const int err = errno;
+        ::unlinkat(env.get(), tmp.c_str(), 0);
+        throw system_error("cannot link " + store.path("env/" + job), err);
+    }
 }
 
 std::optional<std::string> read_env_file(const std::string& path) {
@@ -830,23 +847,38 @@ std::optional<std::string> read_env_file(const std::string& path) {
 }
 
 void remove_env_files(const StateStore& store, const BufferKey& key) {
-    const std::string own = env_file_path(store, key);
+    Fd env;
+    try {
+        env = open_env_dir(store);
+    } catch (const Error&) {
+        return;  // no env/ of root's to remove anything from
+    }
+    const std::string own = base_name(buffer_environment_path(store.dir(), key));
     if (key.kind() == BufferKind::job) {
         // The job's name is removed only while it is this buffer's file: a link to it, or (as
         // older versions wrote it) a copy with the same content.
-        const std::string job_level = job_env_file_path(store, key);
+        constexpr std::size_t limit = 1 << 20;
+        const std::string job =
+            base_name(job_environment_path(store.dir(), key.cluster, key.job_id));
         struct stat mine {};
-        struct stat job {};
-        const bool linked = lstat(own.c_str(), &mine) == 0 && lstat(job_level.c_str(), &job) == 0 &&
-                            mine.st_ino == job.st_ino && mine.st_dev == job.st_dev;
+        struct stat theirs {};
+        const bool linked = ::fstatat(env.get(), own.c_str(), &mine, AT_SYMLINK_NOFOLLOW) == 0 &&
+                            ::fstatat(env.get(), job.c_str(), &theirs, AT_SYMLINK_NOFOLLOW) == 0 &&
+                            mine.st_ino == theirs.st_ino && mine.st_dev == theirs.st_dev;
+        const auto read = [&](const std::string& name) -> std::optional<std::string> {
+            try {
+                return read_file_at(env.get(), name, name, limit, O_NOFOLLOW | O_NONBLOCK);
+            } catch (const Error&) {
+                return std::nullopt;
+            }
+        };
         if (linked) {
-            unlink(job_level.c_str());
-        } else if (const std::optional<std::string> text = read_env_file(own);
-                   text && read_env_file(job_level) == text) {
-            unlink(job_level.c_str());
+            ::unlinkat(env.get(), job.c_str(), 0);
+        } else if (const std::optional<std::string> text = read(own); text && read(job) == text) {
+            ::unlinkat(env.get(), job.c_str(), 0);
         }
     }
-    unlink(own.c_str());
+    ::unlinkat(env.get(), own.c_str(), 0);
 }
 
 std::string trash_name(const Buffer& buffer) {

@@ -726,7 +726,7 @@ pool_free() {
   run tokens
   assert_output ''
   run find "$TEST_DIR" -mindepth 1 -maxdepth 1 -not -name bbkit.toml -not -name state \
-    -not -name record.key -not -name nvme -not -name small -not -name pfs -not -name sanitizer
+    -not -name record.key -not -name record.key.sealed -not -name nvme -not -name small -not -name pfs -not -name sanitizer
   assert_output ''
   run find "$TEST_DIR/nvme/persistent" "$TEST_DIR/small/persistent" -mindepth 1
   assert_output ''

@@ -386,14 +386,14 @@ forged_or_refused() {
   forged_or_refused "${check_again[@]}"
 }
 
-# The owner's loop: public/, public/buffers/, public/buffers/UID and public/.owner/ swapped for
-# symlinks to a directory of root's and back, over and over. Root may make a directory anew in
+# The owner's loop: public/, public/buffers/, public/buffers/UID, public/.owner/ and env/
+# swapped for symlinks to a directory of root's and back, over and over. Root may make a directory anew in
 # the moment one is gone (a writer sets up public/ when missing): the owner then drops the old.
 swap_public_loop() {
   runuser -u "$OWNER" -- bash -c '
     cd "$1" || exit 1
     while :; do
-      for d in public public/buffers "public/buffers/$3" public/.owner; do
+      for d in public public/buffers "public/buffers/$3" public/.owner env; do
         mv -T "$d" "$d.real" 2>/dev/null || continue
         ln -sT "$2" "$d" 2>/dev/null
         sleep "0.00$((RANDOM % 5))"
@@ -410,7 +410,7 @@ put_public_back() {
   wait "$SWAPPER" 2>/dev/null || true
   SWAPPER=
   local d
-  for d in public public/buffers "public/buffers/$1" public/.owner; do
+  for d in public public/buffers "public/buffers/$1" public/.owner env; do
     d="$TEST_DIR/state/$d"
     [ -L "$d" ] && rm -f "$d"
     [ -e "$d.real" ] && { mv -T "$d.real" "$d" 2>/dev/null || rm -rf "$d.real"; }
@@ -418,7 +418,7 @@ put_public_back() {
   return 0
 }
 
-@test "root writes nothing through public/ or its directories swapped for symlinks while it runs" {
+@test "root writes nothing through public/, its directories or env/ swapped for symlinks while it runs" {
   local uid i action out
   uid=$(id -u "$U")
   bb-pool alloc --job 1 --user "$U" --capacity 1GiB >/dev/null  # public/buffers/UID exists

@@ -27,7 +27,7 @@ teardown_file() {
   # The tools' own records (the state database) and root's key to them stay after a purge by
   # design (postrm).
   rm -rf /var/lib/bbkit
-  rm -f /etc/bbkit/record.key
+  rm -f /etc/bbkit/record.key /etc/bbkit/record.key.sealed
   rmdir /etc/bbkit 2>/dev/null || true
 }
 
