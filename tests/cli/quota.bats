@@ -211,6 +211,8 @@ project_of() { lsattr -d -p "$1" | awk '{print $1}'; }
 
 # --- what needs a kernel that enforces project quotas -----------------------------------------
 
+# The smoke scenario: what the submission tier runs of this suite (tests/CMakeLists.txt).
+# bats test_tags=smoke
 @test "ext4: a job user writing past its capacity gets EDQUOT" {
   quota_pool ext4-quota
   bb-pool alloc --job 11 --user "$U" --capacity 1MiB >/dev/null

@@ -82,6 +82,8 @@ EOF
   refute_output --regexp 'localhost +[A-Z]+ +[0-9/]+ +[0-9.]+ +lx-amd64 +[a-zA-Z]*E'
 }
 
+# The smoke scenario: what the submission tier runs of this suite (tests/CMakeLists.txt).
+# bats test_tags=smoke
 @test "stage-in, the job writes into \$BB_JOB_DIR through bbkit-job env, stage-out: the result lands" {
   require_bbkit_job
   runuser -u "$U" -- mkdir "$TEST_DIR/pfs/input"

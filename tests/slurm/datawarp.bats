@@ -43,6 +43,8 @@ assert_bbkit_pool_whole() {
   [ "$u" = 0 ] && [ "$tr" = 0 ] && [ "$f" = "$t" ] || fail "bbkit's pool $1 is not whole: total used trash free = $figures"
 }
 
+# The smoke scenario: what the submission tier runs of this suite (tests/CMakeLists.txt).
+# bats test_tags=smoke
 @test "a. #DW jobdw with stage-in and stage-out of real files through dw_wlm_cli" {
   mkdir -p "$DATA_DIR/a/tree/sub"
   head -c 3000000 /dev/urandom >"$DATA_DIR/a/input.dat"

@@ -95,6 +95,8 @@ wait_ended() {
   wait_job "$1" 'JobState=(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL)' "${2:-60}"
 }
 
+# The smoke scenario: what the submission tier runs of this suite (tests/CMakeLists.txt).
+# bats test_tags=smoke
 @test "a. a two-node job: each node stages the input into its own buffer and reads it from BB_JOB_DIR; the results land; both pools are free after" {
   local script node
   # The results' directory exists: with a plain pool on each node (no node_local), every node

@@ -49,6 +49,8 @@ pid_gone() {
   [ ! -e "/proc/$1" ] || grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null
 }
 
+# The smoke scenario: what the submission tier runs of this suite (tests/CMakeLists.txt).
+# bats test_tags=smoke
 @test "a. four nodes idle in their own network namespaces; sbatch -N2 runs srun hostname on two of them" {
   slurm_run sinfo -h -N -o '%N %T'
   assert_equal "$status" 0

@@ -91,6 +91,8 @@ EOF2
   assert_pool_whole pool1 64MiB
 }
 
+# The smoke scenario: what the submission tier runs of this suite (tests/CMakeLists.txt).
+# bats test_tags=smoke
 @test "a. stage-in and stage-out of real files: the job reads its input in the buffer, the output lands, the buffer is gone" {
   run_stage_in_and_out a
 }

@@ -144,6 +144,8 @@ submit_pair() {
   job2=$JOB
 }
 
+# The smoke scenario: what the submission tier runs of this suite (tests/CMakeLists.txt).
+# bats test_tags=smoke
 @test "a. stage-in and stage-out of real files: the tasks (batch and srun) read their input in \$BB_JOB_DIR, the output lands, the buffer ends complete" {
   run_stage_in_and_out a
 }
