@@ -1,107 +1,44 @@
 #include "bbkit/seal.hpp"
 
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <sys/random.h>
 
 #include <cerrno>
-#include <cstring>
-#include <vector>
+#include <climits>
 
 #include "bbkit/error.hpp"
 
 namespace bbkit {
 namespace {
 
-constexpr std::uint32_t round_constants[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-
-std::uint32_t rotate_right(std::uint32_t x, unsigned n) {
-    return (x >> n) | (x << (32 - n));
+// An internal error naming OpenSSL's reason (its error queue is emptied, not left to whatever
+// asks next).
+[[noreturn]] void fail(const std::string& what) {
+    char reason[256] = "no reason given";
+    if (const unsigned long code = ERR_get_error(); code != 0)
+        ERR_error_string_n(code, reason, sizeof reason);
+    ERR_clear_error();
+    throw Error(ExitCode::software, what + " (OpenSSL: " + reason + ")");
 }
 
-class Sha256 {
-  public:
-    void add(std::string_view data) {
-        for (const char c : data) {
-            block_[filled_++] = static_cast<std::uint8_t>(c);
-            if (filled_ == block_.size()) {
-                compress();
-                filled_ = 0;
-            }
-        }
-        length_ += data.size();
-    }
+// libcrypto, started before its first use without reading any configuration. It would otherwise
+// read the file OPENSSL_CONF names, from the caller's environment when a tool runs as root
+// through sudo, and load the provider modules that file lists into the root process (bbkit(7),
+// SECURITY). SHA-256 and HMAC come from its built-in default provider, which needs none.
+void start_libcrypto() {
+    static const bool started = OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, nullptr) == 1;
+    if (!started)
+        fail("cannot start OpenSSL's libcrypto");
+}
 
-    Digest finish() {
-        const std::uint64_t bits = length_ * 8;
-        const std::string one(1, '\x80');
-        add(one);
-        const std::string zero(1, '\0');
-        while (filled_ != 56)
-            add(zero);
-        for (int i = 7; i >= 0; --i)
-            add(std::string(1, static_cast<char>((bits >> (8 * i)) & 0xff)));
-        Digest out{};
-        for (std::size_t i = 0; i < 8; ++i)
-            for (std::size_t j = 0; j < 4; ++j)
-                out[4 * i + j] = static_cast<std::uint8_t>(state_[i] >> (24 - 8 * j));
-        return out;
-    }
-
-  private:
-    void compress() {
-        std::uint32_t w[64];
-        for (std::size_t i = 0; i < 16; ++i)
-            w[i] = static_cast<std::uint32_t>(block_[4 * i]) << 24 |
-                   static_cast<std::uint32_t>(block_[4 * i + 1]) << 16 |
-                   static_cast<std::uint32_t>(block_[4 * i + 2]) << 8 | block_[4 * i + 3];
-        for (std::size_t i = 16; i < 64; ++i) {
-            const std::uint32_t s0 =
-                rotate_right(w[i - 15], 7) ^ rotate_right(w[i - 15], 18) ^ (w[i - 15] >> 3);
-            const std::uint32_t s1 =
-                rotate_right(w[i - 2], 17) ^ rotate_right(w[i - 2], 19) ^ (w[i - 2] >> 10);
-            w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-        }
-        std::uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
-        std::uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
-        for (std::size_t i = 0; i < 64; ++i) {
-            const std::uint32_t t1 =
-                h + (rotate_right(e, 6) ^ rotate_right(e, 11) ^ rotate_right(e, 25)) +
-                ((e & f) ^ (~e & g)) + round_constants[i] + w[i];
-            const std::uint32_t t2 =
-                (rotate_right(a, 2) ^ rotate_right(a, 13) ^ rotate_right(a, 22)) +
-                ((a & b) ^ (a & c) ^ (b & c));
-            h = g;
-            g = f;
-            f = e;
-            e = d + t1;
-            d = c;
-            c = b;
-            b = a;
-            a = t1 + t2;
-        }
-        state_[0] += a;
-        state_[1] += b;
-        state_[2] += c;
-        state_[3] += d;
-        state_[4] += e;
-        state_[5] += f;
-        state_[6] += g;
-        state_[7] += h;
-    }
-
-    std::uint32_t state_[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                               0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-    std::array<std::uint8_t, 64> block_{};
-    std::size_t filled_ = 0;
-    std::uint64_t length_ = 0;
-};
+// The bytes of `text` as libcrypto takes them: never a null pointer, even for an empty view.
+const unsigned char* as_bytes(std::string_view text) {
+    static const unsigned char none = 0;
+    return text.empty() ? &none : reinterpret_cast<const unsigned char*>(text.data());
+}
 
 std::string_view as_text(const Digest& d) {
     return {reinterpret_cast<const char*>(d.data()), d.size()};
@@ -110,33 +47,26 @@ std::string_view as_text(const Digest& d) {
 }  // namespace
 
 Digest sha256(std::string_view data) {
-    Sha256 h;
-    h.add(data);
-    return h.finish();
+    start_libcrypto();
+    Digest out{};
+    unsigned int length = 0;
+    if (EVP_Digest(as_bytes(data), data.size(), out.data(), &length, EVP_sha256(), nullptr) != 1 ||
+        length != out.size())
+        fail("cannot compute a SHA-256 digest");
+    return out;
 }
 
 Digest hmac_sha256(std::string_view key, std::string_view data) {
-    std::string block(64, '\0');
-    if (key.size() > block.size()) {
-        const Digest k = sha256(key);
-        std::memcpy(block.data(), k.data(), k.size());
-    } else {
-        std::memcpy(block.data(), key.data(), key.size());
-    }
-    std::string inner_pad = block;
-    std::string outer_pad = block;
-    for (std::size_t i = 0; i < block.size(); ++i) {
-        inner_pad[i] = static_cast<char>(inner_pad[i] ^ 0x36);
-        outer_pad[i] = static_cast<char>(outer_pad[i] ^ 0x5c);
-    }
-    Sha256 inner;
-    inner.add(inner_pad);
-    inner.add(data);
-    const Digest inner_digest = inner.finish();
-    Sha256 outer;
-    outer.add(outer_pad);
-    outer.add(as_text(inner_digest));
-    return outer.finish();
+    start_libcrypto();
+    if (key.size() > INT_MAX)
+        throw Error(ExitCode::software, "cannot compute an HMAC-SHA-256: key over 2 GiB");
+    Digest out{};
+    unsigned int length = 0;
+    if (HMAC(EVP_sha256(), as_bytes(key), static_cast<int>(key.size()), as_bytes(data), data.size(),
+             out.data(), &length) == nullptr ||
+        length != out.size())
+        fail("cannot compute an HMAC-SHA-256");
+    return out;
 }
 
 std::string to_hex(std::string_view bytes) {
@@ -155,6 +85,9 @@ std::string to_hex(const Digest& digest) {
     return to_hex(as_text(digest));
 }
 
+// The kernel's generator, not libcrypto's RAND_bytes: that is a generator in the process, seeded
+// from this same getrandom, with state to keep apart across fork() and, on first use, the
+// library's start-up; reading the kernel's needs neither.
 std::string random_hex(std::size_t bytes) {
     std::string raw(bytes, '\0');
     std::size_t got = 0;
@@ -170,12 +103,11 @@ std::string random_hex(std::size_t bytes) {
 }
 
 bool same_secret(std::string_view a, std::string_view b) {
+    // The lengths are not secret (a seal is always 64 digits): unequal ones answer at once, so
+    // the time tells the lengths and nothing of the bytes. CRYPTO_memcmp reads every byte.
     if (a.size() != b.size())
         return false;
-    unsigned char diff = 0;
-    for (std::size_t i = 0; i < a.size(); ++i)
-        diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-    return diff == 0;
+    return CRYPTO_memcmp(as_bytes(a), as_bytes(b), a.size()) == 0;
 }
 
 }  // namespace bbkit

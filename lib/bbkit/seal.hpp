@@ -1,6 +1,9 @@
 // Secrets and seals: random tokens nobody can predict, and a keyed hash (HMAC-SHA-256) that
 // marks a record as written by root. The state owner can edit state.db but cannot read root's
-// key, so a record it changed no longer matches its seal (bbkit(7), SECURITY).
+// key, so a record it changed no longer matches its seal (bbkit(7), SECURITY). SHA-256, HMAC
+// and the constant-time comparison are OpenSSL's libcrypto (started without reading any
+// configuration), the library sites already trust and patch; the random bytes are the
+// kernel's (getrandom).
 #pragma once
 
 #include <array>
@@ -12,7 +15,7 @@ namespace bbkit {
 
 using Digest = std::array<std::uint8_t, 32>;
 
-// SHA-256 (FIPS 180-4) of `data`.
+// SHA-256 (FIPS 180-4) of `data`. Error(software) should libcrypto fail, as for the HMAC.
 Digest sha256(std::string_view data);
 
 // HMAC-SHA-256 (RFC 2104) of `data` under `key`.
@@ -26,7 +29,8 @@ std::string to_hex(const Digest& digest);
 // or token another user cannot guess. Error(software) when the kernel gives none.
 std::string random_hex(std::size_t bytes);
 
-// Whether two strings are equal, in a time that depends only on their lengths.
+// Whether two strings are equal, in a time that depends only on their lengths
+// (CRYPTO_memcmp; strings of different lengths are unequal at once).
 bool same_secret(std::string_view a, std::string_view b);
 
 }  // namespace bbkit
