@@ -1,40 +1,28 @@
 #include "bbkit/seal.hpp"
 
-#include <openssl/crypto.h>
-#include <openssl/err.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <sodium.h>
 #include <sys/random.h>
 
 #include <cerrno>
-#include <climits>
 
 #include "bbkit/error.hpp"
 
 namespace bbkit {
 namespace {
 
-// An internal error naming OpenSSL's reason (its error queue is emptied, not left to whatever
-// asks next).
-[[noreturn]] void fail(const std::string& what) {
-    char reason[256] = "no reason given";
-    if (const unsigned long code = ERR_get_error(); code != 0)
-        ERR_error_string_n(code, reason, sizeof reason);
-    ERR_clear_error();
-    throw Error(ExitCode::software, what + " (OpenSSL: " + reason + ")");
-}
-
-// libcrypto, started before its first use without reading any configuration. It would otherwise
-// read the file OPENSSL_CONF names, from the caller's environment when a tool runs as root
-// through sudo, and load the provider modules that file lists into the root process (bbkit(7),
-// SECURITY). SHA-256 and HMAC come from its built-in default provider, which needs none.
-void start_libcrypto() {
-    static const bool started = OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, nullptr) == 1;
+// libsodium, started once before its first use (sodium_init is thread-safe, and later calls
+// return at once). It reads no configuration file and no environment variable, and loads no
+// module (it opens /dev/random and /dev/urandom only where getrandom fails): the start picks
+// among its built-in implementations by the CPU's features and checks the kernel's random
+// source.
+void start_libsodium() {
+    static const bool started = sodium_init() >= 0;
     if (!started)
-        fail("cannot start OpenSSL's libcrypto");
+        throw Error(ExitCode::software, "cannot start libsodium");
 }
 
-// The bytes of `text` as libcrypto takes them: never a null pointer, even for an empty view.
+// The bytes of `text` as libsodium takes them: never a null pointer, even for an empty view
+// (its functions declare their pointers nonnull).
 const unsigned char* as_bytes(std::string_view text) {
     static const unsigned char none = 0;
     return text.empty() ? &none : reinterpret_cast<const unsigned char*>(text.data());
@@ -47,25 +35,28 @@ std::string_view as_text(const Digest& d) {
 }  // namespace
 
 Digest sha256(std::string_view data) {
-    start_libcrypto();
+    start_libsodium();
     Digest out{};
-    unsigned int length = 0;
-    if (EVP_Digest(as_bytes(data), data.size(), out.data(), &length, EVP_sha256(), nullptr) != 1 ||
-        length != out.size())
-        fail("cannot compute a SHA-256 digest");
+    static_assert(std::tuple_size_v<Digest> == crypto_hash_sha256_BYTES);
+    if (crypto_hash_sha256(out.data(), as_bytes(data), data.size()) != 0)
+        throw Error(ExitCode::software, "cannot compute a SHA-256 digest");
     return out;
 }
 
+// The init/update/final form takes a key of any length (one longer than the block is hashed
+// first, as RFC 2104 says); crypto_auth_hmacsha256 itself takes 32-byte keys only. The final
+// step wipes the state.
 Digest hmac_sha256(std::string_view key, std::string_view data) {
-    start_libcrypto();
-    if (key.size() > INT_MAX)
-        throw Error(ExitCode::software, "cannot compute an HMAC-SHA-256: key over 2 GiB");
+    start_libsodium();
+    static_assert(std::tuple_size_v<Digest> == crypto_auth_hmacsha256_BYTES);
+    crypto_auth_hmacsha256_state state;
     Digest out{};
-    unsigned int length = 0;
-    if (HMAC(EVP_sha256(), as_bytes(key), static_cast<int>(key.size()), as_bytes(data), data.size(),
-             out.data(), &length) == nullptr ||
-        length != out.size())
-        fail("cannot compute an HMAC-SHA-256");
+    if (crypto_auth_hmacsha256_init(&state, as_bytes(key), key.size()) != 0 ||
+        crypto_auth_hmacsha256_update(&state, as_bytes(data), data.size()) != 0 ||
+        crypto_auth_hmacsha256_final(&state, out.data()) != 0) {
+        sodium_memzero(&state, sizeof state);
+        throw Error(ExitCode::software, "cannot compute an HMAC-SHA-256");
+    }
     return out;
 }
 
@@ -85,9 +76,8 @@ std::string to_hex(const Digest& digest) {
     return to_hex(as_text(digest));
 }
 
-// The kernel's generator, not libcrypto's RAND_bytes: that is a generator in the process, seeded
-// from this same getrandom, with state to keep apart across fork() and, on first use, the
-// library's start-up; reading the kernel's needs neither.
+// The kernel's generator, read directly: libsodium's randombytes_buf would read the same
+// getrandom after the library's start-up, which a token does not need.
 std::string random_hex(std::size_t bytes) {
     std::string raw(bytes, '\0');
     std::size_t got = 0;
@@ -104,10 +94,11 @@ std::string random_hex(std::size_t bytes) {
 
 bool same_secret(std::string_view a, std::string_view b) {
     // The lengths are not secret (a seal is always 64 digits): unequal ones answer at once, so
-    // the time tells the lengths and nothing of the bytes. CRYPTO_memcmp reads every byte.
+    // the time tells the lengths and nothing of the bytes. sodium_memcmp reads every byte.
     if (a.size() != b.size())
         return false;
-    return CRYPTO_memcmp(as_bytes(a), as_bytes(b), a.size()) == 0;
+    start_libsodium();
+    return sodium_memcmp(as_bytes(a), as_bytes(b), a.size()) == 0;
 }
 
 }  // namespace bbkit

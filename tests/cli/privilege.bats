@@ -123,38 +123,6 @@ EOF
   assert_output --partial '"state": "running"'
 }
 
-# OpenSSL's libcrypto (the seals) reads the file OPENSSL_CONF names and loads the provider
-# modules it lists, unless bbkit starts it without a configuration (lib/bbkit/seal.cpp).
-@test "through sudo, an env_keep that lets OPENSSL_CONF in loads no module of the caller's into root" {
-  cat >"$SU_HOME/planted.c" <<EOF
-#include <fcntl.h>
-__attribute__((constructor)) static void planted(void) { creat("$MARK", 0644); }
-EOF
-  cc -shared -fPIC -o "$SU_HOME/planted.so" "$SU_HOME/planted.c"
-  cat >"$SU_HOME/openssl.cnf" <<EOF
-openssl_conf = planted_init
-[planted_init]
-providers = planted_providers
-[planted_providers]
-planted = planted_provider
-[planted_provider]
-module = $SU_HOME/planted.so
-activate = 1
-EOF
-  chown -R "$SU:" "$SU_HOME"
-  EXTRA_DROPIN="/etc/sudoers.d/bbkit-privilege-env-$$"
-  printf 'Defaults:%s env_keep += "OPENSSL_CONF"\n' "$SU" >"$EXTRA_DROPIN"
-  chmod 0440 "$EXTRA_DROPIN"
-  bb-pool alloc --job 9 --user "$U" --pool nvme --capacity 1G >/dev/null
-  bb-stage --job 9 in >/dev/null
-  # pre-run seals the buffer's row again: an HMAC under root's key, as root.
-  run as_slurm env OPENSSL_CONF="$SU_HOME/openssl.cnf" sudo -n "$BIN/bb-stage" --job 9 pre-run
-  assert_success
-  assert_file_not_exists "$MARK"
-  run bb-stat --json job 9
-  assert_output --partial '"state": "running"'
-}
-
 @test "through sudo, a script is read with the caller's permissions, not root's" {
   printf '#!/bin/bash\n#BB_LUA capacity=1G pool=nvme\n' >"$TEST_DIR/root-only.sh"
   chmod 600 "$TEST_DIR/root-only.sh"

@@ -80,12 +80,12 @@ UNITS="bbkit-recover.service bbkit-reap.service bbkit-reap.timer bbkit-check.ser
   [ "$(cut -f1 <<<"$output")" -lt 20 ]
 }
 
-@test "the package depends on the shared libcrypto its seals use (dpkg-shlibdeps)" {
+@test "the package depends on the shared libsodium its seals use (dpkg-shlibdeps)" {
   run dpkg-deb -f "$BBKIT_DEB" Depends
   assert_success
-  assert_output --regexp '(^|, )libssl3(t64)? '
+  assert_output --regexp '(^|, )libsodium23( |,|$)'
   run ldd /usr/bin/bb-pool
-  assert_output --partial libcrypto.so.3
+  assert_output --partial libsodium.so.23
 }
 
 @test "the shipped configuration works: the units' commands succeed with it" {
