@@ -69,7 +69,8 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION admin)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 # libc6 and the rest come from dpkg-shlibdeps (libstdc++, SQLite and Boost are linked
-# statically: BBKIT_STATIC_DEPS); the maintainer scripts use init-system-helpers' programs.
+# statically: BBKIT_STATIC_DEPS), among them libsodium, always shared (libsodium23); the
+# maintainer scripts use init-system-helpers' programs.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "init-system-helpers (>= 1.54~)")
 # install-slurm checks the Lua scripts with the luac of the Lua Slurm links (Debian's Slurm:

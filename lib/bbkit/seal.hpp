@@ -1,6 +1,8 @@
 // Secrets and seals: random tokens nobody can predict, and a keyed hash (HMAC-SHA-256) that
 // marks a record as written by root. The state owner can edit state.db but cannot read root's
-// key, so a record it changed no longer matches its seal (bbkit(7), SECURITY).
+// key, so a record it changed no longer matches its seal (bbkit(7), SECURITY). SHA-256, HMAC
+// and the constant-time comparison are libsodium's, a library sites already trust and patch;
+// the random bytes are the kernel's (getrandom).
 #pragma once
 
 #include <array>
@@ -13,10 +15,10 @@ namespace bbkit {
 
 using Digest = std::array<std::uint8_t, 32>;
 
-// SHA-256 (FIPS 180-4) of `data`.
+// SHA-256 (FIPS 180-4) of `data`. Error(software) should libsodium fail, as for the HMAC.
 Digest sha256(std::string_view data);
 
-// HMAC-SHA-256 (RFC 2104) of `data` under `key`.
+// HMAC-SHA-256 (RFC 2104) of `data` under `key`, a key of any length.
 Digest hmac_sha256(std::string_view key, std::string_view data);
 
 // Lower-case hexadecimal of `bytes`.
@@ -40,7 +42,8 @@ std::string user_tag(std::string_view user_key, std::string_view text);
 // Whether `text` has a user_tag's form.
 bool is_user_tag(std::string_view text);
 
-// Whether two strings are equal, in a time that depends only on their lengths.
+// Whether two strings are equal, in a time that depends only on their lengths
+// (sodium_memcmp; strings of different lengths are unequal at once).
 bool same_secret(std::string_view a, std::string_view b);
 
 }  // namespace bbkit

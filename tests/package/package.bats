@@ -80,6 +80,14 @@ UNITS="bbkit-recover.service bbkit-reap.service bbkit-reap.timer bbkit-check.ser
   [ "$(cut -f1 <<<"$output")" -lt 20 ]
 }
 
+@test "the package depends on the shared libsodium its seals use (dpkg-shlibdeps)" {
+  run dpkg-deb -f "$BBKIT_DEB" Depends
+  assert_success
+  assert_output --regexp '(^|, )libsodium23( |,|$)'
+  run ldd /usr/bin/bb-pool
+  assert_output --partial libsodium.so.23
+}
+
 @test "the shipped configuration works: the units' commands succeed with it" {
   run /usr/bin/bb-parse config
   assert_success

@@ -29,6 +29,8 @@ TEST(Seal, a_message_of_55_56_and_64_bytes_pads_right) {
               "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb");
 }
 
+// The primitives are libsodium's: these vectors check the wiring (lengths, an empty input, a
+// key longer than the block), not libsodium.
 TEST(Seal, hmac_matches_rfc_4231) {
     // Test cases 1, 2 and 6 (a key longer than the block).
     EXPECT_EQ(to_hex(hmac_sha256(std::string(20, '\x0b'), "Hi There")),
@@ -38,6 +40,26 @@ TEST(Seal, hmac_matches_rfc_4231) {
     EXPECT_EQ(to_hex(hmac_sha256(std::string(131, '\xaa'),
                                  "Test Using Larger Than Block-Size Key - Hash Key First")),
               "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+}
+
+TEST(Seal, hmac_takes_an_empty_key_and_an_empty_message) {
+    EXPECT_EQ(to_hex(hmac_sha256("", "")),
+              "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad");
+    EXPECT_EQ(to_hex(hmac_sha256(std::string_view{}, std::string_view{})),
+              "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad");
+}
+
+TEST(Seal, hmac_takes_keys_of_any_length_around_the_block) {
+    // libsodium's one-shot crypto_auth_hmacsha256 takes 32-byte keys only; the streaming form
+    // bbkit uses takes any. 64 bytes is the block: a longer key is hashed first.
+    EXPECT_EQ(to_hex(hmac_sha256(std::string(32, 'k'), "row")),
+              "a67e6dab53a1c09d5f5addb0ec4302a94eefbf1471158cd3ffdf09c31b0c859b");
+    EXPECT_EQ(to_hex(hmac_sha256(std::string(63, 'k'), "row")),
+              "336eb6e0ebb40de07de0131491f57139e642a9bfa86e229d442e2b63c1fda6a3");
+    EXPECT_EQ(to_hex(hmac_sha256(std::string(64, 'k'), "row")),
+              "35b1ac4b69fb44991c512d79d0c1470a0248fc4d5b3a4e2c2e9b4b606c355931");
+    EXPECT_EQ(to_hex(hmac_sha256(std::string(65, 'k'), "row")),
+              "259fdccc9a00dc1c7c629499e126d20b70080a7662fb037359fc27e8cb387086");
 }
 
 TEST(Seal, random_tokens_are_hex_of_the_asked_length_and_differ) {
@@ -86,6 +108,21 @@ TEST(Seal, same_secret_compares_whole_strings) {
     EXPECT_FALSE(same_secret("abc", "abd"));
     EXPECT_FALSE(same_secret("abc", "ab"));
     EXPECT_TRUE(same_secret("", ""));
+}
+
+TEST(Seal, same_secret_refuses_a_prefix_or_an_extension_of_the_secret) {
+    const std::string seal = to_hex(hmac_sha256("key", "row"));
+    EXPECT_TRUE(same_secret(seal, seal));
+    EXPECT_FALSE(same_secret(seal, seal.substr(0, seal.size() - 1)));
+    EXPECT_FALSE(same_secret(seal.substr(0, seal.size() - 1), seal));
+    EXPECT_FALSE(same_secret(seal, seal + "0"));
+    EXPECT_FALSE(same_secret(seal, ""));
+    EXPECT_FALSE(same_secret("", seal));
+    EXPECT_FALSE(same_secret(std::string_view{}, "a"));
+    EXPECT_TRUE(same_secret(std::string_view{}, ""));
+    // A NUL inside counts like any byte, not as an end.
+    EXPECT_FALSE(same_secret(std::string("ab\0c", 4), std::string("ab\0d", 4)));
+    EXPECT_FALSE(same_secret(std::string("ab\0", 3), "ab"));
 }
 
 }  // namespace
