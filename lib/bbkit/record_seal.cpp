@@ -148,10 +148,6 @@ std::optional<User> untrusted_state_owner(const Config& config) {
     return owner;
 }
 
-bool records_need_checking(const Config& config) {
-    return untrusted_state_owner(config).has_value();
-}
-
 Error forged_record_error(const std::string& key) {
     return Error(ExitCode::no_perm,
                  "record of buffer " + printable(key) +

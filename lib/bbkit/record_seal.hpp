@@ -48,9 +48,6 @@ class SealLedger {
 // with that account's rights (sqlite::ForeignWriter); none for root.
 std::optional<User> untrusted_state_owner(const Config& config);
 
-// Whether root must check the seals of `config`'s records: the state owner is not root.
-bool records_need_checking(const Config& config);
-
 // The one-line refusal of a record whose seal does not match: Error(no_perm).
 Error forged_record_error(const std::string& key);
 

@@ -102,11 +102,11 @@ TEST_F(RecordSealTest, a_key_others_may_read_is_refused) {
 }
 
 TEST_F(RecordSealTest, seals_are_checked_only_when_the_state_owner_is_not_root) {
-    EXPECT_TRUE(records_need_checking(config_));
+    EXPECT_TRUE(untrusted_state_owner(config_));
     config_.state_owner = "root";
-    EXPECT_FALSE(records_need_checking(config_));
+    EXPECT_FALSE(untrusted_state_owner(config_));
     config_.state_owner = "0";
-    EXPECT_FALSE(records_need_checking(config_));
+    EXPECT_FALSE(untrusted_state_owner(config_));
 }
 
 TEST_F(RecordSealTest, the_store_refuses_a_changed_row_and_lists_it) {
