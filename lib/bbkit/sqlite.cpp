@@ -364,7 +364,21 @@ Database Database::in_memory() {
 }
 
 Database::Database(Database&&) noexcept = default;
-Database& Database::operator=(Database&&) noexcept = default;
+
+// Not defaulted: member-wise, the old writer box would go before the old connection that
+// closes under it. Statements first, then the connection under its writer, then the rest.
+Database& Database::operator=(Database&& other) noexcept {
+    if (this == &other)
+        return *this;
+    statements_.clear();
+    db_.reset();
+    path_ = std::move(other.path_);
+    writer_ = std::move(other.writer_);  // the box the moved Closer points to comes along
+    db_ = std::move(other.db_);
+    statements_ = std::move(other.statements_);
+    in_transaction_ = std::exchange(other.in_transaction_, false);
+    return *this;
+}
 Database::~Database() = default;
 
 Query Database::query(const std::string& sql) {

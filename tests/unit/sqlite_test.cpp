@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -345,6 +346,47 @@ TEST_F(SqliteTest, a_foreign_writers_link_to_a_file_it_cannot_write_is_not_writt
     std::string content;
     std::getline(in, content);
     EXPECT_EQ(content, "root's");
+}
+
+// Assigning an open connection over another closes the old one first, under the old one's
+// writer (still there when it closes: under ASan a use after free otherwise), and the
+// assigned one goes on working, with its own writer, from its new place.
+TEST_F(SqliteTest, an_open_connection_assigned_over_another_closes_the_old_one_first) {
+    create();
+    const std::string other = root_ + "/other.db";
+    {
+        const int fd = ::open(other.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        ASSERT_GE(fd, 0);
+        ::close(fd);
+    }
+    const std::optional<ForeignWriter> writer = nobody();
+    if (geteuid() == 0) {
+        ASSERT_EQ(::chown(other.c_str(), writer->uid, writer->gid), 0);
+    }
+    const auto open_files = [](const std::string& path) {
+        int n = 0;
+        for (int fd = 0; fd < 1024; ++fd) {
+            char link[64];
+            char target[4096];
+            std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+            const ssize_t size = ::readlink(link, target, sizeof target - 1);
+            if (size > 0 && std::string(target, static_cast<std::size_t>(size)) == path)
+                ++n;
+        }
+        return n;
+    };
+    Database db(path_, writer);
+    EXPECT_EQ(count(db), 0);
+    EXPECT_EQ(open_files(path_), 1);
+    db = Database(other, writer);
+    EXPECT_EQ(open_files(path_), 0);
+    db.exec("CREATE TABLE u (a INTEGER)", "creating u");
+    EXPECT_EQ(count(db, "u"), 0);
+    db = Database(path_);
+    EXPECT_EQ(open_files(other), 0);
+    EXPECT_EQ(count(db), 0);
+    Database moved = std::move(db);
+    EXPECT_EQ(count(moved), 0);
 }
 
 }  // namespace
