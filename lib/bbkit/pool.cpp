@@ -22,6 +22,7 @@
 #include "bbkit/publish.hpp"
 #include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
+#include "bbkit/slurm_gres.hpp"
 #include "bbkit/slurm_view.hpp"
 #include "bbkit/stage_plan.hpp"
 #include "bbkit/trust.hpp"
@@ -572,6 +573,29 @@ TimePoint parse_local_time(const std::string& text) {
                 "invalid date '" + text + "' (use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS)");
 }
 
+namespace {
+
+// Slurm's allocation is the law on the node: a buffer holds no more units of the pool's GRES
+// than Slurm gave the job here (a request that skipped the submit-time checks gets none).
+void check_granted(const PoolConfig& pool, const AllocRequest& r, const std::string& slurm_gres) {
+    const std::uint64_t granted = granted_units(slurm_gres, pool.gres);
+    const std::uint64_t needed = round_up(r.capacity, pool.granularity) / pool.granularity;
+    if (needed <= granted)
+        return;
+    if (granted == 0)
+        throw Error(ExitCode::data, describe(r) + " asks for " + format_size(r.capacity) +
+                                        " of pool '" + pool.name + "' but Slurm gave it no " +
+                                        pool.gres + " GRES on this node (its request skipped "
+                                        "the submit-time checks)");
+    throw Error(ExitCode::data,
+                describe(r) + " asks for " + format_size(r.capacity) + " of pool '" + pool.name +
+                    "' but Slurm gave it " + std::to_string(granted) + " " + pool.gres +
+                    " on this node, " + format_size(granted * pool.granularity) +
+                    " (its request or GRES changed after the submit-time checks)");
+}
+
+}  // namespace
+
 AllocRequest build_alloc_request(const Config& config, const AllocCommand& c) {
     if (c.persistent) {
         if (!c.capacity)
@@ -641,13 +665,19 @@ AllocRequest build_alloc_request(const Config& config, const AllocCommand& c) {
     r.wait = c.wait;
     if (c.node.has_value() != c.nodes.has_value())
         throw Error(ExitCode::usage, "--node and --nodes go together");
-    if (configured_pool(config, r.pool).node_local) {
+    const PoolConfig& pool = configured_pool(config, r.pool);
+    if (pool.node_local) {
         const JobNodes nodes = c.node ? job_nodes(*c.node, *c.nodes) : this_host_alone();
         r.staging = staging_record(request, nodes);
         r.wait.reset();
-    } else if (c.node) {
-        throw Error(ExitCode::usage,
-                    "--node applies to node-local pools, and pool '" + r.pool + "' is not one");
+        if (c.slurm_gres)
+            check_granted(pool, r, *c.slurm_gres);
+    } else if (c.node || c.slurm_gres) {
+        // On a job's nodes only node-local pools are reserved: another pool's buffer there
+        // would be one per node, outside Slurm's count (bbkit(7), NODE-LOCAL POOLS).
+        throw Error(ExitCode::data, describe(r) + " asks for pool '" + r.pool +
+                                        "', which is not node-local: a job's nodes reserve "
+                                        "space in node-local pools only");
     }
     return r;
 }

@@ -91,10 +91,16 @@ struct AllocCommand {
     // (job_nodes.hpp); both or neither (then this host alone).
     std::optional<std::string> node;
     std::optional<std::string> nodes;
+    // A node-local pool's job buffer under Slurm: the job's GRES on this node as Slurm
+    // allocated it (`scontrol show job -d`, slurm_gres.hpp). The buffer may hold no more than
+    // that many units of the pool's GRES: Slurm's allocation is the law on the node.
+    std::optional<std::string> slurm_gres;
 };
 
 // A node-local pool's buffer never waits in the pool's queue: Slurm placed the job where its
-// GRES was free, so a shortage here is bbkit's count and Slurm's apart (75 at once).
+// GRES was free, so a shortage here is bbkit's count and Slurm's apart (75 at once). With
+// --node, a pool that is not node-local is the job's error (Error(data), before anything is
+// reserved), as is a request larger than `slurm_gres` grants (none granted included).
 AllocRequest build_alloc_request(const Config& config, const AllocCommand& command);
 
 // bb-pool alloc --wait's value: SECONDS (a non-negative number), "none" or "" (--wait alone)

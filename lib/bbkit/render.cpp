@@ -426,6 +426,31 @@ std::string findings_text(const std::vector<Finding>& findings) {
     return out.str();
 }
 
+json health_json(const HealthReport& report) {
+    json faults = json::array();
+    for (const HealthFault& f : report.faults)
+        faults.push_back({{"subject", f.subject}, {"problem", f.problem}});
+    return {{"healthy", report.healthy()},
+            {"pools", report.pools},
+            {"draining", report.draining},
+            {"faults", faults}};
+}
+
+std::string health_text(const HealthReport& report) {
+    std::ostringstream out;
+    for (const std::string& pool : report.pools) {
+        const bool faulty = std::any_of(report.faults.begin(), report.faults.end(),
+                                        [&](const HealthFault& f) { return f.subject == "pool " + pool; });
+        const bool draining =
+            std::find(report.draining.begin(), report.draining.end(), pool) != report.draining.end();
+        out << "pool " << pool << ": " << (faulty ? "FAULT" : "ok")
+            << (draining ? " (draining)" : "") << '\n';
+    }
+    for (const HealthFault& f : report.faults)
+        out << f.subject << ": fault: " << f.problem << '\n';
+    return out.str();
+}
+
 namespace {
 
 double mb_per_s(std::uint64_t bytes, double seconds) {

@@ -11,6 +11,7 @@
 
 #include "bbkit/config.hpp"
 #include "bbkit/directive.hpp"
+#include "bbkit/health.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/reconcile.hpp"
 #include "bbkit/recovery.hpp"
@@ -71,6 +72,11 @@ std::string alloc_text(const AllocResult& result);
 
 nlohmann::json findings_json(const std::vector<Finding>& findings);
 std::string findings_text(const std::vector<Finding>& findings);
+
+// bb-pool health: {"healthy", "pools", "draining", "faults": [{"subject", "problem"}]}; the text
+// has a line per pool ("pool nvme: ok", "... draining") and one per fault ("SUBJECT: fault: ...").
+nlohmann::json health_json(const HealthReport& report);
+std::string health_text(const HealthReport& report);
 
 // bb-pool reconcile: {"checked", "applied", "orphans": [{"key", "job_id", "user", "uid", "pool",
 // "allocated", "state", "torn_down", "reason", "note"}]}.

@@ -9,7 +9,10 @@ setup() {
   U=$(test_user)
   bb-pool recover >/dev/null  # a writing command creates the state directory
 }
-teardown() { common_teardown; }
+teardown() {
+  [ -z "${MOUNTED:-}" ] || umount "$MOUNTED"
+  common_teardown
+}
 
 init_pools() { bb-pool init nvme >/dev/null && bb-pool init small >/dev/null; }
 
@@ -634,4 +637,97 @@ wipe_pool() { find "$TEST_DIR/$1" -mindepth 1 -delete; }
   run bb-pool reap
   assert_success
   assert_output "reaped 0 buffer(s), released 0, 0 entries removed"
+}
+
+# bb-pool health (bbkit(7), NODE HEALTH): what no job controls, checked without writing.
+@test "health: pools in order are healthy (0), a draining one too and listed; --node-local and --json" {
+  init_pools
+  run bb-pool health
+  assert_success
+  assert_output "$(printf 'pool nvme: ok\npool small: ok')"
+  bb-pool drain small >/dev/null
+  run bb-pool health small
+  assert_success
+  assert_output "pool small: ok (draining)"
+  run bb-pool health --json
+  assert_success
+  assert_output --partial '"healthy": true'
+  assert_output --partial '"draining": ['
+  run bb-pool health --node-local
+  assert_failure 65
+  assert_output "bb-pool: the configuration has no node-local pool to check"
+  run bb-pool health nope
+  assert_failure 66
+  assert_output --partial "unknown pool 'nope'"
+  # It writes nothing: the state is as it was.
+  local before
+  before=$(stat -c %Y "$TEST_DIR/state/state.db")
+  bb-pool health >/dev/null
+  assert_equal "$(stat -c %Y "$TEST_DIR/state/state.db")" "$before"
+}
+
+@test "health: a pool not mounted or not set up, a node script others may change: 69, a line each" {
+  init_pools
+  mv "$TEST_DIR/nvme/.bbkit-pool" "$TEST_DIR/marker"
+  run bb-pool health
+  assert_failure 69
+  assert_line "pool nvme: FAULT"
+  assert_line "pool small: ok"
+  assert_line --partial "pool nvme: fault: "
+  assert_line --regexp "^bb-pool: unhealthy: pool nvme: .*not mounted"
+  mv "$TEST_DIR/marker" "$TEST_DIR/nvme/.bbkit-pool"
+  chmod 777 "$TEST_DIR/small"
+  run bb-pool health small
+  assert_failure 69
+  assert_line --partial "writable by group or others"
+  chmod 755 "$TEST_DIR/small"
+  # A script the node runs as root that another account may rewrite.
+  printf '#!/bin/sh\n' >"$TEST_DIR/prolog"
+  chmod 0775 "$TEST_DIR/prolog"
+  run bb-pool health --trust "$TEST_DIR/prolog" nvme
+  assert_failure 69
+  assert_line --regexp "^$TEST_DIR/prolog: fault: .*writable"
+  chmod 0755 "$TEST_DIR/prolog"
+  run bb-pool health --trust "$TEST_DIR/prolog" --trust "$TEST_DIR/missing" nvme
+  assert_failure 69
+  assert_line --regexp "^$TEST_DIR/missing: fault: "
+  refute_line --regexp "^$TEST_DIR/prolog: fault"
+  # A pool that was never initialised on this host.
+  write_config '[[pool]]' 'name = "late"' "path = \"$TEST_DIR/late\"" 'capacity = "1MiB"'
+  mkdir "$TEST_DIR/late"
+  run bb-pool health late
+  assert_failure 69
+  assert_output --partial "pool 'late' is not initialised (run bb-pool init late)"
+}
+
+@test "health: a pool's file system smaller than its capacity or mounted read-only: 69" {
+  mkdir -p "$TEST_DIR/fs"
+  mount -t tmpfs -o size=8m,mode=0755 bbkit-health "$TEST_DIR/fs" 2>/dev/null ||
+    skip "cannot mount a tmpfs here"
+  MOUNTED=$TEST_DIR/fs
+  write_config '[[pool]]' 'name = "fast"' "path = \"$TEST_DIR/fs\"" 'capacity = "4MiB"'
+  bb-pool init fast >/dev/null
+  run bb-pool health fast
+  assert_success
+  mount -o remount,ro "$TEST_DIR/fs"
+  run bb-pool health fast
+  mount -o remount,rw "$TEST_DIR/fs"
+  assert_failure 69
+  assert_output --partial "is mounted read-only"
+  write_config '[[pool]]' 'name = "fast"' "path = \"$TEST_DIR/fs\"" 'capacity = "64MiB"'
+  run bb-pool health fast
+  assert_failure 69
+  assert_output --partial "less than the pool's capacity 64MiB"
+}
+
+@test "health: a state directory others may write or a broken state.db fails it" {
+  init_pools
+  chmod 777 "$TEST_DIR/state"
+  run bb-pool health
+  assert_failure 77
+  chmod 711 "$TEST_DIR/state"
+  rm -f "$TEST_DIR/state/state.db-wal" "$TEST_DIR/state/state.db-shm"
+  printf 'not a database' >"$TEST_DIR/state/state.db"
+  run bb-pool health
+  assert_failure
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bbkit/error.hpp"
+#include "bbkit/health.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/reconcile.hpp"
 #include "bbkit/recovery.hpp"
@@ -37,6 +38,7 @@ struct Options {
     bool slurm = false;
     bool apply = false;
     bool replace = false;
+    HealthScope health;
 };
 
 void print(const nlohmann::json& value) {
@@ -175,6 +177,9 @@ Subcommand add_alloc(CLI::App& app, Options& o, const Named& named) {
         alloc->add_option("--nodes", a.nodes,
                           "Node-local pools: the job's nodes, comma-separated, in the "
                           "scheduler's order (for distribute=shard and gather=nodes)");
+        alloc->add_option("--slurm-gres", a.slurm_gres,
+                          "Node-local pools under Slurm: the job's GRES on this node as "
+                          "scontrol show job -d prints it; the buffer holds no more");
         alloc->add_flag("--json", o.json, "Print JSON");
     }
     return {
@@ -230,6 +235,34 @@ Subcommand add_check(CLI::App& app, Options& o, const Named& named) {
                 return check_status(findings);
             },
             store};
+}
+
+Subcommand add_health(CLI::App& app, Options& o, const Named& named) {
+    CLI::App* health_cmd = app.add_subcommand(
+        "health", "Check what no job controls: pools mounted and in order, state, bb-mover");
+    if (named(health_cmd)) {
+        health_cmd->add_option("POOL", o.health.pools, "Pools to check (default: every one)");
+        health_cmd->add_flag("--node-local", o.health.node_local_only,
+                             "Without POOL: the node-local pools only");
+        health_cmd
+            ->add_option("--trust", o.health.trusted_files,
+                         "A program or script that must be root's alone (repeatable)")
+            ->allow_extra_args(false);
+        health_cmd->add_flag("--json", o.json, "Print JSON");
+    }
+    return {health_cmd, true,
+            [&o](StateStore& store, const Config& config, const std::string&) {
+                const HealthReport report = check_health(store, config, o.health);
+                if (o.json)
+                    print(health_json(report));
+                else
+                    std::cout << health_text(report);
+                if (!report.healthy())
+                    throw Error(ExitCode::unavailable,
+                                "unhealthy: " + report.faults.front().subject + ": " +
+                                    report.faults.front().problem);
+                return 0;
+            }};
 }
 
 Subcommand add_migrate(CLI::App& app, Options& o, const Named& named) {
@@ -342,7 +375,8 @@ int main(int argc, char** argv) {
         add_list(app, o, named),        add_show(app, o, named),
         add_init(app, o, named),        add_alloc(app, o, named),
         add_drain(app, o, named, true), add_drain(app, o, named, false),
-        add_check(app, o, named),       add_recover(app, o, named),
+        add_check(app, o, named),       add_health(app, o, named),
+        add_recover(app, o, named),
         add_reap(app, o, named),        add_reconcile(app, o, named),
         add_migrate(app, o, named)};
 
