@@ -732,3 +732,59 @@ TEST_F(PoolTest, wait_default_is_the_configured_queue_timeout) {
     EXPECT_EQ(parse_wait("default", 7), std::chrono::seconds(7));
     EXPECT_EQ(parse_wait("default", Timeouts{}.queue), std::chrono::seconds(600));
 }
+
+namespace {
+
+// Slurm's allocation is the law on a node (bbkit(7), NODE-LOCAL POOLS): a node-local buffer
+// holds no more units of its GRES than Slurm's per-node text grants, and none without; on a
+// job's nodes another pool is the job's error. Every request size around the grant, with the
+// grant in each form scontrol prints.
+TEST_F(PoolTest, a_node_local_buffer_holds_no_more_than_slurm_granted_on_the_node) {
+    config_.mode = Mode::standalone;
+    config_.pools.front().node_local = true;
+    config_.pools.front().gres = "bbnvme";
+    AllocCommand command;
+    command.job_id = 11;
+    command.user = "nobody";
+    command.node = "n1";
+    command.nodes = "n1,n2";
+    for (const char* form : {"bbnvme(CNT:2)", "bbnvme:2", "gpu:1,bbnvme:x:2"}) {
+        for (std::uint64_t bytes = 1; bytes <= 4 * KiB; bytes += 511) {
+            command.capacity = std::to_string(bytes);
+            command.slurm_gres = form;
+            std::string message;
+            const ExitCode code =
+                code_of([&] { build_alloc_request(config_, command); }, &message);
+            if (bytes <= 2 * KiB)
+                EXPECT_EQ(code, ExitCode::ok) << form << " " << bytes << ": " << message;
+            else
+                EXPECT_EQ(code, ExitCode::data) << form << " " << bytes;
+            if (code == ExitCode::data) {
+                EXPECT_NE(message.find("but Slurm gave it 2 bbnvme on this node, 2KiB"),
+                          std::string::npos)
+                    << message;
+            }
+        }
+    }
+    command.capacity = "1KiB";
+    for (const char* none : {"", "(null)", "gpu:4"}) {
+        command.slurm_gres = none;
+        std::string message;
+        EXPECT_EQ(code_of([&] { build_alloc_request(config_, command); }, &message),
+                  ExitCode::data);
+        EXPECT_NE(message.find("Slurm gave it no bbnvme GRES on this node"), std::string::npos)
+            << message;
+    }
+    command.slurm_gres.reset();
+    EXPECT_NO_THROW(build_alloc_request(config_, command));
+    // A pool that is not node-local, on a job's nodes: the job's error, whatever Slurm gave.
+    config_.pools.front().node_local = false;
+    command.slurm_gres = "bbnvme:4";
+    EXPECT_EQ(code_of([&] { build_alloc_request(config_, command); }), ExitCode::data);
+    command.slurm_gres.reset();
+    std::string message;
+    EXPECT_EQ(code_of([&] { build_alloc_request(config_, command); }, &message), ExitCode::data);
+    EXPECT_NE(message.find("which is not node-local"), std::string::npos) << message;
+}
+
+}  // namespace
