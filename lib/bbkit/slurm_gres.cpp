@@ -71,7 +71,16 @@ std::uint64_t indices_in(const std::string& text, const std::string& list) {
 }
 
 // One item's name and units.
-std::pair<std::string, std::uint64_t> item_units(const std::string& text, const std::string& item) {
+std::pair<std::string, std::uint64_t> item_units(const std::string& text, std::string item) {
+    // squeue's TRES form: gres:NAME[:TYPE][:N] or gres/NAME[:TYPE][:N], the count optional.
+    if (starts_with(item, "gres:") || starts_with(item, "gres/")) {
+        item.erase(0, 5);
+        const std::size_t last = item.rfind(':');
+        if (item.find('(') != std::string::npos || item.empty() || item.front() == ':')
+            malformed(text, "item 'gres" + printable(item) + "' is not a GRES");
+        if (last == std::string::npos || !all_digits(item.substr(last + 1)))
+            return {item.substr(0, item.find(':')), 1};
+    }
     const std::size_t open = item.find('(');
     std::string head = item.substr(0, open);
     if (head.empty())
@@ -102,7 +111,7 @@ std::pair<std::string, std::uint64_t> item_units(const std::string& text, const 
 }  // namespace
 
 std::uint64_t granted_units(const std::string& slurm_gres, const std::string& name) {
-    if (slurm_gres.empty() || slurm_gres == "(null)")
+    if (slurm_gres.empty() || slurm_gres == "(null)" || slurm_gres == "N/A")
         return 0;
     std::uint64_t total = 0;
     for (const std::string& item : items_of(slurm_gres)) {

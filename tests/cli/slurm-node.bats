@@ -24,6 +24,9 @@ REAL_SCONTROL=$(command -v scontrol || true)
 #   state           the job's state for `squeue -o %T` (default RUNNING; "invalid": Invalid job id)
 #   name            the job's name for `squeue -o %j`
 #   requeue-fails   `scontrol requeue` and `requeuehold` fail
+#   gres            the job's TresPerNode for `squeue -o '%b|%j'` (default gres:bbnvme:64,
+#                   the whole of a node's pool)
+#   gres-fails      `squeue -o '%b|%j'` fails (slurmctld does not answer)
 # `scontrol update` keeps the last AdminComment, byte for byte, in $TEST_DIR/admin-comment;
 # logger keeps its message in $TEST_DIR/syslog.
 fake_slurm() {
@@ -63,6 +66,9 @@ state=\$(cat "\$T/state" 2>/dev/null || echo RUNNING)
 case \$5 in
   %T) echo "\$state" ;;
   %j) cat "\$T/name" 2>/dev/null; echo ;;
+  '%b|%j')
+    [ ! -e "\$T/gres-fails" ] || { echo "slurm_load_jobs error: Unable to contact slurm controller (connect failure)" >&2; exit 1; }
+    printf '%s|' "\$(cat "\$T/gres" 2>/dev/null || echo gres:bbnvme:64)"; cat "\$T/name" 2>/dev/null; echo ;;
   *) echo "squeue stand-in: unexpected format: \$5" >&2; exit 2 ;;
 esac
 SH
@@ -176,7 +182,7 @@ calls() { sed "s|$TEST_DIR|T|g" "$TEST_DIR/calls" 2>/dev/null || true; }
   done
   run calls
   assert_line "scontrol|show|hostnames|n[1-2]"
-  assert_line "squeue|-h|-j|10|-o|%j"
+  assert_line "squeue|-h|-j|10|-o|%b|%j"
   refute_output --partial requeue
   refute_output --partial update
   for node in n1 n2; do
@@ -234,17 +240,18 @@ assert_admin_comment() {
   assert_output --partial '"used": 0'
 }
 
-@test "a draining pool is the node's fault: the prolog exits 69 (Slurm drains the node), no requeue" {
+@test "a pool drained on this node is no fault of the node: the job held with bbkit's reason, exit 0" {
   job_script '#BB_LUA pool=nvme capacity=8MiB'
   on n1 bb-pool drain nvme >/dev/null
   run slurmd prolog n1
-  assert_failure 69
+  assert_success
   assert_output --regexp "^bbkit node prolog: job 10: node n1: bb-pool: .*draining"
   assert_admin_comment "bbkit: node n1: bb-pool: "
   run calls
-  refute_output --partial requeue
+  assert_line "scontrol|requeuehold|10"
   refute_output --partial scancel
   # The other node's pool is up: its part is set up.
+  rm "$TEST_DIR/state"
   run slurmd prolog n2
   assert_success
   run on n2 bb-stat job 10 --json
@@ -284,7 +291,8 @@ assert_admin_comment() {
     run slurmd prolog n1
     assert_success
     [ "$state" = invalid ] && state=gone
-    assert_output --regexp "^bbkit node prolog: job 10 is $state on n1: bb-stage: "
+    # A job slurmctld no longer knows is gone before the begin starts.
+    assert_output --regexp "^bbkit node prolog: job 10 is $state on n1(: bb-stage: |$)"
     run calls
     refute_output --partial requeue
     refute_output --partial update
@@ -549,4 +557,222 @@ EOF2
   [ "$(cat "$TEST_DIR/locked/res/n1/r")" = result ]
   run on n1 bb-pool show nvme --json
   assert_output --partial '"used": 0'
+}
+
+# ---- Blame from the node's health (bbkit(7), NODE HEALTH) ---------------------------------------
+
+# A copy of the node scripts and their library in $TEST_DIR/tree, root's, where bbkit-job is a
+# stand-in: `begin` fails with the status in $TEST_DIR/begin-status and a tool's one line; the
+# rest (health, end) is the real bbkit-job's.
+standin_tree() {
+  local tree=$TEST_DIR/tree/share/bbkit/standalone
+  mkdir -p "$tree/slurm-node"
+  cp "$NODE_SCRIPTS/prolog" "$NODE_SCRIPTS/epilog" "$tree/slurm-node/"
+  cp "$NODE_SCRIPTS/../bbkit-lib.sh" "$tree/"
+  cat >"$tree/bbkit-job" <<SH
+#!/bin/sh
+case \$1 in
+  begin) s=\$(cat '$TEST_DIR/begin-status'); echo "bb-stage: the job's failure, exit status \$s" >&2; exit "\$s" ;;
+  *) exec '$NODE_SCRIPTS/../bbkit-job' "\$@" ;;
+esac
+SH
+  chmod 755 "$tree/bbkit-job"
+  SCRIPTS=$tree/slurm-node
+}
+
+# The exit statuses a hunt tries: all of 1-255 but bbkit-job's own 126 and 127 in the full tier;
+# in the submission tier, bbkit's documented ones and a few others at random.
+hunted_statuses() {
+  if [ "${BBKIT_TEST_TIER:-full}" = full ]; then
+    seq 1 255 | grep -v -x -e 126 -e 127
+  else
+    { printf '%s\n' 1 2 64 65 66 69 70 73 74 75 77 78 137 255
+      shuf -i 3-254 -n 4 | grep -v -x -e 126 -e 127; } | sort -n -u
+  fi
+}
+
+@test "no exit status of a failing begin drains a healthy node; every status fails an unhealthy one" {
+  standin_tree
+  job_script '#BB_LUA pool=nvme capacity=8MiB'
+  local code
+  for code in $(hunted_statuses); do
+    echo "$code" >"$TEST_DIR/begin-status"
+    rm -f "$TEST_DIR/calls" "$TEST_DIR/state" "$TEST_DIR/admin-comment"
+    run slurmd prolog n1
+    [ "$status" -eq 0 ] || fail "begin's exit status $code drained a healthy node (prolog exit $status): $output"
+    assert_admin_comment "bbkit: node n1: bb-stage: the job's failure, exit status $code"
+    run calls
+    if [ "$code" = 75 ]; then
+      assert_line "scontrol|requeue|10"
+    else
+      assert_line "scontrol|requeuehold|10"
+    fi
+  done
+  # The same failures on a node whose pool is not mounted: the node's, whatever the status.
+  mv "$TEST_DIR/n1/nvme/.bbkit-pool" "$TEST_DIR/n1/marker"
+  for code in 1 65 70 75 255; do
+    echo "$code" >"$TEST_DIR/begin-status"
+    rm -f "$TEST_DIR/calls" "$TEST_DIR/state" "$TEST_DIR/admin-comment"
+    run slurmd prolog n1
+    assert_failure 69
+    assert_output --regexp "^bbkit node prolog: job 10: node n1: unhealthy: bb-pool: unhealthy: pool nvme: .*not mounted.* \(begin: bb-stage: the job's failure, exit status $code\)$"
+    run calls
+    refute_output --partial requeue
+  done
+}
+
+@test "real node faults drain the node from prolog and epilog: pool not mounted, state directory open to others, bb-mover missing, a node script others may change" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB' \
+    "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/in.dat destination=in.dat"
+  # The pool not mounted: its marker gone.
+  mv "$TEST_DIR/n1/nvme/.bbkit-pool" "$TEST_DIR/n1/marker"
+  run slurmd prolog n1
+  assert_failure 69
+  assert_output --partial "unhealthy: bb-pool: unhealthy: pool nvme: "
+  run slurmd epilog n1
+  assert_success  # no buffer was made: nothing to end
+  mv "$TEST_DIR/n1/marker" "$TEST_DIR/n1/nvme/.bbkit-pool"
+  # The state directory others may write.
+  chmod 777 "$TEST_DIR/n1/state"
+  rm -f "$TEST_DIR/calls"
+  run slurmd prolog n1
+  assert_failure 77
+  run calls
+  refute_output --partial requeue
+  chmod 711 "$TEST_DIR/n1/state"
+  # bb-mover missing: the tools copied without it, no libexec beside them.
+  mkdir "$TEST_DIR/bin"
+  cp "$BBKIT_BIN"/bb-* "$TEST_DIR/bin/"
+  rm -f "$TEST_DIR/bin/bb-mover"
+  rm -f "$TEST_DIR/calls"
+  run slurmd prolog n1 BBKIT_BINDIR="$TEST_DIR/bin"
+  assert_failure 69
+  assert_output --partial "unhealthy: bb-pool: unhealthy: bb-mover: "
+  run slurmd epilog n1 BBKIT_BINDIR="$TEST_DIR/bin"
+  assert_success
+  # A node script that others may change: the node is not in order, whatever the job did.
+  standin_tree
+  cp "$NODE_SCRIPTS/../bbkit-job" "$TEST_DIR/tree/share/bbkit/standalone/bbkit-job"
+  chmod 0775 "$SCRIPTS/epilog"
+  job_script '#BB_LUA pool=nvme capacity=8MiB' \
+    "#BB_LUA stage_in type=file source=$TEST_DIR/pfs/gone.dat destination=x"
+  rm -f "$TEST_DIR/calls"
+  run slurmd prolog n1
+  assert_failure 69
+  assert_output --regexp "unhealthy: bb-pool: unhealthy: $SCRIPTS/epilog: .*writable by group or others"
+  run calls
+  refute_output --partial requeue
+  chmod 0755 "$SCRIPTS/epilog"
+  run slurmd epilog n1
+  assert_success
+}
+
+@test "the user kills their own mover during the stage-in: the job is held, the node stays in service" {
+  [ "$(BBKIT_FAULT=list bb-stage 2>/dev/null | wc -l)" -gt 0 ] || skip "needs crash injection (BBKIT_FAULT_INJECTION)"
+  local i
+  for i in $(seq 1 3); do echo "$i" >"$TEST_DIR/pfs/f$i"; done
+  chown -R "$U" "$TEST_DIR/pfs"
+  job_script '#BB_LUA pool=nvme capacity=8MiB' \
+    "#BB_LUA stage_in type=directory source=$TEST_DIR/pfs destination=in"
+  # The mover stops itself after its first file; the user's own kill -KILL ends it.
+  slurmd prolog n1 BBKIT_FAULT=mover.file-copied:stop >"$TEST_DIR/prolog.out" 2>&1 &
+  local prolog=$! mover=
+  for i in $(seq 1 200); do
+    mover=$(pgrep -u "$U" -x bb-mover || true)
+    [ -n "$mover" ] && grep -q '^State:.*T' "/proc/$mover/status" 2>/dev/null && break
+    sleep 0.1
+  done
+  [ -n "$mover" ] || fail "no stopped bb-mover of $U"
+  runuser -u "$U" -- kill -KILL "$mover"
+  wait "$prolog" || fail "the prolog failed (the node would drain): $(cat "$TEST_DIR/prolog.out")"
+  run cat "$TEST_DIR/prolog.out"
+  assert_output --regexp "^bbkit node prolog: job 10: node n1: bb-stage: "
+  run calls
+  assert_line "scontrol|requeuehold|10"
+  run slurmd epilog n1
+  assert_success
+  run on n1 bb-pool health
+  assert_success
+}
+
+# A job script from random parts a hostile user may choose: pools (node-local, shared, unknown,
+# hostile), sizes (over the node's pool and over its GRES), sources and destinations (missing,
+# unreadable, outside, a symlink loop, a fifo), job names, and the GRES Slurm reports.
+random_job() {
+  local pools=(nvme shared nope 'nvme;touch pwned' '' 'nvme capacity=1')
+  local sizes=(1MiB 8MiB 64MiB 65MiB 1PiB 0 -1 abc '$(touch pwned)' 1e3)
+  local sources=("$TEST_DIR/pfs/in.dat" "$TEST_DIR/pfs/gone" /etc/shadow "$TEST_DIR/pfs/loop"
+    "$TEST_DIR/pfs/fifo" "$TEST_DIR/pfs/../../" '$(touch pwned)' "$TEST_DIR/pfs/in.dat;id")
+  local dests=(in.dat ../escape /etc/passwd '$BB_JOB_DIR/../../x' "a b" '`touch pwned`')
+  local names=(sim '$(touch pwned)' $'two\nlines' "$(printf 'x%.0s' $(seq 300))" '-rf' '%x%j')
+  local grants=(gres:bbnvme:64 gres/bbnvme:1 N/A gres/gpu:2 'gres/bbnvme(CNT:' gres:bbnvme
+    'gres/bbnvme:64,gres/bbnvme:64' '' 'gres/bbnvme:99999999999999999999999')
+  local lines=("#BB_LUA pool=${pools[RANDOM % 6]} capacity=${sizes[RANDOM % 10]}")
+  [ $((RANDOM % 3)) = 0 ] || lines+=("#BB_LUA stage_in type=$( ((RANDOM % 2)) && echo file || echo directory) source=${sources[RANDOM % 8]} destination=${dests[RANDOM % 6]}")
+  [ $((RANDOM % 3)) = 0 ] || lines+=("#BB_LUA stage_out type=directory source=${dests[RANDOM % 6]} destination=${sources[RANDOM % 8]}")
+  job_script "${lines[@]}"
+  printf '%s' "${names[RANDOM % 6]}" >"$TEST_DIR/name"
+  printf '%s' "${grants[RANDOM % 9]}" >"$TEST_DIR/gres"
+}
+
+@test "hostile jobs at random never drain a healthy node: the prolog and epilog exit 0, the node stays healthy" {
+  # A shared pool in the node's bbkit.toml that is not node-local (nor set up here).
+  printf '[[pool]]\nname = "shared"\npath = "%s/shared"\ncapacity = "1GiB"\n' "$TEST_DIR" >>"$TEST_DIR/n1/bbkit.toml"
+  ln -s loop "$TEST_DIR/pfs/loop"
+  mkfifo "$TEST_DIR/pfs/fifo"
+  chown -h "$U" "$TEST_DIR/pfs/loop" "$TEST_DIR/pfs/fifo"
+  local rounds=12 i
+  [ "${BBKIT_TEST_TIER:-full}" != full ] || rounds=150
+  for i in $(seq 1 "$rounds"); do
+    random_job
+    rm -f "$TEST_DIR/state" "$TEST_DIR/calls"
+    run timeout 60 bash -c "$(declare -f slurmd); $(declare -p TEST_DIR JOB U NODELIST SCRIPTS BBKIT_BIN); slurmd prolog n1"
+    [ "$status" -eq 0 ] || fail "round $i: prolog exit $status for: $(cat "$TEST_DIR/job.sh") name=$(cat "$TEST_DIR/name") $(cat "$TEST_DIR/gres"): $output"
+    run slurmd epilog n1
+    [ "$status" -eq 0 ] || fail "round $i: epilog exit $status for: $(cat "$TEST_DIR/job.sh"): $output"
+    JOB=$((JOB + 1))
+  done
+  run on n1 bb-pool health --node-local
+  assert_success
+  assert_nothing_made_but_records
+}
+
+# Nothing a hostile line could have run: no pwned file anywhere it could land.
+assert_nothing_made_but_records() {
+  assert_not_exist "$TEST_DIR/pwned"
+  assert_not_exist "$TEST_DIR/slurmd/pwned"
+  [ -z "$(ls -A "$TEST_DIR/slurmd")" ] || fail "made in slurmd's cwd: $(ls -A "$TEST_DIR/slurmd")"
+}
+
+@test "Slurm's allocation is the law: a buffer over the job's GRES per node, or without any, is the job's error; the granted size runs" {
+  job_script '#BB_LUA pool=nvme capacity=8MiB'
+  echo gres:bbnvme:4 >"$TEST_DIR/gres"
+  run slurmd prolog n1
+  assert_success
+  assert_admin_comment "bbkit: node n1: bb-pool: job 10 asks for 8MiB of pool 'nvme' but Slurm gave it 4 bbnvme on this node, 4MiB"
+  run on n1 bb-stat job "$JOB"
+  assert_failure 66
+  # 23.11 and later write it gres/NAME:COUNT.
+  echo gres/gpu:1,gres/bbnvme:8 >"$TEST_DIR/gres"
+  rm -f "$TEST_DIR/state"
+  run slurmd prolog n2
+  assert_success
+  assert_output ''
+  run on n2 bb-stat job "$JOB" --json
+  assert_output --partial '"state": "running"'
+  slurmd epilog n2
+  # No GRES at all (the request skipped cli_filter and job_submit).
+  echo N/A >"$TEST_DIR/gres"
+  rm -f "$TEST_DIR/state" "$TEST_DIR/calls"
+  run slurmd prolog n1
+  assert_success
+  assert_admin_comment "bbkit: node n1: bb-pool: job 10 asks for 8MiB of pool 'nvme' but Slurm gave it no bbnvme GRES on this node"
+  run calls
+  assert_line "scontrol|requeuehold|10"
+  # slurmctld does not answer: the job is held, the node stays in service.
+  touch "$TEST_DIR/gres-fails"
+  rm -f "$TEST_DIR/state" "$TEST_DIR/calls"
+  run slurmd prolog n1
+  assert_success
+  assert_admin_comment "bbkit: node n1: squeue -j 10 failed: "
 }

@@ -748,7 +748,7 @@ TEST_F(PoolTest, a_node_local_buffer_holds_no_more_than_slurm_granted_on_the_nod
     command.user = "nobody";
     command.node = "n1";
     command.nodes = "n1,n2";
-    for (const char* form : {"bbnvme(CNT:2)", "bbnvme:2", "gpu:1,bbnvme:x:2"}) {
+    for (const char* form : {"bbnvme(CNT:2)", "gres:bbnvme:2", "gres/gpu:1,gres/bbnvme:x:2"}) {
         for (std::uint64_t bytes = 1; bytes <= 4 * KiB; bytes += 511) {
             command.capacity = std::to_string(bytes);
             command.slurm_gres = form;
@@ -767,7 +767,7 @@ TEST_F(PoolTest, a_node_local_buffer_holds_no_more_than_slurm_granted_on_the_nod
         }
     }
     command.capacity = "1KiB";
-    for (const char* none : {"", "(null)", "gpu:4"}) {
+    for (const char* none : {"", "N/A", "gres/gpu:4"}) {
         command.slurm_gres = none;
         std::string message;
         EXPECT_EQ(code_of([&] { build_alloc_request(config_, command); }, &message),

@@ -22,6 +22,19 @@ TEST(SlurmGresTest, reads_the_count_of_the_named_gres_in_every_form_scontrol_pri
     EXPECT_EQ(granted_units("gpu(IDX:N/A)", "gpu"), 0u);
 }
 
+// squeue's %b (TresPerNode): gres:NAME:N up to 23.02, gres/NAME:N from 23.11; no count is one.
+TEST(SlurmGresTest, reads_squeues_tres_per_node_of_every_release) {
+    EXPECT_EQ(granted_units("gres:bbnvme:600", "bbnvme"), 600u);
+    EXPECT_EQ(granted_units("gres/bbnvme:600", "bbnvme"), 600u);
+    EXPECT_EQ(granted_units("gres/gpu:a100:2,gres/bbnvme:fast:600", "bbnvme"), 600u);
+    EXPECT_EQ(granted_units("gres/bbnvme", "bbnvme"), 1u);
+    EXPECT_EQ(granted_units("gres/bbnvme:fast", "bbnvme"), 1u);
+    EXPECT_EQ(granted_units("N/A", "bbnvme"), 0u);
+    EXPECT_EQ(granted_units("license/x:1,cpu:4", "bbnvme"), 0u);
+    for (const char* text : {"gres:", "gres/", "gres/:6", "gres/bbnvme(CNT:6)"})
+        EXPECT_EQ(code_of([&] { granted_units(text, "bbnvme"); }), ExitCode::data) << text;
+}
+
 TEST(SlurmGresTest, none_or_another_name_grants_nothing) {
     EXPECT_EQ(granted_units("", "bbnvme"), 0u);
     EXPECT_EQ(granted_units("(null)", "bbnvme"), 0u);
@@ -58,7 +71,11 @@ TEST(SlurmGresTest, random_lists_add_up_the_named_items_only) {
                 item += ":t" + std::to_string(random() % 3);
             switch (random() % 3) {
                 case 0: item += "(CNT:" + std::to_string(n) + ")"; break;
-                case 1: item += ":" + std::to_string(n); break;
+                case 1:
+                    item += ":" + std::to_string(n);
+                    if (random() % 2)  // squeue's TresPerNode form
+                        item = (random() % 2 ? "gres:" : "gres/") + item;
+                    break;
                 default:
                     item += n == 0 ? "(IDX:N/A)" : "(IDX:0-" + std::to_string(n - 1) + ")";
                     break;

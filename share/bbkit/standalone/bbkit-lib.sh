@@ -249,6 +249,20 @@ bbkit_job_failure() {
     printf '%s\n' "${1:-bbkit-job $2 failed with exit status $3}"
 }
 
+# bbkit_node_health BBKIT_JOB DIR: whether this node is healthy, by `bbkit-job health` (bb-pool
+# health of the node-local pools; bbkit(7), NODE HEALTH) with the node scripts prolog and epilog
+# in DIR trusted too; when not, its exit status (69 a fault, 77 or 78 the state directory or
+# configuration, 127 a tool missing) and the last line it wrote on standard output. The node
+# scripts blame the node for a failure only through this, never by the failure's exit status.
+bbkit_node_health() {
+    bbkit_health_status=0
+    bbkit_health_out=$("$1" health --trust "$2/prolog" --trust "$2/epilog" 2>&1 >/dev/null) ||
+        bbkit_health_status=$?
+    [ "$bbkit_health_status" -ne 0 ] || return 0
+    bbkit_comment "$(printf '%s\n' "${bbkit_health_out:-bbkit-job health failed}" | tail -n 1)"
+    return "$bbkit_health_status"
+}
+
 # --- The tools -------------------------------------------------------------------------------
 
 # bbkit_find_tools DIR: where bbkit_tool finds the tools: $BBKIT_BINDIR, else DIR (PREFIX/bin of
