@@ -1418,18 +1418,36 @@ BBKIT_PLUGIN = \"standalone\""
   node_local_config '[timeouts]' 'other = 100' >/dev/null
   printf '[[pool]]\nname = "fast"\npath = "%s/local2"\ncapacity = "10GiB"\ngranularity = "512MiB"\nnode_local = true\ngres = "bbfast"\n' \
     "$TEST_DIR/local2" >>"$BBKIT_CONFIG"
-  printf '%s\n' 'gestypes=x' 'GresTypes=bbnvme,GPU' 'prologflags=alloc,nohold' \
+  printf '%s\n' 'gestypes=x' 'GresTypes=bbnvme,GPU' 'prologflags=alloc,contain' \
     'CliFilterPlugins=cli_filter/lua' >"$CONF/slurm.conf"
   rm "$CONF/gres.conf"
   run install_node_local --nodes 'n[1-2],big01'
   assert_success
   assert_line "GresTypes=bbnvme,GPU,bbfast"
-  assert_line "PrologFlags=alloc,nohold,DeferBatch"
+  assert_line "PrologFlags=alloc,contain,DeferBatch"
   assert_line "CliFilterPlugins=cli_filter/lua"
   assert_line "Gres=bbnvme:800,bbfast:20"
   run grep -v '^#' "$CONF/gres.conf"
   assert_output "NodeName=n[1-2],big01 Name=bbnvme Count=800
 NodeName=n[1-2],big01 Name=bbfast Count=20"
+}
+
+@test "install-slurm --node-local refuses PrologFlags with NoHold (DeferBatch would defer nothing), writing nothing" {
+  once_per_lua_set
+  node_local_config
+  local flags
+  for flags in NoHold Alloc,NoHold alloc,nohold NOHOLD,Contain; do
+    printf 'ClusterName=bbkit\nPrologFlags=%s\n' "$flags" >"$CONF/slurm.conf"
+    run install_node_local --nodes 'n[1-4]'
+    assert_failure 78
+    assert_line "install-slurm: $CONF/slurm.conf: PrologFlags=$flags holds NoHold, under which Slurm does not wait for the Prologs and DeferBatch defers nothing: a job's batch script could start while its nodes still stage in; remove NoHold"
+    run ls -A "$CONF"
+    assert_output slurm.conf
+  done
+  # A flag that only contains the word is another flag.
+  printf 'ClusterName=bbkit\nPrologFlags=Alloc,NoHoldX\n' >"$CONF/slurm.conf"
+  run install_node_local --nodes 'n[1-4]'
+  assert_success
 }
 
 @test "install-slurm --node-local keeps a gres.conf that gives every node the pool's count, and refuses one that does not" {
