@@ -585,13 +585,14 @@ void check_granted(const PoolConfig& pool, const AllocRequest& r, const std::str
     if (granted == 0)
         throw Error(ExitCode::data, describe(r) + " asks for " + format_size(r.capacity) +
                                         " of pool '" + pool.name + "' but Slurm gave it no " +
-                                        pool.gres + " GRES on this node (its request skipped "
+                                        pool.gres +
+                                        " GRES on this node (its request skipped "
                                         "the submit-time checks)");
-    throw Error(ExitCode::data,
-                describe(r) + " asks for " + format_size(r.capacity) + " of pool '" + pool.name +
-                    "' but Slurm gave it " + std::to_string(granted) + " " + pool.gres +
-                    " on this node, " + format_size(granted * pool.granularity) +
-                    " (its request or GRES changed after the submit-time checks)");
+    throw Error(ExitCode::data, describe(r) + " asks for " + format_size(r.capacity) +
+                                    " of pool '" + pool.name + "' but Slurm gave it " +
+                                    std::to_string(granted) + " " + pool.gres + " on this node, " +
+                                    format_size(granted * pool.granularity) +
+                                    " (its request or GRES changed after the submit-time checks)");
 }
 
 }  // namespace

@@ -439,10 +439,11 @@ json health_json(const HealthReport& report) {
 std::string health_text(const HealthReport& report) {
     std::ostringstream out;
     for (const std::string& pool : report.pools) {
-        const bool faulty = std::any_of(report.faults.begin(), report.faults.end(),
-                                        [&](const HealthFault& f) { return f.subject == "pool " + pool; });
-        const bool draining =
-            std::find(report.draining.begin(), report.draining.end(), pool) != report.draining.end();
+        const bool faulty =
+            std::any_of(report.faults.begin(), report.faults.end(),
+                        [&](const HealthFault& f) { return f.subject == "pool " + pool; });
+        const bool draining = std::find(report.draining.begin(), report.draining.end(), pool) !=
+                              report.draining.end();
         out << "pool " << pool << ": " << (faulty ? "FAULT" : "ok")
             << (draining ? " (draining)" : "") << '\n';
     }

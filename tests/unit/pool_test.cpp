@@ -753,8 +753,7 @@ TEST_F(PoolTest, a_node_local_buffer_holds_no_more_than_slurm_granted_on_the_nod
             command.capacity = std::to_string(bytes);
             command.slurm_gres = form;
             std::string message;
-            const ExitCode code =
-                code_of([&] { build_alloc_request(config_, command); }, &message);
+            const ExitCode code = code_of([&] { build_alloc_request(config_, command); }, &message);
             if (bytes <= 2 * KiB)
                 EXPECT_EQ(code, ExitCode::ok) << form << " " << bytes << ": " << message;
             else

@@ -70,7 +70,9 @@ TEST(SlurmGresTest, random_lists_add_up_the_named_items_only) {
             if (random() % 2)
                 item += ":t" + std::to_string(random() % 3);
             switch (random() % 3) {
-                case 0: item += "(CNT:" + std::to_string(n) + ")"; break;
+                case 0:
+                    item += "(CNT:" + std::to_string(n) + ")";
+                    break;
                 case 1:
                     item += ":" + std::to_string(n);
                     if (random() % 2)  // squeue's TresPerNode form

@@ -250,8 +250,7 @@ Subcommand add_health(CLI::App& app, Options& o, const Named& named) {
             ->allow_extra_args(false);
         health_cmd->add_flag("--json", o.json, "Print JSON");
     }
-    return {health_cmd, true,
-            [&o](StateStore& store, const Config& config, const std::string&) {
+    return {health_cmd, true, [&o](StateStore& store, const Config& config, const std::string&) {
                 const HealthReport report = check_health(store, config, o.health);
                 if (o.json)
                     print(health_json(report));
@@ -372,13 +371,10 @@ int main(int argc, char** argv) {
     };
     // In the order --help lists them.
     const std::vector<Subcommand> subcommands{
-        add_list(app, o, named),        add_show(app, o, named),
-        add_init(app, o, named),        add_alloc(app, o, named),
-        add_drain(app, o, named, true), add_drain(app, o, named, false),
-        add_check(app, o, named),       add_health(app, o, named),
-        add_recover(app, o, named),
-        add_reap(app, o, named),        add_reconcile(app, o, named),
-        add_migrate(app, o, named)};
+        add_list(app, o, named),  add_show(app, o, named),        add_init(app, o, named),
+        add_alloc(app, o, named), add_drain(app, o, named, true), add_drain(app, o, named, false),
+        add_check(app, o, named), add_health(app, o, named),      add_recover(app, o, named),
+        add_reap(app, o, named),  add_reconcile(app, o, named),   add_migrate(app, o, named)};
 
     return run_tool(tool, app, argc, argv, common, [&]() -> int {
         const Config config = load_effective_config(common);

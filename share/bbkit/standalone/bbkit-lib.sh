@@ -250,7 +250,7 @@ bbkit_job_failure() {
 }
 
 # bbkit_node_health BBKIT_JOB DIR: whether this node is healthy, by `bbkit-job health` (bb-pool
-# health of the node-local pools; bbkit(7), NODE HEALTH) with the node scripts prolog and epilog
+# health of the node-local pools; bbkit(7), NODE-LOCAL POOLS, Node health) with the node scripts prolog and epilog
 # in DIR trusted too; when not, its exit status (69 a fault, 77 or 78 the state directory or
 # configuration, 127 a tool missing) and the last line it wrote on standard output. The node
 # scripts blame the node for a failure only through this, never by the failure's exit status.
