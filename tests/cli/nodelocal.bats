@@ -109,8 +109,8 @@ buffer_on() {
   assert_output --partial "invalid node name '../../etc'"
   script "$TEST_DIR/shared.sh" '#BB_LUA pool=shared capacity=8MiB'
   run on n1 bb-pool alloc --job 8 --user "$U" --script "$TEST_DIR/shared.sh" --node n1 --nodes n1
-  assert_failure 64
-  assert_output "bb-pool: --node applies to node-local pools, and pool 'shared' is not one"
+  assert_failure 65
+  assert_output "bb-pool: job 8 asks for pool 'shared', which is not node-local: a job's nodes reserve space in node-local pools only"
   # Nothing was reserved by the refusals.
   run on n1 bb-stat job 8
   assert_failure 66

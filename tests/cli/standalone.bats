@@ -212,7 +212,7 @@ EOF2
   assert_output "bbkit-job: node 'n7' is twice in --nodes"
   run bbkit_job begin --node n1 --nodes n1 70 "$U" "$TEST_DIR/job.sh" name extra
   assert_failure 64
-  assert_output --partial "usage: bbkit-job begin [--node NAME --nodes LIST] JOB USER SCRIPT"
+  assert_output --partial "usage: bbkit-job begin [--node NAME --nodes LIST [--slurm-gres GRES]] JOB USER SCRIPT"
   run bbkit_job begin --bogus n1 70 "$U" "$TEST_DIR/job.sh"
   assert_failure 64
   run bb-pool show local --json
@@ -224,15 +224,17 @@ EOF2
   assert_success
 }
 
-@test "bbkit-job begin --node --nodes for a pool that is not node-local: this node's buffer, as without them" {
+@test "bbkit-job begin --node --nodes for a pool that is not node-local: the job's error (65), nothing reserved" {
   printf '#!/bin/sh\n#BB_LUA pool=nvme capacity=1G\n' >"$TEST_DIR/job.sh"
   run bbkit_job begin --node n2.example --nodes n1,n2.example,n_3 71 "$U" "$TEST_DIR/job.sh" name
-  assert_success
-  run bb-stat job 71 --json
-  assert_output --partial '"state": "running"'
-  assert_output --partial '"node": null'
-  run bbkit_job end 71
-  assert_success
+  assert_failure 65
+  assert_output "bb-pool: job 71 asks for pool 'nvme', which is not node-local: a job's nodes reserve space in node-local pools only"
+  run bb-stat job 71
+  assert_failure 66
   run bb-pool show nvme --json
   assert_output --partial '"used": 0'
+  # --slurm-gres goes with --node only.
+  run bbkit_job begin --slurm-gres gres:bbnvme:1 71 "$U" "$TEST_DIR/job.sh"
+  assert_failure 64
+  assert_output "bbkit-job: --slurm-gres goes with --node and --nodes"
 }

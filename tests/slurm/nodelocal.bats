@@ -203,26 +203,20 @@ JOB
   assert_file_not_exists "$JOBS_DIR/c-$JOB.out"
 }
 
-@test "d. a node whose pool is draining fails its Prolog: Slurm drains that node and holds the job, with bbkit's reason; the other node is free" {
+@test "d. a pool drained on one node is no fault of the node: the job is held with bbkit's reason, every node stays in service and its pool free" {
   local script
   node_tool n3 bb-pool drain nvme
   script=$(job_script d.sh '#SBATCH --job-name=d' '#SBATCH --nodes=2' '#SBATCH --nodelist=n3,n4' \
     '#BB pool=nvme capacity=2MiB' <<<'echo "should not run"')
   submit "$script"
   assert_equal "$status" 0
-  wait_job "$JOB" 'JobState=PENDING Reason=launch_failed_requeued_held' 60
+  wait_job "$JOB" 'JobState=PENDING Reason=job_requeued_in_held_state' 60
   run scontrol show job "$JOB"
   assert_output --partial "AdminComment=bbkit: node n3: bb-pool: pool 'nvme' is draining"
-  assert_equal "$(sinfo -h -n n3 -o '%T %E')" "drained Prolog error"
-  run grep -F "prolog failed: rc:69 output:bbkit node prolog: job $JOB: node n3: bb-pool: pool 'nvme' is draining" "$SLURM_DIR/log/slurmd-n3.log"
-  assert_success
+  wait_until 30 "n3 and n4 idle" sh -c "[ \"\$(sinfo -h -n n3,n4 -o '%T' | sort -u)\" = idle ]"
   wait_until 30 "n4's pool free" pools_free n4
-  assert_equal "$(sinfo -h -n n4 -o '%T')" idle
-  # Back in service once the pool is.
   slurm_run scancel "$JOB"
   node_tool n3 bb-pool resume nvme
-  slurm_run scontrol update NodeName=n3 State=RESUME
-  assert_equal "$status" 0
   wait_until 30 "every node idle" all_nodes_idle
 }
 
@@ -531,4 +525,67 @@ JOB
   wait_until 60 "every pool free" pools_free "${NODES[@]}"
   wait_until 30 "every node's GRES free" gres_free "${NODES[@]}"
   wait_until 60 "every node idle" all_nodes_idle
+}
+
+@test "i. the user's own second job kills the first one's mover during its stage-in: the first is held with bbkit's reason, the node stays in service" {
+  local first killer one two
+  mkdir -p "$DATA_DIR/i"
+  head -c 500M /dev/urandom >"$DATA_DIR/i/big.dat"
+  chown -R "$SLURM_TEST_USER:" "$DATA_DIR/i"
+  # The killer: the same user's job on the same node, killing every bb-mover of theirs.
+  # shellcheck disable=SC2016 # expanded in the job
+  killer=$(job_script i2.sh '#SBATCH --job-name=i2' '#SBATCH --nodelist=n1' '#SBATCH --ntasks=1' \
+    '#SBATCH --time=5' <<<'end=$((SECONDS + 120)); while [ $SECONDS -lt $end ]; do pkill -KILL -u "$(id -u)" -x bb-mover && echo killed; sleep 0.02; done; true')
+  first=$(job_script i1.sh '#SBATCH --job-name=i1' '#SBATCH --nodelist=n1' '#SBATCH --ntasks=1' \
+    '#BB pool=nvme capacity=600MiB' \
+    "#BB stage_in type=file source=$DATA_DIR/i/big.dat destination=\$BB_JOB_DIR/big.dat" <<<'echo "i1 should not run"')
+  submit "$killer"
+  two=$JOB
+  wait_job "$two" 'JobState=RUNNING Reason=None' 60
+  submit "$first"
+  one=$JOB
+  wait_job "$one" 'JobState=PENDING Reason=job_requeued_in_held_state' 120
+  run scontrol show job "$one"
+  transcript "root# scontrol show job $one" "$output"
+  assert_output --regexp "AdminComment=bbkit: node n1: bb-stage: .*(signal|killed)"
+  run sinfo -h -n n1 -o '%T %E'
+  refute_output --partial drain
+  run node_tool n1 bb-pool health --node-local
+  assert_success
+  slurm_run scancel "$two" "$one"
+  wait_ended "$two" 60
+  wait_until 60 "n1's pool free" pools_free n1
+  wait_until 30 "every node idle" all_nodes_idle
+}
+
+@test "j. a job that skipped the submit checks (another slurm.conf without the cli_filter) asks for space Slurm never gave: held with bbkit's reason, nothing reserved, no node drained; a job Slurm gave the space runs beside it" {
+  local alt script other
+  # The user's own slurm.conf: Slurm's, without CliFilterPlugins.
+  alt=$JOBS_DIR/my-slurm.conf
+  grep -v -i '^CliFilterPlugins' "$SLURM_CONF" >"$alt"
+  chown "$SLURM_TEST_USER:" "$alt"
+  script=$(job_script j1.sh '#SBATCH --job-name=j1' '#SBATCH --nodelist=n2' '#SBATCH --ntasks=1' \
+    '#BB pool=nvme capacity=800MiB' <<<'echo "j1 should not run"')
+  JOB=
+  slurm_run -u env SLURM_CONF="$alt" sbatch "$script"
+  assert_equal "$status" 0
+  JOB=$(sed -n 's/^Submitted batch job \([0-9]\+\)$/\1/p' <<<"$output")
+  run scontrol show job "$JOB"
+  refute_output --partial "TresPerNode=gres"
+  wait_job "$JOB" 'JobState=PENDING Reason=job_requeued_in_held_state' 60
+  run scontrol show job "$JOB"
+  assert_output --partial "AdminComment=bbkit: node n2: bb-pool: job $JOB asks for 800MiB of pool 'nvme' but Slurm gave it no bbnvme GRES on this node"
+  run sinfo -h -n n2 -o '%T %E'
+  refute_output --partial drain
+  assert_equal "$(pool_used n2)" 0
+  slurm_run scancel "$JOB"
+  # A job that came through the cli_filter gets the space on the same node.
+  script=$(job_script j2.sh '#SBATCH --job-name=j2' '#SBATCH --nodelist=n2' '#SBATCH --ntasks=1' \
+    '#BB pool=nvme capacity=900MiB' <<<'echo "j2 ran"')
+  submit "$script"
+  other=$JOB
+  wait_ended "$other" 120
+  [[ $JOB_STATE_LINE == JobState=COMPLETED* ]] || fail "job $other: $JOB_STATE_LINE"
+  wait_until 30 "n2's pool free" pools_free n2
+  wait_until 30 "every node idle" all_nodes_idle
 }
