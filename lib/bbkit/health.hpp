@@ -1,7 +1,7 @@
 // A node's health: whether the pools, the state directory and the programs bbkit needs on this
-// host are in order, by checks that no job controls (bbkit(7), NODE-LOCAL POOLS, Node health). The
-// node scripts ask it after a failure, to tell a broken node (drain it) from a job's failure (hold
-// the job); a site's HealthCheckProgram asks it too.
+// host are in order, by checks that no job controls (bbkit(7), NODE-LOCAL POOLS, Node health).
+// The node scripts ask it after a failure, to tell a broken node (drain it) from a job's
+// failure (hold the job); a site's HealthCheckProgram asks it too.
 #pragma once
 
 #include <string>

@@ -91,9 +91,9 @@ struct AllocCommand {
     // (job_nodes.hpp); both or neither (then this host alone).
     std::optional<std::string> node;
     std::optional<std::string> nodes;
-    // A node-local pool's job buffer under Slurm: the job's GRES on this node as Slurm
-    // allocated it (`scontrol show job -d`, slurm_gres.hpp). The buffer may hold no more than
-    // that many units of the pool's GRES: Slurm's allocation is the law on the node.
+    // A node-local pool's job buffer under Slurm: the job's GRES per node as Slurm holds it
+    // (squeue's TresPerNode, or a node's line of `scontrol show job -d`; slurm_gres.hpp). The
+    // buffer may hold no more units of the pool's GRES: Slurm's allocation is the law.
     std::optional<std::string> slurm_gres;
 };
 

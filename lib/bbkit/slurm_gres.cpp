@@ -13,7 +13,7 @@ namespace {
 
 [[noreturn]] void malformed(const std::string& text, const std::string& why) {
     throw Error(ExitCode::data, "Slurm's GRES of the job on this node, '" + printable(text) +
-                                    "', is not what scontrol prints (" + why + ")");
+                                    "', is not a list Slurm prints (" + why + ")");
 }
 
 // The items of the list: split at the commas outside parentheses.
@@ -61,8 +61,9 @@ std::uint64_t indices_in(const std::string& text, const std::string& list) {
         } else {
             const std::uint64_t low = count_of(text, range.substr(0, dash));
             const std::uint64_t high = count_of(text, range.substr(dash + 1));
-            if (high < low)
-                malformed(text, "index range '" + printable(range) + "' runs backwards");
+            if (high < low || high - low == UINT64_MAX)
+                malformed(text,
+                          "index range '" + printable(range) + "' runs backwards or past 64 bits");
             n += high - low + 1;
         }
         start = end + 1;

@@ -250,10 +250,11 @@ bbkit_job_failure() {
 }
 
 # bbkit_node_health BBKIT_JOB DIR: whether this node is healthy, by `bbkit-job health` (bb-pool
-# health of the node-local pools; bbkit(7), NODE-LOCAL POOLS, Node health) with the node scripts prolog and epilog
-# in DIR trusted too; when not, its exit status (69 a fault, 77 or 78 the state directory or
-# configuration, 127 a tool missing) and the last line it wrote on standard output. The node
-# scripts blame the node for a failure only through this, never by the failure's exit status.
+# health of the node-local pools; bbkit(7), NODE-LOCAL POOLS, Node health) with the node
+# scripts prolog and epilog in DIR trusted too; when not, its exit status (69 a fault, 77 or 78
+# the state directory or configuration, 127 a tool missing) and the last line it wrote, on
+# standard output. The node scripts blame the node for a failure only through this, never by
+# the failure's exit status.
 bbkit_node_health() {
     bbkit_health_status=0
     bbkit_health_out=$("$1" health --trust "$2/prolog" --trust "$2/epilog" 2>&1 >/dev/null) ||
