@@ -639,7 +639,7 @@ wipe_pool() { find "$TEST_DIR/$1" -mindepth 1 -delete; }
   assert_output "reaped 0 buffer(s), released 0, 0 entries removed"
 }
 
-# bb-pool health (bbkit(7), NODE-LOCAL POOLS, Node health): what no job controls, checked without writing.
+# bb-pool health (bbkit(7), NODE-LOCAL POOLS, Node health): what no job controls, read only.
 @test "health: pools in order are healthy (0), a draining one too and listed; --node-local and --json" {
   init_pools
   run bb-pool health

@@ -559,7 +559,7 @@ EOF2
   assert_output --partial '"used": 0'
 }
 
-# ---- Blame from the node's health (bbkit(7), NODE-LOCAL POOLS, Node health) ---------------------------------------
+# ---- Blame from the node's health (bbkit(7), NODE-LOCAL POOLS, Node health) ------------------
 
 # A copy of the node scripts and their library in $TEST_DIR/tree, root's, where bbkit-job is a
 # stand-in: `begin` fails with the status in $TEST_DIR/begin-status and a tool's one line; the
