@@ -27,8 +27,9 @@ REAL_SCONTROL=$(command -v scontrol || true)
 #   gres            the job's TresPerNode for `squeue -o '%b|%j'` (default gres:bbnvme:64,
 #                   the whole of a node's pool)
 #   gres-fails      `squeue -o '%b|%j'` fails (slurmctld does not answer)
-# `scontrol update` keeps the last AdminComment, byte for byte, in $TEST_DIR/admin-comment;
-# logger keeps its message in $TEST_DIR/syslog.
+# `scontrol update` keeps the last AdminComment, byte for byte, in $TEST_DIR/admin-comment, and
+# a node's drain reason in $TEST_DIR/node-reason (removed by a resume), which sinfo -o %E
+# answers; logger keeps its message in $TEST_DIR/syslog.
 fake_slurm() {
   local bin=$TEST_DIR/slurm-bin
   mkdir -p "$bin"
@@ -48,6 +49,10 @@ case "\$1 \${2:-}" in
   "write batch_script")
     [ -e "\$T/job.sh" ] || { echo "scontrol: error: Job script not specified" >&2; exit 1; }
     cp "\$T/job.sh" "\$4" && echo "batch script for job \$3 written to \$4" ;;
+  "update NodeName=\${SLURMD_NODENAME:-}")
+    shift 2
+    printf '%s\n' "\$@" >"\$T/node-update"
+    case \$1 in State=DRAIN) printf '%s' "\${2#Reason=}" >"\$T/node-reason" ;; State=RESUME) rm -f "\$T/node-reason" ;; esac ;;
   "update JobId=\$SLURM_JOB_ID")
     case \$3 in AdminComment=*) printf '%s' "\${3#AdminComment=}" >"\$T/admin-comment" ;; esac ;;
   "requeue \$SLURM_JOB_ID" | "requeuehold \$SLURM_JOB_ID")
@@ -71,6 +76,13 @@ case \$5 in
     printf '%s|' "\$(cat "\$T/gres" 2>/dev/null || echo gres:bbnvme:64)"; cat "\$T/name" 2>/dev/null; echo ;;
   *) echo "squeue stand-in: unexpected format: \$5" >&2; exit 2 ;;
 esac
+SH
+  cat >"$bin/sinfo" <<SH
+#!/bin/sh
+T='$TEST_DIR'
+"\$T/slurm-bin/log-call" sinfo "\$@"
+[ "\$*" = "-h -n \$SLURMD_NODENAME -o %E" ] || { echo "sinfo stand-in: unexpected call: \$*" >&2; exit 2; }
+cat "\$T/node-reason" 2>/dev/null || echo none
 SH
   cat >"$bin/scancel" <<SH
 #!/bin/sh
@@ -775,4 +787,55 @@ assert_nothing_made_but_records() {
   run slurmd prolog n1
   assert_success
   assert_admin_comment "bbkit: node n1: squeue -j 10 failed: "
+}
+
+# healthcheck as slurmd runs it: root, SLURMD_NODENAME and nothing else of Slurm's (plus the
+# node's BBKIT_CONFIG and the tools under test, as for the Prolog).
+healthcheck() {
+  local node=$1
+  shift
+  (cd "$TEST_DIR/slurmd" && unshare -m --propagation private sh -c \
+    'mount --bind "$1" /usr/local/sbin || exit 99; shift; exec "$@"' sh "$TEST_DIR/slurm-bin" \
+    env -i SLURMD_NODENAME="$node" BBKIT_CONFIG="$TEST_DIR/$node/bbkit.toml" BBKIT_BINDIR="$BBKIT_BIN" "$@" \
+    "$SCRIPTS/healthcheck" </dev/null 3>&-)
+}
+
+@test "healthcheck drains an unhealthy node itself (Slurm drains nothing on its status) and resumes only a node it drained" {
+  run healthcheck n1
+  assert_success
+  assert_output ''
+  run calls
+  assert_line "sinfo|-h|-n|n1|-o|%E"
+  refute_output --partial "update|NodeName"
+  # The pool not mounted: drained with the health check's line as the reason.
+  mv "$TEST_DIR/n1/nvme/.bbkit-pool" "$TEST_DIR/n1/marker"
+  run healthcheck n1
+  assert_failure 69
+  assert_output --regexp "^bbkit healthcheck: node n1: bbkit health: bb-pool: unhealthy: pool nvme: .*not mounted"
+  run cat "$TEST_DIR/node-update"
+  assert_line State=DRAIN
+  assert_line --regexp "^Reason=bbkit health: bb-pool: unhealthy: pool nvme: "
+  [ "$(wc -l <"$TEST_DIR/node-update")" -eq 2 ]
+  # Mounted again: the node it drained comes back.
+  mv "$TEST_DIR/n1/marker" "$TEST_DIR/n1/nvme/.bbkit-pool"
+  run healthcheck n1
+  assert_success
+  run cat "$TEST_DIR/node-update"
+  assert_output State=RESUME
+  # A node drained by someone else stays drained.
+  rm "$TEST_DIR/node-update"
+  printf 'Prolog error' >"$TEST_DIR/node-reason"
+  run healthcheck n1
+  assert_success
+  assert_not_exist "$TEST_DIR/node-update"
+  printf 'bbkit healthx' >"$TEST_DIR/node-reason"
+  run healthcheck n1
+  assert_not_exist "$TEST_DIR/node-update"
+  # A hostile node name reaches scontrol as one argument and the message as one line.
+  mv "$TEST_DIR/n1/nvme/.bbkit-pool" "$TEST_DIR/n1/marker"
+  run healthcheck $'n1\n$(touch pwned)' BBKIT_CONFIG="$TEST_DIR/n1/bbkit.toml"
+  assert_failure 69
+  [ "${#lines[@]}" -eq 1 ]
+  assert_not_exist "$TEST_DIR/pwned"
+  assert_not_exist "$TEST_DIR/slurmd/pwned"
 }

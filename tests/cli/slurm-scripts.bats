@@ -1396,6 +1396,8 @@ BBKIT_NODE_GRES = "bbnvme"'
   assert_line "TaskProlog=$scripts/task-prolog"
   assert_line "CliFilterPlugins=cli_filter/syslog,cli_filter/lua"
   assert_line "Gres=bbnvme:800"
+  assert_line "HealthCheckProgram=$nodes/healthcheck"
+  assert_line "HealthCheckInterval=300"
   assert_line "install-slurm: wrote $CONF/gres.conf"
   assert_line "install-slurm: Prolog and Epilog run without a time limit"
   refute_line --partial "PrologSlurmctld"
@@ -1419,12 +1421,14 @@ BBKIT_PLUGIN = \"standalone\""
   printf '[[pool]]\nname = "fast"\npath = "%s/local2"\ncapacity = "10GiB"\ngranularity = "512MiB"\nnode_local = true\ngres = "bbfast"\n' \
     "$TEST_DIR/local2" >>"$BBKIT_CONFIG"
   printf '%s\n' 'gestypes=x' 'GresTypes=bbnvme,GPU' 'prologflags=alloc,contain' \
-    'CliFilterPlugins=cli_filter/lua' >"$CONF/slurm.conf"
+    'CliFilterPlugins=cli_filter/lua' 'HealthCheckProgram=/usr/sbin/nhc' >"$CONF/slurm.conf"
   rm "$CONF/gres.conf"
   run install_node_local --nodes 'n[1-2],big01'
   assert_success
   assert_line "GresTypes=bbnvme,GPU,bbfast"
   assert_line "PrologFlags=alloc,contain,DeferBatch"
+  refute_line --regexp "^HealthCheckProgram="
+  assert_line "install-slurm: note: slurm.conf has HealthCheckProgram=/usr/sbin/nhc: call $nodes/healthcheck from it (it drains the node itself when bbkit's pools are not in order)"
   assert_line "CliFilterPlugins=cli_filter/lua"
   assert_line "Gres=bbnvme:800,bbfast:20"
   run grep -v '^#' "$CONF/gres.conf"

@@ -32,6 +32,7 @@ setup() {
 
 teardown() {
   [ -z "${NODES_SKIP:-}" ] || return 0
+  unslow_node
   scenario_teardown
 }
 
@@ -587,5 +588,71 @@ JOB
   wait_ended "$other" 120
   [[ $JOB_STATE_LINE == JobState=COMPLETED* ]] || fail "job $other: $JOB_STATE_LINE"
   wait_until 30 "n2's pool free" pools_free n2
+  wait_until 30 "every node idle" all_nodes_idle
+}
+
+# The cgroup (v1 cpu controller, or v2) that slows a node's slurmd, and so its Prolog and
+# movers, to PERCENT of one CPU: sets SLOW_CGROUP; the scenario's teardown moves it back.
+slow_node() {
+  local node=$1 percent=$2 pid root
+  pid=$(node_slurmd_pid "$node") || fail "no slurmd for $node"
+  if [ -f /sys/fs/cgroup/cpu/cgroup.procs ] && [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
+    root=/sys/fs/cgroup/cpu
+    SLOW_CGROUP=$root/bbkit-slow-$$
+    mkdir -p "$SLOW_CGROUP"
+    echo 100000 >"$SLOW_CGROUP/cpu.cfs_period_us"
+    echo $((percent * 1000)) >"$SLOW_CGROUP/cpu.cfs_quota_us"
+  elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+    root=/sys/fs/cgroup
+    SLOW_CGROUP=$root/bbkit-slow-$$
+    mkdir -p "$SLOW_CGROUP"
+    echo "$((percent * 1000)) 100000" >"$SLOW_CGROUP/cpu.max"
+  else
+    skip "no cgroup cpu controller to slow a node with"
+  fi
+  SLOW_ROOT=$root
+  echo "$pid" >"$SLOW_CGROUP/cgroup.procs"
+  transcript "root# (slurmd of $node, pid $pid, and what it starts limited to $percent% of a CPU: $SLOW_CGROUP)"
+}
+
+unslow_node() {
+  local p
+  [ -n "${SLOW_CGROUP:-}" ] || return 0
+  for p in $(cat "$SLOW_CGROUP/cgroup.procs" 2>/dev/null); do
+    echo "$p" >"$SLOW_ROOT/cgroup.procs" 2>/dev/null || true
+  done
+  rmdir "$SLOW_CGROUP" 2>/dev/null || true
+  SLOW_CGROUP=
+}
+
+@test "k. a stage-in far longer than BatchStartTimeout + MessageTimeout (20 s), the nodes registering again meanwhile: the job starts once its Prolog ends and completes with its data" {
+  local script started
+  mkdir -p "$DATA_DIR/k"
+  head -c 300M /dev/urandom >"$DATA_DIR/k/big.dat"
+  chown -R "$SLURM_TEST_USER:" "$DATA_DIR/k"
+  slow_node n3 2
+  # shellcheck disable=SC2016 # expanded in the job
+  script=$(job_script k.sh '#SBATCH --job-name=k' '#SBATCH --nodelist=n3' '#SBATCH --ntasks=1' \
+    '#BB pool=nvme capacity=400MiB' \
+    "#BB stage_in type=file source=$DATA_DIR/k/big.dat destination=\$BB_JOB_DIR/big.dat" <<<'echo "k ran: $(stat -c %s "$BB_JOB_DIR/big.dat") bytes"')
+  submit "$script"
+  started=$SECONDS
+  wait_job "$JOB" 'JobState=RUNNING Reason=Prolog' 60
+  # Past BatchStartTimeout + MessageTimeout, every node registers again (slurmctld's check for
+  # batch jobs missing from their node runs at a node's registration).
+  while [ $((SECONDS - started)) -lt 30 ]; do sleep 1; done
+  assert_equal "$(job_field "$JOB" JobState) $(job_field "$JOB" Reason)" "RUNNING Prolog"
+  slurm_run scontrol reconfigure
+  assert_equal "$status" 0
+  wait_ended "$JOB" 600
+  unslow_node
+  transcript "(job $JOB ended $((SECONDS - started)) s after its submission)"
+  [[ $JOB_STATE_LINE == JobState=COMPLETED* ]] || fail "job $JOB: $JOB_STATE_LINE"
+  run cat "$JOBS_DIR/k-$JOB.out"
+  assert_output "k ran: 314572800 bytes"
+  [ $((SECONDS - started)) -gt 40 ] || fail "the stage-in took only $((SECONDS - started)) s: not past the timeouts"
+  run grep -F "missing from batch node" "$SLURM_DIR/log/slurmctld.log"
+  assert_failure
+  wait_until 60 "n3's pool free" pools_free n3
   wait_until 30 "every node idle" all_nodes_idle
 }
