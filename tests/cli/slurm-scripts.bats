@@ -1391,6 +1391,9 @@ BBKIT_NODE_GRES = "bbnvme"'
   scripts=$(cd "$SLURM_SHARE/../standalone/slurm" && pwd)
   assert_line "GresTypes=gpu,bbnvme"
   assert_line "PrologFlags=Contain,Alloc,DeferBatch"
+  # The default stage_in (a day) is more than Slurm's 16 bits hold: the most, and a warning.
+  assert_line "BatchStartTimeout=65533"
+  assert_line "install-slurm: warning: timeouts.stage_in 86400 + other 300 s is more than BatchStartTimeout can hold (65533 s): a stage-in longer than that is requeued when its node registers again; lower timeouts.stage_in"
   assert_line "Prolog=$nodes/prolog"
   assert_line "Epilog=$nodes/epilog"
   assert_line "TaskProlog=$scripts/task-prolog"
@@ -1452,6 +1455,30 @@ NodeName=n[1-2],big01 Name=bbfast Count=20"
   printf 'ClusterName=bbkit\nPrologFlags=Alloc,NoHoldX\n' >"$CONF/slurm.conf"
   run install_node_local --nodes 'n[1-4]'
   assert_success
+}
+
+@test "install-slurm --node-local gives BatchStartTimeout room for the Prolog's stage-in, and refuses a shorter one" {
+  once_per_lua_set
+  # stage_in 1000 + other 100 = 1100, 1210 with room to report.
+  node_local_config '[timeouts]' 'stage_in = 1000' 'other = 100'
+  echo 'ClusterName=bbkit' >"$CONF/slurm.conf"
+  run install_node_local --nodes 'n[1-4]'
+  assert_success
+  assert_line "BatchStartTimeout=1210"
+  refute_line --partial "warning: timeouts.stage_in"
+  rm -f "$CONF/gres.conf" "$CONF/cli_filter.lua"
+  for v in 10 1209 abc; do
+    printf 'ClusterName=bbkit\nBatchStartTimeout=%s\n' "$v" >"$CONF/slurm.conf"
+    run install_node_local --nodes 'n[1-4]'
+    assert_failure 78
+    assert_line "install-slurm: $CONF/slurm.conf: BatchStartTimeout=$v is shorter than the Prolog's stage-in may take (timeouts.stage_in 1000 + other 100 s, with room: 1210 s): Slurm would requeue a job still staging in when its node registers again; set BatchStartTimeout=1210 or more, or lower bbkit.toml's [timeouts]"
+    run ls -A "$CONF"
+    assert_output slurm.conf
+  done
+  printf 'ClusterName=bbkit\nBatchStartTimeout=5000\n' >"$CONF/slurm.conf"
+  run install_node_local --nodes 'n[1-4]'
+  assert_success
+  refute_line --regexp "^BatchStartTimeout="
 }
 
 @test "install-slurm --node-local keeps a gres.conf that gives every node the pool's count, and refuses one that does not" {

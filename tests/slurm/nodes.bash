@@ -362,8 +362,8 @@ $NODE_SLURM_EXTRA}"
 # A node-local pool: bbkit's Slurm lines as a site installs them, with the installed tree's
 # install-slurm --node-local (bbkit(7), NODE-LOCAL POOLS): it checks the gres.conf start_nodes
 # wrote (NODE_GRES) and writes cli_filter.lua next to slurm.conf, which adds each job's GRES at
-# submit; the lines it prints (GresTypes, PrologFlags, Prolog, Epilog, TaskProlog,
-# CliFilterPlugins) go before NODE_SLURM_EXTRA, and the Gres it gives the nodes must be
+# submit; the lines it prints (GresTypes, PrologFlags, BatchStartTimeout, Prolog, Epilog,
+# TaskProlog, CliFilterPlugins) go before NODE_SLURM_EXTRA, and the Gres it gives the nodes must be
 # NODE_GRES.
 install_node_local() {
   local log=$SLURM_DIR/log/install-slurm.log lines args
@@ -373,8 +373,8 @@ install_node_local() {
     return 1
   fi
   transcript "root# install-slurm $(printf '%q ' "${args[@]}" | sed 's/ $//')" "$(cat "$log")"
-  lines=$(grep -E '^(GresTypes|PrologFlags|Prolog|Epilog|TaskProlog|CliFilterPlugins)=' "$log")
-  [ "$(wc -l <<<"$lines")" -eq 6 ] || { fail "install-slurm --node-local printed no slurm.conf lines: $(cat "$log")"; return 1; }
+  lines=$(grep -E '^(GresTypes|PrologFlags|BatchStartTimeout|Prolog|Epilog|TaskProlog|CliFilterPlugins)=' "$log")
+  [ "$(wc -l <<<"$lines")" -eq 7 ] || { fail "install-slurm --node-local printed no slurm.conf lines: $(cat "$log")"; return 1; }
   grep -qx "Gres=$NODE_GRES" "$log" || { fail "install-slurm --node-local gives the nodes another Gres than $NODE_GRES: $(cat "$log")"; return 1; }
   [ -s "$SLURM_DIR/etc/cli_filter.lua" ] || { fail "install-slurm --node-local wrote no cli_filter.lua"; return 1; }
   NODE_SLURM_EXTRA="$lines${NODE_SLURM_EXTRA:+
