@@ -37,7 +37,7 @@ alloc_with_file() {
   for script in prolog-slurmctld epilog-slurmctld task-prolog; do
     assert_file_executable "$P/share/bbkit/standalone/slurm/$script"
   done
-  for script in prolog epilog; do
+  for script in prolog epilog healthcheck; do
     assert_file_executable "$P/share/bbkit/standalone/slurm-node/$script"
   done
   assert_file_not_exists "$P/share/bbkit/examples"

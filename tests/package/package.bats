@@ -46,7 +46,8 @@ UNITS="bbkit-recover.service bbkit-reap.service bbkit-reap.timer bbkit-check.ser
   assert_file_executable /usr/share/bbkit/datawarp/dw_wlm_cli
   assert_file_executable /usr/share/bbkit/datawarp/dwstat
   for s in pbs/prologue pbs/epilogue gridengine/prolog gridengine/epilog spur/job_submit \
-    spur/prolog_slurmctld spur/epilog_slurmctld; do
+    spur/prolog_slurmctld spur/epilog_slurmctld slurm-node/prolog slurm-node/epilog \
+    slurm-node/healthcheck; do
     assert_file_executable "/usr/share/bbkit/standalone/$s"
   done
   # The adapters' library: sourced, never run; root's and writable by root only, like them.
