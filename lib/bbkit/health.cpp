@@ -98,4 +98,11 @@ HealthReport check_health(StateStore& store, const Config& config, const HealthS
     return report;
 }
 
+void require_healthy(const HealthReport& report) {
+    if (report.healthy())
+        return;
+    const HealthFault& first = report.faults.front();
+    throw Error(ExitCode::unavailable, "unhealthy: " + first.subject + ": " + first.problem);
+}
+
 }  // namespace bbkit

@@ -40,4 +40,8 @@ struct HealthReport {
 // when the scope selects no pool.
 HealthReport check_health(StateStore& store, const Config& config, const HealthScope& scope);
 
+// Nothing when the report is healthy; else Error(unavailable) "unhealthy: SUBJECT: PROBLEM"
+// naming its first fault (the line the node scripts put in a drain reason or AdminComment).
+void require_healthy(const HealthReport& report);
+
 }  // namespace bbkit

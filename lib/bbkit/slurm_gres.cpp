@@ -84,8 +84,6 @@ std::pair<std::string, std::uint64_t> item_units(const std::string& text, std::s
     }
     const std::size_t open = item.find('(');
     std::string head = item.substr(0, open);
-    if (head.empty())
-        malformed(text, "an item without a name");
     std::uint64_t units = 0;
     if (open != std::string::npos) {
         if (item.back() != ')')
@@ -117,7 +115,7 @@ std::uint64_t granted_units(const std::string& slurm_gres, const std::string& na
     std::uint64_t total = 0;
     for (const std::string& item : items_of(slurm_gres)) {
         const auto [item_name, units] = item_units(slurm_gres, item);
-        if (item_name.empty())
+        if (item_name.empty())  // "(CNT:6)", ":6": every form's one check
             malformed(slurm_gres, "an item without a name");
         if (item_name != name)
             continue;

@@ -256,10 +256,7 @@ Subcommand add_health(CLI::App& app, Options& o, const Named& named) {
                     print(health_json(report));
                 else
                     std::cout << health_text(report);
-                if (!report.healthy())
-                    throw Error(ExitCode::unavailable,
-                                "unhealthy: " + report.faults.front().subject + ": " +
-                                    report.faults.front().problem);
+                require_healthy(report);
                 return 0;
             }};
 }
