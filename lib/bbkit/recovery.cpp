@@ -17,6 +17,7 @@
 #include "bbkit/record_seal.hpp"
 #include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
+#include "bbkit/slurm_gres.hpp"
 #include "bbkit/teardown.hpp"
 #include "bbkit/text.hpp"
 #include "bbkit/views.hpp"
@@ -411,6 +412,8 @@ const char* to_string(FindingKind kind) {
             return "unlimited-buffer";
         case FindingKind::foreign_schema:
             return "foreign-schema";
+        case FindingKind::gres_count:
+            return "gres-count";
     }
     return "unknown";
 }
@@ -1026,6 +1029,32 @@ std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
     forged_records(run, findings);
     if (repair)
         drop_stale_queue(run, findings);
+    return findings;
+}
+
+std::vector<Finding> gres_count_findings(StateStore& store, const Config& config,
+                                         const std::optional<std::string>& slurm_jobs,
+                                         const std::optional<std::string>& node_gres) {
+    if (!slurm_jobs && !node_gres)
+        return {};
+    if (!slurm_jobs || !node_gres)
+        throw Error(ExitCode::usage, "give --slurm-jobs and --slurm-node-gres together");
+    const std::set<std::uint64_t> live_jobs = parse_job_ids(*slurm_jobs);
+    parse_node_gres(*node_gres);  // refused before anything else is done
+    if (!store.foreign_schema().empty())
+        return {};  // its foreign-schema findings say what to do first
+    StatusSnapshot snapshot;
+    {
+        ReadSnapshot txn(store);
+        snapshot = read_status(txn, config);
+    }
+    std::vector<Finding> findings;
+    for (const GresCount& c : gres_counts(snapshot, config, live_jobs, node_gres))
+        if (!c.agrees())
+            findings.push_back({FindingKind::gres_count, c.pool, c.gres,
+                                "Slurm counts " + std::to_string(*c.slurm) +
+                                    " units on this node, bbkit " + std::to_string(c.count) + " (" +
+                                    std::to_string(c.held) + " held by no job Slurm has here)"});
     return findings;
 }
 

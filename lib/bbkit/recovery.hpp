@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,7 @@ enum class FindingKind {
     unlimited_buffer,    // a buffer of a pool with project quotas whose directory has none
     foreign_schema,      // state.db's schema is not bbkit's (an object another account added,
                          // removed or changed, or a version older than root sealed)
+    gres_count,          // Slurm counts a node-local pool's GRES on this node unlike bbkit
 };
 // The name bb-pool check prints and its --json holds: "orphan-directory", "stale-queue", ...
 const char* to_string(FindingKind kind);
@@ -64,6 +66,14 @@ struct Finding {
 // runs on the rebuilt one.
 std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
                            const std::string& who);
+
+// With the jobs Slurm has on this node and the node's Gres= (bb-stat gres, --slurm-jobs and
+// --slurm-node-gres; both or neither, else Error(usage)): a gres-count finding for each
+// node-local pool whose GRES Slurm counts unlike bbkit (bbkit(7), NODE-LOCAL POOLS, Counts
+// agree). Never repaired here: the node scripts set Slurm's count. None without both.
+std::vector<Finding> gres_count_findings(StateStore& store, const Config& config,
+                                         const std::optional<std::string>& slurm_jobs,
+                                         const std::optional<std::string>& node_gres);
 
 // bb-pool check's exit status: 1 when a finding is left unrepaired, else 0 (bb-pool(1), EXIT
 // STATUS): a report for cron, as diff(1)'s 1 is, not an error.

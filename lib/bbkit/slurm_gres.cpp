@@ -11,13 +11,17 @@ namespace bbkit {
 
 namespace {
 
-[[noreturn]] void malformed(const std::string& text, const std::string& why) {
-    throw Error(ExitCode::data, "Slurm's GRES of the job on this node, '" + printable(text) +
+[[noreturn]] void malformed(const std::string& text, const std::string& why,
+                            const char* whose = "of the job on this node") {
+    throw Error(ExitCode::data, std::string("Slurm's GRES ") + whose + ", '" + printable(text) +
                                     "', is not a list Slurm prints (" + why + ")");
 }
 
+constexpr const char* node_whose = "of this node";
+
 // The items of the list: split at the commas outside parentheses.
-std::vector<std::string> items_of(const std::string& text) {
+std::vector<std::string> items_of(const std::string& text,
+                                  const char* whose = "of the job on this node") {
     std::vector<std::string> items;
     std::string item;
     int depth = 0;
@@ -26,7 +30,7 @@ std::vector<std::string> items_of(const std::string& text) {
             ++depth;
         } else if (c == ')') {
             if (--depth < 0)
-                malformed(text, "a ')' without its '('");
+                malformed(text, "a ')' without its '('", whose);
         } else if (c == ',' && depth == 0) {
             items.push_back(item);
             item.clear();
@@ -35,7 +39,7 @@ std::vector<std::string> items_of(const std::string& text) {
         item += c;
     }
     if (depth != 0)
-        malformed(text, "a '(' without its ')'");
+        malformed(text, "a '(' without its ')'", whose);
     items.push_back(item);
     return items;
 }
@@ -107,7 +111,95 @@ std::pair<std::string, std::uint64_t> item_units(const std::string& text, std::s
     return {head.substr(0, head.find(':')), units};
 }
 
+// A node item's COUNT: decimal digits, maybe with one of Slurm's 1024-fold suffixes.
+std::uint64_t node_count_of(const std::string& text, std::string count) {
+    static const std::string suffixes = "KMGTP";
+    int power = 0;
+    if (!count.empty()) {
+        const std::size_t at = suffixes.find(count.back());
+        if (at != std::string::npos) {
+            power = static_cast<int>(at) + 1;
+            count.pop_back();
+        }
+    }
+    const std::optional<std::uint64_t> n = parse_decimal(count);
+    if (!n)
+        malformed(text, "count '" + printable(count) + "' is not a number", node_whose);
+    std::uint64_t value = *n;
+    for (int i = 0; i < power; ++i) {
+        if (value > UINT64_MAX / 1024)
+            malformed(text, "count '" + printable(count) + "' is past 64 bits", node_whose);
+        value *= 1024;
+    }
+    return value;
+}
+
+NodeGres node_item(const std::string& text, const std::string& item) {
+    std::string head = item;
+    if (const std::size_t open = item.find('('); open != std::string::npos) {
+        if (item.back() != ')' || item.compare(open, 3, "(S:") != 0)
+            malformed(text, "item '" + printable(item) + "' has other than sockets in parentheses",
+                      node_whose);
+        head.resize(open);
+    }
+    const std::size_t first = head.find(':');
+    const std::size_t last = head.rfind(':');
+    if (first == 0 || last == std::string::npos || last + 1 == head.size())
+        malformed(text, "item '" + printable(item) + "' is not NAME[:TYPE]:COUNT", node_whose);
+    NodeGres gres;
+    gres.name = head.substr(0, first);
+    if (first != last)
+        gres.type = head.substr(first + 1, last - first - 1);
+    if (gres.type.find(':') != std::string::npos || (first != last && gres.type.empty()))
+        malformed(text, "item '" + printable(item) + "' is not NAME[:TYPE]:COUNT", node_whose);
+    gres.count = node_count_of(text, head.substr(last + 1));
+    return gres;
+}
+
 }  // namespace
+
+std::vector<NodeGres> parse_node_gres(const std::string& text) {
+    std::vector<NodeGres> gres;
+    if (text.empty() || text == "(null)")
+        return gres;
+    for (const std::string& item : items_of(text, node_whose))
+        gres.push_back(node_item(text, item));
+    return gres;
+}
+
+std::uint64_t node_gres_units(const std::vector<NodeGres>& gres, const std::string& name) {
+    std::uint64_t total = 0;
+    for (const NodeGres& item : gres)
+        if (item.name == name)
+            total = total + item.count < total ? UINT64_MAX : total + item.count;
+    return total;
+}
+
+std::string node_gres_text(const std::vector<NodeGres>& gres) {
+    std::vector<std::string> items;
+    for (const NodeGres& item : gres)
+        items.push_back(item.name + (item.type.empty() ? "" : ":" + item.type) + ":" +
+                        std::to_string(item.count));
+    return items.empty() ? "(null)" : join(items, ",");
+}
+
+std::set<std::uint64_t> parse_job_ids(const std::string& text) {
+    std::set<std::uint64_t> ids;
+    std::size_t start = 0;
+    while (start < text.size()) {
+        const std::size_t end = std::min(text.find_first_of(", \t\n", start), text.size());
+        if (end > start) {
+            const std::string word = text.substr(start, end - start);
+            const std::optional<std::uint64_t> id = parse_decimal(word);
+            if (!id || *id == 0)
+                throw Error(ExitCode::usage, "'" + printable(word) +
+                                                 "' in the list of Slurm's jobs is not a job id");
+            ids.insert(*id);
+        }
+        start = end + 1;
+    }
+    return ids;
+}
 
 std::uint64_t granted_units(const std::string& slurm_gres, const std::string& name) {
     if (slurm_gres.empty() || slurm_gres == "(null)" || slurm_gres == "N/A")

@@ -127,6 +127,26 @@ std::string pools_table(const std::vector<PoolStatus>& pools) {
     return dwstat_table({"pool", "units", "quantity", "free", "gran", "state"}, rows);
 }
 
+std::string gres_table(const std::vector<GresCount>& counts) {
+    std::vector<std::vector<std::string>> rows;
+    for (const GresCount& c : counts)
+        rows.push_back({c.pool, c.gres, std::to_string(c.units), std::to_string(c.held),
+                        std::to_string(c.count),
+                        c.slurm ? std::to_string(*c.slurm) + (c.agrees() ? "" : "*") : "-"});
+    return dwstat_table({"pool", "gres", "units", "held", "count", "slurm"}, rows);
+}
+
+nlohmann::json gres_json(const std::vector<GresCount>& counts) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const GresCount& c : counts) {
+        nlohmann::json row{{"pool", c.pool}, {"gres", c.gres},   {"units", c.units},
+                           {"held", c.held}, {"count", c.count}, {"agrees", c.agrees()}};
+        row["slurm"] = c.slurm ? nlohmann::json(*c.slurm) : nlohmann::json(nullptr);
+        list.push_back(row);
+    }
+    return nlohmann::json{{"gres", list}};
+}
+
 namespace {
 
 std::string expiration_of(const Buffer& buffer) {

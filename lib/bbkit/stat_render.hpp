@@ -21,6 +21,10 @@ std::string slurm_time(TimePoint time);
 // dwstat's tables: right-aligned columns, sizes in Slurm's printed form. Session, instance and
 // configuration ids are the buffers' record ids (the ones dw_wlm_cli gives Slurm).
 std::string pools_table(const std::vector<PoolStatus>& pools);
+// bb-stat gres: one row per node-local pool, pool gres units held count slurm (slurm "-" when
+// the node's GRES were not given, "*" after it when it differs from count).
+std::string gres_table(const std::vector<GresCount>& counts);
+nlohmann::json gres_json(const std::vector<GresCount>& counts);
 std::string sessions_table(const std::vector<BufferStatus>& buffers);
 std::string instances_table(const std::vector<BufferStatus>& buffers);
 std::string configurations_table(const std::vector<BufferStatus>& buffers);

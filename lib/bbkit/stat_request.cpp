@@ -5,6 +5,7 @@
 
 #include "bbkit/buffer_key.hpp"
 #include "bbkit/error.hpp"
+#include "bbkit/slurm_gres.hpp"
 #include "bbkit/stat_render.hpp"
 
 namespace bbkit {
@@ -24,13 +25,14 @@ StatRequest parse_words(const std::vector<std::string>& words) {
         {"activations", StatView::activations},
         {"burst", StatView::burst},
         {"job", StatView::job},
-        {"env", StatView::env}};
+        {"env", StatView::env},
+        {"gres", StatView::gres}};
     const auto known = std::find_if(views.begin(), views.end(),
                                     [&](const auto& view) { return view.first == word; });
     if (known == views.end())
         throw Error(ExitCode::usage, "unknown view '" + word +
                                          "' (pools, sessions, instances, configurations, "
-                                         "activations, burst, job ID or env ID)");
+                                         "activations, burst, job ID, env ID or gres)");
     request.view = known->second;
     if (request.view != StatView::job && request.view != StatView::env) {
         if (words.size() > 1)
@@ -80,6 +82,31 @@ void check_dws(const StatRequest& request, const StatOptions& options) {
                     "--dws shows pools, sessions, instances, configurations or job ID");
 }
 
+// gres (bbkit(7), NODE-LOCAL POOLS, Counts agree) needs the jobs Slurm has on the node, and
+// its options go with no other view.
+StatRequest check_gres(StatRequest request, const StatOptions& options) {
+    const bool gres_options = options.slurm_jobs || options.slurm_node_gres || options.slurm_update;
+    if (request.view != StatView::gres) {
+        if (gres_options)
+            throw Error(ExitCode::usage,
+                        "--slurm-jobs, --slurm-node-gres and --slurm-update go with the gres "
+                        "view only");
+        return request;
+    }
+    if (options.prometheus || options.for_uid || options.for_anyone || options.dws)
+        throw Error(ExitCode::usage,
+                    "gres takes neither --prometheus, --for-uid, --for-anyone nor --dws");
+    if (!options.slurm_jobs)
+        throw Error(ExitCode::usage,
+                    "gres needs --slurm-jobs: the jobs Slurm has on this node (squeue -h -w "
+                    "NODE -o %A; \"\" for none)");
+    if (options.slurm_update && (!options.slurm_node_gres || options.json))
+        throw Error(ExitCode::usage,
+                    "--slurm-update needs --slurm-node-gres and goes without --json");
+    request.live_jobs = parse_job_ids(*options.slurm_jobs);
+    return request;
+}
+
 }  // namespace
 
 StatRequest parse_stat_request(const StatOptions& options) {
@@ -95,7 +122,7 @@ StatRequest parse_stat_request(const StatOptions& options) {
     if (options.for_uid && options.for_anyone)
         throw Error(ExitCode::usage, "give --for-uid or --for-anyone, not both");
     check_dws(request, options);
-    return request;
+    return check_gres(request, options);
 }
 
 }  // namespace bbkit

@@ -6,12 +6,23 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 namespace bbkit {
 
-enum class StatView { pools, sessions, instances, configurations, activations, burst, job, env };
+enum class StatView {
+    pools,
+    sessions,
+    instances,
+    configurations,
+    activations,
+    burst,
+    job,
+    env,
+    gres
+};
 
 // bb-stat's command line as given: the words and the options that change what is shown.
 struct StatOptions {
@@ -23,12 +34,18 @@ struct StatOptions {
     bool dwstat = false;
     std::optional<std::string> prometheus;
     std::optional<uid_t> for_uid;
+    // gres: the jobs Slurm has on this node (parse_job_ids), the node's Gres= as scontrol
+    // prints it, and whether to print only the Gres= text that makes Slurm's counts bbkit's.
+    std::optional<std::string> slurm_jobs;
+    std::optional<std::string> slurm_node_gres;
+    bool slurm_update = false;
 };
 
 struct StatRequest {
-    StatView view = StatView::pools;  // the default when no word is given
-    bool explicit_view = false;       // a word was given (with --prometheus, print it too)
-    std::uint64_t job_id = 0;         // job and env
+    StatView view = StatView::pools;    // the default when no word is given
+    bool explicit_view = false;         // a word was given (with --prometheus, print it too)
+    std::uint64_t job_id = 0;           // job and env
+    std::set<std::uint64_t> live_jobs;  // gres: --slurm-jobs
     // With --dwstat: the one of dwstat_views() to print ("pools" without a word); `view` is
     // then unused.
     std::optional<std::string> dwstat_view;
@@ -36,7 +53,8 @@ struct StatRequest {
 
 // The request `options` make, or Error(usage) naming what is wrong: an unknown view, a view
 // with an argument it does not take or without the job ID it needs, or options that do not go
-// together (--dws with --json, --shell but for env, --for-uid with --for-anyone, ...).
+// together (--dws with --json, --shell but for env, --for-uid with --for-anyone, gres without
+// --slurm-jobs, ...).
 StatRequest parse_stat_request(const StatOptions& options);
 
 }  // namespace bbkit

@@ -11,6 +11,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/seal.hpp"
+#include "bbkit/slurm_gres.hpp"
 #include "bbkit/user.hpp"
 
 namespace bbkit {
@@ -342,6 +343,81 @@ std::string slurm_pools_json(const std::vector<PoolStatus>& pools) {
 
 std::string slurm_pools_json(Transaction& txn, const Config& config) {
     return slurm_pools_json(pool_status(txn, config));
+}
+
+// ---- a node-local pool's GRES count --------------------------------------------------------
+
+namespace {
+
+// The one item of `name` among a node's GRES, or nullptr when it has none.
+NodeGres* pool_item(std::vector<NodeGres>& gres, const std::string& name, const std::string& text) {
+    NodeGres* found = nullptr;
+    for (NodeGres& item : gres) {
+        if (item.name != name)
+            continue;
+        if (found != nullptr || !item.type.empty())
+            throw Error(ExitCode::data, "Slurm's GRES of this node, '" + printable(text) +
+                                            "', has " + (found ? "more than one" : "a typed") +
+                                            " item of " + name +
+                                            ": bbkit's is one item without a type");
+        found = &item;
+    }
+    return found;
+}
+
+}  // namespace
+
+std::vector<GresCount> gres_counts(const StatusSnapshot& snapshot, const Config& config,
+                                   const std::set<std::uint64_t>& live_jobs,
+                                   const std::optional<std::string>& node_gres) {
+    std::vector<NodeGres> node;
+    if (node_gres)
+        node = parse_node_gres(*node_gres);
+    std::vector<GresCount> counts;
+    for (const PoolConfig& pool : config.pools) {
+        if (!pool.node_local)
+            continue;
+        std::uint64_t held_bytes = 0;
+        for (const PoolStatus& status : snapshot.pools)
+            if (status.name == pool.name)
+                held_bytes = status.trash;
+        for (const BufferStatus& status : snapshot.buffers) {
+            const Buffer& b = status.buffer;
+            if (b.pool != pool.name || !holds_space(b.state))
+                continue;
+            if (b.key.kind() == BufferKind::persistent || live_jobs.count(b.key.job_id) == 0)
+                held_bytes += b.allocated_bytes;
+        }
+        GresCount count;
+        count.pool = pool.name;
+        count.gres = pool.gres;
+        count.units = gres_count(pool);
+        const std::uint64_t granularity = std::max<std::uint64_t>(pool.granularity, 1);
+        count.held = held_bytes / granularity + (held_bytes % granularity != 0 ? 1 : 0);
+        count.count = count.units > count.held ? count.units - count.held : 0;
+        if (node_gres) {
+            const NodeGres* item = pool_item(node, pool.gres, *node_gres);
+            count.slurm = item ? item->count : 0;
+        }
+        counts.push_back(count);
+    }
+    return counts;
+}
+
+std::optional<std::string> gres_update_text(const std::vector<GresCount>& counts,
+                                            const std::string& node_gres) {
+    std::vector<NodeGres> node = parse_node_gres(node_gres);
+    bool changed = false;
+    for (const GresCount& count : counts) {
+        NodeGres* item = pool_item(node, count.gres, node_gres);
+        if (item != nullptr && item->count != count.count) {
+            item->count = count.count;
+            changed = true;
+        }
+    }
+    if (!changed)
+        return std::nullopt;
+    return node_gres_text(node);
 }
 
 // ---- the names in public/ ------------------------------------------------------------------

@@ -13,6 +13,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,35 @@ std::string slurm_reason(const Buffer& buffer);
 // unavailable (its marker missing or different). With no pools: {"pools":[]}.
 std::string slurm_pools_json(const std::vector<PoolStatus>& pools);
 std::string slurm_pools_json(Transaction& txn, const Config& config);
+
+// ---- a node-local pool's GRES count (bbkit(7), NODE-LOCAL POOLS, Counts agree) -------------
+
+// What Slurm should count of a node-local pool's GRES on this node, in units (granules).
+struct GresCount {
+    std::string pool;
+    std::string gres;
+    std::uint64_t units = 0;  // the pool's whole count (gres_count: gres.conf's)
+    // Units no job Slurm has on the node holds through its GRES: buffers kept after their job
+    // (a failed stage-out or teardown), persistent buffers, and trash/ not yet reaped.
+    std::uint64_t held = 0;
+    std::uint64_t count = 0;             // units - held (0 at least): the count Slurm should hold
+    std::optional<std::uint64_t> slurm;  // Slurm's count of the node, when its GRES were given
+    bool agrees() const { return !slurm || *slurm == count; }
+};
+
+// Each node-local pool's, in configuration order, from a snapshot with its buffers
+// (read_status). `live_jobs`: the jobs Slurm has on this node now (running, configuring,
+// completing, suspended), whose buffers Slurm counts through their GRES. `node_gres`: the node's
+// Gres= as `scontrol show node` prints it (parse_node_gres), when known. Error(data) when it is
+// malformed or holds more than one item of a pool's GRES (bbkit's is one untyped item).
+std::vector<GresCount> gres_counts(const StatusSnapshot& snapshot, const Config& config,
+                                   const std::set<std::uint64_t>& live_jobs,
+                                   const std::optional<std::string>& node_gres);
+// The node's Gres= for `scontrol update NodeName=... Gres=` with every pool's GRES at its
+// count and every other GRES as it is (node_gres_text); nullopt when every count agrees (or
+// the node has none of the pools' GRES to set).
+std::optional<std::string> gres_update_text(const std::vector<GresCount>& counts,
+                                            const std::string& node_gres);
 
 // ---- the names in public/ (bbkit(7), FILES) ------------------------------------------------
 

@@ -220,3 +220,43 @@ buffer_on() {
   run on n2 bb-stat job 14
   assert_line --regexp '^state: +staging-out$'
 }
+
+@test "bb-stat gres: each node-local pool's count less what no job of Slurm's holds; bad lists and options are refused 64, a GRES text Slurm does not print 65" {
+  script "$TEST_DIR/a.sh" '#BB_LUA pool=nvme capacity=10MiB'
+  script "$TEST_DIR/b.sh" '#BB_LUA pool=nvme capacity=1500KiB'
+  on n1 bb-pool alloc --job 7 --user "$U" --script "$TEST_DIR/a.sh" --node n1 --nodes n1 >/dev/null
+  on n1 bb-pool alloc --job 8 --user "$U" --script "$TEST_DIR/b.sh" --node n1 --nodes n1 >/dev/null
+  run on n1 bb-stat gres --slurm-jobs 7
+  assert_success
+  assert_line --regexp '^ *pool +gres +units +held +count +slurm$'
+  assert_line --regexp '^ *nvme +bbnvme +64 +2 +62 +-$'
+  refute_output --partial shared
+  run on n1 bb-stat gres --slurm-jobs "" --slurm-node-gres 'gpu:2(S:0),bbnvme:64'
+  assert_line --regexp '^ *nvme +bbnvme +64 +12 +52 +64\*$'
+  run on n1 bb-stat gres --slurm-jobs "" --slurm-node-gres 'gpu:2(S:0),bbnvme:64' --slurm-update
+  assert_success
+  assert_output gpu:2,bbnvme:52
+  run on n1 bb-stat gres --slurm-jobs $'7\n8' --slurm-node-gres bbnvme:64 --slurm-update
+  assert_success
+  assert_output ''
+  run on n1 bb-stat gres --slurm-jobs 7,8 --slurm-node-gres bbnvme:64 --json
+  assert_output --partial '"agrees": true'
+  for args in "gres" "gres --slurm-jobs 7_1" "gres --slurm-jobs x;reboot" "gres --slurm-jobs 7 --slurm-update" \
+    "gres --slurm-jobs 7 --slurm-node-gres bbnvme:6 --slurm-update --json" "pools --slurm-jobs 7" \
+    "gres --slurm-jobs 7 --prometheus $TEST_DIR/p.prom" "gres extra --slurm-jobs 7"; do
+    # shellcheck disable=SC2086 # the words of each case
+    run on n1 bb-stat $args
+    assert_failure 64
+    [ "${#lines[@]}" -eq 1 ] || fail "$args: $output"
+  done
+  assert_not_exist "$TEST_DIR/p.prom"
+  for gres in 'bbnvme' 'bbnvme:6(CNT:6)' 'bbnvme:1,bbnvme:2' 'bbnvme:fast:6' 'bbnvme:6)'; do
+    run on n1 bb-stat gres --slurm-jobs 7 --slurm-node-gres "$gres"
+    assert_failure 65
+    assert_output --regexp "^bb-stat: Slurm's GRES of this node, "
+  done
+  run on n1 bb-pool check --slurm-jobs 7
+  assert_failure 64
+  run on n1 bb-pool check --slurm-jobs 7_1 --slurm-node-gres bbnvme:64
+  assert_failure 64
+}

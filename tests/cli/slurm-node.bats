@@ -27,6 +27,10 @@ REAL_SCONTROL=$(command -v scontrol || true)
 #   gres            the job's TresPerNode for `squeue -o '%b|%j'` (default gres:bbnvme:64,
 #                   the whole of a node's pool)
 #   gres-fails      `squeue -o '%b|%j'` fails (slurmctld does not answer)
+#   node-gres       the node's Gres= for `scontrol -o show node` (default bbnvme:64, the
+#                   pool's units); `scontrol update NodeName=NODE Gres=X` sets it to X
+#   node-jobs       `squeue -h -w NODE -t all -o '%A %T'`: lines "ID STATE" (default the job
+#                   of SLURM_JOB_ID RUNNING, none without it)
 # `scontrol update` keeps the last AdminComment, byte for byte, in $TEST_DIR/admin-comment, and
 # a node's drain reason in $TEST_DIR/node-reason (removed by a resume), which sinfo -o %E
 # answers; logger keeps its message in $TEST_DIR/syslog.
@@ -52,7 +56,14 @@ case "\$1 \${2:-}" in
   "update NodeName=\${SLURMD_NODENAME:-}")
     shift 2
     printf '%s\n' "\$@" >"\$T/node-update"
-    case \$1 in State=DRAIN) printf '%s' "\${2#Reason=}" >"\$T/node-reason" ;; State=RESUME) rm -f "\$T/node-reason" ;; esac ;;
+    case \$1 in
+      State=DRAIN) printf '%s' "\${2#Reason=}" >"\$T/node-reason" ;;
+      State=RESUME) rm -f "\$T/node-reason" ;;
+      Gres=*) printf '%s\n' "\${1#Gres=}" >"\$T/node-gres" ;;
+    esac ;;
+  "-o show")
+    [ "\$3 \$4" = "node \${SLURMD_NODENAME:-}" ] || { echo "Node \$4 not found" >&2; exit 1; }
+    echo "NodeName=\$4 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 Gres=\$(cat "\$T/node-gres" 2>/dev/null || echo bbnvme:64) NodeAddr=\$4 OS=Linux 6.1.0 #1 SMP RealMemory=1 State=IDLE" ;;
   "update JobId=\$SLURM_JOB_ID")
     case \$3 in AdminComment=*) printf '%s' "\${3#AdminComment=}" >"\$T/admin-comment" ;; esac ;;
   "requeue \$SLURM_JOB_ID" | "requeuehold \$SLURM_JOB_ID")
@@ -65,6 +76,11 @@ SH
 #!/bin/sh
 T='$TEST_DIR'
 "\$T/slurm-bin/log-call" squeue "\$@"
+if [ "\$1 \$2" = "-h -w" ] && [ "\$4 \$5 \$6 \$7" = "-t all -o %A %T" ]; then
+  [ "\$3" = "\${SLURMD_NODENAME:-}" ] || { echo "squeue: error: Invalid node name specified" >&2; exit 1; }
+  if [ -e "\$T/node-jobs" ]; then cat "\$T/node-jobs"; elif [ -n "\${SLURM_JOB_ID:-}" ]; then echo "\$SLURM_JOB_ID RUNNING"; fi
+  exit 0
+fi
 [ "\$1 \$2 \$3" = "-h -j \$SLURM_JOB_ID" ] || { echo "squeue stand-in: unexpected call: \$*" >&2; exit 2; }
 state=\$(cat "\$T/state" 2>/dev/null || echo RUNNING)
 [ "\$state" != invalid ] || { echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; }
@@ -283,6 +299,11 @@ assert_admin_comment() {
   refute_output --partial scancel
   run on n1 bb-stat job 10
   assert_failure 66
+  # Job 11's buffer, which Slurm no longer counts (job 11 is not on the node), is taken off
+  # Slurm's count before the requeue: the job is not placed here again.
+  run calls
+  assert_line "scontrol|update|NodeName=n1|Gres=bbnvme:4"
+  [ "$(cat "$TEST_DIR/node-gres")" = bbnvme:4 ]
   # sbatch --no-requeue: the requeue is refused while the job still waits: scancel.
   rm "$TEST_DIR/calls" "$TEST_DIR/state"
   touch "$TEST_DIR/requeue-fails"
@@ -787,6 +808,90 @@ assert_nothing_made_but_records() {
   run slurmd prolog n1
   assert_success
   assert_admin_comment "bbkit: node n1: squeue -j 10 failed: "
+}
+
+@test "counts agree: a kept buffer comes off Slurm's count of the node's GRES (the epilog's own job no longer counted), every other GRES kept; the healthcheck fixes a restored count and restores it once the buffer is ended" {
+  mkdir -m 755 "$TEST_DIR/locked"
+  job_script '#BB_LUA pool=nvme capacity=24MiB' \
+    "#BB_LUA stage_out type=directory source=out destination=$TEST_DIR/locked/res"
+  echo 'gpu:a100:2(S:0-1),bbnvme:64,lic:1K' >"$TEST_DIR/node-gres"
+  slurmd prolog n1
+  buf=$(bbdir "$TEST_DIR/n1/nvme/job/main.10.1")
+  runuser -u "$U" -- sh -c "mkdir '$buf/out' && echo result >'$buf/out/r'"
+  # Slurm lists the ending job (COMPLETING) and another job's GRES on this node.
+  printf '10 COMPLETING\n12 RUNNING\n' >"$TEST_DIR/node-jobs"
+  run slurmd epilog n1
+  assert_success
+  run calls
+  assert_line "squeue|-h|-w|n1|-t|all|-o|%A %T"
+  assert_line "scontrol|-o|show|node|n1"
+  assert_line "scontrol|update|NodeName=n1|Gres=gpu:a100:2,bbnvme:40,lic:1024"
+  assert_line --regexp "^logger\|-t\|bbkit-gres\|-p\|daemon.notice\|node n1: Slurm's GRES set to gpu:a100:2,bbnvme:40,lic:1024 \(was "
+  run on n1 bb-pool check --slurm-jobs 12 --slurm-node-gres "$(cat "$TEST_DIR/node-gres")"
+  assert_output --partial "stalled-stage: pool nvme: main.10.1: stage-out stopped"
+  refute_output --partial gres-count
+  # A reconfigure gives slurm.conf's count back: check names it, the healthcheck fixes it.
+  echo 'gpu:a100:2(S:0-1),bbnvme:64,lic:1K' >"$TEST_DIR/node-gres"
+  printf '' >"$TEST_DIR/node-jobs"
+  run on n1 bb-pool check --slurm-jobs "" --slurm-node-gres "$(cat "$TEST_DIR/node-gres")"
+  assert_failure 1
+  assert_line --regexp "^gres-count: pool nvme: bbnvme: Slurm counts 64 units on this node, bbkit 40 \(24 held by no job Slurm has here\)$"
+  run on n1 bb-stat gres --slurm-jobs "" --slurm-node-gres "$(cat "$TEST_DIR/node-gres")" --json
+  assert_output --partial '"agrees": false'
+  rm "$TEST_DIR/calls"
+  run healthcheck n1
+  assert_success
+  [ "$(cat "$TEST_DIR/node-gres")" = gpu:a100:2,bbnvme:40,lic:1024 ]
+  # Agreeing counts cost two lookups and no update.
+  rm "$TEST_DIR/calls"
+  run healthcheck n1
+  assert_success
+  run calls
+  refute_output --partial "update|NodeName"
+  # The administrator delivers and ends the buffer; the healthcheck gives the space back.
+  chmod 1777 "$TEST_DIR/locked"
+  on n1 bb-stage out --retry --job 10 >/dev/null
+  on n1 bb-stage --job 10 end >/dev/null
+  run healthcheck n1
+  assert_success
+  [ "$(cat "$TEST_DIR/node-gres")" = gpu:a100:2,bbnvme:64,lic:1024 ]
+  # Slurm's answers in another form than its own: nothing is set, one line says why.
+  rm -f "$TEST_DIR/node-update"
+  echo 'bbnvme:64(CNT:3)' >"$TEST_DIR/node-gres"
+  run healthcheck n1
+  assert_failure 65
+  assert_output --regexp "^bb-stat: Slurm's GRES of this node, 'bbnvme:64\(CNT:3\)', is not a list Slurm prints"
+  assert_not_exist "$TEST_DIR/node-update"
+}
+
+@test "counts agree at random: whatever buffers are kept and whichever jobs Slurm lists, Slurm's count becomes the pool's units less what no listed job holds, and nothing else of the node's GRES changes" {
+  local rounds=6 i j id state want held
+  [ "${BBKIT_TEST_TIER:-full}" != full ] || rounds=40
+  printf '#!/bin/sh\n#BB_LUA pool=nvme capacity=%sMiB\n' 3 >"$TEST_DIR/small.sh"
+  for i in $(seq 1 "$rounds"); do
+    # Up to 5 buffers of 3 MiB, each job listed by Slurm or not, in a random state.
+    : >"$TEST_DIR/node-jobs"
+    held=0
+    for j in $(seq 1 $((RANDOM % 6))); do
+      id=$((1000 * i + j))
+      on n1 bb-pool alloc --job "$id" --user "$U" --script "$TEST_DIR/small.sh" --node n1 --nodes n1 >/dev/null
+      state=$(printf '%s\n' RUNNING COMPLETING CONFIGURING SUSPENDED COMPLETED CANCELLED FAILED PENDING "" | shuf -n 1)
+      case $state in
+        RUNNING | COMPLETING | CONFIGURING | SUSPENDED) echo "$id $state" >>"$TEST_DIR/node-jobs" ;;
+        "") held=$((held + 3)) ;;
+        *) echo "$id $state" >>"$TEST_DIR/node-jobs"; held=$((held + 3)) ;;
+      esac
+    done
+    echo "gpu:$((RANDOM % 9))(S:0),bbnvme:$((RANDOM % 2000))K,mps:$((RANDOM % 300))" >"$TEST_DIR/node-gres"
+    want=$(sed -e "s/(S:0)//" -e "s/bbnvme:[0-9]*K/bbnvme:$((64 - held))/" -e 's/\(mps:[0-9]*\)/\1/' "$TEST_DIR/node-gres")
+    run healthcheck n1
+    [ "$status" -eq 0 ] || fail "round $i: healthcheck exit $status: $output"
+    [ "$(cat "$TEST_DIR/node-gres")" = "$want" ] ||
+      fail "round $i: Slurm's count $(cat "$TEST_DIR/node-gres"), want $want (jobs: $(paste -s -d, "$TEST_DIR/node-jobs"))"
+    # Every buffer of the round ended: the whole pool is Slurm's again.
+    for j in $(seq 1 5); do on n1 bb-teardown --job $((1000 * i + j)) >/dev/null 2>&1 || true; done
+    on n1 bb-pool reap >/dev/null
+  done
 }
 
 # healthcheck as slurmd runs it: root, SLURMD_NODENAME and nothing else of Slurm's (plus the

@@ -221,39 +221,85 @@ JOB
   wait_until 30 "every node idle" all_nodes_idle
 }
 
-@test "e. a buffer kept by a failed stage-out leaves a node short although Slurm counts it free: the job there is requeued (no hold) and runs once the buffer is staged out" {
+# NODE's Gres= as slurmctld holds it now (scontrol show node: "bbnvme:1K" for 1024).
+node_gres() {
+  scontrol -o show node "$1" | sed -n 's/^.* Gres=\([^ ]*\).*$/\1/p'
+}
+
+node_gres_is() {
+  [ "$(node_gres "$1")" = "$2" ]
+}
+
+# NODE's HealthCheckProgram run by hand, as an administrator does on the node (slurmd runs it
+# with SLURMD_NODENAME alone).
+node_healthcheck() {
+  node_exec "$1" env -i SLURMD_NODENAME="$1" "$NODE_BBKIT_TREE/share/bbkit/standalone/slurm-node/healthcheck"
+}
+
+@test "e. a buffer kept by a failed stage-out: Slurm's count of the node's GRES is lowered by its space, so a job that would not fit waits for Resources instead of being requeued; a reconfigure's count is fixed again, and ending the buffer restores it" {
   local first second
   # The first job's results cannot land: its destination's parent is root's.
   mkdir -m 0755 "$DATA_DIR/e"
   # shellcheck disable=SC2016 # expanded in the job
   first=$(job_script e1.sh '#SBATCH --job-name=e1' '#SBATCH --nodelist=n2' \
     '#BB pool=nvme capacity=800MiB' \
-    "#BB stage_out type=directory source=\$BB_JOB_DIR/out destination=$DATA_DIR/e/out" <<<'mkdir "$BB_JOB_DIR/out" && hostname >"$BB_JOB_DIR/out/who"')
+    "#BB stage_out type=directory source=\$BB_JOB_DIR/out destination=$DATA_DIR/e/out" <<<'mkdir "$BB_JOB_DIR/out" && hostname >"$BB_JOB_DIR/out/who" && sleep 6')
   # shellcheck disable=SC2016 # expanded in the job
   second=$(job_script e2.sh '#SBATCH --job-name=e2' '#SBATCH --nodelist=n2' \
     '#BB pool=nvme capacity=400MiB' <<<'echo "e2 ran in $BB_JOB_DIR"')
+  assert_equal "$(node_gres n2)" bbnvme:1K
   submit "$first"
   local one=$JOB
+  # The second is queued behind the first, before its buffer is kept.
+  wait_job "$one" 'JobState=RUNNING' 60
+  submit "$second"
+  local two=$JOB
   wait_ended "$one" 60
   [[ $JOB_STATE_LINE == JobState=COMPLETED* ]] || fail "job $one: $JOB_STATE_LINE"
-  # n2's Epilog failed to stage out: the buffer and its data stay; Slurm's count is free again.
+  # n2's Epilog failed to stage out: the buffer and its data stay, and Slurm's count of n2's
+  # GRES is what is free: 1024 - 800 units.
   wait_until 30 "n2 idle" node_idle n2
   assert_equal "$(pool_used n2)" 800MiB
   assert_equal "$(gres_used n2)" bbnvme:0
-  run node_tool n2 bb-stat job "$one"
-  transcript "root@n2# bb-stat job $one" "$output"
+  assert_equal "$(node_gres n2)" bbnvme:224
+  transcript "root# scontrol show node n2 | grep Gres" "$(scontrol show node n2 | grep Gres)"
+  assert_equal "$(node_gres n1)" bbnvme:1K
+  run node_tool n2 bb-stat gres --slurm-jobs "" --slurm-node-gres "$(node_gres n2)"
+  transcript "root@n2# bb-stat gres --slurm-jobs '' --slurm-node-gres $(node_gres n2)" "$output"
   assert_success
+  assert_line --regexp '^ *nvme +bbnvme +1024 +800 +224 +224$'
   assert_file_not_exists "$DATA_DIR/e/out"
-  submit "$second"
-  local two=$JOB
-  wait_job "$two" 'JobState=PENDING Reason=BeginTime' 60
+  # Slurm does not place the second where it cannot fit: it waits (22.05: BadConstraints, n2
+  # alone counting too few), never requeued, no AdminComment. A job asking n2 alone for more
+  # than it now counts is refused at submit.
+  sleep 5
+  run squeue -h -j "$two" -o '%T %r'
+  transcript "root# squeue -j $two" "$output"
+  assert_output --regexp '^PENDING '
   run scontrol show job "$two"
-  assert_output --partial "AdminComment=bbkit: node n2: bb-pool: "
-  assert_output --regexp "Priority=[1-9]"
-  assert_output --partial "Restarts=1"
-  assert_output --partial "TresPerNode=gres:bbnvme:400"
+  assert_output --partial "Restarts=0"
+  refute_output --partial "AdminComment=bbkit"
+  slurm_run -u sbatch "$second"
+  assert_failure
+  assert_output --partial "Requested node configuration is not available"
+  # A reconfigure gives n2 slurm.conf's count again: check names the difference, and the
+  # healthcheck (run every HealthCheckInterval; here by hand) lowers it again. The job is held
+  # meanwhile: Slurm would place it on n2, whose Prolog would lower the count and requeue it.
+  scontrol hold "$two"
+  scontrol reconfigure
+  wait_until 30 "n2's count restored by the reconfigure" node_gres_is n2 bbnvme:1K
+  run node_tool n2 bb-pool check --slurm-jobs "" --slurm-node-gres "$(node_gres n2)"
+  transcript "root@n2# bb-pool check --slurm-jobs '' --slurm-node-gres bbnvme:1K" "$output" "(exit $status)"
+  assert_failure 1
+  assert_output --partial "gres-count"
+  assert_output --partial "bbnvme: Slurm counts 1024 units on this node, bbkit 224"
+  run node_healthcheck n2
+  transcript "root@n2# SLURMD_NODENAME=n2 healthcheck" "$output" "(exit $status)"
+  assert_success
+  assert_equal "$(node_gres n2)" bbnvme:224
   run sinfo -h -n n2 -o '%T'
   refute_output --partial drain
+  scontrol release "$two"
   # The administrator's fix: the destination writable, the stage-out retried and the kept
   # buffer ended by hand, on the node. Ending it before the retry is refused, naming the retry.
   run node_tool n2 bb-stage --job "$one" end
@@ -270,10 +316,10 @@ JOB
   assert_success
   assert_equal "$(cat "$DATA_DIR/e/out/n2/who")" n2
   assert_equal "$(pool_used n2)" 0
-  # Slurm makes a requeued job eligible again about 120 s later (its credential's lifetime).
-  # Not hastened with `scontrol update StartTime=now`: a job started again that way a few
-  # seconds after its requeue was seen to start without its node Prolog, so without a buffer.
-  wait_ended "$two" 200
+  run node_healthcheck n2
+  assert_success
+  assert_equal "$(node_gres n2)" bbnvme:1K
+  wait_ended "$two" 60
   [[ $JOB_STATE_LINE == JobState=COMPLETED* ]] || fail "job $two: $JOB_STATE_LINE"
   run cat "$JOBS_DIR/e2-$two.out"
   assert_output --regexp "^e2 ran in $NODE_POOL_DIR/job/"

@@ -197,7 +197,9 @@ nodes_ctld_wrap() {
 
 # The command that runs another inside NODE's namespaces (sets NODE_WRAP): its netns, then a new
 # private mount namespace with the node's directory at $NODE_LOCAL_DIR and the cluster's hosts
-# file at /etc/hosts, and a UTS namespace named after the node. The netns is entered with
+# file at /etc/hosts, the cluster's configuration at /etc/slurm (where Slurm's commands look
+# when nothing names it: slurmd gives its HealthCheckProgram no SLURM_CONF), and a UTS namespace
+# named after the node. The netns is entered with
 # nsenter, not `ip netns exec`: that one mounts a new /sys, without the cgroup file systems
 # under /sys/fs/cgroup, and Slurm 22.05's slurmd then fails to start ("Unable to initialize
 # cgroup plugin") even with proctrack/linuxproc and task/none.
@@ -206,10 +208,12 @@ nodes_ctld_wrap() {
 # BBKIT_CONFIG.
 node_wrap() {
   local node=$1
+  mkdir -p /etc/slurm
   # shellcheck disable=SC2016 # expanded by the inner shell
   NODE_WRAP=(nsenter --net="/run/netns/$(node_netns "$node")" unshare --mount --uts --propagation private
     sh -c 'echo "$1" >/proc/sys/kernel/hostname && mount --bind "$2" "$3" && mount --bind "$4" /etc/hosts &&
-      shift 4 && exec "$@"' sh "$node" "$SLURM_DIR/nodes/$node/nvme" "$NODE_LOCAL_DIR" "$SLURM_DIR/etc/hosts")
+      mount --bind "$5" /etc/slurm && shift 5 && exec "$@"' sh "$node" "$SLURM_DIR/nodes/$node/nvme" "$NODE_LOCAL_DIR"
+    "$SLURM_DIR/etc/hosts" "$SLURM_DIR/etc")
   if [ "${NODE_BBKIT:-0}" = 1 ]; then
     # shellcheck disable=SC2016 # expanded by the inner shell
     NODE_WRAP+=(sh -c 'mount --bind "$0" "$1" && shift && exec "$@"' "$SLURM_DIR/nodes/$node/state" "$NODE_STATE_DIR"
@@ -363,8 +367,8 @@ $NODE_SLURM_EXTRA}"
 # install-slurm --node-local (bbkit(7), NODE-LOCAL POOLS): it checks the gres.conf start_nodes
 # wrote (NODE_GRES) and writes cli_filter.lua next to slurm.conf, which adds each job's GRES at
 # submit; the lines it prints (GresTypes, PrologFlags, BatchStartTimeout, Prolog, Epilog,
-# TaskProlog, CliFilterPlugins) go before NODE_SLURM_EXTRA, and the Gres it gives the nodes must be
-# NODE_GRES.
+# TaskProlog, CliFilterPlugins, HealthCheckProgram, HealthCheckInterval) go before
+# NODE_SLURM_EXTRA, and the Gres it gives the nodes must be NODE_GRES.
 install_node_local() {
   local log=$SLURM_DIR/log/install-slurm.log lines args
   args=(--node-local --nodes "n[1-$NODE_COUNT]" --slurm-conf-dir "$SLURM_DIR/etc" --config "$BBKIT_CONFIG")
@@ -373,8 +377,8 @@ install_node_local() {
     return 1
   fi
   transcript "root# install-slurm $(printf '%q ' "${args[@]}" | sed 's/ $//')" "$(cat "$log")"
-  lines=$(grep -E '^(GresTypes|PrologFlags|BatchStartTimeout|Prolog|Epilog|TaskProlog|CliFilterPlugins)=' "$log")
-  [ "$(wc -l <<<"$lines")" -eq 7 ] || { fail "install-slurm --node-local printed no slurm.conf lines: $(cat "$log")"; return 1; }
+  lines=$(grep -E '^(GresTypes|PrologFlags|BatchStartTimeout|Prolog|Epilog|TaskProlog|CliFilterPlugins|HealthCheckProgram|HealthCheckInterval)=' "$log")
+  [ "$(wc -l <<<"$lines")" -eq 9 ] || { fail "install-slurm --node-local printed no slurm.conf lines: $(cat "$log")"; return 1; }
   grep -qx "Gres=$NODE_GRES" "$log" || { fail "install-slurm --node-local gives the nodes another Gres than $NODE_GRES: $(cat "$log")"; return 1; }
   [ -s "$SLURM_DIR/etc/cli_filter.lua" ] || { fail "install-slurm --node-local wrote no cli_filter.lua"; return 1; }
   NODE_SLURM_EXTRA="$lines${NODE_SLURM_EXTRA:+

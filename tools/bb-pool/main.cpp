@@ -39,6 +39,8 @@ struct Options {
     bool apply = false;
     bool replace = false;
     HealthScope health;
+    std::optional<std::string> slurm_jobs;       // check: bbkit(7), NODE-LOCAL POOLS, Counts agree
+    std::optional<std::string> slurm_node_gres;  // check
 };
 
 void print(const nlohmann::json& value) {
@@ -222,12 +224,28 @@ Subcommand add_check(CLI::App& app, Options& o, const Named& named) {
             "--repair", o.repair,
             "Quarantine what does not belong, close dead records, remove stale project limits");
         check_cmd->add_flag("--json", o.json, "Print JSON");
+        CLI::Option* jobs = check_cmd->add_option(
+            "--slurm-jobs", o.slurm_jobs,
+            "With --slurm-node-gres: the jobs Slurm has on this node (squeue -h -w "
+            "NODE -o %A; \"\" for none), to compare Slurm's count of each "
+            "node-local pool's GRES with bbkit's (gres-count)");
+        jobs->type_name("IDS");
+        check_cmd
+            ->add_option("--slurm-node-gres", o.slurm_node_gres,
+                         "With --slurm-jobs: this node's Gres= as scontrol show node prints it")
+            ->type_name("GRES")
+            ->needs(jobs);
+        jobs->needs(check_cmd->get_option("--slurm-node-gres"));
     }
     StoreOptions store;
     store.tolerate_foreign_schema = true;  // listed as foreign-schema, rebuilt by --repair
     return {check_cmd, false,
             [&o](StateStore& store, const Config& config, const std::string& who) {
-                const std::vector<Finding> findings = check(store, config, o.repair, who);
+                // Slurm's counts first: a malformed list refuses before anything is repaired.
+                std::vector<Finding> gres =
+                    gres_count_findings(store, config, o.slurm_jobs, o.slurm_node_gres);
+                std::vector<Finding> findings = check(store, config, o.repair, who);
+                findings.insert(findings.end(), gres.begin(), gres.end());
                 if (o.json)
                     print(findings_json(findings));
                 else

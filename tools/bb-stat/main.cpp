@@ -71,7 +71,25 @@ void print_view(const StatRequest& request, const StatusSnapshot& snapshot, cons
             return;
         case StatView::job:
         case StatView::env:
+        case StatView::gres:
             return;  // printed by run()
+    }
+}
+
+// A node's node-local pools against Slurm's count of their GRES (bbkit(7), NODE-LOCAL POOLS,
+// Counts agree): the table, its JSON, or the Gres= text that makes Slurm's count bbkit's
+// (nothing when they agree).
+void print_gres(const StatRequest& request, const StatusSnapshot& snapshot, const Config& config,
+                const StatOptions& options) {
+    const std::vector<GresCount> counts =
+        gres_counts(snapshot, config, request.live_jobs, options.slurm_node_gres);
+    if (options.slurm_update) {
+        if (const auto text = gres_update_text(counts, *options.slurm_node_gres))
+            std::cout << *text << '\n';
+    } else if (options.json) {
+        print_json(gres_json(counts));
+    } else {
+        std::cout << gres_table(counts);
     }
 }
 
@@ -191,6 +209,8 @@ int run(const CommonOptions& common, const StatOptions& options) {
         return 0;
     if (options.dws)
         print_dws(request, snapshot, job);
+    else if (request.view == StatView::gres)
+        print_gres(request, snapshot, config, options);
     else if (job)
         print_job(*job, options.json);
     else
@@ -209,8 +229,8 @@ int main(int argc, char** argv) {
 
     StatOptions options;
     app.add_option("VIEW", options.words,
-                   "pools (default), sessions, instances, configurations, burst, job ID, or env "
-                   "ID");
+                   "pools (default), sessions, instances, configurations, burst, job ID, env "
+                   "ID, or gres");
     app.add_flag("--json", options.json, "Print the view as JSON");
     app.add_flag("--dws", options.dws,
                  "Print the view as DataWarp's dw_wlm_cli answers Slurm's datawarp plugin: pools, "
@@ -230,6 +250,16 @@ int main(int argc, char** argv) {
     app.add_flag("--for-anyone", options.for_anyone,
                  "Show only what any user may see: with PrivateData, pools and no buffer. For a "
                  "caller that cannot tell who asks (scontrol show dwstat)");
+    app.add_option("--slurm-jobs", options.slurm_jobs,
+                   "gres: the jobs Slurm has on this node, as squeue -h -w NODE -o %A lists "
+                   "them (\"\" for none): their buffers are in Slurm's count")
+        ->type_name("IDS");
+    app.add_option("--slurm-node-gres", options.slurm_node_gres,
+                   "gres: this node's Gres= as scontrol show node prints it, to compare with")
+        ->type_name("GRES");
+    app.add_flag("--slurm-update", options.slurm_update,
+                 "gres: print only the Gres= for scontrol update NodeName=NODE that makes "
+                 "Slurm's counts bbkit's (nothing when they agree)");
     add_file_option(app, common, "--prometheus", options.prometheus,
                     "Write metrics in Prometheus text format to FILE, atomically (prints the view "
                     "only when one is named; refused through sudo)")
@@ -249,6 +279,10 @@ int main(int argc, char** argv) {
         "                  (BB_JOB_DIR, DW_JOB_STRIPED, ...) as export NAME=value lines,\n"
         "                  read from its pool's env/ as the job's user, without the state\n"
         "                  directory (--shell: quoted for eval)\n"
+        "  gres            on a node: each node-local pool's GRES units, those held by no\n"
+        "                  job of --slurm-jobs (kept buffers, persistent, trash), the count\n"
+        "                  Slurm should hold, and with --slurm-node-gres Slurm's ('*': it\n"
+        "                  differs); --slurm-update: only the Gres= that fixes Slurm's\n"
         "The state directory's owner and root read the database; other users read public/.\n");
 
     return run_tool("bb-stat", app, argc, argv, common,

@@ -264,6 +264,41 @@ bbkit_node_health() {
     return "$bbkit_health_status"
 }
 
+# bbkit_gres_sync NODE [ENDING_JOB]: makes Slurm's count of NODE's node-local pools' GRES what
+# is really free there (bbkit(7), NODE-LOCAL POOLS, Counts agree): `bb-stat gres` with the
+# jobs Slurm has on NODE (their buffers are in Slurm's count through their GRES; ENDING_JOB,
+# whose Epilog calls this, no longer) and the node's Gres= prints the Gres= that fixes Slurm's
+# count, and `scontrol update` sets it; nothing when they agree. One at a time on a node (a
+# flock on /run/bbkit-gres.lock): two at once could set an older count last. Needs the tools
+# found (bbkit_find_tools). Fails with a line on standard error when Slurm or bb-stat does.
+bbkit_gres_sync() {
+    (
+        flock -w 60 9 || { echo "bbkit: $1: another GRES count update holds /run/bbkit-gres.lock" >&2; exit 75; }
+        # Every job not over (COMPLETING ones still hold their GRES); a job ID once.
+        jobs=$(squeue -h -w "$1" -t all -o '%A %T' 2>&1) || {
+            echo "bbkit: squeue -w $1: $(bbkit_comment "$jobs")" >&2
+            exit 69
+        }
+        jobs=$(printf '%s\n' "$jobs" | awk -v ending="${2:-}" '
+            $1 == ending { next }
+            $2 ~ /^(PENDING|COMPLETED|CANCELLED|FAILED|TIMEOUT|NODE_FAIL|PREEMPTED|BOOT_FAIL|DEADLINE|OUT_OF_MEMORY|REVOKED|SPECIAL_EXIT)$/ { next }
+            { print $1 }' | sort -u | paste -s -d, -)
+        have=$(scontrol -o show node "$1" 2>&1) || {
+            echo "bbkit: scontrol show node $1: $(bbkit_comment "$have")" >&2
+            exit 69
+        }
+        have=$(printf '%s\n' "$have" | sed -n 's/^.* Gres=\([^ ]*\).*$/\1/p')
+        want=$("$(bbkit_tool bb-stat)" gres --slurm-jobs "$jobs" --slurm-node-gres "$have" --slurm-update) ||
+            exit $?
+        [ -n "$want" ] || exit 0
+        out=$(scontrol update "NodeName=$1" "Gres=$want" 2>&1) || {
+            echo "bbkit: scontrol update NodeName=$1 Gres=$want: $(bbkit_comment "$out")" >&2
+            exit 69
+        }
+        logger -t bbkit-gres -p daemon.notice "node $1: Slurm's GRES set to $want (was $have)" 2>/dev/null || true
+    ) 9>>/run/bbkit-gres.lock
+}
+
 # --- The tools -------------------------------------------------------------------------------
 
 # bbkit_find_tools DIR: where bbkit_tool finds the tools: $BBKIT_BINDIR, else DIR (PREFIX/bin of
