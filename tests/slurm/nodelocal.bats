@@ -142,6 +142,9 @@ JOB
   mkdir -p "$DATA_DIR/b"
   head -c 256M /dev/zero >"$DATA_DIR/b/big.dat"
   chown -R "$SLURM_TEST_USER:" "$DATA_DIR/b"
+  # Both nodes' slurmds, and so their Prologs and movers, slowed: the copy lasts long enough to
+  # be seen on this busy host (at full speed it can end between two looks).
+  slow_node n1 10 n2
   script=$(job_script b.sh '#SBATCH --job-name=b' '#SBATCH --nodes=2' '#SBATCH --nodelist=n1,n2' \
     '#BB pool=nvme capacity=300MiB' \
     "#BB stage_in type=file source=$DATA_DIR/b/big.dat destination=\$BB_JOB_DIR/big.dat" <<<'echo "the job ran"')
@@ -637,11 +640,15 @@ JOB
   wait_until 30 "every node idle" all_nodes_idle
 }
 
-# The cgroup (v1 cpu controller, or v2) that slows a node's slurmd, and so its Prolog and
-# movers, to PERCENT of one CPU: sets SLOW_CGROUP; the scenario's teardown moves it back.
+# slow_node NODE PERCENT [NODE...]: the cgroup (v1 cpu controller, or v2) that slows the nodes'
+# slurmds, and so their Prologs and movers, to PERCENT of one CPU together: sets SLOW_CGROUP;
+# the scenario's teardown moves them back.
 slow_node() {
-  local node=$1 percent=$2 pid root
+  local node=$1 percent=$2 pid root more
   pid=$(node_slurmd_pid "$node") || fail "no slurmd for $node"
+  for more in "${@:3}"; do
+    pid="$pid $(node_slurmd_pid "$more")" || fail "no slurmd for $more"
+  done
   if [ -f /sys/fs/cgroup/cpu/cgroup.procs ] && [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
     root=/sys/fs/cgroup/cpu
     SLOW_CGROUP=$root/bbkit-slow-$$
@@ -657,8 +664,8 @@ slow_node() {
     skip "no cgroup cpu controller to slow a node with"
   fi
   SLOW_ROOT=$root
-  echo "$pid" >"$SLOW_CGROUP/cgroup.procs"
-  transcript "root# (slurmd of $node, pid $pid, and what it starts limited to $percent% of a CPU: $SLOW_CGROUP)"
+  for more in $pid; do echo "$more" >"$SLOW_CGROUP/cgroup.procs"; done
+  transcript "root# (slurmd of $node${3:+ ${*:3}}, pid $pid, and what they start limited to $percent% of a CPU together: $SLOW_CGROUP)"
 }
 
 unslow_node() {
