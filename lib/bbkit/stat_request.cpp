@@ -48,10 +48,11 @@ StatRequest parse_words(const std::vector<std::string>& words) {
 
 // DataWarp's dwstat takes one of its own views: most and all, but no burst, job or env.
 StatRequest parse_dwstat(const StatOptions& options) {
-    if (options.json || options.dws || options.shell || options.prometheus)
+    if (options.json || options.dws || options.shell || options.prometheus ||
+        options.slurm_jobs || options.slurm_node_gres || options.slurm_update)
         throw Error(ExitCode::usage,
-                    "--dwstat goes with neither --json, --dws, --shell nor "
-                    "--prometheus");
+                    "--dwstat goes with neither --json, --dws, --shell, --prometheus nor the "
+                    "gres view's options");
     if (options.for_uid && options.for_anyone)
         throw Error(ExitCode::usage, "give --for-uid or --for-anyone, not both");
     if (options.words.size() > 1)

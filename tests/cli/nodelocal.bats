@@ -243,7 +243,7 @@ buffer_on() {
   assert_output --partial '"agrees": true'
   for args in "gres" "gres --slurm-jobs 7_1" "gres --slurm-jobs x;reboot" "gres --slurm-jobs 7 --slurm-update" \
     "gres --slurm-jobs 7 --slurm-node-gres bbnvme:6 --slurm-update --json" "pools --slurm-jobs 7" \
-    "gres --slurm-jobs 7 --prometheus $TEST_DIR/p.prom" "gres extra --slurm-jobs 7"; do
+    "gres --slurm-jobs 7 --prometheus $TEST_DIR/p.prom" "gres extra --slurm-jobs 7" "--dwstat pools --slurm-jobs 7"; do
     # shellcheck disable=SC2086 # the words of each case
     run on n1 bb-stat $args
     assert_failure 64

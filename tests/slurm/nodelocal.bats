@@ -451,9 +451,12 @@ NODE
   submit "$big"
   local g1=$JOB
   wait_job "$g1" 'JobState=RUNNING Reason=None' 60
-  # The cli_filter added the request's units per node to the job's GRES.
+  # The cli_filter added the request's units per node to the job's GRES (kept as gres:NAME up
+  # to 23.02, gres/NAME from 23.11).
+  local tres=gres:
+  ! release_at_least 23.11 || tres=gres/
   run scontrol show job "$g1"
-  assert_output --partial "TresPerNode=gres:bbnvme:600"
+  assert_output --partial "TresPerNode=${tres}bbnvme:600"
   run scontrol -d show job "$g1"
   transcript "root# scontrol -d show job $g1" "$output"
   assert_output --partial "JOB_GRES=bbnvme:2400"
@@ -478,7 +481,7 @@ NODE
   wait_until 30 "g2 to wait for Resources" job_pending_for "$g2" Resources
   run squeue -h -j "$g2" -o '%T %r %b'
   transcript "root# squeue -h -j $g2 -o '%T %r %b'" "$output"
-  assert_output "PENDING Resources gres:bbnvme:600"
+  assert_output "PENDING Resources ${tres}bbnvme:600"
   for node in "${NODES[@]}"; do
     used=600
     [ "$node" != "$small_node" ] || used=800

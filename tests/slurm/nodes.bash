@@ -222,12 +222,13 @@ node_wrap() {
 }
 
 # Runs a command inside NODE's namespaces, those of its running slurmd (what its Prolog, Epilog
-# and jobs see), as root.
+# and jobs see), as root, in slurmd's root directory (entering a mount namespace alone would
+# leave a release's root for the host's: tests/slurm-release).
 node_exec() {
   local node=$1 pid
   shift
   pid=$(node_slurmd_pid "$node") || { echo "no slurmd for $node" >&2; return 1; }
-  nsenter --target "$pid" --mount --uts --net -- "$@"
+  nsenter --target "$pid" --mount --uts --net --root --wd -- "$@"
 }
 
 # Starts NODE's slurmd in its namespaces and waits for the node to be idle.
