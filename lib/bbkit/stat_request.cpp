@@ -48,8 +48,8 @@ StatRequest parse_words(const std::vector<std::string>& words) {
 
 // DataWarp's dwstat takes one of its own views: most and all, but no burst, job or env.
 StatRequest parse_dwstat(const StatOptions& options) {
-    if (options.json || options.dws || options.shell || options.prometheus ||
-        options.slurm_jobs || options.slurm_node_gres || options.slurm_update)
+    if (options.json || options.dws || options.shell || options.prometheus || options.slurm_jobs ||
+        options.slurm_node_gres || options.slurm_update)
         throw Error(ExitCode::usage,
                     "--dwstat goes with neither --json, --dws, --shell, --prometheus nor the "
                     "gres view's options");
