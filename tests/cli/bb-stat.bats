@@ -40,7 +40,7 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
 @test "unknown word is a usage error with exit 64" {
   run bb-stat frobnicate
   assert_failure 64
-  assert_output "bb-stat: unknown view 'frobnicate' (pools, sessions, instances, configurations, activations, burst, job ID or env ID)"
+  assert_output "bb-stat: unknown view 'frobnicate' (pools, sessions, instances, configurations, activations, burst, job ID, env ID or gres)"
 }
 
 @test "job without a numeric ID and extra words are usage errors" {

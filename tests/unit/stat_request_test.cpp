@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,7 +58,7 @@ TEST(StatRequest, UnknownViewNamesTheViews) {
     EXPECT_EQ(refused(words({"frobnicate"}), &message), ExitCode::usage);
     EXPECT_EQ(message,
               "unknown view 'frobnicate' (pools, sessions, instances, configurations, "
-              "activations, burst, job ID or env ID)");
+              "activations, burst, job ID, env ID or gres)");
     EXPECT_EQ(refused(words({"POOLS"})), ExitCode::usage);  // names are exact
     EXPECT_EQ(refused(words({"most"})), ExitCode::usage);   // dwstat's, with --dwstat only
 }
@@ -144,6 +145,39 @@ TEST(StatRequest, DwstatTakesOneOfItsOwnViews) {
     dwstat.for_uid = 0;
     dwstat.for_anyone = true;
     EXPECT_EQ(refused(dwstat), ExitCode::usage);
+}
+
+// gres (bbkit(7), NODE-LOCAL POOLS, Counts agree): the jobs Slurm has on the node are needed,
+// its options go with no other view, and --slurm-update prints text for scontrol only.
+TEST(StatRequest, GresNeedsSlurmsJobsAndItsOptionsGoWithItAlone) {
+    StatOptions o = words({"gres"});
+    EXPECT_EQ(refused(o), ExitCode::usage);
+    o.slurm_jobs = "12\n7,7 9";
+    const StatRequest r = parse_stat_request(o);
+    EXPECT_EQ(r.view, StatView::gres);
+    EXPECT_EQ(r.live_jobs, (std::set<std::uint64_t>{7, 9, 12}));
+    o.slurm_update = true;
+    EXPECT_EQ(refused(o), ExitCode::usage);  // without --slurm-node-gres
+    o.slurm_node_gres = "bbnvme:1K";
+    EXPECT_NO_THROW(parse_stat_request(o));
+    o.json = true;
+    EXPECT_EQ(refused(o), ExitCode::usage);
+    o.json = false;
+    for (auto bad : {"7_1", "x", "0", "7;8"}) {
+        StatOptions b = o;
+        b.slurm_jobs = bad;
+        EXPECT_EQ(refused(b), ExitCode::usage) << bad;
+    }
+    StatOptions other = words({"pools"});
+    other.slurm_jobs = "";
+    EXPECT_EQ(refused(other), ExitCode::usage);
+    StatOptions dwstat = words({"pools"});
+    dwstat.dwstat = true;
+    dwstat.slurm_node_gres = "bbnvme:1";
+    EXPECT_EQ(refused(dwstat), ExitCode::usage);
+    StatOptions prom = o;
+    prom.prometheus = "/tmp/p";
+    EXPECT_EQ(refused(prom), ExitCode::usage);
 }
 
 }  // namespace
