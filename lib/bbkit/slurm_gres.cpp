@@ -142,16 +142,32 @@ NodeGres node_item(const std::string& text, const std::string& item) {
                       node_whose);
         head.resize(open);
     }
-    const std::size_t first = head.find(':');
-    const std::size_t last = head.rfind(':');
-    if (first == 0 || last == std::string::npos || last + 1 == head.size())
-        malformed(text, "item '" + printable(item) + "' is not NAME[:TYPE]:COUNT", node_whose);
+    // NAME, then TYPE and the no_consume flag (each at most once, the flag after the type), COUNT.
+    std::vector<std::string> words;
+    for (std::size_t start = 0;;) {
+        const std::size_t colon = head.find(':', start);
+        words.push_back(head.substr(start, colon - start));
+        if (colon == std::string::npos)
+            break;
+        start = colon + 1;
+    }
+    const auto not_the_form = [&] {
+        malformed(text, "item '" + printable(item) + "' is not NAME[:TYPE][:no_consume]:COUNT",
+                  node_whose);
+    };
+    if (words.size() < 2 || words.size() > 4 || words.front().empty() || words.back().empty())
+        not_the_form();
     NodeGres gres;
-    gres.name = head.substr(0, first);
-    if (first != last)
-        gres.type = head.substr(first + 1, last - first - 1);
-    if (gres.type.find(':') != std::string::npos || (first != last && gres.type.empty()))
-        malformed(text, "item '" + printable(item) + "' is not NAME[:TYPE]:COUNT", node_whose);
+    gres.name = words.front();
+    for (std::size_t i = 1; i + 1 < words.size(); ++i) {
+        if (words[i] == "no_consume" && !gres.no_consume)
+            gres.no_consume = true;
+        else if (i == 1 && !words[i].empty() && words[i] != "no_consume")
+            gres.type = words[i];
+        else
+            not_the_form();
+    }
+    const std::size_t last = head.rfind(':');
     gres.count = node_count_of(text, head.substr(last + 1));
     return gres;
 }
@@ -178,8 +194,8 @@ std::uint64_t node_gres_units(const std::vector<NodeGres>& gres, const std::stri
 std::string node_gres_text(const std::vector<NodeGres>& gres) {
     std::vector<std::string> items;
     for (const NodeGres& item : gres)
-        items.push_back(item.name + (item.type.empty() ? "" : ":" + item.type) + ":" +
-                        std::to_string(item.count));
+        items.push_back(item.name + (item.type.empty() ? "" : ":" + item.type) +
+                        (item.no_consume ? ":no_consume" : "") + ":" + std::to_string(item.count));
     return items.empty() ? "(null)" : join(items, ",");
 }
 

@@ -26,21 +26,23 @@ std::uint64_t granted_units(const std::string& slurm_gres, const std::string& na
 struct NodeGres {
     std::string name;
     std::string type;  // "" when untyped
+    bool no_consume = false;
     std::uint64_t count = 0;
 };
 
 // A node's GRES as `scontrol show node` prints its Gres= (22.05 to 26.05): comma-separated
-// NAME[:TYPE]:COUNT items, each maybe followed by its sockets "(S:0-1)", COUNT in decimal or
+// NAME[:TYPE][:no_consume]:COUNT items, each maybe followed by its sockets "(S:0-1)" (a GRES
+// whose count is 0 is not printed at all), COUNT in decimal or
 // with a K, M, G, T or P suffix multiplying it by 1024 each ("1K" is 1024); "" and "(null)"
 // are none. Error(data) naming the text when it is not that form.
 std::vector<NodeGres> parse_node_gres(const std::string& text);
 // The units of `name` (any type) among them; 0 when the node has none.
 std::uint64_t node_gres_units(const std::vector<NodeGres>& gres, const std::string& name);
-// The text `scontrol update NodeName=... Gres=` takes for them: NAME[:TYPE]:COUNT items in
-// their order, counts in decimal, no sockets (the update replaces every GRES of the node, so
-// none of them may be left out). "(null)" when there are none.
+// The text `scontrol update NodeName=... Gres=` takes for them: NAME[:TYPE][:no_consume]:COUNT
+// items in their order, counts in decimal, no sockets (the update replaces every GRES of the node,
+// so none of them may be left out). "(null)" when there are none.
 std::string node_gres_text(const std::vector<NodeGres>& gres);
-// The jobs Slurm has on a node as `squeue -h -w NODE -o %A` lists them: decimal ids separated
+// Jobs as `squeue -h -w NODE -o %A` lists them: decimal ids separated
 // by newlines, commas or blanks ("" is none). Error(usage) naming the first that is not one.
 std::set<std::uint64_t> parse_job_ids(const std::string& text);
 

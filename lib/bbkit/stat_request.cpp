@@ -99,8 +99,8 @@ StatRequest check_gres(StatRequest request, const StatOptions& options) {
                     "gres takes neither --prometheus, --for-uid, --for-anyone nor --dws");
     if (!options.slurm_jobs)
         throw Error(ExitCode::usage,
-                    "gres needs --slurm-jobs: the jobs Slurm has on this node (squeue -h -w "
-                    "NODE -o %A; \"\" for none)");
+                    "gres needs --slurm-jobs: the jobs holding GRES on this node (squeue -h "
+                    "-w NODE -t running,configuring,suspended -o %A; \"\" for none)");
     if (options.slurm_update && (!options.slurm_node_gres || options.json))
         throw Error(ExitCode::usage,
                     "--slurm-update needs --slurm-node-gres and goes without --json");

@@ -378,23 +378,36 @@ std::vector<GresCount> gres_counts(const StatusSnapshot& snapshot, const Config&
         if (!pool.node_local)
             continue;
         std::uint64_t held_bytes = 0;
-        for (const PoolStatus& status : snapshot.pools)
-            if (status.name == pool.name)
-                held_bytes = status.trash;
+        std::uint64_t live_bytes = 0;
+        bool closed = false;  // draining or not in place: no new buffer fits
+        for (const PoolStatus& status : snapshot.pools) {
+            if (status.name != pool.name)
+                continue;
+            held_bytes = status.trash;
+            closed = status.draining || status.availability == PoolAvailability::unavailable;
+        }
         for (const BufferStatus& status : snapshot.buffers) {
             const Buffer& b = status.buffer;
             if (b.pool != pool.name || !holds_space(b.state))
                 continue;
             if (b.key.kind() == BufferKind::persistent || live_jobs.count(b.key.job_id) == 0)
                 held_bytes += b.allocated_bytes;
+            else
+                live_bytes += b.allocated_bytes;
         }
         GresCount count;
         count.pool = pool.name;
         count.gres = pool.gres;
         count.units = gres_count(pool);
         const std::uint64_t granularity = std::max<std::uint64_t>(pool.granularity, 1);
-        count.held = held_bytes / granularity + (held_bytes % granularity != 0 ? 1 : 0);
+        const auto units_of = [&](std::uint64_t bytes) {
+            return bytes / granularity + (bytes % granularity != 0 ? 1 : 0);
+        };
+        count.held = units_of(held_bytes);
         count.count = count.units > count.held ? count.units - count.held : 0;
+        // A closed pool: what its live jobs hold, so Slurm places no job there.
+        if (closed)
+            count.count = std::min(count.count, units_of(live_bytes));
         if (node_gres) {
             const NodeGres* item = pool_item(node, pool.gres, *node_gres);
             count.slurm = item ? item->count : 0;
@@ -410,7 +423,12 @@ std::optional<std::string> gres_update_text(const std::vector<GresCount>& counts
     bool changed = false;
     for (const GresCount& count : counts) {
         NodeGres* item = pool_item(node, count.gres, node_gres);
-        if (item != nullptr && item->count != count.count) {
+        if (item == nullptr && count.count > 0) {
+            // Slurm does not print a GRES whose count is 0: set back to 0 before, it is named
+            // again (on a node that never had it, Slurm's update skips it).
+            node.push_back(NodeGres{count.gres, "", false, count.count});
+            changed = true;
+        } else if (item != nullptr && item->count != count.count) {
             item->count = count.count;
             changed = true;
         }

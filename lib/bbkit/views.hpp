@@ -135,7 +135,9 @@ struct GresCount {
     // Units no job Slurm has on the node holds through its GRES: buffers kept after their job
     // (a failed stage-out or teardown), persistent buffers, and trash/ not yet reaped.
     std::uint64_t held = 0;
-    std::uint64_t count = 0;             // units - held (0 at least): the count Slurm should hold
+    // units - held (0 at least): the count Slurm should hold; for a pool draining or not in
+    // place, no more than its live jobs' buffers hold (no new buffer fits there)
+    std::uint64_t count = 0;
     std::optional<std::uint64_t> slurm;  // Slurm's count of the node, when its GRES were given
     bool agrees() const { return !slurm || *slurm == count; }
 };
@@ -149,8 +151,8 @@ std::vector<GresCount> gres_counts(const StatusSnapshot& snapshot, const Config&
                                    const std::set<std::uint64_t>& live_jobs,
                                    const std::optional<std::string>& node_gres);
 // The node's Gres= for `scontrol update NodeName=... Gres=` with every pool's GRES at its
-// count and every other GRES as it is (node_gres_text); nullopt when every count agrees (or
-// the node has none of the pools' GRES to set).
+// count and every other GRES as it is (node_gres_text), a pool's GRES the text lacks added
+// (Slurm prints none whose count is 0); nullopt when every count agrees.
 std::optional<std::string> gres_update_text(const std::vector<GresCount>& counts,
                                             const std::string& node_gres);
 

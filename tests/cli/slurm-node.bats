@@ -28,7 +28,10 @@ REAL_SCONTROL=$(command -v scontrol || true)
 #                   the whole of a node's pool)
 #   gres-fails      `squeue -o '%b|%j'` fails (slurmctld does not answer)
 #   node-gres       the node's Gres= for `scontrol -o show node` (default bbnvme:64, the
-#                   pool's units); `scontrol update NodeName=NODE Gres=X` sets it to X
+#                   pool's units); `scontrol update NodeName=NODE Gres=X` sets it to X; the line
+#                   ends with Reason=<node-reason> when there is one
+#   node-gres-then  replaces node-gres once a `scontrol -o show node` has printed it (an
+#                   administrator's update between two looks)
 #   node-jobs       `squeue -h -w NODE -t all -o '%A %T'`: lines "ID STATE" (default the job
 #                   of SLURM_JOB_ID RUNNING, none without it)
 # `scontrol update` keeps the last AdminComment, byte for byte, in $TEST_DIR/admin-comment, and
@@ -63,7 +66,8 @@ case "\$1 \${2:-}" in
     esac ;;
   "-o show")
     [ "\$3 \$4" = "node \${SLURMD_NODENAME:-}" ] || { echo "Node \$4 not found" >&2; exit 1; }
-    echo "NodeName=\$4 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 Gres=\$(cat "\$T/node-gres" 2>/dev/null || echo bbnvme:64) NodeAddr=\$4 OS=Linux 6.1.0 #1 SMP RealMemory=1 State=IDLE" ;;
+    echo "NodeName=\$4 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 Gres=\$(cat "\$T/node-gres" 2>/dev/null || echo bbnvme:64) NodeAddr=\$4 OS=Linux 6.1.0 #1 SMP RealMemory=1 State=IDLE\$([ ! -e "\$T/node-reason" ] || echo " Reason=\$(cat "\$T/node-reason")")"
+    [ ! -e "\$T/node-gres-then" ] || mv "\$T/node-gres-then" "\$T/node-gres" ;;
   "update JobId=\$SLURM_JOB_ID")
     case \$3 in AdminComment=*) printf '%s' "\${3#AdminComment=}" >"\$T/admin-comment" ;; esac ;;
   "requeue \$SLURM_JOB_ID" | "requeuehold \$SLURM_JOB_ID")
@@ -855,13 +859,46 @@ assert_nothing_made_but_records() {
   run healthcheck n1
   assert_success
   [ "$(cat "$TEST_DIR/node-gres")" = gpu:a100:2,bbnvme:64,lic:1024 ]
-  # Slurm's answers in another form than its own: nothing is set, one line says why.
+  # Slurm's answers in another form than its own: nothing is set, one line says why, and the
+  # healthy node's healthcheck still exits 0 (a site's health program may drain on its status).
   rm -f "$TEST_DIR/node-update"
   echo 'bbnvme:64(CNT:3)' >"$TEST_DIR/node-gres"
   run healthcheck n1
-  assert_failure 65
-  assert_output --regexp "^bb-stat: Slurm's GRES of this node, 'bbnvme:64\(CNT:3\)', is not a list Slurm prints"
+  assert_success
+  assert_output --regexp "^bbkit healthcheck: node n1: bb-stat: Slurm's GRES of this node, 'bbnvme:64\(CNT:3\)', is not a list Slurm prints"
   assert_not_exist "$TEST_DIR/node-update"
+  # An administrator's reason naming a Gres= after the node's own: the node's own is read.
+  echo 'gpu:2,bbnvme:64' >"$TEST_DIR/node-gres"
+  printf 'disk check Gres=bbnvme:3' >"$TEST_DIR/node-reason"
+  run healthcheck n1
+  assert_success
+  [ "$(cat "$TEST_DIR/node-gres")" = gpu:2,bbnvme:64 ]
+  rm "$TEST_DIR/node-reason"
+  # A count Slurm set to 0 is no longer printed: the pool's GRES is named again.
+  on n1 bb-pool alloc --job 30 --user "$U" --script "$TEST_DIR/job.sh" --node n1 --nodes n1 >/dev/null
+  echo 'gpu:2(S:0)' >"$TEST_DIR/node-gres"
+  run healthcheck n1
+  assert_success
+  [ "$(cat "$TEST_DIR/node-gres")" = gpu:2,bbnvme:40 ]
+  # Changed by an administrator between two looks: their update stands.
+  echo 'gpu:2,bbnvme:64' >"$TEST_DIR/node-gres"
+  echo 'gpu:4,bbnvme:64' >"$TEST_DIR/node-gres-then"
+  run healthcheck n1
+  assert_success
+  assert_output --partial "its Gres= changed from gpu:2,bbnvme:64 to gpu:4,bbnvme:64 meanwhile: not updated"
+  [ "$(cat "$TEST_DIR/node-gres")" = gpu:4,bbnvme:64 ]
+  # A pool drained here: Slurm counts only what live jobs hold, none, until it is resumed.
+  on n1 bb-teardown --job 30 >/dev/null
+  on n1 bb-pool reap >/dev/null
+  on n1 bb-pool drain nvme >/dev/null
+  run healthcheck n1
+  assert_success
+  [ "$(cat "$TEST_DIR/node-gres")" = gpu:4,bbnvme:0 ]
+  on n1 bb-pool resume nvme >/dev/null
+  echo 'gpu:4' >"$TEST_DIR/node-gres"
+  run healthcheck n1
+  assert_success
+  [ "$(cat "$TEST_DIR/node-gres")" = gpu:4,bbnvme:64 ]
 }
 
 @test "counts agree at random: whatever buffers are kept and whichever jobs Slurm lists, Slurm's count becomes the pool's units less what no listed job holds, and nothing else of the node's GRES changes" {
@@ -875,9 +912,10 @@ assert_nothing_made_but_records() {
     for j in $(seq 1 $((RANDOM % 6))); do
       id=$((1000 * i + j))
       on n1 bb-pool alloc --job "$id" --user "$U" --script "$TEST_DIR/small.sh" --node n1 --nodes n1 >/dev/null
-      state=$(printf '%s\n' RUNNING COMPLETING CONFIGURING SUSPENDED COMPLETED CANCELLED FAILED PENDING "" | shuf -n 1)
+      state=$(printf '%s\n' RUNNING COMPLETING CONFIGURING SUSPENDED STOPPED REQUEUED COMPLETED CANCELLED FAILED PENDING "" | shuf -n 1)
       case $state in
-        RUNNING | COMPLETING | CONFIGURING | SUSPENDED) echo "$id $state" >>"$TEST_DIR/node-jobs" ;;
+        # Jobs that hold their GRES; Slurm releases them once a job starts completing.
+        RUNNING | CONFIGURING | SUSPENDED | STOPPED) echo "$id $state" >>"$TEST_DIR/node-jobs" ;;
         "") held=$((held + 3)) ;;
         *) echo "$id $state" >>"$TEST_DIR/node-jobs"; held=$((held + 3)) ;;
       esac

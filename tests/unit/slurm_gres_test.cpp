@@ -113,12 +113,22 @@ TEST(SlurmGresTest, reads_a_nodes_gres_as_scontrol_show_node_prints_it) {
     EXPECT_TRUE(parse_node_gres("").empty());
     EXPECT_EQ(node_gres_text(mixed), "gpu:a100:4,bbnvme:1500,lic:2147483648");
     EXPECT_EQ(node_gres_text({}), "(null)");
+    // A no_consume GRES, typed or not, keeps its flag through the text for scontrol update.
+    const std::vector<NodeGres> flagged = parse_node_gres("gpu:a100:no_consume:2,bw:no_consume:4G");
+    ASSERT_EQ(flagged.size(), 2u);
+    EXPECT_EQ(flagged[0].type, "a100");
+    EXPECT_TRUE(flagged[0].no_consume);
+    EXPECT_EQ(flagged[1].type, "");
+    EXPECT_TRUE(flagged[1].no_consume);
+    EXPECT_EQ(flagged[1].count, 4ull << 30);
+    EXPECT_EQ(node_gres_text(flagged), "gpu:a100:no_consume:2,bw:no_consume:4294967296");
 }
 
 TEST(SlurmGresTest, a_nodes_gres_in_another_form_is_refused_65_naming_it) {
-    for (const char* text : {"bbnvme", ":4", "bbnvme:", "bbnvme:x", "bbnvme:4(CNT:4)",
-                             "bbnvme:4(S:0", "bbnvme:4)", "a:b:c:4", "bbnvme::4", "bbnvme:4K2",
-                             "bbnvme:99999999999999999P", "bbnvme:4,", ",bbnvme:4"}) {
+    for (const char* text :
+         {"bbnvme", ":4", "bbnvme:", "bbnvme:x", "bbnvme:4(CNT:4)", "bbnvme:4(S:0", "bbnvme:4)",
+          "a:b:c:4", "bbnvme::4", "bbnvme:4K2", "bbnvme:99999999999999999P", "bbnvme:4,",
+          ",bbnvme:4", "gpu:no_consume:a100:2", "gpu:no_consume:no_consume:2", "gpu:a:b:c:2"}) {
         try {
             parse_node_gres(text);
             ADD_FAILURE() << text << " was read";

@@ -226,9 +226,9 @@ Subcommand add_check(CLI::App& app, Options& o, const Named& named) {
         check_cmd->add_flag("--json", o.json, "Print JSON");
         CLI::Option* jobs = check_cmd->add_option(
             "--slurm-jobs", o.slurm_jobs,
-            "With --slurm-node-gres: the jobs Slurm has on this node (squeue -h -w "
-            "NODE -o %A; \"\" for none), to compare Slurm's count of each "
-            "node-local pool's GRES with bbkit's (gres-count)");
+            "With --slurm-node-gres: the jobs holding GRES on this node (squeue -h -w "
+            "NODE -t running,configuring,suspended -o %A; \"\" for none), to compare "
+            "Slurm's count of each node-local pool's GRES with bbkit's (gres-count)");
         jobs->type_name("IDS");
         check_cmd
             ->add_option("--slurm-node-gres", o.slurm_node_gres,

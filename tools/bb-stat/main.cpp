@@ -251,8 +251,9 @@ int main(int argc, char** argv) {
                  "Show only what any user may see: with PrivateData, pools and no buffer. For a "
                  "caller that cannot tell who asks (scontrol show dwstat)");
     app.add_option("--slurm-jobs", options.slurm_jobs,
-                   "gres: the jobs Slurm has on this node, as squeue -h -w NODE -o %A lists "
-                   "them (\"\" for none): their buffers are in Slurm's count")
+                   "gres: the jobs holding GRES on this node (squeue -h -w NODE -t "
+                   "running,configuring,suspended -o %A; \"\" for none): their buffers are "
+                   "in Slurm's count")
         ->type_name("IDS");
     app.add_option("--slurm-node-gres", options.slurm_node_gres,
                    "gres: this node's Gres= as scontrol show node prints it, to compare with")
@@ -281,8 +282,9 @@ int main(int argc, char** argv) {
         "                  directory (--shell: quoted for eval)\n"
         "  gres            on a node: each node-local pool's GRES units, those held by no\n"
         "                  job of --slurm-jobs (kept buffers, persistent, trash), the count\n"
-        "                  Slurm should hold, and with --slurm-node-gres Slurm's ('*': it\n"
-        "                  differs); --slurm-update: only the Gres= that fixes Slurm's\n"
+        "                  Slurm should hold (for a draining pool, only what its jobs hold)\n"
+        "                  and with --slurm-node-gres Slurm's ('*': it differs);\n"
+        "                  --slurm-update: only the Gres= that makes Slurm's count bbkit's\n"
         "The state directory's owner and root read the database; other users read public/.\n");
 
     return run_tool("bb-stat", app, argc, argv, common,

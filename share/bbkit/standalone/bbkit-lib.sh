@@ -266,37 +266,55 @@ bbkit_node_health() {
 
 # bbkit_gres_sync NODE [ENDING_JOB]: makes Slurm's count of NODE's node-local pools' GRES what
 # is really free there (bbkit(7), NODE-LOCAL POOLS, Counts agree): `bb-stat gres` with the
-# jobs Slurm has on NODE (their buffers are in Slurm's count through their GRES; ENDING_JOB,
-# whose Epilog calls this, no longer) and the node's Gres= prints the Gres= that fixes Slurm's
-# count, and `scontrol update` sets it; nothing when they agree. One at a time on a node (a
-# flock on /run/bbkit-gres.lock): two at once could set an older count last. Needs the tools
-# found (bbkit_find_tools). Fails with a line on standard error when Slurm or bb-stat does.
+# jobs Slurm has on NODE holding their GRES (running, configuring, suspended, stopped,
+# signaling, resizing: Slurm releases a job's GRES when it starts completing; ENDING_JOB, whose
+# Epilog calls this, never) and the node's Gres= prints the Gres= that fixes Slurm's count,
+# and `scontrol update` sets it; nothing when they agree. The node's Gres= is read again just
+# before the update, which is skipped when it changed meanwhile (an administrator's update
+# wins; the next run looks again). One at a time on a node (a flock on /run/bbkit-gres.lock):
+# two at once could set an older count last. Each Slurm command gets 20 s, the lock 10 s: a
+# Prolog or Epilog never waits long for this. Needs the tools found (bbkit_find_tools). Fails
+# with a line on standard error when Slurm or bb-stat does; callers log that and go on.
 bbkit_gres_sync() {
+    command -v flock >/dev/null || { echo "bbkit: flock (util-linux) is missing: Slurm's GRES count not updated" >&2; return 69; }
     (
-        flock -w 60 9 || { echo "bbkit: $1: another GRES count update holds /run/bbkit-gres.lock" >&2; exit 75; }
-        # Every job not over (COMPLETING ones still hold their GRES); a job ID once.
-        jobs=$(squeue -h -w "$1" -t all -o '%A %T' 2>&1) || {
-            echo "bbkit: squeue -w $1: $(bbkit_comment "$jobs")" >&2
+        flock -w 10 9 || { echo "bbkit: $1: another GRES count update holds /run/bbkit-gres.lock" >&2; exit 75; }
+        bbkit_sync_err=$(mktemp "${TMPDIR:-/tmp}/bbkit-gres.XXXXXX") || exit 73
+        trap 'rm -f "$bbkit_sync_err"' EXIT
+        jobs=$(timeout 20 squeue -h -w "$1" -t all -o '%A %T' 2>"$bbkit_sync_err") || {
+            echo "bbkit: squeue -w $1: $(bbkit_comment "$(tail -n 1 "$bbkit_sync_err")")" >&2
             exit 69
         }
         jobs=$(printf '%s\n' "$jobs" | awk -v ending="${2:-}" '
             $1 == ending { next }
-            $2 ~ /^(PENDING|COMPLETED|CANCELLED|FAILED|TIMEOUT|NODE_FAIL|PREEMPTED|BOOT_FAIL|DEADLINE|OUT_OF_MEMORY|REVOKED|SPECIAL_EXIT)$/ { next }
-            { print $1 }' | sort -u | paste -s -d, -)
-        have=$(scontrol -o show node "$1" 2>&1) || {
-            echo "bbkit: scontrol show node $1: $(bbkit_comment "$have")" >&2
-            exit 69
-        }
-        have=$(printf '%s\n' "$have" | sed -n 's/^.* Gres=\([^ ]*\).*$/\1/p')
+            $2 ~ /^(RUNNING|CONFIGURING|SUSPENDED|STOPPED|SIGNALING|RESIZING)$/ { print $1 }' |
+            sort -u | paste -s -d, -)
+        have=$(bbkit_node_gres "$1" "$bbkit_sync_err") || exit 69
         want=$("$(bbkit_tool bb-stat)" gres --slurm-jobs "$jobs" --slurm-node-gres "$have" --slurm-update) ||
             exit $?
         [ -n "$want" ] || exit 0
-        out=$(scontrol update "NodeName=$1" "Gres=$want" 2>&1) || {
-            echo "bbkit: scontrol update NodeName=$1 Gres=$want: $(bbkit_comment "$out")" >&2
+        again=$(bbkit_node_gres "$1" "$bbkit_sync_err") || exit 69
+        if [ "$again" != "$have" ]; then
+            echo "bbkit: node $1: its Gres= changed from $have to $again meanwhile: not updated" >&2
+            exit 75
+        fi
+        timeout 20 scontrol update "NodeName=$1" "Gres=$want" >/dev/null 2>"$bbkit_sync_err" || {
+            echo "bbkit: scontrol update NodeName=$1 Gres=$want: $(bbkit_comment "$(tail -n 1 "$bbkit_sync_err")")" >&2
             exit 69
         }
         logger -t bbkit-gres -p daemon.notice "node $1: Slurm's GRES set to $want (was $have)" 2>/dev/null || true
     ) 9>>/run/bbkit-gres.lock
+}
+
+# bbkit_node_gres NODE ERRFILE: NODE's Gres= as `scontrol -o show node` prints it: the first
+# field named so (an administrator's Reason or Comment later on the line may hold the words
+# too), "" when it has none. Fails with a line on standard error (scontrol's in ERRFILE).
+bbkit_node_gres() {
+    bbkit_node_line=$(timeout 20 scontrol -o show node "$1" 2>"$2") || {
+        echo "bbkit: scontrol show node $1: $(bbkit_comment "$(tail -n 1 "$2")")" >&2
+        return 69
+    }
+    printf '%s\n' "$bbkit_node_line" | tr ' ' '\n' | sed -n 's/^Gres=//p' | head -n 1
 }
 
 # --- The tools -------------------------------------------------------------------------------
