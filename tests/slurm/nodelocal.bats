@@ -226,7 +226,7 @@ JOB
 
 # NODE's Gres= as slurmctld holds it now (scontrol show node: "bbnvme:1K" for 1024).
 node_gres() {
-  scontrol -o show node "$1" | sed -n 's/^.* Gres=\([^ ]*\).*$/\1/p'
+  scontrol -o show node "$1" | tr ' ' '\n' | sed -n 's/^Gres=//p' | head -n 1
 }
 
 node_gres_is() {
