@@ -102,7 +102,7 @@ job_script() {
 }
 
 @test "the shipped Lua compiles under this run's Lua" {
-  for f in burst_buffer.lua cli_filter.lua; do
+  for f in burst_buffer.lua cli_filter.lua submit_rules.lua; do
     run "$LUAC" -p "$SLURM_SHARE/$f"
     assert_success
   done
@@ -1240,7 +1240,7 @@ user_script() {  # user_script NAME LINE...
     end
     print('nil -> ' .. table.concat(bbkit_gres_names(nil), ' '))"
   assert_success
-  unread="bbkit: bb-parse --json names its gres in a shape this cli_filter does not read (rerun install-slurm after upgrading bbkit)"
+  unread="bbkit: bb-parse --json names its gres in a shape bbkit's Slurm scripts do not read (rerun install-slurm after upgrading bbkit)"
   assert_output "bbnvme 200 nil
 nil nil nil
 scratch_2 7 nil
@@ -1414,6 +1414,11 @@ BBKIT_CONFIG = \"$BBKIT_CONFIG\"
 BBKIT_PLUGIN = \"standalone\""
   run "$LUAC" -p "$CONF/cli_filter.lua"
   assert_success
+  # The installed script stands alone: the submit rules written in, not loaded from elsewhere.
+  run grep -c 'submit_rules.lua")$' "$CONF/cli_filter.lua"
+  assert_output 0
+  run grep -c '^function bbkit_gres_items(value)$' "$CONF/cli_filter.lua"
+  assert_output 1
   # No burst_buffer plugin, and the nodes' scripts run as root under slurmd: no drop-in.
   run ls -A "$CONF"
   assert_output $'cli_filter.lua\ngres.conf\nslurm.conf'
