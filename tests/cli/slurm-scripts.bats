@@ -1407,7 +1407,7 @@ BBKIT_NODE_GRES = "bbnvme"'
   refute_line --regexp '^BurstBufferType='
   for name in prolog epilog; do assert_file_executable "$nodes/$name"; done
   run grep -v '^#' "$CONF/gres.conf"
-  assert_output "NodeName=n[1-4] Name=bbnvme Count=800"
+  assert_output "NodeName=n[1-4] Name=bbnvme Count=800 Flags=CountOnly"
   run grep -E '^BBKIT_(BINDIR|CONFIG|PLUGIN) = ' "$CONF/cli_filter.lua"
   assert_output "BBKIT_BINDIR = \"$BBKIT_BIN\"
 BBKIT_CONFIG = \"$BBKIT_CONFIG\"
@@ -1440,8 +1440,8 @@ BBKIT_PLUGIN = \"standalone\""
   assert_line "CliFilterPlugins=cli_filter/lua"
   assert_line "Gres=bbnvme:800,bbfast:20"
   run grep -v '^#' "$CONF/gres.conf"
-  assert_output "NodeName=n[1-2],big01 Name=bbnvme Count=800
-NodeName=n[1-2],big01 Name=bbfast Count=20"
+  assert_output "NodeName=n[1-2],big01 Name=bbnvme Count=800 Flags=CountOnly
+NodeName=n[1-2],big01 Name=bbfast Count=20 Flags=CountOnly"
 }
 
 @test "install-slurm --node-local refuses PrologFlags with NoHold (DeferBatch would defer nothing), writing nothing" {
@@ -1486,7 +1486,7 @@ NodeName=n[1-2],big01 Name=bbfast Count=20"
   refute_line --regexp "^BatchStartTimeout="
 }
 
-@test "install-slurm --node-local keeps a gres.conf that gives every node the pool's count, and refuses one that does not" {
+@test "install-slurm --node-local keeps a gres.conf that gives every node the pool's count (warning without Flags=CountOnly), and refuses one that does not" {
   # Needs bb-parse's node_local and gres, and the nodes' scripts.
   once_per_lua_set
   NL_GRES=scratch node_local_config
@@ -1510,14 +1510,26 @@ NodeName=n[1-2],big01 Name=bbfast Count=20"
     cmp "$CONF/gres.conf" "$TEST_DIR/gres.before"
     assert_file_not_exists "$CONF/cli_filter.lua"
   }
-  fix="write NodeName=n[01-04] Name=scratch Count=800 (then restart slurmd)"
+  count_only="install-slurm: warning: $CONF/gres.conf: a line of Name=scratch has no Flags=CountOnly: add it (bbkit's GRES is a count only; Slurm then loads no GRES plugin for it)"
+  fix="write NodeName=n[01-04] Name=scratch Count=800 Flags=CountOnly (then restart slurmd)"
   # Other GRES, keys in any case, comments, ranges written otherwise, lines that add up.
   gres_conf '# site' 'AutoDetect=off' 'NodeName=n[01-02] Name=gpu File=/dev/nvidia0' \
-    'NodeName=n01,n02 Name=scratch Count=800' 'nodename=n[03-04] name=SCRATCH count=400 # half' \
-    'NodeName=n03,n04 Name=scratch Count=400'
+    'NodeName=n01,n02 Name=scratch Count=800 Flags=CountOnly' \
+    'nodename=n[03-04] name=SCRATCH count=400 flags=countonly # half' \
+    'NodeName=n03,n04 Name=scratch Count=400 Flags=CountOnly'
   kept
+  refute_line --partial "Flags=CountOnly"
+  gres_conf 'Name=scratch Count=800 Flags=CountOnly'
+  kept
+  refute_line --partial "Flags=CountOnly"
+  # Without Flags=CountOnly on every line of it: kept, with one warning.
   gres_conf 'Name=scratch Count=800'
   kept
+  assert_line "$count_only"
+  gres_conf 'NodeName=n[01-02] Name=scratch Count=800 Flags=CountOnly' 'NodeName=n[03-04] Name=scratch Count=800'
+  kept
+  assert_line "$count_only"
+  [ "$(grep -c 'CountOnly' <<<"$output")" = 1 ] || fail "more than one warning: $output"
   gres_conf 'NodeName=n[01-04] Name=scratch Count=700'
   refused "node n01 has 700 of scratch but pool local gives it 800 (capacity / granularity): $fix"
   gres_conf 'NodeName=n[01-03] Name=scratch Count=800' 'NodeName=n[05-09] Name=scratch Count=800'
@@ -1530,10 +1542,10 @@ NodeName=n[1-2],big01 Name=bbfast Count=20"
   refused "node n02 has 801 of scratch but pool local gives it 800 (capacity / granularity): $fix"
   # What install-slurm cannot read is refused, never run.
   gres_conf "NodeName=n\$(touch\${IFS}$TEST_DIR/pwned) Name=scratch Count=800"
-  refused "NodeName=n\$(touch\${IFS}$TEST_DIR/pwned) (Name=scratch) is not a node list install-slurm reads: write NodeName=n[01-04] Name=scratch Count=800"
+  refused "NodeName=n\$(touch\${IFS}$TEST_DIR/pwned) (Name=scratch) is not a node list install-slurm reads: write NodeName=n[01-04] Name=scratch Count=800 Flags=CountOnly"
   assert_file_not_exists "$TEST_DIR/pwned"
   gres_conf 'NodeName=n[01-04] Name=scratch Count=8e2'
-  refused "Count=8e2 of Name=scratch is not a count install-slurm reads: write NodeName=n[01-04] Name=scratch Count=800"
+  refused "Count=8e2 of Name=scratch is not a count install-slurm reads: write NodeName=n[01-04] Name=scratch Count=800 Flags=CountOnly"
 }
 
 @test "install-slurm --node-local refuses a Prolog or Epilog limit shorter than bbkit's [timeouts], by release" {

@@ -18,7 +18,7 @@
 # Load it instead of harness.bash (`load nodes`); the cluster has no burst_buffer plugin
 # (HARNESS_MODE=plain). Set before start_nodes:
 # - NODE_GRES="NAME:COUNT": every node has COUNT units of the GRES NAME (GresTypes, the nodes'
-#   Gres= and a gres.conf with a count and no device file);
+#   Gres= and a gres.conf with a count only: Flags=CountOnly, no device file);
 # - NODE_SLURM_EXTRA: lines added to slurm.conf as they are;
 # - NODE_BBKIT=1: bbkit on the nodes (start_node_bbkit): bbkit installed where every node sees
 #   it, each node's own state directory at one common path ($NODE_STATE_DIR, bind-mounted per
@@ -306,7 +306,7 @@ start_nodes() {
   write_slurm_conf root nodes_topology
   if [ -n "${NODE_GRES:-}" ]; then
     # A count without a device file: Slurm only counts the units.
-    echo "NodeName=n[1-$NODE_COUNT] Name=${NODE_GRES%%:*} Count=${NODE_GRES#*:}" >"$SLURM_DIR/etc/gres.conf"
+    echo "NodeName=n[1-$NODE_COUNT] Name=${NODE_GRES%%:*} Count=${NODE_GRES#*:} Flags=CountOnly" >"$SLURM_DIR/etc/gres.conf"
   fi
   if [ "${NODE_BBKIT:-0}" = 1 ] && [ "$NODE_POOL_LOCAL" = yes ]; then install_node_local || return 1; fi
   [ -z "${NODE_SLURM_EXTRA:-}" ] || printf '%s\n' "$NODE_SLURM_EXTRA" >>"$SLURM_CONF"
