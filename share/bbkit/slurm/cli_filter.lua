@@ -19,8 +19,10 @@ script read from standard input cannot be seen here; slurm_bb_setup validates ev
 A job buffer in a node-local pool (bbkit(7), NODE-LOCAL POOLS) is counted by Slurm as a GRES:
 bb-parse --json says which and how much per node ("gres": "NAME:COUNT") and this filter adds it
 to the job's --gres (after the user's own, comma-separated). A user who asks for that GRES
-themselves is refused: its count is bbkit's to size from the request. How a job's directives,
-bb-parse's answer and its GRES are read is in submit_rules.lua.
+themselves is refused: its count is bbkit's to size from the request. A client-side filter can
+be bypassed (slurmrestd runs none, and a user may run sbatch with a slurm.conf of their own):
+slurmctld's job_submit.lua (bbkit_job_submit.lua) holds every job to the same rules again.
+The rules both read the same way are in submit_rules.lua.
 ]]
 
 -- ---- install-time settings (install-slurm writes them; keep each on one line) ----------------
@@ -32,7 +34,7 @@ BBKIT_DIRECTIVES = ""            -- standalone: every directive of bbkit.toml, b
 BBKIT_NODE_GRES = ""             -- standalone: the node-local pools' GRES, blank-separated (only bbkit asks for them)
 -- ---- end of install-time settings ---------------------------------------------------------
 
--- ---- bbkit's submit rules (submit_rules.lua) ------------------------------------------------
+-- ---- bbkit's submit rules, shared with bbkit_job_submit.lua ---------------------------------
 -- install-slurm writes submit_rules.lua's text in place of the next line; from the sources it is
 -- read from beside this file.
 dofile((string.match(debug.getinfo(1, "S").source, "^@(.*/)") or "") .. "submit_rules.lua")

@@ -1,8 +1,8 @@
 --[[
-bbkit's submit rules: what cli_filter.lua (in sbatch, salloc and srun, as the user) reads of a
-job, written once for every script that reads a job at submit (ARCHITECTURE.md,
-share/bbkit/slurm/): which scripts hold directives, how bb-parse is run and its answer read,
-and the GRES a job names.
+bbkit's submit rules: what cli_filter.lua (in sbatch, salloc and srun, as the user) and
+bbkit_job_submit.lua (in slurmctld, through job_submit/lua) read of a job the same way, written
+once (ARCHITECTURE.md, share/bbkit/slurm/): which scripts hold directives, how bb-parse is run
+and its answer read, and the GRES a job names.
 
 Slurm never loads this file. install-slurm writes its text into each installed script in place
 of the line that loads it here from beside the sources (a client host may hold cli_filter.lua
