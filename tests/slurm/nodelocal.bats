@@ -4,8 +4,9 @@
 # TaskProlog the standalone task-prolog; every node has its own pool "nvme" on its local disk
 # and its own state directory, at the same paths; with the tools' node_local (NODE_POOL_LOCAL=yes)
 # install-slurm --node-local installs the cli_filter that adds each job's GRES (bbnvme, one
-# unit per MiB) at submit, and job_submit.lua, slurmctld's check of every job and change. Each scenario reads the nodes' pools from inside the nodes
-# (node_tool) and Slurm's count from scontrol -d show node (gres_used). Every line seen is kept in
+# unit per MiB) at submit, and job_submit.lua, slurmctld's check of every job and change. Each
+# scenario reads the nodes' pools from inside the nodes (node_tool) and Slurm's count from
+# scontrol -d show node (gres_used). Every line seen is kept in
 # build/tests/slurm/transcript-nodelocal.txt.
 
 BBKIT_SLURM_TRANSCRIPT=${BBKIT_SLURM_TRANSCRIPT:-$BBKIT_BUILD_DIR/tests/slurm/transcript-nodelocal.txt}
@@ -612,19 +613,20 @@ JOB
 }
 
 @test "j. root lowers a held job's GRES below its request after every submit check: the job asks for space Slurm never gave, held with bbkit's reason, nothing reserved, no node drained; a job Slurm gave the space runs beside it" {
-  local script other
+  local script other tres=gres:
+  ! release_at_least 23.11 || tres=gres/
   script=$(job_script j1.sh '#SBATCH --job-name=j1' '#SBATCH --nodelist=n2' '#SBATCH --ntasks=1' \
     '#SBATCH --hold' '#BB pool=nvme capacity=800MiB' <<<'echo "j1 should not run"')
   submit "$script"
   assert_equal "$status" 0
   run scontrol show job "$JOB"
-  assert_output --partial "TresPerNode=gres:bbnvme:800"
+  assert_output --partial "TresPerNode=${tres}bbnvme:800"
   # Root may change a job's bbkit GRES (job_submit.lua lets root and SlurmUser): what no submit
   # check sees. The node's Prolog holds the job to what Slurm gives it.
   slurm_run scontrol update JobId="$JOB" Gres=bbnvme:1
   assert_equal "$status" 0
   run scontrol show job "$JOB"
-  assert_output --partial "TresPerNode=gres:bbnvme:1"
+  assert_output --partial "TresPerNode=${tres}bbnvme:1"
   slurm_run scontrol release "$JOB"
   assert_equal "$status" 0
   wait_job "$JOB" 'JobState=PENDING Reason=job_requeued_in_held_state' 60
@@ -716,7 +718,8 @@ unslow_node() {
 }
 
 @test "l. slurmctld checks every job (job_submit.lua): one sent with a slurm.conf without the cli_filter gets its GRES and runs; its user may not change that GRES while it waits, but may change the rest; a job naming bbnvme itself is refused at submit" {
-  local alt script gres
+  local alt script gres tres=gres:
+  ! release_at_least 23.11 || tres=gres/
   # The user's own slurm.conf: Slurm's, without CliFilterPlugins (as a client without bbkit's
   # cli_filter, or slurmrestd, submits).
   alt=$JOBS_DIR/my-slurm.conf
@@ -731,7 +734,7 @@ unslow_node() {
   JOB=$(sed -n 's/^Submitted batch job \([0-9]\+\)$/\1/p' <<<"$output")
   [ -n "$JOB" ] || fail "no job id in sbatch's output: $output"
   run scontrol show job "$JOB"
-  assert_output --partial "TresPerNode=gres:bbnvme:300"
+  assert_output --partial "TresPerNode=${tres}bbnvme:300"
   # The user resizing it, either way: refused (Slurm 22.05 drops job_modify's message to the
   # user and says what its code means; 23.02 and later pass bbkit's on), the job as it was.
   for gres in bbnvme:1 bbnvme:900; do
@@ -749,7 +752,7 @@ unslow_node() {
       fail "slurmctld.log lacks bbkit's refusal of Gres=$gres"
   done
   run scontrol show job "$JOB"
-  assert_output --partial "TresPerNode=gres:bbnvme:300"
+  assert_output --partial "TresPerNode=${tres}bbnvme:300"
   # Anything else of the job is the user's to change.
   slurm_run -u scontrol update JobId="$JOB" TimeLimit=5
   assert_equal "$status" 0
