@@ -8,6 +8,13 @@ read_globals = { "slurm" }
 -- The install-time settings: install-slurm rewrites each as one line, its note included.
 max_line_length = false
 
+-- What submit_rules.lua defines: cli_filter.lua and bbkit_job_submit.lua hold its text once
+-- installed, and load it from beside them in the sources.
+local submit_rules = {
+    "bbkit_quote", "bbkit_set", "bbkit_datawarp_lines", "bbkit_has_directive",
+    "bbkit_run_bb_parse", "bbkit_json_gres", "bbkit_gres_items", "bbkit_gres_names",
+}
+
 files["share/bbkit/slurm/burst_buffer.lua"] = {
     globals = {
         -- The install-time settings (install-slurm writes them; bbkit(7), USE WITH SLURM).
@@ -30,7 +37,38 @@ files["share/bbkit/slurm/cli_filter.lua"] = {
         "BBKIT_NODE_GRES",
         -- The hooks Slurm's cli_filter/lua plugin calls by name.
         "slurm_cli_setup_defaults", "slurm_cli_pre_submit", "slurm_cli_post_submit",
-        -- Functions the tests call (tests/cli/slurm-scripts.bats, tests/slurm-lua).
-        "bbkit_datawarp_lines", "bbkit_json_gres", "bbkit_gres_names", "bbkit_cli_add_gres",
+        -- A function the tests call (tests/cli/slurm-scripts.bats).
+        "bbkit_cli_add_gres",
     },
+    read_globals = submit_rules,
+}
+
+files["share/bbkit/slurm/bbkit_job_submit.lua"] = {
+    globals = {
+        -- The install-time settings (install-slurm writes them).
+        "BBKIT_BINDIR", "BBKIT_CONFIG", "BBKIT_DIRECTIVE", "BBKIT_PLUGIN", "BBKIT_DIRECTIVES",
+        "BBKIT_NODE_GRES", "BBKIT_SLURM_UID",
+        -- What job_submit.lua, bbkit's or a site's, calls.
+        "bbkit_job_submit", "bbkit_job_modify",
+    },
+    read_globals = submit_rules,
+}
+
+files["share/bbkit/slurm/job_submit.lua"] = {
+    globals = {
+        -- The install-time setting (install-slurm writes it).
+        "BBKIT_JOB_SUBMIT",
+        -- The hooks Slurm's job_submit/lua plugin calls by name.
+        "slurm_job_submit", "slurm_job_modify",
+    },
+    -- What bbkit_job_submit.lua defines.
+    read_globals = { "bbkit_job_submit", "bbkit_job_modify" },
+}
+
+files["share/bbkit/slurm/submit_rules.lua"] = {
+    -- The functions it defines (tests/cli/slurm-scripts.bats and tests/slurm-lua call them too).
+    globals = submit_rules,
+    -- The install-time settings of the script it is written into.
+    read_globals = { "BBKIT_BINDIR", "BBKIT_CONFIG", "BBKIT_DIRECTIVE", "BBKIT_PLUGIN",
+                     "BBKIT_DIRECTIVES" },
 }

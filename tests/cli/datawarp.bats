@@ -544,11 +544,13 @@ pool_free() {
   filter="$TEST_DIR/cli_filter.lua"
   sed -e 's/^BBKIT_PLUGIN = .*/BBKIT_PLUGIN = "datawarp"/' \
     -e "s|^BBKIT_BINDIR = .*|BBKIT_BINDIR = \"$BBKIT_BIN\"|" "$DW_SHARE/../slurm/cli_filter.lua" >"$filter"
+  # The submit rules it loads from beside itself (install-slurm writes them into it).
+  cp "$DW_SHARE/../slurm/submit_rules.lua" "$TEST_DIR/"
   printf '#!/bin/bash\n#BB create_persistent name=big capacity=1GiB pool=small\necho\n' >"$TEST_DIR/big.sh"
   printf '#!/bin/bash\n#BB create_persistent name=fits.v2 capacity=48 pool=small\necho\n' >"$TEST_DIR/fits.sh"
   printf '#!/bin/bash\n#DW jobdw capacity=1GiB \\\n#BB destroy_persistent name=x\necho\n' >"$TEST_DIR/mixed.sh"
   printf '#!/bin/bash\n#SBATCH -N 1\n#BB_LUA pool=small capacity=1K\necho no datawarp line\n' >"$TEST_DIR/plain.sh"
-  chmod 644 "$filter" "$TEST_DIR"/*.sh
+  chmod 644 "$filter" "$TEST_DIR/submit_rules.lua" "$TEST_DIR"/*.sh
   pre_submit() {
     setpriv --reuid "$NUID" --regid "$NGID" --clear-groups env PATH="$PATH" \
       BBKIT_CONFIG="$BBKIT_CONFIG" "${LUA:-lua5.1}" -e "

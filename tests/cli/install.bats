@@ -42,6 +42,11 @@ alloc_with_file() {
   done
   assert_file_not_exists "$P/share/bbkit/examples"
   assert_file_executable "$P/share/bbkit/slurm/install-slurm"
+  # The Slurm scripts install-slurm fills in (submit_rules.lua written into two of them): data.
+  for f in burst_buffer.lua cli_filter.lua submit_rules.lua bbkit_job_submit.lua job_submit.lua \
+    burst_buffer.conf sudoers; do
+    [ "$(stat -c '%a %U' "$P/share/bbkit/slurm/$f")" = "644 root" ] || fail "$P/share/bbkit/slurm/$f: $(stat -c '%a %U' "$P/share/bbkit/slurm/$f")"
+  done
   assert_file_executable "$P/share/bbkit/datawarp/dw_wlm_cli"
   assert_file_executable "$P/share/bbkit/datawarp/dwstat"
   assert_file_exists "$P/share/bbkit/datawarp/burst_buffer.conf"

@@ -102,7 +102,7 @@ job_script() {
 }
 
 @test "the shipped Lua compiles under this run's Lua" {
-  for f in burst_buffer.lua cli_filter.lua; do
+  for f in burst_buffer.lua cli_filter.lua submit_rules.lua bbkit_job_submit.lua job_submit.lua; do
     run "$LUAC" -p "$SLURM_SHARE/$f"
     assert_success
   done
@@ -1240,7 +1240,7 @@ user_script() {  # user_script NAME LINE...
     end
     print('nil -> ' .. table.concat(bbkit_gres_names(nil), ' '))"
   assert_success
-  unread="bbkit: bb-parse --json names its gres in a shape this cli_filter does not read (rerun install-slurm after upgrading bbkit)"
+  unread="bbkit: bb-parse --json names its gres in a shape bbkit's Slurm scripts do not read (rerun install-slurm after upgrading bbkit)"
   assert_output "bbnvme 200 nil
 nil nil nil
 scratch_2 7 nil
@@ -1379,7 +1379,367 @@ BBKIT_NODE_GRES = "bbnvme"'
   assert_line --partial "cli_filter plugin terminated with error"
 }
 
-@test "install-slurm --node-local prints the slurm.conf lines, writes gres.conf and the cli_filter, and nothing for SlurmUser" {
+# --- job_submit.lua (node-local pools): slurmctld's check of every job, bbkit(7) NODE-LOCAL POOLS
+
+# A job's user for the descriptions below ($JS_UID), and one bbkit.toml's deny_users names
+# (nobody): bb-parse checks who may use burst buffers.
+js_setup() {
+  U=$(test_user)
+  JS_UID=$(id -u "$U")
+  export JS_UID
+  node_local_config 'deny_users = ["nobody"]'
+  install_node_local --nodes 'n[1-4]' "$@" >/dev/null
+  # mktemp's directory for the job scripts: none may be left behind.
+  mkdir -m 1777 "$TEST_DIR/tmp"
+}
+
+# job_hook RELEASE FUNCTION ARG...: the installed job_submit.lua's hook as slurmctld calls it
+# (tests/slurm-lua/call-hook.lua: the release's `slurm` table and job description), as
+# $SLURM_AS when set (SlurmUser), else root; prints rc, the job's tres_per_node, the processes
+# it started and, before them, what the user is told (slurmctld's own log lines left out).
+job_hook() {
+  local release=$1 as=()
+  shift
+  [ -z "${SLURM_AS:-}" ] || as=(setpriv --reuid "$SLURM_AS" --regid "$SLURM_AS" --clear-groups)
+  "${as[@]}" env TMPDIR="$TEST_DIR/tmp" "$LUA" "$CALL_HOOK" --release "$release" \
+    "$CONF/job_submit.lua" "$@" 2>&1 | grep -v '^slurm.log_info: '
+}
+
+# submit_job RELEASE FIELDS: slurm_job_submit of a job description (a Lua table constructor)
+# submitted by its user.
+submit_job() {
+  job_hook "$1" slurm_job_submit "$2" "$JS_UID"
+}
+
+# A batch script with LINE... after its first line, as Lua string text (for a FIELDS table).
+lua_script() {
+  local text='#!/bin/bash\n' line
+  for line in "$@"; do text+="$line\\n"; done
+  printf '%s' "${text}srun hostname\\n"
+}
+
+# standin_bb_parse [OUTPUT]: the installed bbkit_job_submit.lua runs a bb-parse stand-in that
+# records each call's arguments (NUL-separated, $TEST_DIR/standin/args), the script it was
+# given ($TEST_DIR/standin/script) and the mode of that script's directory, appends a line to
+# $TEST_DIR/standin/calls, and prints OUTPUT (default: bbkit's JSON with gres bbnvme:1).
+standin_bb_parse() {
+  local out=${1:-'{"gres": "bbnvme:1", "has_directive": true, "job_buffer": {"node_local": true}}'}
+  mkdir -p "$TEST_DIR/standin"
+  printf '%s\n' "$out" >"$TEST_DIR/standin/output"
+  cat >"$TEST_DIR/standin/bb-parse" <<'SH'
+#!/bin/bash
+here=$(dirname "$0")
+echo call >>"$here/calls"
+printf '%s\0' "$@" >"$here/args"
+while [ $# -gt 0 ]; do
+  if [ "$1" = --script ]; then
+    cp "$2" "$here/script"
+    stat -c '%a %U' "$(dirname "$2")" >"$here/dirmode"
+  fi
+  shift
+done
+cat "$here/output"
+SH
+  chmod 755 "$TEST_DIR/standin" "$TEST_DIR/standin/bb-parse"
+  sed -i "s|^BBKIT_BINDIR = .*|BBKIT_BINDIR = \"$TEST_DIR/standin\"|" "$CONF/bbkit_job_submit.lua"
+}
+
+# The value after OPTION in the stand-in's last arguments.
+standin_arg() {
+  local args i
+  mapfile -d '' -t args <"$TEST_DIR/standin/args"
+  for ((i = 0; i < ${#args[@]} - 1; i++)); do
+    [ "${args[$i]}" != "$1" ] || { printf '%s' "${args[$((i + 1))]}"; return 0; }
+  done
+  return 1
+}
+
+@test "job_submit (node-local pool): a job's request gets its GRES per node in its release's form, after the job's own items" {
+  js_setup
+  local release prefix job
+  job=$(lua_script '#SBATCH --nodes=2' '#BB_LUA pool=local capacity=200GiB')
+  for release in 22.05 23.02 23.11 24.11 25.11; do
+    prefix=gres/
+    case $release in 22.05 | 23.02) prefix=gres: ;; esac
+    run submit_job "$release" "{script = '$job', user_id = $JS_UID}"
+    assert_output "rc=0
+tres_per_node=${prefix}bbnvme:200
+spawned=2"
+    # The job's own items stay as they are, bbkit's after them in the release's form.
+    run submit_job "$release" "{script = '$job', user_id = $JS_UID, tres_per_node = '${prefix}gpu:2'}"
+    assert_output "rc=0
+tres_per_node=${prefix}gpu:2,${prefix}bbnvme:200
+spawned=2"
+    run submit_job "$release" "{script = '$job', user_id = $JS_UID, tres_per_node = '${prefix}gpu:tesla:1,${prefix}fpga'}"
+    assert_line "tres_per_node=${prefix}gpu:tesla:1,${prefix}fpga,${prefix}bbnvme:200"
+  done
+  # Through the cli_filter (sbatch, salloc, srun) the job has it already: kept as it is.
+  run submit_job 22.05 "{script = '$job', user_id = $JS_UID, tres_per_node = 'gres:gpu:1,gres:bbnvme:200'}"
+  assert_output "rc=0
+tres_per_node=gres:gpu:1,gres:bbnvme:200
+spawned=2"
+  # --bb (salloc, srun, slurmrestd's burst_buffer): no script, per node, rounded up.
+  run submit_job 24.11 "{burst_buffer = '#BB_LUA pool=local capacity=1500MiB', user_id = $JS_UID, tres_per_node = 'gres/gpu:1'}"
+  assert_output "rc=0
+tres_per_node=gres/gpu:1,gres/bbnvme:2
+spawned=1"
+  # Every directive bbkit.toml names is read, as bbkit-job on the nodes reads them.
+  run submit_job 24.11 "{script = '$(lua_script '#BB pool=local capacity=3GiB')', user_id = $JS_UID}"
+  assert_line "tres_per_node=gres/bbnvme:3"
+  # A request in a shared pool, or a bare directive: no GRES.
+  run submit_job 24.11 "{script = '$(lua_script '#BB_LUA pool=small capacity=1K')', user_id = $JS_UID, tres_per_node = 'gres/gpu:1'}"
+  assert_output "rc=0
+tres_per_node=gres/gpu:1
+spawned=2"
+  run submit_job 24.11 "{script = '$(lua_script '#BB_LUA')', user_id = $JS_UID}"
+  assert_output "rc=0
+tres_per_node=nil
+spawned=2"
+  # What bb-parse refuses is refused at submit, in one line, the job's GRES left alone.
+  run submit_job 24.11 "{script = '$(lua_script '#BB_LUA pool=local capacity=801GiB')', user_id = $JS_UID}"
+  assert_line --index 0 --regexp "^slurm.log_user: bbkit: bb-parse: .*capacity=801GiB can never be satisfied"
+  assert_line --index 1 "rc=-1"
+  assert_line --index 2 "tres_per_node=nil"
+  [ "${#lines[@]}" = 4 ] || fail "more than one line to the user: $output"
+  run submit_job 24.11 "{burst_buffer = '#BB_LUA pool=local capacity=1GiB', user_id = $(id -u nobody)}"
+  assert_line --index 0 --regexp "^slurm.log_user: bbkit: bb-parse: user nobody may not use burst buffers"
+  assert_line "rc=-1"
+  # Every script went to bb-parse in a directory of its own, removed afterwards.
+  run ls -A "$TEST_DIR/tmp"
+  assert_output ""
+}
+
+@test "job_submit (node-local pool): a job naming a pool's GRES itself is refused, with a request or without" {
+  js_setup
+  local job mine
+  job=$(lua_script '#BB_LUA pool=local capacity=200GiB')
+  mine="the GRES bbkit sizes from the burst-buffer request (bbnvme:200 here)"
+  refused() {  # refused RELEASE FIELDS LINE: refused with LINE, the job's GRES as it was
+    run submit_job "$1" "$2"
+    assert_line --index 0 "slurm.log_user: $3"
+    assert_line --index 1 "rc=-1"
+    [ "${#lines[@]}" = 4 ] || fail "not one line to the user: $output"
+  }
+  refused 22.05 "{script = '$job', user_id = $JS_UID, tres_per_node = 'gres:gpu:1,gres:bbnvme:5'}" \
+    "bbkit: --gres asks for bbnvme:5 itself, $mine: remove it from the job's --gres"
+  assert_line --index 2 "tres_per_node=gres:gpu:1,gres:bbnvme:5"
+  refused 24.11 "{script = '$job', user_id = $JS_UID, tres_per_node = 'gres/bbnvme:tlc:200'}" \
+    "bbkit: --gres asks for bbnvme:tlc:200 itself, $mine: remove it from the job's --gres"
+  refused 24.11 "{script = '$job', user_id = $JS_UID, tres_per_node = 'gres/bbnvme:200,gres/bbnvme:200'}" \
+    "bbkit: --gres asks for bbnvme:200 itself, $mine: remove it from the job's --gres"
+  refused 24.11 "{script = '$job', user_id = $JS_UID, tres_per_node = 'gres/BBNVME:200'}" \
+    "bbkit: --gres asks for BBNVME:200 itself, $mine: remove it from the job's --gres"
+  refused 24.11 "{script = '$job', user_id = $JS_UID, tres_per_node = 'gres/bbnvme:200', tres_per_task = 'gres/bbnvme:1'}" \
+    "bbkit: --tres-per-task asks for bbnvme:1 itself, $mine: remove it from the job's --tres-per-task"
+  # Without a request in a node-local pool: it would hold space on the nodes no buffer uses.
+  none="the GRES bbkit sizes from a burst-buffer request (#BB_LUA pool=... capacity=...)"
+  refused 22.05 "{script = '$(lua_script '#SBATCH -N 2')', user_id = $JS_UID, tres_per_node = 'gres:BBNVME:1'}" \
+    "bbkit: --gres asks for BBNVME:1 itself, $none: remove it from the job's --gres"
+  assert_line "spawned=0"
+  refused 24.11 "{user_id = $JS_UID, tres_per_job = 'gres/bbnvme:8'}" \
+    "bbkit: tres_per_job asks for bbnvme:8 itself, $none: remove it from the job's tres_per_job"
+  refused 24.11 "{script = '$(lua_script '#BB_LUA pool=small capacity=1K')', user_id = $JS_UID, tres_per_node = 'gres/bbnvme:1'}" \
+    "bbkit: --gres asks for bbnvme:1 itself, $none: remove it from the job's --gres"
+  # What the job wrote reaches the user in one line, its control characters escaped (the
+  # user's lines come first, then rc).
+  run submit_job 24.11 "{user_id = $JS_UID, tres_per_node = 'gres/bbnvme:1\nslurm.log_user: forged\r'}"
+  assert_line --index 0 "slurm.log_user: bbkit: --gres asks for bbnvme:1\\x0aslurm.log_user: forged\\x0d itself, $none: remove it from the job's --gres"
+  assert_line --index 1 "rc=-1"
+  # Another pool's GRES of the same name prefix is not bbkit's.
+  run submit_job 24.11 "{user_id = $JS_UID, tres_per_node = 'gres/bbnvme2:1,gres/nvme:1'}"
+  assert_output "rc=0
+tres_per_node=gres/bbnvme2:1,gres/nvme:1
+spawned=0"
+}
+
+@test "job_submit (node-local pool): a job without directives, --bb or a pool's GRES starts no process" {
+  js_setup
+  standin_bb_parse
+  local fields
+  for fields in "{script = '$(lua_script '#SBATCH -N 2' '#SBATCH --gres=gpu:1')', tres_per_node = 'gres:gpu:1'}" \
+    "{script = '$(lua_script)'}" \
+    "{script = '#!/bin/sh\n# This script was created by sbatch --wrap.\n\nhostname\n'}" \
+    "{script = '#!/bin/bash\necho\n#BB_LUA pool=local capacity=1GiB\n'}" \
+    "{script = '#!/bin/bash\n# BB_LUA pool=local capacity=1GiB\n'}" \
+    "{}" "{burst_buffer = ''}" "{tres_per_node = 'gres/gpu:2', tres_per_task = 'gres/fpga:1'}"; do
+    run submit_job 24.11 "$fields"
+    assert_line --index 0 "rc=0"
+    assert_line --index 2 "spawned=0"
+  done
+  assert_file_not_exists "$TEST_DIR/standin/calls"
+  # One with a directive: bb-parse once, the script in a directory only SlurmUser enters.
+  run submit_job 24.11 "{script = '$(lua_script '#SBATCH -N 2' '#BB_LUA pool=local capacity=1GiB')', user_id = $JS_UID}"
+  assert_output "rc=0
+tres_per_node=gres/bbnvme:1
+spawned=2"
+  assert_equal "$(wc -l <"$TEST_DIR/standin/calls")" 1
+  assert_equal "$(cat "$TEST_DIR/standin/dirmode")" "700 root"
+  run ls -A "$TEST_DIR/tmp"
+  assert_output ""
+}
+
+@test "job_submit fails closed: bb-parse missing or answering garbage, a Lua error, an unreadable bbkit.toml refuse the jobs that need bbkit; others pass" {
+  js_setup
+  local job plain own
+  job="{script = '$(lua_script '#BB_LUA pool=local capacity=2GiB')', user_id = $JS_UID}"
+  plain="{script = '$(lua_script '#SBATCH -N 1')', user_id = $JS_UID, tres_per_node = 'gres/gpu:1'}"
+  own="{user_id = $JS_UID, tres_per_node = 'gres/bbnvme:1'}"
+  refused() {  # refused FIELDS LINE-REGEXP: refused in one line matching
+    run submit_job 24.11 "$1"
+    assert_line --index 0 --regexp "^slurm.log_user: $2"
+    assert_line --index 1 "rc=-1"
+    [ "${#lines[@]}" = 4 ] || fail "not one line to the user: $output"
+  }
+  # No bb-parse where bbkit_job_submit.lua looks.
+  mkdir "$TEST_DIR/empty"
+  sed -i "s|^BBKIT_BINDIR = .*|BBKIT_BINDIR = \"$TEST_DIR/empty\"|" "$CONF/bbkit_job_submit.lua"
+  refused "$job" "bbkit: bb-parse: .*$TEST_DIR/empty/bb-parse.*not found"
+  run submit_job 24.11 "$plain"
+  assert_line --index 0 "rc=0"
+  # A bb-parse that answers what bbkit's does not: garbage, no request, a gres in another shape.
+  standin_bb_parse 'garbage'
+  refused "$job" "bbkit: bb-parse --json printed no request bbkit's job_submit.lua reads \(rerun install-slurm after upgrading bbkit\)$"
+  standin_bb_parse '{"warnings": []}'
+  refused "$job" "bbkit: bb-parse --json printed no request"
+  standin_bb_parse '{"has_directive": true, "job_buffer": {"node_local": true}}'
+  refused "$job" "bbkit: bb-parse --json says node_local but names no gres$"
+  standin_bb_parse '{"gres": "bbnvme:1,gpu:9", "has_directive": true, "job_buffer": {}}'
+  refused "$job" "bbkit: bb-parse --json names its gres in a shape bbkit's Slurm scripts do not read"
+  run ls -A "$TEST_DIR/tmp"
+  assert_output ""
+  # A Lua error anywhere (a field of the wrong type, a user id missing) refuses the job: up to
+  # Slurm 25.11 an error raised out of job_submit.lua lets it through.
+  standin_bb_parse
+  for fields in "{script = true, user_id = $JS_UID}" "{script = {}, user_id = $JS_UID}" \
+    "{burst_buffer = '#BB_LUA pool=local capacity=1GiB'}" "{tres_per_node = {}}" \
+    "{script = '$(lua_script '#BB_LUA pool=local capacity=1GiB')', user_id = 'x'}"; do
+    refused "$fields" "bbkit: job_submit.lua failed, so the job is refused: .*$CONF/bbkit_job_submit.lua:[0-9]+: "
+  done
+  # bbkit.toml unreadable by SlurmUser: the jobs that need bbkit are refused (bb-parse says
+  # why), the others pass without a process.
+  chmod 755 "$CONF"
+  chmod 600 "$BBKIT_CONFIG"
+  sed -i "s|^BBKIT_BINDIR = .*|BBKIT_BINDIR = \"$BBKIT_BIN\"|" "$CONF/bbkit_job_submit.lua"
+  SLURM_AS=$U refused "$job" "bbkit: bb-parse: .*$BBKIT_CONFIG"
+  SLURM_AS=$U refused "$own" "bbkit: --gres asks for bbnvme:1 itself"
+  SLURM_AS=$U run submit_job 24.11 "$plain"
+  assert_output "rc=0
+tres_per_node=gres/gpu:1
+spawned=0"
+  run ls -A "$TEST_DIR/tmp"
+  assert_output ""
+}
+
+@test "job_modify: a user may not add, remove or resize a pool's GRES of their job; root and SlurmUser may, and a user's other changes pass" {
+  js_setup --slurm-user "$(test_user)"
+  run grep '^BBKIT_SLURM_UID = ' "$CONF/bbkit_job_submit.lua"
+  assert_output "BBKIT_SLURM_UID = \"$JS_UID\""
+  # A user's change: refused with ESLURM_ACCESS_DENIED; Slurm 22.05 drops the message in
+  # job_modify (and shows its own words for the code), 23.02 and later show it.
+  local user=$((JS_UID + 1)) rec="{tres_per_node = 'gres/gpu:1,gres/bbnvme:200'}"
+  modify() {  # modify RELEASE CHANGE JOB_REC UID
+    job_hook "$1" slurm_job_modify "$2" "$3" "$4"
+  }
+  why="bbkit: a user may not add, remove or resize a node-local pool's GRES (bbnvme) of a job: bbkit sized it from the job's burst-buffer request"
+  run modify 24.11 "{tres_per_node = 'gres/gpu:1,gres/bbnvme:1'}" "$rec" "$user"
+  assert_output "slurm.log_user: $why (bbnvme:200 here; the change asks for bbnvme:1): root or SlurmUser may
+rc=2002
+tres_per_node=gres/gpu:1,gres/bbnvme:1
+spawned=0"
+  run modify 22.05 "{tres_per_node = 'gres:bbnvme:900'}" "{tres_per_node = 'gres:bbnvme:200'}" "$user"
+  assert_line --index 0 --partial "Use of log.user() in job_modify is not supported. Message discarded: (\"$why (bbnvme:200 here; the change asks for bbnvme:900)"
+  assert_line "rc=2002"
+  # Removing it, clearing every GRES, adding it to a job without, per task too: refused.
+  for change in "{tres_per_node = 'gres/gpu:1'}" "{tres_per_node = ''}"; do
+    run modify 24.11 "$change" "$rec" "$user"
+    assert_line --index 0 "slurm.log_user: $why (bbnvme:200 here; the change asks for none): root or SlurmUser may"
+    assert_line "rc=2002"
+  done
+  run modify 24.11 "{tres_per_node = 'gres/bbnvme:5'}" "{}" "$user"
+  assert_line --index 0 "slurm.log_user: $why (none here; the change asks for bbnvme:5): root or SlurmUser may"
+  run modify 24.11 "{tres_per_task = 'gres/bbnvme:5'}" "$rec" "$user"
+  assert_line "rc=2002"
+  # A user's change that keeps it, or changes something else: no word, no process.
+  for change in "{tres_per_node = 'gres/gpu:2,gres/bbnvme:200'}" "{tres_per_node = 'gres/bbnvme:200'}" \
+    "{time_limit = 10}" "{name = 'renamed', script = '#!/bin/bash\n#BB_LUA pool=local capacity=800GiB\n'}"; do
+    run modify 24.11 "$change" "$rec" "$user"
+    assert_line --index 0 "rc=0"
+    assert_line --index 2 "spawned=0"
+    [ "${#lines[@]}" = 3 ] || fail "$change: $output"
+  done
+  run modify 24.11 "{tres_per_node = 'gres/gpu:2'}" "{tres_per_node = 'gres/gpu:1'}" "$user"
+  assert_line --index 0 "rc=0"
+  # Root and SlurmUser may: the nodes' Prolog still holds the job to what Slurm gave it.
+  for uid in 0 "$JS_UID"; do
+    run modify 24.11 "{tres_per_node = 'gres/bbnvme:1'}" "$rec" "$uid"
+    assert_line --index 0 "rc=0"
+  done
+  # A Lua error refuses the change too.
+  run modify 24.11 "{tres_per_node = {}}" "$rec" "$user"
+  assert_line --index 0 --regexp "^slurm.log_user: bbkit: job_submit.lua failed, so the job is refused: "
+  assert_line "rc=2002"
+}
+
+# RANDOM_TEXT: a random text of shell metacharacters, quotes, blanks, control characters,
+# option-like words and printable characters, from bash's RANDOM (seeded by the caller).
+random_text() {
+  local bits=('$(touch '"$CANARY"')' '`touch '"$CANARY"'`' ";touch $CANARY;" "|touch $CANARY"
+    "&&touch $CANARY" ">$CANARY" "'" '"' '\' '\\' '$IFS' '${IFS}' '%x' '%u' '%d' $'\n' $'\t'
+    $'\r' '*' '?' '~' '!' '{a,b}' '#' ' ' '$((1))' '$' ')' '(' ';' '&' $'\x01' $'\x1b[2J' $'\x7f'
+    'é' ']]' '--json' '--config /dev/null' '-' '=' ',' 'bbkit-exit=0')
+  local n=$((RANDOM % 8 + 1)) k text=''
+  for ((k = 0; k < n; k++)); do
+    text+=${bits[$((RANDOM % ${#bits[@]}))]}
+    # shellcheck disable=SC2059 # an octal escape made here
+    ((RANDOM % 2)) || text+=$(printf "\\$(printf '%03o' $((RANDOM % 94 + 33)))")
+  done
+  printf '%s' "$text"
+}
+
+@test "job_submit: generated hostile names, working directories, --bb texts and scripts reach bb-parse as they are, never the shell" {
+  js_setup
+  standin_bb_parse
+  CANARY=$TEST_DIR/canary
+  local seed=${BBKIT_SEED:-$((RANDOM * 32768 + RANDOM))} i fields
+  RANDOM=$seed
+  fields="{script = os.getenv('JS_SCRIPT'), burst_buffer = os.getenv('JS_BB'), name = os.getenv('JS_NAME'), work_dir = os.getenv('JS_DIR'), user_id = $JS_UID}"
+  for ((i = 0; i < 120; i++)); do
+    JS_NAME=$(random_text) JS_DIR=/data/$(random_text) JS_BB="#BB_LUA pool=local $(random_text)"
+    JS_SCRIPT="#!/bin/bash
+#SBATCH --job-name=$(random_text | tr '\n' ' ')
+#BB_LUA pool=local capacity=1GiB
+#BB_LUA stage_in type=file source=/data/$(random_text) destination=\$BB_JOB_DIR/x
+srun $(random_text)"
+    export JS_NAME JS_DIR JS_BB JS_SCRIPT
+    run submit_job 24.11 "$fields"
+    [ "$output" = $'rc=0\ntres_per_node=gres/bbnvme:1\nspawned=2' ] || fail "seed $seed, job $i: $output"
+    [ "$(standin_arg --job-name)" = "$JS_NAME" ] || fail "seed $seed, job $i: --job-name differs"
+    [ "$(standin_arg --workdir)" = "$JS_DIR" ] || fail "seed $seed, job $i: --workdir differs"
+    [ "$(standin_arg --bb)" = "$JS_BB" ] || fail "seed $seed, job $i: --bb differs"
+    [ "$(standin_arg --user)" = "$JS_UID" ] || fail "seed $seed, job $i: --user differs"
+    printf '%s' "$JS_SCRIPT" | cmp -s - "$TEST_DIR/standin/script" || fail "seed $seed, job $i: the script differs"
+    [ ! -e "$CANARY" ] || fail "seed $seed, job $i: the shell ran part of the job's text"
+  done
+  # The real bb-parse: whatever it makes of them, one line to the user, and nothing run.
+  sed -i "s|^BBKIT_BINDIR = .*|BBKIT_BINDIR = \"$BBKIT_BIN\"|" "$CONF/bbkit_job_submit.lua"
+  for ((i = 0; i < 40; i++)); do
+    JS_NAME=$(random_text) JS_DIR=/data/$(random_text) JS_BB="#BB_LUA pool=local capacity=1GiB $(random_text)"
+    JS_SCRIPT="#!/bin/bash
+#BB_LUA pool=local capacity=1GiB
+#BB_LUA stage_in type=file source=/data/$(random_text) destination=\$BB_JOB_DIR/x"
+    export JS_NAME JS_DIR JS_BB JS_SCRIPT
+    run submit_job 24.11 "$fields"
+    case "${#lines[@]} ${lines[0]}" in
+      "3 rc=0" | "4 slurm.log_user: bbkit: "*) ;;
+      *) fail "seed $seed, real job $i: $output" ;;
+    esac
+    [ ! -e "$CANARY" ] || fail "seed $seed, real job $i: the shell ran part of the job's text"
+  done
+  run ls -A "$TEST_DIR/tmp"
+  assert_output ""
+}
+
+@test "install-slurm --node-local prints the slurm.conf lines, writes gres.conf, the cli_filter and job_submit.lua, and nothing for SlurmUser" {
   # Needs bb-parse's node_local and gres, and the nodes' scripts (standalone/slurm-node/).
   once_per_lua_set
   node_local_config
@@ -1398,6 +1758,7 @@ BBKIT_NODE_GRES = "bbnvme"'
   assert_line "Epilog=$nodes/epilog"
   assert_line "TaskProlog=$scripts/task-prolog"
   assert_line "CliFilterPlugins=cli_filter/syslog,cli_filter/lua"
+  assert_line "JobSubmitPlugins=lua"
   assert_line "Gres=bbnvme:800"
   assert_line "HealthCheckProgram=$nodes/healthcheck"
   assert_line "HealthCheckInterval=300"
@@ -1406,17 +1767,39 @@ BBKIT_NODE_GRES = "bbnvme"'
   refute_line --partial "PrologSlurmctld"
   refute_line --regexp '^BurstBufferType='
   for name in prolog epilog; do assert_file_executable "$nodes/$name"; done
+  assert_line "install-slurm: wrote $CONF/bbkit_job_submit.lua"
+  assert_line "install-slurm: wrote $CONF/job_submit.lua"
   run grep -v '^#' "$CONF/gres.conf"
-  assert_output "NodeName=n[1-4] Name=bbnvme Count=800"
+  assert_output "NodeName=n[1-4] Name=bbnvme Count=800 Flags=CountOnly"
   run grep -E '^BBKIT_(BINDIR|CONFIG|PLUGIN) = ' "$CONF/cli_filter.lua"
   assert_output "BBKIT_BINDIR = \"$BBKIT_BIN\"
 BBKIT_CONFIG = \"$BBKIT_CONFIG\"
 BBKIT_PLUGIN = \"standalone\""
-  run "$LUAC" -p "$CONF/cli_filter.lua"
-  assert_success
+  run grep -E '^BBKIT_[A-Z_]+ = ' "$CONF/bbkit_job_submit.lua"
+  assert_output "BBKIT_BINDIR = \"$BBKIT_BIN\"
+BBKIT_CONFIG = \"$BBKIT_CONFIG\"
+BBKIT_DIRECTIVE = \"BB_LUA\"
+BBKIT_PLUGIN = \"standalone\"
+BBKIT_DIRECTIVES = \"BB_LUA DW BB\"
+BBKIT_NODE_GRES = \"bbnvme\"
+BBKIT_SLURM_UID = \"0\""
+  run grep -E '^BBKIT_[A-Z_]+ = ' "$CONF/job_submit.lua"
+  assert_output "BBKIT_JOB_SUBMIT = \"$CONF/bbkit_job_submit.lua\""
+  # Each installed script stands alone: the submit rules written in, not loaded from elsewhere.
+  for f in cli_filter.lua bbkit_job_submit.lua; do
+    run grep -c 'submit_rules.lua")$' "$CONF/$f"
+    assert_output 0
+    run grep -c '^function bbkit_gres_items(value)$' "$CONF/$f"
+    assert_output 1
+  done
+  for f in cli_filter.lua bbkit_job_submit.lua job_submit.lua; do
+    run "$LUAC" -p "$CONF/$f"
+    assert_success
+    assert_equal "$(stat -c '%a %U' "$CONF/$f")" "644 root"
+  done
   # No burst_buffer plugin, and the nodes' scripts run as root under slurmd: no drop-in.
   run ls -A "$CONF"
-  assert_output $'cli_filter.lua\ngres.conf\nslurm.conf'
+  assert_output $'bbkit_job_submit.lua\ncli_filter.lua\ngres.conf\njob_submit.lua\nslurm.conf'
   # Flags and lists that hold bbkit's already are printed as they are; two node-local pools,
   # each its own GRES, every node both.
   mkdir -p "$TEST_DIR/local2"
@@ -1424,7 +1807,8 @@ BBKIT_PLUGIN = \"standalone\""
   printf '[[pool]]\nname = "fast"\npath = "%s/local2"\ncapacity = "10GiB"\ngranularity = "512MiB"\nnode_local = true\ngres = "bbfast"\n' \
     "$TEST_DIR/local2" >>"$BBKIT_CONFIG"
   printf '%s\n' 'gestypes=x' 'GresTypes=bbnvme,GPU' 'prologflags=alloc,contain' \
-    'CliFilterPlugins=cli_filter/lua' 'HealthCheckProgram=/usr/sbin/nhc' >"$CONF/slurm.conf"
+    'CliFilterPlugins=cli_filter/lua' 'HealthCheckProgram=/usr/sbin/nhc' \
+    'JobSubmitPlugins=job_submit/all_partitions' >"$CONF/slurm.conf"
   rm "$CONF/gres.conf"
   run install_node_local --nodes 'n[1-2],big01'
   assert_success
@@ -1433,10 +1817,102 @@ BBKIT_PLUGIN = \"standalone\""
   refute_line --regexp "^HealthCheckProgram="
   assert_line "install-slurm: note: slurm.conf has HealthCheckProgram=/usr/sbin/nhc: call $nodes/healthcheck from it (it drains the node itself when bbkit's pools are not in order)"
   assert_line "CliFilterPlugins=cli_filter/lua"
+  assert_line "JobSubmitPlugins=job_submit/all_partitions,lua"
   assert_line "Gres=bbnvme:800,bbfast:20"
   run grep -v '^#' "$CONF/gres.conf"
-  assert_output "NodeName=n[1-2],big01 Name=bbnvme Count=800
-NodeName=n[1-2],big01 Name=bbfast Count=20"
+  assert_output "NodeName=n[1-2],big01 Name=bbnvme Count=800 Flags=CountOnly
+NodeName=n[1-2],big01 Name=bbfast Count=20 Flags=CountOnly"
+  run grep '^BBKIT_NODE_GRES = ' "$CONF/bbkit_job_submit.lua"
+  assert_output 'BBKIT_NODE_GRES = "bbnvme bbfast"'
+  # The lua plugin already listed, in either spelling: printed as it is.
+  for have in JobSubmitPlugins=Lua jobsubmitplugins=job_submit/lua,job_submit/require_timelimit; do
+    printf 'ClusterName=bbkit\n%s\n' "$have" >"$CONF/slurm.conf"
+    run install_node_local --nodes 'n[1-2],big01'
+    assert_success
+    assert_line "JobSubmitPlugins=${have#*=}"
+  done
+}
+
+@test "install-slurm --node-local keeps a site's own job_submit.lua and says how to call bbkit's check from it; it rewrites its own" {
+  once_per_lua_set
+  js_setup
+  # bbkit's own, changed: written again.
+  sed -i 's|^BBKIT_JOB_SUBMIT = .*|BBKIT_JOB_SUBMIT = "/elsewhere"|' "$CONF/job_submit.lua"
+  run install_node_local --nodes 'n[1-4]'
+  assert_success
+  assert_line "install-slurm: wrote $CONF/job_submit.lua"
+  cmp "$CONF/job_submit.lua" <(sed "s|^BBKIT_JOB_SUBMIT = .*|BBKIT_JOB_SUBMIT = \"$CONF/bbkit_job_submit.lua\"|" "$SLURM_SHARE/job_submit.lua")
+  # A site's own, or a link to one: kept as it is, with a note; bbkit's functions installed
+  # beside it all the same.
+  local site
+  for site in file link; do
+    printf '%s\n' "-- the site's rules" 'function slurm_job_submit(j, p, u) return slurm.SUCCESS end' \
+      'function slurm_job_modify(j, r, p, u) return slurm.SUCCESS end' >"$TEST_DIR/site.lua"
+    rm -f "$CONF/job_submit.lua" "$CONF/bbkit_job_submit.lua"
+    if [ "$site" = file ]; then
+      cp "$TEST_DIR/site.lua" "$CONF/job_submit.lua"
+    else
+      ln -s "$TEST_DIR/site.lua" "$CONF/job_submit.lua"
+    fi
+    run install_node_local --nodes 'n[1-4]'
+    assert_success
+    assert_line "install-slurm: note: $CONF/job_submit.lua is the site's own, kept as it is: call bbkit's check from it (dofile(\"$CONF/bbkit_job_submit.lua\") at its top; in slurm_job_submit and slurm_job_modify, return what bbkit_job_submit(job_desc, part_list, submit_uid) and bbkit_job_modify(job_desc, job_rec, part_list, modify_uid) return when it is not slurm.SUCCESS), as $(cd "$SLURM_SHARE" && pwd)/job_submit.lua does"
+    refute_line "install-slurm: wrote $CONF/job_submit.lua"
+    assert_line "install-slurm: wrote $CONF/bbkit_job_submit.lua"
+    assert_line "JobSubmitPlugins=lua"
+    cmp "$CONF/job_submit.lua" "$TEST_DIR/site.lua"
+  done
+  [ -L "$CONF/job_submit.lua" ]
+  # The site's script doing what the note says holds every job to bbkit's check.
+  rm "$CONF/job_submit.lua"
+  cat >"$CONF/job_submit.lua" <<EOF
+dofile("$CONF/bbkit_job_submit.lua")
+function slurm_job_submit(job_desc, part_list, submit_uid)
+    local rc = bbkit_job_submit(job_desc, part_list, submit_uid)
+    if rc ~= slurm.SUCCESS then return rc end
+    job_desc.comment = "the site's"
+    return slurm.SUCCESS
+end
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+    return bbkit_job_modify(job_desc, job_rec, part_list, modify_uid)
+end
+EOF
+  run submit_job 24.11 "{script = '$(lua_script '#BB_LUA pool=local capacity=5GiB')', user_id = $JS_UID}"
+  assert_output $'rc=0\ntres_per_node=gres/bbnvme:5\nspawned=2'
+  run submit_job 24.11 "{user_id = $JS_UID, tres_per_node = 'gres/bbnvme:5'}"
+  assert_line "rc=-1"
+}
+
+@test "install-slurm --node-local writes SlurmUser's uid for job_modify: --slurm-user, else slurm.conf's SlurmUser, else root; refuses one this host does not know" {
+  once_per_lua_set
+  node_local_config
+  U=$(test_user)
+  uid_written() {
+    run grep '^BBKIT_SLURM_UID = ' "$CONF/bbkit_job_submit.lua"
+    assert_output "BBKIT_SLURM_UID = \"$1\""
+  }
+  printf 'ClusterName=bbkit\nSlurmUser=%s\n' "$U" >"$CONF/slurm.conf"
+  run install_node_local --nodes n1
+  assert_success
+  uid_written "$(id -u "$U")"
+  run install_node_local --nodes n1 --slurm-user root
+  assert_success
+  uid_written 0
+  printf 'ClusterName=bbkit\nSlurmUser=4242\n' >"$CONF/slurm.conf"
+  run install_node_local --nodes n1
+  assert_success
+  uid_written 4242
+  echo 'ClusterName=bbkit' >"$CONF/slurm.conf"
+  run install_node_local --nodes n1
+  assert_success
+  uid_written 0
+  rm -f "$CONF"/*.lua "$CONF/gres.conf"
+  printf 'ClusterName=bbkit\nSlurmUser=bbkit-no-such-user\n' >"$CONF/slurm.conf"
+  run install_node_local --nodes n1
+  assert_failure 78
+  assert_line "install-slurm: SlurmUser bbkit-no-such-user is no user on this host: run install-slurm --node-local on the controller (job_submit.lua lets SlurmUser change a job's bbkit GRES)"
+  run ls -A "$CONF"
+  assert_output slurm.conf
 }
 
 @test "install-slurm --node-local refuses PrologFlags with NoHold (DeferBatch would defer nothing), writing nothing" {
@@ -1466,7 +1942,7 @@ NodeName=n[1-2],big01 Name=bbfast Count=20"
   assert_success
   assert_line "BatchStartTimeout=1210"
   refute_line --partial "warning: timeouts.stage_in"
-  rm -f "$CONF/gres.conf" "$CONF/cli_filter.lua"
+  rm -f "$CONF/gres.conf" "$CONF"/*.lua
   for v in 10 1209 abc; do
     printf 'ClusterName=bbkit\nBatchStartTimeout=%s\n' "$v" >"$CONF/slurm.conf"
     run install_node_local --nodes 'n[1-4]'
@@ -1481,14 +1957,14 @@ NodeName=n[1-2],big01 Name=bbfast Count=20"
   refute_line --regexp "^BatchStartTimeout="
 }
 
-@test "install-slurm --node-local keeps a gres.conf that gives every node the pool's count, and refuses one that does not" {
+@test "install-slurm --node-local keeps a gres.conf that gives every node the pool's count (warning without Flags=CountOnly), and refuses one that does not" {
   # Needs bb-parse's node_local and gres, and the nodes' scripts.
   once_per_lua_set
   NL_GRES=scratch node_local_config
   gres_conf() {
     printf '%s\n' "$@" >"$CONF/gres.conf"
     cp "$CONF/gres.conf" "$TEST_DIR/gres.before"
-    rm -f "$CONF/cli_filter.lua"
+    rm -f "$CONF"/*.lua
   }
   kept() {
     run install_node_local --nodes 'n[01-04]'
@@ -1504,15 +1980,28 @@ NodeName=n[1-2],big01 Name=bbfast Count=20"
     [ "$(grep -c 'gres.conf: ' <<<"$output")" = 1 ] || fail "more than one line on gres.conf: $output"
     cmp "$CONF/gres.conf" "$TEST_DIR/gres.before"
     assert_file_not_exists "$CONF/cli_filter.lua"
+    assert_file_not_exists "$CONF/job_submit.lua"
   }
-  fix="write NodeName=n[01-04] Name=scratch Count=800 (then restart slurmd)"
+  count_only="install-slurm: warning: $CONF/gres.conf: a line of Name=scratch has no Flags=CountOnly: add it (bbkit's GRES is a count only; Slurm then loads no GRES plugin for it)"
+  fix="write NodeName=n[01-04] Name=scratch Count=800 Flags=CountOnly (then restart slurmd)"
   # Other GRES, keys in any case, comments, ranges written otherwise, lines that add up.
   gres_conf '# site' 'AutoDetect=off' 'NodeName=n[01-02] Name=gpu File=/dev/nvidia0' \
-    'NodeName=n01,n02 Name=scratch Count=800' 'nodename=n[03-04] name=SCRATCH count=400 # half' \
-    'NodeName=n03,n04 Name=scratch Count=400'
+    'NodeName=n01,n02 Name=scratch Count=800 Flags=CountOnly' \
+    'nodename=n[03-04] name=SCRATCH count=400 flags=countonly # half' \
+    'NodeName=n03,n04 Name=scratch Count=400 Flags=CountOnly'
   kept
+  refute_line --partial "Flags=CountOnly"
+  gres_conf 'Name=scratch Count=800 Flags=CountOnly'
+  kept
+  refute_line --partial "Flags=CountOnly"
+  # Without Flags=CountOnly on every line of it: kept, with one warning.
   gres_conf 'Name=scratch Count=800'
   kept
+  assert_line "$count_only"
+  gres_conf 'NodeName=n[01-02] Name=scratch Count=800 Flags=CountOnly' 'NodeName=n[03-04] Name=scratch Count=800'
+  kept
+  assert_line "$count_only"
+  [ "$(grep -c 'CountOnly' <<<"$output")" = 1 ] || fail "more than one warning: $output"
   gres_conf 'NodeName=n[01-04] Name=scratch Count=700'
   refused "node n01 has 700 of scratch but pool local gives it 800 (capacity / granularity): $fix"
   gres_conf 'NodeName=n[01-03] Name=scratch Count=800' 'NodeName=n[05-09] Name=scratch Count=800'
@@ -1525,10 +2014,10 @@ NodeName=n[1-2],big01 Name=bbfast Count=20"
   refused "node n02 has 801 of scratch but pool local gives it 800 (capacity / granularity): $fix"
   # What install-slurm cannot read is refused, never run.
   gres_conf "NodeName=n\$(touch\${IFS}$TEST_DIR/pwned) Name=scratch Count=800"
-  refused "NodeName=n\$(touch\${IFS}$TEST_DIR/pwned) (Name=scratch) is not a node list install-slurm reads: write NodeName=n[01-04] Name=scratch Count=800"
+  refused "NodeName=n\$(touch\${IFS}$TEST_DIR/pwned) (Name=scratch) is not a node list install-slurm reads: write NodeName=n[01-04] Name=scratch Count=800 Flags=CountOnly"
   assert_file_not_exists "$TEST_DIR/pwned"
   gres_conf 'NodeName=n[01-04] Name=scratch Count=8e2'
-  refused "Count=8e2 of Name=scratch is not a count install-slurm reads: write NodeName=n[01-04] Name=scratch Count=800"
+  refused "Count=8e2 of Name=scratch is not a count install-slurm reads: write NodeName=n[01-04] Name=scratch Count=800 Flags=CountOnly"
 }
 
 @test "install-slurm --node-local refuses a Prolog or Epilog limit shorter than bbkit's [timeouts], by release" {

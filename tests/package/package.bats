@@ -43,6 +43,11 @@ UNITS="bbkit-recover.service bbkit-reap.service bbkit-reap.timer bbkit-check.ser
   assert_file_executable /usr/share/bbkit/standalone/bbkit-job
   assert_file_executable /usr/share/bbkit/standalone/slurm/prolog-slurmctld
   assert_file_executable /usr/share/bbkit/slurm/install-slurm
+  # The Slurm scripts install-slurm fills in (submit_rules.lua written into two of them): data.
+  for f in burst_buffer.lua cli_filter.lua submit_rules.lua bbkit_job_submit.lua job_submit.lua \
+    burst_buffer.conf sudoers; do
+    [ "$(stat -c '%a %U' "/usr/share/bbkit/slurm/$f")" = "644 root" ] || fail "/usr/share/bbkit/slurm/$f: $(stat -c '%a %U' "/usr/share/bbkit/slurm/$f")"
+  done
   assert_file_executable /usr/share/bbkit/datawarp/dw_wlm_cli
   assert_file_executable /usr/share/bbkit/datawarp/dwstat
   for s in pbs/prologue pbs/epilogue gridengine/prolog gridengine/epilog spur/job_submit \

@@ -4,8 +4,9 @@
 # TaskProlog the standalone task-prolog; every node has its own pool "nvme" on its local disk
 # and its own state directory, at the same paths; with the tools' node_local (NODE_POOL_LOCAL=yes)
 # install-slurm --node-local installs the cli_filter that adds each job's GRES (bbnvme, one
-# unit per MiB) at submit. Each scenario reads the nodes' pools from inside the nodes
-# (node_tool) and Slurm's count from scontrol -d show node (gres_used). Every line seen is kept in
+# unit per MiB) at submit, and job_submit.lua, slurmctld's check of every job and change. Each
+# scenario reads the nodes' pools from inside the nodes (node_tool) and Slurm's count from
+# scontrol -d show node (gres_used). Every line seen is kept in
 # build/tests/slurm/transcript-nodelocal.txt.
 
 BBKIT_SLURM_TRANSCRIPT=${BBKIT_SLURM_TRANSCRIPT:-$BBKIT_BUILD_DIR/tests/slurm/transcript-nodelocal.txt}
@@ -611,28 +612,31 @@ JOB
   wait_until 30 "every node idle" all_nodes_idle
 }
 
-@test "j. a job that skipped the submit checks (another slurm.conf without the cli_filter) asks for space Slurm never gave: held with bbkit's reason, nothing reserved, no node drained; a job Slurm gave the space runs beside it" {
-  local alt script other
-  # The user's own slurm.conf: Slurm's, without CliFilterPlugins.
-  alt=$JOBS_DIR/my-slurm.conf
-  grep -v -i '^CliFilterPlugins' "$SLURM_CONF" >"$alt"
-  chown "$SLURM_TEST_USER:" "$alt"
+@test "j. root lowers a held job's GRES below its request after every submit check: the job asks for space Slurm never gave, held with bbkit's reason, nothing reserved, no node drained; a job Slurm gave the space runs beside it" {
+  local script other tres=gres:
+  ! release_at_least 23.11 || tres=gres/
   script=$(job_script j1.sh '#SBATCH --job-name=j1' '#SBATCH --nodelist=n2' '#SBATCH --ntasks=1' \
-    '#BB pool=nvme capacity=800MiB' <<<'echo "j1 should not run"')
-  JOB=
-  slurm_run -u env SLURM_CONF="$alt" sbatch "$script"
+    '#SBATCH --hold' '#BB pool=nvme capacity=800MiB' <<<'echo "j1 should not run"')
+  submit "$script"
   assert_equal "$status" 0
-  JOB=$(sed -n 's/^Submitted batch job \([0-9]\+\)$/\1/p' <<<"$output")
   run scontrol show job "$JOB"
-  refute_output --partial "TresPerNode=gres"
+  assert_output --partial "TresPerNode=${tres}bbnvme:800"
+  # Root may change a job's bbkit GRES (job_submit.lua lets root and SlurmUser): what no submit
+  # check sees. The node's Prolog holds the job to what Slurm gives it.
+  slurm_run scontrol update JobId="$JOB" Gres=bbnvme:1
+  assert_equal "$status" 0
+  run scontrol show job "$JOB"
+  assert_output --partial "TresPerNode=${tres}bbnvme:1"
+  slurm_run scontrol release "$JOB"
+  assert_equal "$status" 0
   wait_job "$JOB" 'JobState=PENDING Reason=job_requeued_in_held_state' 60
   run scontrol show job "$JOB"
-  assert_output --partial "AdminComment=bbkit: node n2: bb-pool: job $JOB asks for 800MiB of pool 'nvme' but Slurm gave it no bbnvme GRES on this node"
+  assert_output --partial "AdminComment=bbkit: node n2: bb-pool: job $JOB asks for 800MiB of pool 'nvme' but Slurm gave it 1 bbnvme on this node, 1MiB (its request or GRES changed after the submit-time checks)"
   run sinfo -h -n n2 -o '%T %E'
   refute_output --partial drain
   assert_equal "$(pool_used n2)" 0
   slurm_run scancel "$JOB"
-  # A job that came through the cli_filter gets the space on the same node.
+  # A job Slurm gave the space gets it on the same node.
   script=$(job_script j2.sh '#SBATCH --job-name=j2' '#SBATCH --nodelist=n2' '#SBATCH --ntasks=1' \
     '#BB pool=nvme capacity=900MiB' <<<'echo "j2 ran"')
   submit "$script"
@@ -718,5 +722,67 @@ unslow_node() {
   run grep -F "missing from batch node" "$SLURM_DIR/log/slurmctld.log"
   assert_failure
   wait_until 60 "n3's pool free" pools_free n3
+  wait_until 30 "every node idle" all_nodes_idle
+}
+
+@test "l. slurmctld checks every job (job_submit.lua): one sent with a slurm.conf without the cli_filter gets its GRES and runs; its user may not change that GRES while it waits, but may change the rest; a job naming bbnvme itself is refused at submit" {
+  local alt script gres tres=gres:
+  ! release_at_least 23.11 || tres=gres/
+  # The user's own slurm.conf: Slurm's, without CliFilterPlugins (as a client without bbkit's
+  # cli_filter, or slurmrestd, submits).
+  alt=$JOBS_DIR/my-slurm.conf
+  grep -v -i '^CliFilterPlugins' "$SLURM_CONF" >"$alt"
+  chown "$SLURM_TEST_USER:" "$alt"
+  # shellcheck disable=SC2016 # expanded in the job
+  script=$(job_script l1.sh '#SBATCH --job-name=l1' '#SBATCH --nodelist=n3' '#SBATCH --ntasks=1' \
+    '#SBATCH --hold' '#BB pool=nvme capacity=300MiB' <<<'echo "l1 ran in $BB_JOB_DIR"')
+  JOB=
+  slurm_run -u env SLURM_CONF="$alt" sbatch "$script"
+  assert_equal "$status" 0
+  JOB=$(sed -n 's/^Submitted batch job \([0-9]\+\)$/\1/p' <<<"$output")
+  [ -n "$JOB" ] || fail "no job id in sbatch's output: $output"
+  run scontrol show job "$JOB"
+  assert_output --partial "TresPerNode=${tres}bbnvme:300"
+  # The user resizing it, either way: refused (Slurm 22.05 drops job_modify's message to the
+  # user and says what its code means; 23.02 and later pass bbkit's on), the job as it was.
+  for gres in bbnvme:1 bbnvme:900; do
+    slurm_run -u scontrol update JobId="$JOB" Gres="$gres"
+    [ "$status" -ne 0 ] || fail "the user changed the job's GRES to $gres: $output"
+    if release_at_least 23.02; then
+      assert_output --partial "bbkit: a user may not add, remove or resize a node-local pool's GRES (bbnvme) of a job"
+    else
+      assert_output --partial "Access/permission denied"
+    fi
+  done
+  # slurmctld's log has it too, whatever the release shows the user.
+  for gres in bbnvme:1 bbnvme:900; do
+    grep -qF "bbkit: a user may not add, remove or resize a node-local pool's GRES (bbnvme) of a job: bbkit sized it from the job's burst-buffer request (bbnvme:300 here; the change asks for $gres): root or SlurmUser may" "$SLURM_DIR/log/slurmctld.log" ||
+      fail "slurmctld.log lacks bbkit's refusal of Gres=$gres"
+  done
+  run scontrol show job "$JOB"
+  assert_output --partial "TresPerNode=${tres}bbnvme:300"
+  # Anything else of the job is the user's to change.
+  slurm_run -u scontrol update JobId="$JOB" TimeLimit=5
+  assert_equal "$status" 0
+  assert_equal "$(job_field "$JOB" TimeLimit)" 00:05:00
+  slurm_run scontrol release "$JOB"
+  assert_equal "$status" 0
+  wait_ended "$JOB" 120
+  [[ $JOB_STATE_LINE == JobState=COMPLETED* ]] || fail "job $JOB: $JOB_STATE_LINE; $(cat "$JOBS_DIR/l1-$JOB.out" 2>/dev/null)"
+  run cat "$JOBS_DIR/l1-$JOB.out"
+  assert_output --regexp "^l1 ran in $NODE_POOL_DIR/job/"
+  # Without the cli_filter, a job naming bbnvme itself is refused by slurmctld: no job made.
+  local jobs_before
+  jobs_before=$(squeue -h -u "$SLURM_TEST_USER" -o %i | sort)
+  script=$(job_script l2.sh '#SBATCH --job-name=l2' '#SBATCH --gres=bbnvme:5' <<<'echo "should not run"')
+  slurm_run -u env SLURM_CONF="$alt" sbatch "$script"
+  assert_equal "$status" 1
+  assert_output --partial "bbkit: --gres asks for bbnvme:5 itself, the GRES bbkit sizes from a burst-buffer request"
+  script=$(job_script l3.sh '#SBATCH --job-name=l3' '#SBATCH --gres=bbnvme:1' '#BB pool=nvme capacity=10MiB' <<<'echo "should not run"')
+  slurm_run -u env SLURM_CONF="$alt" sbatch "$script"
+  assert_equal "$status" 1
+  assert_output --partial "bbkit: --gres asks for bbnvme:1 itself, the GRES bbkit sizes from the burst-buffer request (bbnvme:10 here)"
+  assert_equal "$(squeue -h -u "$SLURM_TEST_USER" -o %i | sort)" "$jobs_before"
+  wait_until 30 "n3's pool free" pools_free n3
   wait_until 30 "every node idle" all_nodes_idle
 }

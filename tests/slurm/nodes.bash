@@ -18,15 +18,16 @@
 # Load it instead of harness.bash (`load nodes`); the cluster has no burst_buffer plugin
 # (HARNESS_MODE=plain). Set before start_nodes:
 # - NODE_GRES="NAME:COUNT": every node has COUNT units of the GRES NAME (GresTypes, the nodes'
-#   Gres= and a gres.conf with a count and no device file);
+#   Gres= and a gres.conf with a count only: Flags=CountOnly, no device file);
 # - NODE_SLURM_EXTRA: lines added to slurm.conf as they are;
 # - NODE_BBKIT=1: bbkit on the nodes (start_node_bbkit): bbkit installed where every node sees
 #   it, each node's own state directory at one common path ($NODE_STATE_DIR, bind-mounted per
 #   node like $NODE_LOCAL_DIR), one bbkit.toml for all (standalone mode, pool "nvme" on the
 #   node's local directory) that every node reads as /etc/bbkit/bbkit.toml, and slurmd's
 #   Prolog, Epilog and TaskProlog bbkit's node scripts (share/bbkit/standalone/slurm-node);
-#   with a node-local pool, the slurm.conf lines and cli_filter.lua from install-slurm
-#   --node-local (install_node_local), so every sbatch gets its job's GRES added.
+#   with a node-local pool, the slurm.conf lines, cli_filter.lua and job_submit.lua from
+#   install-slurm --node-local (install_node_local), so every sbatch gets its job's GRES added
+#   and slurmctld checks every job and every change to one again.
 
 # shellcheck disable=SC2034 # read by harness.bash
 HARNESS_MODE=plain
@@ -306,7 +307,7 @@ start_nodes() {
   write_slurm_conf root nodes_topology
   if [ -n "${NODE_GRES:-}" ]; then
     # A count without a device file: Slurm only counts the units.
-    echo "NodeName=n[1-$NODE_COUNT] Name=${NODE_GRES%%:*} Count=${NODE_GRES#*:}" >"$SLURM_DIR/etc/gres.conf"
+    echo "NodeName=n[1-$NODE_COUNT] Name=${NODE_GRES%%:*} Count=${NODE_GRES#*:} Flags=CountOnly" >"$SLURM_DIR/etc/gres.conf"
   fi
   if [ "${NODE_BBKIT:-0}" = 1 ] && [ "$NODE_POOL_LOCAL" = yes ]; then install_node_local || return 1; fi
   [ -z "${NODE_SLURM_EXTRA:-}" ] || printf '%s\n' "$NODE_SLURM_EXTRA" >>"$SLURM_CONF"
@@ -367,9 +368,11 @@ $NODE_SLURM_EXTRA}"
 # A node-local pool: bbkit's Slurm lines as a site installs them, with the installed tree's
 # install-slurm --node-local (bbkit(7), NODE-LOCAL POOLS): it checks the gres.conf start_nodes
 # wrote (NODE_GRES) and writes cli_filter.lua next to slurm.conf, which adds each job's GRES at
-# submit; the lines it prints (GresTypes, PrologFlags, BatchStartTimeout, Prolog, Epilog,
-# TaskProlog, CliFilterPlugins, HealthCheckProgram, HealthCheckInterval) go before
-# NODE_SLURM_EXTRA, and the Gres it gives the nodes must be NODE_GRES.
+# submit, and job_submit.lua with bbkit_job_submit.lua, slurmctld's check of every job and
+# every change to one; the lines it prints (GresTypes, PrologFlags, BatchStartTimeout, Prolog,
+# Epilog, TaskProlog, CliFilterPlugins, JobSubmitPlugins, HealthCheckProgram,
+# HealthCheckInterval) go before NODE_SLURM_EXTRA, and the Gres it gives the nodes must be
+# NODE_GRES.
 install_node_local() {
   local log=$SLURM_DIR/log/install-slurm.log lines args
   args=(--node-local --nodes "n[1-$NODE_COUNT]" --slurm-conf-dir "$SLURM_DIR/etc" --config "$BBKIT_CONFIG")
@@ -378,10 +381,11 @@ install_node_local() {
     return 1
   fi
   transcript "root# install-slurm $(printf '%q ' "${args[@]}" | sed 's/ $//')" "$(cat "$log")"
-  lines=$(grep -E '^(GresTypes|PrologFlags|BatchStartTimeout|Prolog|Epilog|TaskProlog|CliFilterPlugins|HealthCheckProgram|HealthCheckInterval)=' "$log")
-  [ "$(wc -l <<<"$lines")" -eq 9 ] || { fail "install-slurm --node-local printed no slurm.conf lines: $(cat "$log")"; return 1; }
+  lines=$(grep -E '^(GresTypes|PrologFlags|BatchStartTimeout|Prolog|Epilog|TaskProlog|CliFilterPlugins|JobSubmitPlugins|HealthCheckProgram|HealthCheckInterval)=' "$log")
+  [ "$(wc -l <<<"$lines")" -eq 10 ] || { fail "install-slurm --node-local printed no slurm.conf lines: $(cat "$log")"; return 1; }
   grep -qx "Gres=$NODE_GRES" "$log" || { fail "install-slurm --node-local gives the nodes another Gres than $NODE_GRES: $(cat "$log")"; return 1; }
   [ -s "$SLURM_DIR/etc/cli_filter.lua" ] || { fail "install-slurm --node-local wrote no cli_filter.lua"; return 1; }
+  [ -s "$SLURM_DIR/etc/job_submit.lua" ] || { fail "install-slurm --node-local wrote no job_submit.lua"; return 1; }
   NODE_SLURM_EXTRA="$lines${NODE_SLURM_EXTRA:+
 $NODE_SLURM_EXTRA}"
 }

@@ -19,7 +19,10 @@ script read from standard input cannot be seen here; slurm_bb_setup validates ev
 A job buffer in a node-local pool (bbkit(7), NODE-LOCAL POOLS) is counted by Slurm as a GRES:
 bb-parse --json says which and how much per node ("gres": "NAME:COUNT") and this filter adds it
 to the job's --gres (after the user's own, comma-separated). A user who asks for that GRES
-themselves is refused: its count is bbkit's to size from the request.
+themselves is refused: its count is bbkit's to size from the request. A client-side filter can
+be bypassed (slurmrestd runs none, and a user may run sbatch with a slurm.conf of their own):
+slurmctld's job_submit.lua (bbkit_job_submit.lua) holds every job to the same rules again.
+The rules both read the same way are in submit_rules.lua.
 ]]
 
 -- ---- install-time settings (install-slurm writes them; keep each on one line) ----------------
@@ -31,9 +34,11 @@ BBKIT_DIRECTIVES = ""            -- standalone: every directive of bbkit.toml, b
 BBKIT_NODE_GRES = ""             -- standalone: the node-local pools' GRES, blank-separated (only bbkit asks for them)
 -- ---- end of install-time settings ---------------------------------------------------------
 
-local function quote(word)
-    return "'" .. string.gsub(word, "'", "'\\''") .. "'"
-end
+-- ---- bbkit's submit rules, shared with bbkit_job_submit.lua ---------------------------------
+-- install-slurm writes submit_rules.lua's text in place of the next line; from the sources it is
+-- read from beside this file.
+dofile((string.match(debug.getinfo(1, "S").source, "^@(.*/)") or "") .. "submit_rules.lua")
+-- ---- end of the submit rules --------------------------------------------------------------
 
 -- The most of a batch script read here: [limits] script_size's default. A longer one is
 -- bb-parse's to judge, which knows the configured limit.
@@ -51,108 +56,28 @@ local function read_script(path)
     return text, #text <= script_read_bytes
 end
 
--- The directive lines of a script as Slurm's burst_buffer/datawarp plugin collects them
--- (bbkit(7), REQUESTS): up to the first line not starting with '#', every line starting with
--- "#DW" or "#BB" (no blank needed after them), a trailing '\' joining the next such line without
--- its prefix (and without its leading blanks only when a blank came right before the '\').
--- Returns the list of lines, or nil and a message for a #DW line continued on a #BB line (or
--- the reverse), which Slurm refuses. Slurm's datawarp plugin checks persistent-only jobs
--- (#BB create_persistent, destroy_persistent) nowhere at submit: this reading decides which
--- scripts bb-parse checks here.
-function bbkit_datawarp_lines(script)
-    while string.byte(script, -1) == 0 do
-        script = string.sub(script, 1, -2)
-    end
-    local lines, continuing, blank_before, previous = {}, false, false, nil
-    for line in string.gmatch(script, "[^\n]+") do
-        if string.sub(line, 1, 1) ~= "#" then
-            break
-        end
-        local kind = string.sub(line, 2, 3)
-        if kind == "DW" or kind == "BB" then
-            local text = line
-            if continuing then
-                if kind ~= previous then
-                    return nil, "a #" .. previous .. " line continues on a #" .. kind
-                        .. " line, which Slurm's datawarp plugin refuses"
-                end
-                text = string.sub(line, 4)
-                if blank_before then
-                    text = string.gsub(text, "^%s+", "")
-                end
-            end
-            previous = kind
-            local next_continues = string.sub(text, -1) == "\\"
-            if next_continues then
-                local before = string.sub(line, -2, -2)
-                blank_before = #line >= 2 and string.find(before, "^%s$") ~= nil
-                text = string.sub(text, 1, -2)
-            end
-            if continuing then
-                lines[#lines] = lines[#lines] .. text
-            else
-                lines[#lines + 1] = text
-            end
-            continuing = next_continues
-        else
-            continuing = false
-        end
-    end
-    return lines
-end
-
--- Whether a batch script holds a directive line in its leading comment block.
-local function has_directive(script)
-    if BBKIT_PLUGIN == "datawarp" then
-        local lines = bbkit_datawarp_lines(script)
-        return lines == nil or #lines > 0 -- a refused mix is bb-parse's to explain
-    end
-    local prefixes = { "#" .. BBKIT_DIRECTIVE }
-    if BBKIT_PLUGIN == "standalone" then
-        for word in string.gmatch(BBKIT_DIRECTIVES, "%S+") do
-            prefixes[#prefixes + 1] = "#" .. word
-        end
-    end
-    for line in string.gmatch(script, "[^\n]+") do
-        if string.sub(line, 1, 1) ~= "#" then
-            return false
-        end
-        -- A longer directive starting with a shorter one (#BB_LUA, #BB) is bb-parse's to tell.
-        for _, prefix in ipairs(prefixes) do
-            if string.sub(line, 1, #prefix) == prefix then
-                return true
-            end
-        end
-    end
-    return false
-end
-
-local function set(value)
-    return value ~= nil and value ~= "" and value ~= "unset"
-end
-
 -- The bb-parse arguments for this job, or nil when it asks for no burst buffer.
 local function bbkit_cli_arguments(options)
     local args = {}
     local wanted = false
-    if options["type"] == "sbatch" and not set(options["wrap"]) then
+    if options["type"] == "sbatch" and not bbkit_set(options["wrap"]) then
         local argv = options["argv"]
         local script = argv and argv[1]
         if script then
             local text, whole = read_script(script)
-            if text and (not whole or has_directive(text)) then
+            if text and (not whole or bbkit_has_directive(text)) then
                 args[#args + 1] = "--script"
                 args[#args + 1] = script
                 wanted = true
             end
         end
     end
-    if set(options["bb"]) then
+    if bbkit_set(options["bb"]) then
         args[#args + 1] = "--bb"
         args[#args + 1] = options["bb"]
         wanted = true
     end
-    if set(options["bbf"]) then
+    if bbkit_set(options["bbf"]) then
         args[#args + 1] = "--bbf"
         args[#args + 1] = options["bbf"]
         wanted = true
@@ -160,15 +85,15 @@ local function bbkit_cli_arguments(options)
     if not wanted then
         return nil
     end
-    if set(options["job-name"]) then
+    if bbkit_set(options["job-name"]) then
         args[#args + 1] = "--job-name"
         args[#args + 1] = options["job-name"]
     end
     local workdir = options["chdir"]
-    if not set(workdir) then
+    if not bbkit_set(workdir) then
         workdir = os.getenv("PWD")
     end
-    if set(workdir) then
+    if bbkit_set(workdir) then
         args[#args + 1] = "--workdir"
         args[#args + 1] = workdir
     end
@@ -186,91 +111,18 @@ local refusing = { ["65"] = true, ["66"] = true, ["77"] = true }
 -- The second value is bb-parse's JSON for the request when it was checked (nil when the check
 -- could not run here).
 local function bbkit_cli_check(args)
-    local words = { quote(BBKIT_BINDIR ~= "" and (BBKIT_BINDIR .. "/bb-parse") or "bb-parse") }
-    if BBKIT_CONFIG ~= "" then
-        words[#words + 1] = "--config " .. quote(BBKIT_CONFIG)
-    end
-    for _, arg in ipairs(args) do
-        words[#words + 1] = quote(arg)
-    end
-    words[#words + 1] = "--json"
     -- The submitting user, for the checks that need one (allow_users, deny_users, persistent
     -- buffers without EnablePersistent): bb-parse runs as that user, and says so.
-    words[#words + 1] = '--user "$(id -u)"'
-    -- Standard output (the JSON) first, then the exit status, then standard error: a JSON line
-    -- never starts with "bbkit-exit=", so the first such line ends the JSON whatever the
-    -- messages say.
-    local line = "{ bbkit_err=$(" .. table.concat(words, " ")
-        .. " </dev/null 2>&1 >&3 3>&-); printf '\\nbbkit-exit=%s\\n%s\\n' \"$?\" \"$bbkit_err\"; } 3>&1"
-    local handle = io.popen(line, "r")
-    if not handle then
-        return "bb-parse: could not be started"
-    end
-    local output = handle:read("*a") or ""
-    handle:close()
-    local json, status, body = string.match(output, "^(.-)\nbbkit%-exit=(%d+)\n(.*)$")
+    local status, json, message = bbkit_run_bb_parse(args, '--user "$(id -u)"')
     if status == "0" then
         return nil, json
     end
-    -- bb-parse's error is its whole last line, never an earlier one (see burst_buffer.lua).
-    local message
-    for text in string.gmatch(body or output, "[^\n]+") do
-        message = text
-    end
-    if message and not string.match(message, "^bb%-parse: ") then
-        message = "bb-parse: " .. message
-    end
-    message = message or ("bb-parse: failed with exit status " .. tostring(status)
-        .. " (is bbkit installed on this host?)")
     if not refusing[status] then
         slurm.log_info("bbkit: burst-buffer request not checked at submit (checked again at "
             .. "setup): %s", message)
         return nil
     end
     return message
-end
-
--- The GRES of a job buffer in a node-local pool, as bb-parse --json says it: "NAME:COUNT", NAME
--- as bbkit.toml's gres allows it, COUNT granules per node (bbkit(7), NODE-LOCAL POOLS). Returns
--- nil for a request without one, else NAME and COUNT; nil, nil and a message when the JSON does
--- not say it in that one shape. A key's quotes cannot come from a value: JSON escapes every '"'
--- inside a string.
-function bbkit_json_gres(json)
-    local seen = 0
-    for _ in string.gmatch(json, '"gres"%s*:') do
-        seen = seen + 1
-    end
-    if seen == 0 then
-        if string.find(json, '"node_local"%s*:%s*true') then
-            return nil, nil, "bbkit: bb-parse --json says node_local but names no gres"
-        end
-        return nil
-    end
-    local name, count = string.match(json, '"gres"%s*:%s*"([a-z][a-z0-9_]*):([1-9]%d*)"%s*[,}\n]')
-    if seen > 1 or not name or #name > 32 or #count > 19 then
-        return nil, nil, "bbkit: bb-parse --json names its gres in a shape this cli_filter does "
-            .. "not read (rerun install-slurm after upgrading bbkit)"
-    end
-    return name, count
-end
-
--- The names of the GRES a --gres value asks for. Slurm keeps each item as given, prefixed with
--- "gres:" (22.05 to 23.02) or "gres/" (23.11 and later): [gres:|gres/]NAME[:TYPE][:COUNT],
--- comma-separated; "none" asks for none.
-function bbkit_gres_names(value)
-    local names = {}
-    if not set(value) or string.lower(value) == "none" then
-        return names
-    end
-    for item in string.gmatch(value, "[^,]+") do
-        local rest = string.match(item, "^gres[:/](.+)$")
-        while rest do
-            item = rest
-            rest = string.match(item, "^gres[:/](.+)$")
-        end
-        names[#names + 1] = string.match(item, "^[^:]*")
-    end
-    return names
 end
 
 -- Adds the job buffer's GRES to the job's --gres; returns nil, else a one-line message. Slurm's
@@ -293,7 +145,7 @@ function bbkit_cli_add_gres(options, json)
         end
     end
     local wanted = name .. ":" .. count
-    if set(have) and string.lower(have) ~= "none" then
+    if bbkit_set(have) and string.lower(have) ~= "none" then
         wanted = have .. "," .. wanted
     end
     options["gres"] = wanted
