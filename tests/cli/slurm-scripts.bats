@@ -1700,10 +1700,12 @@ random_text() {
   js_setup
   standin_bb_parse
   CANARY=$TEST_DIR/canary
-  local seed=${BBKIT_SEED:-$((RANDOM * 32768 + RANDOM))} i fields
+  local seed=${BBKIT_SEED:-$((RANDOM * 32768 + RANDOM))} i fields jobs=20 real=8
+  # The submission tier's share; the full tier all of them.
+  [ "${BBKIT_TEST_TIER:-full}" != full ] || jobs=120 real=40
   RANDOM=$seed
   fields="{script = os.getenv('JS_SCRIPT'), burst_buffer = os.getenv('JS_BB'), name = os.getenv('JS_NAME'), work_dir = os.getenv('JS_DIR'), user_id = $JS_UID}"
-  for ((i = 0; i < 120; i++)); do
+  for ((i = 0; i < jobs; i++)); do
     JS_NAME=$(random_text) JS_DIR=/data/$(random_text) JS_BB="#BB_LUA pool=local $(random_text)"
     JS_SCRIPT="#!/bin/bash
 #SBATCH --job-name=$(random_text | tr '\n' ' ')
@@ -1722,7 +1724,7 @@ srun $(random_text)"
   done
   # The real bb-parse: whatever it makes of them, one line to the user, and nothing run.
   sed -i "s|^BBKIT_BINDIR = .*|BBKIT_BINDIR = \"$BBKIT_BIN\"|" "$CONF/bbkit_job_submit.lua"
-  for ((i = 0; i < 40; i++)); do
+  for ((i = 0; i < real; i++)); do
     JS_NAME=$(random_text) JS_DIR=/data/$(random_text) JS_BB="#BB_LUA pool=local capacity=1GiB $(random_text)"
     JS_SCRIPT="#!/bin/bash
 #BB_LUA pool=local capacity=1GiB
