@@ -249,6 +249,37 @@ Fd open_state_dir(const Config& config, bool read_only) {
     return lock_fd;
 }
 
+FileSystemKind state_dir_file_system(const Config& config) {
+    std::string where = config.state_dir;
+    struct stat st {};
+    while (::stat(where.c_str(), &st) != 0 && errno == ENOENT && where.size() > 1) {
+        const std::size_t slash = where.rfind('/');
+        where = slash == 0 || slash == std::string::npos ? "/" : where.substr(0, slash);
+    }
+    return file_system_kind(where);
+}
+
+sqlite::Journal state_journal(const Config& config, FileSystemKind* fs) {
+    const FileSystemKind kind = state_dir_file_system(config);
+    if (fs != nullptr)
+        *fs = kind;
+    if (kind.shared && !kind.local_locks.empty())
+        throw Error(ExitCode::config,
+                    "state directory " + config.state_dir + " is on an NFS mount with " +
+                        kind.local_locks +
+                        ": its locks keep out no other host, so two hosts could write state.db "
+                        "at once (mount it with locking, local_lock=none; bbkit(7), STATE "
+                        "DIRECTORY)");
+    if (kind.shared && config.state_journal == StateJournal::wal)
+        throw Error(ExitCode::config,
+                    "state directory " + config.state_dir + " is on a network file system (" +
+                        kind.name +
+                        "), where SQLite's WAL is not safe: remove state_journal = \"wal\" "
+                        "(bbkit(7), STATE DIRECTORY)");
+    return kind.shared || config.state_journal == StateJournal::rollback ? sqlite::Journal::rollback
+                                                                         : sqlite::Journal::wal;
+}
+
 // The record always has the same length and is overwritten in place, blank once released: a
 // truncate and a new block per transaction cost more than the transaction's own statements.
 StateLock::StateLock(int fd, const std::string& who) : fd_(fd) {

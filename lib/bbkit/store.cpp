@@ -420,6 +420,35 @@ void check_foreign_database(StateStore::Impl& impl, const Config& config, int fo
     }
 }
 
+// Opens state.db with the journal its file system needs (state_journal; bbkit(7), STATE
+// DIRECTORY). A file in the other mode (moved between a local disk and a network file system) is
+// converted by a writer, under the state lock so that no bbkit writer on any host runs, and only
+// when no other connection has it open (SQLite's own lock on the file, which reaches every host
+// that shares it); a reader refuses it, as it changes nothing.
+void open_database(StateStore::Impl& impl, const Config& config, const std::string& db_path) {
+    FileSystemKind fs;
+    const sqlite::Journal journal = state_journal(config, &fs);
+    const bool want_wal = journal == sqlite::Journal::wal;
+    const std::optional<bool> wal = sqlite::wal_header(db_path, impl.writer);
+    if (!wal || *wal == want_wal) {
+        impl.db = sqlite::Database(db_path, impl.writer, journal);
+        return;
+    }
+    const std::string why =
+        want_wal ? std::string("uses a rollback journal on a local disk, where bbkit uses WAL")
+                 : "is in WAL mode on a " + fs.name + " file system, where WAL is not safe";
+    if (impl.options.read_only)
+        throw Error(ExitCode::config, "state database " + db_path + " " + why +
+                                          ": a writing command (e.g. bb-pool recover) converts "
+                                          "it (bbkit(7), STATE DIRECTORY)");
+    const StateLock lock = impl.acquire_lock("bbkit journal conversion");
+    impl.db = sqlite::Database(db_path, impl.writer, journal);  // rollback: converts here
+    if (want_wal)
+        impl.db.exec("PRAGMA journal_mode=WAL", "converting state.db to WAL failed");
+    spdlog::info("converted {} to {}: it {}", db_path, want_wal ? "WAL" : "a rollback journal",
+                 why);
+}
+
 }  // namespace
 
 StateStore::StateStore(const Config& config, StoreOptions options)
@@ -437,7 +466,7 @@ StateStore::StateStore(const Config& config, StoreOptions options)
             impl.writer = sqlite::ForeignWriter{owner->uid, owner->gid};
         }
     }
-    impl.db = sqlite::Database(db_path, impl.writer);
+    open_database(impl, config, db_path);
     const int found = schema_version(impl.db);  // refuses a file that is not SQLite, or newer
     const bool fresh = fresh_database(impl.db, found);
     if (impl.check_seals)
@@ -448,10 +477,12 @@ StateStore::StateStore(const Config& config, StoreOptions options)
             SealLedger::record(config, state_schema_version());
     }
     {
+        const bool wal = impl.db.journal() == sqlite::Journal::wal;
         Query q = impl.db.query("PRAGMA journal_mode");
-        if (!q.step() || q.text(0) != "wal")
-            throw Error(ExitCode::config, "state database " + impl.db.path() +
-                                              " is not in WAL mode (restore it from a backup)");
+        if (!q.step() || q.text(0) != (wal ? "wal" : "truncate"))
+            throw Error(ExitCode::config, "state database " + impl.db.path() + " is not in " +
+                                              (wal ? "WAL mode" : "rollback-journal mode") +
+                                              " (restore it from a backup)");
     }
 }
 
@@ -583,7 +614,7 @@ RebuildResult StateStore::rebuild_from_sealed_records(const std::vector<PoolReco
                            std::chrono::system_clock::now().time_since_epoch())
                            .count());
     const std::string fresh = "state.db.rebuilt." + std::to_string(::getpid());
-    for (const char* suffix : {"", "-wal", "-shm"})
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"})
         ::unlinkat(dir_fd.get(), (fresh + suffix).c_str(), 0);
     {
         const Fd file = open_state_file(impl.dir, fresh, O_RDWR | O_CREAT | O_EXCL, 0600);
@@ -592,7 +623,7 @@ RebuildResult StateStore::rebuild_from_sealed_records(const std::vector<PoolReco
                                errno);
     }
     {
-        sqlite::Database db(impl.dir + "/" + fresh, impl.writer);
+        sqlite::Database db(impl.dir + "/" + fresh, impl.writer, impl.db.journal());
         migrate_schema(db);
         db.begin(true);
         try {
@@ -627,13 +658,15 @@ RebuildResult StateStore::rebuild_from_sealed_records(const std::vector<PoolReco
             db.rollback();
             throw;
         }
-        db.exec("PRAGMA wal_checkpoint(TRUNCATE)", "checkpointing the rebuilt state.db failed");
+        if (db.journal() == sqlite::Journal::wal)
+            db.exec("PRAGMA wal_checkpoint(TRUNCATE)", "checkpointing the rebuilt state.db failed");
     }
-    for (const char* suffix : {"-wal", "-shm"})
+    for (const char* suffix : {"-wal", "-shm", "-journal"})
         ::unlinkat(dir_fd.get(), (fresh + suffix).c_str(), 0);
     result.kept_as = "state.db.foreign." + stamp;
     rename_in(dir_fd.get(), impl.dir, "state.db", result.kept_as);
     rename_in(dir_fd.get(), impl.dir, "state.db-wal", result.kept_as + "-wal");
+    rename_in(dir_fd.get(), impl.dir, "state.db-journal", result.kept_as + "-journal");
     ::unlinkat(dir_fd.get(), "state.db-shm", 0);
     rename_in(dir_fd.get(), impl.dir, fresh, "state.db");
     if (::fsync(dir_fd.get()) != 0)
@@ -923,7 +956,11 @@ WriteTransaction::WriteTransaction(StateStore& store, std::string who, Durabilit
         throw Error(ExitCode::software,
                     "a transaction on " + impl_.db.path() + " is already open (one at a time)");
     StateLock lock = impl_.acquire_lock(who_);
-    // SQLite takes the safety level only outside a transaction.
+    // SQLite takes the safety level only outside a transaction. A rollback journal (a network
+    // file system) commits every transaction synced: with synchronous=NORMAL a power cut there
+    // may corrupt state.db, not merely lose the last commit as with the WAL.
+    if (durability_ == Durability::deferred && impl_.db.journal() != sqlite::Journal::wal)
+        durability_ = Durability::now;
     if (durability_ == Durability::deferred)
         impl_.db.query("PRAGMA synchronous = NORMAL").run();
     try {

@@ -272,8 +272,10 @@ int schema_version(sqlite::Database& db) {
 
 void migrate_schema(sqlite::Database& db) {
     const int known = state_schema_version();
-    // WAL is a property of the file: set once, by whoever creates or migrates it.
-    db.exec("PRAGMA journal_mode=WAL", "enabling WAL failed");
+    // WAL is a property of the file: set once, by whoever creates or migrates it. A connection
+    // with a rollback journal (a network file system) keeps it: bbkit(7), STATE DIRECTORY.
+    if (db.journal() == sqlite::Journal::wal)
+        db.exec("PRAGMA journal_mode=WAL", "enabling WAL failed");
     db.begin(true);
     try {
         // Read again under the lock: another process may have migrated the file meanwhile.

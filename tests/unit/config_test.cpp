@@ -443,6 +443,16 @@ TEST(config, rejects_unknown_mode) {
               "t.toml:1: mode: must be \"standalone\", \"slurm\" or \"datawarp\", got 'Slurm'");
 }
 
+TEST(config, state_journal_is_auto_wal_or_rollback) {
+    EXPECT_EQ(parse_config("", "t.toml").state_journal, StateJournal::automatic);
+    EXPECT_EQ(parse_config("state_journal = \"rollback\"\n", "t.toml").state_journal,
+              StateJournal::rollback);
+    EXPECT_EQ(parse_config("state_journal = \"wal\"\n", "t.toml").state_journal, StateJournal::wal);
+    EXPECT_STREQ(to_string(StateJournal::automatic), "auto");
+    EXPECT_EQ(config_error("state_journal = \"delete\"\n"),
+              "t.toml:1: state_journal: must be \"auto\", \"wal\" or \"rollback\", got 'delete'");
+}
+
 TEST(config, datawarp_mode_reads_what_slurms_datawarp_plugin_reads) {
     const Config config = parse_config(R"(mode = "datawarp"
 [[pool]]
