@@ -425,9 +425,8 @@ void check_foreign_database(StateStore::Impl& impl, const Config& config, int fo
 // converted by a writer, under the state lock so that no bbkit writer on any host runs, and only
 // when no other connection has it open (SQLite's own lock on the file, which reaches every host
 // that shares it); a reader refuses it, as it changes nothing.
-void open_database(StateStore::Impl& impl, const Config& config, const std::string& db_path) {
-    FileSystemKind fs;
-    const sqlite::Journal journal = state_journal(config, &fs);
+void open_database(StateStore::Impl& impl, const std::string& db_path, sqlite::Journal journal,
+                   const FileSystemKind& fs) {
     const bool want_wal = journal == sqlite::Journal::wal;
     const std::optional<bool> wal = sqlite::wal_header(db_path, impl.writer);
     if (!wal || *wal == want_wal) {
@@ -457,6 +456,9 @@ StateStore::StateStore(const Config& config, StoreOptions options)
     impl.dir = config.state_dir;
     const std::string db_path = impl.dir + "/state.db";
     impl.options = options;
+    // Judged before anything is created: a refused file system leaves no state directory.
+    FileSystemKind fs;
+    const sqlite::Journal journal = state_journal(config, &fs);
     impl.lock_fd = open_state_dir(config, options.read_only);
 
     impl.seal = RecordSeal::for_process(config, !options.read_only);
@@ -466,7 +468,7 @@ StateStore::StateStore(const Config& config, StoreOptions options)
             impl.writer = sqlite::ForeignWriter{owner->uid, owner->gid};
         }
     }
-    open_database(impl, config, db_path);
+    open_database(impl, db_path, journal, fs);
     const int found = schema_version(impl.db);  // refuses a file that is not SQLite, or newer
     const bool fresh = fresh_database(impl.db, found);
     if (impl.check_seals)

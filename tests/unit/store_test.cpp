@@ -288,6 +288,8 @@ TEST_F(StateStoreTest, state_journal_wal_on_a_network_file_system_is_refused) {
     std::string message;
     EXPECT_EQ(code_of([&] { StateStore store(config_); }, &message), ExitCode::config);
     EXPECT_NE(message.find("network file system (nfs)"), std::string::npos) << message;
+    struct stat st {};
+    EXPECT_NE(stat(config_.state_dir.c_str(), &st), 0);  // nothing created
 }
 
 // A state.db moved between a local disk and a network file system: a reader refuses it (it
