@@ -11,6 +11,7 @@
 
 #include "bbkit/config.hpp"
 #include "bbkit/directive.hpp"
+#include "bbkit/file_system.hpp"
 #include "bbkit/health.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/reconcile.hpp"
@@ -52,9 +53,12 @@ std::string request_text(const Request& request);
 nlohmann::json sources_json(const SourceTotals& totals);
 std::string sources_text(const SourceTotals& totals);
 
-nlohmann::json config_json(const Config& config);
+// With `fs`, the state directory's file system too (JSON: state_dir_file_system, name and
+// shared; text: a comment line "# state_dir file system: NAME (shared|local)"), which
+// install-slurm reads (bbkit(7), STATE DIRECTORY).
+nlohmann::json config_json(const Config& config, const FileSystemKind* fs = nullptr);
 // The effective configuration as TOML that bbkit reads back unchanged.
-std::string config_text(const Config& config);
+std::string config_text(const Config& config, const FileSystemKind* fs = nullptr);
 
 // bb-pool list / show: one row per pool.
 std::string pool_list_text(const std::vector<PoolStatus>& pools);

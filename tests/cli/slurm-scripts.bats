@@ -158,6 +158,40 @@ job_script() {
   assert_output "BBKIT_STATE_DIR = \"$TEST_DIR/other-state\""
 }
 
+@test "install-slurm with a backup controller refuses a state_dir local to this host and off StateSaveLocation's file system" {
+  once_per_lua_set
+  run bb-parse config
+  assert_line --regexp '^# state_dir file system: [^ ]+ \(local\)$'
+  # One controller: nothing to share.
+  printf '%s\n' 'SlurmctldHost=one' 'StateSaveLocation=/proc/bbkit-nowhere' >"$CONF/slurm.conf"
+  run install_scripts
+  assert_success
+  # Two: the state directory must move with the primary.
+  printf '%s\n' 'SlurmctldHost=one' 'slurmctldhost=two' 'StateSaveLocation=/proc/bbkit-nowhere' \
+    >"$CONF/slurm.conf"
+  run install_scripts
+  assert_failure 78
+  assert_output --partial "state_dir $TEST_DIR/state is on "
+  assert_output --partial "local to this host, and not on StateSaveLocation's file system (/proc/bbkit-nowhere), with 2 controllers in slurm.conf"
+  [ "$(grep -c 'state_dir' <<<"$output")" -eq 1 ]
+  printf '%s\n' 'ControlMachine=one' 'BackupController=two' 'StateSaveLocation=/proc/bbkit-nowhere' \
+    >"$CONF/slurm.conf"
+  run install_scripts
+  assert_failure 78
+  # On StateSaveLocation's own file system (a volume that moves with the primary): accepted.
+  printf '%s\n' 'SlurmctldHost=one' 'SlurmctldHost=two' "StateSaveLocation=$TEST_DIR/slurm-state" \
+    >"$CONF/slurm.conf"
+  run install_scripts
+  assert_success
+  # On a network file system (a test build can say so): accepted wherever StateSaveLocation is.
+  printf '%s\n' 'SlurmctldHost=one' 'SlurmctldHost=two' 'StateSaveLocation=/proc/bbkit-nowhere' \
+    >"$CONF/slurm.conf"
+  if BBKIT_TEST_SHARED_FS=nfs bb-parse config | grep -qx '# state_dir file system: nfs (shared)'; then
+    BBKIT_TEST_SHARED_FS=nfs run install_scripts
+    assert_success
+  fi
+}
+
 @test "install-slurm refuses a standalone configuration and a burst_buffer.conf that would SIGKILL bbkit" {
   once_per_lua_set
   write_config 'mode = "standalone"'
