@@ -593,13 +593,14 @@ void read_access(const Field& root, Config& config) {
 }
 
 Timeouts timeouts_of(const Field& table) {
-    reject_unknown_keys(table, {"stage_in", "stage_out", "other", "validate", "queue"});
+    reject_unknown_keys(table, {"stage_in", "stage_out", "other", "validate", "queue", "takeover"});
     Timeouts timeouts;
     read_if_present(table, "stage_in", timeouts.stage_in, seconds_of);
     read_if_present(table, "stage_out", timeouts.stage_out, seconds_of);
     read_if_present(table, "other", timeouts.other, seconds_of);
     read_if_present(table, "validate", timeouts.validate, seconds_of);
     read_if_present(table, "queue", timeouts.queue, seconds_of);
+    read_if_present(table, "takeover", timeouts.takeover, seconds_of);
     return timeouts;
 }
 

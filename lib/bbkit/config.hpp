@@ -75,6 +75,8 @@ struct Timeouts {  // seconds; Slurm's defaults
     unsigned other = 300;
     unsigned validate = 5;
     unsigned queue = 600;  // bb-pool alloc --wait default: how long to wait in a pool's FIFO queue
+    // How long a writer waits for this host to take a shared state directory over (StateStore)
+    unsigned takeover = 60;
 };
 
 struct Limits {

@@ -3,6 +3,7 @@
 // safe and the state directory switches to a rollback journal (bbkit(7), STATE DIRECTORY).
 #pragma once
 
+#include <istream>
 #include <string>
 
 namespace bbkit {
@@ -10,10 +11,21 @@ namespace bbkit {
 struct FileSystemKind {
     std::string name;     // "nfs", "ext4", ...; the magic in hex when bbkit does not know it
     bool shared = false;  // a network or cluster file system (or FUSE: its locking is unknown)
-    // An NFS mount option under which locks exclude only processes of this host ("nolock",
-    // "local_lock=flock", ...): "" when locks reach the server.
+    // Why locks on it may exclude only processes of this host: a mount option ("nolock",
+    // "local_lock=flock", Lustre's "localflock", CIFS's "nobrl"), a mount not found, or a file
+    // system whose daemon decides (FUSE, BeeGFS, 9p: locks_unknown); "" when they reach the
+    // server.
     std::string local_locks;
+    bool locks_unknown = false;  // FUSE, BeeGFS, 9p: a site may vouch for them (state_journal)
+    bool known = true;           // false: a magic bbkit does not know (name is its hex)
+    std::string unreachable;     // state_dir_file_system: why statfs failed ("" when it did not)
 };
+
+// From /proc/self/mountinfo's lines (`mountinfo`), the option of the mount of `device`
+// ("MAJOR:MINOR") of file system `fs` (a name file_system_kind gives) that keeps its locks on
+// this host, "" when none does, or why it could not tell (no such mount).
+std::string local_lock_option(std::istream& mountinfo, const std::string& device,
+                              const std::string& fs);
 
 // The kind of the file system holding `path` (followed if a symlink); for NFS, its mount's
 // options from /proc/self/mountinfo too. A failed statfs is

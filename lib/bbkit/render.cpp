@@ -1,8 +1,12 @@
 #include "bbkit/render.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <sstream>
+
+#include "bbkit/error.hpp"
+#include "bbkit/text.hpp"
 
 namespace bbkit {
 namespace {
@@ -261,9 +265,13 @@ std::string config_text(const Config& config, const FileSystemKind* fs) {
         << (config.state_group.empty() ? ""
                                        : "state_group = " + toml_string(config.state_group) + "\n")
         << "state_journal = " << toml_string(to_string(config.state_journal)) << '\n'
-        << (fs == nullptr ? ""
-                          : "# state_dir file system: " + fs->name +
-                                (fs->shared ? " (shared)\n" : " (local)\n"))
+        << (fs == nullptr
+                ? ""
+                : "# state_dir file system: " + fs->name +
+                      (!fs->unreachable.empty() ? " (" + printable(fs->unreachable) + ")\n"
+                       : fs->shared             ? " (shared)\n"
+                       : fs->known              ? " (local)\n"
+                                                : " (unknown: set state_journal)\n"))
         << "mode = " << toml_string(to_string(config.mode)) << '\n'
         << "cluster = " << toml_string(config.cluster) << '\n'
         << "directives = " << toml_array(config.directives) << '\n';
@@ -381,6 +389,55 @@ std::string replace_text(const ReplaceResult& result) {
     for (const std::string& key : result.closed)
         out += "closed " + key + "\n";
     return out;
+}
+
+namespace {
+
+json claim_json(const std::optional<ControllerClaim>& claim) {
+    if (!claim)
+        return nullptr;
+    return {{"epoch", claim->epoch},
+            {"host", printable(claim->host)},
+            {"since", local_time(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     claim->since.time_since_epoch())
+                                     .count())}};
+}
+
+}  // namespace
+
+json takeover_json(const Takeover& takeover, const std::string& state_dir) {
+    json out = claim_json(takeover.now);
+    out["state_dir"] = state_dir;
+    out["changed"] = takeover.changed;
+    out["before"] = claim_json(takeover.before);
+    return out;
+}
+
+std::string takeover_text(const Takeover& takeover, const std::string& state_dir) {
+    if (!takeover.changed)
+        return "this host already holds state directory " + state_dir + " as epoch " +
+               std::to_string(takeover.now.epoch) + "\n";
+    return "took state directory " + state_dir + " over as epoch " +
+           std::to_string(takeover.now.epoch) +
+           (takeover.before ? " from " + to_string(*takeover.before) : std::string()) + "\n";
+}
+
+json claim_status_json(const ClaimStatus& status, const std::string& state_dir) {
+    return {{"state_dir", state_dir},
+            {"holds", status.holds},
+            {"token", status.token ? json(*status.token) : json(nullptr)},
+            {"claim", claim_json(status.claim)}};
+}
+
+std::string claim_status_text(const ClaimStatus& status, const std::string& state_dir) {
+    if (!status.claim)
+        return "no controller holds state directory " + state_dir +
+               " (no takeover yet): any host may write it\n";
+    if (status.holds)
+        return "this host holds state directory " + state_dir + ": " + to_string(*status.claim) +
+               "\n";
+    return "this host does not hold state directory " + state_dir + ": " +
+           to_string(*status.claim) + " does\n";
 }
 
 json alloc_json(const AllocResult& result) {

@@ -19,6 +19,7 @@
 #include "bbkit/size.hpp"
 #include "bbkit/sources.hpp"
 #include "bbkit/stage.hpp"
+#include "bbkit/store.hpp"
 #include "bbkit/teardown.hpp"
 #include "bbkit/views.hpp"
 
@@ -91,6 +92,15 @@ std::string reconcile_text(const ReconcileResult& result, bool applied);
 // entries removed, when there were any.
 nlohmann::json teardown_json(const TeardownResult& result);
 std::string teardown_text(const TeardownResult& result);
+
+// bb-pool takeover: {"state_dir", "epoch", "host", "since", "changed", "before": null |
+// {"epoch", "host", "since"}}; the text is one line ("took state directory D over as epoch N
+// from HOST (epoch M, since T)", or "this host already holds D as epoch N").
+nlohmann::json takeover_json(const Takeover& takeover, const std::string& state_dir);
+std::string takeover_text(const Takeover& takeover, const std::string& state_dir);
+// bb-pool takeover --holds: {"state_dir", "holds", "token", "claim": null | {...}}; one line.
+nlohmann::json claim_status_json(const ClaimStatus& status, const std::string& state_dir);
+std::string claim_status_text(const ClaimStatus& status, const std::string& state_dir);
 
 // bb-pool reap: {"reaped", "remaining", "bytes_released", "entries_removed"}.
 nlohmann::json reap_json(const ReapResult& result);

@@ -183,9 +183,18 @@ constexpr int wal_version = 2;
         case SQLITE_FULL:
         case SQLITE_IOERR:
             throw Error(ExitCode::io, failed + " (check the state directory's file system)");
+        case SQLITE_READONLY:
+            // A reader's connection (Database's read_only) that met a journal it may not roll
+            // back: a writer died mid-commit, here or on another host (bbkit(7), STATE DIRECTORY).
+            if (db != nullptr && sqlite3_db_readonly(db, "main") == 1)
+                throw Error(ExitCode::temp_fail,
+                            failed +
+                                " (a writer was interrupted mid-commit and its journal is "
+                                "still there: the next writing command rolls it back; "
+                                "retry)");
+            [[fallthrough]];
         case SQLITE_CANTOPEN:
         case SQLITE_PERM:
-        case SQLITE_READONLY:
             throw Error(ExitCode::no_perm,
                         failed + " (check the state directory's owner and mode)");
         case SQLITE_CONSTRAINT:
@@ -199,11 +208,15 @@ constexpr int wal_version = 2;
 std::optional<bool> wal_header(const std::string& path,
                                const std::optional<ForeignWriter>& writer) {
     const AsWriter as(writer);
+    // SQLite opens a file in WAL mode whenever its -wal file holds frames, whatever the header
+    // says (a restored backup beside an old WAL, or a header another host just rewrote).
+    struct stat wal {};
+    const bool wal_frames = ::lstat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0;
     const Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     unsigned char versions[2] = {};
     if (!fd || ::pread(fd.get(), versions, sizeof versions, header_versions_offset) != 2)
-        return std::nullopt;
-    return versions[0] == wal_version || versions[1] == wal_version;
+        return wal_frames ? std::optional<bool>(true) : std::nullopt;
+    return wal_frames || versions[0] == wal_version || versions[1] == wal_version;
 }
 
 // ---- Query ----------------------------------------------------------------------------------
@@ -323,8 +336,11 @@ void run_no_sql_of_the_file(sqlite3* db, const std::string& path) {
 
 }  // namespace
 
-Database::Database(std::string path, std::optional<ForeignWriter> writer, Journal journal)
+Database::Database(std::string path, std::optional<ForeignWriter> writer, Journal journal,
+                   bool read_only)
     : path_(std::move(path)), journal_(journal) {
+    // Only a rollback journal can be read without writing: a WAL reader writes its index.
+    read_only = read_only && journal == Journal::rollback;
     *writer_ = writer;
     const AsWriter as(*writer_);
     if (writer && !Fd(::open(path_.c_str(), O_PATH | O_CLOEXEC | O_NOFOLLOW)) && errno == EACCES)
@@ -334,9 +350,10 @@ Database::Database(std::string path, std::optional<ForeignWriter> writer, Journa
                         "must be searchable by that account (bbkit(7), SECURITY)");
     sqlite3* raw = nullptr;
     sqlite3_vfs* vfs = bbkit_vfs();
-    const int rc = sqlite3_open_v2(
-        path_.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
-        vfs != nullptr ? vfs->zName : nullptr);
+    const int rc = sqlite3_open_v2(path_.c_str(), &raw,
+                                   (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) |
+                                       SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
+                                   vfs != nullptr ? vfs->zName : nullptr);
     db_.reset(raw);
     if (rc != SQLITE_OK)
         fail_sqlite(raw, rc, path_, "opening the state database failed");
@@ -357,7 +374,7 @@ Database::Database(std::string path, std::optional<ForeignWriter> writer, Journa
     if (enabled != 1)
         throw Error(ExitCode::software, "enabling foreign keys on " + path_ + " failed");
     if (journal_ == Journal::rollback) {
-        open_rollback_journal();
+        open_rollback_journal(read_only);
         return;
     }
     if (sqlite3_wal_autocheckpoint(raw, wal_checkpoint_pages) != SQLITE_OK)
@@ -377,15 +394,25 @@ Database::Database(std::string path, std::optional<ForeignWriter> writer, Journa
 // journal is synced before state.db is written and again once emptied, the commit point (EXTRA
 // adds only a directory sync after deleting a journal, which TRUNCATE never does).
 // journal_mode is the connection's, not the file's (unlike WAL): set at every open, where it
-// also converts a file left in WAL mode.
-void Database::open_rollback_journal() {
+// also converts a file left in WAL mode. A reader's connection (read-only: it rolls no journal
+// back, converts nothing, writes nothing) only checks that the file is not in WAL mode.
+void Database::open_rollback_journal(bool read_only) {
     exec("PRAGMA mmap_size = 0; PRAGMA synchronous = FULL; PRAGMA cell_size_check = ON",
          "setting mmap_size=0, synchronous=FULL and cell_size_check failed");
     std::string mode;
     {
-        Query q = query("PRAGMA journal_mode = TRUNCATE");
+        Query q = query(read_only ? "PRAGMA journal_mode" : "PRAGMA journal_mode = TRUNCATE");
         if (q.step())
             mode = q.text(0);
+    }
+    if (read_only) {
+        if (mode == "wal")
+            throw Error(ExitCode::config,
+                        "state database " + path_ +
+                            " is in WAL mode on a file system other hosts share: a writing "
+                            "command (e.g. bb-pool recover) converts it (bbkit(7), STATE "
+                            "DIRECTORY)");
+        return;
     }
     if (mode != "truncate")
         throw Error(ExitCode::temp_fail,

@@ -98,8 +98,10 @@ class Database {
     // converted (SQLite checkpoints and removes the WAL, which needs every other connection
     // closed: else Error(temp_fail)); the caller decides whether that may happen (StateStore:
     // only a writer, under the state lock).
+    // With `read_only` and Journal::rollback the connection is SQLite's read-only one: it
+    // converts nothing and rolls no journal back (a hot journal is Error(temp_fail)).
     explicit Database(std::string path, std::optional<ForeignWriter> writer = std::nullopt,
-                      Journal journal = Journal::wal);
+                      Journal journal = Journal::wal, bool read_only = false);
     // A private database in memory, with the same settings (store_schema builds the schema
     // bbkit expects in one).
     static Database in_memory();
@@ -128,7 +130,7 @@ class Database {
     std::int64_t last_insert_rowid() const;
 
   private:
-    void open_rollback_journal();
+    void open_rollback_journal(bool read_only);
 
     struct Closer {
         const std::optional<ForeignWriter>* writer = nullptr;

@@ -115,8 +115,22 @@ caller() {
   bb-pool init nvme >/dev/null
   bb-pool init small >/dev/null
   for job in 1 2 3 4; do bb-pool alloc --job "$job" --user root --capacity 1G >/dev/null; done
-  # Killed before its commit, then after committing the record (bbkit(7), CRASHES).
-  for point in txn.before-commit alloc.reserved dir.made alloc.env-written; do
+  # Killed before its commit: its journal holds the pages it changed, under a header SQLite
+  # leaves blank until the commit syncs it (not a hot journal: state.db was not written). A
+  # reader through the other mount reads the last commit and writes nothing.
+  run env BBKIT_FAULT=txn.before-commit bb-pool alloc --job 5 --user root --capacity 1G
+  [ "$status" -eq 137 ] || { echo "txn.before-commit: exit $status"; false; }
+  [ -s "$STATE_A/state.db-journal" ]
+  journal=$(md5sum <"$STATE_A/state.db-journal")
+  db=$(md5sum <"$STATE_A/state.db")
+  BBKIT_CONFIG=$CONFIG_B run bb-pool list
+  assert_success
+  [ "$(md5sum <"$STATE_A/state.db-journal")" = "$journal" ]
+  [ "$(md5sum <"$STATE_A/state.db")" = "$db" ]
+  [ -z "$(sqlite3 "$STATE_B/state.db" 'SELECT state FROM buffers WHERE job_id=5')" ]
+  job=5
+  # Killed after committing the record (bbkit(7), CRASHES).
+  for point in alloc.reserved dir.made alloc.env-written; do
     job=$((job + 1))
     run env BBKIT_FAULT=$point bb-pool alloc --job "$job" --user root --capacity 1G
     [ "$status" -eq 137 ] || { echo "$point: exit $status"; false; }
@@ -146,6 +160,17 @@ caller() {
   echo "# 12 writers killed at random, $hot journals left hot" >&3
 }
 
+@test "on NFS: a mount whose locks stay on this host (local_lock=flock) is refused, nothing created" {
+  [ -n "${BBKIT_NFS_LOCAL_LOCK:-}" ] || skip "needs tests/nfs-kernel's third mount"
+  grep -q " $BBKIT_NFS_LOCAL_LOCK nfs4 .*local_lock=flock" /proc/mounts ||
+    skip "this kernel does not show local_lock=flock"
+  nfs_config "$TEST_DIR/c.toml" "$BBKIT_NFS_LOCAL_LOCK/$shared/state"
+  BBKIT_CONFIG=$TEST_DIR/c.toml run bb-pool init nvme
+  assert_failure 78
+  assert_output --partial "with local_lock=flock: its locks may keep out no other host"
+  [ ! -e "$STATE_A" ]
+}
+
 @test "on NFS: state_journal = wal is refused, and a WAL state.db moved there is converted by a writer" {
   nfs_config "$TEST_DIR/wal.toml" "$STATE_A" 'state_journal = "wal"'
   BBKIT_CONFIG=$TEST_DIR/wal.toml run bb-pool init nvme
@@ -165,8 +190,52 @@ caller() {
   assert_output --partial "is in WAL mode on a nfs file system"
   BBKIT_CONFIG=$CONFIG_B run bb-pool recover
   assert_success
-  [ ! -e "$STATE_A/state.db-wal" ] && [ ! -e "$STATE_A/state.db-shm" ]
-  run bb-pool show nvme --json
+  [ ! -e "$STATE_B/state.db-wal" ] && [ ! -e "$STATE_B/state.db-shm" ]
+  # Through the mount that converted it (the other may see the removed WAL for as long as its
+  # attribute cache holds, and refuses it meanwhile, as SQLite would open it).
+  BBKIT_CONFIG=$CONFIG_B run bb-pool show nvme --json
   assert_success
   assert_output --partial '"used": 1073741824'
+}
+
+@test "on NFS: after a takeover through one mount, the other host's writers write nothing" {
+  # Two hosts: each has root's files of its own beside its record key (the key copied).
+  mkdir -p "$TEST_DIR/a" "$TEST_DIR/b"
+  nfs_config "$TEST_DIR/a/bbkit.toml" "$STATE_A" 'state_owner = "nobody"' '[timeouts]' 'takeover = 1'
+  nfs_config "$TEST_DIR/b/bbkit.toml" "$STATE_B" 'state_owner = "nobody"' '[timeouts]' 'takeover = 1'
+  A=$TEST_DIR/a/bbkit.toml B=$TEST_DIR/b/bbkit.toml
+  chmod 0755 "$(dirname "$STATE_A")"  # the state owner reaches its directory
+  bb-pool --config "$A" init nvme >/dev/null
+  bb-pool --config "$A" init small >/dev/null
+  install -m 0400 "$TEST_DIR/a/record.key" "$TEST_DIR/b/record.key"
+  bb-pool --config "$A" takeover >/dev/null
+  bb-pool --config "$A" alloc --job 1 --user root --capacity 1G >/dev/null
+  # Host a's waiter in the full pool small began under a's claim.
+  bb-pool --config "$A" alloc --job 2 --user root --pool small --capacity 4KiB >/dev/null
+  bb-pool --config "$A" alloc --job 3 --user root --pool small --capacity 4KiB --wait 60 \
+    >"$TEST_DIR/waiter.out" 2>&1 &
+  waiter=$!
+  sleep 3
+  run bb-pool --config "$B" drain nvme
+  assert_failure 69
+  run bb-pool --config "$B" takeover
+  assert_success
+  assert_output --partial "over as epoch 2 from"
+  bb-teardown --config "$B" --job 2 >/dev/null  # the space the waiter waits for
+  status=0
+  wait "$waiter" || status=$?
+  [ "$status" -eq 69 ] || { cat "$TEST_DIR/waiter.out"; false; }
+  run bb-pool --config "$A" alloc --job 4 --user root --capacity 1G
+  assert_failure 69
+  run bb-pool --config "$B" alloc --job 4 --user root --capacity 1G
+  assert_success
+  run bb-pool --config "$B" check
+  assert_success
+  # The waiter's request stays as it queued it under a's claim (pending), never granted; the
+  # new holder's recover drops it, its waiter gone.
+  [ "$(sqlite3 "$STATE_B/state.db" 'SELECT state FROM buffers WHERE job_id=3')" = pending ]
+  run bb-pool --config "$B" recover
+  assert_success
+  [ "$(sqlite3 "$STATE_B/state.db" "SELECT COUNT(*) FROM buffers WHERE job_id=3 AND state NOT IN ('complete','deleted')")" = 0 ]
+  [ "$(sqlite3 "$STATE_B/state.db" 'SELECT epoch FROM controller')" = 2 ]
 }

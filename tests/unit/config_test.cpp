@@ -216,7 +216,7 @@ TEST(config, names_a_quoted_unknown_key_whole) {
 TEST(config, rejects_unknown_key_in_timeouts_with_line) {
     EXPECT_EQ(config_error("[timeouts]\nstage_in = 5\nstagein = 5\n"),
               "t.toml:3: timeouts.stagein: unknown key 'stagein' (known: stage_in, stage_out, "
-              "other, validate, queue)");
+              "other, validate, queue, takeover)");
 }
 
 TEST(config, rejects_unknown_key_in_limits_with_line) {

@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "bbkit/error.hpp"
 #include "code_of.hpp"
@@ -23,14 +27,15 @@ TEST(FileSystemTest, network_and_cluster_magics_are_shared) {
     }
 }
 
-TEST(FileSystemTest, local_magics_and_unknown_ones_are_local) {
+TEST(FileSystemTest, local_magics_are_local_and_unknown_ones_are_neither) {
     EXPECT_EQ(file_system_kind_of_magic(0xEF53).name, "ext4");
     EXPECT_FALSE(file_system_kind_of_magic(0xEF53).shared);
     EXPECT_FALSE(file_system_kind_of_magic(0x58465342).shared);  // xfs
     EXPECT_FALSE(file_system_kind_of_magic(0x01021994).shared);  // tmpfs
+    EXPECT_TRUE(file_system_kind_of_magic(0xEF53).known);
     const FileSystemKind unknown = file_system_kind_of_magic(0x12345678);
     EXPECT_EQ(unknown.name, "0x12345678");
-    EXPECT_FALSE(unknown.shared);
+    EXPECT_FALSE(unknown.known);  // the state directory refuses it unless state_journal says
 }
 
 TEST(FileSystemTest, a_missing_path_is_an_error) {
@@ -38,10 +43,42 @@ TEST(FileSystemTest, a_missing_path_is_an_error) {
               ExitCode::no_input);
 }
 
-TEST(FileSystemTest, proc_is_known_by_its_magic_and_not_shared) {
-    const FileSystemKind kind = file_system_kind("/proc");
-    EXPECT_FALSE(kind.shared);
-    EXPECT_TRUE(kind.local_locks.empty());
+TEST(FileSystemTest, the_state_directorys_own_file_system_is_known_here) {
+    const FileSystemKind kind = file_system_kind("/tmp");
+    EXPECT_TRUE(kind.known) << kind.name;
+    EXPECT_TRUE(kind.local_locks.empty()) << kind.local_locks;
+}
+
+// Every mount option that keeps locks on this host, for each file system whose options decide,
+// in the super options (where NFS prints them) or the mount options; the others pass.
+TEST(FileSystemTest, mount_options_that_keep_locks_local_are_found) {
+    const auto line = [](const std::string& mount_options, const std::string& type,
+                         const std::string& super_options) {
+        return "36 25 0:53 / /var/lib/bbkit " + mount_options + " shared:1 - " + type +
+               " server:/export " + super_options + "\n";
+    };
+    const std::vector<std::tuple<std::string, std::string, std::string, std::string>> cases = {
+        // fs, mount options, super options, the answer
+        {"nfs", "rw,relatime", "rw,vers=4.2,local_lock=none,addr=10.0.0.1", ""},
+        {"nfs", "rw,relatime", "rw,vers=3,nolock,addr=10.0.0.1", "nolock"},
+        {"nfs", "rw,relatime", "rw,vers=4.2,local_lock=flock", "local_lock=flock"},
+        {"nfs", "rw,relatime", "rw,vers=4.2,local_lock=posix", "local_lock=posix"},
+        {"nfs", "rw,relatime", "rw,vers=4.2,local_lock=all", "local_lock=all"},
+        {"lustre", "rw,flock", "rw,flock,lazystatfs", ""},
+        {"lustre", "rw,localflock", "rw,localflock", "localflock"},
+        {"lustre", "rw", "rw,noflock", "noflock"},
+        {"cifs", "rw", "rw,vers=3.1.1,nobrl,uid=0", "nobrl"},
+        {"cifs", "rw", "rw,vers=3.1.1,uid=0", ""},
+        {"smb2", "rw,nobrl", "rw", "nobrl"},
+    };
+    for (const auto& [fs, mount_options, super_options, want] : cases) {
+        std::istringstream mountinfo("22 1 8:1 / / rw - ext4 /dev/sda1 rw,nolock\n" +
+                                     line(mount_options, fs, super_options));
+        EXPECT_EQ(local_lock_option(mountinfo, "0:53", fs), want) << fs << " " << super_options;
+    }
+    std::istringstream none("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n");
+    EXPECT_NE(local_lock_option(none, "0:53", "nfs").find("no mount of device 0:53"),
+              std::string::npos);
 }
 
 #ifdef BBKIT_FAULT_INJECTION

@@ -21,6 +21,11 @@
 namespace bbkit {
 namespace {
 
+std::string file_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
 using S = BufferState;
 constexpr std::uint64_t gib = 1024ULL * 1024 * 1024;
 
@@ -290,6 +295,55 @@ TEST_F(StateStoreTest, state_journal_wal_on_a_network_file_system_is_refused) {
     EXPECT_NE(message.find("network file system (nfs)"), std::string::npos) << message;
     struct stat st {};
     EXPECT_NE(stat(config_.state_dir.c_str(), &st), 0);  // nothing created
+}
+
+// A shared file system whose locks bbkit cannot judge (FUSE, BeeGFS, 9p) is refused, with
+// nothing created, until the site vouches for it with state_journal = "rollback".
+TEST_F(StateStoreTest, a_shared_file_system_of_unknown_locking_needs_the_sites_word) {
+    for (const char* name : {"fuse", "beegfs", "9p"}) {
+        const OnNetworkFileSystem shared(name);
+        config_.state_journal = StateJournal::automatic;
+        std::string message;
+        EXPECT_EQ(code_of([&] { StateStore store(config_); }, &message), ExitCode::config) << name;
+        EXPECT_NE(message.find("set state_journal = \"rollback\""), std::string::npos) << message;
+        struct stat st {};
+        EXPECT_NE(stat(config_.state_dir.c_str(), &st), 0) << name;  // nothing created
+        config_.state_journal = StateJournal::rollback;
+        { StateStore store(config_); }
+        EXPECT_EQ(state_db_in_wal(config_.state_dir), std::optional<bool>(false)) << name;
+        std::system(("rm -rf '" + config_.state_dir + "'").c_str());
+    }
+}
+
+// A reader of a state.db on a shared file system opens it read-only (it converts nothing and
+// rolls no journal back: a journal a dead writer left is the next writer's): it writes not a
+// byte of state.db or its journal.
+TEST_F(StateStoreTest, a_reader_on_a_shared_file_system_writes_nothing) {
+    const OnNetworkFileSystem nfs;
+    {
+        auto store = open_with_pool();
+        WriteTransaction txn(*store, "test");
+        Buffer b = job_buffer(1, 1, 1 << 20);
+        txn.insert_buffer(b);
+        txn.commit();
+    }
+    const std::string db = config_.state_dir + "/state.db";
+    const std::string file = file_text(db);
+    const std::string journal = file_text(db + "-journal");
+    struct stat before {
+    }, after{};
+    ASSERT_EQ(stat(db.c_str(), &before), 0);
+    {
+        StoreOptions reading;
+        reading.read_only = true;
+        StateStore reader(config_, reading);
+        ReadSnapshot snapshot(reader);
+        EXPECT_TRUE(snapshot.find_buffer(BufferKey::job("main", 1, 1)));
+    }
+    ASSERT_EQ(stat(db.c_str(), &after), 0);
+    EXPECT_EQ(file_text(db), file);
+    EXPECT_EQ(file_text(db + "-journal"), journal);
+    EXPECT_EQ(before.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
 }
 
 // A state.db moved between a local disk and a network file system: a reader refuses it (it
@@ -1099,7 +1153,8 @@ TEST_F(StateStoreTest, migrations_3_and_4_fill_pool_usage_and_writes_keep_it) {
                   db,
                   "DROP TABLE pool_usage; ALTER TABLE buffers DROP COLUMN failure;"
                   " ALTER TABLE buffers DROP COLUMN failed; ALTER TABLE buffers DROP COLUMN seal;"
-                  " ALTER TABLE buffers DROP COLUMN temp_token; PRAGMA user_version = 2",
+                  " ALTER TABLE buffers DROP COLUMN temp_token; DROP TABLE controller; PRAGMA "
+                  "user_version = 2",
                   nullptr, nullptr, nullptr),
               SQLITE_OK);
     sqlite3_close(db);
