@@ -473,6 +473,17 @@ Mode mode_of(const Field& field) {
     field.fail("must be \"standalone\", \"slurm\" or \"datawarp\", got '" + mode + "'");
 }
 
+StateJournal state_journal_of(const Field& field) {
+    const std::string journal = string_of(field);
+    if (journal == "auto")
+        return StateJournal::automatic;
+    if (journal == "wal")
+        return StateJournal::wal;
+    if (journal == "rollback")
+        return StateJournal::rollback;
+    field.fail("must be \"auto\", \"wal\" or \"rollback\", got '" + journal + "'");
+}
+
 void check_directive_word(const Field& field, const std::string& word) {
     if (word.empty())
         field.fail("a directive must not be empty");
@@ -564,6 +575,7 @@ void read_identity(const Field& root, Config& config) {
     read_if_present(root, "state_dir", config.state_dir, normalized_path_of);
     read_if_present(root, "state_owner", config.state_owner, user_name_of);
     read_if_present(root, "state_group", config.state_group, group_name_of);
+    read_if_present(root, "state_journal", config.state_journal, state_journal_of);
     read_if_present(root, "record_key", config.record_key, normalized_path_of);
     read_if_present(root, "mode", config.mode, mode_of);
     read_if_present(root, "cluster", config.cluster, cluster_name_of);
@@ -581,13 +593,14 @@ void read_access(const Field& root, Config& config) {
 }
 
 Timeouts timeouts_of(const Field& table) {
-    reject_unknown_keys(table, {"stage_in", "stage_out", "other", "validate", "queue"});
+    reject_unknown_keys(table, {"stage_in", "stage_out", "other", "validate", "queue", "takeover"});
     Timeouts timeouts;
     read_if_present(table, "stage_in", timeouts.stage_in, seconds_of);
     read_if_present(table, "stage_out", timeouts.stage_out, seconds_of);
     read_if_present(table, "other", timeouts.other, seconds_of);
     read_if_present(table, "validate", timeouts.validate, seconds_of);
     read_if_present(table, "queue", timeouts.queue, seconds_of);
+    read_if_present(table, "takeover", timeouts.takeover, seconds_of);
     return timeouts;
 }
 
@@ -736,10 +749,10 @@ std::string default_pool_of(const Field& field, const std::vector<PoolConfig>& p
 }
 
 Config config_of(const Field& root) {
-    reject_unknown_keys(
-        root, {"state_dir", "state_owner", "state_group", "record_key", "mode", "cluster",
-               "directives", "default_pool", "flags", "allow_users", "deny_users", "allow_root",
-               "slurm_release", "poll_interval", "timeouts", "limits", "pool", "hooks"});
+    reject_unknown_keys(root, {"state_dir", "state_owner", "state_group", "state_journal",
+                               "record_key", "mode", "cluster", "directives", "default_pool",
+                               "flags", "allow_users", "deny_users", "allow_root", "slurm_release",
+                               "poll_interval", "timeouts", "limits", "pool", "hooks"});
     Config config;
     read_identity(root, config);
     read_access(root, config);
@@ -1078,6 +1091,18 @@ const char* to_string(Mode mode) {
             return "datawarp";
     }
     return "standalone";
+}
+
+const char* to_string(StateJournal journal) {
+    switch (journal) {
+        case StateJournal::automatic:
+            return "auto";
+        case StateJournal::wal:
+            return "wal";
+        case StateJournal::rollback:
+            return "rollback";
+    }
+    return "auto";
 }
 
 bool slurm_drives(Mode mode) {

@@ -21,6 +21,11 @@ namespace bbkit {
 // burst_buffer/datawarp plugin through bbkit's dw_wlm_cli.
 enum class Mode { standalone, slurm, datawarp };
 
+// How state.db journals (bbkit(7), STATE DIRECTORY): by its file system (automatic: WAL on a
+// local disk, a rollback journal on a network or cluster one), or as the site says: rollback
+// for a shared file system bbkit does not recognise, wal refused where other hosts share it.
+enum class StateJournal { automatic, wal, rollback };
+
 // Whether slurmctld drives the lifecycle (either plugin): then Slurm owns capacity decisions
 // and failure policy, and bbkit records, moves data and never contradicts it.
 bool slurm_drives(Mode mode);
@@ -70,6 +75,8 @@ struct Timeouts {  // seconds; Slurm's defaults
     unsigned other = 300;
     unsigned validate = 5;
     unsigned queue = 600;  // bb-pool alloc --wait default: how long to wait in a pool's FIFO queue
+    // How long a writer waits for this host to take a shared state directory over (StateStore)
+    unsigned takeover = 60;
 };
 
 struct Limits {
@@ -96,6 +103,7 @@ struct Config {
     // unless `record_key` says otherwise; /etc/bbkit/record.key for the built-in defaults.
     std::string record_key;
     std::string state_group;  // may read env/ (SlurmUser's group); "" = leave env/'s group as is
+    StateJournal state_journal = StateJournal::automatic;
     Mode mode = Mode::standalone;
     std::string cluster = "main";
     std::vector<std::string> directives{"BB_LUA", "DW", "BB"};  // without the leading '#'
@@ -130,6 +138,7 @@ Config parse_config(const std::string& text, const std::string& source_name);
 Config load_config(const std::string& path);
 
 const char* to_string(Mode mode);
+const char* to_string(StateJournal journal);  // "auto", "wal", "rollback"
 const char* to_string(QuotaMode mode);        // "none", "project"
 const char* to_string(QuotaMissing missing);  // "refuse", "warn"
 

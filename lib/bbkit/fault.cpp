@@ -77,6 +77,8 @@ const std::vector<FaultPointInfo> table = {
     {"repair.closed", "check --repair closed a record whose directory was gone"},
     {"check.listed",
      "check read its snapshot; no finding confirmed (writes nothing: a pause point)"},
+    {"takeover.before-commit", "takeover wrote the next claim; not committed"},
+    {"takeover.committed", "takeover committed the claim; this host's token not written"},
 };
 
 struct Armed {

@@ -66,57 +66,102 @@ std::string read_key(const std::string& path) {
     return key;
 }
 
-std::string ledger_path(const Config& config) {
-    return config.record_key + ".sealed";
-}
-
 constexpr std::size_t ledger_limit = 1 << 20;
 
-// The ledger's lines, state directory -> version; empty when there is no ledger yet.
-std::map<std::string, int> read_ledger(const std::string& path) {
-    std::map<std::string, int> sealed;
+// Root's files beside its key that map state directories to a number, one "NUMBER PATH" line
+// each (SealLedger, ControllerToken): `what` names the file in messages, `highest` bounds the
+// number. Empty when there is no such file yet.
+std::map<std::string, std::uint64_t> read_ledger(const std::string& path, const std::string& what,
+                                                 std::uint64_t highest) {
+    std::map<std::string, std::uint64_t> lines_by_dir;
     struct stat st {};
     if (lstat(path.c_str(), &st) != 0 && errno == ENOENT)
-        return sealed;
-    check_root_controlled(path, "record key's ledger");
+        return lines_by_dir;
+    check_root_controlled(path, what);
     const std::optional<std::string> text =
-        read_file(path, "the record key's ledger " + path, ledger_limit, O_NOFOLLOW | O_NONBLOCK);
+        read_file(path, "the " + what + " " + path, ledger_limit, O_NOFOLLOW | O_NONBLOCK);
     std::istringstream lines(text.value_or(""));
     std::string line;
     while (std::getline(lines, line)) {
         const auto space = line.find(' ');
-        const std::optional<std::uint64_t> version =
-            space == std::string::npos ? std::nullopt : parse_decimal(line.substr(0, space), 1000);
-        if (!version)
+        const std::optional<std::uint64_t> number =
+            space == std::string::npos ? std::nullopt
+                                       : parse_decimal(line.substr(0, space), highest);
+        if (!number)
             throw Error(ExitCode::config,
-                        "the record key's ledger " + path +
-                            " has a line that is not \"VERSION PATH\": " + printable(line));
-        sealed[line.substr(space + 1)] = static_cast<int>(*version);
+                        "the " + what + " " + path +
+                            " has a line that is not \"NUMBER PATH\": " + printable(line));
+        lines_by_dir[line.substr(space + 1)] = *number;
     }
-    return sealed;
+    return lines_by_dir;
 }
+
+void write_ledger(const std::string& path, const std::map<std::string, std::uint64_t>& lines) {
+    std::string text;
+    for (const auto& [dir, number] : lines)
+        text += std::to_string(number) + " " + dir + "\n";
+    write_file_atomically(path, text, 0600);
+}
+
+std::string ledger_path(const Config& config) {
+    return config.record_key + ".sealed";
+}
+const char* const ledger_what = "record key's ledger";
+
+std::string token_path(const Config& config) {
+    return config.record_key + ".controller";
+}
+const char* const token_what = "controller token";
+constexpr std::uint64_t highest_epoch = std::uint64_t{1} << 62;
 
 }  // namespace
 
 std::optional<int> SealLedger::sealed_version(const Config& config) {
-    const std::map<std::string, int> sealed = read_ledger(ledger_path(config));
+    const auto sealed = read_ledger(ledger_path(config), ledger_what, 1000);
     const auto found = sealed.find(config.state_dir);
     if (found == sealed.end())
         return std::nullopt;
-    return found->second;
+    return static_cast<int>(found->second);
 }
 
 void SealLedger::record(const Config& config, int version) {
     const std::string path = ledger_path(config);
-    std::map<std::string, int> sealed = read_ledger(path);
-    int& recorded = sealed[config.state_dir];
-    if (recorded >= version)
+    auto sealed = read_ledger(path, ledger_what, 1000);
+    std::uint64_t& recorded = sealed[config.state_dir];
+    if (recorded >= static_cast<std::uint64_t>(version))
         return;
-    recorded = version;
-    std::string text;
-    for (const auto& [dir, v] : sealed)
-        text += std::to_string(v) + " " + dir + "\n";
-    write_file_atomically(path, text, 0600);
+    recorded = static_cast<std::uint64_t>(version);
+    write_ledger(path, sealed);
+}
+
+std::optional<std::int64_t> ControllerToken::held(const Config& config) {
+    if (geteuid() != 0 || config.record_key.empty())
+        return std::nullopt;
+    const auto tokens = read_ledger(token_path(config), token_what, highest_epoch);
+    const auto found = tokens.find(config.state_dir);
+    if (found == tokens.end())
+        return std::nullopt;
+    return static_cast<std::int64_t>(found->second);
+}
+
+void ControllerToken::hold(const Config& config, std::int64_t epoch) {
+    const std::string path = token_path(config);
+    auto tokens = read_ledger(path, token_what, highest_epoch);
+    tokens[config.state_dir] = static_cast<std::uint64_t>(epoch);
+    write_ledger(path, tokens);
+}
+
+void ControllerToken::release(const Config& config) {
+    const std::string path = token_path(config);
+    auto tokens = read_ledger(path, token_what, highest_epoch);
+    if (tokens.erase(config.state_dir) != 0)
+        write_ledger(path, tokens);
+}
+
+bool RecordSeal::missing(const Config& config) {
+    struct stat st {};
+    return geteuid() == 0 && !config.record_key.empty() &&
+           lstat(config.record_key.c_str(), &st) != 0 && errno == ENOENT;
 }
 
 std::optional<RecordSeal> RecordSeal::for_process(const Config& config, bool create) {

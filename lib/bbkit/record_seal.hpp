@@ -4,6 +4,7 @@
 // when the state owner is not root, acts on no row whose seal does not match.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,6 +22,9 @@ class RecordSeal {
     // record_key, or a missing key not to be created. A key file another user could change or
     // read is Error(config) naming it.
     static std::optional<RecordSeal> for_process(const Config& config, bool create);
+    // Whether this process is root and the key of `config` does not exist (StateStore creates
+    // it only where state.db holds no record sealed with another key).
+    static bool missing(const Config& config);
 
     // The seal of a row's canonical text (see StateStore): hex HMAC-SHA-256 under the key.
     std::string seal(std::string_view row) const;
@@ -42,6 +46,19 @@ class SealLedger {
     static std::optional<int> sealed_version(const Config& config);
     // Records `version` for config.state_dir unless as high a version is already there.
     static void record(const Config& config, int version);
+};
+
+// Root's memory, on this host, of the state directories this host holds as the controller
+// (bbkit(7), STATE DIRECTORY, "Controller failover"): the file <record_key>.controller (root's,
+// mode 0600), one line per state directory, "EPOCH PATH", the epoch of the claim in state.db
+// that bb-pool takeover last took here. Beside root's key, never in the state directory that
+// the controllers share: each host keeps its own. A writer checks it against the claim inside
+// every write transaction (StateStore). Root only: for others held() is none.
+class ControllerToken {
+  public:
+    static std::optional<std::int64_t> held(const Config& config);
+    static void hold(const Config& config, std::int64_t epoch);
+    static void release(const Config& config);  // bb-pool takeover --release
 };
 
 // The state owner when it is not root: whose rows root must check, and whose files root opens

@@ -1,8 +1,12 @@
 #include "bbkit/render.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <sstream>
+
+#include "bbkit/error.hpp"
+#include "bbkit/text.hpp"
 
 namespace bbkit {
 namespace {
@@ -202,7 +206,7 @@ std::string sources_text(const SourceTotals& totals) {
     return out.str();
 }
 
-json config_json(const Config& config) {
+json config_json(const Config& config, const FileSystemKind* fs) {
     json pools = json::array();
     for (const PoolConfig& p : config.pools)
         pools.push_back({{"name", p.name},
@@ -217,38 +221,42 @@ json config_json(const Config& config) {
                          {"node_local", p.node_local},
                          {"gres", p.node_local ? json(p.gres) : json()}});
     const json release = config.slurm_release ? json(to_string(*config.slurm_release)) : json();
-    return {{"source", config.source},
-            {"state_dir", config.state_dir},
-            {"state_owner", config.state_owner},
-            {"state_group", config.state_group},
-            {"mode", to_string(config.mode)},
-            {"cluster", config.cluster},
-            {"directives", config.directives},
-            {"default_pool", config.default_pool ? json(*config.default_pool) : json()},
-            {"flags", flag_names(config.flags)},
-            {"allow_users", config.allow_users},
-            {"deny_users", config.deny_users},
-            {"allow_root", config.allow_root},
-            {"slurm_release", release},
-            {"poll_interval", config.poll_interval},
-            {"timeouts",
-             {{"stage_in", config.timeouts.stage_in},
-              {"stage_out", config.timeouts.stage_out},
-              {"other", config.timeouts.other},
-              {"validate", config.timeouts.validate},
-              {"queue", config.timeouts.queue}}},
-            {"limits",
-             {{"stage_concurrency", config.limits.stage_concurrency},
-              {"mover_threads", config.limits.mover_threads},
-              {"mover_memory", config.limits.mover_memory},
-              {"script_size", config.limits.script_size},
-              {"user_capacity",
-               config.limits.user_capacity ? json(*config.limits.user_capacity) : json()}}},
-            {"pools", pools},
-            {"hooks", config.hooks}};
+    json out = {{"source", config.source},
+                {"state_dir", config.state_dir},
+                {"state_owner", config.state_owner},
+                {"state_group", config.state_group},
+                {"state_journal", to_string(config.state_journal)},
+                {"mode", to_string(config.mode)},
+                {"cluster", config.cluster},
+                {"directives", config.directives},
+                {"default_pool", config.default_pool ? json(*config.default_pool) : json()},
+                {"flags", flag_names(config.flags)},
+                {"allow_users", config.allow_users},
+                {"deny_users", config.deny_users},
+                {"allow_root", config.allow_root},
+                {"slurm_release", release},
+                {"poll_interval", config.poll_interval},
+                {"timeouts",
+                 {{"stage_in", config.timeouts.stage_in},
+                  {"stage_out", config.timeouts.stage_out},
+                  {"other", config.timeouts.other},
+                  {"validate", config.timeouts.validate},
+                  {"queue", config.timeouts.queue}}},
+                {"limits",
+                 {{"stage_concurrency", config.limits.stage_concurrency},
+                  {"mover_threads", config.limits.mover_threads},
+                  {"mover_memory", config.limits.mover_memory},
+                  {"script_size", config.limits.script_size},
+                  {"user_capacity",
+                   config.limits.user_capacity ? json(*config.limits.user_capacity) : json()}}},
+                {"pools", pools},
+                {"hooks", config.hooks}};
+    if (fs != nullptr)
+        out["state_dir_file_system"] = {{"name", fs->name}, {"shared", fs->shared}};
+    return out;
 }
 
-std::string config_text(const Config& config) {
+std::string config_text(const Config& config, const FileSystemKind* fs) {
     std::ostringstream out;
     out << "# effective configuration"
         << (config.source.empty() ? "" : " read from " + config.source) << '\n'
@@ -256,6 +264,14 @@ std::string config_text(const Config& config) {
         << "state_owner = " << toml_string(config.state_owner) << '\n'
         << (config.state_group.empty() ? ""
                                        : "state_group = " + toml_string(config.state_group) + "\n")
+        << "state_journal = " << toml_string(to_string(config.state_journal)) << '\n'
+        << (fs == nullptr
+                ? ""
+                : "# state_dir file system: " + fs->name +
+                      (!fs->unreachable.empty() ? " (" + printable(fs->unreachable) + ")\n"
+                       : fs->shared             ? " (shared)\n"
+                       : fs->known              ? " (local)\n"
+                                                : " (unknown: set state_journal)\n"))
         << "mode = " << toml_string(to_string(config.mode)) << '\n'
         << "cluster = " << toml_string(config.cluster) << '\n'
         << "directives = " << toml_array(config.directives) << '\n';
@@ -373,6 +389,55 @@ std::string replace_text(const ReplaceResult& result) {
     for (const std::string& key : result.closed)
         out += "closed " + key + "\n";
     return out;
+}
+
+namespace {
+
+json claim_json(const std::optional<ControllerClaim>& claim) {
+    if (!claim)
+        return nullptr;
+    return {{"epoch", claim->epoch},
+            {"host", printable(claim->host)},
+            {"since", local_time(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     claim->since.time_since_epoch())
+                                     .count())}};
+}
+
+}  // namespace
+
+json takeover_json(const Takeover& takeover, const std::string& state_dir) {
+    json out = claim_json(takeover.now);
+    out["state_dir"] = state_dir;
+    out["changed"] = takeover.changed;
+    out["before"] = claim_json(takeover.before);
+    return out;
+}
+
+std::string takeover_text(const Takeover& takeover, const std::string& state_dir) {
+    if (!takeover.changed)
+        return "this host already holds state directory " + state_dir + " as epoch " +
+               std::to_string(takeover.now.epoch) + "\n";
+    return "took state directory " + state_dir + " over as epoch " +
+           std::to_string(takeover.now.epoch) +
+           (takeover.before ? " from " + to_string(*takeover.before) : std::string()) + "\n";
+}
+
+json claim_status_json(const ClaimStatus& status, const std::string& state_dir) {
+    return {{"state_dir", state_dir},
+            {"holds", status.holds},
+            {"token", status.token ? json(*status.token) : json(nullptr)},
+            {"claim", claim_json(status.claim)}};
+}
+
+std::string claim_status_text(const ClaimStatus& status, const std::string& state_dir) {
+    if (!status.claim)
+        return "no controller holds state directory " + state_dir +
+               " (no takeover yet): any host may write it\n";
+    if (status.holds)
+        return "this host holds state directory " + state_dir + ": " + to_string(*status.claim) +
+               "\n";
+    return "this host does not hold state directory " + state_dir + ": " +
+           to_string(*status.claim) + " does\n";
 }
 
 json alloc_json(const AllocResult& result) {

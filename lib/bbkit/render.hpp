@@ -11,6 +11,7 @@
 
 #include "bbkit/config.hpp"
 #include "bbkit/directive.hpp"
+#include "bbkit/file_system.hpp"
 #include "bbkit/health.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/reconcile.hpp"
@@ -18,6 +19,7 @@
 #include "bbkit/size.hpp"
 #include "bbkit/sources.hpp"
 #include "bbkit/stage.hpp"
+#include "bbkit/store.hpp"
 #include "bbkit/teardown.hpp"
 #include "bbkit/views.hpp"
 
@@ -52,9 +54,12 @@ std::string request_text(const Request& request);
 nlohmann::json sources_json(const SourceTotals& totals);
 std::string sources_text(const SourceTotals& totals);
 
-nlohmann::json config_json(const Config& config);
+// With `fs`, the state directory's file system too (JSON: state_dir_file_system, name and
+// shared; text: a comment line "# state_dir file system: NAME (shared|local)"), which
+// install-slurm reads (bbkit(7), STATE DIRECTORY).
+nlohmann::json config_json(const Config& config, const FileSystemKind* fs = nullptr);
 // The effective configuration as TOML that bbkit reads back unchanged.
-std::string config_text(const Config& config);
+std::string config_text(const Config& config, const FileSystemKind* fs = nullptr);
 
 // bb-pool list / show: one row per pool.
 std::string pool_list_text(const std::vector<PoolStatus>& pools);
@@ -87,6 +92,15 @@ std::string reconcile_text(const ReconcileResult& result, bool applied);
 // entries removed, when there were any.
 nlohmann::json teardown_json(const TeardownResult& result);
 std::string teardown_text(const TeardownResult& result);
+
+// bb-pool takeover: {"state_dir", "epoch", "host", "since", "changed", "before": null |
+// {"epoch", "host", "since"}}; the text is one line ("took state directory D over as epoch N
+// from HOST (epoch M, since T)", or "this host already holds D as epoch N").
+nlohmann::json takeover_json(const Takeover& takeover, const std::string& state_dir);
+std::string takeover_text(const Takeover& takeover, const std::string& state_dir);
+// bb-pool takeover --holds: {"state_dir", "holds", "token", "claim": null | {...}}; one line.
+nlohmann::json claim_status_json(const ClaimStatus& status, const std::string& state_dir);
+std::string claim_status_text(const ClaimStatus& status, const std::string& state_dir);
 
 // bb-pool reap: {"reaped", "remaining", "bytes_released", "entries_removed"}.
 nlohmann::json reap_json(const ReapResult& result);

@@ -32,8 +32,9 @@ constexpr sqlite3_int64 sqlite_heap_limit = 1LL << 30;
 // The unix VFS opens the WAL with O_CREAT and then, at the first sync, also syncs its directory
 // (a new file's name must be durable). The WAL now outlives our processes, so that would cost
 // every process one device flush for nothing. This VFS ("bbkit") opens an existing WAL without
-// SQLITE_OPEN_CREATE, so that only a WAL that has to be created gets the directory sync. Every
-// other call goes to the default VFS unchanged.
+// SQLITE_OPEN_CREATE, so that only a WAL that has to be created gets the directory sync; the
+// same for the rollback journal, which journal_mode=TRUNCATE keeps between transactions (a
+// network file system: Journal::rollback). Every other call goes to the default VFS unchanged.
 sqlite3_vfs* base_vfs(sqlite3_vfs* vfs) {
     return static_cast<sqlite3_vfs*>(vfs->pAppData);
 }
@@ -53,7 +54,8 @@ int vfs_open(sqlite3_vfs* vfs, const char* name, sqlite3_file* file, int flags, 
     sqlite3_vfs* base = base_vfs(vfs);
     if (name != nullptr && planted(name))
         return SQLITE_CANTOPEN;
-    if (name != nullptr && (flags & SQLITE_OPEN_WAL) != 0 && (flags & SQLITE_OPEN_CREATE) != 0) {
+    const bool kept = (flags & (SQLITE_OPEN_WAL | SQLITE_OPEN_MAIN_JOURNAL)) != 0;
+    if (name != nullptr && kept && (flags & SQLITE_OPEN_CREATE) != 0) {
         const int rc = base->xOpen(base, name, file, flags & ~SQLITE_OPEN_CREATE, out_flags);
         if (rc != SQLITE_CANTOPEN)
             return rc;
@@ -133,6 +135,7 @@ sqlite3_vfs* bbkit_vfs() {
     }();
     return vfs;
 }
+
 // While alive, this thread's file operations run as `writer` (ForeignWriter); nothing when
 // there is none. setfsuid and setfsgid are per thread: the process's other threads, and its
 // credentials for anything else, are untouched; each returns the identity it replaces.
@@ -159,6 +162,11 @@ class AsWriter {
     gid_t old_gid_ = 0;
 };
 
+// SQLite's file format: bytes 18 and 19 of the header are the write and read versions, 2 in WAL
+// mode and 1 for a rollback journal.
+constexpr off_t header_versions_offset = 18;
+constexpr int wal_version = 2;
+
 [[noreturn]] void fail_sqlite(sqlite3* db, int rc, const std::string& db_path,
                               const std::string& what) {
     const std::string why = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
@@ -175,9 +183,18 @@ class AsWriter {
         case SQLITE_FULL:
         case SQLITE_IOERR:
             throw Error(ExitCode::io, failed + " (check the state directory's file system)");
+        case SQLITE_READONLY:
+            // A reader's connection (Database's read_only) that met a journal it may not roll
+            // back: a writer died mid-commit, here or on another host (bbkit(7), STATE DIRECTORY).
+            if (db != nullptr && sqlite3_db_readonly(db, "main") == 1)
+                throw Error(ExitCode::temp_fail,
+                            failed +
+                                " (a writer was interrupted mid-commit and its journal is "
+                                "still there: the next writing command rolls it back; "
+                                "retry)");
+            [[fallthrough]];
         case SQLITE_CANTOPEN:
         case SQLITE_PERM:
-        case SQLITE_READONLY:
             throw Error(ExitCode::no_perm,
                         failed + " (check the state directory's owner and mode)");
         case SQLITE_CONSTRAINT:
@@ -187,6 +204,20 @@ class AsWriter {
     }
 }
 }  // namespace
+
+std::optional<bool> wal_header(const std::string& path,
+                               const std::optional<ForeignWriter>& writer) {
+    const AsWriter as(writer);
+    // SQLite opens a file in WAL mode whenever its -wal file holds frames, whatever the header
+    // says (a restored backup beside an old WAL, or a header another host just rewrote).
+    struct stat wal {};
+    const bool wal_frames = ::lstat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0;
+    const Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    unsigned char versions[2] = {};
+    if (!fd || ::pread(fd.get(), versions, sizeof versions, header_versions_offset) != 2)
+        return wal_frames ? std::optional<bool>(true) : std::nullopt;
+    return wal_frames || versions[0] == wal_version || versions[1] == wal_version;
+}
 
 // ---- Query ----------------------------------------------------------------------------------
 
@@ -305,7 +336,11 @@ void run_no_sql_of_the_file(sqlite3* db, const std::string& path) {
 
 }  // namespace
 
-Database::Database(std::string path, std::optional<ForeignWriter> writer) : path_(std::move(path)) {
+Database::Database(std::string path, std::optional<ForeignWriter> writer, Journal journal,
+                   bool read_only)
+    : path_(std::move(path)), journal_(journal) {
+    // Only a rollback journal can be read without writing: a WAL reader writes its index.
+    read_only = read_only && journal == Journal::rollback;
     *writer_ = writer;
     const AsWriter as(*writer_);
     if (writer && !Fd(::open(path_.c_str(), O_PATH | O_CLOEXEC | O_NOFOLLOW)) && errno == EACCES)
@@ -315,9 +350,10 @@ Database::Database(std::string path, std::optional<ForeignWriter> writer) : path
                         "must be searchable by that account (bbkit(7), SECURITY)");
     sqlite3* raw = nullptr;
     sqlite3_vfs* vfs = bbkit_vfs();
-    const int rc = sqlite3_open_v2(
-        path_.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
-        vfs != nullptr ? vfs->zName : nullptr);
+    const int rc = sqlite3_open_v2(path_.c_str(), &raw,
+                                   (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) |
+                                       SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
+                                   vfs != nullptr ? vfs->zName : nullptr);
     db_.reset(raw);
     if (rc != SQLITE_OK)
         fail_sqlite(raw, rc, path_, "opening the state database failed");
@@ -329,13 +365,18 @@ Database::Database(std::string path, std::optional<ForeignWriter> writer) : path
     // WAL, synced (synchronous=FULL): state.db alone is not a backup (use sqlite3 .backup).
     sqlite3_db_config(raw, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
     // Writers are serialized by the flock; the busy timeout only covers SQLite's own short
-    // locks (checkpoints, WAL recovery after a crash).
+    // locks (checkpoints, WAL recovery after a crash) and, with a rollback journal, a commit
+    // waiting for readers' snapshots to end and a reader waiting for a commit to end.
     sqlite3_busy_timeout(raw, 5000);
     // Through the C API where one exists: a PRAGMA is compiled and run like any statement.
     int enabled = 0;
     sqlite3_db_config(raw, SQLITE_DBCONFIG_ENABLE_FKEY, 1, &enabled);
     if (enabled != 1)
         throw Error(ExitCode::software, "enabling foreign keys on " + path_ + " failed");
+    if (journal_ == Journal::rollback) {
+        open_rollback_journal(read_only);
+        return;
+    }
     if (sqlite3_wal_autocheckpoint(raw, wal_checkpoint_pages) != SQLITE_OK)
         fail_sqlite(raw, SQLITE_ERROR, path_, "setting wal_autocheckpoint failed");
     // cell_size_check: a b-tree page's cells are checked before they are used. A file another
@@ -345,6 +386,39 @@ Database::Database(std::string path, std::optional<ForeignWriter> writer) : path
         "PRAGMA synchronous = FULL; PRAGMA journal_size_limit = " + std::to_string(wal_size_limit) +
             "; PRAGMA cell_size_check = ON" + (writer ? "; PRAGMA mmap_size = 0" : ""),
         "setting synchronous=FULL, journal_size_limit and cell_size_check failed");
+}
+
+// The settings of Journal::rollback (sqlite.hpp; bbkit(7), STATE DIRECTORY). No mapping: another
+// host's writes reach this one's page cache only through read(), which the NFS client
+// revalidates when SQLite takes its lock; a mapping may keep stale pages. synchronous=FULL: the
+// journal is synced before state.db is written and again once emptied, the commit point (EXTRA
+// adds only a directory sync after deleting a journal, which TRUNCATE never does).
+// journal_mode is the connection's, not the file's (unlike WAL): set at every open, where it
+// also converts a file left in WAL mode. A reader's connection (read-only: it rolls no journal
+// back, converts nothing, writes nothing) only checks that the file is not in WAL mode.
+void Database::open_rollback_journal(bool read_only) {
+    exec("PRAGMA mmap_size = 0; PRAGMA synchronous = FULL; PRAGMA cell_size_check = ON",
+         "setting mmap_size=0, synchronous=FULL and cell_size_check failed");
+    std::string mode;
+    {
+        Query q = query(read_only ? "PRAGMA journal_mode" : "PRAGMA journal_mode = TRUNCATE");
+        if (q.step())
+            mode = q.text(0);
+    }
+    if (read_only) {
+        if (mode == "wal")
+            throw Error(ExitCode::config,
+                        "state database " + path_ +
+                            " is in WAL mode on a file system other hosts share: a writing "
+                            "command (e.g. bb-pool recover) converts it (bbkit(7), STATE "
+                            "DIRECTORY)");
+        return;
+    }
+    if (mode != "truncate")
+        throw Error(ExitCode::temp_fail,
+                    "cannot switch " + path_ + " to a rollback journal (journal_mode is " + mode +
+                        "): another process has it open (retry when no bbkit command runs on any "
+                        "host)");
 }
 
 Database Database::in_memory() {
@@ -373,6 +447,7 @@ Database& Database::operator=(Database&& other) noexcept {
     statements_.clear();
     db_.reset();
     path_ = std::move(other.path_);
+    journal_ = other.journal_;
     writer_ = std::move(other.writer_);  // the box the moved Closer points to comes along
     db_ = std::move(other.db_);
     statements_ = std::move(other.statements_);

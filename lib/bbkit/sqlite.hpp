@@ -1,7 +1,8 @@
 // The thin layer between bbkit and SQLite: one connection with its prepared statements cached
 // for its whole life, one use of a statement at a time, and SQLite's result codes turned into
 // bbkit's errors. Every connection goes through the "bbkit" VFS and the settings state.db relies
-// on (WAL kept between processes, synchronous=FULL, foreign keys): bbkit(7), STATE DIRECTORY.
+// on (WAL kept between processes on a local disk, a rollback journal on a network file system,
+// synchronous=FULL, foreign keys): bbkit(7), STATE DIRECTORY.
 // Every connection also runs no SQL that the file brings (bbkit(7), SECURITY): no trigger
 // fires, no view is expanded, no function of the schema runs unless innocuous, no extension
 // loads, and SQLite's defensive mode and lowered limits are on. A connection must not cross a
@@ -31,6 +32,22 @@ struct ForeignWriter {
     uid_t uid;
     gid_t gid;
 };
+
+// How a connection journals its transactions (bbkit(7), STATE DIRECTORY). wal: the WAL, kept
+// between processes and checkpointed every few dozen transactions, state.db read through mmap;
+// for a local disk, where every process sharing the file shares one host's memory (the WAL's
+// index is a shared mapping). rollback: journal_mode=TRUNCATE (the journal stays, emptied and
+// synced at each commit: no file created, removed or directory synced per transaction), no
+// memory-mapped I/O; for a file system other hosts share, where only the file's locks and its
+// synced contents cross hosts. Readers then hold a shared lock for their snapshot, which a
+// commit waits for.
+enum class Journal { wal, rollback };
+
+// What state.db's header says (bytes 18 and 19, SQLite's file format): true when the file is in
+// WAL mode, false for a rollback journal, nullopt for a file with no header yet (just created,
+// empty) or none at all. Read under `writer`'s identity, without following a symlink; nothing
+// of SQLite runs, so a WAL file's shared memory is not touched.
+std::optional<bool> wal_header(const std::string& path, const std::optional<ForeignWriter>& writer);
 
 // One use of a cached prepared statement: binds, steps, and resets it (bindings cleared) when
 // it goes out of scope. A failure is an Error whose code follows SQLite's result: a corrupt file
@@ -77,8 +94,14 @@ class Database {
   public:
     Database() = default;  // not open: only to be assigned an open one
     // Opens `path`, which must exist (else Error(no_perm)): SQLite never creates it, so its owner
-    // and mode stay whoever created it chose.
-    explicit Database(std::string path, std::optional<ForeignWriter> writer = std::nullopt);
+    // and mode stay whoever created it chose. With Journal::rollback a file in WAL mode is
+    // converted (SQLite checkpoints and removes the WAL, which needs every other connection
+    // closed: else Error(temp_fail)); the caller decides whether that may happen (StateStore:
+    // only a writer, under the state lock).
+    // With `read_only` and Journal::rollback the connection is SQLite's read-only one: it
+    // converts nothing and rolls no journal back (a hot journal is Error(temp_fail)).
+    explicit Database(std::string path, std::optional<ForeignWriter> writer = std::nullopt,
+                      Journal journal = Journal::wal, bool read_only = false);
     // A private database in memory, with the same settings (store_schema builds the schema
     // bbkit expects in one).
     static Database in_memory();
@@ -87,6 +110,7 @@ class Database {
     ~Database();
 
     const std::string& path() const { return path_; }
+    Journal journal() const { return journal_; }
 
     // The statement for `sql`, compiled at its first use and kept until the connection closes.
     Query query(const std::string& sql);
@@ -106,6 +130,8 @@ class Database {
     std::int64_t last_insert_rowid() const;
 
   private:
+    void open_rollback_journal(bool read_only);
+
     struct Closer {
         const std::optional<ForeignWriter>* writer = nullptr;
         void operator()(sqlite3* db) const;
@@ -115,6 +141,7 @@ class Database {
     };
 
     std::string path_;
+    Journal journal_ = Journal::wal;
     // Before db_: the connection closes under the writer's identity. Boxed, so that a moved
     // Database's queries still find it.
     std::unique_ptr<std::optional<ForeignWriter>> writer_ =

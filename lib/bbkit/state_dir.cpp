@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
-#include <ctime>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -29,15 +28,6 @@ namespace {
 const char* const subdirectories[] = {"env", "public", "run", "progress", "log"};
 
 constexpr std::size_t lock_record_size = 256;
-
-std::string local_time(std::int64_t nanos) {
-    const std::time_t seconds = static_cast<std::time_t>(nanos / 1000000000);
-    std::tm tm{};
-    localtime_r(&seconds, &tm);
-    char text[32];
-    std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &tm);
-    return text;
-}
 
 std::string octal_mode(mode_t mode) {
     char text[8];
@@ -247,6 +237,62 @@ Fd open_state_dir(const Config& config, bool read_only) {
     // Created here so its owner and mode are ours; SQLite gives -wal and -shm the same ones.
     open_owned_file(dir + "/state.db", owner);
     return lock_fd;
+}
+
+FileSystemKind state_dir_file_system(const Config& config) {
+    std::string where = config.state_dir;
+    struct stat st {};
+    while (::stat(where.c_str(), &st) != 0 && errno == ENOENT && where.size() > 1) {
+        const std::size_t slash = where.rfind('/');
+        where = slash == 0 || slash == std::string::npos ? "/" : where.substr(0, slash);
+    }
+    try {
+        return file_system_kind(where);
+    } catch (const Error& e) {
+        // Not reachable by this caller: what the directory's own check then says is the
+        // clearer message (open_state_dir), so nothing is judged here.
+        FileSystemKind unreachable;
+        unreachable.name = "unknown";
+        unreachable.unreachable = e.what();
+        return unreachable;
+    }
+}
+
+sqlite::Journal state_journal(const Config& config, FileSystemKind* fs) {
+    const FileSystemKind kind = state_dir_file_system(config);
+    if (fs != nullptr)
+        *fs = kind;
+    if (!kind.unreachable.empty())  // open_state_dir refuses it, naming why
+        return config.state_journal == StateJournal::rollback ? sqlite::Journal::rollback
+                                                              : sqlite::Journal::wal;
+    const bool vouched = kind.locks_unknown && config.state_journal == StateJournal::rollback;
+    if (kind.shared && !kind.local_locks.empty() && !vouched)
+        throw Error(
+            ExitCode::config,
+            "state directory " + config.state_dir + " is on " + kind.name + " with " +
+                kind.local_locks +
+                ": its locks may keep out no other host, so two hosts could write "
+                "state.db at once (" +
+                (kind.locks_unknown ? std::string("once you know its locks reach every host, set "
+                                                  "state_journal = \"rollback\"")
+                                    : std::string("mount it with locks that reach the server")) +
+                "; bbkit(7), STATE DIRECTORY)");
+    if (kind.shared && config.state_journal == StateJournal::wal)
+        throw Error(ExitCode::config,
+                    "state directory " + config.state_dir + " is on a network file system (" +
+                        kind.name +
+                        "), where SQLite's WAL is not safe: remove state_journal = \"wal\" "
+                        "(bbkit(7), STATE DIRECTORY)");
+    if (!kind.known && config.state_journal == StateJournal::automatic)
+        throw Error(ExitCode::config,
+                    "state directory " + config.state_dir +
+                        " is on a file system bbkit does not "
+                        "know (statfs magic " +
+                        kind.name +
+                        "): set state_journal = \"wal\" if only this host ever opens it, or "
+                        "\"rollback\" if other hosts share it (bbkit(7), STATE DIRECTORY)");
+    return kind.shared || config.state_journal == StateJournal::rollback ? sqlite::Journal::rollback
+                                                                         : sqlite::Journal::wal;
 }
 
 // The record always has the same length and is overwritten in place, blank once released: a

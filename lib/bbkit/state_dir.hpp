@@ -3,7 +3,8 @@
 // <state>/lock, the flock every write transaction holds (ARCHITECTURE.md, "One writer at a
 // time"). What state.db holds is the store's.
 //
-// Layout: lock, state.db (+ -wal, -shm), env/ public/ run/ progress/ log/ (trash/ and
+// Layout: lock, state.db (+ -wal and -shm on a local disk, -journal on a network file system),
+// env/ public/ run/ progress/ log/ (trash/ and
 // quarantine/ live in each pool, where a rename can reach them).
 #pragma once
 
@@ -12,7 +13,9 @@
 #include <utility>
 
 #include "bbkit/config.hpp"
+#include "bbkit/file_system.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/sqlite.hpp"
 
 namespace bbkit {
 
@@ -25,6 +28,17 @@ namespace bbkit {
 // With `read_only` nothing is created or changed: the same owner and mode rules are checked, a
 // missing directory or state.db is Error(no_input) naming it, and the Fd returned is empty.
 Fd open_state_dir(const Config& config, bool read_only);
+
+// The journal state.db takes in config.state_dir (bbkit(7), STATE DIRECTORY): WAL on a local
+// disk, a rollback journal where other hosts may share the files (file_system_kind) or where
+// state_journal = "rollback". Error(config) for a directory on a network or cluster file system
+// with state_journal = "wal", or on an NFS mount whose locks stay on this host (nolock,
+// local_lock): neither bbkit's lock nor SQLite's would keep another host out. `fs` is set to
+// what the file system is. A missing directory is judged by its nearest existing parent.
+sqlite::Journal state_journal(const Config& config, FileSystemKind* fs = nullptr);
+// What state_journal judges by: the file system of config.state_dir, or of its nearest existing
+// parent while it does not exist (bb-parse config prints it for install-slurm).
+FileSystemKind state_dir_file_system(const Config& config);
 
 // Holds flock(LOCK_EX) on the lock file while alive, its holder named in the file (pid, start
 // time, since when, who) for the messages of those who wait; blank once released.

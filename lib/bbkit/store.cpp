@@ -1,6 +1,7 @@
 #include "bbkit/store.hpp"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,8 +9,10 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <functional>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
@@ -78,6 +81,12 @@ struct StateStore::Impl {
     // With StoreOptions::tolerate_foreign_schema: what check_schema would have refused.
     std::vector<std::string> foreign_schema;
     std::size_t sealed_by_migration = 0;  // rows bb-pool migrate sealed
+    // What ControllerToken and the fence read (record_key, state_dir).
+    Config config;
+    int schema = 0;  // state.db's schema version once opened (migrated unless foreign)
+    // The controller claim this process writes under (ControllerClaim): this host's token
+    // once it matched state.db's claim, then fixed for the process's life; none before.
+    std::optional<std::int64_t> epoch;
 
     StateLock acquire_lock(const std::string& who) {
         if (!lock_fd)
@@ -379,6 +388,84 @@ bool fresh_database(sqlite::Database& db, int found) {
     return q.step() && q.integer(0) == 0;
 }
 
+// ---- controller failover (bbkit(7), STATE DIRECTORY, "Controller failover") -------------------
+
+std::optional<ControllerClaim> read_claim(StateStore::Impl& impl) {
+    if (impl.schema < first_controller_schema)
+        return std::nullopt;
+    Query q = impl.db.query("SELECT epoch, host, since FROM controller WHERE id = 1");
+    if (!q.step())
+        return std::nullopt;
+    return ControllerClaim{q.integer(0), q.text(1), from_nanos(q.integer(2))};
+}
+
+// Why this process may not write now, and whether this host's takeover may still let it;
+// none when it may (a claim it holds, or no claim at all). Inside the write transaction: the
+// claim read is the one its commit would follow.
+struct Fence {
+    std::string why;
+    bool may_wait = false;
+};
+std::optional<Fence> fence(StateStore::Impl& impl) {
+    const std::optional<ControllerClaim> claim = read_claim(impl);
+    if (!claim)
+        return std::nullopt;
+    if (impl.epoch) {
+        if (*impl.epoch == claim->epoch)
+            return std::nullopt;
+        return Fence{"this process began while this host held state directory " + impl.dir +
+                         " (epoch " + std::to_string(*impl.epoch) + "), which " +
+                         to_string(*claim) +
+                         " has taken over since: a controller that lost its state directory "
+                         "writes nothing (bbkit(7), STATE DIRECTORY)",
+                     false};
+    }
+    const std::optional<std::int64_t> token = ControllerToken::held(impl.config);
+    if (token && *token == claim->epoch) {
+        impl.epoch = token;
+        return std::nullopt;
+    }
+    return Fence{"this host does not hold state directory " + impl.dir + ": " + to_string(*claim) +
+                     " does; bb-pool takeover, which SlurmctldPrimaryOnProg runs, makes this host "
+                     "its writer (bbkit(7), STATE DIRECTORY)",
+                 true};
+}
+
+std::string this_host_name() {
+    std::array<char, HOST_NAME_MAX + 1> host{};
+    if (gethostname(host.data(), host.size() - 1) != 0)
+        throw system_error("cannot read this host's name", errno);
+    return host.data();
+}
+
+// Whether state.db holds a record sealed by root, with whichever key.
+bool has_sealed_records(StateStore::Impl& impl) {
+    if (impl.schema < first_sealed_schema)
+        return false;
+    Query q = impl.db.query("SELECT 1 FROM buffers WHERE seal <> '' LIMIT 1");
+    return q.step();
+}
+
+// Runs `attempt` (which returns why this process may not write, or none when it may) until it
+// may, waiting while this host may still take the claim over, at most timeouts.takeover
+// seconds; then Error(unavailable) with the reason. `attempt` takes and leaves whatever locks.
+void wait_for_claim(StateStore::Impl& impl, const std::function<std::optional<Fence>()>& attempt) {
+    const std::chrono::seconds wait(impl.config.timeouts.takeover);
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    bool told = false;
+    for (;;) {
+        const std::optional<Fence> refused = attempt();
+        if (!refused)
+            return;
+        if (!refused->may_wait || std::chrono::steady_clock::now() >= deadline)
+            throw Error(ExitCode::unavailable, refused->why);
+        if (!std::exchange(told, true))
+            spdlog::warn("waiting up to {} s for this host to take state directory {} over",
+                         wait.count(), impl.dir);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+}
+
 void migrate(StateStore::Impl& impl, int found, bool fresh) {
     const int known = state_schema_version();
     if (found == known)
@@ -395,6 +482,9 @@ void migrate(StateStore::Impl& impl, int found, bool fresh) {
     if (seals_rows && (geteuid() != 0 || (impl.check_seals && !impl.options.migrate_unsealed)))
         throw unsealed_schema_error(found, std::nullopt);
     const StateLock lock = impl.acquire_lock("bbkit schema migration");
+    impl.schema = found;
+    if (const std::optional<Fence> refused = fence(impl))  // a claim an older version keeps
+        throw Error(ExitCode::unavailable, refused->why);
     migrate_schema(impl.db);
     if (seals_rows && impl.seal)
         impl.sealed_by_migration = seal_every_row(impl);
@@ -420,6 +510,34 @@ void check_foreign_database(StateStore::Impl& impl, const Config& config, int fo
     }
 }
 
+// Opens state.db with the journal its file system needs (state_journal; bbkit(7), STATE
+// DIRECTORY). A file in the other mode (moved between a local disk and a network file system) is
+// converted by a writer, under the state lock so that no bbkit writer on any host runs, and only
+// when no other connection has it open (SQLite's own lock on the file, which reaches every host
+// that shares it); a reader refuses it, as it changes nothing.
+void open_database(StateStore::Impl& impl, const std::string& db_path, sqlite::Journal journal,
+                   const FileSystemKind& fs) {
+    const bool want_wal = journal == sqlite::Journal::wal;
+    const std::optional<bool> wal = sqlite::wal_header(db_path, impl.writer);
+    if (!wal || *wal == want_wal) {
+        impl.db = sqlite::Database(db_path, impl.writer, journal, impl.options.read_only);
+        return;
+    }
+    const std::string why =
+        want_wal ? std::string("uses a rollback journal on a local disk, where bbkit uses WAL")
+                 : "is in WAL mode on a " + fs.name + " file system, where WAL is not safe";
+    if (impl.options.read_only)
+        throw Error(ExitCode::config, "state database " + db_path + " " + why +
+                                          ": a writing command (e.g. bb-pool recover) converts "
+                                          "it (bbkit(7), STATE DIRECTORY)");
+    const StateLock lock = impl.acquire_lock("bbkit journal conversion");
+    impl.db = sqlite::Database(db_path, impl.writer, journal);  // rollback: converts here
+    if (want_wal)
+        impl.db.exec("PRAGMA journal_mode=WAL", "converting state.db to WAL failed");
+    spdlog::info("converted {} to {}: it {}", db_path, want_wal ? "WAL" : "a rollback journal",
+                 why);
+}
+
 }  // namespace
 
 StateStore::StateStore(const Config& config, StoreOptions options)
@@ -428,30 +546,67 @@ StateStore::StateStore(const Config& config, StoreOptions options)
     impl.dir = config.state_dir;
     const std::string db_path = impl.dir + "/state.db";
     impl.options = options;
+    impl.config = config;
+    // Judged before anything is created: a refused file system leaves no state directory.
+    FileSystemKind fs;
+    const sqlite::Journal journal = state_journal(config, &fs);
     impl.lock_fd = open_state_dir(config, options.read_only);
 
-    impl.seal = RecordSeal::for_process(config, !options.read_only);
-    if (impl.seal) {
+    // A missing key is made only once state.db shows that no record was sealed with another:
+    // a backup controller without the primary's key would otherwise make its own and act on
+    // none of the records (bbkit(7), STATE DIRECTORY, "Controller failover").
+    const bool create_key = !options.read_only && RecordSeal::missing(config);
+    impl.seal = RecordSeal::for_process(config, false);
+    if (impl.seal || create_key) {
         if (const std::optional<User> owner = untrusted_state_owner(config)) {
             impl.check_seals = true;
             impl.writer = sqlite::ForeignWriter{owner->uid, owner->gid};
         }
     }
-    impl.db = sqlite::Database(db_path, impl.writer);
+    open_database(impl, db_path, journal, fs);
     const int found = schema_version(impl.db);  // refuses a file that is not SQLite, or newer
     const bool fresh = fresh_database(impl.db, found);
+    impl.schema = found;
+    if (create_key) {
+        if (impl.check_seals && !options.tolerate_foreign_schema && has_sealed_records(impl))
+            throw Error(ExitCode::config,
+                        "root's record key " + config.record_key + " is missing here, and " +
+                            db_path +
+                            " holds records root sealed with a key: copy the key (and its .sealed "
+                            "ledger) from the host that sealed them, as every controller sharing a "
+                            "state directory needs the same one; if it is lost for good, bb-pool "
+                            "check --repair makes a new one, and trusts none of the records "
+                            "(bbkit(7), STATE DIRECTORY)");
+        impl.seal = RecordSeal::for_process(config, true);
+    }
     if (impl.check_seals)
         check_foreign_database(impl, config, found, fresh);
     if (impl.foreign_schema.empty()) {
         migrate(impl, found, fresh);
+        impl.schema = state_schema_version();
         if (impl.seal && !options.read_only)
             SealLedger::record(config, state_schema_version());
     }
+    // The claim this process writes under, when this host holds it as the process begins;
+    // a writing command of a host that does not hold it goes no further.
+    if (!options.read_only) {
+        const std::optional<ControllerClaim> claim = read_claim(impl);
+        const std::optional<std::int64_t> token =
+            claim ? ControllerToken::held(config) : std::nullopt;
+        if (token && *token == claim->epoch)
+            impl.epoch = token;
+        else if (claim && !options.takes_over)
+            wait_for_claim(impl, [&impl] { return fence(impl); });
+    }
     {
+        const bool wal = impl.db.journal() == sqlite::Journal::wal;
+        // A reader's connection keeps SQLite's default rollback mode (it sets nothing).
         Query q = impl.db.query("PRAGMA journal_mode");
-        if (!q.step() || q.text(0) != "wal")
-            throw Error(ExitCode::config, "state database " + impl.db.path() +
-                                              " is not in WAL mode (restore it from a backup)");
+        const std::string mode = q.step() ? q.text(0) : "";
+        if (wal ? mode != "wal" : mode != "truncate" && !(options.read_only && mode == "delete"))
+            throw Error(ExitCode::config, "state database " + impl.db.path() + " is not in " +
+                                              (wal ? "WAL mode" : "rollback-journal mode") +
+                                              " (restore it from a backup)");
     }
 }
 
@@ -571,6 +726,18 @@ RebuildResult StateStore::rebuild_from_sealed_records(const std::vector<PoolReco
                     "only root, which holds the record key, can rebuild state.db from its sealed "
                     "records (run bb-pool check --repair as root)");
     const StateLock lock = impl.acquire_lock(who);
+    // A claim the old file still shows is this host's to carry, as any write's: otherwise a
+    // rebuild would leave state.db writable from any host.
+    std::optional<ControllerClaim> claim;
+    try {
+        claim = read_claim(impl);
+    } catch (const Error&) {
+        claim.reset();  // a foreign file's claim may be unreadable: none is carried
+    }
+    if (claim) {
+        if (const std::optional<Fence> refused = fence(impl))
+            throw Error(ExitCode::unavailable, refused->why);
+    }
     RebuildResult result;
     const std::vector<SealedRow> rows = sealed_rows(impl, result);
 
@@ -583,7 +750,7 @@ RebuildResult StateStore::rebuild_from_sealed_records(const std::vector<PoolReco
                            std::chrono::system_clock::now().time_since_epoch())
                            .count());
     const std::string fresh = "state.db.rebuilt." + std::to_string(::getpid());
-    for (const char* suffix : {"", "-wal", "-shm"})
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"})
         ::unlinkat(dir_fd.get(), (fresh + suffix).c_str(), 0);
     {
         const Fd file = open_state_file(impl.dir, fresh, O_RDWR | O_CREAT | O_EXCL, 0600);
@@ -592,7 +759,7 @@ RebuildResult StateStore::rebuild_from_sealed_records(const std::vector<PoolReco
                                errno);
     }
     {
-        sqlite::Database db(impl.dir + "/" + fresh, impl.writer);
+        sqlite::Database db(impl.dir + "/" + fresh, impl.writer, impl.db.journal());
         migrate_schema(db);
         db.begin(true);
         try {
@@ -622,23 +789,132 @@ RebuildResult StateStore::rebuild_from_sealed_records(const std::vector<PoolReco
                                                " IN ") +
                                    holding_states + ") FROM pools");
             usage.run("counting the pools' used space failed");
+            if (claim) {
+                Query q = db.query(
+                    "INSERT INTO controller (id, epoch, host, since) VALUES (1, ?1, ?2, ?3)");
+                q.bind(1, claim->epoch).bind(2, claim->host).bind(3, to_nanos(claim->since));
+                q.run("carrying the controller claim failed");
+            }
             db.commit("writing the rebuilt state.db failed");
         } catch (...) {
             db.rollback();
             throw;
         }
-        db.exec("PRAGMA wal_checkpoint(TRUNCATE)", "checkpointing the rebuilt state.db failed");
+        if (db.journal() == sqlite::Journal::wal)
+            db.exec("PRAGMA wal_checkpoint(TRUNCATE)", "checkpointing the rebuilt state.db failed");
     }
-    for (const char* suffix : {"-wal", "-shm"})
+    for (const char* suffix : {"-wal", "-shm", "-journal"})
         ::unlinkat(dir_fd.get(), (fresh + suffix).c_str(), 0);
     result.kept_as = "state.db.foreign." + stamp;
     rename_in(dir_fd.get(), impl.dir, "state.db", result.kept_as);
     rename_in(dir_fd.get(), impl.dir, "state.db-wal", result.kept_as + "-wal");
+    rename_in(dir_fd.get(), impl.dir, "state.db-journal", result.kept_as + "-journal");
     ::unlinkat(dir_fd.get(), "state.db-shm", 0);
     rename_in(dir_fd.get(), impl.dir, fresh, "state.db");
     if (::fsync(dir_fd.get()) != 0)
         throw system_error("cannot sync the state directory " + impl.dir, errno);
     return result;
+}
+
+// ---- controller failover --------------------------------------------------------------------
+
+std::string to_string(const ControllerClaim& claim) {
+    return printable(claim.host) + " (epoch " + std::to_string(claim.epoch) + ", since " +
+           local_time(to_nanos(claim.since)) + ")";
+}
+
+namespace {
+
+// Whether state.db holds sealed records and root's key here matches none of them: the key of
+// another host (each controller needs the one that sealed them).
+bool sealed_with_another_key(StateStore::Impl& impl) {
+    if (!impl.check_seals || impl.schema < first_sealed_schema)
+        return false;
+    Query q = impl.db.query("SELECT " + buffer_columns() + " FROM buffers WHERE seal <> ''");
+    bool any = false;
+    while (q.step()) {
+        if (trusted_row(impl, q))
+            return false;
+        any = true;
+    }
+    return any;
+}
+
+}  // namespace
+
+Takeover StateStore::take_over(const std::string& who) {
+    Impl& impl = *impl_;
+    if (geteuid() != 0 || impl.config.record_key.empty())
+        throw Error(ExitCode::no_perm,
+                    "only root takes a state directory over: this host's token is a file of "
+                    "root's beside its record key (bbkit(7), STATE DIRECTORY)");
+    if (impl.schema < first_controller_schema)
+        throw Error(ExitCode::config, "state.db has schema version " + std::to_string(impl.schema) +
+                                          ", from before controller claims (bb-pool check "
+                                          "--repair rebuilds it)");
+    const StateLock lock = impl.acquire_lock(who);
+    Takeover result;
+    impl.db.begin(true);
+    try {
+        result.before = read_claim(impl);
+        const std::optional<std::int64_t> token = ControllerToken::held(impl.config);
+        if (result.before && token && *token == result.before->epoch) {
+            impl.db.rollback();
+            result.now = *result.before;
+            impl.epoch = token;
+            return result;
+        }
+        if (sealed_with_another_key(impl))
+            throw Error(ExitCode::config,
+                        "root's record key " + impl.config.record_key +
+                            " matches none of the records in " + impl.db.path() +
+                            ": they were sealed with another host's key; copy that key here (and "
+                            "its .sealed ledger), as every controller sharing a state directory "
+                            "needs the same one (bbkit(7), STATE DIRECTORY)");
+        result.now.epoch = result.before ? result.before->epoch + 1 : 1;
+        result.now.host = this_host_name();
+        result.now.since = std::chrono::system_clock::now();
+        Query q = impl.db.query(
+            "INSERT OR REPLACE INTO controller (id, epoch, host, since) VALUES (1, ?1, ?2, ?3)");
+        q.bind(1, result.now.epoch).bind(2, result.now.host).bind(3, to_nanos(result.now.since));
+        q.run("writing the controller claim failed");
+        fault_point("takeover.before-commit");
+        impl.db.commit("writing the controller claim failed");
+    } catch (...) {
+        impl.db.rollback();
+        throw;
+    }
+    // From the commit on, no other host's process writes; this one's token comes after, so a
+    // takeover killed between the two leaves nothing writing until it is run again.
+    fault_point("takeover.committed");
+    ControllerToken::hold(impl.config, result.now.epoch);
+    impl.epoch = result.now.epoch;
+    result.changed = true;
+    return result;
+}
+
+void StateStore::release_controller() {
+    if (geteuid() != 0 || impl_->config.record_key.empty())
+        throw Error(ExitCode::no_perm,
+                    "only root releases a state directory: this host's token is a file of root's "
+                    "beside its record key (bbkit(7), STATE DIRECTORY)");
+    ControllerToken::release(impl_->config);
+    impl_->epoch.reset();
+}
+
+ClaimStatus StateStore::claim_status() {
+    ClaimStatus status;
+    {
+        ReadSnapshot snapshot(*this);
+        status.claim = snapshot.controller();
+    }
+    status.token = ControllerToken::held(impl_->config);
+    status.holds = !status.claim || (status.token && *status.token == status.claim->epoch);
+    return status;
+}
+
+std::optional<ControllerClaim> Transaction::controller() {
+    return read_claim(impl_);
 }
 
 // ---- reads ----------------------------------------------------------------------------------
@@ -922,17 +1198,37 @@ WriteTransaction::WriteTransaction(StateStore& store, std::string who, Durabilit
     if (impl_.db.in_transaction())
         throw Error(ExitCode::software,
                     "a transaction on " + impl_.db.path() + " is already open (one at a time)");
-    StateLock lock = impl_.acquire_lock(who_);
-    // SQLite takes the safety level only outside a transaction.
-    if (durability_ == Durability::deferred)
-        impl_.db.query("PRAGMA synchronous = NORMAL").run();
-    try {
-        impl_.db.begin(true);
-    } catch (...) {
-        restore_durability();
-        throw;
-    }
-    impl_.lock = std::move(lock);
+    // A rollback journal (a network file system) commits every transaction synced: with
+    // synchronous=NORMAL a power cut there may corrupt state.db, not merely lose the last
+    // commit as with the WAL.
+    if (durability_ == Durability::deferred && impl_.db.journal() != sqlite::Journal::wal)
+        durability_ = Durability::now;
+    const Durability asked = durability_;
+    // The claim is read inside the transaction, under both locks: the one its commit follows.
+    // Neither is kept while waiting for this host's takeover, which needs both.
+    wait_for_claim(impl_, [&]() -> std::optional<Fence> {
+        StateLock lock = impl_.acquire_lock(who_);
+        durability_ = asked;
+        // SQLite takes the safety level only outside a transaction.
+        if (durability_ == Durability::deferred)
+            impl_.db.query("PRAGMA synchronous = NORMAL").run();
+        std::optional<Fence> refused;
+        try {
+            impl_.db.begin(true);
+            refused = fence(impl_);
+        } catch (...) {
+            impl_.db.rollback();
+            restore_durability();
+            throw;
+        }
+        if (refused) {
+            impl_.db.rollback();
+            restore_durability();
+            return refused;
+        }
+        impl_.lock = std::move(lock);
+        return std::nullopt;
+    });
 }
 
 WriteTransaction::~WriteTransaction() {

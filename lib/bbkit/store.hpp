@@ -39,6 +39,40 @@ struct StoreOptions {
     // older than root sealed) is opened, with nothing migrated, so that foreign_schema() can
     // list why and rebuild_from_sealed_records() can replace it.
     bool tolerate_foreign_schema = false;
+    // For a writing command (not read_only), where state.db holds a controller claim: unless
+    // this host holds it, the store does not open (Error(unavailable), after waiting up to
+    // timeouts.takeover seconds for this host's takeover, as WriteTransaction does), so that
+    // a command of a host that does not hold the state directory changes nothing, in state.db
+    // or in the pools. Only bb-pool takeover opens without (bbkit(7), STATE DIRECTORY).
+    bool takes_over = false;
+};
+
+// Which host may write a state directory that controllers share (bbkit(7), STATE DIRECTORY,
+// "Controller failover"): the claim bb-pool takeover writes into state.db. `epoch` counts the
+// takeovers. Once a claim exists, a process writes only while this host's ControllerToken is
+// its epoch; without one (a single controller, or none took over yet) nothing is checked.
+struct ControllerClaim {
+    std::int64_t epoch = 0;
+    std::string host;  // gethostname() of the taker, as it wrote it: printable() it
+    TimePoint since{};
+};
+
+// "HOST (epoch N, since 2026-11-29 04:46:05)", the host printable().
+std::string to_string(const ControllerClaim& claim);
+
+// What StateStore::take_over did.
+struct Takeover {
+    std::optional<ControllerClaim> before;
+    ControllerClaim now;
+    bool changed = false;  // false: this host already held the current claim
+};
+
+// Whether this host may write the state directory (bb-pool takeover --holds): it holds the
+// claim (its token is the claim's epoch), or there is no claim.
+struct ClaimStatus {
+    std::optional<ControllerClaim> claim;
+    std::optional<std::int64_t> token;  // this host's, root's file: none for others
+    bool holds = false;
 };
 
 struct PoolRecord {
@@ -119,6 +153,19 @@ class StateStore {
     RebuildResult rebuild_from_sealed_records(const std::vector<PoolRecord>& pools,
                                               const std::string& who);
 
+    // bb-pool takeover (bbkit(7), STATE DIRECTORY, "Controller failover"): makes this host the
+    // state directory's only writer. Unless this host already holds the current claim, writes
+    // a claim of the next epoch naming this host, then this host's ControllerToken; from that
+    // commit on, every write of a process that held or waited for an older claim, here or on
+    // any other host, is refused. Root only, else Error(no_perm). Error(config) when root's key
+    // here is not the one that sealed the records (each controller needs the same key).
+    Takeover take_over(const std::string& who);
+    // bb-pool takeover --release (SlurmctldPrimaryOffProg): this host's token is forgotten, so
+    // nothing on it writes until it takes the state directory over again. state.db is not
+    // changed. Root only, else Error(no_perm).
+    void release_controller();
+    ClaimStatus claim_status();
+
     struct Impl;  // store.cpp's; public only so that its helpers can name it
 
   private:
@@ -162,6 +209,9 @@ class Transaction {
 
     std::vector<HistoryEntry> history(const BufferKey& key);  // oldest first
 
+    // The claim of the controller that may write; none until a bb-pool takeover.
+    std::optional<ControllerClaim> controller();
+
     // The rows whose seal does not match root's key (bbkit(7), SECURITY): root acts on none
     // of them (find_buffer refuses them with Error(no_perm), list_buffers leaves them out).
     // Their values are the forger's: report them, keep away from what they name, never act
@@ -189,7 +239,13 @@ class ReadSnapshot : public Transaction {
 };
 
 // Holds <state>/lock (bounded wait; Error(temp_fail) "state directory ... is locked by pid N
-// (who) since T") and a SQLite write transaction. Nothing is visible to others until commit();
+// (who) since T") and a SQLite write transaction. Where state.db holds a controller claim, the
+// transaction opens only for a process of the host that holds it (ControllerClaim): a process
+// that began while this host held an older claim is refused at once, Error(unavailable); one
+// that began
+// while this host held none waits up to timeouts.takeover seconds for this host's takeover
+// (Slurm starts a new primary's recovery hooks before its SlurmctldPrimaryOnProg), then is
+// refused the same way. Nothing is visible to others until commit();
 // the destructor rolls back an uncommitted transaction. The lock is released after commit.
 class WriteTransaction : public Transaction {
   public:

@@ -152,6 +152,16 @@ ALTER TABLE buffers ADD COLUMN failed INTEGER;
 ALTER TABLE buffers ADD COLUMN seal TEXT NOT NULL DEFAULT '';
 ALTER TABLE buffers ADD COLUMN temp_token TEXT NOT NULL DEFAULT '';
 )sql",
+    // 7: which host may write a state directory that controllers share (bbkit(7), STATE
+    // DIRECTORY, "Controller failover"): one row, written by bb-pool takeover, none until then.
+    R"sql(
+CREATE TABLE controller (
+    id      INTEGER PRIMARY KEY CHECK (id = 1),
+    epoch   INTEGER NOT NULL,
+    host    TEXT NOT NULL,
+    since   INTEGER NOT NULL
+);
+)sql",
 };
 #undef BBKIT_HOLDING_STATES
 
@@ -218,7 +228,7 @@ std::string digest_of(const std::map<std::string, SchemaObject>& objects) {
 }  // namespace
 
 const char* const current_schema_digest =
-    "15252c4723a7922aeb4c93c858822fbc5c97fec7811493b810429d5dbcdab96e";
+    "227151ce0b0a197b86b36441f6cc9015ff7673df49750e94e8c1fc9c1dcea3e4";
 
 std::string schema_digest(sqlite::Database& db) {
     return digest_of(schema_objects(db));
@@ -272,8 +282,10 @@ int schema_version(sqlite::Database& db) {
 
 void migrate_schema(sqlite::Database& db) {
     const int known = state_schema_version();
-    // WAL is a property of the file: set once, by whoever creates or migrates it.
-    db.exec("PRAGMA journal_mode=WAL", "enabling WAL failed");
+    // WAL is a property of the file: set once, by whoever creates or migrates it. A connection
+    // with a rollback journal (a network file system) keeps it: bbkit(7), STATE DIRECTORY.
+    if (db.journal() == sqlite::Journal::wal)
+        db.exec("PRAGMA journal_mode=WAL", "enabling WAL failed");
     db.begin(true);
     try {
         // Read again under the lock: another process may have migrated the file meanwhile.

@@ -32,6 +32,8 @@ void migrate_schema(sqlite::Database& db);
 
 // The first schema whose buffer rows carry root's seal (bbkit(7), SECURITY).
 constexpr int first_sealed_schema = 6;
+// The first schema with the controller claim (bbkit(7), STATE DIRECTORY, "Controller failover").
+constexpr int first_controller_schema = 7;
 
 // Where the schema of `db` (every row of sqlite_schema: tables, indexes, triggers, views) is
 // not exactly the one bbkit creates for `version`, one line per object, naming it: an object

@@ -1,6 +1,7 @@
 #include "bbkit/text.hpp"
 
 #include <cctype>
+#include <ctime>
 
 namespace bbkit {
 
@@ -59,6 +60,15 @@ std::string lower(std::string_view text) {
 
 bool starts_with(std::string_view text, std::string_view prefix) {
     return text.substr(0, prefix.size()) == prefix;
+}
+
+std::string local_time(std::int64_t nanos) {
+    const std::time_t seconds = static_cast<std::time_t>(nanos / 1000000000);
+    std::tm tm{};
+    localtime_r(&seconds, &tm);
+    char text[32];
+    std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &tm);
+    return text;
 }
 
 }  // namespace bbkit

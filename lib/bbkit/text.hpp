@@ -32,4 +32,8 @@ std::string lower(std::string_view text);
 
 bool starts_with(std::string_view text, std::string_view prefix);
 
+// A time given in nanoseconds since the epoch, in this host's time zone, to the second:
+// "2026-11-29 04:46:05", as lock holders and controller claims are named in messages.
+std::string local_time(std::int64_t nanos);
+
 }  // namespace bbkit

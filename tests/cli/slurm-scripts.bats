@@ -43,6 +43,7 @@ setup() {
 
 teardown() {
   [ -n "${DROPIN:-}" ] && rm -f "$DROPIN"
+  [ -z "${MOUNTED:-}" ] || umount "$MOUNTED"
   common_teardown
 }
 
@@ -158,6 +159,71 @@ job_script() {
   assert_output "BBKIT_STATE_DIR = \"$TEST_DIR/other-state\""
 }
 
+@test "install-slurm with a backup controller refuses a state_dir local to this host and off StateSaveLocation's file system" {
+  once_per_lua_set
+  run bb-parse config
+  assert_line --regexp '^# state_dir file system: [^ ]+ \(local\)$'
+  # One controller: nothing to share.
+  printf '%s\n' 'SlurmctldHost=one' 'StateSaveLocation=/proc/bbkit-nowhere' >"$CONF/slurm.conf"
+  run install_scripts
+  assert_success
+  refute_output --partial "SlurmctldPrimaryOnProg"
+  # Two: the state directory must move with the primary.
+  printf '%s\n' 'SlurmctldHost=one' 'slurmctldhost=two' 'StateSaveLocation=/proc/bbkit-nowhere' \
+    >"$CONF/slurm.conf"
+  run install_scripts
+  assert_failure 78
+  assert_output --partial "state_dir $TEST_DIR/state is on "
+  assert_output --partial "local to this host, and not on StateSaveLocation's own volume (/proc/bbkit-nowhere; both must exist, apart from the root file system), with 2 controllers in slurm.conf"
+  [ "$(grep -c 'state_dir' <<<"$output")" -eq 1 ]
+  printf '%s\n' 'ControlMachine=one' 'BackupController=two' 'StateSaveLocation=/proc/bbkit-nowhere' \
+    >"$CONF/slurm.conf"
+  run install_scripts
+  assert_failure 78
+  # Both on the root file system (/var/lib/bbkit and /var/spool/slurmctld of one disk), or one
+  # not made yet (judged by a parent they share): refused, nothing moves with the primary.
+  mkdir -p "$TEST_DIR/slurm-state"
+  if [ "$(stat -c %d "$TEST_DIR")" = "$(stat -c %d /)" ]; then
+    printf '%s\n' 'SlurmctldHost=one' 'SlurmctldHost=two' "StateSaveLocation=$TEST_DIR/slurm-state" \
+      >"$CONF/slurm.conf"
+    run install_scripts
+    assert_failure 78
+  fi
+  # On StateSaveLocation's own volume (one that moves with the primary): accepted.
+  mkdir -p "$TEST_DIR/volume"
+  mount -t tmpfs -o size=8m tmpfs "$TEST_DIR/volume" || skip "cannot mount a tmpfs here"
+  MOUNTED=$TEST_DIR/volume
+  mkdir -p "$TEST_DIR/volume/slurmctld" "$TEST_DIR/volume/bbkit"
+  chmod 0711 "$TEST_DIR/volume/bbkit"
+  sed -i "s|^state_dir = .*|state_dir = \"$TEST_DIR/volume/bbkit\"|" "$BBKIT_CONFIG"
+  printf '%s\n' 'SlurmctldHost=one' 'SlurmctldHost=two' \
+    "StateSaveLocation=$TEST_DIR/volume/nowhere" >"$CONF/slurm.conf"
+  run install_scripts
+  assert_failure 78  # StateSaveLocation not made yet
+  printf '%s\n' 'SlurmctldHost=one' 'SlurmctldHost=two' \
+    "StateSaveLocation=$TEST_DIR/volume/slurmctld" >"$CONF/slurm.conf"
+  run install_scripts
+  assert_success
+  # ... and the primary takes bbkit's state over at each start (Controller failover).
+  scripts=$(cd "$BBKIT_BIN/../share/bbkit/standalone/slurm" && pwd)
+  assert_line "SlurmctldPrimaryOnProg=$scripts/primary-on"
+  assert_line "SlurmctldPrimaryOffProg=$scripts/primary-off"
+  # A site's own program is kept, and told to run bbkit's.
+  echo 'SlurmctldPrimaryOnProg=/usr/local/sbin/move-address' >>"$CONF/slurm.conf"
+  run install_scripts
+  assert_success
+  refute_line --partial "SlurmctldPrimaryOnProg="
+  assert_line "SlurmctldPrimaryOffProg=$scripts/primary-off"
+  assert_output --partial "note: slurm.conf's SlurmctldPrimaryOnProg is /usr/local/sbin/move-address: have it run $scripts/primary-on too"
+  # On a network file system (a test build can say so): accepted wherever StateSaveLocation is.
+  printf '%s\n' 'SlurmctldHost=one' 'SlurmctldHost=two' 'StateSaveLocation=/proc/bbkit-nowhere' \
+    >"$CONF/slurm.conf"
+  if BBKIT_TEST_SHARED_FS=nfs bb-parse config | grep -qx '# state_dir file system: nfs (shared)'; then
+    BBKIT_TEST_SHARED_FS=nfs run install_scripts
+    assert_success
+  fi
+}
+
 @test "install-slurm refuses a standalone configuration and a burst_buffer.conf that would SIGKILL bbkit" {
   once_per_lua_set
   write_config 'mode = "standalone"'
@@ -226,7 +292,7 @@ job_script() {
   bin=$BBKIT_BIN
   run awk '/^#/ { next } { line = line $0 } /\\$/ { sub(/\\$/, "", line); next } { gsub(/ +/, " ", line); print line; line = "" }' "$CONF/bbkit.sudoers"
   assert_output "Defaults:$user !requiretty
-$user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bin/bb-stage --job *, $bin/bb-teardown --job *, $bin/bb-stat *"
+$user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bin/bb-stage --job *, $bin/bb-teardown --job *, $bin/bb-stat *, $bin/bb-pool takeover, $bin/bb-pool takeover --release"
   # Through sudo the tools read only /etc/bbkit/bbkit.toml: another configuration is refused.
   run "$SLURM_SHARE/install-slurm" --standalone --slurm-conf-dir "$CONF" --config "$BBKIT_CONFIG" \
     --bindir "$BBKIT_BIN" --slurm-user "$user"
@@ -421,7 +487,7 @@ ValidateTimeout=10"
   bin=$BBKIT_BIN
   run awk '/^#/ { next } { line = line $0 } /\\$/ { sub(/\\$/, "", line); next } { gsub(/ +/, " ", line); print line; line = "" }' "$CONF/bbkit.sudoers"
   assert_output "Defaults:$user !requiretty
-$user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bin/bb-stage --job *, $bin/bb-teardown --job *, $bin/bb-teardown --persistent *, $bin/bb-stat *"
+$user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bin/bb-stage --job *, $bin/bb-teardown --job *, $bin/bb-teardown --persistent *, $bin/bb-stat *, $bin/bb-pool takeover, $bin/bb-pool takeover --release"
 }
 
 @test "install-slurm checks the scripts with the luac of the Lua Slurm's plugin links" {
@@ -500,7 +566,7 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   bin=$BBKIT_BIN
   run awk '/^#/ { next } { line = line $0 } /\\$/ { sub(/\\$/, "", line); next } { gsub(/ +/, " ", line); print line; line = "" }' "$CONF/bbkit.sudoers"
   assert_output "Defaults:$user !requiretty
-$user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bin/bb-stage --job *, $bin/bb-teardown --job *, $bin/bb-stat *"
+$user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bin/bb-stage --job *, $bin/bb-teardown --job *, $bin/bb-stat *, $bin/bb-pool takeover, $bin/bb-pool takeover --release"
   run grep -c env_keep "$CONF/bbkit.sudoers"
   assert_output 0
   # The hooks name root's own configuration, and never pass it through sudo.

@@ -216,7 +216,7 @@ TEST(config, names_a_quoted_unknown_key_whole) {
 TEST(config, rejects_unknown_key_in_timeouts_with_line) {
     EXPECT_EQ(config_error("[timeouts]\nstage_in = 5\nstagein = 5\n"),
               "t.toml:3: timeouts.stagein: unknown key 'stagein' (known: stage_in, stage_out, "
-              "other, validate, queue)");
+              "other, validate, queue, takeover)");
 }
 
 TEST(config, rejects_unknown_key_in_limits_with_line) {
@@ -441,6 +441,16 @@ TEST(config, rejects_empty_state_owner) {
 TEST(config, rejects_unknown_mode) {
     EXPECT_EQ(config_error("mode = \"Slurm\"\n"),
               "t.toml:1: mode: must be \"standalone\", \"slurm\" or \"datawarp\", got 'Slurm'");
+}
+
+TEST(config, state_journal_is_auto_wal_or_rollback) {
+    EXPECT_EQ(parse_config("", "t.toml").state_journal, StateJournal::automatic);
+    EXPECT_EQ(parse_config("state_journal = \"rollback\"\n", "t.toml").state_journal,
+              StateJournal::rollback);
+    EXPECT_EQ(parse_config("state_journal = \"wal\"\n", "t.toml").state_journal, StateJournal::wal);
+    EXPECT_STREQ(to_string(StateJournal::automatic), "auto");
+    EXPECT_EQ(config_error("state_journal = \"delete\"\n"),
+              "t.toml:1: state_journal: must be \"auto\", \"wal\" or \"rollback\", got 'delete'");
 }
 
 TEST(config, datawarp_mode_reads_what_slurms_datawarp_plugin_reads) {

@@ -272,6 +272,81 @@ TEST_F(SqliteTest, the_wal_is_created_once_and_read_by_the_next_connection) {
     EXPECT_EQ(count(db), 2);
 }
 
+// A rollback journal (a network file system: bbkit(7), STATE DIRECTORY): journal_mode=TRUNCATE,
+// no mapping, every commit synced; the journal stays between transactions, emptied, and no WAL
+// is made.
+TEST_F(SqliteTest, a_rollback_connection_truncates_its_journal_maps_nothing_and_syncs_fully) {
+    create();
+    Database db(path_, std::nullopt, Journal::rollback);
+    EXPECT_EQ(db.journal(), Journal::rollback);
+    const std::pair<const char*, std::string> settings[] = {{"PRAGMA journal_mode", "truncate"},
+                                                            {"PRAGMA mmap_size", "0"},
+                                                            {"PRAGMA synchronous", "2"}};
+    for (const auto& [pragma, expected] : settings) {
+        Query q = db.query(pragma);
+        ASSERT_TRUE(q.step());
+        EXPECT_EQ(q.text(0), expected) << pragma;
+    }
+    db.begin(true);
+    db.query("INSERT INTO t (a) VALUES (1)").run();
+    db.commit();
+    struct stat st {};
+    ASSERT_EQ(::stat((path_ + "-journal").c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, 0);
+    EXPECT_NE(::stat((path_ + "-wal").c_str(), &st), 0);
+    EXPECT_EQ(wal_header(path_, std::nullopt), std::optional<bool>(false));
+}
+
+// A file left in WAL mode is converted by a rollback connection (its WAL checkpointed into the
+// file and removed), unless another connection has it open: then temp_fail, nothing changed.
+TEST_F(SqliteTest, a_rollback_connection_converts_a_wal_file_only_when_alone) {
+    {
+        Database db = create();
+        db.exec("PRAGMA journal_mode = WAL", "WAL");
+        db.query("INSERT INTO t (a) VALUES (1)").run();
+    }
+    EXPECT_EQ(wal_header(path_, std::nullopt), std::optional<bool>(true));
+    {
+        Database reader(path_);
+        reader.begin(false);
+        EXPECT_EQ(count(reader), 1);
+        EXPECT_EQ(code_of([&] { Database(path_, std::nullopt, Journal::rollback); }),
+                  ExitCode::temp_fail);
+        reader.rollback();
+    }
+    EXPECT_EQ(wal_header(path_, std::nullopt), std::optional<bool>(true));
+    Database db(path_, std::nullopt, Journal::rollback);
+    EXPECT_EQ(count(db), 1);
+    EXPECT_EQ(wal_header(path_, std::nullopt), std::optional<bool>(false));
+    struct stat st {};
+    EXPECT_NE(::stat((path_ + "-wal").c_str(), &st), 0);
+}
+
+// The journal is the owner's file as much as the WAL is (bbkit(7), SECURITY): one that is a
+// symlink or a second link is not opened.
+TEST_F(SqliteTest, a_planted_journal_is_not_opened) {
+    create();
+    const std::string elsewhere = root_ + "/elsewhere";
+    { std::ofstream(elsewhere) << ""; }
+    ASSERT_EQ(::symlink(elsewhere.c_str(), (path_ + "-journal").c_str()), 0);
+    EXPECT_EQ(code_of([&] {
+                  Database db(path_, std::nullopt, Journal::rollback);
+                  db.begin(true);
+                  db.query("INSERT INTO t (a) VALUES (1)").run();
+                  db.commit();
+              }),
+              ExitCode::no_perm);
+    ::unlink((path_ + "-journal").c_str());
+    ASSERT_EQ(::link(elsewhere.c_str(), (path_ + "-journal").c_str()), 0);
+    EXPECT_EQ(code_of([&] {
+                  Database db(path_, std::nullopt, Journal::rollback);
+                  db.begin(true);
+                  db.query("INSERT INTO t (a) VALUES (1)").run();
+                  db.commit();
+              }),
+              ExitCode::no_perm);
+}
+
 // Whatever SQL the file brings runs in no connection of bbkit's (bbkit(7), SECURITY): a trigger
 // another account added does not fire, a view is not read, the schema cannot be written, and
 // no extension loads.

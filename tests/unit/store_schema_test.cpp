@@ -106,7 +106,8 @@ TEST_F(StoreSchemaTest, migrating_from_schema_1_keeps_the_rows_and_records_the_v
         "DROP INDEX buffers_persistent; DROP TABLE pool_usage; ALTER TABLE buffers DROP "
         "COLUMN failure; ALTER TABLE buffers DROP COLUMN failed; ALTER TABLE buffers DROP COLUMN "
         "seal;"
-        " ALTER TABLE buffers DROP COLUMN temp_token; PRAGMA user_version = 1",
+        " ALTER TABLE buffers DROP COLUMN temp_token; DROP TABLE controller; PRAGMA user_version = "
+        "1",
         "going back to schema 1");
     ASSERT_EQ(schema_version(db_), 1);
     migrate_schema(db_);
@@ -128,7 +129,7 @@ TEST_F(StoreSchemaTest, migrating_from_schema_4_gives_existing_rows_no_failure) 
         "ALTER TABLE buffers DROP COLUMN failure; ALTER TABLE buffers DROP COLUMN failed; ALTER "
         "TABLE buffers DROP COLUMN seal;"
         " ALTER TABLE buffers DROP COLUMN temp_token;"
-        " PRAGMA user_version = 4",
+        " DROP TABLE controller; PRAGMA user_version = 4",
         "going back to schema 4");
     migrate_schema(db_);
     EXPECT_EQ(schema_version(db_), state_schema_version());

@@ -15,10 +15,16 @@
 #include <set>
 
 #include "bbkit/error.hpp"
+#include "bbkit/sqlite.hpp"
 #include "code_of.hpp"
 
 namespace bbkit {
 namespace {
+
+std::string file_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+}
 
 using S = BufferState;
 constexpr std::uint64_t gib = 1024ULL * 1024 * 1024;
@@ -235,6 +241,147 @@ TEST_F(StateStoreTest, database_uses_wal) {
     EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(statement, 0)), "wal");
     sqlite3_finalize(statement);
     sqlite3_close(db);
+}
+
+// What a test build's BBKIT_TEST_SHARED_FS makes the state directory (file_system.hpp): a
+// network file system, while alive.
+class OnNetworkFileSystem {
+  public:
+    explicit OnNetworkFileSystem(const char* name = "nfs") {
+        ::setenv("BBKIT_TEST_SHARED_FS", name, 1);
+    }
+    ~OnNetworkFileSystem() { ::unsetenv("BBKIT_TEST_SHARED_FS"); }
+    OnNetworkFileSystem(const OnNetworkFileSystem&) = delete;
+    OnNetworkFileSystem& operator=(const OnNetworkFileSystem&) = delete;
+};
+
+std::optional<bool> state_db_in_wal(const std::string& state_dir) {
+    return sqlite::wal_header(state_dir + "/state.db", std::nullopt);
+}
+
+#ifdef BBKIT_FAULT_INJECTION
+// On a network file system (bbkit(7), STATE DIRECTORY): a rollback journal, no WAL, and every
+// commit synced, the deferred ones of alloc and teardown too.
+TEST_F(StateStoreTest, on_a_network_file_system_the_store_uses_a_rollback_journal_synced_always) {
+    const OnNetworkFileSystem nfs;
+    auto store = open_with_pool();
+    EXPECT_EQ(state_db_in_wal(config_.state_dir), std::optional<bool>(false));
+    struct stat st {};
+    EXPECT_NE(stat((config_.state_dir + "/state.db-wal").c_str(), &st), 0);
+    ASSERT_EQ(stat((config_.state_dir + "/state.db-journal").c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, 0);
+    {
+        WriteTransaction txn(*store, "test", WriteTransaction::Durability::deferred);
+        EXPECT_TRUE(store->syncs_commits());
+        Buffer b = job_buffer(1, 1, 1 << 20);
+        txn.insert_buffer(b);
+        txn.commit();
+    }
+    store.reset();
+    StateStore again(config_, [] {
+        StoreOptions o;
+        o.read_only = true;
+        return o;
+    }());
+    ReadSnapshot snapshot(again);
+    EXPECT_TRUE(snapshot.find_buffer(BufferKey::job("main", 1, 1)));
+}
+
+TEST_F(StateStoreTest, state_journal_wal_on_a_network_file_system_is_refused) {
+    const OnNetworkFileSystem nfs;
+    config_.state_journal = StateJournal::wal;
+    std::string message;
+    EXPECT_EQ(code_of([&] { StateStore store(config_); }, &message), ExitCode::config);
+    EXPECT_NE(message.find("network file system (nfs)"), std::string::npos) << message;
+    struct stat st {};
+    EXPECT_NE(stat(config_.state_dir.c_str(), &st), 0);  // nothing created
+}
+
+// A shared file system whose locks bbkit cannot judge (FUSE, BeeGFS, 9p) is refused, with
+// nothing created, until the site vouches for it with state_journal = "rollback".
+TEST_F(StateStoreTest, a_shared_file_system_of_unknown_locking_needs_the_sites_word) {
+    for (const char* name : {"fuse", "beegfs", "9p"}) {
+        const OnNetworkFileSystem shared(name);
+        config_.state_journal = StateJournal::automatic;
+        std::string message;
+        EXPECT_EQ(code_of([&] { StateStore store(config_); }, &message), ExitCode::config) << name;
+        EXPECT_NE(message.find("set state_journal = \"rollback\""), std::string::npos) << message;
+        struct stat st {};
+        EXPECT_NE(stat(config_.state_dir.c_str(), &st), 0) << name;  // nothing created
+        config_.state_journal = StateJournal::rollback;
+        { StateStore store(config_); }
+        EXPECT_EQ(state_db_in_wal(config_.state_dir), std::optional<bool>(false)) << name;
+        std::system(("rm -rf '" + config_.state_dir + "'").c_str());
+    }
+}
+
+// A reader of a state.db on a shared file system opens it read-only (it converts nothing and
+// rolls no journal back: a journal a dead writer left is the next writer's): it writes not a
+// byte of state.db or its journal.
+TEST_F(StateStoreTest, a_reader_on_a_shared_file_system_writes_nothing) {
+    const OnNetworkFileSystem nfs;
+    {
+        auto store = open_with_pool();
+        WriteTransaction txn(*store, "test");
+        Buffer b = job_buffer(1, 1, 1 << 20);
+        txn.insert_buffer(b);
+        txn.commit();
+    }
+    const std::string db = config_.state_dir + "/state.db";
+    const std::string file = file_text(db);
+    const std::string journal = file_text(db + "-journal");
+    struct stat before {
+    }, after{};
+    ASSERT_EQ(stat(db.c_str(), &before), 0);
+    {
+        StoreOptions reading;
+        reading.read_only = true;
+        StateStore reader(config_, reading);
+        ReadSnapshot snapshot(reader);
+        EXPECT_TRUE(snapshot.find_buffer(BufferKey::job("main", 1, 1)));
+    }
+    ASSERT_EQ(stat(db.c_str(), &after), 0);
+    EXPECT_EQ(file_text(db), file);
+    EXPECT_EQ(file_text(db + "-journal"), journal);
+    EXPECT_EQ(before.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
+}
+
+// A state.db moved between a local disk and a network file system: a reader refuses it (it
+// changes nothing), a writer converts it under the state lock, each way, and keeps every row.
+TEST_F(StateStoreTest, a_state_db_moved_to_a_network_file_system_is_converted_by_a_writer) {
+    open_with_pool();
+    ASSERT_EQ(state_db_in_wal(config_.state_dir), std::optional<bool>(true));
+    StoreOptions reading;
+    reading.read_only = true;
+    {
+        const OnNetworkFileSystem nfs;
+        std::string message;
+        EXPECT_EQ(code_of([&] { StateStore store(config_, reading); }, &message), ExitCode::config);
+        EXPECT_NE(message.find("WAL mode on a nfs file system"), std::string::npos) << message;
+        EXPECT_NE(message.find("a writing command"), std::string::npos) << message;
+        EXPECT_EQ(state_db_in_wal(config_.state_dir), std::optional<bool>(true));
+        { StateStore store(config_); }
+        EXPECT_EQ(state_db_in_wal(config_.state_dir), std::optional<bool>(false));
+        struct stat st {};
+        EXPECT_NE(stat((config_.state_dir + "/state.db-wal").c_str(), &st), 0);
+        StateStore store(config_, reading);
+        ReadSnapshot snapshot(store);
+        EXPECT_TRUE(snapshot.find_pool("nvme") && snapshot.find_pool("ssd"));
+    }
+    EXPECT_EQ(code_of([&] { StateStore store(config_, reading); }), ExitCode::config);
+    { StateStore store(config_); }
+    EXPECT_EQ(state_db_in_wal(config_.state_dir), std::optional<bool>(true));
+    StateStore store(config_, reading);
+    ReadSnapshot snapshot(store);
+    EXPECT_TRUE(snapshot.find_pool("nvme") && snapshot.find_pool("ssd"));
+}
+#endif
+
+// state_journal = "rollback" on a local disk: for a shared file system bbkit does not know.
+TEST_F(StateStoreTest, state_journal_rollback_uses_a_rollback_journal_on_a_local_disk) {
+    config_.state_journal = StateJournal::rollback;
+    open_with_pool();
+    EXPECT_EQ(state_db_in_wal(config_.state_dir), std::optional<bool>(false));
 }
 
 TEST_F(StateStoreTest, refuses_a_state_dir_others_can_read) {
@@ -1006,7 +1153,8 @@ TEST_F(StateStoreTest, migrations_3_and_4_fill_pool_usage_and_writes_keep_it) {
                   db,
                   "DROP TABLE pool_usage; ALTER TABLE buffers DROP COLUMN failure;"
                   " ALTER TABLE buffers DROP COLUMN failed; ALTER TABLE buffers DROP COLUMN seal;"
-                  " ALTER TABLE buffers DROP COLUMN temp_token; PRAGMA user_version = 2",
+                  " ALTER TABLE buffers DROP COLUMN temp_token; DROP TABLE controller; PRAGMA "
+                  "user_version = 2",
                   nullptr, nullptr, nullptr),
               SQLITE_OK);
     sqlite3_close(db);

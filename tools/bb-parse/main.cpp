@@ -8,6 +8,7 @@
 #include "bbkit/size.hpp"
 #include "bbkit/slurm_view.hpp"
 #include "bbkit/sources.hpp"
+#include "bbkit/state_dir.hpp"
 #include "bbkit/tool.hpp"
 #include "bbkit/user.hpp"
 
@@ -50,10 +51,11 @@ int run_size(const SizeOptions& options) {
 
 int run_config(const CommonOptions& common, bool json) {
     const Config config = load_effective_config(common);
+    const FileSystemKind fs = state_dir_file_system(config);
     if (json)
-        print_json(config_json(config));
+        print_json(config_json(config, &fs));
     else
-        std::cout << config_text(config);
+        std::cout << config_text(config, &fs);
     return 0;
 }
 

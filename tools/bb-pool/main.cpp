@@ -41,6 +41,8 @@ struct Options {
     HealthScope health;
     std::optional<std::string> slurm_jobs;       // check: bbkit(7), NODE-LOCAL POOLS, Counts agree
     std::optional<std::string> slurm_node_gres;  // check
+    bool release = false;                        // takeover
+    bool holds = false;                          // takeover
 };
 
 void print(const nlohmann::json& value) {
@@ -54,6 +56,9 @@ struct Subcommand {
     bool reads = false;  // a reading command never creates state
     std::function<int(StateStore&, const Config&, const std::string& who)> run;
     StoreOptions store{};  // how it opens the state (read_only follows `reads`)
+    // The flag without which the command only reads (check --repair, reconcile --apply): it
+    // then opens the state as a reading command, on any controller (bbkit(7), STATE DIRECTORY).
+    const bool* writes_with = nullptr;
 };
 
 // Whether a subcommand's name is on the command line: only then are its options added.
@@ -252,7 +257,7 @@ Subcommand add_check(CLI::App& app, Options& o, const Named& named) {
                     std::cout << findings_text(findings);
                 return check_status(findings);
             },
-            store};
+            store, &o.repair};
 }
 
 Subcommand add_health(CLI::App& app, Options& o, const Named& named) {
@@ -357,7 +362,8 @@ Subcommand add_reconcile(CLI::App& app, Options& o, const Named& named) {
         reconcile_cmd->add_flag("--apply", o.apply, "Tear those buffers down (default: only list)");
         reconcile_cmd->add_flag("--json", o.json, "Print JSON");
     }
-    return {reconcile_cmd, false,
+    return {reconcile_cmd,
+            false,
             [&o](StateStore& store, const Config& config, const std::string& who) {
                 if (!o.slurm)
                     throw Error(ExitCode::usage, "reconcile needs --slurm (the scheduler to ask)");
@@ -368,7 +374,47 @@ Subcommand add_reconcile(CLI::App& app, Options& o, const Named& named) {
                 else
                     std::cout << reconcile_text(result, o.apply);
                 return static_cast<int>(result.status());  // a failed teardown is named above
-            }};
+            },
+            {},
+            &o.apply};
+}
+
+Subcommand add_takeover(CLI::App& app, Options& o, const Named& named) {
+    CLI::App* takeover_cmd = app.add_subcommand(
+        "takeover", "Make this host the only writer of a state directory controllers share");
+    if (named(takeover_cmd)) {
+        takeover_cmd->add_flag("--release", o.release,
+                               "Forget this host's claim (SlurmctldPrimaryOffProg)");
+        takeover_cmd->add_flag("--holds", o.holds,
+                               "Only say whether this host may write: 0 yes, 69 no");
+        takeover_cmd->add_flag("--json", o.json, "Print JSON");
+    }
+    return {takeover_cmd, false,
+            [&o](StateStore& store, const Config& config, const std::string& who) {
+                if (o.release && o.holds)
+                    throw Error(ExitCode::usage, "takeover: --release and --holds are exclusive");
+                if (o.holds || o.release) {
+                    if (o.release)
+                        store.release_controller();
+                    const ClaimStatus status = store.claim_status();
+                    if (o.json)
+                        print(claim_status_json(status, config.state_dir));
+                    else
+                        std::cout << claim_status_text(status, config.state_dir);
+                    return status.holds || o.release ? 0 : static_cast<int>(ExitCode::unavailable);
+                }
+                const Takeover t = store.take_over(who);
+                if (o.json)
+                    print(takeover_json(t, config.state_dir));
+                else
+                    std::cout << takeover_text(t, config.state_dir);
+                return 0;
+            },
+            [] {
+                StoreOptions store;
+                store.takes_over = true;  // the one writer that opens without the claim
+                return store;
+            }()};
 }
 
 }  // namespace
@@ -386,10 +432,11 @@ int main(int argc, char** argv) {
     };
     // In the order --help lists them.
     const std::vector<Subcommand> subcommands{
-        add_list(app, o, named),  add_show(app, o, named),        add_init(app, o, named),
-        add_alloc(app, o, named), add_drain(app, o, named, true), add_drain(app, o, named, false),
-        add_check(app, o, named), add_health(app, o, named),      add_recover(app, o, named),
-        add_reap(app, o, named),  add_reconcile(app, o, named),   add_migrate(app, o, named)};
+        add_list(app, o, named),    add_show(app, o, named),        add_init(app, o, named),
+        add_alloc(app, o, named),   add_drain(app, o, named, true), add_drain(app, o, named, false),
+        add_check(app, o, named),   add_health(app, o, named),      add_recover(app, o, named),
+        add_reap(app, o, named),    add_reconcile(app, o, named),   add_migrate(app, o, named),
+        add_takeover(app, o, named)};
 
     return run_tool(tool, app, argc, argv, common, [&]() -> int {
         const Config config = load_effective_config(common);
@@ -397,7 +444,7 @@ int main(int argc, char** argv) {
             if (!sub.app->parsed())
                 continue;
             StoreOptions store_options = sub.store;
-            store_options.read_only = sub.reads;
+            store_options.read_only = sub.reads || (sub.writes_with && !*sub.writes_with);
             StateStore store(config, store_options);
             return sub.run(store, config, tool + " " + sub.app->get_name());
         }

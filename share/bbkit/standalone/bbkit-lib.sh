@@ -317,6 +317,28 @@ bbkit_node_gres() {
     printf '%s\n' "$bbkit_node_line" | tr ' ' '\n' | sed -n 's/^Gres=//p' | head -n 1
 }
 
+# --- Controller failover ---------------------------------------------------------------------
+
+# bbkit_controller_role on|off: SlurmctldPrimaryOnProg and SlurmctldPrimaryOffProg (slurm/primary-on
+# and slurm/primary-off; bbkit(7), STATE DIRECTORY, "Controller failover"). "on": this controller
+# became Slurm's primary (at every start as such, and at a takeover), so it takes bbkit's state
+# directory over (bb-pool takeover): from then on no process on another controller writes it.
+# "off": it left that role, so it forgets its claim (bb-pool takeover --release). Slurm runs the
+# program as SlurmUser, without arguments and with every file descriptor closed: the outcome goes
+# to syslog (tag bbkit-controller), the status to slurmctld's log.
+bbkit_controller_role() {
+    case $1 in
+        on) set -- ;;
+        off) set -- --release ;;
+        *) return 64 ;;
+    esac
+    bbkit_role_status=0
+    bbkit_role_out=$(bbkit_as_root bb-pool takeover "$@" 2>&1) || bbkit_role_status=$?
+    logger -t bbkit-controller -p "daemon.$([ "$bbkit_role_status" -eq 0 ] && echo notice || echo err)" \
+        -- "$(bbkit_comment "$bbkit_role_out")" 2>/dev/null || true
+    return "$bbkit_role_status"
+}
+
 # --- The tools -------------------------------------------------------------------------------
 
 # bbkit_find_tools DIR: where bbkit_tool finds the tools: $BBKIT_BINDIR, else DIR (PREFIX/bin of
