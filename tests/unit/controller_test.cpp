@@ -224,10 +224,7 @@ TEST_F(ControllerTest, a_host_without_the_key_makes_none_where_records_are_seale
     struct stat st {};
     EXPECT_NE(lstat(hosts_["b"].record_key.c_str(), &st), 0) << "a key was made";
     // A key of its own (another host's, or one made by hand) matches none of the records.
-    {
-        StateStore repair(hosts_["b"],
-                          taking_over(true));
-    }
+    { StateStore repair(hosts_["b"], taking_over(true)); }
     ASSERT_EQ(lstat(hosts_["b"].record_key.c_str(), &st), 0);
     EXPECT_EQ(code_of([&] { take_over("b"); }, &why), ExitCode::config);
     EXPECT_NE(why.find("matches none of the records"), std::string::npos) << why;
@@ -238,12 +235,10 @@ TEST_F(ControllerTest, a_host_without_the_key_makes_none_where_records_are_seale
 // a claim exists they write nothing.
 TEST_F(ControllerTest, only_root_takes_over_and_only_root_writes_under_a_claim) {
     const uid_t nobody = 65534;
-    EXPECT_EQ(code_of_as(nobody, 65534,
-                         [&] {
-                             StateStore(hosts_["a"], taking_over())
-                                 .take_over("bb-pool takeover");
-                         }),
-              ExitCode::no_perm);
+    EXPECT_EQ(
+        code_of_as(nobody, 65534,
+                   [&] { StateStore(hosts_["a"], taking_over()).take_over("bb-pool takeover"); }),
+        ExitCode::no_perm);
     take_over("a");
     EXPECT_EQ(code_of_as(nobody, 65534, [&] { StateStore store(hosts_["a"]); }),
               ExitCode::unavailable);
