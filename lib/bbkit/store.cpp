@@ -390,8 +390,10 @@ bool fresh_database(sqlite::Database& db, int found) {
 
 // ---- controller failover (bbkit(7), STATE DIRECTORY, "Controller failover") -------------------
 
-std::optional<ControllerClaim> read_claim(StateStore::Impl& impl) {
-    if (impl.schema < first_controller_schema)
+// A schema root refused (bb-pool check's foreign_schema) may lack the table: only its rebuild
+// reads that file's claim (`foreign`), and copes with a failure.
+std::optional<ControllerClaim> read_claim(StateStore::Impl& impl, bool foreign = false) {
+    if (impl.schema < first_controller_schema || (!impl.foreign_schema.empty() && !foreign))
         return std::nullopt;
     Query q = impl.db.query("SELECT epoch, host, since FROM controller WHERE id = 1");
     if (!q.step())
@@ -406,8 +408,7 @@ struct Fence {
     std::string why;
     bool may_wait = false;
 };
-std::optional<Fence> fence(StateStore::Impl& impl) {
-    const std::optional<ControllerClaim> claim = read_claim(impl);
+std::optional<Fence> fence(StateStore::Impl& impl, const std::optional<ControllerClaim>& claim) {
     if (!claim)
         return std::nullopt;
     if (impl.epoch) {
@@ -429,6 +430,10 @@ std::optional<Fence> fence(StateStore::Impl& impl) {
                      " does; bb-pool takeover, which SlurmctldPrimaryOnProg runs, makes this host "
                      "its writer (bbkit(7), STATE DIRECTORY)",
                  true};
+}
+
+std::optional<Fence> fence(StateStore::Impl& impl) {
+    return fence(impl, read_claim(impl));
 }
 
 std::string this_host_name() {
@@ -730,14 +735,12 @@ RebuildResult StateStore::rebuild_from_sealed_records(const std::vector<PoolReco
     // rebuild would leave state.db writable from any host.
     std::optional<ControllerClaim> claim;
     try {
-        claim = read_claim(impl);
+        claim = read_claim(impl, true);
     } catch (const Error&) {
         claim.reset();  // a foreign file's claim may be unreadable: none is carried
     }
-    if (claim) {
-        if (const std::optional<Fence> refused = fence(impl))
-            throw Error(ExitCode::unavailable, refused->why);
-    }
+    if (const std::optional<Fence> refused = fence(impl, claim))
+        throw Error(ExitCode::unavailable, refused->why);
     RebuildResult result;
     const std::vector<SealedRow> rows = sealed_rows(impl, result);
 

@@ -231,6 +231,49 @@ TEST_F(ControllerTest, a_host_without_the_key_makes_none_where_records_are_seale
     EXPECT_EQ(take_over("a").now.epoch, 1);  // nothing changed
 }
 
+// bb-pool check --repair of a schema root refuses: the rebuild carries the claim it can read,
+// only for the host that holds it; a claim table the owner dropped is no obstacle to it.
+TEST_F(ControllerTest, a_rebuild_carries_the_claim_for_its_holder_alone) {
+    take_over("a");
+    {
+        StateStore a(hosts_["a"]);
+        write_job(a, 1);
+    }
+    const std::string db = root_ + "/state/state.db";
+    ASSERT_EQ(std::system(("sqlite3 '" + db +
+                           "' 'CREATE TRIGGER forged AFTER INSERT ON pools BEGIN SELECT 1; END'")
+                              .c_str()),
+              0);
+    std::string why;
+    EXPECT_EQ(code_of(
+                  [&] {
+                      StateStore b(hosts_["b"], taking_over(true));
+                      ASSERT_FALSE(b.foreign_schema().empty());
+                      b.rebuild_from_sealed_records({{"nvme", "/bb/nvme", "uuid-1", false}},
+                                                    "bb-pool check");
+                  },
+                  &why),
+              ExitCode::unavailable)
+        << why;
+    {
+        StateStore a(hosts_["a"], taking_over(true));
+        ASSERT_FALSE(a.foreign_schema().empty());
+        EXPECT_EQ(
+            a.rebuild_from_sealed_records({{"nvme", "/bb/nvme", "uuid-1", false}}, "bb-pool check")
+                .carried,
+            1u);
+    }
+    EXPECT_EQ(StateStore(hosts_["a"], reading()).claim_status().claim->epoch, 1);
+    // The owner drops the table: the rebuild goes on, with no claim to carry.
+    ASSERT_EQ(std::system(("sqlite3 '" + db + "' 'DROP TABLE controller'").c_str()), 0);
+    StateStore a(hosts_["a"], taking_over(true));
+    ASSERT_FALSE(a.foreign_schema().empty());
+    EXPECT_EQ(
+        a.rebuild_from_sealed_records({{"nvme", "/bb/nvme", "uuid-1", false}}, "bb-pool check")
+            .carried,
+        1u);
+}
+
 // The state owner's own processes cannot read root's token: they cannot take over, and where
 // a claim exists they write nothing.
 TEST_F(ControllerTest, only_root_takes_over_and_only_root_writes_under_a_claim) {
