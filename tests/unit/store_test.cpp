@@ -21,7 +21,7 @@
 namespace bbkit {
 namespace {
 
-std::string file_text(const std::string& path) {
+[[maybe_unused]] std::string file_text(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     return std::string((std::istreambuf_iterator<char>(in)), {});
 }
