@@ -244,34 +244,21 @@ TEST_F(ControllerTest, a_rebuild_carries_the_claim_for_its_holder_alone) {
                            "' 'CREATE TRIGGER forged AFTER INSERT ON pools BEGIN SELECT 1; END'")
                               .c_str()),
               0);
+    // bb-pool check --repair on `host`: the records it carried.
+    const auto rebuild = [&](const std::string& host) {
+        StateStore store(hosts_[host], taking_over(true));
+        EXPECT_FALSE(store.foreign_schema().empty());
+        return store
+            .rebuild_from_sealed_records({{"nvme", "/bb/nvme", "uuid-1", false}}, "bb-pool check")
+            .carried;
+    };
     std::string why;
-    EXPECT_EQ(code_of(
-                  [&] {
-                      StateStore b(hosts_["b"], taking_over(true));
-                      ASSERT_FALSE(b.foreign_schema().empty());
-                      b.rebuild_from_sealed_records({{"nvme", "/bb/nvme", "uuid-1", false}},
-                                                    "bb-pool check");
-                  },
-                  &why),
-              ExitCode::unavailable)
-        << why;
-    {
-        StateStore a(hosts_["a"], taking_over(true));
-        ASSERT_FALSE(a.foreign_schema().empty());
-        EXPECT_EQ(
-            a.rebuild_from_sealed_records({{"nvme", "/bb/nvme", "uuid-1", false}}, "bb-pool check")
-                .carried,
-            1u);
-    }
+    EXPECT_EQ(code_of([&] { rebuild("b"); }, &why), ExitCode::unavailable) << why;
+    EXPECT_EQ(rebuild("a"), 1u);
     EXPECT_EQ(StateStore(hosts_["a"], reading()).claim_status().claim->epoch, 1);
     // The owner drops the table: the rebuild goes on, with no claim to carry.
     ASSERT_EQ(std::system(("sqlite3 '" + db + "' 'DROP TABLE controller'").c_str()), 0);
-    StateStore a(hosts_["a"], taking_over(true));
-    ASSERT_FALSE(a.foreign_schema().empty());
-    EXPECT_EQ(
-        a.rebuild_from_sealed_records({{"nvme", "/bb/nvme", "uuid-1", false}}, "bb-pool check")
-            .carried,
-        1u);
+    EXPECT_EQ(rebuild("a"), 1u);
 }
 
 // The state owner's own processes cannot read root's token: they cannot take over, and where

@@ -328,23 +328,17 @@ TEST_F(SqliteTest, a_planted_journal_is_not_opened) {
     create();
     const std::string elsewhere = root_ + "/elsewhere";
     { std::ofstream(elsewhere) << ""; }
+    const auto write_one = [&] {
+        Database db(path_, std::nullopt, Journal::rollback);
+        db.begin(true);
+        db.query("INSERT INTO t (a) VALUES (1)").run();
+        db.commit();
+    };
     ASSERT_EQ(::symlink(elsewhere.c_str(), (path_ + "-journal").c_str()), 0);
-    EXPECT_EQ(code_of([&] {
-                  Database db(path_, std::nullopt, Journal::rollback);
-                  db.begin(true);
-                  db.query("INSERT INTO t (a) VALUES (1)").run();
-                  db.commit();
-              }),
-              ExitCode::no_perm);
+    EXPECT_EQ(code_of(write_one), ExitCode::no_perm);
     ::unlink((path_ + "-journal").c_str());
     ASSERT_EQ(::link(elsewhere.c_str(), (path_ + "-journal").c_str()), 0);
-    EXPECT_EQ(code_of([&] {
-                  Database db(path_, std::nullopt, Journal::rollback);
-                  db.begin(true);
-                  db.query("INSERT INTO t (a) VALUES (1)").run();
-                  db.commit();
-              }),
-              ExitCode::no_perm);
+    EXPECT_EQ(code_of(write_one), ExitCode::no_perm);
 }
 
 // Whatever SQL the file brings runs in no connection of bbkit's (bbkit(7), SECURITY): a trigger
