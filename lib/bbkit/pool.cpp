@@ -322,7 +322,7 @@ const std::string replaced_reason = "pool replaced: its file system was recreate
 
 // Takes the run locks of the pool's live buffers that `held` does not hold yet, without
 // waiting: a live stager, teardown, allocation or queued waiter makes the replace refuse.
-void lock_live_buffers(Transaction& txn, const Config& config, const std::string& pool,
+void lock_live_buffers(Transaction& txn, const RunLockScope& scope, const std::string& pool,
                        std::map<std::string, RunLock>& held) {
     BufferFilter filter;
     filter.live_only = true;
@@ -345,9 +345,9 @@ void lock_live_buffers(Transaction& txn, const Config& config, const std::string
                     refuse("is waited for by live pid " + std::to_string(entry.waiter.pid));
         if (held.count(key))
             continue;
-        std::optional<RunLock> lock = RunLock::try_acquire(config.state_dir, b.key);
+        std::optional<RunLock> lock = RunLock::try_acquire(scope, b.key);
         if (!lock) {
-            const std::optional<ProcessId> holder = RunLock::holder(config.state_dir, b.key);
+            const std::optional<ProcessId> holder = RunLock::holder(scope, b.key);
             refuse("is held by " +
                    (holder ? "live pid " + std::to_string(holder->pid) : "another process") +
                    " (staging or teardown)");
@@ -406,9 +406,10 @@ ReplaceResult replace_pool(StateStore& store, const Config& config, const std::s
                            const std::string& who) {
     const PoolConfig& pool = configured_pool(config, name);
     std::map<std::string, RunLock> held;  // lock order: run locks, then the state lock
+    const RunLockScope scope = run_lock_scope(store);
     {
         ReadSnapshot snapshot(store);
-        lock_live_buffers(snapshot, config, name, held);
+        lock_live_buffers(snapshot, scope, name, held);
     }
     WriteTransaction txn(store, who);
     const std::optional<PoolRecord> record = txn.find_pool(name);
@@ -421,7 +422,7 @@ ReplaceResult replace_pool(StateStore& store, const Config& config, const std::s
                                           " holds its recorded marker (uuid " + record->uuid +
                                           "), so its buffers are there (--replace is only for a "
                                           "file system that was recreated)");
-    lock_live_buffers(txn, config, name, held);  // buffers added since the snapshot
+    lock_live_buffers(txn, scope, name, held);  // buffers added since the snapshot
     BufferFilter live;
     live.live_only = true;
     live.pool = name;

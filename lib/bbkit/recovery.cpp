@@ -32,23 +32,23 @@ bool is_ending(BufferState state) {
 }
 
 // Nobody works on this buffer any more: its run lock is free and its recorded holder is dead.
-bool owner_dead(const Config& config, const Buffer& b) {
+bool owner_dead(StateStore& store, const Buffer& b) {
     if (b.run_lock_holder && b.run_lock_holder->alive())
         return false;
-    return !RunLock::holder(config.state_dir, b.key);
+    return !RunLock::holder(run_lock_scope(store), b.key);
 }
 
 // The record as it is now, if it is still what `seen` (read earlier, outside any write
 // transaction) showed and nobody else works on it; otherwise someone moved it on meanwhile (a
 // waiter got its space and finished, a stager ended, an alloc was retried) and it is not
 // recover's to touch. A claim this process made itself counts as nobody's.
-std::optional<Buffer> still_abandoned(Transaction& txn, const Config& config, const Buffer& seen) {
+std::optional<Buffer> still_abandoned(Transaction& txn, StateStore& store, const Buffer& seen) {
     std::optional<Buffer> now = txn.find_buffer(seen.key);
     if (!now || now->state != seen.state)
         return std::nullopt;
     if (now->run_lock_holder && *now->run_lock_holder == ProcessId::self())
         return now;
-    return owner_dead(config, *now) ? now : std::nullopt;
+    return owner_dead(store, *now) ? now : std::nullopt;
 }
 
 // Ends the record `seen` showed without touching its directory (there is none, or it is gone).
@@ -56,7 +56,7 @@ std::optional<Buffer> still_abandoned(Transaction& txn, const Config& config, co
 bool close_record(StateStore& store, const Config& config, const Buffer& seen,
                   const std::string& why, const std::string& who) {
     WriteTransaction txn(store, who);
-    const std::optional<Buffer> b = still_abandoned(txn, config, seen);
+    const std::optional<Buffer> b = still_abandoned(txn, store, seen);
     if (!b)
         return false;
     const BufferKey& key = seen.key;
@@ -84,7 +84,7 @@ std::string recover_allocating(StateStore& store, const Config& config, const Bu
         // Claimed first, so an alloc retried meanwhile backs off ("being allocated by pid")
         // instead of making the directory while this decides there is none.
         WriteTransaction txn(store, who);
-        std::optional<Buffer> now = still_abandoned(txn, config, b);
+        std::optional<Buffer> now = still_abandoned(txn, store, b);
         if (!now)
             return "";
         dir.emplace(open_pool(txn, config, b.pool));
@@ -129,7 +129,7 @@ std::string mark_interrupted(StateStore& store, const Config& config, const Buff
     if (b.message == message)
         return "";
     WriteTransaction txn(store, who);
-    if (!still_abandoned(txn, config, b))
+    if (!still_abandoned(txn, store, b))
         return "";
     txn.transition(b.key, b.state, "BurstBufferOperation", message);
     Buffer updated = txn.get_buffer(b.key);
@@ -271,7 +271,7 @@ std::vector<std::string> recover(StateStore& store, const Config& config,
     }
     fault_point("recover.listed");
     for (const Buffer& b : live) {
-        if (!owner_dead(config, b))
+        if (!owner_dead(store, b))
             continue;
         try {
             std::string action;
@@ -593,7 +593,7 @@ void live_buffers(const CheckRun& run, Survey& s, TimePoint now, Findings& findi
     for (const Buffer& b : s.live) {
         if (b.state == BufferState::pending)
             continue;
-        const bool in_flight = !owner_dead(run.config, b);
+        const bool in_flight = !owner_dead(run.store, b);
         if (std::optional<Finding> f = expired_persistent(b, now))
             findings.push_back(*f);
         if (std::optional<Finding> f = interrupted(run, b, in_flight))

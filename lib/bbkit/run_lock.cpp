@@ -16,23 +16,34 @@
 #include <cstring>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "bbkit/error.hpp"
+#include "bbkit/store.hpp"
 
 namespace bbkit {
-namespace {
 
-std::string lock_name(const BufferKey& key) {
-    return "run/" + key.str() + ".lock";
+RunLockScope run_lock_scope(StateStore& store) {
+    return RunLockScope{store.dir(), store.claim_epoch()};
 }
 
-std::string lock_path(const std::string& state_dir, const BufferKey& key) {
-    return state_dir + "/" + lock_name(key);
+std::string run_lock_name(const RunLockScope& scope, const std::string& name) {
+    return "run/" + name + (scope.epoch ? "@" + std::to_string(*scope.epoch) : "") + ".lock";
+}
+
+namespace {
+
+std::string lock_name(const RunLockScope& scope, const BufferKey& key) {
+    return run_lock_name(scope, key.str());
+}
+
+std::string lock_path(const RunLockScope& scope, const BufferKey& key) {
+    return scope.state_dir + "/" + lock_name(scope, key);
 }
 
 // Through open_state_file: run/ is the state owner's (bbkit(7), SECURITY).
-Fd open_lock_file(const std::string& state_dir, const BufferKey& key) {
-    return open_state_file(state_dir, lock_name(key), O_RDWR | O_CREAT, 0600);
+Fd open_lock_file(const RunLockScope& scope, const BufferKey& key) {
+    return open_state_file(scope.state_dir, lock_name(scope, key), O_RDWR | O_CREAT, 0600);
 }
 
 // The holder ("pid start_time") is an extended attribute of the lock file: ext4 keeps a small one
@@ -73,12 +84,12 @@ void write_holder(int fd) {
 
 }  // namespace
 
-std::optional<RunLock> RunLock::try_acquire(const std::string& state_dir, const BufferKey& key) {
-    const std::string path = lock_path(state_dir, key);
+std::optional<RunLock> RunLock::try_acquire(const RunLockScope& scope, const BufferKey& key) {
+    const std::string path = lock_path(scope, key);
     // A teardown removes the file while it holds the lock (remove_file): a process that opened
     // it before and locked it after holds a file nobody else can see, and opens it again.
     for (int attempt = 0; attempt < 100; ++attempt) {
-        Fd fd = open_lock_file(state_dir, key);
+        Fd fd = open_lock_file(scope, key);
         if (flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
             if (errno == EWOULDBLOCK)
                 return std::nullopt;
@@ -92,23 +103,23 @@ std::optional<RunLock> RunLock::try_acquire(const std::string& state_dir, const 
             named.st_dev != held.st_dev)
             continue;
         write_holder(fd.get());
-        return RunLock(std::move(fd), path);
+        return RunLock(std::move(fd), path, scope, key.str());
     }
     throw Error(ExitCode::temp_fail, "cannot lock " + path + ": it keeps being removed");
 }
 
-RunLock RunLock::acquire(const std::string& state_dir, const BufferKey& key,
+RunLock RunLock::acquire(const RunLockScope& scope, const BufferKey& key,
                          std::chrono::milliseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
-        if (std::optional<RunLock> lock = try_acquire(state_dir, key))
+        if (std::optional<RunLock> lock = try_acquire(scope, key))
             return std::move(*lock);
         if (std::chrono::steady_clock::now() >= deadline)
             break;
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     std::string who = "another process";
-    if (std::optional<ProcessId> h = holder(state_dir, key))
+    if (std::optional<ProcessId> h = holder(scope, key))
         who = "pid " + std::to_string(h->pid);
     throw Error(ExitCode::temp_fail,
                 "buffer " + key.str() + " is busy: " + who + " holds its run lock (retry later)");
@@ -142,10 +153,10 @@ bool has_open(pid_t pid, const struct stat& held) {
 
 }  // namespace
 
-std::optional<ProcessId> RunLock::holder(const std::string& state_dir, const BufferKey& key) {
+std::optional<ProcessId> RunLock::holder(const RunLockScope& scope, const BufferKey& key) {
     Fd fd;
     try {
-        fd = open_state_file(state_dir, lock_name(key), O_RDONLY);
+        fd = open_state_file(scope.state_dir, lock_name(scope, key), O_RDONLY);
     } catch (const Error&) {
         return std::nullopt;
     }
@@ -159,8 +170,48 @@ std::optional<ProcessId> RunLock::holder(const std::string& state_dir, const Buf
 }
 
 void RunLock::remove_file() {
-    if (fd_ && unlink(path_.c_str()) != 0 && errno != ENOENT)
+    if (!fd_)
+        return;
+    // Beneath run/ opened as open_state_file opens: the state owner's directory is never
+    // followed anywhere else (bbkit(7), SECURITY).
+    Fd run;
+    try {
+        run = open_state_file(scope_.state_dir, "run", O_RDONLY | O_DIRECTORY);
+    } catch (const Error& e) {
+        spdlog::warn("cannot remove run lock {}: {}", path_, e.what());
+        return;
+    }
+    const std::string own = path_.substr(path_.rfind('/') + 1);
+    if (unlinkat(run.get(), own.c_str(), 0) != 0 && errno != ENOENT)
         spdlog::warn("cannot remove run lock {}: {}", path_, std::strerror(errno));
+    if (!scope_.epoch)
+        return;
+    // The buffer's locks of older epochs (and the plain one, from before any claim): one a
+    // process still holds stays with it (a controller cut off); the others are what a
+    // failover left.
+    const std::string prefix = key_ + "@";
+    std::vector<std::string> older{key_ + ".lock"};
+    const int listing = dup(run.get());
+    if (DIR* dir = listing < 0 ? nullptr : fdopendir(listing)) {
+        while (const dirent* entry = readdir(dir)) {
+            const std::string name = entry->d_name;
+            if (name.compare(0, prefix.size(), prefix) == 0 && name != own)
+                older.push_back(name);
+        }
+        closedir(dir);
+    } else if (listing >= 0) {
+        close(listing);
+    }
+    for (const std::string& name : older) {
+        try {
+            Fd fd = open_state_file_at(run.get(), name, O_RDONLY, "run/" + name);
+            if (flock(fd.get(), LOCK_EX | LOCK_NB) == 0 &&
+                unlinkat(run.get(), name.c_str(), 0) != 0 && errno != ENOENT)
+                spdlog::warn("cannot remove run lock run/{}: {}", name, std::strerror(errno));
+        } catch (const Error&) {
+            // Gone already, or not a plain file with one link: left alone.
+        }
+    }
 }
 
 }  // namespace bbkit

@@ -68,25 +68,29 @@ Error wrong_state(const Buffer& b, const std::string& phase, const std::string& 
                                      to_string(b.state) + " (" + phase + " needs " + needs + ")");
 }
 
-RunLock take_run_lock(const Config& config, const Buffer& b) {
-    if (std::optional<RunLock> lock = RunLock::try_acquire(config.state_dir, b.key))
+RunLock take_run_lock(StateStore& store, const Buffer& b) {
+    const RunLockScope scope = run_lock_scope(store);
+    if (std::optional<RunLock> lock = RunLock::try_acquire(scope, b.key))
         return std::move(*lock);
     std::string who = "another process";
-    if (std::optional<ProcessId> holder = RunLock::holder(config.state_dir, b.key))
+    if (std::optional<ProcessId> holder = RunLock::holder(scope, b.key))
         who = "pid " + std::to_string(holder->pid);
     throw Error(ExitCode::temp_fail,
                 "buffer " + b.key.str() + " is busy: " + who + " is working on it");
 }
 
-// flock'd files in run/: `count` slots named <prefix>.<i>.lock; holding one is holding a slot.
-std::vector<Fd> take_slots(const Config& config, const std::string& prefix, unsigned count,
-                           unsigned want, std::chrono::steady_clock::time_point deadline,
+// flock'd files in run/: `count` slots named <prefix>.<i>.lock (of the claim's epoch, as run
+// locks: a stager of an older epoch, cut off, takes no slot of the new controller's); holding
+// one is holding a slot.
+std::vector<Fd> take_slots(const Config& config, const RunLockScope& scope,
+                           const std::string& prefix, unsigned count, unsigned want,
+                           std::chrono::steady_clock::time_point deadline,
                            const std::string& what) {
     std::vector<Fd> held;
     for (;;) {
         for (unsigned i = 0; i < count && held.size() < want; ++i) {
             Fd fd = open_state_file(config.state_dir,
-                                    "run/" + prefix + "." + std::to_string(i) + ".lock",
+                                    run_lock_name(scope, prefix + "." + std::to_string(i)),
                                     O_RDWR | O_CREAT, 0600);
             if (flock(fd.get(), LOCK_EX | LOCK_NB) == 0)
                 held.push_back(std::move(fd));
@@ -336,7 +340,7 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
     const BufferState done = in ? BufferState::staged_in : BufferState::staged_out;
     const unsigned timeout = in ? config.timeouts.stage_in : config.timeouts.stage_out;
     const char* phase = in ? "stage-in" : "stage-out";
-    std::optional<RunLock> lock = take_run_lock(config, b);
+    std::optional<RunLock> lock = take_run_lock(store, b);
     fault_point("stage.locked");
     b = live_buffer(store, config, b.key.job_id);  // again, under the run lock
     StageResult result;
@@ -350,11 +354,12 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
     // Before the buffer changes state: a missing or untrusted mover is an installation problem.
     const std::string mover = find_mover();
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout);
+    const RunLockScope scope = run_lock_scope(store);
     std::vector<Fd> slot =
-        take_slots(config, std::string("slot.") + (in ? "in" : "out"),
+        take_slots(config, scope, std::string("slot.") + (in ? "in" : "out"),
                    config.limits.stage_concurrency, 1, deadline, std::string(phase) + " slot");
     std::vector<Fd> threads = take_slots(
-        config, "thread", config.limits.mover_threads,
+        config, scope, "thread", config.limits.mover_threads,
         std::min(config.limits.mover_threads, max_threads_per_mover), deadline, "mover thread");
     with_temp_token(store, b, who);
     b = enter(store, config, b.key, working, who);
@@ -419,7 +424,7 @@ void run_hook(const Config& config, const Buffer& b, const std::string& phase) {
 void hooked_phase(StateStore& store, const Config& config, Buffer b, BufferState working,
                   BufferState done, const std::string& hook, const std::string& who,
                   const std::function<void(const Buffer&)>& before_done = {}) {
-    RunLock lock = take_run_lock(config, b);
+    RunLock lock = take_run_lock(store, b);
     if (b.state != working)
         b = enter(store, config, b.key, working, who);
     fault_point("hook.entered");
@@ -518,7 +523,7 @@ StageResult check_stage(StateStore& store, const Config& config, std::uint64_t j
         return *start.done;
     const Buffer& b = start.buffer;
     const char* phase = in ? "stage-in" : "stage-out";
-    if (std::optional<ProcessId> holder = RunLock::holder(config.state_dir, b.key))
+    if (std::optional<ProcessId> holder = RunLock::holder(run_lock_scope(store), b.key))
         throw Error(ExitCode::temp_fail, std::string(phase) + " of " + b.key.str() +
                                              " is running: pid " + std::to_string(holder->pid) +
                                              " works on it");

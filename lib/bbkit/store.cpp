@@ -916,6 +916,13 @@ ClaimStatus StateStore::claim_status() {
     return status;
 }
 
+std::optional<std::int64_t> StateStore::claim_epoch() {
+    if (impl_->epoch || !impl_->options.read_only)
+        return impl_->epoch;
+    const std::optional<ControllerClaim> claim = read_claim(*impl_);
+    return claim ? std::optional<std::int64_t>(claim->epoch) : std::nullopt;
+}
+
 std::optional<ControllerClaim> Transaction::controller() {
     return read_claim(impl_);
 }

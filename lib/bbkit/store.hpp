@@ -165,6 +165,11 @@ class StateStore {
     // changed. Root only, else Error(no_perm).
     void release_controller();
     ClaimStatus claim_status();
+    // The controller epoch whose run locks this process takes and looks at (bbkit(7), STATE
+    // DIRECTORY, "Controller failover"): a writer's, the claim it writes under; a reader's, the
+    // claim state.db holds now; none without a claim. A process of an older epoch, fenced, may
+    // still hold its lock on a host cut off: the holder of the claim never waits for it.
+    std::optional<std::int64_t> claim_epoch();
 
     struct Impl;  // store.cpp's; public only so that its helpers can name it
 

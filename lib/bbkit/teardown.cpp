@@ -68,8 +68,9 @@ void claim(WriteTransaction& txn, const BufferKey& key) {
 }
 
 // Stops whoever stages this buffer: waits for it unless hurrying, then TERM, then KILL.
-void stop_stager(const Config& config, const BufferKey& key, const TeardownOptions& options) {
-    const std::optional<ProcessId> holder = RunLock::holder(config.state_dir, key);
+void stop_stager(StateStore& store, const Config& config, const BufferKey& key,
+                 const TeardownOptions& options) {
+    const std::optional<ProcessId> holder = RunLock::holder(run_lock_scope(store), key);
     if (!holder || *holder == ProcessId::self())
         return;
     if (!options.hurry && wait_for_exit(*holder, std::chrono::seconds(config.timeouts.other / 2)))
@@ -126,8 +127,8 @@ bool reap_one(StateStore& store, const Config& config, const Buffer& b, PoolDir&
 
 TeardownResult finish_teardown(StateStore& store, const Config& config, const BufferKey& key,
                                const TeardownOptions& options, const std::string& who) {
-    stop_stager(config, key, options);
-    RunLock lock = RunLock::acquire(config.state_dir, key, run_lock_wait);
+    stop_stager(store, config, key, options);
+    RunLock lock = RunLock::acquire(run_lock_scope(store), key, run_lock_wait);
     fault_point("teardown.locked");
     Buffer b;
     std::optional<PoolDir> dir;

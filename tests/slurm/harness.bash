@@ -325,7 +325,9 @@ EOF
 
 # slurm.conf for SlurmUser (root by default); `topology` names the function that prints the
 # cluster's layout: controller address, the node daemons' files, nodes and partition
-# (loopback_topology; nodes.bash has its own).
+# (loopback_topology; nodes.bash has its own). STATE_SAVE_LOCATION and CTLD_SUBDIR (a
+# directory under run/ and log/ for slurmctld's pid and log files) serve failover.bash's two
+# controllers, which see their own directory there.
 write_slurm_conf() {
   local slurm_user=${1:-root} topology=${2:-loopback_topology}
   {
@@ -340,9 +342,9 @@ SlurmdUser=root
 AuthType=auth/munge
 AuthInfo=socket=$SLURM_DIR/munge/munge.socket.2
 CredType=cred/munge
-StateSaveLocation=$SLURM_DIR/state
-SlurmctldPidFile=$SLURM_DIR/run/slurmctld.pid
-SlurmctldLogFile=$SLURM_DIR/log/slurmctld.log
+StateSaveLocation=${STATE_SAVE_LOCATION:-$SLURM_DIR/state}
+SlurmctldPidFile=$SLURM_DIR/run/${CTLD_SUBDIR:+$CTLD_SUBDIR/}slurmctld.pid
+SlurmctldLogFile=$SLURM_DIR/log/${CTLD_SUBDIR:+$CTLD_SUBDIR/}slurmctld.log
 SlurmctldDebug=debug
 SlurmdDebug=info
 DebugFlags=BurstBuffer

@@ -647,44 +647,6 @@ JOB
   wait_until 30 "every node idle" all_nodes_idle
 }
 
-# slow_node NODE PERCENT [NODE...]: the cgroup (v1 cpu controller, or v2) that slows the nodes'
-# slurmds, and so their Prologs and movers, to PERCENT of one CPU together: sets SLOW_CGROUP;
-# the scenario's teardown moves them back.
-slow_node() {
-  local node=$1 percent=$2 pid root more
-  pid=$(node_slurmd_pid "$node") || fail "no slurmd for $node"
-  for more in "${@:3}"; do
-    pid="$pid $(node_slurmd_pid "$more")" || fail "no slurmd for $more"
-  done
-  if [ -f /sys/fs/cgroup/cpu/cgroup.procs ] && [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
-    root=/sys/fs/cgroup/cpu
-    SLOW_CGROUP=$root/bbkit-slow-$$
-    mkdir -p "$SLOW_CGROUP"
-    echo 100000 >"$SLOW_CGROUP/cpu.cfs_period_us"
-    echo $((percent * 1000)) >"$SLOW_CGROUP/cpu.cfs_quota_us"
-  elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
-    root=/sys/fs/cgroup
-    SLOW_CGROUP=$root/bbkit-slow-$$
-    mkdir -p "$SLOW_CGROUP"
-    echo "$((percent * 1000)) 100000" >"$SLOW_CGROUP/cpu.max"
-  else
-    skip "no cgroup cpu controller to slow a node with"
-  fi
-  SLOW_ROOT=$root
-  for more in $pid; do echo "$more" >"$SLOW_CGROUP/cgroup.procs"; done
-  transcript "root# (slurmd of $node${3:+ ${*:3}}, pid $pid, and what they start limited to $percent% of a CPU together: $SLOW_CGROUP)"
-}
-
-unslow_node() {
-  local p
-  [ -n "${SLOW_CGROUP:-}" ] || return 0
-  for p in $(cat "$SLOW_CGROUP/cgroup.procs" 2>/dev/null); do
-    echo "$p" >"$SLOW_ROOT/cgroup.procs" 2>/dev/null || true
-  done
-  rmdir "$SLOW_CGROUP" 2>/dev/null || true
-  SLOW_CGROUP=
-}
-
 @test "k. a stage-in far longer than BatchStartTimeout + MessageTimeout (20 s), the nodes registering again meanwhile: the job starts once its Prolog ends and completes with its data" {
   local script started
   # From 23.11 `scontrol reconfigure` restarts slurmctld and every slurmd: on 26.05 the slowed

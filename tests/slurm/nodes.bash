@@ -30,10 +30,10 @@
 #   and slurmctld checks every job and every change to one again.
 
 # shellcheck disable=SC2034 # read by harness.bash
-HARNESS_MODE=plain
+: "${HARNESS_MODE:=plain}"
 load harness
 
-NODE_COUNT=4
+NODE_COUNT=${NODE_COUNT:-4}
 NODES=()
 for ((i = 1; i <= NODE_COUNT; i++)); do NODES+=("n$i"); done
 unset i
@@ -79,8 +79,17 @@ sys.exit("no free private /24 for the node network")
 PY
 }
 
+# The controllers in namespaces of their own (failover.bash): c1, c2 at NET.2, NET.3. Without
+# them slurmctld runs on the host, at NET.1.
+CONTROLLERS=(${CONTROLLERS[@]+"${CONTROLLERS[@]}"})
+
 node_netns() { echo "bbkit-$NODE_ID-$1"; }
-node_addr() { echo "$NODE_NET.$((10 + ${1#n}))"; }
+node_addr() {
+  case $1 in
+    c*) echo "$NODE_NET.$((1 + ${1#c}))" ;;
+    *) echo "$NODE_NET.$((10 + ${1#n}))" ;;
+  esac
+}
 
 # The bridge with the host's address, and per node a netns whose eth0 is a veth into the bridge.
 # A guard hook that removes them all is in place before the first is made.
@@ -107,7 +116,7 @@ start_node_network() {
   ip link add "$NODE_BRIDGE" type bridge
   ip addr add "$NODE_NET.1/24" dev "$NODE_BRIDGE"
   ip link set "$NODE_BRIDGE" up
-  for node in "${NODES[@]}"; do
+  for node in "${NODES[@]}" ${CONTROLLERS[@]+"${CONTROLLERS[@]}"}; do
     ns=$(node_netns "$node")
     veth=$NODE_BRIDGE$node
     ip netns add "$ns"
@@ -117,7 +126,7 @@ start_node_network() {
     ip -n "$ns" addr add "$(node_addr "$node")/24" dev eth0
     ip -n "$ns" link set eth0 up
   done
-  transcript "root# (bridge $NODE_BRIDGE $NODE_NET.1/24; ${NODES[*]} at $NODE_NET.11-$((10 + NODE_COUNT)) in netns bbkit-$NODE_ID-*)"
+  transcript "root# (bridge $NODE_BRIDGE $NODE_NET.1/24; ${NODES[*]} at $NODE_NET.11-$((10 + NODE_COUNT))${CONTROLLERS[*]:+, ${CONTROLLERS[*]} at $NODE_NET.2-$((1 + ${#CONTROLLERS[@]}))} in netns bbkit-$NODE_ID-*)"
 }
 
 # Removes the node network of the cluster in DIR: the processes still in its namespaces
@@ -127,7 +136,7 @@ start_node_network() {
 remove_node_network() {
   local dir=$1 id ns pids link i
   id=${dir##*.}
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^bbkit-$id-n[0-9]+$"); do
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^bbkit-$id-[cn][0-9]+$"); do
     for i in $(seq 1 100); do
       pids=$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')
       [ -n "${pids// /}" ] || break
@@ -136,10 +145,10 @@ remove_node_network() {
       sleep 0.1
     done
   done
-  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E "^bbk$id(n[0-9]+)?$" | sort -r); do
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E "^bbk$id([cn][0-9]+)?$" | sort -r); do
     ip link del "$link" 2>/dev/null || true
   done
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^bbkit-$id-n[0-9]+$"); do
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^bbkit-$id-[cn][0-9]+$"); do
     ip netns del "$ns" 2>/dev/null || true
   done
   if [ -s "$dir/run/netns-ours" ] && mountpoint -q /run/netns && [ -z "$(ls -A /run/netns 2>/dev/null)" ]; then
@@ -149,8 +158,9 @@ remove_node_network() {
   return 0
 }
 
-# slurm.conf's layout of this cluster (write_slurm_conf's topology). slurmctld is the host, on
-# the bridge address: with NoCtldInAddrAny it listens on what the host name resolves to, which
+# slurm.conf's layout of this cluster (write_slurm_conf's topology). With CONTROLLERS, each is a
+# SlurmctldHost at its own address and the backup takes over after CTLD_TIMEOUT seconds
+# (failover.bash). Else slurmctld is the host, on the bridge address: with NoCtldInAddrAny it listens on what the host name resolves to, which
 # start_nodes makes the bridge address for it alone (CTLD_WRAP). NoInAddrAny is left out: each
 # slurmd's "any address" is its own namespace's, and srun on the host takes the nodes'
 # connections back on the bridge address, where the host name resolves to loopback. Each node
@@ -161,8 +171,14 @@ nodes_topology() {
   mem=$(slurmd -C | head -n 1 | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p')
   ((mem > 2048)) && mem=2048
   echo "# ${NODE_COUNT} nodes in network, mount and UTS namespaces on bridge $NODE_BRIDGE ($NODE_NET.0/24)"
-  echo "SlurmctldHost=$(host_name)($NODE_NET.1)"
-  echo "CommunicationParameters=NoCtldInAddrAny"
+  if [ ${#CONTROLLERS[@]} -eq 0 ]; then
+    echo "SlurmctldHost=$(host_name)($NODE_NET.1)"
+    echo "CommunicationParameters=NoCtldInAddrAny"
+  else
+    # failover.bash: each controller in namespaces of its own, listening on its own address.
+    for node in "${CONTROLLERS[@]}"; do echo "SlurmctldHost=$node($(node_addr "$node"))"; done
+    echo "SlurmctldTimeout=$CTLD_TIMEOUT"
+  fi
   echo "SlurmdSpoolDir=$SLURM_DIR/spool/%n"
   echo "SlurmdPidFile=$SLURM_DIR/run/slurmd-%n.pid"
   echo "SlurmdLogFile=$SLURM_DIR/log/slurmd-%n.log"
@@ -429,6 +445,54 @@ EOF
   NODE_POOL_LOCAL=no
   [ -z "$pool_keys" ] || NODE_POOL_LOCAL=yes
   export NODE_POOL_LOCAL
+}
+
+# slow_processes PERCENT WHAT PID...: the cgroup (v1 cpu controller, or v2) that slows the
+# processes, and what they start from then on, to PERCENT of one CPU together: sets
+# SLOW_CGROUP; unslow_node (the scenario's teardown) moves them back. WHAT says which in the
+# transcript. Skips the scenario where the kernel has no cgroup cpu controller.
+slow_processes() {
+  local percent=$1 what=$2 root p
+  shift 2
+  if [ -f /sys/fs/cgroup/cpu/cgroup.procs ] && [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
+    root=/sys/fs/cgroup/cpu
+    SLOW_CGROUP=$root/bbkit-slow-$$
+    mkdir -p "$SLOW_CGROUP"
+    echo 100000 >"$SLOW_CGROUP/cpu.cfs_period_us"
+    echo $((percent * 1000)) >"$SLOW_CGROUP/cpu.cfs_quota_us"
+  elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+    root=/sys/fs/cgroup
+    SLOW_CGROUP=$root/bbkit-slow-$$
+    mkdir -p "$SLOW_CGROUP"
+    echo "$((percent * 1000)) 100000" >"$SLOW_CGROUP/cpu.max"
+  else
+    skip "no cgroup cpu controller to slow processes with"
+  fi
+  SLOW_ROOT=$root
+  for p in "$@"; do echo "$p" >"$SLOW_CGROUP/cgroup.procs"; done
+  transcript "root# ($what, pid $*, and what they start limited to $percent% of a CPU together: $SLOW_CGROUP)"
+}
+
+# slow_node NODE PERCENT [NODE...]: slow_processes for the nodes' slurmds, and so their
+# Prologs and movers.
+slow_node() {
+  local node=$1 percent=$2 pids more
+  pids=$(node_slurmd_pid "$node") || fail "no slurmd for $node"
+  for more in "${@:3}"; do
+    pids="$pids $(node_slurmd_pid "$more")" || fail "no slurmd for $more"
+  done
+  # shellcheck disable=SC2086 # a list of pids
+  slow_processes "$percent" "slurmd of $node${3:+ ${*:3}}" $pids
+}
+
+unslow_node() {
+  local p
+  [ -n "${SLOW_CGROUP:-}" ] || return 0
+  while read -r p; do
+    echo "$p" >"$SLOW_ROOT/cgroup.procs" 2>/dev/null || true
+  done < <(cat "$SLOW_CGROUP/cgroup.procs" 2>/dev/null)
+  rmdir "$SLOW_CGROUP" 2>/dev/null || true
+  SLOW_CGROUP=
 }
 
 skip_without_nodes() {

@@ -23,6 +23,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/record_seal.hpp"
+#include "bbkit/run_lock.hpp"
 #include "bbkit/store.hpp"
 #include "code_of.hpp"
 
@@ -169,6 +170,32 @@ TEST_F(ControllerTest, a_former_primary_that_comes_back_writes_nothing_of_its_ol
     StateStore new_term(hosts_["a"]);
     write_job(new_term, 3);
     EXPECT_EQ(buffers(), 2u);
+}
+
+// Run locks follow the claim (bbkit(7), STATE DIRECTORY, "Controller failover"): a writer takes
+// those of the epoch it writes under, a reader looks at the current claim's; a stager of the
+// old epoch, still alive on a host cut off, holds its lock and blocks the new holder's nobody.
+TEST_F(ControllerTest, run_locks_belong_to_the_claim_epoch) {
+    {
+        StateStore before(hosts_["a"]);
+        EXPECT_FALSE(run_lock_scope(before).epoch) << "no claim: the plain lock files";
+    }
+    take_over("a");
+    StateStore a(hosts_["a"]);
+    EXPECT_EQ(run_lock_scope(a).epoch, 1);
+    const BufferKey key = BufferKey::job("main", 1, 1);
+    std::optional<RunLock> fenced = RunLock::try_acquire(run_lock_scope(a), key);
+    ASSERT_TRUE(fenced);
+    take_over("b");
+    StateStore b(hosts_["b"]);
+    EXPECT_EQ(run_lock_scope(b).epoch, 2);
+    StateStore reader(hosts_["a"], reading());
+    EXPECT_EQ(run_lock_scope(reader).epoch, 2) << "a reader looks at the current claim's locks";
+    EXPECT_FALSE(RunLock::holder(run_lock_scope(b), key));
+    std::optional<RunLock> lock = RunLock::try_acquire(run_lock_scope(b), key);
+    ASSERT_TRUE(lock) << "the fenced holder blocks nobody";
+    EXPECT_EQ(*RunLock::holder(run_lock_scope(reader), key), ProcessId::self());
+    EXPECT_EQ(run_lock_scope(a).epoch, 1) << "a process of the old term keeps its own";
 }
 
 TEST_F(ControllerTest, a_takeover_by_the_holder_changes_nothing) {

@@ -702,8 +702,8 @@ TEST_F(PoolTest, replace_refuses_while_a_buffers_run_lock_is_held) {
     ASSERT_GE(child, 0);
     if (child == 0) {
         // Holds the run lock as a stager would, until killed.
-        std::optional<RunLock> lock =
-            RunLock::try_acquire(config_.state_dir, parse_buffer_key("t.1.1"));
+        std::optional<RunLock> lock = RunLock::try_acquire(
+            RunLockScope{config_.state_dir, std::nullopt}, parse_buffer_key("t.1.1"));
         std::ofstream(dir_ + "/held") << (lock ? "yes" : "no");
         pause();
         _exit(0);

@@ -8,6 +8,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -26,24 +27,27 @@ class RunLockTest : public ::testing::Test {
     void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
 
     std::string file() const { return dir_ + "/run/main.1.1.lock"; }
+    // The locks without a controller claim, and those of claim epoch N.
+    RunLockScope plain() const { return RunLockScope{dir_, std::nullopt}; }
+    RunLockScope epoch(std::int64_t n) const { return RunLockScope{dir_, n}; }
 
     std::string dir_;
 };
 
 TEST_F(RunLockTest, one_holder_at_a_time_and_it_is_named) {
-    std::optional<RunLock> first = RunLock::try_acquire(dir_, parse_buffer_key("main.1.1"));
+    std::optional<RunLock> first = RunLock::try_acquire(plain(), parse_buffer_key("main.1.1"));
     ASSERT_TRUE(first);
-    EXPECT_FALSE(RunLock::try_acquire(dir_, parse_buffer_key("main.1.1")))
+    EXPECT_FALSE(RunLock::try_acquire(plain(), parse_buffer_key("main.1.1")))
         << "a second open file cannot take it";
-    const std::optional<ProcessId> holder = RunLock::holder(dir_, parse_buffer_key("main.1.1"));
+    const std::optional<ProcessId> holder = RunLock::holder(plain(), parse_buffer_key("main.1.1"));
     ASSERT_TRUE(holder);
     EXPECT_EQ(*holder, ProcessId::self());
     first.reset();
-    EXPECT_FALSE(RunLock::holder(dir_, parse_buffer_key("main.1.1")));
+    EXPECT_FALSE(RunLock::holder(plain(), parse_buffer_key("main.1.1")));
 }
 
 TEST_F(RunLockTest, the_holder_is_an_attribute_and_the_file_stays_empty) {
-    std::optional<RunLock> lock = RunLock::try_acquire(dir_, parse_buffer_key("main.1.1"));
+    std::optional<RunLock> lock = RunLock::try_acquire(plain(), parse_buffer_key("main.1.1"));
     ASSERT_TRUE(lock);
     char value[64] = {};
     if (getxattr(file().c_str(), "user.bbkit.holder", value, sizeof value - 1) < 0)
@@ -66,21 +70,21 @@ TEST_F(RunLockTest, a_holder_written_as_content_is_still_read) {
     const std::string text =
         std::to_string(self.pid) + " " + std::to_string(self.start_time) + "\n";
     ASSERT_EQ(pwrite(fd, text.data(), text.size(), 0), static_cast<ssize_t>(text.size()));
-    const std::optional<ProcessId> holder = RunLock::holder(dir_, parse_buffer_key("main.1.1"));
+    const std::optional<ProcessId> holder = RunLock::holder(plain(), parse_buffer_key("main.1.1"));
     ASSERT_TRUE(holder);
     EXPECT_EQ(*holder, self);
     ::close(fd);
 }
 
 TEST_F(RunLockTest, remove_file_takes_the_file_away_and_the_next_holder_makes_a_new_one) {
-    std::optional<RunLock> lock = RunLock::try_acquire(dir_, parse_buffer_key("main.1.1"));
+    std::optional<RunLock> lock = RunLock::try_acquire(plain(), parse_buffer_key("main.1.1"));
     ASSERT_TRUE(lock);
     struct stat before {};
     ASSERT_EQ(::stat(file().c_str(), &before), 0);
     lock->remove_file();
     EXPECT_NE(::access(file().c_str(), F_OK), 0);
     lock.reset();
-    std::optional<RunLock> next = RunLock::try_acquire(dir_, parse_buffer_key("main.1.1"));
+    std::optional<RunLock> next = RunLock::try_acquire(plain(), parse_buffer_key("main.1.1"));
     ASSERT_TRUE(next);
     EXPECT_EQ(::access(file().c_str(), F_OK), 0);
 }
@@ -103,7 +107,7 @@ TEST_F(RunLockTest, removing_the_file_while_others_wait_keeps_one_holder_at_a_ti
                     // Spinning, not acquire()'s 50 ms polls: a waiter must often open the file
                     // just before the holder removes it.
                     std::optional<RunLock> lock;
-                    while (!(lock = RunLock::try_acquire(dir_, parse_buffer_key("main.1.1"))))
+                    while (!(lock = RunLock::try_acquire(plain(), parse_buffer_key("main.1.1"))))
                         continue;
                     // O_EXCL: fails if another holder is inside right now.
                     const int fd = ::open(inside.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600);
@@ -129,6 +133,74 @@ TEST_F(RunLockTest, removing_the_file_while_others_wait_keeps_one_holder_at_a_ti
         EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
             << "a child saw another holder inside (3) or failed (4): status " << status;
     }
+}
+
+// A stager of an older epoch, on a controller cut off but alive, keeps its lock: the processes of
+// the new claim neither wait for it nor see it, and still exclude each other. Every pair of
+// epochs (none, 1..3), in both orders.
+TEST_F(RunLockTest, a_holder_of_another_epoch_neither_blocks_nor_is_seen) {
+    const std::vector<RunLockScope> scopes{plain(), epoch(1), epoch(2), epoch(3)};
+    const BufferKey key = parse_buffer_key("main.1.1");
+    for (const RunLockScope& old : scopes)
+        for (const RunLockScope& now : scopes) {
+            if (old.epoch == now.epoch)
+                continue;
+            std::optional<RunLock> fenced = RunLock::try_acquire(old, key);
+            ASSERT_TRUE(fenced);
+            EXPECT_FALSE(RunLock::holder(now, key)) << "the holder of another epoch is not seen";
+            std::optional<RunLock> current = RunLock::try_acquire(now, key);
+            ASSERT_TRUE(current) << "the holder of another epoch blocks nobody";
+            EXPECT_FALSE(RunLock::try_acquire(now, key)) << "one holder at a time within an epoch";
+            EXPECT_EQ(*RunLock::holder(now, key), ProcessId::self());
+        }
+}
+
+TEST_F(RunLockTest, epoch_locks_are_named_after_their_epoch) {
+    EXPECT_EQ(run_lock_name(plain(), "main.1.1"), "run/main.1.1.lock");
+    EXPECT_EQ(run_lock_name(epoch(12), "main.1.1"), "run/main.1.1@12.lock");
+    EXPECT_EQ(run_lock_name(epoch(3), "slot.in.0"), "run/slot.in.0@3.lock");
+}
+
+// The end of a buffer removes its lock files of older epochs that nobody holds; one a fenced
+// process still holds stays with it, and another buffer's are never touched.
+TEST_F(RunLockTest, remove_file_sweeps_the_older_epochs_nobody_holds) {
+    const BufferKey key = parse_buffer_key("main.1.1");
+    { std::optional<RunLock> gone = RunLock::try_acquire(plain(), key); }
+    { std::optional<RunLock> gone = RunLock::try_acquire(epoch(1), key); }
+    std::optional<RunLock> fenced = RunLock::try_acquire(epoch(2), key);
+    ASSERT_TRUE(fenced);
+    {
+        std::optional<RunLock> other =
+            RunLock::try_acquire(epoch(1), parse_buffer_key("main.11.1"));
+    }
+    std::optional<RunLock> lock = RunLock::try_acquire(epoch(3), key);
+    ASSERT_TRUE(lock);
+    lock->remove_file();
+    const auto there = [this](const std::string& name) {
+        return ::access((dir_ + "/run/" + name).c_str(), F_OK) == 0;
+    };
+    EXPECT_FALSE(there("main.1.1.lock"));
+    EXPECT_FALSE(there("main.1.1@1.lock"));
+    EXPECT_TRUE(there("main.1.1@2.lock")) << "held by a process of epoch 2";
+    EXPECT_FALSE(there("main.1.1@3.lock"));
+    EXPECT_TRUE(there("main.11.1@1.lock")) << "another buffer's";
+}
+
+// run/ is the state owner's: a symlink planted there in place of the directory is never
+// followed when the lock files go.
+TEST_F(RunLockTest, remove_file_never_follows_a_planted_run_directory) {
+    const BufferKey key = parse_buffer_key("main.1.1");
+    std::optional<RunLock> lock = RunLock::try_acquire(epoch(2), key);
+    ASSERT_TRUE(lock);
+    const std::string elsewhere = dir_ + "/elsewhere";
+    ASSERT_EQ(::mkdir(elsewhere.c_str(), 0700), 0);
+    for (const char* name : {"main.1.1@2.lock", "main.1.1@1.lock", "main.1.1.lock"})
+        ::close(::open((elsewhere + "/" + name).c_str(), O_CREAT | O_WRONLY, 0600));
+    ASSERT_EQ(::rename((dir_ + "/run").c_str(), (dir_ + "/run.real").c_str()), 0);
+    ASSERT_EQ(::symlink(elsewhere.c_str(), (dir_ + "/run").c_str()), 0);
+    lock->remove_file();
+    for (const char* name : {"main.1.1@2.lock", "main.1.1@1.lock", "main.1.1.lock"})
+        EXPECT_EQ(::access((elsewhere + "/" + name).c_str(), F_OK), 0) << name;
 }
 
 }  // namespace

@@ -303,7 +303,8 @@ TEST_F(TeardownTest, a_hurried_teardown_stops_the_stager_holding_the_buffer) {
     const pid_t stager = fork();
     if (stager == 0) {
         close(ready[0]);
-        RunLock lock = RunLock::acquire(config_.state_dir, r.buffer.key, std::chrono::seconds(5));
+        RunLock lock = RunLock::acquire(RunLockScope{config_.state_dir, std::nullopt}, r.buffer.key,
+                                        std::chrono::seconds(5));
         (void)!write(ready[1], "x", 1);
         for (;;)
             pause();
