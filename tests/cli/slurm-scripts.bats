@@ -215,6 +215,14 @@ job_script() {
   refute_line --partial "SlurmctldPrimaryOnProg="
   assert_line "SlurmctldPrimaryOffProg=$scripts/primary-off"
   assert_output --partial "note: slurm.conf's SlurmctldPrimaryOnProg is /usr/local/sbin/move-address: have it run $scripts/primary-on too"
+  # A release whose standby, once it handed control back, discards its hooks' results when it
+  # takes control again (up to 23.11.1): the site is told to restart it. Not from 24.05.
+  run install_scripts --slurm-release 23.02
+  assert_success
+  assert_output --partial "note: Slurm 23.02: restart slurmctld on a controller after it hands control back"
+  run install_scripts --slurm-release 24.05
+  assert_success
+  refute_output --partial "restart slurmctld on a controller"
   # On a network file system (a test build can say so): accepted wherever StateSaveLocation is.
   printf '%s\n' 'SlurmctldHost=one' 'SlurmctldHost=two' 'StateSaveLocation=/proc/bbkit-nowhere' \
     >"$CONF/slurm.conf"
