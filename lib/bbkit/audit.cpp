@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -36,6 +37,14 @@ std::string sudo_caller() {
     return " sudo_uid=" + printable(uid) + (user ? " sudo_user=" + printable(user) : "");
 }
 
+// gethostname(), printable; "?" when it fails.
+std::string host_name() {
+    char host[HOST_NAME_MAX + 1] = {};
+    if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0')
+        return "?";
+    return printable(host);
+}
+
 }  // namespace
 
 // The same record for syslog (journald reads it): identifier "bbkit", facility authpriv, so a
@@ -61,8 +70,10 @@ void audit(const std::string& state_dir, const std::string& who, const std::stri
         spdlog::warn("cannot write the audit log {}: {}", path, e.what());
         return;
     }
-    const std::string line =
-        now_iso8601() + " " + caller + " pid=" + std::to_string(getpid()) + " " + what + "\n";
+    // The host with the pid: controllers that share the state directory write one log
+    // (bbkit(7), STATE DIRECTORY, "Controller failover"); syslog names the host itself.
+    const std::string line = now_iso8601() + " " + caller + " host=" + host_name() +
+                             " pid=" + std::to_string(getpid()) + " " + what + "\n";
     if (write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
         spdlog::warn("cannot write the audit log {}: {}", path, std::strerror(errno));
 }

@@ -1,5 +1,6 @@
 // log/audit.log: one line per privileged action (alloc, teardown, repair, drain, persistent
-// create/destroy): when, who (uid, user, pid, tool), what, and on which buffer or pool.
+// create/destroy): when, who (uid, sudo's caller, host, pid, tool), what, and on which buffer or
+// pool.
 #pragma once
 
 #include <string>

@@ -172,7 +172,7 @@ EOF
   run as_slurm sudo -n "$BIN/bb-pool" alloc --job 9 --user "$U" --pool nvme --capacity 1G
   assert_success
   run grep "action=alloc" "$TEST_DIR/state/log/audit.log"
-  assert_output --regexp " uid=0 sudo_uid=$(id -u "$SU") sudo_user=$SU pid=[0-9]+ tool=bb-pool alloc action=alloc "
+  assert_output --regexp " uid=0 sudo_uid=$(id -u "$SU") sudo_user=$SU host=$(hostname) pid=[0-9]+ tool=bb-pool alloc action=alloc "
 }
 
 @test "privileged actions also go to syslog (identifier bbkit, authpriv), naming sudo's caller" {

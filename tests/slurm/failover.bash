@@ -57,7 +57,7 @@ ctl_slurmctld_pid() {
   init=$(ctl_init_pid "$1") || return 1
   for p in $(ctl_pids "$1"); do
     [ "$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null)" = "$init" ] || continue
-    tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q "slurmctld -D -f $SLURM_CONF" || continue
+    { tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | grep -q "slurmctld -D -f $SLURM_CONF" || continue
     echo "$p"
     return 0
   done

@@ -274,9 +274,9 @@ wait_slurm_saved() {
   # least 60 s) and set a second one up.
   grep -q "Modify JobId=$JOB burst buffer state from staging-in to teardown" "$SLURM_DIR/log/ctld-c2/slurmctld.log" ||
     fail "c2 did not tear job $JOB's buffer down"
-  assert_equal "$BUFFERS" 2
   assert_output_whole c
   assert_each_buffer_ended_once "$JOB"
+  assert_equal "$BUFFERS" 2
   assert_pool_exact c2
 }
 
@@ -339,11 +339,12 @@ job_through_run_on_c1() {
   assert_pool_exact c2
 }
 
-# What a controller's processes could change: every row of state.db, and the trees of the pool
-# and of the job's data.
+# What a controller's processes could change: every row of state.db, the trees of the pool and
+# of the job's data, and the audit log.
 state_snapshot() {
   sqlite3 "file:$SLURM_DIR/shared/bbkit/state/state.db?mode=ro" .dump
-  (cd "$SLURM_DIR" && find pools/pool1 -printf '%p %m %s\n' | sort)
+  (cd "$SLURM_DIR" && find pools/pool1 data -printf '%p %m %s\n' | sort)
+  cat "$SLURM_DIR/shared/bbkit/state/log/audit.log"
 }
 
 # The smoke scenario: what the submission tier runs of this suite (tests/CMakeLists.txt).
@@ -372,7 +373,11 @@ state_snapshot() {
   run ctl_exec c1 bb-stage --job "$JOB" out
   assert_failure 69
   assert_equal "$(state_snapshot)" "$before"
-  ! grep -q "pid=$stager " "$SLURM_DIR/shared/bbkit/state/log/audit.log" || fail "c1's stage-out wrote to the audit log"
+  # The audit log names the host of each action: c1 allocated, c2 tore down.
+  grep -q "host=c1 pid=[0-9]* tool=bb-pool alloc action=alloc buffer=e2e.$JOB.1 " "$SLURM_DIR/shared/bbkit/state/log/audit.log" ||
+    fail "no allocation by c1 in the audit log"
+  grep -q "host=c2 pid=[0-9]* tool=bb-teardown action=teardown buffer=e2e.$JOB.1 " "$SLURM_DIR/shared/bbkit/state/log/audit.log" ||
+    fail "no teardown by c2 in the audit log"
   assert_output_whole g
   run bb-pool check
   assert_success

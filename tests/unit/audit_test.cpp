@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -52,6 +53,14 @@ class AuditTest : public ::testing::Test {
         return out;
     }
 
+    // This host's name, as a regular expression matches it literally.
+    static std::string host() {
+        char name[HOST_NAME_MAX + 1] = {};
+        gethostname(name, sizeof name - 1);
+        return std::regex_replace(std::string(name), std::regex(R"([.^$|()\[\]{}*+?\\])"),
+                                  R"(\$&)");
+    }
+
     std::string dir_;
     std::string log_;
     Config config_;
@@ -63,9 +72,10 @@ TEST_F(AuditTest, one_line_says_when_who_what_and_on_which_buffer) {
     audit(config_.state_dir, "bb-pool", "alloc", "buffer=main.42.1 pool=nvme");
     const std::vector<std::string> got = lines(log_);
     ASSERT_EQ(got.size(), 1u);
-    const std::regex shape("\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\dZ uid=" +
-                           std::to_string(getuid()) + " pid=" + std::to_string(getpid()) +
-                           " tool=bb-pool action=alloc buffer=main\\.42\\.1 pool=nvme");
+    const std::regex shape(
+        "\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\dZ uid=" + std::to_string(getuid()) +
+        " host=" + host() + " pid=" + std::to_string(getpid()) +
+        " tool=bb-pool action=alloc buffer=main\\.42\\.1 pool=nvme");
     EXPECT_TRUE(std::regex_match(got[0], shape)) << got[0];
     struct stat st {};
     ASSERT_EQ(stat(log_.c_str(), &st), 0);
@@ -81,7 +91,9 @@ TEST_F(AuditTest, lines_are_appended_and_sudos_caller_is_named) {
     ASSERT_EQ(got.size(), 2u);
     EXPECT_NE(got[0].find("action=alloc"), std::string::npos) << got[0];
     EXPECT_EQ(got[0].find("sudo_uid"), std::string::npos) << got[0];
-    EXPECT_NE(got[1].find(" sudo_uid=1234 sudo_user=slurm pid="), std::string::npos) << got[1];
+    EXPECT_NE(got[1].find(" sudo_uid=1234 sudo_user=slurm host=" + host() + " pid="),
+              std::string::npos)
+        << got[1];
     EXPECT_NE(got[1].find("tool=bb-teardown action=teardown"), std::string::npos) << got[1];
 }
 
