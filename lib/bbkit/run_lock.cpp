@@ -102,6 +102,14 @@ std::optional<RunLock> RunLock::try_acquire(const RunLockScope& scope, const Buf
         if (lstat(path.c_str(), &named) != 0 || named.st_ino != held.st_ino ||
             named.st_dev != held.st_dev)
             continue;
+        // A process that began before the first claim holds the plain lock, and writes on once
+        // its host takes the claim: seen on this host, it excludes the claim's processes too.
+        // (One on another host is fenced at its next write, and never seen here.)
+        if (scope.epoch) {
+            const std::optional<ProcessId> before = holder(RunLockScope{scope.state_dir, {}}, key);
+            if (before && !(*before == ProcessId::self()))
+                return std::nullopt;
+        }
         write_holder(fd.get());
         return RunLock(std::move(fd), path, scope, key.str());
     }
@@ -151,12 +159,10 @@ bool has_open(pid_t pid, const struct stat& held) {
     return found;
 }
 
-}  // namespace
-
-std::optional<ProcessId> RunLock::holder(const RunLockScope& scope, const BufferKey& key) {
+std::optional<ProcessId> holder_of(const std::string& state_dir, const std::string& name) {
     Fd fd;
     try {
-        fd = open_state_file(scope.state_dir, lock_name(scope, key), O_RDONLY);
+        fd = open_state_file(state_dir, name, O_RDONLY);
     } catch (const Error&) {
         return std::nullopt;
     }
@@ -167,6 +173,16 @@ std::optional<ProcessId> RunLock::holder(const RunLockScope& scope, const Buffer
     if (!claimed || fstat(fd.get(), &held) != 0 || !has_open(claimed->pid, held))
         return std::nullopt;
     return claimed;
+}
+
+}  // namespace
+
+std::optional<ProcessId> RunLock::holder(const RunLockScope& scope, const BufferKey& key) {
+    if (std::optional<ProcessId> h = holder_of(scope.state_dir, lock_name(scope, key)))
+        return h;
+    if (scope.epoch)  // one from before the first claim (try_acquire)
+        return holder_of(scope.state_dir, lock_name(RunLockScope{scope.state_dir, {}}, key));
+    return std::nullopt;
 }
 
 void RunLock::remove_file() {

@@ -136,14 +136,14 @@ TEST_F(RunLockTest, removing_the_file_while_others_wait_keeps_one_holder_at_a_ti
 }
 
 // A stager of an older epoch, on a controller cut off but alive, keeps its lock: the processes of
-// the new claim neither wait for it nor see it, and still exclude each other. Every pair of
-// epochs (none, 1..3), in both orders.
+// the new claim neither wait for it nor see it, and still exclude each other. Every pair of a
+// claim's epoch (1..3) and another (none: the owner removed the claim; 1..3), in both orders.
 TEST_F(RunLockTest, a_holder_of_another_epoch_neither_blocks_nor_is_seen) {
     const std::vector<RunLockScope> scopes{plain(), epoch(1), epoch(2), epoch(3)};
     const BufferKey key = parse_buffer_key("main.1.1");
     for (const RunLockScope& old : scopes)
         for (const RunLockScope& now : scopes) {
-            if (old.epoch == now.epoch)
+            if (old.epoch == now.epoch || !old.epoch)
                 continue;
             std::optional<RunLock> fenced = RunLock::try_acquire(old, key);
             ASSERT_TRUE(fenced);
@@ -153,6 +153,38 @@ TEST_F(RunLockTest, a_holder_of_another_epoch_neither_blocks_nor_is_seen) {
             EXPECT_FALSE(RunLock::try_acquire(now, key)) << "one holder at a time within an epoch";
             EXPECT_EQ(*RunLock::holder(now, key), ProcessId::self());
         }
+}
+
+// A process that began before the first claim holds the plain lock and writes on once its host
+// takes the claim: on this host it still excludes the claim's processes, which see it.
+TEST_F(RunLockTest, a_holder_from_before_the_first_claim_here_excludes_the_claims_processes) {
+    int ready[2];
+    int done[2];
+    ASSERT_EQ(pipe(ready), 0);
+    ASSERT_EQ(pipe(done), 0);
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        std::optional<RunLock> lock = RunLock::try_acquire(plain(), parse_buffer_key("main.1.1"));
+        char c = lock ? 'y' : 'n';
+        if (write(ready[1], &c, 1) != 1 || read(done[0], &c, 1) != 1)
+            _exit(2);
+        _exit(0);
+    }
+    char c = 0;
+    ASSERT_EQ(read(ready[0], &c, 1), 1);
+    ASSERT_EQ(c, 'y');
+    const BufferKey key = parse_buffer_key("main.1.1");
+    EXPECT_FALSE(RunLock::try_acquire(epoch(1), key));
+    const std::optional<ProcessId> seen = RunLock::holder(epoch(1), key);
+    ASSERT_TRUE(seen);
+    EXPECT_EQ(seen->pid, child);
+    ASSERT_EQ(write(done[1], "x", 1), 1);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(RunLock::try_acquire(epoch(1), key)) << "free once the old holder is gone";
+    for (int fd : {ready[0], ready[1], done[0], done[1]})
+        ::close(fd);
 }
 
 TEST_F(RunLockTest, epoch_locks_are_named_after_their_epoch) {
