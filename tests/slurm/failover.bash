@@ -95,25 +95,6 @@ start_controller() {
   transcript "root# (slurmctld -D on $c started in its namespaces, pid $(ctl_slurmctld_pid "$c"))"
 }
 
-# Which controller is in control: the one whose slurmctld.log says so last (slurmctld does not
-# tell clients which one schedules). Prints c1 or c2, nothing when neither.
-ctl_in_control() {
-  local c best='' best_line=0 n
-  for c in "${CONTROLLERS[@]}"; do
-    ctl_slurmctld_pid "$c" >/dev/null || continue
-    n=$(grep -n -E 'Running as primary controller|[Bb]ackup controller (has assumed|is now the primary|assuming control)|assuming control' \
-      "$SLURM_DIR/log/ctld-$c/slurmctld.log" 2>/dev/null | tail -n 1 | cut -d: -f1)
-    [ -n "$n" ] || continue
-    # The last line of either log decides by time, not line number: the logs' own stamps.
-    n=$(sed -n "${n}p" "$SLURM_DIR/log/ctld-$c/slurmctld.log" | sed -n 's/^\[\([^]]*\)\].*/\1/p')
-    if [[ "$n" > "$best_line" ]]; then
-      best_line=$n
-      best=$c
-    fi
-  done
-  echo "$best"
-}
-
 # The host of the state directory's claim, as `bb-pool takeover --holds --json` says (run on
 # the host, which holds no claim: it only reads).
 claim_holder() {
@@ -137,8 +118,7 @@ wait_for_claim() {
 crash_controller() {
   local c=$1 pid
   pid=$(ctl_slurmctld_pid "$c") || { fail "no slurmctld runs on $c"; return 1; }
-  kill -KILL "$pid"
-  wait_until 10 "slurmctld $pid on $c to die" sh -c "! [ -d /proc/$pid ] || grep -q '^State:.*Z' /proc/$pid/status"
+  kill_and_wait "$pid" "slurmctld on $c"
   transcript "root# kill -KILL $pid   # slurmctld on $c"
 }
 
@@ -230,7 +210,7 @@ EOF
   chmod 0644 "$BBKIT_CONFIG"
   bb-pool init pool1 >/dev/null
   for c in "${CONTROLLERS[@]}"; do
-    mkdir -p -m 0755 "$SLURM_DIR/ctl/$c/bbkit"
+    mkdir -m 0755 "$SLURM_DIR/ctl/$c" "$SLURM_DIR/ctl/$c/bbkit"
     install -m 0644 "$BBKIT_CONFIG" "$SLURM_DIR/ctl/$c/bbkit/bbkit.toml"
     install -m 0400 "$SLURM_DIR/bbkit/record.key" "$SLURM_DIR/ctl/$c/bbkit/record.key"
   done
@@ -255,10 +235,10 @@ start_failover_cluster() {
   new_cluster_dir
   NODE_LOCAL_DIR=$SLURM_DIR/local-nvme
   export NODE_LOCAL_DIR
-  mkdir -m 0755 "$NODE_LOCAL_DIR" "$SLURM_DIR/nodes" "$SLURM_DIR/shared" "$SLURM_DIR/ctl" "$SLURM_DIR/pools" 2>/dev/null || true
-  mkdir -m 0755 -p "$SLURM_DIR/nodes/n1/nvme" "$SLURM_DIR/spool/n1" "$SLURM_DIR/pools/pool1" \
+  mkdir -m 0755 "$NODE_LOCAL_DIR" "$SLURM_DIR/nodes" "$SLURM_DIR/nodes/n1" "$SLURM_DIR/nodes/n1/nvme" \
+    "$SLURM_DIR/shared" "$SLURM_DIR/ctl" "$SLURM_DIR/spool/n1" "$SLURM_DIR/pools/pool1" \
     "$SLURM_DIR/run/ctld" "$SLURM_DIR/log/ctld"
-  for c in "${CONTROLLERS[@]}"; do mkdir -m 0755 -p "$SLURM_DIR/run/ctld-$c" "$SLURM_DIR/log/ctld-$c"; done
+  for c in "${CONTROLLERS[@]}"; do mkdir -m 0755 "$SLURM_DIR/run/ctld-$c" "$SLURM_DIR/log/ctld-$c"; done
   start_guard "$$"
   start_node_network
   # The guard's hook unmounts the shared volume too, once the namespaces are empty.

@@ -284,6 +284,14 @@ our_pid() {
   echo "$pid"
 }
 
+# kill_and_wait PID WHAT: SIGKILL, then waits (10 s at most) until the process is gone (a zombie
+# counts: it holds nothing); WHAT names it if it does not die.
+kill_and_wait() {
+  local pid=$1 what=$2
+  kill -KILL "$pid"
+  wait_until 10 "$what $pid to die" sh -c "! [ -d /proc/$pid ] || grep -q '^State:.*Z' /proc/$pid/status"
+}
+
 # SIGTERM, then SIGKILL after `grace` seconds, for one daemon started from a pid file.
 stop_daemon() {
   local file=$1 what=$2 grace=${3:-15} pid i
@@ -522,8 +530,7 @@ stop_slurmctld() {
   pid=$(our_pid "$SLURM_DIR/run/slurmctld.pid" "$SLURM_CONF") || return 0
   scriptd=$(scriptd_pids "$pid")
   if [ "$sig" = KILL ]; then
-    kill -KILL "$pid"
-    wait_until 10 "slurmctld $pid to die" sh -c "! [ -d /proc/$pid ] || grep -q '^State:.*Z' /proc/$pid/status"
+    kill_and_wait "$pid" slurmctld
   else
     stop_daemon "$SLURM_DIR/run/slurmctld.pid" "$SLURM_CONF" 60
   fi

@@ -261,8 +261,7 @@ start_node() {
 kill_node_slurmd() {
   local node=$1 pid
   pid=$(node_slurmd_pid "$node") || { fail "no slurmd for $node"; return 1; }
-  kill -KILL "$pid"
-  wait_until 10 "slurmd $pid of $node to die" sh -c "! [ -d /proc/$pid ] || grep -q '^State:.*Z' /proc/$pid/status"
+  kill_and_wait "$pid" "slurmd of $node"
   transcript "root# kill -KILL $pid   # slurmd -N $node"
 }
 
