@@ -139,7 +139,14 @@ assert_pool_exact() {
   assert_success
 }
 
+# Whether controller C's log, from line FROM on, has a line matching the extended expression.
+ctl_logged_since() {
+  tail -n "+$2" "$SLURM_DIR/log/ctld-$1/slurmctld.log" | grep -q -E "$3"
+}
+
 @test "a. c1 holds the claim and stages; c2 stands by and writes nothing" {
+  local from
+  from=$(($(wc -l <"$SLURM_DIR/log/ctld-c2/slurmctld.log") + 1))
   make_input a
   script=$(failover_job a)
   submit "$script"
@@ -153,6 +160,14 @@ assert_pool_exact() {
   wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 120
   assert_output_whole a
   assert_pool_exact
+  # From 23.02.3 the standby loads burst_buffer/lua too and asks for the pools every 30 s: it
+  # reads the shared state while c1 writes it (23.11 and later here: 23.02 alone does not say
+  # which patch level).
+  if release_at_least 23.11; then
+    wait_until 70 "c2, standing by, to read the pools" \
+      ctl_logged_since c2 "$from" 'slurm_bb_pools returned, status=0, response=\{"pools":\[\{'
+    ! ctl_logged_since c2 "$from" 'Running as primary controller' || fail "c2 took control in scenario a"
+  fi
 }
 
 # Every buffer job JOB had was allocated once and torn down once (the audit log, whichever
