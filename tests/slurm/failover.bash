@@ -18,8 +18,8 @@
 #
 # A controller "crashes" (crash_controller: SIGKILL of its slurmctld, whose slurmscriptd then
 # kills the hooks, as Slurm does), "hangs or is cut off" (freeze_controller: every process of
-# the host stopped, its locks and open files kept), "reboots" (reboot_controller: every
-# process left killed, slurmctld started afresh). The teardown kills whatever is left in the
+# the host stopped, its locks and open files kept, its link to the bridge down), "reboots"
+# (reboot_controller: every process left killed, slurmctld started afresh). The teardown kills whatever is left in the
 # namespaces (nodes.bash's remove_node_network) and unmounts the shared volume.
 
 # shellcheck disable=SC2034 # read by harness.bash and nodes.bash
