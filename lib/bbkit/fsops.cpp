@@ -337,14 +337,33 @@ Fd open_state_file(const std::string& dir, const std::string& relative, int flag
 
 Fd open_state_file_at(int dir, const std::string& relative, int flags, const std::string& what,
                       mode_t mode) {
-    Fd fd = open_beneath(dir, relative, flags, what, mode);
+    // Without blocking: a FIFO planted in the owner's directory would hold root's open (for
+    // reading) until someone writes to it. Only a regular file or a directory is opened.
+    Fd fd;
+    try {
+        fd = open_beneath(dir, relative, flags | O_NONBLOCK, what, mode);
+    } catch (const Error&) {
+        // A FIFO with no reader fails a write-only open (ENXIO): the same refusal.
+        struct stat planted {};
+        if (fstatat(dir, relative.c_str(), &planted, AT_SYMLINK_NOFOLLOW) == 0 &&
+            !S_ISREG(planted.st_mode) && !S_ISDIR(planted.st_mode) && !S_ISLNK(planted.st_mode))
+            throw Error(ExitCode::no_perm, "refusing " + what + ": not a regular file");
+        throw;
+    }
     struct stat st {};
     if (fstat(fd.get(), &st) != 0)
         throw system_error("cannot inspect " + what, errno);
+    if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+        throw Error(ExitCode::no_perm, "refusing " + what + ": not a regular file");
     if (S_ISREG(st.st_mode) && st.st_nlink > 1)
         throw Error(ExitCode::no_perm, "refusing " + what + ": it has " +
                                            std::to_string(st.st_nlink) +
                                            " links (a hard link to a file elsewhere?)");
+    if (!(flags & O_NONBLOCK)) {
+        const int status = fcntl(fd.get(), F_GETFL);
+        if (status < 0 || fcntl(fd.get(), F_SETFL, status & ~O_NONBLOCK) != 0)
+            throw system_error("cannot open " + what, errno);
+    }
     return fd;
 }
 

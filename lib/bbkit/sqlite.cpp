@@ -54,6 +54,11 @@ int vfs_open(sqlite3_vfs* vfs, const char* name, sqlite3_file* file, int flags, 
     sqlite3_vfs* base = base_vfs(vfs);
     if (name != nullptr && planted(name))
         return SQLITE_CANTOPEN;
+    // The WAL index (-shm) is opened by SQLite's shared-memory code, not here: checked with its
+    // database, so that a FIFO or a link planted there refuses the open (not an I/O error later).
+    if (name != nullptr && (flags & SQLITE_OPEN_MAIN_DB) != 0 &&
+        planted((std::string(name) + "-shm").c_str()))
+        return SQLITE_CANTOPEN;
     const bool kept = (flags & (SQLITE_OPEN_WAL | SQLITE_OPEN_MAIN_JOURNAL)) != 0;
     if (name != nullptr && kept && (flags & SQLITE_OPEN_CREATE) != 0) {
         const int rc = base->xOpen(base, name, file, flags & ~SQLITE_OPEN_CREATE, out_flags);

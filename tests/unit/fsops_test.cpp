@@ -288,6 +288,28 @@ TEST_F(FsopsTest, open_state_file_at_refuses_a_second_link_and_a_symlink) {
     EXPECT_TRUE(open_state_file_at(fd.get(), "log/new", O_WRONLY | O_CREAT, "log/new", 0600));
 }
 
+// The state owner may plant a FIFO (or a socket) where root opens a state file: root's open
+// returns at once and refuses it, for reading, writing or both, as every caller opens.
+TEST_F(FsopsTest, open_state_file_refuses_a_planted_fifo_without_waiting) {
+    ASSERT_EQ(mkdir((dir_ + "/run").c_str(), 0700), 0);
+    ASSERT_EQ(mkfifo((dir_ + "/run/main.1.1.lock").c_str(), 0600), 0);
+    for (int flags : {O_RDONLY, O_WRONLY | O_APPEND, O_RDWR | O_CREAT}) {
+        try {
+            open_state_file(dir_, "run/main.1.1.lock", flags, 0600);
+            FAIL() << "opened a FIFO with flags " << flags;
+        } catch (const Error& error) {
+            EXPECT_EQ(error.code(), ExitCode::no_perm) << error.what();
+            EXPECT_NE(std::string(error.what()).find("not a regular file"), std::string::npos)
+                << error.what();
+        }
+    }
+    // A regular file opened for reading blocks as its caller asked (O_NONBLOCK cleared), and
+    // O_APPEND stays.
+    write_file_atomically(dir_ + "/run/plain", "x", 0600);
+    const Fd fd = open_state_file(dir_, "run/plain", O_WRONLY | O_APPEND);
+    EXPECT_EQ(fcntl(fd.get(), F_GETFL) & (O_NONBLOCK | O_APPEND), O_APPEND);
+}
+
 TEST_F(FsopsTest, open_beneath_refuses_a_symlink_on_the_way) {
     ASSERT_EQ(mkdir((dir_ + "/real").c_str(), 0700), 0);
     ASSERT_EQ(symlink("real", (dir_ + "/link").c_str()), 0);
