@@ -3,9 +3,11 @@
 // exactly one place.
 #pragma once
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace bbkit {
 
@@ -24,14 +26,41 @@ enum class ExitCode : int {
     config = 78,       // configuration error
 };
 
+// What kind of failure ended a move, for the program that runs it: bb-stage decides on this,
+// never on a message's words (the mover's typed report, stage_plan.hpp; bbkit(7), STAGING).
+// source: what the move reads (a missing, unreadable or wrong-typed source); destination: where
+// it writes (outside, or a buffer that is not the job's own); capacity: the job's buffer is
+// full (its capacity counted by the walk, or its project quota); pool_full: the pool's file
+// system is; interrupted: the mover was stopped (a timeout, a signal); internal: anything else.
+enum class FailureKind { source, destination, capacity, pool_full, interrupted, internal };
+const char* to_string(FailureKind kind);                               // "pool-full", ...
+std::optional<FailureKind> parse_failure_kind(std::string_view text);  // nullopt when unknown
+
+// An Error's cause, when it comes from a move: its kind, and the failed call's operation (its
+// verb: "read", "write", "create"...; empty for a refusal that is no call), the path it was
+// given (as shown to people) and its errno (0 for a refusal bbkit decides itself).
+struct Failure {
+    FailureKind kind = FailureKind::internal;
+    std::string operation;
+    std::string path;
+    int err = 0;
+};
+
 class Error : public std::runtime_error {
   public:
     Error(ExitCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+    Error(ExitCode code, const std::string& message, Failure failure)
+        : std::runtime_error(message), code_(code), failure_(std::move(failure)) {}
     ExitCode code() const { return code_; }
     int exit_status() const { return static_cast<int>(code_); }
+    const std::optional<Failure>& failure() const { return failure_; }
+    // The mover names the kind when it knows more than the thrower did (an ENOSPC written into
+    // the job's own buffer is the pool's, not the destination's): mover/run.cpp.
+    void set_failure(Failure failure) { failure_ = std::move(failure); }
 
   private:
     ExitCode code_;
+    std::optional<Failure> failure_;
 };
 
 // The exit code of a failed system call, the same in every tool and library layer (bbkit(7),
@@ -55,11 +84,19 @@ Error system_error(const std::string& what, int err, const std::string& hint = {
 // command's state directory is not set up: system_error.
 Error configuration_error(const std::string& what, int err, const std::string& hint = {});
 
-// bb-mover's wording: Error(exit_code_for(err), "cannot " + what + ": " + mover_reason(err)),
-// e.g. "cannot read /x: no such file or directory". Its messages become a clause of bb-stage's
-// ("stage-in of ... failed: cannot read /x: ..."), hence the lower case; bb-stage finds ENOSPC
-// and EDQUOT in them by that wording.
-Error mover_error(const std::string& what, int err);
+// bb-mover's wording: Error(exit_code_for(err), "cannot " + operation + " " + path + rest +
+// ": " + mover_reason(err)), e.g. "cannot read /x: no such file or directory" ("cannot " +
+// operation + rest + ...: when the call had no path), carrying Failure{kind, the operation's
+// first word, path, err}. Its messages become a clause of bb-stage's ("stage-in of ...
+// failed: cannot read /x: ..."), hence the lower case; bb-stage decides on the Failure.
+Error mover_error(FailureKind kind, const std::string& operation, const std::string& path, int err,
+                  const std::string& rest = {});
+
+// errno's symbolic name ("ENOSPC"), as the mover's typed report carries it; "E<number>" for
+// one the C library does not name.
+std::string errno_name(int err);
+// The errno a name stands for; 0 when it names none this C library knows.
+int errno_from_name(std::string_view name);
 
 // strerror(err) with a lower-case first letter: mover_error's reason, and the mover's warnings'.
 std::string mover_reason(int err);

@@ -6,9 +6,9 @@
 #include <cstring>
 
 #include "bbkit/error.hpp"
+#include "bbkit/mover_runner.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/size.hpp"
-#include "bbkit/stage.hpp"
 #include "bbkit/trust.hpp"
 
 namespace bbkit {

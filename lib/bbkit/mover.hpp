@@ -149,4 +149,10 @@ struct PlanProgress {
 MoveSummary run_stage_plan(const StagePlan& plan,
                            const std::function<void(const PlanProgress&)>& progress);
 
+// bb-mover's work as its report lines (stage_plan.hpp), each handed to `report`: run_stage_plan
+// with a progress line per report, then a line per warning and the summary. A failure is
+// reported as its typed error line (an exception other than Error as Error(software),
+// "internal error: ..."), then thrown as an Error. The caller is the plan's user already.
+void run_and_report(const StagePlan& plan, const std::function<void(const std::string&)>& report);
+
 }  // namespace bbkit

@@ -349,10 +349,11 @@ SourceTotals check_stage_in(const std::vector<StageDirective>& stage_in,
 void require_fits(std::uint64_t counted, std::uint64_t capacity) {
     if (counted <= capacity)
         return;
-    throw Error(ExitCode::data, "stage-in needs at least " + format_size(counted) + " (" +
-                                    std::to_string(counted) +
-                                    " bytes counted so far) but the buffer holds " +
-                                    format_size(capacity) + " (request a larger capacity)");
+    throw Error(ExitCode::data,
+                "stage-in needs at least " + format_size(counted) + " (" + std::to_string(counted) +
+                    " bytes counted so far) but the buffer holds " + format_size(capacity) +
+                    " (request a larger capacity)",
+                Failure{FailureKind::capacity, "", "", 0});
 }
 
 }  // namespace bbkit

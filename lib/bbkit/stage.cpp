@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <cerrno>
 
@@ -157,12 +158,13 @@ struct MoverRun {
     bool ok = false;
     int exit_code = 0;
     std::string message;
+    Failure failure;  // when !ok: the mover's, or what ended it
     MoverReport summary;
     std::vector<std::string> warnings;
 };
 
 MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
-                   const StageOptions& options, const std::string& mover, unsigned timeout_seconds,
+                   const StageOptions& options, const MoverRunner& mover, unsigned timeout_seconds,
                    const char* phase) {
     MoverRun run;
     auto last_write = std::chrono::steady_clock::time_point{};
@@ -170,12 +172,7 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
     StagingProgress last;  // the last record written
     StagingRate rate;
     const TimePoint started = std::chrono::system_clock::now();
-    ProcessSpec spec;
-    spec.path = mover;
-    spec.stdin_data = plan_to_json(plan);
-    spec.env = fault_environment();
-    spec.timeout = std::chrono::seconds(timeout_seconds);
-    spec.on_stdout_line = [&](const std::string& line) {
+    const auto on_line = [&](const std::string& line) {
         const MoverReport r = parse_report(line);
         switch (r.kind) {
             case MoverReport::Kind::progress: {
@@ -220,6 +217,7 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
             case MoverReport::Kind::error:
                 run.exit_code = r.exit_code;
                 run.message = r.message;
+                run.failure = r.failure.value_or(Failure{});
                 break;
             case MoverReport::Kind::warning:
                 run.warnings.push_back(r.message);
@@ -228,7 +226,7 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
                 break;
         }
     };
-    const ProcessOutcome outcome = run_process(spec);
+    const ProcessOutcome outcome = mover.run(plan, std::chrono::seconds(timeout_seconds), on_line);
     if (outcome.timed_out) {
         run.ok = false;
         run.exit_code = static_cast<int>(ExitCode::temp_fail);
@@ -236,10 +234,14 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
                       " s (timeouts." +
                       (plan.direction == StageDirection::in ? "stage_in" : "stage_out") +
                       "); the mover was stopped";
+        run.failure = Failure{FailureKind::interrupted, "", "", 0};
     } else if (outcome.exit_code != 0) {
         run.ok = false;
-        if (run.exit_code == 0)
+        if (run.exit_code == 0) {  // it reported no error: it was ended, or broke
             run.exit_code = outcome.exit_code > 0 ? outcome.exit_code : 70;
+            run.failure = Failure{outcome.signal ? FailureKind::interrupted : FailureKind::internal,
+                                  "", "", 0};
+        }
         if (run.message.empty())
             run.message = outcome.signal
                               ? "the mover was killed by signal " + std::to_string(outcome.signal)
@@ -264,18 +266,33 @@ Error record_failure(StateStore& store, const Config& config, const Buffer& b, c
     const ExitCode code = run.exit_code >= 64 && run.exit_code <= 78
                               ? static_cast<ExitCode>(run.exit_code)
                               : ExitCode::software;
-    return Error(code, run.message);
+    return Error(code, run.message, run.failure);
+}
+
+// XFS answers a write past a project's limit with ENOSPC, as it does a full file system
+// (bbkit(7), CAPACITY): on a pool with project quotas whose file system still has more room
+// than any one write of the mover takes, the space that ran out was the buffer's own.
+constexpr std::uint64_t room_for_a_write = std::uint64_t{64} << 20;
+
+bool quota_not_pool(const Config& config, const Buffer& b) {
+    const PoolConfig& pool = configured_pool(config, b.pool);
+    if (pool.quota != QuotaMode::project)
+        return false;
+    struct statvfs st {};
+    return statvfs(pool.path.c_str(), &st) == 0 &&
+           static_cast<std::uint64_t>(st.f_bavail) * st.f_frsize >= room_for_a_write;
 }
 
 // The mover's message names the file and why; the user also needs the buffer, its pool and
-// the way on ("bb-stage: what failed: why (what to do)").
-Error explain_failure(const Buffer& b, bool in, const Error& mover) {
+// the way on ("bb-stage: what failed: why (what to do)"), which the failure's kind decides:
+// a full buffer (its capacity: freeing space in the pool would not help) or a full pool.
+Error explain_failure(const Config& config, const Buffer& b, bool in, const Error& mover) {
     const std::string why = mover.what();
-    // bb-mover words an errno as error.hpp's mover_error does, in lower case (ENOSPC, EDQUOT).
-    const bool no_space = why.find("no space left on device") != std::string::npos;
-    // EDQUOT: the buffer's project quota, its capacity, is full, not the pool (bbkit(7),
-    // CAPACITY); freeing space in the pool would not help.
-    const bool over_capacity = why.find("disk quota exceeded") != std::string::npos;
+    Failure failure = mover.failure().value_or(Failure{});
+    if (in && failure.kind == FailureKind::pool_full && quota_not_pool(config, b))
+        failure.kind = FailureKind::capacity;
+    const bool over_capacity = failure.kind == FailureKind::capacity;
+    const bool no_space = failure.kind == FailureKind::pool_full;
     const std::string job = std::to_string(b.key.job_id);
     std::string text = std::string(in ? "stage-in of " : "stage-out of ") + b.key.str() +
                        (in ? " into pool '" : " from pool '") + b.pool + "' failed: " + why;
@@ -293,7 +310,7 @@ Error explain_failure(const Buffer& b, bool in, const Error& mover) {
             " (the data is kept in the buffer; fix the cause, then bb-stage out --retry "
             "--job " +
             job + ")";
-    return Error(mover.code(), text);
+    return Error(mover.code(), text, failure);
 }
 
 // A record made before schema 6 has no temp_token: it gets one before its first stage, under
@@ -352,7 +369,10 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
         return result;
     }
     // Before the buffer changes state: a missing or untrusted mover is an installation problem.
-    const std::string mover = find_mover();
+    std::optional<MoverProcess> process;
+    if (!options.mover)
+        process.emplace(find_mover());
+    const MoverRunner& mover = options.mover ? *options.mover : *process;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout);
     const RunLockScope scope = run_lock_scope(store);
     std::vector<Fd> slot =
@@ -372,7 +392,7 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
     if (!run.ok) {
         Error error = record_failure(store, config, b, run, who);
         if (!in || error.code() == ExitCode::io)  // a source problem needs no pool named
-            error = explain_failure(b, in, error);
+            error = explain_failure(config, b, in, error);
         fault_point("stage.failed");
         if (in && config.mode == Mode::standalone && config.flags.teardown_failure) {
             lock.reset();  // teardown takes the run lock itself
@@ -644,35 +664,6 @@ void write_paths_file(const std::string& path, const std::string& lines) {
         throw system_error("cannot write " + path, n < 0 ? errno : EIO);
     if (fsync(fd.get()) != 0)
         throw system_error("cannot write " + path, errno);
-}
-
-std::string find_mover() {
-    // bbkit(7), FILES: the build tree keeps bb-mover beside the tools; an install under any
-    // prefix keeps it at the same place relative to the tools' directory; the configure-time
-    // directory is the last resort.
-    std::string exe;
-    char buf[4096];
-    const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n > 0)
-        exe.assign(buf, static_cast<std::size_t>(n));
-    const std::string dir = exe.substr(0, exe.rfind('/') + 1);
-    const std::string candidates[] = {
-        dir + "bb-mover",
-        dir + BBKIT_MOVER_FROM_BINDIR + "/bb-mover",
-        std::string(BBKIT_LIBEXECDIR) + "/bb-mover",
-    };
-    for (const std::string& mover : candidates) {
-        if (exe.empty() && mover != candidates[2])
-            continue;
-        if (access(mover.c_str(), X_OK) != 0)
-            continue;
-        // bb-stage runs as root and bb-mover starts as root: only root may change it.
-        check_root_controlled(mover, "bb-mover");
-        return mover;
-    }
-    throw Error(ExitCode::software, "cannot find bb-mover: not next to " + exe + ", in " + dir +
-                                        BBKIT_MOVER_FROM_BINDIR + " or in " + BBKIT_LIBEXECDIR +
-                                        " (reinstall bbkit)");
 }
 
 }  // namespace bbkit

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "bbkit/config.hpp"
+#include "bbkit/mover_runner.hpp"
 #include "bbkit/stage_plan.hpp"
 #include "bbkit/staging_progress.hpp"
 #include "bbkit/store.hpp"
@@ -20,6 +21,9 @@ struct StageOptions {
     bool retry = false;  // stage-out: run again after a failure an admin has fixed
     // Each report of the mover, with the rate and ETA the progress record gets (progress bars).
     std::function<void(const StagingProgress&)> on_progress;
+    // What runs the move (mover_runner.hpp); null: bb-mover, found (find_mover) before the
+    // buffer changes state, so that a missing or untrusted one changes nothing.
+    const MoverRunner* mover = nullptr;
 };
 
 struct StageResult {
@@ -37,7 +41,9 @@ struct StageResult {
 // the first file over it (Error(data) "stage-in needs at least X ... but the buffer holds Y";
 // mover.hpp, MovePlan::capacity). A failure keeps staging-in with reason
 // BurstBufferOperation and the mover's message; in standalone mode with TeardownFailure the
-// buffer is then torn down. A timeout stops the mover and is recorded.
+// buffer is then torn down. A timeout stops the mover and is recorded. The error thrown says
+// the way on by the failure's kind (error.hpp, FailureKind), which it carries: the buffer's
+// capacity, the pool's space, or the source.
 StageResult stage_in(StateStore& store, const Config& config, std::uint64_t job_id,
                      const StageOptions& options, const std::string& who);
 
@@ -86,10 +92,5 @@ std::string job_paths(StateStore& store, const Config& config, std::uint64_t job
 // Writes the lines into `path` (Slurm's path file exists, owned by SlurmUser: it is truncated
 // and written, never replaced or followed through a symlink; a missing file is created 0600).
 void write_paths_file(const std::string& path, const std::string& lines);
-
-// Where bb-mover is: next to this program (the build tree), else the libexec directory of the
-// prefix this program is installed under, else the configure-time libexec directory. When the
-// process is root, the mover found must be one only root can change (Error(config) otherwise).
-std::string find_mover();
 
 }  // namespace bbkit

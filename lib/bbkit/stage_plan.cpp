@@ -92,6 +92,12 @@ StageDirective stage_from(const json& j) {
     return s;
 }
 
+// A string member of a report's JSON object; "" when absent or of another type.
+std::string text_field(const json& object, const char* name) {
+    const auto found = object.find(name);
+    return found != object.end() && found->is_string() ? found->get<std::string>() : "";
+}
+
 // One line of report: a word, then space-separated fields; messages are JSON strings so that
 // any byte of a file name survives.
 std::string quoted(const std::string& text) {
@@ -326,8 +332,17 @@ std::string summary_line(std::uint64_t files, std::uint64_t bytes, std::uint64_t
     return out.str();
 }
 
-std::string error_line(int exit_code, const std::string& message) {
-    return "error " + std::to_string(exit_code) + " " + quoted(message);
+std::string error_line(const Error& error) {
+    const Failure failure = error.failure().value_or(Failure{});
+    json detail = {{"message", error.what()}, {"kind", to_string(failure.kind)}};
+    if (!failure.operation.empty())
+        detail["operation"] = failure.operation;
+    if (!failure.path.empty())
+        detail["path"] = failure.path;
+    if (failure.err != 0)
+        detail["errno"] = errno_name(failure.err);
+    return "error " + std::to_string(error.exit_status()) + " " +
+           detail.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string warning_line(const std::string& message) {
@@ -360,7 +375,17 @@ MoverReport parse_report(const std::string& line) {
         r.phases = parse_phases(in, r.seconds);
     } else if (word == "error" && (in >> r.exit_code)) {
         r.kind = MoverReport::Kind::error;
-        r.message = message_rest();
+        std::string rest;
+        std::getline(in >> std::ws, rest);
+        const json j = json::parse(rest, nullptr, false);
+        if (j.is_object()) {
+            r.message = text_field(j, "message");
+            if (const std::optional<FailureKind> kind = parse_failure_kind(text_field(j, "kind")))
+                r.failure = Failure{*kind, text_field(j, "operation"), text_field(j, "path"),
+                                    errno_from_name(text_field(j, "errno"))};
+        } else {
+            r.message = j.is_string() ? j.get<std::string>() : rest;
+        }
     } else if (word == "warning") {
         r.kind = MoverReport::Kind::warning;
         r.message = message_rest();

@@ -13,6 +13,7 @@
 
 #include "bbkit/buffer.hpp"
 #include "bbkit/directive.hpp"
+#include "bbkit/error.hpp"
 #include "bbkit/job_nodes.hpp"
 #include "bbkit/user.hpp"
 
@@ -98,6 +99,9 @@ struct MoverReport {
     std::optional<MovePhases> phases;  // summary: absent from an older mover's
     int exit_code = 0;
     std::string message;
+    // error: why, typed (error.hpp's Failure: its kind, operation, path, errno); absent from
+    // an older mover's line, and from one whose error came from no move (internal).
+    std::optional<Failure> failure;
 };
 // "progress FILES_DONE FILES_TOTAL BYTES_DONE BYTES_TOTAL PHASE". A line without the phase (an
 // older mover, which only reported while copying) reads as copying; one with a phase this
@@ -110,7 +114,11 @@ std::string progress_line(std::uint64_t files_done, std::uint64_t files_total,
 // busy=S threads=N": an older bb-stage reads the four first and ignores the rest.
 std::string summary_line(std::uint64_t files, std::uint64_t bytes, std::uint64_t skipped,
                          double seconds, const MovePhases& phases);
-std::string error_line(int exit_code, const std::string& message);
+// "error CODE {"message":M,"kind":K,"operation":O,"path":P,"errno":"ENOSPC"}": the kind
+// always, the call's operation, path and errno (by name) when the error has them (an Error
+// without a Failure is kind internal). An older mover's "error CODE M" (M a JSON string)
+// reads with its message and no failure.
+std::string error_line(const Error& error);
 std::string warning_line(const std::string& message);
 MoverReport parse_report(const std::string& line);
 

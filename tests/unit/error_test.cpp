@@ -62,11 +62,50 @@ TEST(ConfigurationError, words_it_as_system_error_and_is_78_whatever_the_errno) 
 }
 
 TEST(MoverError, says_cannot_and_a_lower_case_reason_with_the_errno_code) {
-    const bbkit::Error e = bbkit::mover_error("read /x", ENOENT);
+    using bbkit::FailureKind;
+    const bbkit::Error e = bbkit::mover_error(FailureKind::source, "read", "/x", ENOENT);
     EXPECT_EQ(e.code(), bbkit::ExitCode::no_input);
     EXPECT_STREQ(e.what(), "cannot read /x: no such file or directory");
-    EXPECT_EQ(bbkit::mover_error("create /y", EACCES).code(), bbkit::ExitCode::no_perm);
-    // What bb-stage looks for in a failed stage's message.
+    EXPECT_EQ(bbkit::mover_error(FailureKind::destination, "create", "/y", EACCES).code(),
+              bbkit::ExitCode::no_perm);
     EXPECT_EQ(bbkit::mover_reason(ENOSPC), "no space left on device");
     EXPECT_EQ(bbkit::mover_reason(EDQUOT), "disk quota exceeded");
+}
+
+TEST(MoverError, carries_its_failure_typed_and_words_a_call_without_a_path) {
+    using bbkit::FailureKind;
+    const bbkit::Error link =
+        bbkit::mover_error(FailureKind::destination, "link", "/a", EEXIST, " to /b");
+    EXPECT_STREQ(link.what(), "cannot link /a to /b: file exists");
+    ASSERT_TRUE(link.failure());
+    EXPECT_EQ(link.failure()->kind, FailureKind::destination);
+    EXPECT_EQ(link.failure()->operation, "link");
+    EXPECT_EQ(link.failure()->path, "/a");
+    EXPECT_EQ(link.failure()->err, EEXIST);
+    const bbkit::Error sync =
+        bbkit::mover_error(FailureKind::destination, "sync the destination file system", "", EIO);
+    EXPECT_STREQ(sync.what(), "cannot sync the destination file system: input/output error");
+    EXPECT_EQ(sync.failure()->operation, "sync");  // the verb alone
+    EXPECT_FALSE(bbkit::Error(bbkit::ExitCode::io, "plain").failure());
+}
+
+TEST(ErrnoName, names_each_errno_and_reads_the_name_back) {
+    EXPECT_EQ(bbkit::errno_name(ENOSPC), "ENOSPC");
+    EXPECT_EQ(bbkit::errno_name(EDQUOT), "EDQUOT");
+    for (int err = 1; err < 134; ++err)
+        EXPECT_EQ(bbkit::errno_from_name(bbkit::errno_name(err)), err) << err;
+    EXPECT_EQ(bbkit::errno_name(4000), "E4000");  // none the C library names
+    EXPECT_EQ(bbkit::errno_from_name("E4000"), 4000);
+    EXPECT_EQ(bbkit::errno_from_name("ENOTHING"), 0);
+    EXPECT_EQ(bbkit::errno_from_name(""), 0);
+}
+
+TEST(FailureKind, each_kind_reads_back_from_its_name) {
+    using bbkit::FailureKind;
+    for (FailureKind kind :
+         {FailureKind::source, FailureKind::destination, FailureKind::capacity,
+          FailureKind::pool_full, FailureKind::interrupted, FailureKind::internal})
+        EXPECT_EQ(bbkit::parse_failure_kind(bbkit::to_string(kind)), kind);
+    EXPECT_EQ(bbkit::to_string(FailureKind::pool_full), std::string("pool-full"));
+    EXPECT_FALSE(bbkit::parse_failure_kind("pool_full"));
 }

@@ -299,6 +299,85 @@ TEST(mover, stage_out_rerun_removes_temporaries_a_killed_run_left) {
                                         ".result.bbkit-notours", std::string(250, 'n'), "result"}));
 }
 
+// Every failure of a move is typed by where it happened (error.hpp, FailureKind): what bb-stage
+// decides on. Each way a move here fails, on either side and in either direction.
+TEST(mover, each_failure_is_typed_by_the_side_it_happened_on) {
+    TempDir tmp;
+    write_file(tmp / "file", "a file");
+    mkdir((tmp / "dir").c_str(), 0755);
+    write_file(tmp / "dir/f", std::string(8192, 'x'));
+    const std::string buffer = make_buffer(tmp, "buffer");
+    mkdir((buffer + "/data").c_str(), 0755);
+    write_file(buffer + "/data/r", "result");
+    symlink("/etc", (buffer + "/planted").c_str());
+    MovePlan small = plan_in(buffer, tmp / "dir", "small");
+    small.capacity = 4096;
+    struct Case {
+        const char* name;
+        MovePlan plan;
+        FailureKind kind;
+        int err;  // 0: a refusal, no call failed
+    };
+    const std::vector<Case> cases = {
+        {"missing source", plan_in(buffer, tmp / "absent", "a", StageType::file),
+         FailureKind::source, ENOENT},
+        {"a directory as type=file", plan_in(buffer, tmp / "dir", "d", StageType::file),
+         FailureKind::source, 0},
+        {"a file as type=directory", plan_in(buffer, tmp / "file", "d"), FailureKind::source, 0},
+        {"a symlink planted in the buffer's way",
+         plan_in(buffer, tmp / "file", "planted/x", StageType::file), FailureKind::destination, 0},
+        {"over the capacity", small, FailureKind::capacity, 0},
+        {"a missing buffer source", plan_out(buffer, "absent", tmp / "out/a", StageType::file),
+         FailureKind::source, ENOENT},
+        {"a symlink as the buffer's tree", plan_out(buffer, "planted", tmp / "out/t"),
+         FailureKind::source, 0},
+        {"a file where a destination directory goes", plan_out(buffer, "data", tmp / "file/d"),
+         FailureKind::destination, 0},
+    };
+    for (const Case& c : cases) {
+        try {
+            run_move(c.plan, nullptr);
+            ADD_FAILURE() << c.name << ": did not fail";
+        } catch (const Error& e) {
+            ASSERT_TRUE(e.failure()) << c.name << ": " << e.what();
+            EXPECT_EQ(e.failure()->kind, c.kind) << c.name << ": " << e.what();
+            if (c.err != 0) {
+                EXPECT_EQ(e.failure()->err, c.err) << c.name << ": " << e.what();
+            }
+        }
+    }
+}
+
+// No space: the pool's when the move writes into a buffer, the destination's when it writes
+// out of one.
+TEST(mover, no_space_is_the_pools_on_a_stage_in_and_the_destinations_on_a_stage_out) {
+    TempDir tmp;
+    mkdir((tmp / "src").c_str(), 0755);
+    write_file(tmp / "src/big", std::string(std::size_t{6} << 20, 'x'));
+    const Mount small(tmp / "small", "mount -t tmpfs -o size=4m tmpfs " + tmp / "small");
+    if (!small.ok())
+        GTEST_SKIP() << "cannot mount tmpfs here";
+    const std::string full = make_buffer(tmp, "small/buffer");
+    try {
+        run_move(plan_in(full, tmp / "src", "data"), nullptr);
+        ADD_FAILURE() << "a stage-in into a full pool did not fail";
+    } catch (const Error& e) {
+        ASSERT_TRUE(e.failure()) << e.what();
+        EXPECT_EQ(e.failure()->kind, FailureKind::pool_full) << e.what();
+        EXPECT_EQ(e.failure()->err, ENOSPC) << e.what();
+    }
+    const std::string buffer = make_buffer(tmp, "buffer");
+    run_move(plan_in(buffer, tmp / "src", "data"), nullptr);
+    try {
+        run_move(plan_out(buffer, "data", tmp / "small/out"), nullptr);
+        ADD_FAILURE() << "a stage-out into a full file system did not fail";
+    } catch (const Error& e) {
+        ASSERT_TRUE(e.failure()) << e.what();
+        EXPECT_EQ(e.failure()->kind, FailureKind::destination) << e.what();
+        EXPECT_EQ(e.failure()->err, ENOSPC) << e.what();
+    }
+}
+
 TEST(mover, sources_the_user_cannot_read_or_that_are_missing) {
     TempDir tmp;
     write_file(tmp / "secret", "root only", 0600);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+
 #include "bbkit/error.hpp"
 
 using namespace bbkit;
@@ -46,9 +48,12 @@ TEST(StagePlan, malformed_plan_is_a_data_error) {
 
 TEST(StagePlan, report_lines_carry_any_message) {
     const std::string odd = "cannot read '/a b/\xff\nname': Permission denied";
-    const MoverReport e = parse_report(error_line(77, odd));
+    const MoverReport e = parse_report(error_line(Error(ExitCode::no_perm, odd)));
     EXPECT_EQ(e.kind, MoverReport::Kind::error);
     EXPECT_EQ(e.exit_code, 77);
+    EXPECT_NE(e.message.find("Permission denied"), std::string::npos) << e.message;
+    ASSERT_TRUE(e.failure);  // an Error from no move: internal
+    EXPECT_EQ(e.failure->kind, FailureKind::internal);
     const MoverReport p = parse_report(progress_line(1, 2, 3, 4));
     EXPECT_EQ(p.kind, MoverReport::Kind::progress);
     EXPECT_EQ(p.bytes_total, 4u);
@@ -231,4 +236,51 @@ TEST(StagePlan, the_staging_record_keeps_the_node_of_a_node_local_buffer) {
     EXPECT_EQ(recorded_stages(record, StageDirection::out).at(0).gather, Gather::merge);
     EXPECT_FALSE(recorded_nodes("{}"));
     EXPECT_FALSE(recorded_nodes("not json"));
+}
+
+TEST(StagePlan, error_lines_carry_the_failure_typed) {
+    const std::string path = "/pfs/a b/\nodd";
+    const Error error = mover_error(FailureKind::pool_full, "write", path, ENOSPC);
+    const std::string line = error_line(error);
+    EXPECT_EQ(line.find('\n'), std::string::npos) << line;  // one line, whatever the path
+    const MoverReport r = parse_report(line);
+    ASSERT_EQ(r.kind, MoverReport::Kind::error);
+    EXPECT_EQ(r.exit_code, 74);
+    EXPECT_EQ(r.message, "cannot write " + path + ": no space left on device");
+    ASSERT_TRUE(r.failure);
+    EXPECT_EQ(r.failure->kind, FailureKind::pool_full);
+    EXPECT_EQ(r.failure->operation, "write");
+    EXPECT_EQ(r.failure->path, path);
+    EXPECT_EQ(r.failure->err, ENOSPC);
+    EXPECT_NE(line.find("\"errno\":\"ENOSPC\""), std::string::npos) << line;
+}
+
+TEST(StagePlan, every_failure_kind_survives_its_line) {
+    for (FailureKind kind :
+         {FailureKind::source, FailureKind::destination, FailureKind::capacity,
+          FailureKind::pool_full, FailureKind::interrupted, FailureKind::internal}) {
+        const MoverReport r =
+            parse_report(error_line(Error(ExitCode::io, "m", Failure{kind, "", "", 0})));
+        ASSERT_TRUE(r.failure) << to_string(kind);
+        EXPECT_EQ(r.failure->kind, kind);
+        EXPECT_EQ(r.failure->err, 0);
+        EXPECT_EQ(r.failure->operation, "");
+    }
+}
+
+TEST(StagePlan, an_older_movers_error_line_reads_without_a_failure) {
+    const MoverReport r = parse_report("error 74 \"cannot write /x: no space left on device\"");
+    ASSERT_EQ(r.kind, MoverReport::Kind::error);
+    EXPECT_EQ(r.message, "cannot write /x: no space left on device");
+    EXPECT_FALSE(r.failure);  // words are never read for a kind
+}
+
+TEST(StagePlan, an_unknown_kind_or_errno_reads_as_no_failure_or_no_errno) {
+    const MoverReport unknown = parse_report("error 74 {\"message\":\"m\",\"kind\":\"later\"}");
+    EXPECT_EQ(unknown.message, "m");
+    EXPECT_FALSE(unknown.failure);
+    const MoverReport odd =
+        parse_report("error 74 {\"message\":\"m\",\"kind\":\"source\",\"errno\":\"ENOTHING\"}");
+    ASSERT_TRUE(odd.failure);
+    EXPECT_EQ(odd.failure->err, 0);
 }

@@ -1,17 +1,23 @@
 // Pre-run's job environment on the pool in standalone mode (bbkit(7), STANDALONE MODE WITH
 // SLURM) and its removal at teardown, on a real pool and state directory (root is needed to
-// hand the file to the job's user).
+// hand the file to the job's user); stage-in and stage-out with their move in this process, as
+// any user (mover_runner.hpp), and what bb-stage decides on a failed move's kind.
 #include "bbkit/stage.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "bbkit/error.hpp"
+#include "bbkit/mover_runner.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/teardown.hpp"
 #include "code_of.hpp"
@@ -20,6 +26,13 @@ namespace fs = std::filesystem;
 using namespace bbkit;
 
 namespace {
+
+std::string content(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
 
 class StageTest : public ::testing::Test {
   protected:
@@ -64,13 +77,6 @@ class StageTest : public ::testing::Test {
                 return entry.path().string();
         }
         return dir_ + "/small/env/" + legacy;
-    }
-
-    static std::string content(const std::string& path) {
-        std::ifstream in(path);
-        std::stringstream text;
-        text << in.rdbuf();
-        return text.str();
     }
 
     std::string dir_;
@@ -134,4 +140,230 @@ TEST_F(StageTest, pre_run_refuses_an_env_symlink_and_writes_nothing_where_it_poi
     EXPECT_TRUE(fs::is_empty(dir_ + "/elsewhere"));
     ReadSnapshot snapshot(*store_);
     EXPECT_EQ(snapshot.latest_job_buffer("t", 7)->state, BufferState::pre_run);
+}
+
+// Stage-in and stage-out through the library with the move run in this process
+// (mover_runner.hpp): what bb-stage decides and records, for any user, root or not.
+namespace {
+
+// A mover that says what a test tells it to: its report lines, then its outcome.
+class ScriptedMover : public MoverRunner {
+  public:
+    ScriptedMover(std::vector<std::string> lines, ProcessOutcome outcome)
+        : lines_(std::move(lines)), outcome_(outcome) {}
+    ProcessOutcome run(const StagePlan&, std::chrono::seconds,
+                       const std::function<void(const std::string&)>& on_line) const override {
+        for (const std::string& line : lines_)
+            on_line(line);
+        return outcome_;
+    }
+
+  private:
+    std::vector<std::string> lines_;
+    ProcessOutcome outcome_;
+};
+
+ProcessOutcome exited(int status) {
+    ProcessOutcome outcome;
+    outcome.exit_code = status;
+    return outcome;
+}
+
+class StageMoveTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        char tmpl[] = "/tmp/bbkit-stage-move.XXXXXX";
+        ASSERT_NE(mkdtemp(tmpl), nullptr);
+        dir_ = tmpl;
+        fs::create_directory(dir_ + "/pool");
+        fs::create_directory(dir_ + "/pfs");
+        config_.state_dir = dir_ + "/state";
+        config_.cluster = "t";
+        config_.pools.push_back({"p", dir_ + "/pool", std::uint64_t{1} << 20, 1024});
+        config_.default_pool = "p";
+        store_.emplace(config_);
+        init_pool(*store_, config_, "p", "test");
+        me_ = lookup_user(std::to_string(geteuid()));
+        options_.mover = &in_process_;
+    }
+    void TearDown() override {
+        store_.reset();
+        if (!dir_.empty())
+            fs::remove_all(dir_);
+    }
+
+    // A job buffer of `capacity` bytes whose request has these stage lines.
+    void alloc(std::uint64_t id, const std::string& stage_lines, const std::string& capacity) {
+        RequestText text;
+        text.script = "#!/bin/sh\n#BB_LUA capacity=" + capacity + " pool=p\n" + stage_lines;
+        JobContext job;
+        job.user = me_.name;
+        job.uid = me_.uid;
+        const Request request = parse_request(text, config_, job);
+        allocate(*store_, config_, job_alloc_request(request, id, me_), "test");
+    }
+
+    void write(const std::string& path, const std::string& text) const {
+        fs::create_directories(fs::path(path).parent_path());
+        std::ofstream(path) << text;
+    }
+
+    Buffer buffer(std::uint64_t id) {
+        ReadSnapshot snapshot(*store_);
+        return *snapshot.latest_job_buffer("t", id);
+    }
+
+    // The Error a stage throws (it must throw one).
+    Error failed(const std::function<void()>& stage) {
+        try {
+            stage();
+        } catch (const Error& e) {
+            return e;
+        }
+        ADD_FAILURE() << "the stage did not fail";
+        return Error(ExitCode::ok, "");
+    }
+
+    std::string dir_;
+    Config config_;
+    std::optional<StateStore> store_;
+    User me_;
+    MoverInProcess in_process_;
+    StageOptions options_;
+};
+
+}  // namespace
+
+TEST_F(StageMoveTest, stage_in_and_out_move_the_data_and_record_each_state) {
+    write(dir_ + "/pfs/in/a", "alpha");
+    write(dir_ + "/pfs/in/sub/b", "beta");
+    alloc(3,
+          "#BB_LUA stage_in type=directory source=" + dir_ + "/pfs/in destination=in\n" +
+              "#BB_LUA stage_out type=directory source=out destination=" + dir_ + "/pfs/out\n",
+          "64KiB");
+    std::vector<StagingProgress> seen;
+    options_.on_progress = [&](const StagingProgress& p) { seen.push_back(p); };
+    const StageResult in = stage_in(*store_, config_, 3, options_, "test");
+    EXPECT_EQ(in.files, 2u);
+    EXPECT_EQ(in.bytes, 9u);
+    ASSERT_TRUE(in.phases);
+    ASSERT_FALSE(seen.empty());
+    EXPECT_EQ(seen.back().bytes_done, 9u);
+    const Buffer b = buffer(3);
+    EXPECT_EQ(b.state, BufferState::staged_in);
+    const std::string root = dir_ + "/pool/" + b.directory;
+    EXPECT_EQ(content(root + "/in/sub/b"), "beta");
+
+    pre_run(*store_, config_, 3, "test");
+    write(root + "/out/result", "gamma");
+    post_run(*store_, config_, 3, "test");
+    const StageResult out = stage_out(*store_, config_, 3, options_, "test");
+    EXPECT_EQ(out.files, 1u);
+    EXPECT_EQ(buffer(3).state, BufferState::staged_out);
+    EXPECT_EQ(content(dir_ + "/pfs/out/result"), "gamma");
+    // Done is done: a second stage-out moves nothing.
+    EXPECT_TRUE(stage_out(*store_, config_, 3, options_, "test").nothing_to_do);
+}
+
+TEST_F(StageMoveTest, a_missing_source_is_the_sources_failure_and_stays_recorded) {
+    alloc(4, "#BB_LUA stage_in type=directory source=" + dir_ + "/pfs/gone destination=in\n",
+          "64KiB");
+    const Error e = failed([&] { stage_in(*store_, config_, 4, options_, "test"); });
+    EXPECT_EQ(e.code(), ExitCode::no_input);
+    ASSERT_TRUE(e.failure());
+    EXPECT_EQ(e.failure()->kind, FailureKind::source);
+    const Buffer b = buffer(4);
+    EXPECT_EQ(b.state, BufferState::staging_in);
+    EXPECT_EQ(b.reason, "BurstBufferOperation");
+    EXPECT_NE(b.message.find(dir_ + "/pfs/gone"), std::string::npos) << b.message;
+}
+
+TEST_F(StageMoveTest, sources_over_the_capacity_are_the_capacitys_failure) {
+    write(dir_ + "/pfs/big", std::string(8192, 'x'));
+    alloc(5, "#BB_LUA stage_in type=file source=" + dir_ + "/pfs/big destination=big\n", "4KiB");
+    const Error e = failed([&] { stage_in(*store_, config_, 5, options_, "test"); });
+    EXPECT_EQ(e.code(), ExitCode::data);
+    ASSERT_TRUE(e.failure());
+    EXPECT_EQ(e.failure()->kind, FailureKind::capacity);
+    EXPECT_EQ(buffer(5).state, BufferState::staging_in);
+}
+
+TEST_F(StageMoveTest, a_destination_that_cannot_be_made_keeps_the_data_and_says_retry) {
+    alloc(6, "#BB_LUA stage_out type=directory source=out destination=" + dir_ + "/pfs/file/out\n",
+          "64KiB");
+    write(dir_ + "/pfs/file", "a file where a directory must go");
+    pre_run(*store_, config_, 6, "test");
+    write(dir_ + "/pool/" + buffer(6).directory + "/out/result", "kept");
+    post_run(*store_, config_, 6, "test");
+    const Error e = failed([&] { stage_out(*store_, config_, 6, options_, "test"); });
+    ASSERT_TRUE(e.failure());
+    EXPECT_EQ(e.failure()->kind, FailureKind::destination);
+    EXPECT_NE(std::string(e.what()).find("bb-stage out --retry --job 6"), std::string::npos)
+        << e.what();
+    const Buffer b = buffer(6);
+    EXPECT_EQ(b.state, BufferState::staging_out);
+    EXPECT_EQ(content(dir_ + "/pool/" + b.directory + "/out/result"), "kept");
+    // Only --retry runs it again.
+    EXPECT_EQ(code_of([&] { stage_out(*store_, config_, 6, options_, "test"); }),
+              ExitCode::unavailable);
+}
+
+TEST_F(StageMoveTest, the_way_on_follows_the_kind_never_the_words) {
+    const std::string line = "#BB_LUA stage_in type=file source=" + dir_ + "/pfs/f destination=f\n";
+    // A full pool whose words say nothing of space; a full buffer worded as a full disk.
+    const ScriptedMover pool_full(
+        {error_line(Error(ExitCode::io, "cannot write x: it went wrong",
+                          Failure{FailureKind::pool_full, "write", "x", 0}))},
+        exited(74));
+    const ScriptedMover capacity(
+        {error_line(Error(ExitCode::io, "cannot write y: no space left on device",
+                          Failure{FailureKind::capacity, "write", "y", ENOSPC}))},
+        exited(74));
+    alloc(7, line, "64KiB");
+    options_.mover = &pool_full;
+    std::string text = failed([&] { stage_in(*store_, config_, 7, options_, "test"); }).what();
+    EXPECT_NE(text.find("free space in pool 'p'"), std::string::npos) << text;
+    EXPECT_EQ(text.find("capacity"), std::string::npos) << text;
+    alloc(8, line, "64KiB");
+    options_.mover = &capacity;
+    const Error e = failed([&] { stage_in(*store_, config_, 8, options_, "test"); });
+    text = e.what();
+    EXPECT_NE(text.find("the files need more than the buffer's capacity of 64KiB"),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(text.find("free space in pool"), std::string::npos) << text;
+    EXPECT_EQ(e.failure()->err, ENOSPC);
+}
+
+TEST_F(StageMoveTest, a_mover_ended_without_a_report_is_interrupted_or_internal) {
+    const std::string line = "#BB_LUA stage_in type=file source=" + dir_ + "/pfs/f destination=f\n";
+    ProcessOutcome killed;
+    killed.signal = 9;
+    const ScriptedMover signalled({}, killed);
+    alloc(9, line, "64KiB");
+    options_.mover = &signalled;
+    Error e = failed([&] { stage_in(*store_, config_, 9, options_, "test"); });
+    EXPECT_EQ(e.code(), ExitCode::software);
+    EXPECT_STREQ(e.what(), "the mover was killed by signal 9");
+    EXPECT_EQ(e.failure()->kind, FailureKind::interrupted);
+
+    ProcessOutcome late;
+    late.timed_out = true;
+    const ScriptedMover slow({progress_line(1, 4, 10, 40)}, late);
+    alloc(10, line, "64KiB");
+    options_.mover = &slow;
+    e = failed([&] { stage_in(*store_, config_, 10, options_, "test"); });
+    EXPECT_EQ(e.code(), ExitCode::temp_fail);
+    EXPECT_EQ(e.failure()->kind, FailureKind::interrupted);
+    EXPECT_NE(buffer(10).message.find("timed out after"), std::string::npos);
+
+    ProcessOutcome broken = exited(3);
+    broken.last_stderr_line = "something broke";
+    const ScriptedMover mute({}, broken);
+    alloc(11, line, "64KiB");
+    options_.mover = &mute;
+    e = failed([&] { stage_in(*store_, config_, 11, options_, "test"); });
+    EXPECT_EQ(e.code(), ExitCode::software);  // 3 is no sysexits code
+    EXPECT_EQ(e.failure()->kind, FailureKind::internal);
+    EXPECT_STREQ(e.what(), "something broke");
 }

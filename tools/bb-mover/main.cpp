@@ -14,7 +14,6 @@
 #include <mutex>
 
 #include "bbkit/error.hpp"
-#include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/mover.hpp"
 #include "bbkit/stage_plan.hpp"
@@ -45,25 +44,29 @@ void lower_priority() {
     syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_PRIO_VALUE(IOPRIO_CLASS_BE, 7));
 }
 
+// The plan, and this process made its user's; an error before the move is reported on its
+// line too (run_and_report reports the move's own).
+StagePlan prepare(const std::string& input) {
+    try {
+        const StagePlan plan = plan_from_json(input);
+        // Nothing below may open a user path as root.
+        become_user(plan.user);
+        return plan;
+    } catch (const Error& e) {
+        report(error_line(e));
+        throw;
+    }
+}
+
 int run(const std::string& input) {
-    const StagePlan plan = plan_from_json(input);
-    // Nothing below may open a user path as root.
-    become_user(plan.user);
+    const StagePlan plan = prepare(input);
     // The credential change cleared any parent-death signal; a mover must not outlive bb-stage.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() == 1)
         return static_cast<int>(ExitCode::software);
     lower_priority();
     raise_descriptor_limit();  // the walk holds a directory open per level
-
-    const MoveSummary summary = run_stage_plan(plan, [](const PlanProgress& p) {
-        report(progress_line(p.files_done, p.files_total, p.bytes_done, p.bytes_total, p.phase));
-    });
-    for (const std::string& w : summary.warnings)
-        report(warning_line(w));
-    bbkit::fault_point("mover.before-summary");
-    report(summary_line(summary.files, summary.bytes, summary.skipped, summary.seconds,
-                        summary.phases));
+    run_and_report(plan, report);
     return 0;
 }
 
@@ -75,11 +78,8 @@ int main(int argc, char** argv) {
         "bb-mover: bbkit's data mover, run by bb-stage with a stage plan on standard "
         "input (bbkit(7), STAGING)"};
     const CommonOptions none;  // bb-stage gives it no option: everything is in the plan
-    return run_tool(
-        "bb-mover", app, argc, argv, none,
-        []() -> int {
-            return run(std::string{std::istreambuf_iterator<char>(std::cin),
-                                   std::istreambuf_iterator<char>()});
-        },
-        [](int status, const std::string& message) { report(error_line(status, message)); });
+    return run_tool("bb-mover", app, argc, argv, none, []() -> int {
+        return run(std::string{std::istreambuf_iterator<char>(std::cin),
+                               std::istreambuf_iterator<char>()});
+    });
 }

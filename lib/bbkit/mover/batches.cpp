@@ -216,7 +216,7 @@ void Mover::finish_batch(Batch& batch) {
                 put_without_replacing(node, dir, name);
             } else {
                 if (renameat(dir, node.temp.c_str(), dir, name.c_str()) != 0)
-                    fail("rename into place " + dst_->display(node.dst), errno);
+                    fail("rename into place", dst_->display(node.dst), errno);
                 node.temp.clear();
             }
             fault_point("mover.renamed");

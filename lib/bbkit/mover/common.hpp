@@ -12,13 +12,48 @@
 
 namespace bbkit::mover_internal {
 
-// Short names for error.hpp's mover_reason and mover_error, which every part of a move calls.
+// Short names for error.hpp's mover_reason and mover_error, which every part of a move calls:
+// "cannot OPERATION PATH REST: reason", the failure typed by the side it happened on (a move
+// reads its source and writes its destination; Mover::run names the job's own buffer full).
 inline std::string reason(int err) {
     return mover_reason(err);
 }
 
-[[noreturn]] inline void fail(const std::string& what, int err) {
-    throw mover_error(what, err);
+[[noreturn]] inline void fail_as(FailureKind kind, const std::string& operation,
+                                 const std::string& path, int err, const std::string& rest = {}) {
+    throw mover_error(kind, operation, path, err, rest);
+}
+
+// Where the move writes: its destination, and what it does there (create, rename, sync...).
+[[noreturn]] inline void fail(const std::string& operation, const std::string& path, int err,
+                              const std::string& rest = {}) {
+    fail_as(FailureKind::destination, operation, path, err, rest);
+}
+
+// Where the move reads: its source (open, list, stat, read).
+[[noreturn]] inline void fail_source(const std::string& operation, const std::string& path, int err,
+                                     const std::string& rest = {}) {
+    fail_as(FailureKind::source, operation, path, err, rest);
+}
+
+// A refusal the move decides itself (a symlink in the way, a source of the wrong type): no
+// call failed, no errno.
+inline Error refusal(FailureKind kind, ExitCode code, const std::string& message,
+                     const std::string& path) {
+    return Error(code, message, Failure{kind, "", path, 0});
+}
+
+// `open()`'s result; an Error it throws untyped (fsops words its refusals: a symlink beneath a
+// buffer) is typed as `kind` at `path` on its way out.
+template <class Open>
+auto typed(FailureKind kind, const std::string& path, Open open) -> decltype(open()) {
+    try {
+        return open();
+    } catch (Error& e) {
+        if (!e.failure())
+            e.set_failure(Failure{kind, "open", path, 0});
+        throw;
+    }
 }
 
 // A copy is complete (a rerun skips it) when its size and its nanosecond mtime are the source's.

@@ -41,10 +41,10 @@ void Mover::refuse_taken(int dir, const std::string& name, const std::string& ds
     if (fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
         if (errno == ENOENT)
             return;
-        fail("stat " + dst_->display(dst), errno);
+        fail("stat", dst_->display(dst), errno);
     }
     if (S_ISDIR(st.st_mode))
-        fail("replace " + dst_->display(dst), EISDIR);
+        fail("replace", dst_->display(dst), EISDIR);
     throw taken_by_another(dst_->display(dst));
 }
 
@@ -83,7 +83,7 @@ void Mover::put_without_replacing(Node& node, int dir, const std::string& name) 
     if (rc != 0 && errno == EINVAL) {
         rc = linkat(dir, temp.c_str(), dir, name.c_str(), 0);
         if (rc == 0 && unlinkat(dir, temp.c_str(), 0) != 0)
-            fail("remove " + dst_->display(dst_->join(parent_path(node), temp)), errno);
+            fail("remove", dst_->display(dst_->join(parent_path(node), temp)), errno);
     }
     if (rc == 0) {
         node.temp.clear();
@@ -102,7 +102,7 @@ void Mover::put_without_replacing(Node& node, int dir, const std::string& name) 
     }
     if (err == EEXIST)
         refuse_taken(dir, name, node.dst);
-    fail("rename into place " + dst_->display(node.dst), err);
+    fail("rename into place", dst_->display(node.dst), err);
 }
 
 // ---- copying ----------------------------------------------------------------------------
@@ -120,7 +120,7 @@ Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
         target = temp_name(name);
     } else if (!node.keep_existing && !in_new_dir(node) && unlinkat(dir, name.c_str(), 0) != 0 &&
                errno != ENOENT) {
-        fail("replace " + shown, errno);
+        fail("replace", shown, errno);
     }
     node.initial =
         initial_metadata(node.st, in_new_dir(node) ? &node.parent->new_files : nullptr, umask_);
@@ -131,11 +131,12 @@ Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
         if (err == EEXIST && node.keep_existing && target == name)
             refuse_taken(dir, name, node.dst);
         const std::string parent = dst_->display(split_last(node.dst).first);
-        const Error error = mover_error("create " + shown + " in directory " + parent, err);
+        const Error error =
+            mover_error(FailureKind::destination, "create", shown, err, " in directory " + parent);
         // Missing here is the move's own destination directory, gone under it: an I/O error
         // while staging (74), not a missing buffer, pool or input (bbkit(7), EXIT STATUS).
         if (error.code() == ExitCode::no_input)
-            throw Error(ExitCode::io, error.what());
+            throw Error(ExitCode::io, error.what(), *error.failure());
         throw error;
     }
     if (target != name)
@@ -296,7 +297,7 @@ void Mover::place(Node& node, int dir, const std::string& name) {
     if (renameat(dir, node.temp.c_str(), dir, name.c_str()) != 0) {
         const int err = errno;
         unlinkat(dir, node.temp.c_str(), 0);
-        fail("replace " + dst_->display(node.dst), err);
+        fail("replace", dst_->display(node.dst), err);
     }
     node.temp.clear();
 }
@@ -309,7 +310,7 @@ void Mover::copy_symlink(Node& node, Worker& worker) {
     for (;;) {
         const ssize_t n = readlinkat(src_dir, src_name.c_str(), &target[0], target.size());
         if (n < 0)
-            fail("read symlink " + src_->display(node.src), errno);
+            fail_source("read symlink", src_->display(node.src), errno);
         if (static_cast<std::size_t>(n) < target.size()) {
             target.resize(static_cast<std::size_t>(n));
             break;
@@ -335,7 +336,7 @@ void Mover::copy_symlink(Node& node, Worker& worker) {
     const bool direct_name = fresh && (!plan_.durable || in_temp_tree(node));
     const std::string temp = direct_name ? dst_name : temp_name(dst_name);
     if (symlinkat(target.c_str(), dst_dir, temp.c_str()) != 0)
-        fail("create " + dst_->display(node.dst), errno);
+        fail("create", dst_->display(node.dst), errno);
     if (!direct_name)
         node.temp = temp;
     set_link_group_times(dst_dir, temp, node.st, dst_->display(node.dst));
@@ -360,14 +361,14 @@ void Mover::copy_fifo(Node& node, Worker& worker) {
     const std::string temp = direct_name ? dst_name : temp_name(dst_name);
     const std::string shown = dst_->display(node.dst);
     if (mkfifoat(dst_dir, temp.c_str(), 0600) != 0)
-        fail("create " + shown, errno);
+        fail("create", shown, errno);
     if (!direct_name)
         node.temp = temp;
     // Opening for reading without blocking works on a fifo with no writer; metadata then
     // goes through the descriptor, never through a name that could be swapped.
     const int fd = openat(dst_dir, temp.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
-        fail("open " + shown, errno);
+        fail("open", shown, errno);
     const Fd owned(fd);
     set_owner_mode_times(fd, node.st, shown, warning_);
     files_written_.fetch_add(1);  // put_without_replacing takes it back for a complete one

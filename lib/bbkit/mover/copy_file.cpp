@@ -19,6 +19,8 @@
 namespace bbkit {
 
 using mover_internal::fail;
+using mover_internal::fail_source;
+using mover_internal::refusal;
 using mover_internal::same_mtime;
 
 namespace {
@@ -77,7 +79,7 @@ class AioContext {
             if (n >= 0)
                 return n;
             if (errno != EINTR)
-                fail("wait for I/O", errno);
+                fail("wait for I/O", "", errno);
         }
     }
 
@@ -159,10 +161,11 @@ int open_source(int dir, const std::string& name, int flags, const std::string& 
     Fd guard(fd);
     struct stat now {};
     if (fstat(fd, &now) != 0 || !S_ISREG(now.st_mode))
-        throw Error(ExitCode::io, "cannot read " + from + ": it changed during the move");
+        throw refusal(FailureKind::source, ExitCode::io,
+                      "cannot read " + from + ": it changed during the move", from);
     // F_SETFL takes the status flags of `flags` (O_DIRECT among them) and ignores the rest.
     if (fcntl(fd, F_SETFL, flags) != 0)
-        fail("read " + from, errno);
+        fail_source("read", from, errno);
     return guard.release();
 }
 
@@ -179,7 +182,7 @@ FilePair open_pair(const FileCopy& file, int src_dir, const std::string& name, b
         fd = open_source(src_dir, name, flags, file.from);
     }
     if (fd < 0)
-        fail("read " + file.from, errno == ELOOP ? EACCES : errno);
+        fail_source("read", file.from, errno == ELOOP ? EACCES : errno);
     pair.src = Fd(fd);
     pair.dst = create();
     if (pair.direct) {
@@ -189,7 +192,7 @@ FilePair open_pair(const FileCopy& file, int src_dir, const std::string& name, b
             pair.direct = false;
             fd = open_source(src_dir, name, flags, file.from);
             if (fd < 0)
-                fail("read " + file.from, errno);
+                fail_source("read", file.from, errno);
             pair.src = Fd(fd);
         }
     }
@@ -204,10 +207,10 @@ void size_destination(const FileCopy& file, int fd, bool reserve) {
             return;
         const int err = errno;
         if (err != EOPNOTSUPP && err != ENOSYS && err != EINVAL)
-            fail("write " + file.to, err);
+            fail("write", file.to, err);
     }
     if (ftruncate(fd, file.st.st_size) != 0)
-        fail("write " + file.to, errno);
+        fail("write", file.to, errno);
 }
 
 namespace {
@@ -238,11 +241,11 @@ bool copy_direct_pipelined(const FileCopy& file, int in, int out, off_t from, of
     bool end = false;      // a read came back short: the file ends there
     bool stopped = false;  // another worker failed
     int error = 0;
-    std::string error_what;
-    auto failed = [&](int err, const std::string& what) {
+    bool error_reading = false;  // the read failed, not the write
+    auto failed = [&](int err, bool reading) {
         if (error == 0) {
             error = err;
-            error_what = what;
+            error_reading = reading;
         }
     };
     auto submit = [&](Slot& slot, State state) {
@@ -255,7 +258,7 @@ bool copy_direct_pipelined(const FileCopy& file, int in, int out, off_t from, of
         slot.cb.aio_offset = slot.pos;
         const int err = aio->submit(&slot.cb);
         if (err != 0) {
-            failed(err, state == State::reading ? "read " + file.from : "write " + file.to);
+            failed(err, state == State::reading);
             slot.state = State::idle;
             return;
         }
@@ -285,7 +288,7 @@ bool copy_direct_pipelined(const FileCopy& file, int in, int out, off_t from, of
             slot.state = State::idle;
             if (was == State::reading) {
                 if (res < 0) {
-                    failed(static_cast<int>(-res), "read " + file.from);
+                    failed(static_cast<int>(-res), true);
                     continue;
                 }
                 auto got = static_cast<std::size_t>(res);
@@ -303,7 +306,7 @@ bool copy_direct_pipelined(const FileCopy& file, int in, int out, off_t from, of
                 continue;
             }
             if (res < 0) {
-                failed(static_cast<int>(-res), "write " + file.to);
+                failed(static_cast<int>(-res), false);
                 continue;
             }
             // A short write (rare: a full disk midway) finishes synchronously or fails there.
@@ -313,15 +316,17 @@ bool copy_direct_pipelined(const FileCopy& file, int in, int out, off_t from, of
                 if (w < 0 && errno == EINTR)
                     continue;
                 if (w <= 0)
-                    failed(w < 0 ? errno : ENOSPC, "write " + file.to);
+                    failed(w < 0 ? errno : ENOSPC, false);
                 else
                     done += static_cast<std::size_t>(w);
             }
         }
     }
     // Nothing is in flight any more: the buffers and descriptors may go.
+    if (error != 0 && error_reading)
+        fail_source("read", file.from, error);
     if (error != 0)
-        fail(error_what, error);
+        fail("write", file.to, error);
     if (stopped)
         throw CopyStopped{};
     return true;
@@ -355,8 +360,8 @@ void copy_extent(const FileCopy& file, int in, int out, off_t from, off_t to, bo
             if (n < 0) {
                 const int err = errno;
                 if (is_write_error(err))
-                    fail("write " + file.to, err);
-                fail("copy " + file.from + " to " + file.to, err);
+                    fail("write", file.to, err);
+                fail("copy", file.from, err, " to " + file.to);
             }
         } else {
             char* buffer = buffers.io_buffer();
@@ -364,7 +369,7 @@ void copy_extent(const FileCopy& file, int in, int out, off_t from, off_t to, bo
             if (n < 0 && errno == EINTR)
                 continue;
             if (n < 0)
-                fail("read " + file.from, errno);
+                fail_source("read", file.from, errno);
             std::size_t length = static_cast<std::size_t>(n);
             if (direct && length % direct_align != 0) {  // end of file: pad to a whole block
                 const std::size_t padded = length + (direct_align - length % direct_align);
@@ -377,7 +382,7 @@ void copy_extent(const FileCopy& file, int in, int out, off_t from, off_t to, bo
                 if (w < 0 && errno == EINTR)
                     continue;
                 if (w < 0)
-                    fail("write " + file.to, errno);
+                    fail("write", file.to, errno);
                 done += static_cast<std::size_t>(w);
             }
             if (direct && static_cast<std::size_t>(n) < want)
@@ -405,14 +410,16 @@ void copy_extent(const FileCopy& file, int in, int out, off_t from, off_t to, bo
 void check_unchanged(const FileCopy& file, int src) {
     struct stat now {};
     if (fstat(src, &now) != 0)
-        fail("read " + file.from, errno);
+        fail_source("read", file.from, errno);
     if (now.st_ino != file.st.st_ino || now.st_dev != file.st.st_dev ||
         now.st_size != file.st.st_size || !same_mtime(now, file.st) ||
         now.st_ctim.tv_sec != file.st.st_ctim.tv_sec ||
         now.st_ctim.tv_nsec != file.st.st_ctim.tv_nsec)
-        throw Error(ExitCode::io, "cannot copy " + file.from +
-                                      ": it changed while it was copied (rerun when the source "
-                                      "is no longer being written)");
+        throw refusal(FailureKind::source, ExitCode::io,
+                      "cannot copy " + file.from +
+                          ": it changed while it was copied (rerun when the source is no "
+                          "longer being written)",
+                      file.from);
 }
 
 }  // namespace
@@ -428,12 +435,12 @@ void copy_data(const FileCopy& file, int in, int out, off_t from, off_t to, bool
         if (data < 0 && errno == ENXIO)
             return;  // only a hole is left
         if (data < 0)
-            fail("read " + file.from, errno);
+            fail_source("read", file.from, errno);
         if (data >= to)
             return;
         off_t hole = lseek(in, data, SEEK_HOLE);
         if (hole < 0)
-            fail("read " + file.from, errno);
+            fail_source("read", file.from, errno);
         hole = std::min(hole, to);
         copy_extent(file, in, out, data, hole, direct, drop_cache, buffers, stop);
         pos = hole;
@@ -444,13 +451,13 @@ void finish_file(const FileCopy& file, int src, int dst, bool truncate,
                  const InitialMetadata& initial, bool fsync, const CopyWarning& warn) {
     check_unchanged(file, src);
     if (truncate && ftruncate(dst, file.st.st_size) != 0)
-        fail("write " + file.to, errno);
+        fail("write", file.to, errno);
     // An ACL written to it rewrites the group bits of its mode: then fchmod as always.
     const bool acl_or_xattr = copy_xattrs(src, dst, false, file.to, warn);
     set_owner_mode_times(dst, file.st, file.to, warn, initial.gid_set,
                          initial.mode_set && !acl_or_xattr);
     if (fsync && ::fsync(dst) != 0)
-        fail("write " + file.to, errno);
+        fail("write", file.to, errno);
 }
 
 }  // namespace bbkit

@@ -13,6 +13,7 @@
 namespace bbkit {
 
 using mover_internal::fail;
+using mover_internal::fail_source;
 using mover_internal::reason;
 
 namespace {
@@ -35,7 +36,7 @@ bool copy_xattrs(int src, int dst, bool directory, const std::string& what,
     if (n < 0) {
         if (errno == ENOTSUP || errno == EOPNOTSUPP)
             return false;
-        fail("list the extended attributes for " + what, errno);
+        fail_source("list the extended attributes for", what, errno);
     }
     bool written = false;
     std::string value;
@@ -51,7 +52,7 @@ bool copy_xattrs(int src, int dst, bool directory, const std::string& what,
         if (size < 0) {
             if (errno == ENODATA)
                 continue;  // removed meanwhile
-            fail("read extended attribute " + std::string(name) + " for " + what, errno);
+            fail_source("read extended attribute " + std::string(name) + " for", what, errno);
         }
         if (fsetxattr(dst, name, value.data(), static_cast<std::size_t>(size), 0) == 0) {
             written = true;
@@ -62,7 +63,7 @@ bool copy_xattrs(int src, int dst, bool directory, const std::string& what,
             warn("extended attribute " + std::string(name) + " not kept on " + what + ": " +
                  reason(err));
         else
-            fail("write extended attribute " + std::string(name) + " for " + what, err);
+            fail("write extended attribute " + std::string(name) + " for", what, err);
     }
     return written;
 }
@@ -72,16 +73,16 @@ void set_owner_mode_times(int fd, const struct stat& st, const std::string& what
     // The group only when the user may (a member of it); chown clears suid/sgid, so the mode
     // comes after it, and the times come last because every change above touches ctime only.
     if (!gid_set && fchown(fd, static_cast<uid_t>(-1), st.st_gid) != 0 && errno != EPERM)
-        fail("set the group of " + what, errno);
+        fail("set the group of", what, errno);
     if (!mode_set && fchmod(fd, st.st_mode & 07777) != 0) {
         if (errno != EPERM)
-            fail("set the mode of " + what, errno);
+            fail("set the mode of", what, errno);
         warn("cannot set the mode of " + what + ": " + reason(errno));
     }
     const struct timespec times[2] = {st.st_atim, st.st_mtim};
     if (futimens(fd, times) != 0) {
         if (errno != EPERM)
-            fail("set the times of " + what, errno);
+            fail("set the times of", what, errno);
         warn("cannot set the times of " + what + ": " + reason(errno));
     }
 }
@@ -92,7 +93,7 @@ void set_link_group_times(int dir, const std::string& name, const struct stat& s
              AT_SYMLINK_NOFOLLOW);  // best effort, as for files
     const struct timespec times[2] = {st.st_atim, st.st_mtim};
     if (utimensat(dir, name.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0)
-        fail("set the times of " + what, errno);
+        fail("set the times of", what, errno);
 }
 
 NewFileDefaults new_file_defaults(int dir) {

@@ -31,7 +31,7 @@ void Mover::make_parents(const std::string& path) {
     if (dst_->in_buffer()) {
         const int fd = fcntl(buffer_root_.get(), F_DUPFD_CLOEXEC, 0);
         if (fd < 0)
-            fail("open " + plan_.buffer_root, errno);
+            fail("open", plan_.buffer_root, errno);
         dir = Fd(fd);
     }
     for (const std::string& part : parts) {
@@ -42,27 +42,32 @@ void Mover::make_parents(const std::string& path) {
             if (mkdirat(dir.get(), part.c_str(), 0700) == 0)
                 dirs_to_sync_.insert(up);
             else if (errno != EEXIST)
-                fail("create directory " + dst_->display(so_far), errno);
+                fail("create directory", dst_->display(so_far), errno);
             else if (fstatat(dir.get(), part.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
                      S_ISLNK(st.st_mode))
-                throw Error(ExitCode::no_perm,
-                            "refusing " + dst_->display(so_far) + ": a symlink is in the way");
-            dir = open_beneath(dir.get(), part, O_RDONLY | O_DIRECTORY, dst_->display(so_far));
+                throw refusal(FailureKind::destination, ExitCode::no_perm,
+                              "refusing " + dst_->display(so_far) + ": a symlink is in the way",
+                              dst_->display(so_far));
+            dir = typed(FailureKind::destination, dst_->display(so_far), [&] {
+                return open_beneath(dir.get(), part, O_RDONLY | O_DIRECTORY, dst_->display(so_far));
+            });
             continue;
         }
         struct stat st {};
         if (stat(so_far.c_str(), &st) == 0) {
             if (!S_ISDIR(st.st_mode))
-                throw Error(ExitCode::io, "cannot create directories under " + so_far +
-                                              ": it is not a directory");
+                throw refusal(
+                    FailureKind::destination, ExitCode::io,
+                    "cannot create directories under " + so_far + ": it is not a directory",
+                    so_far);
             continue;
         }
         if (errno != ENOENT)
-            fail("open directory " + so_far, errno);
+            fail("open directory", so_far, errno);
         if (mkdir(so_far.c_str(), 0777) == 0)
             dirs_to_sync_.insert(up);
         else if (errno != EEXIST)
-            fail("create directory " + so_far, errno);
+            fail("create directory", so_far, errno);
     }
 }
 
@@ -101,7 +106,7 @@ std::shared_ptr<Dir> Mover::make_dir(const std::string& src, const std::string& 
         dir->tree = parent->tree;
     if (parent && parent->created) {  // nothing can be in the way in a directory made just now
         if (mkdirat(pdir.get(), name.c_str(), 0700) != 0)
-            fail("create directory " + shown, errno);
+            fail("create directory", shown, errno);
         dir->created = true;
         learn_new_dir(*dir);
         return dir;
@@ -133,11 +138,11 @@ std::shared_ptr<Dir> Mover::make_dir(const std::string& src, const std::string& 
             tree->adopted = true;
             if ((temp_st.st_mode & S_IRWXU) != S_IRWXU &&
                 fchmodat(pdir.get(), adopt.c_str(), (temp_st.st_mode & 07777) | S_IRWXU, 0) != 0)
-                fail("make " + dst_->display(dst_->join(parent_at, adopt)) + " writable", errno);
+                fail("make", dst_->display(dst_->join(parent_at, adopt)), errno, " writable");
         } else {
             tree->temp = temp_name(name);
             if (mkdirat(pdir.get(), tree->temp.c_str(), 0700) != 0)
-                fail("create directory " + shown, errno);
+                fail("create directory", shown, errno);
             dir->created = true;
         }
         tree->at = dst_->join(parent_at, tree->temp);
@@ -162,16 +167,17 @@ std::shared_ptr<Dir> Mover::make_dir(const std::string& src, const std::string& 
         return dir;
     }
     if (absent && errno != EEXIST)
-        fail("create directory " + shown, errno);
+        fail("create directory", shown, errno);
     if (fstatat(pdir.get(), name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) != 0)
-        fail("stat " + shown, errno);
+        fail("stat", shown, errno);
     if (S_ISLNK(existing.st_mode))
-        throw Error(ExitCode::no_perm, "refusing " + shown + ": a symlink is in the way");
+        throw refusal(FailureKind::destination, ExitCode::no_perm,
+                      "refusing " + shown + ": a symlink is in the way", shown);
     if (!S_ISDIR(existing.st_mode)) {
         if (shared)
             throw taken_by_another(shown);
         if (unlinkat(pdir.get(), name.c_str(), 0) != 0 || mkdirat(pdir.get(), name.c_str(), 0700))
-            fail("replace " + shown + " with a directory", errno);
+            fail("replace", shown, errno, " with a directory");
         dir->created = true;
         learn_new_dir(*dir);
         return dir;
@@ -181,7 +187,7 @@ std::shared_ptr<Dir> Mover::make_dir(const std::string& src, const std::string& 
     // user could swap it, and only against themself.)
     if ((existing.st_mode & S_IRWXU) != S_IRWXU &&
         fchmodat(pdir.get(), name.c_str(), (existing.st_mode & 07777) | S_IRWXU, 0) != 0)
-        fail("make " + shown + " writable", errno);
+        fail("make", shown, errno, " writable");
     return dir;
 }
 

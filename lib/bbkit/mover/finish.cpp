@@ -37,7 +37,7 @@ void Mover::sync_file_systems() {
     const Clock::time_point began = Clock::now();
     for (const Fd& fd : file_systems_)
         if (syncfs(fd.get()) != 0)
-            fail("sync the destination file system", errno);
+            fail("sync the destination file system", "", errno);
     sync_time_ += Clock::now() - began;
     syncing_ = false;
 }
@@ -63,19 +63,19 @@ void Mover::make_link(Node& node) {
             0) {
             files_written_.fetch_add(1);
         } else if (errno != EEXIST) {
-            fail("link " + dst_->display(node.dst) + " to " + dst_->display(node.link.dst), errno);
+            fail("link", dst_->display(node.dst), errno, " to " + dst_->display(node.link.dst));
         } else if (same_as_source(node, link_dir.get(), link_name, target_dir.get(), target_name)) {
             skipped_.fetch_add(1);
         } else {
             refuse_taken(link_dir.get(), link_name, node.dst);
-            fail("link " + dst_->display(node.dst), EEXIST);
+            fail("link", dst_->display(node.dst), EEXIST);
         }
     } else {
         if (!fresh && unlinkat(link_dir.get(), link_name.c_str(), 0) != 0 && errno != ENOENT)
-            fail("replace " + dst_->display(node.dst), errno);
+            fail("replace", dst_->display(node.dst), errno);
         if (linkat(target_dir.get(), target_name.c_str(), link_dir.get(), link_name.c_str(), 0) !=
             0)
-            fail("link " + dst_->display(node.dst) + " to " + dst_->display(node.link.dst), errno);
+            fail("link", dst_->display(node.dst), errno, " to " + dst_->display(node.link.dst));
         files_written_.fetch_add(1);
     }
     files_done_.fetch_add(1);
@@ -90,9 +90,9 @@ void Mover::apply_dir_metadata(const Dir& dir, bool sync) {
         copy_xattrs(src.get(), dst.get(), true, shown, warning_);
         set_owner_mode_times(dst.get(), dir.st, shown, warning_);
         if (sync && fsync(dst.get()) != 0)
-            fail("sync directory " + shown, errno);
+            fail("sync directory", shown, errno);
     } else if (sync && fsync(buffer_root_.get()) != 0) {
-        fail("sync directory " + plan_.buffer_root, errno);
+        fail("sync directory", plan_.buffer_root, errno);
     }
     files_done_.fetch_add(1);
     report(false);
@@ -110,7 +110,7 @@ void Mover::publish(Dir& dir) {
     if (rc != 0 && errno == EINVAL)
         rc = renameat(pdir.get(), tree.temp.c_str(), pdir.get(), name.c_str());
     if (rc != 0)
-        fail("rename into place " + shown, errno);
+        fail("rename into place", shown, errno);
     tree.published = true;
     dir.at = dir.dst;
     {
@@ -126,7 +126,7 @@ void Mover::publish(Dir& dir) {
         const Fd fd = dst_->open_dir(dir.dst, true);
         const struct timespec times[2] = {dir.st.st_atim, dir.st.st_mtim};
         if (futimens(fd.get(), times) != 0 || fsync(fd.get()) != 0)
-            fail("set the times of " + shown, errno);
+            fail("set the times of", shown, errno);
     }
 }
 
@@ -147,29 +147,29 @@ void Mover::link_spilled() {
         struct stat a {
         }, b{}, dir{};
         if (fstatat(from.get(), first_name.c_str(), &a, AT_SYMLINK_NOFOLLOW) != 0)
-            fail("stat " + dst_->display(first), errno);
+            fail("stat", dst_->display(first), errno);
         if (fstatat(to.get(), other_name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 &&
             a.st_dev == b.st_dev && a.st_ino == b.st_ino)
             return;  // linked by an earlier run
         if (fstat(to.get(), &dir) != 0)
-            fail("stat " + dst_->display(other_parent), errno);
+            fail("stat", dst_->display(other_parent), errno);
         const bool writable = (dir.st_mode & S_IRWXU) == S_IRWXU;
         if (!writable && fchmod(to.get(), (dir.st_mode & 07777) | S_IRWXU) != 0)
-            fail("make " + dst_->display(other_parent) + " writable", errno);
+            fail("make", dst_->display(other_parent), errno, " writable");
         const std::string temp = temp_name(other_name);
         if (linkat(from.get(), first_name.c_str(), to.get(), temp.c_str(), 0) != 0)
-            fail("link " + shown + " to " + dst_->display(first), errno);
+            fail("link", shown, errno, " to " + dst_->display(first));
         if (renameat(to.get(), temp.c_str(), to.get(), other_name.c_str()) != 0) {
             const int err = errno;
             unlinkat(to.get(), temp.c_str(), 0);
-            fail("replace " + shown, err);
+            fail("replace", shown, err);
         }
         const struct timespec times[2] = {dir.st_atim, dir.st_mtim};
         if ((!writable && fchmod(to.get(), dir.st_mode & 07777) != 0) ||
             futimens(to.get(), times) != 0)
-            fail("restore the mode and times of " + dst_->display(other_parent), errno);
+            fail("restore the mode and times of", dst_->display(other_parent), errno);
         if (plan_.durable && fsync(to.get()) != 0)
-            fail("sync directory " + dst_->display(other_parent), errno);
+            fail("sync directory", dst_->display(other_parent), errno);
         report(false);
     });
 }

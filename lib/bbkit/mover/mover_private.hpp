@@ -63,10 +63,12 @@ inline std::pair<std::string, std::string> split_last(const std::string& path) {
 // outside (plain paths, the user's own permissions).
 class Side {
   public:
-    Side(bool in_buffer, int root, std::string root_path)
-        : in_buffer_(in_buffer), root_(root), root_path_(std::move(root_path)) {}
+    Side(bool in_buffer, int root, std::string root_path, FailureKind kind)
+        : in_buffer_(in_buffer), root_(root), root_path_(std::move(root_path)), kind_(kind) {}
 
     bool in_buffer() const { return in_buffer_; }
+    // What a failure here is: FailureKind::source or FailureKind::destination.
+    FailureKind kind() const { return kind_; }
     int root() const { return root_; }
 
     std::string display(const std::string& path) const {
@@ -85,13 +87,15 @@ class Side {
     // buffer side never follows any symlink at all).
     Fd open_dir(const std::string& path, bool nofollow = false) const {
         if (in_buffer_) {
-            return open_beneath(root_, path.empty() ? "." : path, O_RDONLY | O_DIRECTORY,
-                                display(path));
+            return typed(kind_, display(path), [&] {
+                return open_beneath(root_, path.empty() ? "." : path, O_RDONLY | O_DIRECTORY,
+                                    display(path));
+            });
         }
         const int fd =
             ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0));
         if (fd < 0)
-            fail("open directory " + path, errno);
+            fail_as(kind_, "open directory", path, errno);
         return Fd(fd);
     }
 
@@ -99,7 +103,7 @@ class Side {
     bool stat_entry(const std::string& path, struct stat& st) const {
         if (in_buffer_ && path.empty()) {
             if (fstat(root_, &st) != 0)
-                fail("stat " + root_path_, errno);
+                fail_as(kind_, "stat", root_path_, errno);
             return true;
         }
         const auto [parent, name] = split_last(path);
@@ -115,13 +119,14 @@ class Side {
             return true;
         if (errno == ENOENT || errno == ENOTDIR)
             return false;
-        fail("stat " + display(path), errno);
+        fail_as(kind_, "stat", display(path), errno);
     }
 
   private:
     bool in_buffer_;
     int root_;
     std::string root_path_;
+    FailureKind kind_;
 };
 
 enum class Kind { file, symlink, fifo, hard_link };
@@ -192,7 +197,8 @@ struct Batch {
 
 // A keep_existing entry's refusal of what another writer put at a name (MoveEntry).
 inline Error taken_by_another(const std::string& shown) {
-    return Error(ExitCode::exists, "exists (another node's result): " + shown);
+    return refusal(FailureKind::destination, ExitCode::exists,
+                   "exists (another node's result): " + shown, shown);
 }
 
 inline bool in_new_dir(const Node& node) {

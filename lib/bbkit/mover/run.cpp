@@ -41,11 +41,16 @@ Mover::Mover(const MovePlan& plan, const std::function<void(const MoveProgress&)
     const int fd =
         ::open(plan.buffer_root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
-        fail("open buffer directory " + plan.buffer_root, errno);
+        fail_as(
+            plan.direction == MoveDirection::in ? FailureKind::destination : FailureKind::source,
+            "open buffer directory", plan.buffer_root, errno);
     buffer_root_ = Fd(fd);
-    auto buffer = std::make_unique<Side>(true, buffer_root_.get(), plan.buffer_root);
-    auto outside = std::make_unique<Side>(false, -1, "");
-    if (plan.direction == MoveDirection::in) {
+    const bool in = plan.direction == MoveDirection::in;
+    auto buffer = std::make_unique<Side>(true, buffer_root_.get(), plan.buffer_root,
+                                         in ? FailureKind::destination : FailureKind::source);
+    auto outside =
+        std::make_unique<Side>(false, -1, "", in ? FailureKind::source : FailureKind::destination);
+    if (in) {
         src_ = std::move(outside);
         dst_ = std::move(buffer);
     } else {
@@ -173,7 +178,7 @@ MoveSummary Mover::run() {
         for (const std::string& dir : dirs_to_sync_) {
             const Fd fd = dst_->open_dir(dir);
             if (fsync(fd.get()) != 0)
-                fail("sync directory " + dst_->display(dir), errno);
+                fail("sync directory", dst_->display(dir), errno);
         }
         sync_time_ += Clock::now() - began;
     }
@@ -218,8 +223,21 @@ MovePhases Mover::phases(Clock::time_point end) const {
 
 MoveSummary run_move(const MovePlan& plan,
                      const std::function<void(const MoveProgress&)>& progress) {
-    mover_internal::Mover mover(plan, progress);
-    return mover.run();
+    try {
+        mover_internal::Mover mover(plan, progress);
+        return mover.run();
+    } catch (Error& e) {
+        // Written into a buffer (a stage-in), no space is the pool's file system full, and a
+        // quota exceeded is the buffer's own project quota, its capacity (bbkit(7), CAPACITY).
+        std::optional<Failure> failure = e.failure();
+        if (plan.direction == MoveDirection::in && failure &&
+            failure->kind == FailureKind::destination &&
+            (failure->err == ENOSPC || failure->err == EDQUOT)) {
+            failure->kind = failure->err == EDQUOT ? FailureKind::capacity : FailureKind::pool_full;
+            e.set_failure(*failure);
+        }
+        throw;
+    }
 }
 
 }  // namespace bbkit

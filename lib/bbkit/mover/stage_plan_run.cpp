@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <iterator>
 #include <map>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "bbkit/directive.hpp"
 #include "bbkit/error.hpp"
+#include "bbkit/fault.hpp"
 #include "bbkit/job_nodes.hpp"
 #include "bbkit/sources.hpp"
 #include "bbkit/stage_plan.hpp"
@@ -33,7 +35,15 @@ std::string root_of(const StagePlan& plan, const StageDirective& stage) {
 std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& plan) {
     std::map<std::string, std::vector<MoveEntry>> groups;
     if (plan.direction == StageDirection::in) {
-        check_stage_in(plan.stages, plan.capacity);
+        // What is wrong with a line's sources (missing, unreadable, a list's own lines) is the
+        // source's; a tree over the capacity says so itself (require_fits).
+        try {
+            check_stage_in(plan.stages, plan.capacity);
+        } catch (Error& e) {
+            if (!e.failure())
+                e.set_failure(Failure{FailureKind::source, "", "", 0});
+            throw;
+        }
         for (const StageDirective& stage : plan.stages) {
             std::vector<SourceEntry> expanded;
             if (stage.type == StageType::list)
@@ -113,6 +123,27 @@ MoveSummary run_stage_plan(const StagePlan& plan,
         base_bytes += last.bytes_total;
     }
     return total;
+}
+
+void run_and_report(const StagePlan& plan, const std::function<void(const std::string&)>& report) {
+    try {
+        const MoveSummary summary = run_stage_plan(plan, [&](const PlanProgress& p) {
+            report(
+                progress_line(p.files_done, p.files_total, p.bytes_done, p.bytes_total, p.phase));
+        });
+        for (const std::string& w : summary.warnings)
+            report(warning_line(w));
+        fault_point("mover.before-summary");
+        report(summary_line(summary.files, summary.bytes, summary.skipped, summary.seconds,
+                            summary.phases));
+    } catch (const Error& e) {
+        report(error_line(e));
+        throw;
+    } catch (const std::exception& e) {
+        const Error internal(ExitCode::software, std::string("internal error: ") + e.what());
+        report(error_line(internal));
+        throw internal;
+    }
 }
 
 }  // namespace bbkit

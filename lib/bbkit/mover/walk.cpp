@@ -110,7 +110,7 @@ void Mover::reopen_earlier(const std::string& dst) {
             if ((st.st_mode & S_IRWXU) != S_IRWXU) {
                 const Fd fd = dst_->open_dir(dir, true);
                 if (fchmod(fd.get(), (st.st_mode & 07777) | S_IRWXU) != 0)
-                    fail("make " + dst_->display(dir) + " writable", errno);
+                    fail("make", dst_->display(dir), errno, " writable");
             }
         }
         if (dir.empty() || dir == "/")
@@ -126,9 +126,9 @@ void Mover::restore_reopened() {
         const Fd fd = dst_->open_dir(dir, true);
         const struct timespec times[2] = {st.st_atim, st.st_mtim};
         if (fchmod(fd.get(), st.st_mode & 07777) != 0 || futimens(fd.get(), times) != 0)
-            fail("restore the mode and times of " + dst_->display(dir), errno);
+            fail("restore the mode and times of", dst_->display(dir), errno);
         if (plan_.durable && fsync(fd.get()) != 0)
-            fail("sync directory " + dst_->display(dir), errno);
+            fail("sync directory", dst_->display(dir), errno);
     }
 }
 
@@ -164,17 +164,20 @@ void Mover::walk_entry(const MoveEntry& entry) {
     const std::string shown = src_->display(src);
     struct stat st {};
     if (!src_->stat_entry(src, st))
-        throw Error(ExitCode::no_input, "cannot read " + shown + ": no such file or directory");
+        fail_source("read", shown, ENOENT);
     switch (entry.type) {
         case StageType::directory:
             if (S_ISLNK(st.st_mode) && src_->in_buffer())
-                throw Error(ExitCode::no_perm, "refusing " + shown + ": it is a symlink");
+                throw refusal(FailureKind::source, ExitCode::no_perm,
+                              "refusing " + shown + ": it is a symlink", shown);
             if (!S_ISDIR(st.st_mode))
-                throw Error(ExitCode::data, shown + " is not a directory (type=directory)");
+                throw refusal(FailureKind::source, ExitCode::data,
+                              shown + " is not a directory (type=directory)", shown);
             break;
         case StageType::file: {
             if (S_ISDIR(st.st_mode))
-                throw Error(ExitCode::data, shown + " is a directory (use type=directory)");
+                throw refusal(FailureKind::source, ExitCode::data,
+                              shown + " is a directory (use type=directory)", shown);
             struct stat existing {};
             if (!into && dst_->stat_entry(dst, existing) && S_ISDIR(existing.st_mode))
                 into = true;
@@ -246,11 +249,11 @@ void Mover::open_frame(Frame& frame, int parent_fd) {
         fd = Fd(openat(parent_fd, split_last(dir.src).second.c_str(),
                        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
         if (!fd)
-            fail("open directory " + src_->display(dir.src), errno);
+            fail_source("open directory", src_->display(dir.src), errno);
     }
     frame.stream = std::make_unique<DirStream>(fd.get());
     if (!*frame.stream)
-        fail("list " + src_->display(dir.src), errno);
+        fail_source("list", src_->display(dir.src), errno);
     if (dir.created)
         return;
     if (dir.tree && dir.tree->adopted)
@@ -314,7 +317,7 @@ void Mover::walk_tree(const std::shared_ptr<Dir>& top) {
             ahead_->walked();
         if (entry == nullptr) {
             if (errno != 0)
-                fail("list " + src_->display(frame.dir->src), errno);
+                fail_source("list", src_->display(frame.dir->src), errno);
             close_frame(frame);
             stack.pop_back();
             continue;
@@ -339,7 +342,7 @@ void Mover::walk_tree(const std::shared_ptr<Dir>& top) {
         const std::string child_dst = dst_->join(frame.dir->dst, name);
         struct stat st {};
         if (fstatat(frame.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
-            fail("stat " + src_->display(child_src), errno);
+            fail_source("stat", src_->display(child_src), errno);
         if (!S_ISDIR(st.st_mode)) {
             if (mine)
                 add_node(child_src, child_dst, st, frame.dir);
