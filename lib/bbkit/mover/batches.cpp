@@ -64,7 +64,7 @@ void Mover::run_parallel(std::size_t count, Fn fn) {
     std::size_t running = std::min<std::size_t>(workers_.size(), count);
     auto body = [&](Worker& worker) {
         try {
-            while (!stop_.load()) {
+            while (!batches_.stopped()) {
                 const std::size_t i = next.fetch_add(1);
                 if (i >= count)
                     break;
@@ -75,7 +75,7 @@ void Mover::run_parallel(std::size_t count, Fn fn) {
             std::lock_guard<std::mutex> lock(mutex);
             if (!error)
                 error = std::current_exception();
-            stop_ = true;
+            batches_.stop();
         }
         std::lock_guard<std::mutex> lock(mutex);
         --running;
@@ -95,7 +95,7 @@ void Mover::run_parallel(std::size_t count, Fn fn) {
                 lock.lock();
             }
         } catch (...) {
-            stop_ = true;  // a throwing progress callback: let the workers wind down
+            batches_.stop();  // a throwing progress callback: let the workers wind down
             throw;
         }
     }

@@ -117,7 +117,7 @@ Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
     if (plan_.durable && !in_temp_tree(node)) {
         if (node.keep_existing)
             refuse_taken(dir, name, node.dst);  // before copying (the rename checks again)
-        target = temp_name(name);
+        target = temps_.name(name);
     } else if (!node.keep_existing && !in_new_dir(node) && unlinkat(dir, name.c_str(), 0) != 0 &&
                errno != ENOENT) {
         fail("replace", shown, errno);
@@ -224,7 +224,7 @@ void Mover::copy_small_file(Node& node, Worker& worker) {
             size_destination(file, pair.dst.get(), pair.direct && !sparse);
         if (node.st.st_size > 0)
             copy_data(file, pair.src.get(), pair.dst.get(), 0, node.st.st_size, pair.direct, false,
-                      worker.buffers, stop_);
+                      worker.buffers, batches_.stop_flag());
         finish_file(node, file, pair, pair.direct);
         fault_point("mover.file-copied");
         files_written_.fetch_add(1);
@@ -263,7 +263,8 @@ void Mover::copy_chunk(const Task& task, Worker& worker) {
     const auto chunk = static_cast<std::size_t>(task.offset / chunk_bytes);
     if (!file.skip && !(file.marks && file.marks->done(chunk))) {
         copy_data(copy, file.pair.src.get(), file.pair.dst.get(), task.offset,
-                  task.offset + task.length, file.pair.direct, true, worker.buffers, stop_);
+                  task.offset + task.length, file.pair.direct, true, worker.buffers,
+                  batches_.stop_flag());
         if (file.marks) {
             std::lock_guard<std::mutex> lock(file.mutex);
             file.marks->mark(file.pair.dst.get(), chunk);
@@ -334,7 +335,7 @@ void Mover::copy_symlink(Node& node, Worker& worker) {
         refuse_taken(dst_dir, dst_name, node.dst);  // before making it (the rename checks again)
     // Under its final name at once where nothing can be replaced and no rename is batched.
     const bool direct_name = fresh && (!plan_.durable || in_temp_tree(node));
-    const std::string temp = direct_name ? dst_name : temp_name(dst_name);
+    const std::string temp = direct_name ? dst_name : temps_.name(dst_name);
     if (symlinkat(target.c_str(), dst_dir, temp.c_str()) != 0)
         fail("create", dst_->display(node.dst), errno);
     if (!direct_name)
@@ -358,7 +359,7 @@ void Mover::copy_fifo(Node& node, Worker& worker) {
     if (node.keep_existing)
         refuse_taken(dst_dir, dst_name, node.dst);
     const bool direct_name = fresh && (!plan_.durable || in_temp_tree(node));
-    const std::string temp = direct_name ? dst_name : temp_name(dst_name);
+    const std::string temp = direct_name ? dst_name : temps_.name(dst_name);
     const std::string shown = dst_->display(node.dst);
     if (mkfifoat(dst_dir, temp.c_str(), 0600) != 0)
         fail("create", shown, errno);

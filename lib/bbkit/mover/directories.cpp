@@ -140,7 +140,7 @@ std::shared_ptr<Dir> Mover::make_dir(const std::string& src, const std::string& 
                 fchmodat(pdir.get(), adopt.c_str(), (temp_st.st_mode & 07777) | S_IRWXU, 0) != 0)
                 fail("make", dst_->display(dst_->join(parent_at, adopt)), errno, " writable");
         } else {
-            tree->temp = temp_name(name);
+            tree->temp = temps_.name(name);
             if (mkdirat(pdir.get(), tree->temp.c_str(), 0700) != 0)
                 fail("create directory", shown, errno);
             dir->created = true;

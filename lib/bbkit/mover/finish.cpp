@@ -135,9 +135,10 @@ void Mover::publish(Dir& dir) {
 // under a temporary name renamed over the copy, so the name never goes missing). The
 // directory keeps its mode and times.
 void Mover::link_spilled() {
-    if (!spill_)
+    LinkSpill* spill = links_->spill();
+    if (!spill)
         return;
-    spill_->for_each_link([&](const std::string& first, const std::string& other) {
+    spill->for_each_link([&](const std::string& first, const std::string& other) {
         check_stopped();
         const auto [first_parent, first_name] = split_last(first);
         const auto [other_parent, other_name] = split_last(other);
@@ -156,7 +157,7 @@ void Mover::link_spilled() {
         const bool writable = (dir.st_mode & S_IRWXU) == S_IRWXU;
         if (!writable && fchmod(to.get(), (dir.st_mode & 07777) | S_IRWXU) != 0)
             fail("make", dst_->display(other_parent), errno, " writable");
-        const std::string temp = temp_name(other_name);
+        const std::string temp = temps_.name(other_name);
         if (linkat(from.get(), first_name.c_str(), to.get(), temp.c_str(), 0) != 0)
             fail("link", shown, errno, " to " + dst_->display(first));
         if (renameat(to.get(), temp.c_str(), to.get(), other_name.c_str()) != 0) {

@@ -17,7 +17,6 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
-#include "bbkit/seal.hpp"
 
 namespace bbkit {
 namespace mover_internal {
@@ -29,7 +28,7 @@ constexpr std::size_t max_warnings = 100;
 }  // namespace
 
 Mover::Mover(const MovePlan& plan, const std::function<void(const MoveProgress&)>& progress)
-    : plan_(plan), progress_(progress) {
+    : plan_(plan), progress_(progress), temps_(plan.temp_token) {
     for (const MoveEntry& entry : plan.entries) {
         if (entry.shard_count == 0)
             throw Error(ExitCode::data, "invalid shard count 0: at least 1 is needed");
@@ -45,6 +44,7 @@ Mover::Mover(const MovePlan& plan, const std::function<void(const MoveProgress&)
             plan.direction == MoveDirection::in ? FailureKind::destination : FailureKind::source,
             "open buffer directory", plan.buffer_root, errno);
     buffer_root_ = Fd(fd);
+    links_.emplace(buffer_root_.get(), plan.buffer_root, plan.memory_limit);
     const bool in = plan.direction == MoveDirection::in;
     auto buffer = std::make_unique<Side>(true, buffer_root_.get(), plan.buffer_root,
                                          in ? FailureKind::destination : FailureKind::source);
@@ -66,11 +66,6 @@ Mover::Mover(const MovePlan& plan, const std::function<void(const MoveProgress&)
     umask_ = umask(077);  // reading it means setting it: put it back at once
     umask(umask_);
     uid_ = geteuid();
-    // The buffer's tag for this boot first: a temporary tree of a move of this buffer killed in
-    // this boot holds what the page cache holds, which the next move's sync makes durable (see
-    // scan_stale_temps).
-    temp_tag_ = temp_tag(plan.temp_token);
-    temp_prefix_ = temp_tag_ + random_hex(4);
 }
 
 void Mover::warn(const std::string& message) {
@@ -99,11 +94,7 @@ MoveSummary Mover::run() {
     std::thread walker;
     Batch running;
     auto stop_walker = [&] {
-        {
-            std::lock_guard<std::mutex> lock(queue_mutex_);
-            stop_ = true;
-            queue_changed_.notify_all();
-        }
+        batches_.stop();
         if (walker.joinable())
             walker.join();
     };
@@ -115,23 +106,10 @@ MoveSummary Mover::run() {
             ahead_ = std::make_unique<WalkAhead>(std::clamp(plan_.threads / 2, 1u, 8u));
         walker = std::thread([this] { walk(); });
         for (;;) {
-            {
-                std::unique_lock<std::mutex> lock(queue_mutex_);
-                const Clock::time_point waiting = Clock::now();
-                while (queue_.empty() && !walk_finished_) {
-                    queue_changed_.wait_for(lock, progress_interval);
-                    lock.unlock();
-                    report(false);
-                    lock.lock();
-                }
-                wait_time_ += Clock::now() - waiting;
-                if (queue_.empty())
-                    break;
-                running = std::move(queue_.front());
-                queue_.pop_front();
-                busy_ = true;
-                queue_changed_.notify_all();
-            }
+            std::optional<Batch> next = batches_.take(progress_interval, [&] { report(false); });
+            if (!next)
+                break;
+            running = std::move(*next);
             const Clock::time_point copying = Clock::now();
             copy_batch(running);
             const Clock::time_point finishing = Clock::now();
@@ -140,14 +118,12 @@ MoveSummary Mover::run() {
             finish_batch(running);
             finish_time_ += Clock::now() - finishing - (sync_time_ - synced);
             running = Batch{};
-            std::lock_guard<std::mutex> lock(queue_mutex_);
-            busy_ = false;
-            queue_changed_.notify_all();
+            batches_.release();
         }
         walker.join();
         ahead_.reset();
-        if (walk_error_)
-            std::rethrow_exception(walk_error_);
+        if (std::exception_ptr walk_error = batches_.walk_error())
+            std::rethrow_exception(walk_error);
         const Clock::time_point finishing = Clock::now();
         const Clock::duration synced = sync_time_;
         link_spilled();
@@ -164,8 +140,8 @@ MoveSummary Mover::run() {
         try {
             std::rethrow_exception(error);
         } catch (const CopyStopped&) {
-            if (walk_error_)
-                error = walk_error_;  // the walk failed first: that is the reason
+            if (std::exception_ptr walk_error = batches_.walk_error())
+                error = walk_error;  // the walk failed first: that is the reason
         } catch (...) {
         }
         remove_temps(&running);
@@ -199,8 +175,8 @@ MoveSummary Mover::run() {
 
 MovePhases Mover::phases(Clock::time_point end) const {
     MovePhases p;
-    p.walk = seconds(walk_time_);
-    p.wait = seconds(wait_time_);
+    p.walk = seconds(batches_.walk_time());
+    p.wait = seconds(batches_.copy_waited());
     p.copy = seconds(copy_time_);
     p.finish = seconds(finish_time_);
     p.sync = seconds(sync_time_);

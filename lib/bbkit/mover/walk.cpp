@@ -51,6 +51,7 @@ std::string normalize(const std::string& path, bool in_buffer, const std::string
 // ended the walk, reaches the executor through the queue.
 void Mover::walk() {
     const Clock::time_point began = Clock::now();
+    std::exception_ptr error;
     try {
         for (const MoveEntry& entry : plan_.entries) {
             check_stopped();
@@ -61,14 +62,9 @@ void Mover::walk() {
         hand_over();
     } catch (const CopyStopped&) {
     } catch (...) {
-        std::lock_guard<std::mutex> lock(queue_mutex_);
-        walk_error_ = std::current_exception();
-        stop_ = true;
+        error = std::current_exception();
     }
-    std::lock_guard<std::mutex> lock(queue_mutex_);
-    walk_time_ = Clock::now() - began - walk_idle_;
-    walk_finished_ = true;
-    queue_changed_.notify_all();
+    batches_.finish(error, Clock::now() - began);
 }
 
 // An entry whose destination is, holds or is inside an earlier one's waits until everything
@@ -274,7 +270,7 @@ void Mover::prune_adopted(Frame& frame) {
         if (entry == nullptr)
             break;
         const std::string name = entry->d_name;
-        if (!temp_owner(name).empty() && ours(name))
+        if (!temp_owner(name).empty() && temps_.ours(name))
             continue;
         struct stat in_source {
         }, here{};
@@ -390,37 +386,23 @@ void Mover::add_node(const std::string& src, const std::string& dst, const struc
     // Hard links of any kind of entry (a symlink or fifo can have several names too, and cp -a
     // keeps them as links).
     if (st.st_nlink > 1) {
-        auto& by_inode = links_[static_cast<std::uint64_t>(st.st_dev)];
-        const auto found = by_inode.find(static_cast<std::uint64_t>(st.st_ino));
-        if (found != by_inode.end()) {
-            node.kind = Kind::hard_link;
-            node.link = found->second;
-            bytes += node.link.dst.size();
-            if (--found->second.remaining == 0) {  // every name met: forget the inode
-                link_bytes_ -= entry_overhead + found->second.dst.size();
-                by_inode.erase(found);
-            }
-        } else if (!link_overflow_ &&
-                   link_bytes_ + entry_overhead + dst.size() <= plan_.memory_limit / 4) {
-            std::shared_ptr<TempTree> tree = parent ? parent->tree : nullptr;
-            by_inode.emplace(static_cast<std::uint64_t>(st.st_ino),
-                             LinkTarget{dst, std::move(tree), st.st_nlink - 1});
-            link_bytes_ += entry_overhead + dst.size();
-        } else {
-            // Past the bound, every new inode is copied on its own and recorded on disk (never
-            // half in memory, half on disk: one inode's names must all meet in one place).
-            // The records go to an unnamed file on the buffer's file system, either way.
-            if (!spill_)
-                spill_ =
-                    std::make_unique<LinkSpill>(buffer_root_.get(), plan_.buffer_root,
-                                                static_cast<std::size_t>(plan_.memory_limit / 8));
-            link_overflow_ = true;
-            // Where it is reached until the very end: its tree stays under its temporary
-            // name until the links are made (TempTree::deferred).
-            if (parent && parent->tree)
-                parent->tree->deferred = true;
-            spill_->add(st.st_dev, st.st_ino,
-                        parent ? dst_->join(parent->at, split_last(dst).second) : dst);
+        const std::shared_ptr<TempTree> tree = parent ? parent->tree : nullptr;
+        // Where it is reached until the very end (a spilled link is made there).
+        const std::string reached_at =
+            parent ? dst_->join(parent->at, split_last(dst).second) : dst;
+        switch (links_->meet(st, dst, tree, reached_at, node.link)) {
+            case LinkTable::Met::later:
+                node.kind = Kind::hard_link;
+                bytes += node.link.dst.size();
+                break;
+            case LinkTable::Met::spilled:
+                // Its tree stays under its temporary name until the links are made
+                // (TempTree::deferred).
+                if (tree)
+                    tree->deferred = true;
+                break;
+            case LinkTable::Met::first:
+                break;
         }
     }
     if (plan_.capacity && type == S_IFREG) {
@@ -444,27 +426,16 @@ void Mover::account(std::size_t bytes) {
 void Mover::hand_over() {
     if (batch_.nodes.empty() && batch_.closed.empty())
         return;
-    std::unique_lock<std::mutex> lock(queue_mutex_);
-    const Clock::time_point waiting = Clock::now();
-    queue_changed_.wait(lock, [&] { return queue_.size() < queued_batches || stop_.load(); });
-    walk_idle_ += Clock::now() - waiting;
-    check_stopped();
-    queue_.push_back(std::move(batch_));
+    batches_.push(std::move(batch_));
     batch_ = Batch{};
     batch_limit_ = std::min(batch_limit_ * 2, batch_entries_);
-    queue_changed_.notify_all();
-    lock.unlock();
     fault_point("mover.batch-walked");
 }
 
 // Waits until everything walked so far is copied and finished.
 void Mover::drain() {
     hand_over();
-    std::unique_lock<std::mutex> lock(queue_mutex_);
-    const Clock::time_point waiting = Clock::now();
-    queue_changed_.wait(lock, [&] { return (queue_.empty() && !busy_) || stop_.load(); });
-    walk_idle_ += Clock::now() - waiting;
-    check_stopped();
+    batches_.drain();
 }
 
 }  // namespace bbkit::mover_internal
