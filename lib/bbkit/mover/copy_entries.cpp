@@ -94,10 +94,10 @@ void Mover::put_without_replacing(Node& node, int dir, const std::string& name) 
     unlinkat(dir, temp.c_str(), 0);
     node.temp.clear();
     if (complete) {
-        files_written_.fetch_sub(1);
+        counts_.files_written.fetch_sub(1);
         if (node.kind == Kind::file)
-            bytes_written_.fetch_sub(static_cast<std::uint64_t>(node.st.st_size));
-        skipped_.fetch_add(1);
+            counts_.bytes_written.fetch_sub(static_cast<std::uint64_t>(node.st.st_size));
+        counts_.skipped.fetch_add(1);
         return;
     }
     if (err == EEXIST)
@@ -188,7 +188,7 @@ bool Mover::open_file(Node& node, const FileCopy& file, Worker& worker, FilePair
 void Mover::finish_file(const Node& node, const FileCopy& file, const FilePair& pair,
                         bool truncate) {
     bbkit::finish_file(file, pair.src.get(), pair.dst.get(), truncate, node.initial,
-                       plan_.durable && !plan_.trust_syncfs, warning_);
+                       plan_.durable && !plan_.trust_syncfs, warnings_.callback());
 }
 
 void Mover::run_task(const Task& task, Worker& worker) {
@@ -209,7 +209,7 @@ void Mover::run_task(const Task& task, Worker& worker) {
         case Kind::hard_link:
             return;
     }
-    files_done_.fetch_add(1);
+    counts_.files_done.fetch_add(1);
 }
 
 void Mover::copy_small_file(Node& node, Worker& worker) {
@@ -217,7 +217,7 @@ void Mover::copy_small_file(Node& node, Worker& worker) {
     const auto size = static_cast<std::uint64_t>(node.st.st_size);
     const FileCopy file = file_copy(node);
     if (!open_file(node, file, worker, pair)) {
-        skipped_.fetch_add(1);
+        counts_.skipped.fetch_add(1);
     } else {
         const bool sparse = is_sparse(node.st);
         if (sparse || pair.direct)
@@ -227,11 +227,11 @@ void Mover::copy_small_file(Node& node, Worker& worker) {
                       worker.buffers, batches_.stop_flag());
         finish_file(node, file, pair, pair.direct);
         fault_point("mover.file-copied");
-        files_written_.fetch_add(1);
-        bytes_written_.fetch_add(size);
+        counts_.files_written.fetch_add(1);
+        counts_.bytes_written.fetch_add(size);
     }
-    bytes_done_.fetch_add(size);
-    files_done_.fetch_add(1);
+    counts_.bytes_done.fetch_add(size);
+    counts_.files_done.fetch_add(1);
 }
 
 void Mover::copy_chunk(const Task& task, Worker& worker) {
@@ -271,21 +271,21 @@ void Mover::copy_chunk(const Task& task, Worker& worker) {
         }
         fault_point("mover.chunk-copied");
     }
-    bytes_done_.fetch_add(static_cast<std::uint64_t>(task.length));
+    counts_.bytes_done.fetch_add(static_cast<std::uint64_t>(task.length));
     if (file.remaining.fetch_sub(1) != 1)
         return;
     if (file.skip) {
-        skipped_.fetch_add(1);
+        counts_.skipped.fetch_add(1);
     } else {
         if (file.marks)
             ChunkMarks::clear(file.pair.dst.get());  // a complete copy carries none
         finish_file(node, copy, file.pair, true);
-        files_written_.fetch_add(1);
-        bytes_written_.fetch_add(static_cast<std::uint64_t>(node.st.st_size));
+        counts_.files_written.fetch_add(1);
+        counts_.bytes_written.fetch_add(static_cast<std::uint64_t>(node.st.st_size));
     }
     file.pair.src.reset();
     file.pair.dst.reset();
-    files_done_.fetch_add(1);
+    counts_.files_done.fetch_add(1);
 }
 
 // Puts a symlink or fifo made under a temporary name in place; durable moves rename later,
@@ -327,7 +327,7 @@ void Mover::copy_symlink(Node& node, Worker& worker) {
         const ssize_t n = readlinkat(dst_dir, dst_name.c_str(), &current[0], current.size());
         if (n >= 0 && static_cast<std::size_t>(n) == target.size() &&
             current.compare(0, target.size(), target) == 0) {
-            skipped_.fetch_add(1);
+            counts_.skipped.fetch_add(1);
             return;
         }
     }
@@ -341,7 +341,7 @@ void Mover::copy_symlink(Node& node, Worker& worker) {
     if (!direct_name)
         node.temp = temp;
     set_link_group_times(dst_dir, temp, node.st, dst_->display(node.dst));
-    files_written_.fetch_add(1);  // put_without_replacing takes it back for a complete one
+    counts_.files_written.fetch_add(1);  // put_without_replacing takes it back for a complete one
     place(node, dst_dir, dst_name);
 }
 
@@ -353,7 +353,7 @@ void Mover::copy_fifo(Node& node, Worker& worker) {
     if (!fresh && fstatat(dst_dir, dst_name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0 &&
         S_ISFIFO(existing.st_mode) && existing.st_mode == node.st.st_mode &&
         same_mtime(existing, node.st)) {
-        skipped_.fetch_add(1);
+        counts_.skipped.fetch_add(1);
         return;
     }
     if (node.keep_existing)
@@ -371,8 +371,8 @@ void Mover::copy_fifo(Node& node, Worker& worker) {
     if (fd < 0)
         fail("open", shown, errno);
     const Fd owned(fd);
-    set_owner_mode_times(fd, node.st, shown, warning_);
-    files_written_.fetch_add(1);  // put_without_replacing takes it back for a complete one
+    set_owner_mode_times(fd, node.st, shown, warnings_.callback());
+    counts_.files_written.fetch_add(1);  // put_without_replacing takes it back for a complete one
     place(node, dst_dir, dst_name);
 }
 

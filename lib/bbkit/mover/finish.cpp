@@ -55,17 +55,17 @@ void Mover::make_link(Node& node) {
     if (!fresh && fstatat(link_dir.get(), link_name.c_str(), &a, AT_SYMLINK_NOFOLLOW) == 0 &&
         fstatat(target_dir.get(), target_name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 &&
         a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
-        skipped_.fetch_add(1);
+        counts_.skipped.fetch_add(1);
     } else if (node.keep_existing) {
         // Nothing is removed: a name taken by a complete copy of the source is kept, anything
         // else refused; linkat refuses a name taken meanwhile.
         if (linkat(target_dir.get(), target_name.c_str(), link_dir.get(), link_name.c_str(), 0) ==
             0) {
-            files_written_.fetch_add(1);
+            counts_.files_written.fetch_add(1);
         } else if (errno != EEXIST) {
             fail("link", dst_->display(node.dst), errno, " to " + dst_->display(node.link.dst));
         } else if (same_as_source(node, link_dir.get(), link_name, target_dir.get(), target_name)) {
-            skipped_.fetch_add(1);
+            counts_.skipped.fetch_add(1);
         } else {
             refuse_taken(link_dir.get(), link_name, node.dst);
             fail("link", dst_->display(node.dst), EEXIST);
@@ -76,9 +76,9 @@ void Mover::make_link(Node& node) {
         if (linkat(target_dir.get(), target_name.c_str(), link_dir.get(), link_name.c_str(), 0) !=
             0)
             fail("link", dst_->display(node.dst), errno, " to " + dst_->display(node.link.dst));
-        files_written_.fetch_add(1);
+        counts_.files_written.fetch_add(1);
     }
-    files_done_.fetch_add(1);
+    counts_.files_done.fetch_add(1);
     report(false);
 }
 
@@ -87,14 +87,14 @@ void Mover::apply_dir_metadata(const Dir& dir, bool sync) {
         const Fd src = src_->open_dir(dir.src, true);
         const Fd dst = dst_->open_dir(dir.at, true);
         const std::string shown = dst_->display(dir.dst);
-        copy_xattrs(src.get(), dst.get(), true, shown, warning_);
-        set_owner_mode_times(dst.get(), dir.st, shown, warning_);
+        copy_xattrs(src.get(), dst.get(), true, shown, warnings_.callback());
+        set_owner_mode_times(dst.get(), dir.st, shown, warnings_.callback());
         if (sync && fsync(dst.get()) != 0)
             fail("sync directory", shown, errno);
     } else if (sync && fsync(buffer_root_.get()) != 0) {
         fail("sync directory", plan_.buffer_root, errno);
     }
-    files_done_.fetch_add(1);
+    counts_.files_done.fetch_add(1);
     report(false);
 }
 

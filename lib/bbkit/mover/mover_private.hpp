@@ -39,6 +39,7 @@
 #include "bbkit/mover/link_spill.hpp"
 #include "bbkit/mover/link_table.hpp"
 #include "bbkit/mover/move_types.hpp"
+#include "bbkit/mover/tally.hpp"
 #include "bbkit/mover/temp_names.hpp"
 #include "bbkit/mover/walk_ahead.hpp"
 
@@ -171,7 +172,6 @@ class Mover {
     void report(bool force);
     MovePhases phases(Clock::time_point end) const;
     static double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-    void warn(const std::string& message);
     void check_stopped() const { batches_.check_stopped(); }
 
     const MovePlan& plan_;
@@ -223,18 +223,11 @@ class Mover {
     Clock::time_point start_{};
     Clock::duration copy_time_{}, finish_time_{}, sync_time_{};
 
-    std::atomic<bool> walk_done_{false};
-    std::atomic<std::uint64_t> files_done_{0}, bytes_done_{0};
-    std::atomic<std::uint64_t> files_total_{0}, bytes_total_{0};
-    std::atomic<std::uint64_t> files_written_{0}, bytes_written_{0}, skipped_{0};
+    MoveCounters counts_;
     Clock::time_point last_report_{};
     bool syncing_ = false;  // the calling thread's: it waits in syncfs
 
-    std::mutex warnings_mutex_;
-    std::vector<std::string> warnings_;
-    std::set<std::string> warned_;
-    std::size_t warnings_dropped_ = 0;
-    const CopyWarning warning_ = [this](const std::string& message) { warn(message); };
+    Warnings warnings_;
 
     mode_t umask_ = 077;  // the process's, read once
     uid_t uid_ = 0;       // the user the move runs as

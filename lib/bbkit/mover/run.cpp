@@ -21,12 +21,6 @@
 namespace bbkit {
 namespace mover_internal {
 
-namespace {
-
-constexpr std::size_t max_warnings = 100;
-
-}  // namespace
-
 Mover::Mover(const MovePlan& plan, const std::function<void(const MoveProgress&)>& progress)
     : plan_(plan), progress_(progress), temps_(plan.temp_token) {
     for (const MoveEntry& entry : plan.entries) {
@@ -68,16 +62,6 @@ Mover::Mover(const MovePlan& plan, const std::function<void(const MoveProgress&)
     uid_ = geteuid();
 }
 
-void Mover::warn(const std::string& message) {
-    std::lock_guard<std::mutex> lock(warnings_mutex_);
-    if (warnings_.size() >= max_warnings) {  // nothing more is kept: memory stays bounded
-        ++warnings_dropped_;
-        return;
-    }
-    if (warned_.insert(message).second)
-        warnings_.push_back(message);
-}
-
 void Mover::report(bool force) {
     const Clock::time_point now = Clock::now();
     if (!force && now - last_report_ < progress_interval)
@@ -85,8 +69,7 @@ void Mover::report(bool force) {
     last_report_ = now;
     if (!progress_)
         return;
-    progress_(MoveProgress{files_done_.load(), files_total_.load(), bytes_done_.load(),
-                           bytes_total_.load(), !walk_done_.load(), syncing_});
+    progress_(counts_.progress(syncing_));
 }
 
 MoveSummary Mover::run() {
@@ -161,12 +144,10 @@ MoveSummary Mover::run() {
     report(true);
 
     MoveSummary summary;
-    summary.files = files_written_.load();
-    summary.bytes = bytes_written_.load();
-    summary.skipped = skipped_.load();
-    summary.warnings = warnings_;
-    if (warnings_dropped_ > 0)
-        summary.warnings.push_back(std::to_string(warnings_dropped_) + " more warnings");
+    summary.files = counts_.files_written.load();
+    summary.bytes = counts_.bytes_written.load();
+    summary.skipped = counts_.skipped.load();
+    summary.warnings = warnings_.list();
     const Clock::time_point end = Clock::now();
     summary.seconds = seconds(end - start);
     summary.phases = phases(end);

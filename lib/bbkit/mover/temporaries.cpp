@@ -50,8 +50,8 @@ bool Mover::may_remove_stale(const std::string& temp) const {
 // Removes a temporary a killed move left (a file, or a whole tree without following a symlink).
 void Mover::remove_stale(const std::string& dir, int fd, const std::string& name) {
     if (const int err = remove_tree_beneath(fd, name); err != 0)
-        warn("cannot remove the stale temporary " + dst_->display(dst_->join(dir, name)) + ": " +
-             reason(err));
+        warnings_.add("cannot remove the stale temporary " + dst_->display(dst_->join(dir, name)) +
+                      ": " + reason(err));
 }
 
 // The temporaries of other moves in `dir` (the parent of entries' destinations), listed once

@@ -57,7 +57,7 @@ void Mover::walk() {
             check_stopped();
             walk_entry(entry);
         }
-        walk_done_ = true;
+        counts_.walk_done = true;
         fault_point("mover.walked");
         hand_over();
     } catch (const CopyStopped&) {
@@ -222,7 +222,7 @@ void Mover::walk_entry(const MoveEntry& entry) {
     }
     if (entry.type == StageType::directory) {
         const std::shared_ptr<Dir> top = make_dir(src, dst, st, nullptr, adopt);
-        ++files_total_;
+        ++counts_.files_total;
         struct stat made {};
         if (fstat(dst_->open_dir(top->at, true).get(), &made) == 0) {
             top_dev_ = made.st_dev;
@@ -353,7 +353,7 @@ void Mover::walk_tree(const std::shared_ptr<Dir>& top) {
         }
         Frame child;
         child.dir = make_dir(child_src, child_dst, st, frame.dir.get(), adopt);
-        ++files_total_;
+        ++counts_.files_total;
         const int parent_fd = frame.fd();
         open_frame(child, parent_fd);
         stack.push_back(std::move(child));
@@ -377,8 +377,8 @@ void Mover::add_node(const std::string& src, const std::string& dst, const struc
     else if (type == S_IFIFO)
         node.kind = Kind::fifo;
     else {
-        warn("skipped " + std::string(type == S_IFSOCK ? "socket " : "device node ") +
-             src_->display(src));
+        warnings_.add("skipped " + std::string(type == S_IFSOCK ? "socket " : "device node ") +
+                      src_->display(src));
         return;
     }
     note_lookalike(dst);
@@ -410,8 +410,8 @@ void Mover::add_node(const std::string& src, const std::string& dst, const struc
         require_fits(capacity_counted_, *plan_.capacity);
     }
     if (node.kind == Kind::file)
-        bytes_total_ += static_cast<std::uint64_t>(st.st_size);
-    ++files_total_;
+        counts_.bytes_total += static_cast<std::uint64_t>(st.st_size);
+    ++counts_.files_total;
     batch_.nodes.push_back(std::move(node));
     account(bytes);
 }
