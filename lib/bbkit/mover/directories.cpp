@@ -1,4 +1,4 @@
-#include "bbkit/mover/mover_private.hpp"
+#include "bbkit/mover/walker.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -20,16 +20,15 @@ namespace bbkit::mover_internal {
 
 // mkdir -p for the directories above `path`: in the buffer one component at a time beneath
 // the root; outside with ordinary paths (the user's own symlinks on the way are followed).
-void Mover::make_parents(const std::string& path) {
+void Walker::make_parents(const std::string& path) {
     const std::string parent = split_last(path).first;
-    std::lock_guard<std::mutex> lock(sync_mutex_);
-    dirs_to_sync_.insert(parent);
+    state_.syncs.add_dir(parent);
     const std::vector<std::string> parts =
         path_components(parent, dst_->display(parent) + " must not contain '..'");
     std::string so_far = dst_->in_buffer() ? "" : "/";
     Fd dir;
     if (dst_->in_buffer()) {
-        const int fd = fcntl(buffer_root_.get(), F_DUPFD_CLOEXEC, 0);
+        const int fd = fcntl(state_.buffer_root.get(), F_DUPFD_CLOEXEC, 0);
         if (fd < 0)
             fail("open", plan_.buffer_root, errno);
         dir = Fd(fd);
@@ -40,7 +39,7 @@ void Mover::make_parents(const std::string& path) {
         if (dst_->in_buffer()) {
             struct stat st {};
             if (mkdirat(dir.get(), part.c_str(), 0700) == 0)
-                dirs_to_sync_.insert(up);
+                state_.syncs.add_dir(up);
             else if (errno != EEXIST)
                 fail("create directory", dst_->display(so_far), errno);
             else if (fstatat(dir.get(), part.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
@@ -65,7 +64,7 @@ void Mover::make_parents(const std::string& path) {
         if (errno != ENOENT)
             fail("open directory", so_far, errno);
         if (mkdir(so_far.c_str(), 0777) == 0)
-            dirs_to_sync_.insert(up);
+            state_.syncs.add_dir(up);
         else if (errno != EEXIST)
             fail("create directory", so_far, errno);
     }
@@ -73,21 +72,17 @@ void Mover::make_parents(const std::string& path) {
 
 // A descriptor on each destination file system, opened before anything is written there:
 // since Linux 5.8 syncfs reports the writeback errors that happened after this open.
-void Mover::watch_file_system(const std::string& dir) {
+void Walker::watch_file_system(const std::string& dir) {
     if (!plan_.durable || !plan_.trust_syncfs)
         return;
-    Fd fd = dst_->open_dir(dir);
-    struct stat st {};
-    std::lock_guard<std::mutex> lock(sync_mutex_);
-    if (fstat(fd.get(), &st) == 0 && file_system_ids_.insert(st.st_dev).second)
-        file_systems_.push_back(std::move(fd));
+    state_.syncs.watch(dst_->open_dir(dir));
 }
 
 // Makes (or finds) the destination of a walked directory, writable for now. `parent` is the
 // directory it was walked from (null for an entry's top); `adopt`, a temporary tree of a move
 // killed in this boot that this directory takes over.
-std::shared_ptr<Dir> Mover::make_dir(const std::string& src, const std::string& dst,
-                                     const struct stat& st, const Dir* parent, std::string adopt) {
+std::shared_ptr<Dir> Walker::make_dir(const std::string& src, const std::string& dst,
+                                      const struct stat& st, const Dir* parent, std::string adopt) {
     note_lookalike(dst);
     auto dir = std::make_shared<Dir>();
     dir->src = src;
@@ -149,10 +144,7 @@ std::shared_ptr<Dir> Mover::make_dir(const std::string& src, const std::string& 
         dir->at = tree->at;
         dir->tree = tree;
         dir->top = true;
-        {
-            std::lock_guard<std::mutex> lock(trees_mutex_);
-            open_trees_.insert(tree);
-        }
+        state_.trees.add(tree);
         if (dir->created)
             learn_new_dir(*dir);
         return dir;

@@ -29,15 +29,20 @@ std::string current_path(const LinkTarget& target) {
 }  // namespace
 
 void Mover::sync_file_systems() {
-    std::lock_guard<std::mutex> lock(sync_mutex_);
-    if (file_systems_.empty())
-        return;
-    syncing_ = true;
-    report(true);
-    const Clock::time_point began = Clock::now();
-    for (const Fd& fd : file_systems_)
-        if (syncfs(fd.get()) != 0)
+    bool any = false;
+    Clock::time_point began{};
+    state_->syncs.for_each_file_system([&](int fd) {
+        if (!any) {
+            any = true;
+            syncing_ = true;
+            report(true);
+            began = Clock::now();
+        }
+        if (syncfs(fd) != 0)
             fail("sync the destination file system", "", errno);
+    });
+    if (!any)
+        return;
     sync_time_ += Clock::now() - began;
     syncing_ = false;
 }
@@ -91,7 +96,7 @@ void Mover::apply_dir_metadata(const Dir& dir, bool sync) {
         set_owner_mode_times(dst.get(), dir.st, shown, warnings_.callback());
         if (sync && fsync(dst.get()) != 0)
             fail("sync directory", shown, errno);
-    } else if (sync && fsync(buffer_root_.get()) != 0) {
+    } else if (sync && fsync(state_->buffer_root.get()) != 0) {
         fail("sync directory", plan_.buffer_root, errno);
     }
     counts_.files_done.fetch_add(1);
@@ -113,10 +118,7 @@ void Mover::publish(Dir& dir) {
         fail("rename into place", shown, errno);
     tree.published = true;
     dir.at = dir.dst;
-    {
-        std::lock_guard<std::mutex> lock(trees_mutex_);
-        open_trees_.erase(dir.tree);
-    }
+    state_->trees.remove(dir.tree);
     fault_point("mover.renamed");
     // A rename changes the ctime of what it moves, not its mtime, on the file systems known
     // here; should one differ, the times are set again and made durable.
@@ -135,7 +137,7 @@ void Mover::publish(Dir& dir) {
 // under a temporary name renamed over the copy, so the name never goes missing). The
 // directory keeps its mode and times.
 void Mover::link_spilled() {
-    LinkSpill* spill = links_->spill();
+    LinkSpill* spill = walker_.link_spill();
     if (!spill)
         return;
     spill->for_each_link([&](const std::string& first, const std::string& other) {
@@ -190,11 +192,7 @@ void Mover::remove_temps(Batch* batch) noexcept {
             node.temp.clear();
         }
     }
-    std::set<std::shared_ptr<TempTree>> trees;
-    {
-        std::lock_guard<std::mutex> lock(trees_mutex_);
-        trees.swap(open_trees_);
-    }
+    const std::set<std::shared_ptr<TempTree>> trees = state_->trees.take_all();
     for (const std::shared_ptr<TempTree>& tree : trees) {
         try {
             const Fd dir = dst_->open_dir(split_last(tree->dst).first);

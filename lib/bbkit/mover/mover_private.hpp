@@ -1,6 +1,8 @@
-// The Mover behind run_move (mover.hpp): its class, and the structures and helpers its files
-// share. Private to lib/bbkit/mover/, where each concern of the Mover is one file: walk.cpp,
-// directories.cpp, temporaries.cpp, batches.cpp, copy_entries.cpp, finish.cpp and run.cpp
+// The Mover behind run_move (mover.hpp): the copy of a move (the executor: the calling thread
+// and its workers) and the owner of the rest, the walk (Walker, on its own thread) and what the
+// two share (MoveState). Private to lib/bbkit/mover/; the copy's files: batches.cpp (a batch on
+// the workers, then finished), copy_entries.cpp (one entry), finish.cpp (syncs, links,
+// directories' metadata, trees into place) and run.cpp (set-up, run(), progress)
 // (ARCHITECTURE.md).
 #pragma once
 
@@ -31,17 +33,14 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/mover.hpp"
-#include "bbkit/mover/batch_queue.hpp"
 #include "bbkit/mover/chunk_marks.hpp"
 #include "bbkit/mover/common.hpp"
 #include "bbkit/mover/copy_file.hpp"
 #include "bbkit/mover/copy_metadata.hpp"
 #include "bbkit/mover/link_spill.hpp"
-#include "bbkit/mover/link_table.hpp"
+#include "bbkit/mover/move_state.hpp"
 #include "bbkit/mover/move_types.hpp"
-#include "bbkit/mover/tally.hpp"
-#include "bbkit/mover/temp_names.hpp"
-#include "bbkit/mover/walk_ahead.hpp"
+#include "bbkit/mover/walker.hpp"
 
 namespace bbkit::mover_internal {
 
@@ -95,40 +94,6 @@ class Mover {
     MoveSummary run();
 
   private:
-    // walk (the walker thread): walk.cpp
-    void walk();
-    void walk_entry(const MoveEntry& entry);
-    void walk_tree(const std::shared_ptr<Dir>& top);
-    void open_frame(Frame& frame, int parent_fd);
-    void close_frame(Frame& frame);
-    void add_node(const std::string& src, const std::string& dst, const struct stat& st,
-                  const std::shared_ptr<Dir>& parent);
-    void account(std::size_t bytes);
-    void hand_over();
-    void drain();
-    bool overlaps_earlier(const std::string& dst) const;
-    bool inside_earlier(const std::string& path) const;
-    void reopen_earlier(const std::string& dst);
-    void restore_reopened();
-    void note_lookalike(const std::string& dst);
-    bool kept_lookalike(const std::string& path) const;
-    void prune_adopted(Frame& frame);
-    bool in_shard(std::string_view relative) const;
-    // directories: directories.cpp
-    void make_parents(const std::string& path);
-    void watch_file_system(const std::string& dir);
-    std::shared_ptr<Dir> make_dir(const std::string& src, const std::string& dst,
-                                  const struct stat& st, const Dir* parent, std::string adopt);
-    void learn_new_dir(Dir& dir) {
-        dir.new_files = new_file_defaults(dst_->open_dir(dir.at, true).get());
-    }
-    // temporaries: temporaries.cpp
-    bool can_adopt(const std::string& temp, const struct stat& st, const struct stat& source) const;
-    bool owned(int dir, const std::string& name) const;
-    bool may_remove_stale(const std::string& temp) const;
-    void scan_stale_temps(Frame& frame);
-    std::vector<std::pair<std::string, std::string>>& temps_beside(const std::string& dir);
-    void remove_stale(const std::string& dir, int fd, const std::string& name);
     // copy (the executor: the calling thread and the workers): batches.cpp, then each entry
     // in copy_entries.cpp
     void run_batch(Batch& batch);
@@ -176,65 +141,26 @@ class Mover {
 
     const MovePlan& plan_;
     const std::function<void(const MoveProgress&)>& progress_;
-    Fd buffer_root_;
-    std::unique_ptr<Side> src_, dst_;
+    const std::unique_ptr<MoveState> state_;  // shared with the walk
+    // Short names for the shared parts the copy uses most (MoveState's).
+    const Side* src_;
+    const Side* dst_;
+    BatchQueue& batches_;
+    MoveCounters& counts_;
+    Warnings& warnings_;
+    TempNames& temps_;
+    Walker walker_;  // its state is its own; run() reads it only once its thread has ended
+
     std::vector<Worker> workers_;
-    std::size_t batch_entries_ = max_batch_entries;
-    std::size_t batch_bytes_ = 0;
-    std::size_t batch_limit_ = 0;  // the batch being filled: doubles from the first's to the max
-
-    // The walker's own.
-    Batch batch_;
-    const MoveEntry* entry_ = nullptr;  // the entry being walked
-    // How much of a walked source path is the entry's source root (and its '/'): the rest is
-    // what a sharded entry hashes (shard.hpp).
-    std::size_t shard_prefix_ = 0;
-    std::set<std::string> entry_tops_;  // destination of each entry walked so far
-    bool covers_all_ = false;           // an entry's destination was the whole buffer or "/"
-    bool overlapping_ = false;          // the entry being walked overlaps an earlier one
-    // Destinations written so far whose names look like temporaries (the user's own files):
-    // a later entry into the same directory must not take them for a killed move's.
-    std::set<std::string> lookalikes_;
-    bool lookalikes_overflow_ = false;
-    // The entry's destination directory, never walked as a source (a destination inside the
-    // source would otherwise be walked while it is being written).
-    dev_t top_dev_ = 0;
-    ino_t top_ino_ = 0;
-    // Directories an earlier entry finished that a later one writes into: their mode and times
-    // as that entry left them, put back at the end.
-    std::map<std::string, struct stat> reopened_;
-    std::vector<std::shared_ptr<Dir>> deferred_tops_;  // the executor's: see TempTree::deferred
-    std::map<std::string, std::vector<std::pair<std::string, std::string>>> entry_temps_;
-    std::optional<LinkTable> links_;      // made once the buffer's root is open
-    std::uint64_t capacity_counted_ = 0;  // see MovePlan::capacity
-    std::unique_ptr<WalkAhead> ahead_;    // reads directories ahead of the walk (run())
-
-    // Between the walker and the executor: the batches, the move's stop, the walk's end.
-    BatchQueue batches_{queued_batches};
-    std::mutex trees_mutex_;
-    std::set<std::shared_ptr<TempTree>> open_trees_;  // not yet published
-    std::mutex sync_mutex_;
-    std::vector<Fd> file_systems_;  // one descriptor per destination file system
-    std::set<dev_t> file_system_ids_;
-    std::set<std::string> dirs_to_sync_;  // destination directories outside the walked trees
+    std::vector<std::shared_ptr<Dir>> deferred_tops_;  // see TempTree::deferred
 
     // Phase times (MovePhases): the executor's own; the walk's and the copy's waits are the
     // queue's (BatchQueue).
     Clock::time_point start_{};
     Clock::duration copy_time_{}, finish_time_{}, sync_time_{};
-
-    MoveCounters counts_;
     Clock::time_point last_report_{};
     bool syncing_ = false;  // the calling thread's: it waits in syncfs
-
-    Warnings warnings_;
-
-    mode_t umask_ = 077;  // the process's, read once
-    uid_t uid_ = 0;       // the user the move runs as
-    // This move's temporaries' names, under the buffer's tag for this boot: a temporary tree
-    // of a move of this buffer killed in this boot holds what the page cache holds, which the
-    // next move's sync makes durable (see scan_stale_temps).
-    TempNames temps_;
+    mode_t umask_ = 077;    // the process's, read once
 };
 
 }  // namespace bbkit::mover_internal

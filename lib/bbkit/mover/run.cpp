@@ -21,8 +21,11 @@
 namespace bbkit {
 namespace mover_internal {
 
-Mover::Mover(const MovePlan& plan, const std::function<void(const MoveProgress&)>& progress)
-    : plan_(plan), progress_(progress), temps_(plan.temp_token) {
+namespace {
+
+// The plan checked, its buffer's root opened and the two sides of the move: what the walk and
+// the copy share from the start.
+std::unique_ptr<MoveState> start_move(const MovePlan& plan) {
     for (const MoveEntry& entry : plan.entries) {
         if (entry.shard_count == 0)
             throw Error(ExitCode::data, "invalid shard count 0: at least 1 is needed");
@@ -31,35 +34,38 @@ Mover::Mover(const MovePlan& plan, const std::function<void(const MoveProgress&)
                                             ": not below the shard count " +
                                             std::to_string(entry.shard_count));
     }
-    const int fd =
-        ::open(plan.buffer_root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        fail_as(
-            plan.direction == MoveDirection::in ? FailureKind::destination : FailureKind::source,
-            "open buffer directory", plan.buffer_root, errno);
-    buffer_root_ = Fd(fd);
-    links_.emplace(buffer_root_.get(), plan.buffer_root, plan.memory_limit);
     const bool in = plan.direction == MoveDirection::in;
-    auto buffer = std::make_unique<Side>(true, buffer_root_.get(), plan.buffer_root,
+    Fd root(::open(plan.buffer_root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!root)
+        fail_as(in ? FailureKind::destination : FailureKind::source, "open buffer directory",
+                plan.buffer_root, errno);
+    auto buffer = std::make_unique<Side>(true, root.get(), plan.buffer_root,
                                          in ? FailureKind::destination : FailureKind::source);
     auto outside =
         std::make_unique<Side>(false, -1, "", in ? FailureKind::source : FailureKind::destination);
-    if (in) {
-        src_ = std::move(outside);
-        dst_ = std::move(buffer);
-    } else {
-        src_ = std::move(buffer);
-        dst_ = std::move(outside);
-    }
+    if (in)
+        return std::make_unique<MoveState>(plan, std::move(root), std::move(outside),
+                                           std::move(buffer));
+    return std::make_unique<MoveState>(plan, std::move(root), std::move(buffer),
+                                       std::move(outside));
+}
+
+}  // namespace
+
+Mover::Mover(const MovePlan& plan, const std::function<void(const MoveProgress&)>& progress)
+    : plan_(plan),
+      progress_(progress),
+      state_(start_move(plan)),
+      src_(state_->src.get()),
+      dst_(state_->dst.get()),
+      batches_(state_->batches),
+      counts_(state_->counts),
+      warnings_(state_->warnings),
+      temps_(state_->temps),
+      walker_(*state_) {
     workers_.resize(std::max(1u, plan.threads));
-    // A sixteenth of the bound per batch: three batches alive, the hard links a quarter, the
-    // workers' buffers and the allocator's slack the rest.
-    batch_bytes_ = static_cast<std::size_t>(std::max<std::uint64_t>(plan.memory_limit / 16, 1));
-    batch_entries_ = plan.batch_entries > 0 ? plan.batch_entries : max_batch_entries;
-    batch_limit_ = std::min(first_batch_entries, batch_entries_);
     umask_ = umask(077);  // reading it means setting it: put it back at once
     umask(umask_);
-    uid_ = geteuid();
 }
 
 void Mover::report(bool force) {
@@ -82,12 +88,7 @@ MoveSummary Mover::run() {
             walker.join();
     };
     try {
-        // Trees are read ahead by a thread per two workers (at most 8): they keep the one walk
-        // from waiting on the disk, which would starve the workers of a large machine.
-        if (std::any_of(plan_.entries.begin(), plan_.entries.end(),
-                        [](const MoveEntry& e) { return e.type == StageType::directory; }))
-            ahead_ = std::make_unique<WalkAhead>(std::clamp(plan_.threads / 2, 1u, 8u));
-        walker = std::thread([this] { walk(); });
+        walker = std::thread([this] { walker_.run(); });
         for (;;) {
             std::optional<Batch> next = batches_.take(progress_interval, [&] { report(false); });
             if (!next)
@@ -104,7 +105,6 @@ MoveSummary Mover::run() {
             batches_.release();
         }
         walker.join();
-        ahead_.reset();
         if (std::exception_ptr walk_error = batches_.walk_error())
             std::rethrow_exception(walk_error);
         const Clock::time_point finishing = Clock::now();
@@ -115,7 +115,7 @@ MoveSummary Mover::run() {
             for (const std::shared_ptr<Dir>& dir : deferred_tops_)
                 publish(*dir);
         }
-        restore_reopened();
+        walker_.restore_reopened();
         finish_time_ += Clock::now() - finishing - (sync_time_ - synced);
     } catch (...) {
         std::exception_ptr error = std::current_exception();
@@ -134,7 +134,7 @@ MoveSummary Mover::run() {
     // The parents of the entries' destinations: new names (and trees renamed) in them.
     if (plan_.durable) {
         const Clock::time_point began = Clock::now();
-        for (const std::string& dir : dirs_to_sync_) {
+        for (const std::string& dir : state_->syncs.dirs()) {
             const Fd fd = dst_->open_dir(dir);
             if (fsync(fd.get()) != 0)
                 fail("sync directory", dst_->display(dir), errno);

@@ -1,4 +1,4 @@
-#include "bbkit/mover/mover_private.hpp"
+#include "bbkit/mover/walker.hpp"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -25,8 +25,8 @@ namespace bbkit::mover_internal {
 // than the mover makes one (the source's mode, the owner's rwx while it is built, a set-group-ID
 // bit inherited from the parent): anyone who could write in it may have put anything there
 // (bbkit(7), STAGING).
-bool Mover::can_adopt(const std::string& temp, const struct stat& st,
-                      const struct stat& source) const {
+bool Walker::can_adopt(const std::string& temp, const struct stat& st,
+                       const struct stat& source) const {
     if (!plan_.durable || !plan_.trust_syncfs || !temps_.tagged_ours(temp) || entry_->keep_existing)
         return false;
     const mode_t allowed = (source.st_mode & 07777) | S_IRWXU | S_ISGID;
@@ -35,7 +35,7 @@ bool Mover::can_adopt(const std::string& temp, const struct stat& st,
 
 // Whether `name` in `dir` belongs to the user: a killed move's temporary is removed only then.
 // Another user's file that merely has the shape (in a directory others may write) is theirs.
-bool Mover::owned(int dir, const std::string& name) const {
+bool Walker::owned(int dir, const std::string& name) const {
     struct stat st {};
     return fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_uid == uid_;
 }
@@ -43,12 +43,12 @@ bool Mover::owned(int dir, const std::string& name) const {
 // Whether a temporary of another move may be removed as stale. A keep_existing entry's
 // destination is shared with other writers (other nodes merging into it) whose live
 // temporaries look like a killed move's: only this buffer's own of this boot are.
-bool Mover::may_remove_stale(const std::string& temp) const {
+bool Walker::may_remove_stale(const std::string& temp) const {
     return !entry_->keep_existing || temps_.tagged_ours(temp);
 }
 
 // Removes a temporary a killed move left (a file, or a whole tree without following a symlink).
-void Mover::remove_stale(const std::string& dir, int fd, const std::string& name) {
+void Walker::remove_stale(const std::string& dir, int fd, const std::string& name) {
     if (const int err = remove_tree_beneath(fd, name); err != 0)
         warnings_.add("cannot remove the stale temporary " + dst_->display(dst_->join(dir, name)) +
                       ": " + reason(err));
@@ -56,7 +56,7 @@ void Mover::remove_stale(const std::string& dir, int fd, const std::string& name
 
 // The temporaries of other moves in `dir` (the parent of entries' destinations), listed once
 // per move: (entry, owner).
-std::vector<std::pair<std::string, std::string>>& Mover::temps_beside(const std::string& dir) {
+std::vector<std::pair<std::string, std::string>>& Walker::temps_beside(const std::string& dir) {
     const auto found = entry_temps_.find(dir);
     if (found != entry_temps_.end())
         return found->second;
@@ -87,7 +87,7 @@ std::vector<std::pair<std::string, std::string>>& Mover::temps_beside(const std:
 // durable by this move's sync before the tree is renamed into place (after a reboot it may
 // hold torn files, so it goes). An entry of the source that merely looks like a temporary is
 // kept, as is anything else.
-void Mover::scan_stale_temps(Frame& frame) {
+void Walker::scan_stale_temps(Frame& frame) {
     const Dir& dir = *frame.dir;
     Fd fd;
     try {

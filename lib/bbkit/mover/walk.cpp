@@ -1,4 +1,4 @@
-#include "bbkit/mover/mover_private.hpp"
+#include "bbkit/mover/walker.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -49,10 +49,32 @@ std::string normalize(const std::string& path, bool in_buffer, const std::string
 
 // The walker thread: every entry depth first, in batches; the last batch, or the failure that
 // ended the walk, reaches the executor through the queue.
-void Mover::walk() {
+Walker::Walker(MoveState& state)
+    : state_(state),
+      plan_(state.plan),
+      src_(state.src.get()),
+      dst_(state.dst.get()),
+      counts_(state.counts),
+      warnings_(state.warnings),
+      temps_(state.temps),
+      links_(state.buffer_root.get(), state.plan.buffer_root, state.plan.memory_limit),
+      uid_(geteuid()) {
+    // A sixteenth of the bound per batch: three batches alive, the hard links a quarter, the
+    // workers' buffers and the allocator's slack the rest.
+    batch_bytes_ = static_cast<std::size_t>(std::max<std::uint64_t>(plan_.memory_limit / 16, 1));
+    batch_entries_ = plan_.batch_entries > 0 ? plan_.batch_entries : max_batch_entries;
+    batch_limit_ = std::min(first_batch_entries, batch_entries_);
+}
+
+void Walker::run() {
     const Clock::time_point began = Clock::now();
     std::exception_ptr error;
     try {
+        // Trees are read ahead by a thread per two workers (at most 8): they keep the one walk
+        // from waiting on the disk, which would starve the workers of a large machine.
+        if (std::any_of(plan_.entries.begin(), plan_.entries.end(),
+                        [](const MoveEntry& e) { return e.type == StageType::directory; }))
+            ahead_ = std::make_unique<WalkAhead>(std::clamp(plan_.threads / 2, 1u, 8u));
         for (const MoveEntry& entry : plan_.entries) {
             check_stopped();
             walk_entry(entry);
@@ -64,13 +86,14 @@ void Mover::walk() {
     } catch (...) {
         error = std::current_exception();
     }
-    batches_.finish(error, Clock::now() - began);
+    ahead_.reset();
+    state_.batches.finish(error, Clock::now() - began);
 }
 
 // An entry whose destination is, holds or is inside an earlier one's waits until everything
 // before it is copied and in place: it then finds those directories where they belong and
 // merges into them, instead of building a second temporary tree for the same name.
-bool Mover::inside_earlier(const std::string& path) const {
+bool Walker::inside_earlier(const std::string& path) const {
     if (covers_all_)
         return true;
     for (std::string p = path; !p.empty() && p != "/";) {
@@ -84,7 +107,7 @@ bool Mover::inside_earlier(const std::string& path) const {
     return false;
 }
 
-bool Mover::overlaps_earlier(const std::string& dst) const {
+bool Walker::overlaps_earlier(const std::string& dst) const {
     if (entry_tops_.empty() && !covers_all_)
         return false;
     if (dst.empty() || dst == "/" || inside_earlier(dst))
@@ -97,7 +120,7 @@ bool Mover::overlaps_earlier(const std::string& dst) const {
 // The directories above `dst` that an earlier entry finished (their final mode and times are
 // applied when their walk ends): opened up while this entry writes into them, their mode and
 // times put back at the end.
-void Mover::reopen_earlier(const std::string& dst) {
+void Walker::reopen_earlier(const std::string& dst) {
     for (std::string dir = split_last(dst).first; inside_earlier(dir);
          dir = split_last(dir).first) {
         struct stat st {};
@@ -114,7 +137,7 @@ void Mover::reopen_earlier(const std::string& dst) {
     }
 }
 
-void Mover::restore_reopened() {
+void Walker::restore_reopened() {
     std::vector<std::pair<std::string, struct stat>> dirs(reopened_.begin(), reopened_.end());
     std::sort(dirs.begin(), dirs.end(),
               [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
@@ -130,7 +153,7 @@ void Mover::restore_reopened() {
 
 // Names shaped like temporaries that this move writes are the user's: kept from every later
 // stale-temporary pass (within a bound; past it, overlapping entries remove none at all).
-void Mover::note_lookalike(const std::string& dst) {
+void Walker::note_lookalike(const std::string& dst) {
     if (temp_owner(split_last(dst).second).empty())
         return;
     if (lookalikes_.size() < 65536)
@@ -139,18 +162,18 @@ void Mover::note_lookalike(const std::string& dst) {
         lookalikes_overflow_ = true;
 }
 
-bool Mover::kept_lookalike(const std::string& path) const {
+bool Walker::kept_lookalike(const std::string& path) const {
     return lookalikes_.count(path) != 0 || (lookalikes_overflow_ && overlapping_);
 }
 
 // Whether a non-directory at `relative` below the entry's source root is this shard's
 // (MoveEntry::shard_index): one hash of its name, nothing else.
-bool Mover::in_shard(std::string_view relative) const {
+bool Walker::in_shard(std::string_view relative) const {
     return entry_->shard_count <= 1 ||
            shard_of(relative, entry_->shard_count) == entry_->shard_index;
 }
 
-void Mover::walk_entry(const MoveEntry& entry) {
+void Walker::walk_entry(const MoveEntry& entry) {
     entry_ = &entry;
     const std::string src = normalize(entry.source, src_->in_buffer(), "source");
     // "" (the buffer root) -> "name", "/" -> "/name", "dir" -> "dir/name".
@@ -236,7 +259,7 @@ void Mover::walk_entry(const MoveEntry& entry) {
     }
 }
 
-void Mover::open_frame(Frame& frame, int parent_fd) {
+void Walker::open_frame(Frame& frame, int parent_fd) {
     const Dir& dir = *frame.dir;
     Fd fd;
     if (parent_fd < 0) {
@@ -261,7 +284,7 @@ void Mover::open_frame(Frame& frame, int parent_fd) {
 // A directory of a tree taken over from a killed move holds what that move wrote, which may
 // not be this source's (another source, an edited request): whatever the source does not have
 // there, or has as another kind (a directory against anything else), goes.
-void Mover::prune_adopted(Frame& frame) {
+void Walker::prune_adopted(Frame& frame) {
     const Dir& dir = *frame.dir;
     const Fd fd = dst_->open_dir(dir.at);
     DirStream stream(fd.get());
@@ -285,7 +308,7 @@ void Mover::prune_adopted(Frame& frame) {
 
 // A directory's walk ended: temporary trees nobody took over go, and its metadata waits for
 // the end of this batch's copy.
-void Mover::close_frame(Frame& frame) {
+void Walker::close_frame(Frame& frame) {
     if (!frame.adoptable.empty()) {
         const Fd dir = dst_->open_dir(frame.dir->at);
         for (const auto& [name, temp] : frame.adoptable)
@@ -297,7 +320,7 @@ void Mover::close_frame(Frame& frame) {
 
 // Depth first with one open directory per level: memory grows with the depth, never with the
 // number of entries in a directory.
-void Mover::walk_tree(const std::shared_ptr<Dir>& top) {
+void Walker::walk_tree(const std::shared_ptr<Dir>& top) {
     std::vector<Frame> stack;
     stack.emplace_back();
     stack.back().dir = top;
@@ -361,8 +384,8 @@ void Mover::walk_tree(const std::shared_ptr<Dir>& top) {
     }
 }
 
-void Mover::add_node(const std::string& src, const std::string& dst, const struct stat& st,
-                     const std::shared_ptr<Dir>& parent) {
+void Walker::add_node(const std::string& src, const std::string& dst, const struct stat& st,
+                      const std::shared_ptr<Dir>& parent) {
     Node node;
     node.src = src;
     node.dst = dst;
@@ -390,7 +413,7 @@ void Mover::add_node(const std::string& src, const std::string& dst, const struc
         // Where it is reached until the very end (a spilled link is made there).
         const std::string reached_at =
             parent ? dst_->join(parent->at, split_last(dst).second) : dst;
-        switch (links_->meet(st, dst, tree, reached_at, node.link)) {
+        switch (links_.meet(st, dst, tree, reached_at, node.link)) {
             case LinkTable::Met::later:
                 node.kind = Kind::hard_link;
                 bytes += node.link.dst.size();
@@ -416,26 +439,26 @@ void Mover::add_node(const std::string& src, const std::string& dst, const struc
     account(bytes);
 }
 
-void Mover::account(std::size_t bytes) {
+void Walker::account(std::size_t bytes) {
     batch_.bytes += bytes;
     if (batch_.nodes.size() + batch_.closed.size() >= batch_limit_ || batch_.bytes >= batch_bytes_)
         hand_over();
 }
 
 // Queues the batch being filled (waiting while the queue is full) and starts a new one.
-void Mover::hand_over() {
+void Walker::hand_over() {
     if (batch_.nodes.empty() && batch_.closed.empty())
         return;
-    batches_.push(std::move(batch_));
+    state_.batches.push(std::move(batch_));
     batch_ = Batch{};
     batch_limit_ = std::min(batch_limit_ * 2, batch_entries_);
     fault_point("mover.batch-walked");
 }
 
 // Waits until everything walked so far is copied and finished.
-void Mover::drain() {
+void Walker::drain() {
     hand_over();
-    batches_.drain();
+    state_.batches.drain();
 }
 
 }  // namespace bbkit::mover_internal
