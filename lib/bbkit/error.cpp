@@ -22,7 +22,8 @@ ExitCode exit_code_for(int err) {
 }
 
 Error system_error(const std::string& what, int err, const std::string& hint) {
-    return Error(exit_code_for(err), what + ": " + std::strerror(err) + hint);
+    return Error(exit_code_for(err), what + ": " + std::strerror(err) + hint,
+                 Failure{FailureKind::internal, "", "", err});
 }
 
 Error configuration_error(const std::string& what, int err, const std::string& hint) {

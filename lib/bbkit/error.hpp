@@ -75,7 +75,8 @@ ExitCode exit_code_for(int err);
 // system_error, the rule everywhere but in the two cases after it:
 // Error(exit_code_for(err), what + ": " + strerror(err) + hint), e.g. "cannot open /x:
 // Permission denied"; `hint`, when given, is the way on, with its leading blank
-// (" (check free space and permissions)").
+// (" (check free space and permissions)"). Its Failure keeps the errno, kind internal (a move
+// that knows better types it: mover/common.hpp's typed).
 Error system_error(const std::string& what, int err, const std::string& hint = {});
 
 // The same message with exit code config (78) whatever the errno, for what bbkit must have

@@ -118,8 +118,10 @@ struct MoveSummary {
 // no_perm (77) for an unreadable source, an unwritable destination or a symlink in the buffer's
 // way, io (74) for ENOSPC/EIO and the like, data (65) for a source of the wrong type or an
 // invalid shard, exists (73) for another writer's file in a keep_existing entry's way; each
-// message names the path. After a durable failure no temporary file is left and no final name holds
-// a partial file.
+// message names the path, and each Error carries its Failure (error.hpp): source or destination
+// by the side it happened on, capacity past MovePlan::capacity, and, written into the buffer
+// (direction in), ENOSPC as pool_full and EDQUOT (its project quota) as capacity. After a
+// durable failure no temporary file is left and no final name holds a partial file.
 MoveSummary run_move(const MovePlan& plan,
                      const std::function<void(const MoveProgress&)>& progress);
 

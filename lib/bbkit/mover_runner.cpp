@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <exception>
 #include <string>
 
 #include "bbkit/error.hpp"
@@ -31,6 +32,9 @@ ProcessOutcome MoverInProcess::run(const StagePlan& plan, std::chrono::seconds,
     } catch (const Error& e) {  // reported on its line already
         outcome.exit_code = e.exit_status();
         outcome.last_stderr_line = e.what();
+    } catch (const std::exception& e) {  // from `on_line`, say: as bb-mover's end would be
+        outcome.exit_code = static_cast<int>(ExitCode::software);
+        outcome.last_stderr_line = std::string("internal error: ") + e.what();
     }
     return outcome;
 }

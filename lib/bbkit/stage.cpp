@@ -11,11 +11,13 @@
 
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
+#include "bbkit/file_system.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/job_environment.hpp"
 #include "bbkit/job_nodes.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/process.hpp"
+#include "bbkit/project_quota.hpp"
 #include "bbkit/publish.hpp"
 #include "bbkit/run_lock.hpp"
 #include "bbkit/seal.hpp"
@@ -270,17 +272,31 @@ Error record_failure(StateStore& store, const Config& config, const Buffer& b, c
 }
 
 // XFS answers a write past a project's limit with ENOSPC, as it does a full file system
-// (bbkit(7), CAPACITY): on a pool with project quotas whose file system still has more room
-// than any one write of the mover takes, the space that ran out was the buffer's own.
-constexpr std::uint64_t room_for_a_write = std::uint64_t{64} << 20;
-
+// (bbkit(7), CAPACITY); ext4 answers EDQUOT, which the mover names capacity itself. On an XFS
+// pool with project quotas, the nearer of the two bounds is the one that was hit: what the
+// buffer has left under its limit, or what the pool's file system has free. Unknown (not root,
+// no limit, not XFS): the pool's, as the mover said.
 bool quota_not_pool(const Config& config, const Buffer& b) {
     const PoolConfig& pool = configured_pool(config, b.pool);
-    if (pool.quota != QuotaMode::project)
+    if (pool.quota != QuotaMode::project || b.record_id <= 0)
         return false;
-    struct statvfs st {};
-    return statvfs(pool.path.c_str(), &st) == 0 &&
-           static_cast<std::uint64_t>(st.f_bavail) * st.f_frsize >= room_for_a_write;
+    try {
+        if (file_system_kind(pool.path).name != "xfs")
+            return false;
+        const Fd root(open(pool.path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        struct statvfs st {};
+        if (!root || fstatvfs(root.get(), &st) != 0)
+            return false;
+        const ProjectUsage usage =
+            ProjectQuotas(root.get(), pool.path).usage(buffer_project(pool, b.record_id));
+        if (usage.byte_limit == 0)
+            return false;
+        const std::uint64_t left =
+            usage.bytes >= usage.byte_limit ? 0 : usage.byte_limit - usage.bytes;
+        return left < static_cast<std::uint64_t>(st.f_bavail) * st.f_frsize;
+    } catch (const Error&) {
+        return false;
+    }
 }
 
 // The mover's message names the file and why; the user also needs the buffer, its pool and

@@ -99,8 +99,8 @@ struct MoverReport {
     std::optional<MovePhases> phases;  // summary: absent from an older mover's
     int exit_code = 0;
     std::string message;
-    // error: why, typed (error.hpp's Failure: its kind, operation, path, errno); absent from
-    // an older mover's line, and from one whose error came from no move (internal).
+    // error: why, typed (error.hpp's Failure: its kind, operation, path, errno; kind internal
+    // for an error that came from no move); absent from an older mover's line.
     std::optional<Failure> failure;
 };
 // "progress FILES_DONE FILES_TOTAL BYTES_DONE BYTES_TOTAL PHASE". A line without the phase (an

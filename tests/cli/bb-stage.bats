@@ -629,8 +629,9 @@ print("%08x" % ((h ^ (h >> 47)) & 0xffffffff))'
   assert_output --partial ": 1 file,"
 }
 
-# bb-mover's errors, as bb-stage reads them: an "error CODE MESSAGE" line on standard output
-# (stage_plan.hpp) and "bb-mover: MESSAGE" on standard error, with bbkit(7)'s exit codes.
+# bb-mover's errors, as bb-stage reads them: an "error CODE {...}" line on standard output, the
+# message and the failure's kind (stage_plan.hpp), and "bb-mover: MESSAGE" on standard error,
+# with bbkit(7)'s exit codes.
 @test "bb-mover reports a malformed plan (65) and an argument (64) on stdout and stderr" {
   # Installed, it is PREFIX/libexec/bbkit/bb-mover (bbkit(7), FILES); in the build, bin/.
   local mover=$BBKIT_BIN/../libexec/bbkit/bb-mover
@@ -638,10 +639,10 @@ print("%08x" % ((h ^ (h >> 47)) & 0xffffffff))'
   bb-mover() { "$mover" "$@"; }
   run --separate-stderr bb-mover <<<'not a plan'
   assert_failure 65
-  assert_output --regexp '^error 65 "malformed stage plan: .*"$'
+  assert_output --regexp '^error 65 \{"kind":"internal","message":"malformed stage plan: .*"\}$'
   [[ $stderr == "bb-mover: malformed stage plan: "* ]] || fail "stderr: $stderr"
   run --separate-stderr bb-mover --no-such-option </dev/null
   assert_failure 64
-  assert_output --regexp '^error 64 ".*--no-such-option.* \(see bb-mover --help\)"$'
+  assert_output --regexp '^error 64 \{"kind":"internal","message":".*--no-such-option.* \(see bb-mover --help\)"\}$'
   [[ $stderr == "bb-mover: "*"--no-such-option"*" (see bb-mover --help)" ]] || fail "stderr: $stderr"
 }

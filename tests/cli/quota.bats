@@ -261,6 +261,23 @@ project_of() { lsattr -d -p "$1" | awk '{print $1}'; }
   bb-teardown --job 13 >/dev/null
 }
 
+@test "xfs: a stage-in past its capacity says the buffer's capacity, not the pool" {
+  quota_pool xfs
+  # The sources fit the measurement; the directories' own blocks take them past the limit,
+  # which XFS answers with ENOSPC, as a full file system: the pool has room, the buffer none.
+  as_user mkdir -p "$TEST_DIR/pfs/in/sub"
+  as_user dd if=/dev/urandom of="$TEST_DIR/pfs/in/sub/data" bs=1M count=1 status=none
+  bb-pool alloc --job 15 --user "$U" --bb "#BB_LUA capacity=1MiB pool=q #BB_LUA stage_in type=directory source=$TEST_DIR/pfs/in destination=in" >/dev/null
+  run bb-stage in --job 15
+  assert_failure 74
+  [ "${#lines[@]}" -eq 1 ]
+  assert_output --regexp "^bb-stage: .*[Nn]o space left on device"
+  assert_output --partial "the files need more than the buffer's capacity of 1MiB"
+  refute_output --partial "free space in pool"
+  [ "$(state_of 15)" = staging-in ]
+  bb-teardown --job 15 >/dev/null
+}
+
 @test "usage shows in bb-stat job and the Prometheus file" {
   quota_pool ext4-quota
   bb-pool alloc --job 14 --user "$U" --capacity 4MiB >/dev/null

@@ -38,7 +38,7 @@ class LinkTableTest : public ::testing::Test {
 };
 
 TEST_F(LinkTableTest, later_names_link_to_the_first_and_the_inode_is_forgotten_after_the_last) {
-    LinkTable table(fd_, dir_, std::uint64_t{1} << 20);
+    LinkTable table(fd_, dir_, std::uint64_t{1} << 20, FailureKind::destination);
     LinkTarget target;
     EXPECT_EQ(table.meet(inode(7, 3), "a", nullptr, "a", target), LinkTable::Met::first);
     const std::size_t remembered = table.bytes();
@@ -57,7 +57,7 @@ TEST_F(LinkTableTest, later_names_link_to_the_first_and_the_inode_is_forgotten_a
 
 TEST_F(LinkTableTest, past_a_quarter_of_the_bound_every_new_inode_is_spilled) {
     // A bound whose quarter holds one entry (its overhead and a short path).
-    LinkTable table(fd_, dir_, 4 * (entry_overhead + 8));
+    LinkTable table(fd_, dir_, 4 * (entry_overhead + 8), FailureKind::destination);
     LinkTarget target;
     EXPECT_EQ(table.meet(inode(1, 2), "one", nullptr, "one", target), LinkTable::Met::first);
     EXPECT_EQ(table.meet(inode(2, 2), "two", nullptr, "two", target), LinkTable::Met::spilled);

@@ -327,6 +327,7 @@ TEST_F(StageMoveTest, the_way_on_follows_the_kind_never_the_words) {
     alloc(8, line, "64KiB");
     options_.mover = &capacity;
     const Error e = failed([&] { stage_in(*store_, config_, 8, options_, "test"); });
+    ASSERT_TRUE(e.failure());
     text = e.what();
     EXPECT_NE(text.find("the files need more than the buffer's capacity of 64KiB"),
               std::string::npos)
@@ -345,6 +346,7 @@ TEST_F(StageMoveTest, a_mover_ended_without_a_report_is_interrupted_or_internal)
     Error e = failed([&] { stage_in(*store_, config_, 9, options_, "test"); });
     EXPECT_EQ(e.code(), ExitCode::software);
     EXPECT_STREQ(e.what(), "the mover was killed by signal 9");
+    ASSERT_TRUE(e.failure());
     EXPECT_EQ(e.failure()->kind, FailureKind::interrupted);
 
     ProcessOutcome late;
@@ -354,6 +356,7 @@ TEST_F(StageMoveTest, a_mover_ended_without_a_report_is_interrupted_or_internal)
     options_.mover = &slow;
     e = failed([&] { stage_in(*store_, config_, 10, options_, "test"); });
     EXPECT_EQ(e.code(), ExitCode::temp_fail);
+    ASSERT_TRUE(e.failure());
     EXPECT_EQ(e.failure()->kind, FailureKind::interrupted);
     EXPECT_NE(buffer(10).message.find("timed out after"), std::string::npos);
 
@@ -364,6 +367,7 @@ TEST_F(StageMoveTest, a_mover_ended_without_a_report_is_interrupted_or_internal)
     options_.mover = &mute;
     e = failed([&] { stage_in(*store_, config_, 11, options_, "test"); });
     EXPECT_EQ(e.code(), ExitCode::software);  // 3 is no sysexits code
+    ASSERT_TRUE(e.failure());
     EXPECT_EQ(e.failure()->kind, FailureKind::internal);
     EXPECT_STREQ(e.what(), "something broke");
 }

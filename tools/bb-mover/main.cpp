@@ -17,6 +17,7 @@
 #include "bbkit/fsops.hpp"
 #include "bbkit/mover.hpp"
 #include "bbkit/stage_plan.hpp"
+#include "bbkit/text.hpp"
 #include "bbkit/tool.hpp"
 #include "bbkit/user.hpp"
 
@@ -25,9 +26,12 @@ namespace {
 using namespace bbkit;
 
 std::mutex output_mutex;
+bool error_reported = false;  // the move's own typed error line went out (run_and_report)
 
 void report(const std::string& line) {
     std::lock_guard<std::mutex> lock(output_mutex);
+    if (starts_with(line, "error "))
+        error_reported = true;
     std::cout << line << std::endl;
 }
 
@@ -44,22 +48,10 @@ void lower_priority() {
     syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_PRIO_VALUE(IOPRIO_CLASS_BE, 7));
 }
 
-// The plan, and this process made its user's; an error before the move is reported on its
-// line too (run_and_report reports the move's own).
-StagePlan prepare(const std::string& input) {
-    try {
-        const StagePlan plan = plan_from_json(input);
-        // Nothing below may open a user path as root.
-        become_user(plan.user);
-        return plan;
-    } catch (const Error& e) {
-        report(error_line(e));
-        throw;
-    }
-}
-
 int run(const std::string& input) {
-    const StagePlan plan = prepare(input);
+    const StagePlan plan = plan_from_json(input);
+    // Nothing below may open a user path as root.
+    become_user(plan.user);
     // The credential change cleared any parent-death signal; a mover must not outlive bb-stage.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() == 1)
@@ -78,8 +70,16 @@ int main(int argc, char** argv) {
         "bb-mover: bbkit's data mover, run by bb-stage with a stage plan on standard "
         "input (bbkit(7), STAGING)"};
     const CommonOptions none;  // bb-stage gives it no option: everything is in the plan
-    return run_tool("bb-mover", app, argc, argv, none, []() -> int {
-        return run(std::string{std::istreambuf_iterator<char>(std::cin),
-                               std::istreambuf_iterator<char>()});
-    });
+    // Every error reaches bb-stage as an error line: the move's typed by run_and_report, any
+    // other (an argument, the plan, the user) here.
+    return run_tool(
+        "bb-mover", app, argc, argv, none,
+        []() -> int {
+            return run(std::string{std::istreambuf_iterator<char>(std::cin),
+                                   std::istreambuf_iterator<char>()});
+        },
+        [](int status, const std::string& message) {
+            if (!error_reported)
+                report(error_line(Error(static_cast<ExitCode>(status), message)));
+        });
 }

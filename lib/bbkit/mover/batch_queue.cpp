@@ -31,7 +31,7 @@ void BatchQueue::finish(std::exception_ptr error, Clock::duration walked) {
         walk_error_ = std::move(error);
         stop_ = true;
     }
-    walk_time_ = walked - walk_idle_;
+    walk_time_ = walked > walk_idle_ ? walked - walk_idle_ : Clock::duration{};
     finished_ = true;
     changed_.notify_all();
 }

@@ -14,7 +14,7 @@ namespace bbkit::mover_internal {
 
 // Short names for error.hpp's mover_reason and mover_error, which every part of a move calls:
 // "cannot OPERATION PATH REST: reason", the failure typed by the side it happened on (a move
-// reads its source and writes its destination; Mover::run names the job's own buffer full).
+// reads its source and writes its destination; run_move names a full buffer or pool).
 inline std::string reason(int err) {
     return mover_reason(err);
 }
@@ -43,15 +43,22 @@ inline Error refusal(FailureKind kind, ExitCode code, const std::string& message
     return Error(code, message, Failure{kind, "", path, 0});
 }
 
-// `open()`'s result; an Error it throws untyped (fsops words its refusals: a symlink beneath a
-// buffer) is typed as `kind` at `path` on its way out.
-template <class Open>
-auto typed(FailureKind kind, const std::string& path, Open open) -> decltype(open()) {
+// `call()`'s result; an Error it throws that no move typed (fsops words its refusals, a symlink
+// beneath a buffer; system_error keeps only the errno) is typed as `kind`, the call's
+// `operation` at `path`, on its way out, its errno kept.
+template <class Call>
+auto typed(FailureKind kind, const std::string& operation, const std::string& path, Call call)
+    -> decltype(call()) {
     try {
-        return open();
+        return call();
     } catch (Error& e) {
-        if (!e.failure())
-            e.set_failure(Failure{kind, "open", path, 0});
+        if (!e.failure() || e.failure()->kind == FailureKind::internal) {
+            Failure failure = e.failure().value_or(Failure{});
+            failure.kind = kind;
+            failure.operation = operation;
+            failure.path = path;
+            e.set_failure(failure);
+        }
         throw;
     }
 }

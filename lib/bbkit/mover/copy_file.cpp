@@ -361,7 +361,7 @@ void copy_extent(const FileCopy& file, int in, int out, off_t from, off_t to, bo
                 const int err = errno;
                 if (is_write_error(err))
                     fail("write", file.to, err);
-                fail("copy", file.from, err, " to " + file.to);
+                fail_source("copy", file.from, err, " to " + file.to);  // a write's are above
             }
         } else {
             char* buffer = buffers.io_buffer();

@@ -47,7 +47,7 @@ void Walker::make_parents(const std::string& path) {
                 throw refusal(FailureKind::destination, ExitCode::no_perm,
                               "refusing " + dst_->display(so_far) + ": a symlink is in the way",
                               dst_->display(so_far));
-            dir = typed(FailureKind::destination, dst_->display(so_far), [&] {
+            dir = typed(FailureKind::destination, "open", dst_->display(so_far), [&] {
                 return open_beneath(dir.get(), part, O_RDONLY | O_DIRECTORY, dst_->display(so_far));
             });
             continue;

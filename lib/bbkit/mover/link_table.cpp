@@ -26,11 +26,13 @@ LinkTable::Met LinkTable::meet(const struct stat& st, const std::string& dst,
     // Past the bound, every new inode is copied on its own and recorded on disk (never half in
     // memory, half on disk: one inode's names must all meet in one place). The records go to an
     // unnamed file on the buffer's file system, either way.
-    if (!spill_)
-        spill_ = std::make_unique<LinkSpill>(spill_dir_, what_,
-                                             static_cast<std::size_t>(memory_limit_ / 8));
-    overflow_ = true;
-    spill_->add(st.st_dev, st.st_ino, reached_at);
+    typed(spill_kind_, "write", what_, [&] {
+        if (!spill_)
+            spill_ = std::make_unique<LinkSpill>(spill_dir_, what_,
+                                                 static_cast<std::size_t>(memory_limit_ / 8));
+        overflow_ = true;
+        spill_->add(st.st_dev, st.st_ino, reached_at);
+    });
     return Met::spilled;
 }
 

@@ -22,9 +22,13 @@ namespace bbkit::mover_internal {
 class LinkTable {
   public:
     // The spill's unnamed file goes in the directory `spill_dir` (the buffer's root, `what` in
-    // messages), made on the first inode past the bound.
-    LinkTable(int spill_dir, std::string what, std::uint64_t memory_limit)
-        : spill_dir_(spill_dir), what_(std::move(what)), memory_limit_(memory_limit) {}
+    // messages), made on the first inode past the bound; a failure to write it is of
+    // `spill_kind` (where the move writes into the buffer: the destination's).
+    LinkTable(int spill_dir, std::string what, std::uint64_t memory_limit, FailureKind spill_kind)
+        : spill_dir_(spill_dir),
+          what_(std::move(what)),
+          memory_limit_(memory_limit),
+          spill_kind_(spill_kind) {}
 
     enum class Met {
         first,    // copy it; later names link to it (remembered: `dst` and `tree`)
@@ -45,6 +49,7 @@ class LinkTable {
     int spill_dir_;
     std::string what_;
     std::uint64_t memory_limit_;
+    FailureKind spill_kind_;
     std::unordered_map<std::uint64_t, std::unordered_map<std::uint64_t, LinkTarget>> links_;
     std::size_t bytes_ = 0;
     bool overflow_ = false;  // never half in memory, half on disk: once spilling, always

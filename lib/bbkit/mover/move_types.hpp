@@ -72,7 +72,7 @@ class Side {
     // buffer side never follows any symlink at all).
     Fd open_dir(const std::string& path, bool nofollow = false) const {
         if (in_buffer_) {
-            return typed(kind_, display(path), [&] {
+            return typed(kind_, "open", display(path), [&] {
                 return open_beneath(root_, path.empty() ? "." : path, O_RDONLY | O_DIRECTORY,
                                     display(path));
             });

@@ -13,6 +13,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/job_nodes.hpp"
+#include "bbkit/mover/common.hpp"
 #include "bbkit/sources.hpp"
 #include "bbkit/stage_plan.hpp"
 
@@ -37,17 +38,13 @@ std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& p
     if (plan.direction == StageDirection::in) {
         // What is wrong with a line's sources (missing, unreadable, a list's own lines) is the
         // source's; a tree over the capacity says so itself (require_fits).
-        try {
-            check_stage_in(plan.stages, plan.capacity);
-        } catch (Error& e) {
-            if (!e.failure())
-                e.set_failure(Failure{FailureKind::source, "", "", 0});
-            throw;
-        }
+        mover_internal::typed(FailureKind::source, "read", "",
+                              [&] { check_stage_in(plan.stages, plan.capacity); });
         for (const StageDirective& stage : plan.stages) {
             std::vector<SourceEntry> expanded;
             if (stage.type == StageType::list)
-                expanded = read_stage_list(stage);
+                expanded = mover_internal::typed(FailureKind::source, "read", stage.source,
+                                                 [&] { return read_stage_list(stage); });
             else
                 expanded.push_back({stage.source, stage.destination, stage.type, stage.where});
             // distribute=shard: this node's share only (bbkit(7), NODE-LOCAL POOLS).

@@ -30,7 +30,7 @@ std::string long_name_tag(const std::string& name) {
 
 namespace {
 
-// The name a temporary of temp_name() was made for, with a suffix of `suffix` digits: "" when
+// The name a temporary of TempNames::name() was made for, with a suffix of `suffix` digits: "" when
 // `entry` is not shaped like one; a hash tag ("#" + tag) for the short form of long names.
 std::string temp_owner(const std::string& entry, std::size_t suffix) {
     const std::string marker = ".bbkit-";

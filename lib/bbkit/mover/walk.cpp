@@ -47,8 +47,6 @@ std::string normalize(const std::string& path, bool in_buffer, const std::string
 
 }  // namespace
 
-// The walker thread: every entry depth first, in batches; the last batch, or the failure that
-// ended the walk, reaches the executor through the queue.
 Walker::Walker(MoveState& state)
     : state_(state),
       plan_(state.plan),
@@ -57,7 +55,9 @@ Walker::Walker(MoveState& state)
       counts_(state.counts),
       warnings_(state.warnings),
       temps_(state.temps),
-      links_(state.buffer_root.get(), state.plan.buffer_root, state.plan.memory_limit),
+      links_(state.buffer_root.get(), state.plan.buffer_root, state.plan.memory_limit,
+             state.plan.direction == MoveDirection::in ? FailureKind::destination
+                                                       : FailureKind::internal),
       uid_(geteuid()) {
     // A sixteenth of the bound per batch: three batches alive, the hard links a quarter, the
     // workers' buffers and the allocator's slack the rest.
@@ -66,6 +66,8 @@ Walker::Walker(MoveState& state)
     batch_limit_ = std::min(first_batch_entries, batch_entries_);
 }
 
+// The walker thread: every entry depth first, in batches; the last batch, or the failure that
+// ended the walk, reaches the executor through the queue.
 void Walker::run() {
     const Clock::time_point began = Clock::now();
     std::exception_ptr error;
@@ -86,8 +88,9 @@ void Walker::run() {
     } catch (...) {
         error = std::current_exception();
     }
-    ahead_.reset();
+    // The copy learns of the end (and a failure stops it) before the read-ahead winds down.
     state_.batches.finish(error, Clock::now() - began);
+    ahead_.reset();
 }
 
 // An entry whose destination is, holds or is inside an earlier one's waits until everything
