@@ -37,7 +37,7 @@ class MoverProcess : public MoverRunner {
 
 // run_and_report (mover.hpp) on the calling thread, as whoever calls it: no change of user
 // (the plan's user must be the caller), no timeout. For the library's tests, which then stage
-// without root and without an installed bb-mover (ARCHITECTURE.md, tests).
+// without an installed bb-mover and take its every report line (ARCHITECTURE.md, tests).
 class MoverInProcess : public MoverRunner {
   public:
     ProcessOutcome run(const StagePlan& plan, std::chrono::seconds timeout,
