@@ -58,6 +58,7 @@ ge() {
     BBKIT_BINDIR="$TEST_DIR/evil" BBKIT_CONFIG=/nonexistent/bbkit.toml SUDO_UID=1 \
     bbkit_job_bindir="$TEST_DIR/evil" bbkit_job_config=/nonexistent/bbkit.toml \
     bbkit_tools="$TEST_DIR/evil" bbkit_path="$TEST_DIR/evil" bbkit_uid=1 \
+    bbkit_job="$TEST_DIR/evil/bbkit-job" \
     bbkit_say_also="$TEST_DIR/evil/ran-appended" \
     JOB_ID="$job" SGE_TASK_ID="$task" USER="${GE_USER:-$U}" LOGNAME="${GE_USER:-$U}" \
     JOB_SCRIPT="${GE_SCRIPT:-$TEST_DIR/spool/job_scripts/$job}" REQNAME=job.sh \

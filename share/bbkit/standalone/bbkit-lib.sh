@@ -6,15 +6,21 @@
 #
 # Sourced, never run (no shebang, not executable). These scripts run as root, or as SlurmUser
 # through sudo, so an adapter sources this file only by a path made from its own resolved
-# location, never from an environment variable, PATH or the working directory:
+# location, never from an environment variable, PATH or the working directory. It fixes PATH
+# before anything runs, and calls bbkit_start once it has this file:
+#     set -eu
+#     PATH=/usr/sbin:/usr/bin:/sbin:/bin
 #     here=$(dirname "$(readlink -f "$0")")
 #     # shellcheck source=../bbkit-lib.sh
 #     . "$here/../bbkit-lib.sh"
-# (from a scheduler directory such as pbs/; bbkit-job sources "$here/bbkit-lib.sh", dw_wlm_cli
-# "${self%/*}/../standalone/bbkit-lib.sh"). An adapter whose scheduler must see one failure
-# status sets "trap 'exit STATUS' EXIT" before that line, so that even a missing library ends
-# in it; bbkit_exit_only then takes over. It is installed beside bbkit-job, owned by root and
-# not writable by others, like the scripts.
+#     bbkit_start "$here" bbkit-SCHEDULER-SCRIPT
+# (from a scheduler directory such as pbs/; dw_wlm_cli and dwstat source
+# "${self%/*}/../standalone/bbkit-lib.sh", bbkit-job "$here/bbkit-lib.sh"). An adapter whose
+# scheduler must see one failure status sets "trap 'exit STATUS' EXIT" before the "." line, so
+# that even a missing library ends in it; bbkit_exit_only then takes over. It is installed
+# beside bbkit-job, owned by root and not writable by others, like the scripts. Those lines are
+# all a script repeats of another: scripts/check-shell-repeats, run by scripts/lint-scripts,
+# fails on any run of six lines standing twice among them.
 #
 # Every name defined here starts with bbkit_; sourcing it only sets the variables below.
 
@@ -28,8 +34,39 @@ bbkit_fail_status=1
 bbkit_say_also=
 bbkit_job_config=
 bbkit_job_bindir=
+bbkit_job=
 bbkit_tools=
 bbkit_uid=
+
+# --- Start -----------------------------------------------------------------------------------
+
+# bbkit_start DIR [NAME]: what every script that sources this file does first, DIR being its
+# own resolved directory (PREFIX/share/bbkit/standalone/SCHEDULER, or PREFIX/share/bbkit/
+# datawarp): IFS the shell's default (space, tab, newline: a scheduler may pass its own, or a
+# user's), PATH (set by the script before anything ran) exported to what it runs, messages
+# under NAME ($bbkit_me, for bbkit_fail), $bbkit_job the bbkit-job an adapter under
+# standalone/ runs (DIR/../bbkit-job), and the tools found (bbkit_find_tools). Starts no
+# process (but readlink for $BBKIT_BINDIR): Slurm forks dw_wlm_cli for every call.
+bbkit_start() {
+    IFS=' 	
+'
+    export PATH
+    bbkit_me=${2:-bbkit}
+    # shellcheck disable=SC2034 # read by the adapters that source this file
+    bbkit_job=$1/../bbkit-job
+    bbkit_find_tools "$1"
+}
+
+# bbkit_spur_hook: what each of Spur's hooks sets first, after bbkit_start: the C locale (its
+# checks of printable ASCII and of units), a umask that lets no one else read what it writes,
+# and / as its working directory (spurctld starts a prolog or epilog in the job's, which the
+# user chose).
+bbkit_spur_hook() {
+    LC_ALL=C
+    export LC_ALL
+    umask 077
+    cd /
+}
 
 # --- Messages --------------------------------------------------------------------------------
 
@@ -81,9 +118,10 @@ bbkit_reason() {
 # bbkit_exit_only FALLBACK STATUS...: whatever ends the script (set -e, a failing command, an
 # exit anywhere), the scheduler sees one of STATUS..., else FALLBACK: a scheduler reads some
 # statuses as more than the job's failure (Grid Engine puts the queue in error state, PBS
-# requeues a checkpointed job on 2).
+# requeues a checkpointed job on 2). FALLBACK is bbkit_fail's status too.
 bbkit_exit_only() {
     bbkit_exit_fallback=$1
+    bbkit_fail_status=$1
     shift
     bbkit_exit_statuses=' '
     for bbkit_exit; do
@@ -170,6 +208,42 @@ bbkit_ge_job_id() {
     esac
 }
 
+# bbkit_ge_job LINE ARGS...: what both Grid Engine scripts read first, in this order: the
+# shepherd's error file, where every later message goes too (bbkit_ge_error_file); ARGS, what
+# the admin wrote on the queue's LINE (bbkit_ge_args); the job id (bbkit_ge_job_id).
+bbkit_ge_job() {
+    bbkit_ge_error_file
+    bbkit_ge_args "$@"
+    bbkit_ge_job_id
+}
+
+# bbkit_u32 VALUE: whether VALUE is a u32 in decimal (no leading zero but 0 itself, at most
+# 4294967295), as Spur's job ids and uids are; returns 1 when it is no number, 2 when too large.
+bbkit_u32() {
+    case $1 in
+        '' | *[!0-9]* | 0?*) return 1 ;;
+    esac
+    { [ ${#1} -le 10 ] && [ "$1" -le 4294967295 ]; } || return 2
+}
+
+# bbkit_spur_job_id HOOK: bbkit's job id, in $bbkit_id, for the job spurctld runs its hook HOOK
+# (prolog_slurmctld, epilog_slurmctld) for: SPUR_JOB_ID, 1 to 4294967295 (bbkit_u32); else
+# bbkit_fail, and so too when SPUR_SCRIPT_CONTEXT names another hook (the script installed in
+# the wrong place).
+bbkit_spur_job_id() {
+    case ${SPUR_SCRIPT_CONTEXT:-$1} in
+        "$1") ;;
+        *) bbkit_fail "run as Spur's '${SPUR_SCRIPT_CONTEXT}' hook: install it as $1" ;;
+    esac
+    bbkit_id=${SPUR_JOB_ID:-}
+    bbkit_spur_status=0
+    bbkit_u32 "$bbkit_id" || bbkit_spur_status=$?
+    case $bbkit_spur_status:$bbkit_id in
+        1:* | 0:0) bbkit_fail "invalid job id '$bbkit_id' in SPUR_JOB_ID (run this as Spur's $1)" ;;
+        2:*) bbkit_fail "invalid job id '$bbkit_id' in SPUR_JOB_ID" ;;
+    esac
+}
+
 # --- The job as the scheduler gives it -------------------------------------------------------
 
 # bbkit_job_user JOB NOUN USER: USER (the job's owner, NOUN in messages) is a user name this
@@ -230,6 +304,14 @@ bbkit_job_run() {
     # shellcheck disable=SC2069 # on purpose: standard error to the caller's $(...), output dropped
     env -i PATH="$bbkit_path" ${bbkit_job_config:+BBKIT_CONFIG="$bbkit_job_config"} \
         ${bbkit_job_bindir:+BBKIT_BINDIR="$bbkit_job_bindir"} "$@" 2>&1 >/dev/null
+}
+
+# bbkit_job_settings_inherited: $BBKIT_CONFIG and $BBKIT_BINDIR of this script's environment
+# become bbkit-job's (bbkit_job_run), for a scheduler whose environment is root's (pbs_mom's,
+# spurctld's): the admin's, never a job's.
+bbkit_job_settings_inherited() {
+    bbkit_job_config=${BBKIT_CONFIG:-}
+    bbkit_job_bindir=${BBKIT_BINDIR:-}
 }
 
 # --- Slurm ------------------------------------------------------------------------------------
@@ -341,11 +423,12 @@ bbkit_controller_role() {
 
 # --- The tools -------------------------------------------------------------------------------
 
-# bbkit_find_tools DIR: where bbkit_tool finds the tools: $BBKIT_BINDIR, else DIR (PREFIX/bin of
-# the installation the caller belongs to), else PATH; a directory is used only when it holds
-# bb-stage. No process but readlink for $BBKIT_BINDIR: Slurm forks dw_wlm_cli for every call.
+# bbkit_find_tools DIR: where bbkit_tool finds the tools: $BBKIT_BINDIR, else PREFIX/bin of the
+# installation the caller belongs to (DIR, its own directory, is below PREFIX/share/bbkit/),
+# else PATH; a directory is used only when it holds bb-stage. No process but readlink for
+# $BBKIT_BINDIR: Slurm forks dw_wlm_cli for every call.
 bbkit_find_tools() {
-    bbkit_tools=${BBKIT_BINDIR:-$1}
+    bbkit_tools=${BBKIT_BINDIR:-${1%/share/bbkit/*}/bin}
     if [ -x "$bbkit_tools/bb-stage" ]; then
         [ -z "${BBKIT_BINDIR:-}" ] || bbkit_tools=$(readlink -f "$bbkit_tools")
     else
