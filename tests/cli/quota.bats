@@ -263,10 +263,11 @@ project_of() { lsattr -d -p "$1" | awk '{print $1}'; }
 
 @test "xfs: a stage-in past its capacity says the buffer's capacity, not the pool" {
   quota_pool xfs
-  # The sources fit the measurement; the directories' own blocks take them past the limit,
-  # which XFS answers with ENOSPC, as a full file system: the pool has room, the buffer none.
-  as_user mkdir -p "$TEST_DIR/pfs/in/sub"
-  as_user dd if=/dev/urandom of="$TEST_DIR/pfs/in/sub/data" bs=1M count=1 status=none
+  # 400 files of 100 bytes fit the measurement (apparent sizes); their blocks, 4 KiB each, take
+  # them past the limit, which XFS answers with ENOSPC, as a full file system: the pool has
+  # room, the buffer none.
+  as_user mkdir -p "$TEST_DIR/pfs/in"
+  as_user sh -c 'for i in $(seq 400); do head -c 100 /dev/zero >"$1/f$i"; done' sh "$TEST_DIR/pfs/in"
   bb-pool alloc --job 15 --user "$U" --bb "#BB_LUA capacity=1MiB pool=q #BB_LUA stage_in type=directory source=$TEST_DIR/pfs/in destination=in" >/dev/null
   run bb-stage in --job 15
   assert_failure 74
