@@ -12,6 +12,7 @@
 #include "bbkit/fsops.hpp"
 #include "bbkit/seal.hpp"
 #include "bbkit/slurm_gres.hpp"
+#include "bbkit/text.hpp"
 #include "bbkit/user.hpp"
 
 namespace bbkit {
@@ -53,11 +54,6 @@ json parse_published(const std::string& text) {
                     "not a JSON array (the owner rewrites it at the next change; run bb-stat "
                     "as the owner meanwhile)");
     return value;
-}
-
-bool ends_with(const std::string& text, const std::string& suffix) {
-    return text.size() > suffix.size() &&
-           text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::uint64_t json_uint(const json& object, const char* key) {
@@ -133,8 +129,8 @@ namespace {
 void read_buffer_files(int fd, const std::string& path, bool private_data, uid_t uid,
                        std::vector<BufferStatus>& buffers) {
     for (const std::string& name : list_directory(fd, path)) {
-        if (!ends_with(name, ".json"))
-            continue;  // a temporary being renamed into place
+        if (!ends_with(name, ".json") || name == ".json")
+            continue;  // a temporary being renamed into place, or no <key>.json
         const std::string file = path + "/" + name;
         std::optional<std::string> text;
         try {
