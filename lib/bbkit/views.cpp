@@ -302,6 +302,36 @@ JobStatus job_status(const StatusSnapshot& snapshot, const Config& config, std::
     return JobStatus{*found, std::nullopt};
 }
 
+StatusAnswer query_status(const Config& config, uid_t caller, const StatusQuery& query) {
+    StatusAnswer answer;
+    if (privileged_viewer(config, caller)) {
+        StoreOptions read_only;
+        read_only.read_only = true;
+        StateStore store(config, read_only);
+        ReadSnapshot txn(store);
+        if (query.job_id)
+            answer.job = job_status(txn, config, *query.job_id, query.for_uid);
+        if (query.scope == StatusQuery::Scope::pools)
+            answer.snapshot.pools = pool_status(txn, config);
+        else if (query.scope == StatusQuery::Scope::all)
+            answer.snapshot = read_status(txn, config);
+        if (query.project_usage)
+            read_project_usage(answer.snapshot, config);
+    } else {
+        answer.snapshot = read_public_status(config, caller);
+        if (query.job_id)
+            answer.job = job_status(answer.snapshot, config, *query.job_id, query.for_uid);
+    }
+    if (query.for_uid)
+        restrict_to_viewer(answer.snapshot, config, *query.for_uid);
+    if (query.for_anyone) {
+        restrict_to_anyone(answer.snapshot, config);
+        if (answer.job && !buffers_are_public(config))
+            no_job_buffer(*query.job_id);
+    }
+    return answer;
+}
+
 std::string slurm_reason(const Buffer& buffer) {
     if (!buffer.reason.empty())
         return buffer.reason;
