@@ -140,7 +140,7 @@ Value toml_document(const std::string& text, const std::string& source) {
         if (said.empty())
             continue;
         // toml11's "but value already exists" reads, after the summary, "value already exists".
-        hint = said.compare(0, 4, "but ") == 0 ? said.substr(4) : said;
+        hint = starts_with(said, "but ") ? said.substr(4) : said;
         if (at != line)
             hint += " at line " + std::to_string(at);
     }
@@ -165,7 +165,7 @@ std::string one_line(const std::string& toml_message) {
     std::istringstream lines(toml_message);
     std::string summary;
     std::getline(lines, summary);
-    if (summary.compare(0, error_tag.size(), error_tag) == 0)
+    if (starts_with(summary, error_tag))
         summary.erase(0, error_tag.size());
     std::string line;
     std::string hint;
@@ -369,8 +369,7 @@ std::string name_of(const Field& field) {
 // a cluster name holding ".p." could not be told from it.
 std::string cluster_name_of(const Field& field) {
     const std::string name = name_of(field);
-    if (name.find(".p.") != std::string::npos ||
-        (name.size() >= 2 && name.compare(name.size() - 2, 2, ".p") == 0))
+    if (name.find(".p.") != std::string::npos || ends_with(name, ".p"))
         field.fail(
             "'" + name +
             "' holds \".p\", which buffer keys keep for persistent buffers (rename the cluster)");
@@ -622,7 +621,7 @@ Limits limits_of(const Field& table) {
 bool paths_overlap(const std::string& a, const std::string& b) {
     const std::string& shorter = a.size() <= b.size() ? a : b;
     const std::string& longer = a.size() <= b.size() ? b : a;
-    return longer.compare(0, shorter.size(), shorter) == 0 &&
+    return starts_with(longer, shorter) &&
            (longer.size() == shorter.size() || longer[shorter.size()] == '/');
 }
 

@@ -21,21 +21,10 @@ namespace {
 
 // ---- lines -----------------------------------------------------------------------------------
 
-std::string trim(const std::string& s) {
-    std::size_t begin = 0;
-    std::size_t end = s.size();
-    while (begin < end && is_blank(s[begin]))
-        ++begin;
-    while (end > begin && is_blank(s[end - 1]))
-        --end;
-    return s.substr(begin, end - begin);
-}
-
 // The prefix `line` starts with ("#" + prefix + blank or end), or "" when none does.
 std::string match_prefix(std::string_view line, const std::vector<std::string>& prefixes) {
     for (const std::string& prefix : prefixes) {
-        if (prefix.empty() || line.size() < prefix.size() + 1 || line[0] != '#' ||
-            line.compare(1, prefix.size(), prefix) != 0)
+        if (prefix.empty() || !starts_with(line, "#" + prefix))
             continue;
         const std::size_t next = prefix.size() + 1;
         if (next == line.size() || is_blank(line[next]))
@@ -287,7 +276,7 @@ class Parser {
             ++at;
         for (const char* command : {"jobdw", "persistentdw", "stage_in", "stage_out", "swap",
                                     "create_persistent", "destroy_persistent"})
-            if (line.compare(at, std::string(command).size(), command) == 0)
+            if (starts_with(std::string_view(line).substr(at), command))
                 throw invalid(label(where) + ": write '" + head + " " + command +
                               "', with a blank after " + head +
                               " (Slurm's datawarp plugin reads the line, bbkit would not)");

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+
+#include "bbkit/text.hpp"
 #endif
 
 namespace bbkit {
@@ -93,7 +95,7 @@ std::optional<Armed> parse_armed() {
         return std::nullopt;
     Armed a;
     a.name = env;
-    if (a.name.size() > 5 && a.name.compare(a.name.size() - 5, 5, ":stop") == 0) {
+    if (a.name.size() > 5 && ends_with(a.name, ":stop")) {
         a.stop = true;
         a.name.erase(a.name.size() - 5);
     }

@@ -32,7 +32,7 @@ std::string environment_key_name(uid_t uid) {
 std::optional<std::uint64_t> environment_job_id(const std::string& cluster,
                                                 const std::string& name) {
     const std::string prefix = cluster + ".";
-    if (name.compare(0, prefix.size(), prefix) != 0)
+    if (!starts_with(name, prefix))
         return std::nullopt;
     std::string rest = name.substr(prefix.size());
     const std::size_t dot = rest.find('.');

@@ -25,6 +25,7 @@
 #include "bbkit/slurm_gres.hpp"
 #include "bbkit/slurm_view.hpp"
 #include "bbkit/stage_plan.hpp"
+#include "bbkit/text.hpp"
 #include "bbkit/trust.hpp"
 
 namespace bbkit {
@@ -931,9 +932,7 @@ std::optional<std::string> cluster_of_entry(const std::string& subdir, const std
     if (subdir == "job")
         return cluster_of_key(without_directory_token(name));
     if (subdir == "persistent") {  // CLUSTER.NAME[.TOKEN], NAME may hold '.' (buffer_key.hpp)
-        if (name.size() > own_cluster.size() + 1 &&
-            name.compare(0, own_cluster.size(), own_cluster) == 0 &&
-            name[own_cluster.size()] == '.')
+        if (name.size() > own_cluster.size() + 1 && starts_with(name, own_cluster + "."))
             return own_cluster;
         std::string plain = without_directory_token(name);
         if (plain.find('.') == std::string::npos)  // an older CLUSTER.NAME of a hex-like name

@@ -21,6 +21,7 @@
 #include "bbkit/fsops.hpp"
 #include "bbkit/job_environment.hpp"
 #include "bbkit/seal.hpp"
+#include "bbkit/text.hpp"
 
 namespace bbkit {
 namespace {
@@ -65,9 +66,9 @@ PoolMarker parse_marker(const Fd& owned, const std::string& pool_path) {
     PoolMarker marker;
     std::string line;
     while (std::getline(text, line)) {
-        if (line.rfind("name=", 0) == 0)
+        if (starts_with(line, "name="))
             marker.name = line.substr(5);
-        if (line.rfind("uuid=", 0) == 0)
+        if (starts_with(line, "uuid="))
             marker.uuid = line.substr(5);
     }
     return marker;

@@ -169,9 +169,8 @@ bool is_layout_1_file(const std::string& name) {
     const std::string prefix = "buffers.", suffix = ".json";
     if (name == "buffers.json")
         return true;
-    if (name.size() <= prefix.size() + suffix.size() ||
-        name.compare(0, prefix.size(), prefix) != 0 ||
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    if (name.size() <= prefix.size() + suffix.size() || !starts_with(name, prefix) ||
+        !ends_with(name, suffix))
         return false;
     return parse_decimal(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()),
                          max_uid)
@@ -182,8 +181,7 @@ bool is_layout_1_file(const std::string& name) {
 // name.
 std::optional<uid_t> key_file_uid(const std::string& name) {
     const std::string suffix = ".key";
-    if (name.size() <= suffix.size() ||
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    if (name.size() <= suffix.size() || !ends_with(name, suffix))
         return std::nullopt;
     const auto uid = parse_decimal(name.substr(0, name.size() - suffix.size()), max_uid);
     if (!uid || public_key_name(static_cast<uid_t>(*uid)) != name)

@@ -853,7 +853,7 @@ std::optional<Finding> orphan_directory(const CheckRun& run, PoolDir& dir, const
 std::optional<Finding> orphan_trash(const CheckRun& run, PoolDir& dir, const Candidate& c,
                                     const Expected& expected, const std::string& stamp) {
     for (const std::string& t : expected_in(expected.trash, c.pool))
-        if (c.name == t || c.name.rfind(t + ".piece", 0) == 0)
+        if (c.name == t || starts_with(c.name, t + ".piece"))
             return std::nullopt;
     return orphan(run, dir, c, FindingKind::orphan_trash, stamp);
 }

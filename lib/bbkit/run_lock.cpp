@@ -20,6 +20,7 @@
 
 #include "bbkit/error.hpp"
 #include "bbkit/store.hpp"
+#include "bbkit/text.hpp"
 
 namespace bbkit {
 
@@ -211,7 +212,7 @@ void RunLock::remove_file() {
     if (DIR* dir = listing < 0 ? nullptr : fdopendir(listing)) {
         while (const dirent* entry = readdir(dir)) {
             const std::string name = entry->d_name;
-            if (name.compare(0, prefix.size(), prefix) == 0 && name != own)
+            if (starts_with(name, prefix) && name != own)
                 older.push_back(name);
         }
         closedir(dir);

@@ -137,7 +137,7 @@ std::uint64_t node_count_of(const std::string& text, std::string count) {
 NodeGres node_item(const std::string& text, const std::string& item) {
     std::string head = item;
     if (const std::size_t open = item.find('('); open != std::string::npos) {
-        if (item.back() != ')' || item.compare(open, 3, "(S:") != 0)
+        if (item.back() != ')' || !starts_with(std::string_view(item).substr(open), "(S:"))
             malformed(text, "item '" + printable(item) + "' has other than sockets in parentheses",
                       node_whose);
         head.resize(open);

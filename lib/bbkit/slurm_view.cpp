@@ -138,7 +138,7 @@ SlurmView slurm_view(const std::string& text, const std::string& directive, cons
     for (std::string line : nonempty_lines(text)) {
         if (line[0] != '#')
             break;
-        if (line.compare(1, directive.size(), directive) != 0) {
+        if (!starts_with(line, "#" + directive)) {
             continuing = false;
             continue;
         }

@@ -113,7 +113,7 @@ StatRequest check_gres(StatRequest request, const StatOptions& options) {
 StatRequest parse_stat_request(const StatOptions& options) {
     if (options.dwstat)
         return parse_dwstat(options);
-    const StatRequest request = parse_words(options.words);
+    StatRequest request = parse_words(options.words);
     if (options.shell && request.view != StatView::env)
         throw Error(ExitCode::usage, "--shell goes with the env view only");
     if (request.view == StatView::env &&
@@ -123,7 +123,32 @@ StatRequest parse_stat_request(const StatOptions& options) {
     if (options.for_uid && options.for_anyone)
         throw Error(ExitCode::usage, "give --for-uid or --for-anyone, not both");
     check_dws(request, options);
-    return check_gres(request, options);
+    request = check_gres(request, options);
+    request.print_view = request.explicit_view || !options.prometheus;
+    return request;
+}
+
+StatusQuery status_query(const StatRequest& request, const StatOptions& options) {
+    using Scope = StatusQuery::Scope;
+    StatusQuery query;
+    query.for_uid = options.for_uid;
+    query.for_anyone = options.for_anyone;
+    if (request.dwstat_view) {  // every table asked for, from one snapshot
+        query.scope = *request.dwstat_view == "pools" ? Scope::pools : Scope::all;
+        return query;
+    }
+    if (request.view == StatView::env) {
+        query.scope = Scope::none;
+        return query;
+    }
+    query.project_usage = options.prometheus.has_value();
+    if (request.view == StatView::job)
+        query.job_id = request.job_id;
+    if (request.view == StatView::pools && !options.prometheus)
+        query.scope = Scope::pools;
+    else if (request.view == StatView::job && !options.prometheus)
+        query.scope = Scope::none;
+    return query;
 }
 
 }  // namespace bbkit

@@ -1,5 +1,6 @@
 // What bb-stat is asked for: its view words (VIEW [ID]) and the options each view goes with,
-// checked before anything is read (bb-stat(1)). Every refusal is Error(usage), exit 64.
+// checked before anything is read (bb-stat(1)), and what is read for them. Every refusal is
+// Error(usage), exit 64.
 #pragma once
 
 #include <sys/types.h>
@@ -9,6 +10,8 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include "bbkit/views.hpp"
 
 namespace bbkit {
 
@@ -42,9 +45,10 @@ struct StatOptions {
 };
 
 struct StatRequest {
-    StatView view = StatView::pools;    // the default when no word is given
-    bool explicit_view = false;         // a word was given (with --prometheus, print it too)
-    std::uint64_t job_id = 0;           // job and env
+    StatView view = StatView::pools;  // the default when no word is given
+    bool explicit_view = false;       // a word was given (with --prometheus, print it too)
+    bool print_view = true;           // false: --prometheus without a word writes the metrics only
+    std::uint64_t job_id = 0;         // job and env
     std::set<std::uint64_t> live_jobs;  // gres: --slurm-jobs
     // With --dwstat: the one of dwstat_views() to print ("pools" without a word); `view` is
     // then unused.
@@ -56,5 +60,12 @@ struct StatRequest {
 // together (--dws with --json, --shell but for env, --for-uid with --for-anyone, gres without
 // --slurm-jobs, ...).
 StatRequest parse_stat_request(const StatOptions& options);
+
+// What bb-stat reads for `request` (parse_stat_request's of `options`), for query_status: the
+// pools alone for the pools view (Slurm's datawarp plugin asks every 30 s) and dwstat's pools,
+// nothing but the job's buffer for `job ID`, everything for the other views and the metrics,
+// which add the project usage; --for-uid and --for-anyone as given. The env view reads no state
+// (read_task_environment): nothing.
+StatusQuery status_query(const StatRequest& request, const StatOptions& options);
 
 }  // namespace bbkit

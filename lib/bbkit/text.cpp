@@ -62,6 +62,18 @@ bool starts_with(std::string_view text, std::string_view prefix) {
     return text.substr(0, prefix.size()) == prefix;
 }
 
+bool ends_with(std::string_view text, std::string_view suffix) {
+    return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
+}
+
+std::string trim(std::string_view text) {
+    constexpr std::string_view blanks = " \t\r\n\v\f";
+    const std::size_t begin = text.find_first_not_of(blanks);
+    if (begin == std::string_view::npos)
+        return "";
+    return std::string(text.substr(begin, text.find_last_not_of(blanks) - begin + 1));
+}
+
 std::string local_time(std::int64_t nanos) {
     const std::time_t seconds = static_cast<std::time_t>(nanos / 1000000000);
     std::tm tm{};

@@ -31,6 +31,11 @@ std::string join(const std::vector<std::string>& parts, std::string_view separat
 std::string lower(std::string_view text);
 
 bool starts_with(std::string_view text, std::string_view prefix);
+bool ends_with(std::string_view text, std::string_view suffix);
+
+// `text` without the blanks at either end: space, tab, CR, LF, vertical tab and form feed (the
+// C locale's isspace), never a byte past ASCII.
+std::string trim(std::string_view text);
 
 // A time given in nanoseconds since the epoch, in this host's time zone, to the second:
 // "2026-11-29 04:46:05", as lock holders and controller claims are named in messages.

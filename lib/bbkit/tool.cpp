@@ -118,6 +118,28 @@ bool on_command_line(int argc, char** argv, const char* word) {
     return false;
 }
 
+void add_subcommands(CLI::App& app, int argc, char** argv, const std::vector<Subcommand>& table) {
+    for (const Subcommand& row : table) {
+        CLI::App* sub = app.add_subcommand(row.name, row.description);
+        if (row.add_options && on_command_line(argc, argv, row.name.c_str()))
+            row.add_options(*sub);
+    }
+}
+
+int run_subcommand(const std::string& tool, const CLI::App& app, const CommonOptions& options,
+                   const std::vector<Subcommand>& table) {
+    for (const Subcommand& row : table) {
+        if (!app.get_subcommand(row.name)->parsed())
+            continue;
+        const Config config = load_effective_config(options);
+        StoreOptions store_options = row.store;
+        store_options.read_only = row.reads && row.reads();
+        StateStore store(config, store_options);
+        return row.run(store, config, tool + " " + row.name);
+    }
+    throw Error(ExitCode::software, "no subcommand to run");
+}
+
 Config load_effective_config(const CommonOptions& options) {
     const std::string path = locate_config(options.config_path);
     check_root_controlled(path, "configuration");

@@ -1,5 +1,5 @@
-// The edge every bbkit tool shares: the common options, logging to stderr, and turning an
-// error into "bb-TOOL: message" plus its exit code, in this one place.
+// The edge every bbkit tool shares: the common options, logging to stderr, turning an error into
+// "bb-TOOL: message" plus its exit code, in this one place, and a tool's subcommands as a table.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -7,9 +7,11 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bbkit/config.hpp"
+#include "bbkit/store.hpp"
 
 namespace bbkit {
 
@@ -39,6 +41,37 @@ CLI::Validator job_id_validator();
 // options only when its name is on the command line (CLI11 selects a subcommand only by its
 // exact name). Building all of bb-pool's took a third of `bb-pool --version`'s instructions.
 bool on_command_line(int argc, char** argv, const char* word);
+
+// One subcommand of a tool that acts on the state (bb-pool's, bb-stage's): a row of the table
+// its main is, which add_subcommands builds and run_subcommand runs.
+struct Subcommand {
+    Subcommand(std::string name, std::string description)
+        : name(std::move(name)), description(std::move(description)) {}
+
+    std::string name;         // as typed, and as --help lists it
+    std::string description;  // its line in --help
+    // Adds its options to `sub`, its CLI11 app. Called only when `name` is on the command line
+    // (on_command_line): a tool builds the options of the one subcommand it runs.
+    std::function<void(CLI::App& sub)> add_options;
+    // Whether it only reads, as the command line asks (bb-pool check without --repair, bb-stage
+    // in --check): it then opens the state read-only, as every reader does, on any controller
+    // (bbkit(7), STATE DIRECTORY). Unset: it writes.
+    std::function<bool()> reads;
+    StoreOptions store{};  // how else it opens the state (read_only follows `reads`)
+    // What it runs once the command line is parsed. `who` ("bb-pool alloc") is what the
+    // history and the audit log record.
+    std::function<int(StateStore& store, const Config& config, const std::string& who)> run;
+};
+
+// Adds `table`'s subcommands to `app`, in the table's order (the order --help lists them), each
+// with its options only when its name is one of `argv`.
+void add_subcommands(CLI::App& app, int argc, char** argv, const std::vector<Subcommand>& table);
+
+// Runs the subcommand of `table` that `app`'s command line selected: loads the configuration
+// (load_effective_config), opens the state as the subcommand asks, and returns what it returns,
+// `who` being "TOOL NAME". Error(software) when none was selected (require_subcommand(1)).
+int run_subcommand(const std::string& tool, const CLI::App& app, const CommonOptions& options,
+                   const std::vector<Subcommand>& table);
 
 // Loads the configuration the options point at (--config, $BBKIT_CONFIG, /etc/bbkit/bbkit.toml)
 // and applies --state-dir / $BBKIT_STATE_DIR. As root, the file must be one only root can

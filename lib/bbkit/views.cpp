@@ -12,6 +12,7 @@
 #include "bbkit/fsops.hpp"
 #include "bbkit/seal.hpp"
 #include "bbkit/slurm_gres.hpp"
+#include "bbkit/text.hpp"
 #include "bbkit/user.hpp"
 
 namespace bbkit {
@@ -53,11 +54,6 @@ json parse_published(const std::string& text) {
                     "not a JSON array (the owner rewrites it at the next change; run bb-stat "
                     "as the owner meanwhile)");
     return value;
-}
-
-bool ends_with(const std::string& text, const std::string& suffix) {
-    return text.size() > suffix.size() &&
-           text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::uint64_t json_uint(const json& object, const char* key) {
@@ -133,8 +129,8 @@ namespace {
 void read_buffer_files(int fd, const std::string& path, bool private_data, uid_t uid,
                        std::vector<BufferStatus>& buffers) {
     for (const std::string& name : list_directory(fd, path)) {
-        if (!ends_with(name, ".json"))
-            continue;  // a temporary being renamed into place
+        if (!ends_with(name, ".json") || name == ".json")
+            continue;  // a temporary being renamed into place, or no <key>.json
         const std::string file = path + "/" + name;
         std::optional<std::string> text;
         try {
@@ -304,6 +300,36 @@ JobStatus job_status(const StatusSnapshot& snapshot, const Config& config, std::
     if (!found || (viewer && !may_see(config, *viewer, found->buffer)))
         no_job_buffer(job_id);
     return JobStatus{*found, std::nullopt};
+}
+
+StatusAnswer query_status(const Config& config, uid_t caller, const StatusQuery& query) {
+    StatusAnswer answer;
+    if (privileged_viewer(config, caller)) {
+        StoreOptions read_only;
+        read_only.read_only = true;
+        StateStore store(config, read_only);
+        ReadSnapshot txn(store);
+        if (query.job_id)
+            answer.job = job_status(txn, config, *query.job_id, query.for_uid);
+        if (query.scope == StatusQuery::Scope::pools)
+            answer.snapshot.pools = pool_status(txn, config);
+        else if (query.scope == StatusQuery::Scope::all)
+            answer.snapshot = read_status(txn, config);
+        if (query.project_usage)
+            read_project_usage(answer.snapshot, config);
+    } else {
+        answer.snapshot = read_public_status(config, caller);
+        if (query.job_id)
+            answer.job = job_status(answer.snapshot, config, *query.job_id, query.for_uid);
+    }
+    if (query.for_uid)
+        restrict_to_viewer(answer.snapshot, config, *query.for_uid);
+    if (query.for_anyone) {
+        restrict_to_anyone(answer.snapshot, config);
+        if (answer.job && !buffers_are_public(config))
+            no_job_buffer(*query.job_id);
+    }
+    return answer;
 }
 
 std::string slurm_reason(const Buffer& buffer) {

@@ -109,6 +109,34 @@ JobStatus job_status(const StatusSnapshot& snapshot, const Config& config, std::
 // quotas (one quotactl per buffer; nothing for a pool without them or a caller who is not root).
 void read_project_usage(StatusSnapshot& snapshot, const Config& config);
 
+// ---- what a reader sees, read from where it may read ---------------------------------------
+
+// What a reader asks of the state: bb-stat's views, its dwstat tables, its metrics.
+struct StatusQuery {
+    // What is read from the database: the pools alone (pool_status), the pools with the live
+    // buffers and counts (read_status), or neither (one job's buffer alone, `job_id`).
+    enum class Scope { none, pools, all };
+    Scope scope = Scope::all;
+    std::optional<std::uint64_t> job_id;  // also this job's buffer (job_status)
+    bool project_usage = false;           // the buffers' project usage too (read_project_usage)
+    std::optional<uid_t> for_uid;         // keep what this user may see (restrict_to_viewer)
+    bool for_anyone = false;              // keep what any user may see (restrict_to_anyone)
+};
+
+struct StatusAnswer {
+    StatusSnapshot snapshot;
+    std::optional<JobStatus> job;  // when StatusQuery::job_id was given
+};
+
+// What `caller` may see of what `query` asks, decided in this one place: root and the state
+// directory's owner (privileged_viewer) read the database, in one read-only snapshot; everyone
+// else reads public/ (read_public_status, whatever the scope; project usage is root's) and
+// never needs the database. Then only what `for_uid`, or anyone, may see is kept. A job's
+// buffer asked for anyone is, with PrivateData, Error(no_input) "no burst buffer for job N", as
+// for a job without one: nobody learns whether it has one. Errors as job_status, read_status
+// and read_public_status give them (a reader's StateStore: no_input without a state directory).
+StatusAnswer query_status(const Config& config, uid_t caller, const StatusQuery& query);
+
 // <state>/progress/<key> (not in the database); nullopt when absent, unreadable or not a
 // progress record (parse_progress_record).
 std::optional<StagingProgress> read_progress(const std::string& state_dir, const BufferKey& key);

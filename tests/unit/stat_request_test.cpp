@@ -180,5 +180,80 @@ TEST(StatRequest, GresNeedsSlurmsJobsAndItsOptionsGoWithItAlone) {
     EXPECT_EQ(refused(prom), ExitCode::usage);
 }
 
+// ---- what is read for a request -------------------------------------------------------------
+
+using Scope = StatusQuery::Scope;
+
+// The query bb-stat makes for `options` (parse_stat_request first, as bb-stat does).
+StatusQuery query(const StatOptions& options) {
+    return status_query(parse_stat_request(options), options);
+}
+
+TEST(StatusQuery, ThePoolsViewReadsThePoolsAloneAndTheMetricsEverything) {
+    const StatusQuery pools = query(StatOptions{});
+    EXPECT_EQ(pools.scope, Scope::pools);
+    EXPECT_FALSE(pools.job_id);
+    EXPECT_FALSE(pools.project_usage);
+    StatOptions metrics;
+    metrics.prometheus = "/tmp/metrics.prom";
+    const StatusQuery with_metrics = query(metrics);
+    EXPECT_EQ(with_metrics.scope, Scope::all);
+    EXPECT_TRUE(with_metrics.project_usage);
+    for (const char* view : {"sessions", "instances", "configurations", "activations", "burst"})
+        EXPECT_EQ(query(words({view})).scope, Scope::all) << view;
+}
+
+TEST(StatusQuery, AJobsViewReadsTheJobsBufferAloneUnlessMetricsAreWritten) {
+    const StatusQuery job = query(words({"job", "42"}));
+    EXPECT_EQ(job.scope, Scope::none);
+    EXPECT_EQ(job.job_id, 42u);
+    StatOptions metrics = words({"job", "42"});
+    metrics.prometheus = "/tmp/metrics.prom";
+    const StatusQuery with_metrics = query(metrics);
+    EXPECT_EQ(with_metrics.scope, Scope::all);
+    EXPECT_EQ(with_metrics.job_id, 42u);
+    EXPECT_TRUE(with_metrics.project_usage);
+}
+
+TEST(StatusQuery, TheEnvViewReadsNoState) {
+    const StatusQuery env = query(words({"env", "7"}));
+    EXPECT_EQ(env.scope, Scope::none);
+    EXPECT_FALSE(env.job_id);
+}
+
+TEST(StatusQuery, DwstatReadsThePoolsAloneOrEveryTableFromOneSnapshot) {
+    StatOptions dwstat;
+    dwstat.dwstat = true;
+    EXPECT_EQ(query(dwstat).scope, Scope::pools);
+    for (const char* view : {"sessions", "most", "all"}) {
+        dwstat.words = {view};
+        const StatusQuery q = query(dwstat);
+        EXPECT_EQ(q.scope, Scope::all) << view;
+        EXPECT_FALSE(q.job_id) << view;
+        EXPECT_FALSE(q.project_usage) << view;
+    }
+}
+
+TEST(StatusQuery, ForUidAndForAnyoneAreCarriedAsGiven) {
+    StatOptions for_uid = words({"sessions"});
+    for_uid.for_uid = 1017;
+    EXPECT_EQ(query(for_uid).for_uid, 1017u);
+    EXPECT_FALSE(query(for_uid).for_anyone);
+    StatOptions for_anyone;
+    for_anyone.dwstat = true;
+    for_anyone.for_anyone = true;
+    EXPECT_TRUE(query(for_anyone).for_anyone);
+    EXPECT_FALSE(query(for_anyone).for_uid);
+}
+
+TEST(StatRequest, WithPrometheusAViewIsPrintedOnlyWhenNamed) {
+    EXPECT_TRUE(parse_stat_request(StatOptions{}).print_view);
+    StatOptions metrics;
+    metrics.prometheus = "/tmp/metrics.prom";
+    EXPECT_FALSE(parse_stat_request(metrics).print_view);
+    metrics.words = {"pools"};
+    EXPECT_TRUE(parse_stat_request(metrics).print_view);
+}
+
 }  // namespace
 }  // namespace bbkit

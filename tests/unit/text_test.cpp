@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 
 using bbkit::all_digits;
+using bbkit::ends_with;
 using bbkit::join;
 using bbkit::lower;
 using bbkit::parse_decimal;
 using bbkit::starts_with;
+using bbkit::trim;
 
 TEST(AllDigits, takes_ascii_digits_only) {
     EXPECT_TRUE(all_digits("0"));
@@ -53,4 +56,23 @@ TEST(StartsWith, compares_the_leading_bytes) {
     EXPECT_TRUE(starts_with("abc", "abc"));
     EXPECT_FALSE(starts_with("ab", "abc"));
     EXPECT_FALSE(starts_with("xabc", "abc"));
+}
+
+TEST(EndsWith, compares_the_trailing_bytes) {
+    EXPECT_TRUE(ends_with("main.7.1.json", ".json"));
+    EXPECT_TRUE(ends_with("abc", ""));
+    EXPECT_TRUE(ends_with(".json", ".json"));
+    EXPECT_FALSE(ends_with("json", ".json"));
+    EXPECT_FALSE(ends_with("main.7.1.json.tmp", ".json"));
+    EXPECT_FALSE(ends_with("", "x"));
+}
+
+TEST(Trim, removes_ascii_blanks_at_both_ends_only) {
+    EXPECT_EQ(trim("  #BB_LUA pool=p \t\r"), "#BB_LUA pool=p");
+    EXPECT_EQ(trim("a b"), "a b");
+    EXPECT_EQ(trim("\v\f\na\n"), "a");
+    EXPECT_EQ(trim(" \t "), "");
+    EXPECT_EQ(trim(""), "");
+    const std::string no_break_space = "\xc2\xa0";  // a blank in UTF-8, kept
+    EXPECT_EQ(trim(no_break_space + "a" + no_break_space), no_break_space + "a" + no_break_space);
 }

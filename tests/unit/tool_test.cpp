@@ -87,6 +87,30 @@ class ToolTest : public ::testing::Test {
         return r;
     }
 
+    // run_tool over `table` as bb-pool's and bb-stage's mains wire theirs: add_subcommands,
+    // then run_subcommand as the body.
+    Run run_table(std::vector<std::string> args, const std::vector<Subcommand>& table) {
+        CLI::App app("test tool", "bb-test");
+        app.require_subcommand(1);
+        options_ = CommonOptions{};
+        add_common_options(app, options_, true);
+        args.insert(args.begin(), "bb-test");
+        std::vector<char*> argv;
+        for (std::string& a : args)
+            argv.push_back(a.data());
+        argv.push_back(nullptr);
+        const int argc = static_cast<int>(args.size());
+        add_subcommands(app, argc, argv.data(), table);
+        ::testing::internal::CaptureStdout();
+        ::testing::internal::CaptureStderr();
+        Run r;
+        r.status = run_tool("bb-test", app, argc, argv.data(), options_,
+                            [&] { return run_subcommand("bb-test", app, options_, table); });
+        r.out = ::testing::internal::GetCapturedStdout();
+        r.err = ::testing::internal::GetCapturedStderr();
+        return r;
+    }
+
     std::string file(const std::string& name, const std::string& text, uid_t uid = 0,
                      mode_t mode = 0644) {
         const std::string path = dir_ + "/" + name;
@@ -178,6 +202,59 @@ TEST_F(ToolTest, a_word_is_on_the_command_line_only_as_a_whole_argument_after_th
     EXPECT_TRUE(on_command_line(4, argv, "pool"));
     EXPECT_TRUE(on_command_line(4, argv, "--reconcile"));
     EXPECT_FALSE(on_command_line(1, argv, "pool"));
+}
+
+// A tool's subcommands as a table (bb-pool's, bb-stage's): built in the table's order, the order
+// --help lists them, each with its options only when its name is on the command line.
+TEST(Subcommands, are_built_in_order_each_with_its_options_only_when_named) {
+    bool flag = false;
+    bool other = false;
+    std::vector<Subcommand> table{{"one", "The first"}, {"two", "The second"}};
+    table[0].add_options = [&](CLI::App& sub) { sub.add_flag("--flag", flag, "A flag"); };
+    table[1].add_options = [&](CLI::App& sub) { sub.add_flag("--other", other, "Another"); };
+    char prog[] = "bb-test", one[] = "one", option[] = "--flag";
+    char* argv[] = {prog, one, option, nullptr};
+    CLI::App app("test tool", "bb-test");
+    add_subcommands(app, 3, argv, table);
+    EXPECT_EQ(app.get_subcommand(0)->get_name(), "one");
+    EXPECT_EQ(app.get_subcommand(0)->get_description(), "The first");
+    EXPECT_EQ(app.get_subcommand(1)->get_name(), "two");
+    EXPECT_EQ(app.get_subcommand(1)->get_description(), "The second");
+    EXPECT_NE(app.get_subcommand("one")->get_option_no_throw("--flag"), nullptr);
+    EXPECT_EQ(app.get_subcommand("two")->get_option_no_throw("--other"), nullptr);
+    app.parse(3, argv);
+    EXPECT_TRUE(flag);
+    EXPECT_TRUE(app.get_subcommand("one")->parsed());
+}
+
+// The one selected runs with the configuration and the state opened as its row asks: a reading
+// one read-only (it creates no state directory, and may not write), `who` naming the tool and the
+// subcommand, its status the tool's.
+TEST_F(ToolTest, the_selected_subcommand_runs_on_the_state_as_its_row_asks) {
+    bool repair = false;
+    std::string who;
+    std::vector<Subcommand> table{{"init", "Writes"}, {"check", "Reads, writes with --repair"}};
+    table[1].add_options = [&](CLI::App& sub) { sub.add_flag("--repair", repair, "Repair"); };
+    table[1].reads = [&] { return !repair; };
+    for (Subcommand& row : table)
+        row.run = [&who](StateStore& store, const Config&, const std::string& name) {
+            who = name;
+            return static_cast<int>(code_of([&] { WriteTransaction txn(store, name); }));
+        };
+    const Run before = run_table({"--config", config_path_, "check"}, table);
+    EXPECT_EQ(before.status, 66) << before.err;  // no state directory yet: a reader makes none
+    EXPECT_FALSE(fs::exists(dir_ + "/state"));
+    EXPECT_EQ(who, "");
+
+    const Run init = run_table({"--config", config_path_, "init"}, table);
+    EXPECT_EQ(init.status, 0) << init.err;  // it may write
+    EXPECT_EQ(who, "bb-test init");
+    EXPECT_TRUE(fs::is_directory(dir_ + "/state"));
+
+    const Run check = run_table({"--config", config_path_, "check"}, table);
+    EXPECT_EQ(check.status, static_cast<int>(ExitCode::software)) << check.err;  // read-only
+    EXPECT_EQ(who, "bb-test check");
+    EXPECT_EQ(run_table({"--config", config_path_, "check", "--repair"}, table).status, 0);
 }
 
 TEST_F(ToolTest, a_caller_through_sudo_may_not_name_a_file_root_reads) {

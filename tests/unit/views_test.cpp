@@ -5,6 +5,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/publish.hpp"
 #include "bbkit/seal.hpp"
+#include "code_of.hpp"
 #include "status_fixture.hpp"
 
 namespace bbkit {
@@ -224,6 +225,107 @@ TEST_F(StatusTest, reading_public_before_anything_was_published_is_unavailable) 
     } catch (const Error& error) {
         EXPECT_EQ(error.code(), ExitCode::data);
     }
+}
+
+// ---- query_status: what a reader sees, from where it may read -------------------------------
+
+class QueryTest : public StatusTest {
+  protected:
+    // Two job buffers in pool1, of users 1017 (job 1) and 1018 (job 2), in state.db only.
+    std::unique_ptr<StateStore> two_buffers() {
+        config_.pools.resize(1);
+        auto store = open_store();
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", kib, 1017, "marshall", t_169504));
+        allocate(txn, job(2, "pool1", kib, 1018, "other", t_169502));
+        txn.commit();
+        return store;
+    }
+    void publish_now(StateStore& store) {
+        WriteTransaction txn(store, "test");
+        publish(txn, store, config_);
+        txn.commit();
+    }
+    static StatusQuery scoped(StatusQuery::Scope scope) {
+        StatusQuery query;
+        query.scope = scope;
+        return query;
+    }
+};
+
+TEST_F(QueryTest, the_owner_reads_the_database_another_user_public) {
+    auto store = two_buffers();
+    const StatusAnswer owner = query_status(config_, geteuid(), StatusQuery{});
+    EXPECT_EQ(owner.snapshot.pools.size(), 1u);
+    EXPECT_EQ(owner.snapshot.buffers.size(), 2u);
+    EXPECT_FALSE(owner.job);
+    // Nothing published yet: another user reads public/ only.
+    EXPECT_EQ(code_of([&] { query_status(config_, 4242, StatusQuery{}); }), ExitCode::unavailable);
+    publish_now(*store);
+    const StatusAnswer other = query_status(config_, 4242, StatusQuery{});
+    EXPECT_EQ(other.snapshot.pools.size(), 1u);
+    EXPECT_EQ(other.snapshot.buffers.size(), 2u);
+    StatusQuery job = scoped(StatusQuery::Scope::none);
+    job.job_id = 2;
+    const StatusAnswer from_public = query_status(config_, 4242, job);
+    ASSERT_TRUE(from_public.job);
+    EXPECT_EQ(from_public.job->status.buffer.uid, 1018u);
+}
+
+TEST_F(QueryTest, the_database_is_read_as_far_as_the_scope_asks) {
+    auto store = two_buffers();
+    const StatusAnswer pools = query_status(config_, geteuid(), scoped(StatusQuery::Scope::pools));
+    EXPECT_EQ(pools.snapshot.pools.size(), 1u);
+    EXPECT_TRUE(pools.snapshot.buffers.empty());
+    EXPECT_TRUE(pools.snapshot.counts.empty());
+    StatusQuery job = scoped(StatusQuery::Scope::none);
+    job.job_id = 1;
+    const StatusAnswer alone = query_status(config_, geteuid(), job);
+    EXPECT_TRUE(alone.snapshot.pools.empty());
+    EXPECT_TRUE(alone.snapshot.buffers.empty());
+    ASSERT_TRUE(alone.job);
+    EXPECT_EQ(alone.job->status.buffer.key.str(), "main.1.1");
+    job.job_id = 3;
+    EXPECT_EQ(code_of([&] { query_status(config_, geteuid(), job); }), ExitCode::no_input);
+}
+
+TEST_F(QueryTest, for_a_user_only_what_they_may_see_is_kept) {
+    auto store = two_buffers();
+    config_.flags.private_data = true;
+    StatusQuery query;
+    query.for_uid = 1017;
+    const StatusAnswer seen = query_status(config_, geteuid(), query);
+    ASSERT_EQ(seen.snapshot.buffers.size(), 1u);
+    EXPECT_EQ(seen.snapshot.buffers[0].buffer.uid, 1017u);
+    const std::map<BufferState, std::size_t> counts{{S::allocated, 1}};
+    EXPECT_EQ(seen.snapshot.counts, counts);
+    query.job_id = 2;  // another user's job: as if it had no buffer
+    std::string message;
+    EXPECT_EQ(code_of([&] { query_status(config_, geteuid(), query); }, &message),
+              ExitCode::no_input);
+    EXPECT_EQ(message, "no burst buffer for job 2");
+}
+
+// For a caller that cannot tell who asks (scontrol show dwstat): with PrivateData the pools and
+// no buffer, and a job's buffer answered as for a job without one.
+TEST_F(QueryTest, for_anyone_private_data_keeps_the_pools_and_hides_every_buffer) {
+    auto store = two_buffers();
+    StatusQuery query;
+    query.for_anyone = true;
+    query.job_id = 1;
+    const StatusAnswer everyone = query_status(config_, geteuid(), query);
+    EXPECT_EQ(everyone.snapshot.buffers.size(), 2u);
+    ASSERT_TRUE(everyone.job);
+    config_.flags.private_data = true;
+    std::string message;
+    EXPECT_EQ(code_of([&] { query_status(config_, geteuid(), query); }, &message),
+              ExitCode::no_input);
+    EXPECT_EQ(message, "no burst buffer for job 1");
+    query.job_id.reset();
+    const StatusAnswer anyone = query_status(config_, geteuid(), query);
+    EXPECT_EQ(anyone.snapshot.pools.size(), 1u);
+    EXPECT_TRUE(anyone.snapshot.buffers.empty());
+    EXPECT_TRUE(anyone.snapshot.counts.empty());
 }
 
 }  // namespace

@@ -8,16 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "bbkit/access.hpp"
-#include "bbkit/buffer.hpp"
 #include "bbkit/config.hpp"
 #include "bbkit/dws_render.hpp"
-#include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/render.hpp"
 #include "bbkit/stat_render.hpp"
 #include "bbkit/stat_request.hpp"
-#include "bbkit/store.hpp"
 #include "bbkit/task_environment.hpp"
 #include "bbkit/tool.hpp"
 #include "bbkit/views.hpp"
@@ -137,84 +133,30 @@ int run_env(const Config& config, const StatRequest& request, const StatOptions&
     return 0;
 }
 
-// DataWarp's dwstat, exactly: every table it is asked for from one snapshot read once (Slurm
-// gives `scontrol show dwstat` 2 s).
-int run_dwstat(const CommonOptions& common, const StatOptions& options, const std::string& view) {
-    const Config config = load_effective_config(common);
-    StatusSnapshot snapshot;
-    if (privileged_viewer(config, geteuid())) {
-        StoreOptions read_only;
-        read_only.read_only = true;
-        StateStore store(config, read_only);
-        ReadSnapshot txn(store);
-        if (view == "pools")
-            snapshot.pools = pool_status(txn, config);
-        else
-            snapshot = read_status(txn, config);
-    } else {
-        snapshot = read_public_status(config, geteuid());
-    }
-    if (options.for_uid)
-        restrict_to_viewer(snapshot, config, *options.for_uid);
-    if (options.for_anyone)
-        restrict_to_anyone(snapshot, config);
-    std::cout << dwstat_text(view, snapshot);
-    return 0;
-}
-
 int run(const CommonOptions& common, const StatOptions& options) {
     const StatRequest request = parse_stat_request(options);
-    if (request.dwstat_view)
-        return run_dwstat(common, options, *request.dwstat_view);
     const Config config = load_effective_config(common);
     if (request.view == StatView::env)
         return run_env(config, request, options);
-    const bool show = request.explicit_view || !options.prometheus;
-
-    std::optional<JobStatus> job;
-    StatusSnapshot snapshot;
-    // The owner (or root) reads the database; everyone else reads public/ and never needs it.
-    if (privileged_viewer(config, geteuid())) {
-        StoreOptions read_only;
-        read_only.read_only = true;
-        StateStore store(config, read_only);
-        ReadSnapshot txn(store);
-        if (show && request.view == StatView::job)
-            job = job_status(txn, config, request.job_id, options.for_uid);
-        // The pools view reads no buffer row (Slurm's datawarp plugin asks every 30 s).
-        if (request.view == StatView::pools && !options.prometheus)
-            snapshot.pools = pool_status(txn, config);
-        else if (options.prometheus || request.view != StatView::job)
-            snapshot = read_status(txn, config);
-        if (options.prometheus)
-            read_project_usage(snapshot, config);
-    } else {
-        snapshot = read_public_status(config, geteuid());
-        if (show && request.view == StatView::job)
-            job = job_status(snapshot, config, request.job_id, options.for_uid);
+    const StatusAnswer answer = query_status(config, geteuid(), status_query(request, options));
+    if (request.dwstat_view) {
+        // DataWarp's dwstat, exactly: every table it is asked for from one snapshot read once
+        // (Slurm gives `scontrol show dwstat` 2 s).
+        std::cout << dwstat_text(*request.dwstat_view, answer.snapshot);
+        return 0;
     }
-    if (options.for_uid)
-        restrict_to_viewer(snapshot, config, *options.for_uid);
-    if (options.for_anyone) {
-        restrict_to_anyone(snapshot, config);
-        // The words of a job without a buffer: nobody learns whether it has one.
-        if (job && !buffers_are_public(config))
-            throw Error(ExitCode::no_input,
-                        "no burst buffer for job " + std::to_string(request.job_id));
-    }
-
     if (options.prometheus)
-        write_file_atomically(*options.prometheus, prometheus_text(snapshot, config), 0644);
-    if (!show)
+        write_file_atomically(*options.prometheus, prometheus_text(answer.snapshot, config), 0644);
+    if (!request.print_view)
         return 0;
     if (options.dws)
-        print_dws(request, snapshot, job);
+        print_dws(request, answer.snapshot, answer.job);
     else if (request.view == StatView::gres)
-        print_gres(request, snapshot, config, options);
-    else if (job)
-        print_job(*job, options.json);
+        print_gres(request, answer.snapshot, config, options);
+    else if (answer.job)
+        print_job(*answer.job, options.json);
     else
-        print_view(request, snapshot, config, options.json);
+        print_view(request, answer.snapshot, config, options.json);
     return 0;
 }
 
