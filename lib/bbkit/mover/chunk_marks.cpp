@@ -6,6 +6,7 @@
 #include <cerrno>
 
 #include "bbkit/process.hpp"
+#include "bbkit/text.hpp"
 
 namespace bbkit {
 namespace {
@@ -32,8 +33,8 @@ bool ChunkMarks::load(int dst) {
     std::string value(identity_.size() + 1 + (done_.size() + 3) / 4 + 1, '\0');
     const ssize_t n = fgetxattr(dst, attribute, value.data(), value.size());
     // Exactly this source's identity, one blank and the bitmap of this many chunks.
-    if (n != static_cast<ssize_t>(value.size() - 1) ||
-        value.compare(0, identity_.size(), identity_) != 0 || value[identity_.size()] != ' ')
+    if (n != static_cast<ssize_t>(value.size() - 1) || !starts_with(value, identity_) ||
+        value[identity_.size()] != ' ')
         return false;
     const std::size_t bits = identity_.size() + 1;
     std::vector<bool> read(done_.size(), false);

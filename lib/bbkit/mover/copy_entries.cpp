@@ -14,6 +14,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/text.hpp"
 
 namespace bbkit::mover_internal {
 
@@ -326,7 +327,7 @@ void Mover::copy_symlink(Node& node, Worker& worker) {
         std::string current(target.size() + 1, '\0');
         const ssize_t n = readlinkat(dst_dir, dst_name.c_str(), &current[0], current.size());
         if (n >= 0 && static_cast<std::size_t>(n) == target.size() &&
-            current.compare(0, target.size(), target) == 0) {
+            starts_with(current, target)) {
             counts_.skipped.fetch_add(1);
             return;
         }

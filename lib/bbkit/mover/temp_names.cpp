@@ -9,6 +9,7 @@
 
 #include "bbkit/process.hpp"
 #include "bbkit/seal.hpp"
+#include "bbkit/text.hpp"
 
 namespace bbkit::mover_internal {
 
@@ -41,12 +42,10 @@ std::string temp_owner(const std::string& entry, std::size_t suffix) {
             std::isupper(static_cast<unsigned char>(entry[i])))
             return "";
     const std::string head = entry.substr(0, entry.size() - suffix);  // ".NAME.bbkit-"
-    if (head.size() > 1 + marker.size() &&
-        head.compare(head.size() - marker.size(), marker.size(), marker) == 0)
+    if (head.size() > 1 + marker.size() && ends_with(head, marker))
         return head.substr(1, head.size() - 1 - marker.size());
     // ".bbkit-TAG-"
-    if (head.compare(0, marker.size(), marker) == 0 && head.back() == '-' &&
-        head.size() > marker.size() + 1) {
+    if (starts_with(head, marker) && head.back() == '-' && head.size() > marker.size() + 1) {
         const std::string tag = head.substr(marker.size(), head.size() - marker.size() - 1);
         if (std::all_of(tag.begin(), tag.end(),
                         [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))

@@ -22,6 +22,7 @@
 #include "bbkit/fsops.hpp"
 #include "bbkit/shard.hpp"
 #include "bbkit/sources.hpp"
+#include "bbkit/text.hpp"
 
 namespace bbkit::mover_internal {
 
@@ -117,7 +118,7 @@ bool Walker::overlaps_earlier(const std::string& dst) const {
         return true;
     const std::string below = dst + "/";
     const auto next = entry_tops_.lower_bound(below);
-    return next != entry_tops_.end() && next->compare(0, below.size(), below) == 0;
+    return next != entry_tops_.end() && starts_with(*next, below);
 }
 
 // The directories above `dst` that an earlier entry finished (their final mode and times are
