@@ -74,14 +74,15 @@ PoolMarker parse_marker(const Fd& owned, const std::string& pool_path) {
     return marker;
 }
 
-// Root-owned and writable only by its owner: nobody else may rename or replace what is in it.
-void check_owned_by_root(int fd, const std::string& path) {
+// Root's (may_own_pools) and writable only by its owner: nobody else may rename or replace
+// what is in it.
+void check_pool_owned(int fd, const std::string& path) {
     struct stat st {};
     if (fstat(fd, &st) != 0)
         throw system_error("cannot stat " + path, errno);
     if (!S_ISDIR(st.st_mode))
         throw Error(ExitCode::no_perm, path + " is not a directory");
-    if (st.st_uid != 0)
+    if (!may_own_pools(st.st_uid))
         throw Error(ExitCode::no_perm, "pool directory " + path + " is owned by uid " +
                                            std::to_string(st.st_uid) + ", not root (chown root " +
                                            path + ")");
@@ -117,9 +118,10 @@ Fd make_subdir(int rootfd, const std::string& pool_path, const char* name, mode_
     Fd fd = open_beneath(rootfd, name, O_RDONLY | O_DIRECTORY, pool_path + "/" + name);
     // Fixed only when wrong: a chown or chmod changes the inode's ctime even when it changes
     // nothing else, which cost every call an inode write-back for two untouched directories.
+    // A process that is not root gives nothing away: what it made is its own (may_own_pools).
     struct stat st {};
     if (fstat(fd.get(), &st) != 0 ||
-        ((st.st_uid != 0 || st.st_gid != 0) && fchown(fd.get(), 0, 0) != 0) ||
+        (geteuid() == 0 && (st.st_uid != 0 || st.st_gid != 0) && fchown(fd.get(), 0, 0) != 0) ||
         ((st.st_mode & 07777) != mode && fchmod(fd.get(), mode) != 0))
         throw system_error("cannot set owner and mode of " + pool_path + "/" + name, errno);
     return fd;
@@ -139,6 +141,10 @@ std::pair<std::string, std::string> split_directory(const std::string& directory
 }
 
 }  // namespace
+
+bool may_own_pools(uid_t uid) {
+    return uid == 0 || uid == geteuid();
+}
 
 std::string to_string(PoolAvailability availability) {
     switch (availability) {
@@ -190,7 +196,7 @@ namespace {
 
 PoolMarker init_pool_root(const PoolConfig& pool, bool new_marker) {
     Fd root = open_root(pool.path);
-    check_owned_by_root(root.get(), pool.path);
+    check_pool_owned(root.get(), pool.path);
     require_pool_quota(pool, probe_pool_quota(pool, root.get()));  // before anything is written
     std::optional<PoolMarker> marker = read_marker(root.get(), pool.path);
     if (marker && marker->name != pool.name)
@@ -240,13 +246,13 @@ PoolDir PoolDir::open(const PoolConfig& pool, const std::optional<std::string>& 
                                                ") (not mounted, or the wrong file system?)");
     dir.marker_ = *marker;
     dir.config_ = pool;
-    check_owned_by_root(dir.root_.get(), pool.path);
+    check_pool_owned(dir.root_.get(), pool.path);
     dir.quota_ = probe_pool_quota(pool, dir.root_.get());
     dir.job_ = open_beneath(dir.root_.get(), "job", O_RDONLY | O_DIRECTORY, pool.path + "/job");
-    check_owned_by_root(dir.job_.get(), pool.path + "/job");
+    check_pool_owned(dir.job_.get(), pool.path + "/job");
     dir.persistent_ = open_beneath(dir.root_.get(), "persistent", O_RDONLY | O_DIRECTORY,
                                    pool.path + "/persistent");
-    check_owned_by_root(dir.persistent_.get(), pool.path + "/persistent");
+    check_pool_owned(dir.persistent_.get(), pool.path + "/persistent");
     dir.trash_ = make_subdir(dir.root_.get(), pool.path, "trash", private_dir);
     dir.quarantine_ = make_subdir(dir.root_.get(), pool.path, "quarantine", private_dir);
     return dir;
@@ -760,7 +766,7 @@ Fd PoolDir::env_dir(bool create) const {
     Fd fd = open_beneath(root_.get(), env_subdir, O_RDONLY | O_DIRECTORY, what);
     if (made && fchmod(fd.get(), traversable) != 0)  // whatever the umask took away
         throw system_error("cannot set the mode of " + what, errno);
-    check_owned_by_root(fd.get(), what);
+    check_pool_owned(fd.get(), what);
     return fd;
 }
 

@@ -22,6 +22,13 @@
 
 namespace bbkit {
 
+// Whether `uid` may own a pool's own directories (its root, job/, persistent/, trash/,
+// quarantine/, env/), which nobody else may then rearrange: root; or, for a process that is
+// not root, itself. Such a process cannot hand a directory to another user, so a pool of its
+// own puts nobody but it at risk (the unit tests run so, as any user). For root the answer is
+// root alone (bbkit(7), SECURITY).
+bool may_own_pools(uid_t uid);
+
 struct PoolMarker {
     std::string name;
     std::string uuid;

@@ -121,8 +121,9 @@ std::optional<Found> open_in_pool(const PoolConfig& pool, const std::string& clu
     struct stat dir {};
     if (fstat(env.get(), &dir) != 0)
         throw system_error("cannot stat " + env_path, errno);
-    // Only root may put files there: what is in it is what pre-run wrote.
-    if (!S_ISDIR(dir.st_mode) || dir.st_uid != 0 || (dir.st_mode & (S_IWGRP | S_IWOTH)))
+    // Only root may put files there: what is in it is what pre-run wrote (or, for a caller that
+    // is not root, a pool of its own: may_own_pools).
+    if (!S_ISDIR(dir.st_mode) || !may_own_pools(dir.st_uid) || (dir.st_mode & (S_IWGRP | S_IWOTH)))
         throw Error(ExitCode::no_perm,
                     "refusing " + env_path + ": not a directory only root may write");
     std::optional<Found> newest;

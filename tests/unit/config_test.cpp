@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "bbkit/error.hpp"
+#include "source_file.hpp"
 
 namespace bbkit {
 namespace {
@@ -43,7 +44,7 @@ capacity = "1TiB"
 )";
 
 std::string example_path() {
-    return std::string(BBKIT_SOURCE_DIR) + "/share/bbkit/bbkit.toml.example";
+    return unit::source_file("share/bbkit/bbkit.toml.example");
 }
 
 std::string file_text(const std::string& path) {
@@ -888,7 +889,7 @@ TEST(config, example_file_optional_settings_parse) {
 
 // The man page's EXAMPLE is the text between ".ft CR" and ".ft"; readers copy it, so it must load.
 TEST(config, man_page_example_parses) {
-    const std::string page = file_text(std::string(BBKIT_SOURCE_DIR) + "/man/man5/bbkit.toml.5");
+    const std::string page = file_text(unit::source_file("man/man5/bbkit.toml.5"));
     const std::size_t begin = page.find(".ft CR\n");
     const std::size_t end = page.find("\n.ft\n", begin);
     ASSERT_NE(begin, std::string::npos);

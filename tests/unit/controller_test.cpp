@@ -26,6 +26,7 @@
 #include "bbkit/run_lock.hpp"
 #include "bbkit/store.hpp"
 #include "code_of.hpp"
+#include "source_file.hpp"
 
 namespace bbkit {
 namespace {
@@ -389,8 +390,7 @@ TEST(ControllerFence, every_write_transaction_in_the_library_reads_the_claim) {
         {"store_schema.cpp", 1},  // migrate_schema: after migrate's fence, or a new file's
     };
     std::map<std::string, int> found;
-    for (const auto& entry :
-         std::filesystem::directory_iterator(std::string(BBKIT_SOURCE_DIR) + "/lib/bbkit")) {
+    for (const auto& entry : std::filesystem::directory_iterator(unit::source_file("lib/bbkit"))) {
         if (entry.path().extension() != ".cpp")
             continue;
         std::ifstream in(entry.path());

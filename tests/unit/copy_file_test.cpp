@@ -196,6 +196,7 @@ TEST(copy_file, a_copy_stops_once_another_worker_failed) {
 
 // A failed stage-out of a file leaves neither its temporary nor a partial final name.
 TEST(copy_file, a_failed_copy_leaves_no_partial_destination) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_direct_sources(tmp / "src");
     const Mount small(tmp / "small", "mount -t tmpfs -o size=4m tmpfs " + tmp / "small");
@@ -213,6 +214,7 @@ TEST(copy_file, a_failed_copy_leaves_no_partial_destination) {
 // 200 MiB, mostly holes, with data across chunk boundaries and an unaligned end; plus a dense
 // 70 MiB file. Copied buffered and with O_DIRECT, threads sharing each file's chunks.
 TEST(copy_file, large_files_are_copied_in_chunks) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     mkdir((tmp / "src").c_str(), 0755);
     const std::string big = tmp / "src/big";
@@ -242,6 +244,7 @@ TEST(copy_file, large_files_are_copied_in_chunks) {
 // Dense files of unaligned sizes go through O_DIRECT for all but their last partial block; the
 // destination's blocks are reserved first and the padding past the end is cut off.
 TEST(copy_file, direct_io_copies_unaligned_tails_exactly) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_direct_sources(tmp / "src");
     const std::string buffer = make_buffer(tmp, "buffer");
@@ -267,6 +270,7 @@ TEST(copy_file, direct_io_copies_unaligned_tails_exactly) {
 
 // ramfs refuses O_DIRECT: the copy goes buffered, whole and exact.
 TEST(copy_file, direct_io_refused_by_the_file_system_falls_back_to_buffered) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_direct_sources(tmp / "src");
     const Mount ramfs(tmp / "ramfs", "mount -t ramfs ramfs " + tmp / "ramfs");
@@ -283,6 +287,7 @@ TEST(copy_file, direct_io_refused_by_the_file_system_falls_back_to_buffered) {
 
 // ext2 (no extents) cannot reserve blocks with fallocate: the destination gets a plain size.
 TEST(copy_file, direct_io_where_blocks_cannot_be_reserved) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_direct_sources(tmp / "src");
     const std::string image = tmp / "ext2.img";
@@ -318,6 +323,7 @@ bool names_a_large_file(const std::string& message, const std::string& dir) {
 // A destination too small for a file fails when its blocks are reserved (exit 74, naming the
 // file); a stage-out leaves no temporary and no final name behind.
 TEST(copy_file, direct_io_on_a_full_file_system_fails_cleanly) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_direct_sources(tmp / "src");
     const Mount small(tmp / "small", "mount -t tmpfs -o size=16m tmpfs " + tmp / "small");

@@ -1,6 +1,7 @@
 #include "bbkit/directive.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -8,6 +9,7 @@
 
 #include "bbkit/error.hpp"
 #include "bbkit/render.hpp"
+#include "source_file.hpp"
 
 using bbkit::buffer_relative_path;
 using bbkit::canonical_lines;
@@ -333,7 +335,7 @@ TEST(Directive, a_double_backslash_at_the_end_continues_as_in_slurm) {
 // (tests/slurm-lua/directive-cases.lua): each script must parse exactly as its expected
 // directive lines, one per line, do.
 TEST(Directive, continued_lines_join_as_slurm_joins_them) {
-    std::ifstream in(std::string(BBKIT_SOURCE_DIR) + "/tests/data/directive-reading-cases.tsv");
+    std::ifstream in(bbkit::unit::source_file("tests/data/directive-reading-cases.tsv"));
     ASSERT_TRUE(in) << "tests/data/directive-reading-cases.tsv is missing";
     const auto without_lines = [](nlohmann::json value) {
         std::function<void(nlohmann::json&)> strip = [&](nlohmann::json& v) {
@@ -387,7 +389,7 @@ TEST(Directive, continued_lines_join_as_slurm_joins_them) {
 // reader, tests/slurm-lua/datawarp-cases.lua): in datawarp mode each script gets its expected
 // answer, and the same answer as its directive lines as Slurm's datawarp plugin collects them.
 TEST(Directive, datawarp_era_scripts_read_as_datawarp_read_them) {
-    std::ifstream in(std::string(BBKIT_SOURCE_DIR) + "/tests/data/datawarp-directive-cases.tsv");
+    std::ifstream in(bbkit::unit::source_file("tests/data/datawarp-directive-cases.tsv"));
     ASSERT_TRUE(in) << "tests/data/datawarp-directive-cases.tsv is missing";
     Config config = test_config();
     config.mode = bbkit::Mode::datawarp;
@@ -840,8 +842,14 @@ TEST(Directive, persistent_create_needs_enable_persistent_for_ordinary_users) {
     Config config = test_config();
     config.flags.enable_persistent = true;
     EXPECT_EQ(parse(script(text), config, job_with_user("nobody")).create.size(), 1u);
-    config = test_config();
+}
+
+TEST(Directive, roots_own_job_may_create_persistent_when_root_runs_the_tool) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "root's job, parsed by root: needs root";
+    Config config = test_config();
     config.allow_root = true;
+    const std::string text = "#BB create_persistent name=alpha capacity=1G\n";
     EXPECT_EQ(parse(script(text), config, job_with_user("root")).create.size(), 1u);
 }
 

@@ -109,6 +109,7 @@ void make_tricky_tree(const std::string& root) {
 }
 
 TEST(mover, round_trip_as_the_user_keeps_everything_cp_a_keeps) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_tricky_tree(tmp / "src");
     mknod((tmp / "src/null").c_str(), S_IFCHR | 0666, makedev(1, 3));
@@ -132,6 +133,7 @@ TEST(mover, round_trip_as_the_user_keeps_everything_cp_a_keeps) {
 }
 
 TEST(mover, one_thread_and_eight_threads_give_identical_trees) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_tricky_tree(tmp / "src");
     const std::string one = make_buffer(tmp, "one"), eight = make_buffer(tmp, "eight");
@@ -148,6 +150,7 @@ TEST(mover, one_thread_and_eight_threads_give_identical_trees) {
 }
 
 TEST(mover, files_and_renames_of_single_entries) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_tricky_tree(tmp / "src");
     const std::string buffer = make_buffer(tmp, "buffer");
@@ -161,6 +164,7 @@ TEST(mover, files_and_renames_of_single_entries) {
 }
 
 TEST(mover, symlink_planted_in_buffer_never_redirects_a_stage_in) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_tricky_tree(tmp / "src");
     mkdir((tmp / "decoy").c_str(), 0777);
@@ -191,6 +195,7 @@ TEST(mover, symlink_planted_in_buffer_never_redirects_a_stage_in) {
 }
 
 TEST(mover, symlink_planted_in_buffer_never_redirects_a_stage_out) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     mkdir((tmp / "decoy").c_str(), 0755);
     write_file(tmp / "decoy/secret", "not yours", 0600);
@@ -219,6 +224,7 @@ TEST(mover, symlink_planted_in_buffer_never_redirects_a_stage_out) {
 }
 
 TEST(mover, rerun_skips_complete_files_and_rewrites_changed_ones) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_tricky_tree(tmp / "src");
     const std::string buffer = make_buffer(tmp, "buffer");
@@ -243,6 +249,7 @@ TEST(mover, rerun_skips_complete_files_and_rewrites_changed_ones) {
 }
 
 TEST(mover, failed_stage_out_leaves_no_temporary_and_no_partial_file) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string buffer = make_buffer(tmp, "buffer");
     mkdir((buffer + "/data").c_str(), 0755);
@@ -274,6 +281,7 @@ TEST(mover, failed_stage_out_leaves_no_temporary_and_no_partial_file) {
 // Found by tests/fault/run: a stage-out mover killed before its renames left its
 // temporaries in the user's destination, and the successful rerun kept them.
 TEST(mover, stage_out_rerun_removes_temporaries_a_killed_run_left) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string buffer = make_buffer(tmp, "buffer");
     mkdir((buffer + "/data").c_str(), 0755);
@@ -302,6 +310,7 @@ TEST(mover, stage_out_rerun_removes_temporaries_a_killed_run_left) {
 // Every failure of a move is typed by where it happened (error.hpp, FailureKind): what bb-stage
 // decides on. Each way a move here fails, on either side and in either direction.
 TEST(mover, each_failure_is_typed_by_the_side_it_happened_on) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     write_file(tmp / "file", "a file");
     mkdir((tmp / "dir").c_str(), 0755);
@@ -351,6 +360,7 @@ TEST(mover, each_failure_is_typed_by_the_side_it_happened_on) {
 // No space: the pool's when the move writes into a buffer, the destination's when it writes
 // out of one.
 TEST(mover, no_space_is_the_pools_on_a_stage_in_and_the_destinations_on_a_stage_out) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     mkdir((tmp / "src").c_str(), 0755);
     write_file(tmp / "src/big", std::string(std::size_t{6} << 20, 'x'));
@@ -379,6 +389,7 @@ TEST(mover, no_space_is_the_pools_on_a_stage_in_and_the_destinations_on_a_stage_
 }
 
 TEST(mover, sources_the_user_cannot_read_or_that_are_missing) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     write_file(tmp / "secret", "root only", 0600);
     const std::string buffer = make_buffer(tmp, "buffer");
@@ -398,6 +409,7 @@ TEST(mover, sources_the_user_cannot_read_or_that_are_missing) {
 // form `.bbkit-<tag>-<20 hex>` for names too long for that) beside the names it was writing.
 // The rerun removes them; a source entry or another file that only looks like one is kept.
 TEST(mover, rerun_removes_temporaries_of_a_killed_stage_out) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string buffer = make_buffer(tmp, "buffer");
     mkdir((buffer + "/data").c_str(), 0755);
@@ -456,6 +468,7 @@ std::string stage_in_tricky_tree(const TempDir& tmp) {
 // final names inside, and renamed into place whole: the result (mode and ns mtime of the top
 // directory included) is the same with one syncfs or with an fsync per file and directory.
 TEST(mover, stage_out_into_a_new_directory_renames_the_tree_into_place) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string buffer = stage_in_tricky_tree(tmp);
     for (const bool trust_syncfs : {true, false}) {
@@ -472,6 +485,7 @@ TEST(mover, stage_out_into_a_new_directory_renames_the_tree_into_place) {
 
 // Two entries into the same new directory merge there as before (neither builds it aside).
 TEST(mover, two_entries_into_one_new_directory_merge) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string buffer = make_buffer(tmp, "buffer");
     mkdir((buffer + "/a").c_str(), 0755);
@@ -493,6 +507,7 @@ TEST(mover, two_entries_into_one_new_directory_merge) {
 // in them are opened up first, and a symlink in them is removed, never followed. Lookalikes
 // and temporaries of names this move does not write stay.
 TEST(mover, stale_temporary_directories_are_removed_without_following_symlinks) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string buffer = make_buffer(tmp, "buffer");
     mkdir((buffer + "/data").c_str(), 0755);
@@ -544,6 +559,7 @@ std::vector<std::string> temporaries_in(const std::string& dir) {
 // just before its rename: no final name exists, only one temporary directory (the second run
 // removed the first's), and the rerun completes and leaves none.
 TEST(mover, stage_out_killed_before_its_directory_rename_shows_no_final_name) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string buffer = stage_in_tricky_tree(tmp);
     const MovePlan plan = plan_out(buffer, "data", tmp / "out/result");
@@ -568,6 +584,7 @@ TEST(mover, stage_out_killed_before_its_directory_rename_shows_no_final_name) {
 // place and the subdirectory is not; the rerun (same boot) takes the subdirectory's tree over,
 // copies nothing again and renames it into place.
 TEST(mover, stage_out_into_an_existing_directory_resumes_after_a_kill) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string buffer = make_buffer(tmp, "buffer");
     for (const std::string dir : {"data", "data/kept", "data/new", "data/new/deeper"})
@@ -602,6 +619,7 @@ TEST(mover, stage_out_into_an_existing_directory_resumes_after_a_kill) {
 #endif
 
 TEST(mover, progress_reports_totals_and_ends_complete) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_tricky_tree(tmp / "src");
     const std::string buffer = make_buffer(tmp, "buffer");
@@ -730,6 +748,7 @@ TEST(mover, entries_by_root_places_a_node_local_buffers_lines) {
 // Stage-out lines recorded before bb-parse refused type=list are refused the same way (65);
 // no path of a move may climb, outside the buffer either (directive.hpp's one '..' rule).
 TEST(mover, stage_out_lists_and_climbing_paths_are_refused_as_bb_parse_refuses_them) {
+    BBKIT_MOVES_AS_NOBODY();
     StagePlan plan;
     plan.direction = StageDirection::out;
     plan.job_root = "/bb/job";
@@ -777,6 +796,7 @@ void make_wide_tree(const std::string& root, int dirs, int per_dir) {
 // files were copied in, hard links meet their first copy batches later, a 0500 directory is
 // finished while its siblings are still being walked, and the result is what one batch gives.
 TEST(mover, batches_of_three_entries_keep_everything_cp_a_keeps) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_tricky_tree(tmp / "src");
     const std::string buffer = make_buffer(tmp, "buffer");
@@ -805,6 +825,7 @@ TEST(mover, batches_of_three_entries_keep_everything_cp_a_keeps) {
 // unnamed file, and linked at the end. Every pair is one inode again; a rerun links nothing
 // twice and copies nothing.
 TEST(mover, hard_links_past_the_memory_bound_are_linked_at_the_end) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string src = tmp / "src";
     const int pairs = 3000;
@@ -836,6 +857,7 @@ TEST(mover, hard_links_past_the_memory_bound_are_linked_at_the_end) {
 
 // A directory of more entries than a batch, staged in and out in batches of 100.
 TEST(mover, a_directory_larger_than_a_batch_streams_through) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_wide_tree(tmp / "src", 3, 1000);
     const std::string buffer = make_buffer(tmp, "buffer");
@@ -853,6 +875,7 @@ TEST(mover, a_directory_larger_than_a_batch_streams_through) {
 
 // Hard links of a symlink and of a fifo stay links, as cp -a keeps them, in both directions.
 TEST(mover, hard_linked_symlinks_and_fifos_stay_linked) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     mkdir((tmp / "src").c_str(), 0755);
     mkdir((tmp / "src/sub").c_str(), 0755);
@@ -890,6 +913,7 @@ TEST(mover, hard_linked_symlinks_and_fifos_stay_linked) {
 // what was copied before never exceeds the capacity. Without a capacity (a persistent buffer's
 // move) the same tree goes through.
 TEST(mover, a_tree_larger_than_the_capacity_stops_at_the_first_file_over_it) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_wide_tree(tmp / "src", 3, 1000);  // 3000 files of 6-9 bytes
     const std::string buffer = make_buffer(tmp, "buffer");
@@ -923,6 +947,7 @@ TEST(mover, a_tree_larger_than_the_capacity_stops_at_the_first_file_over_it) {
 // The copy starts once a small first batch is walked, not a whole batch's worth, and the move
 // says where its time went.
 TEST(mover, the_summary_says_where_the_time_went) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_wide_tree(tmp / "src", 4, 1000);
     const std::string buffer = make_buffer(tmp, "buffer");
@@ -952,6 +977,7 @@ TEST(mover, the_summary_says_where_the_time_went) {
 // file again (stage-in writes final names, so what was written is skipped), leaves no
 // temporary and gives the same tree.
 TEST(mover, stage_in_killed_inside_the_stream_resumes_without_copying_again) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_wide_tree(tmp / "src", 6, 200);
     for (const std::string fault : {"mover.dirs-made:3", "mover.batch-walked:4",
@@ -989,6 +1015,7 @@ TEST(mover, stage_in_killed_inside_the_stream_resumes_without_copying_again) {
 // with no marks left. A marked chunk is taken as done: one changed in between stays as the
 // killed run left it, which is how this test sees that it was not copied again.
 TEST(mover, a_large_file_killed_inside_resumes_from_its_marked_chunks) {
+    BBKIT_MOVES_AS_NOBODY();
     constexpr off_t chunk = off_t{32} << 20;  // the mover's chunk
     TempDir tmp;
     mkdir((tmp / "src").c_str(), 0755);
@@ -1046,6 +1073,7 @@ TEST(mover, a_large_file_killed_inside_resumes_from_its_marked_chunks) {
 // A durable stage-out into a new directory killed after some batches: the rerun (same boot)
 // takes the temporary tree over, skips what it holds, and renames it into place.
 TEST(mover, stage_out_killed_between_batches_takes_its_tree_over) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_wide_tree(tmp / "src", 4, 100);
     const std::string buffer = make_buffer(tmp, "buffer");
@@ -1071,6 +1099,7 @@ TEST(mover, stage_out_killed_between_batches_takes_its_tree_over) {
 // of its batch and the copy) fails the move in one line, "it changed during the move", instead
 // of waiting forever in open() for a writer that never comes.
 TEST(mover, a_source_swapped_for_a_fifo_after_the_walk_fails_instead_of_blocking) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     mkdir((tmp / "src").c_str(), 0755);
     write_file(tmp / "src/a", "a");
@@ -1140,6 +1169,7 @@ void own_all(const std::string& root) {
 const std::string lookalike = ".f.bbkit-0123456789abcdef0123";
 
 TEST(mover, second_directory_entry_keeps_a_lookalike_the_first_wrote_stage_in) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     mkdir((tmp / "A").c_str(), 0755);
     mkdir((tmp / "B").c_str(), 0755);
@@ -1156,6 +1186,7 @@ TEST(mover, second_directory_entry_keeps_a_lookalike_the_first_wrote_stage_in) {
 }
 
 TEST(mover, file_entry_into_a_directory_keeps_a_lookalike_the_first_entry_wrote) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     mkdir((tmp / "A").c_str(), 0755);
     mkdir((tmp / "B").c_str(), 0755);
@@ -1172,6 +1203,7 @@ TEST(mover, file_entry_into_a_directory_keeps_a_lookalike_the_first_entry_wrote)
 }
 
 TEST(mover, second_directory_entry_keeps_a_lookalike_the_first_wrote_stage_out) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string buffer = make_buffer(tmp, "buffer");
     mkdir((buffer + "/A").c_str(), 0755);
@@ -1192,6 +1224,7 @@ TEST(mover, second_directory_entry_keeps_a_lookalike_the_first_wrote_stage_out) 
 // when its batch ends) before the second writes into it. The old mover applied every
 // directory's metadata at the end, so the second entry could still create there.
 TEST(mover, later_entry_writes_into_a_read_only_directory_an_earlier_entry_made) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     mkdir((tmp / "A").c_str(), 0755);
     mkdir((tmp / "A/ro").c_str(), 0755);
@@ -1229,6 +1262,7 @@ std::string old_boot_suffix() {
 // (a killed type=file stage-out of that name, or any file of that shape): the stale rule
 // removes it; the adoption path instead fails the whole stage-out, every time.
 TEST(mover, a_same_boot_file_temporary_beside_a_new_directory_does_not_fail_the_move) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string buffer = make_buffer(tmp, "buffer");
     mkdir((buffer + "/data").c_str(), 0755);
@@ -1249,6 +1283,7 @@ TEST(mover, a_same_boot_file_temporary_beside_a_new_directory_does_not_fail_the_
 // OTHER source (another job of the user, another buffer): adopting it publishes its files
 // as part of a "new" destination that must equal the source (cp -a src/. dest/).
 TEST(mover, an_adopted_tree_holds_only_what_the_source_has) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string buffer = make_buffer(tmp, "buffer");
     mkdir((buffer + "/data").c_str(), 0755);
@@ -1301,6 +1336,7 @@ void expect_not_adopted(const std::string& name, uid_t owner, mode_t mode, bool 
 // or as an older mover named temporaries (the boot's public hash): never taken over, and left
 // to its owner.
 TEST(mover, another_users_temporary_tree_is_neither_taken_over_nor_removed) {
+    BBKIT_MOVES_AS_NOBODY();
     const uid_t other = 1;  // daemon
     for (const std::string& name :
          {".res.bbkit-" + same_boot_suffix(), ".res.bbkit-" + old_boot_suffix()})
@@ -1327,6 +1363,7 @@ TEST(mover, another_users_temporary_tree_is_neither_taken_over_nor_removed) {
 // nor one of an older mover (named for the boot only), of another buffer, or of a move whose
 // plan carries no token.
 TEST(mover, only_this_buffers_own_closed_temporary_tree_is_taken_over) {
+    BBKIT_MOVES_AS_NOBODY();
     expect_not_adopted(".res.bbkit-" + same_boot_suffix(), nobody, 0777);
     expect_not_adopted(".res.bbkit-" + same_boot_suffix(), nobody, 0770);
     expect_not_adopted(".res.bbkit-" + old_boot_suffix(), nobody, 0700);
@@ -1338,6 +1375,7 @@ TEST(mover, only_this_buffers_own_closed_temporary_tree_is_taken_over) {
 // The control: the same tree with the right tag, the user's and closed, is taken over (what it
 // holds that the source lacks goes).
 TEST(mover, the_users_own_tagged_tree_is_taken_over) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string buffer = make_buffer(tmp, "buffer");
     mkdir((buffer + "/res").c_str(), 0700);
@@ -1366,6 +1404,7 @@ TEST(mover, the_users_own_tagged_tree_is_taken_over) {
 // (a later run, the directive edited, or another buffer of the user) from buffer/b to the
 // same new destination.
 TEST(mover, a_tree_killed_from_one_source_is_not_published_for_another) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string buffer = make_buffer(tmp, "buffer");
     for (const char* d : {"/a", "/b"})
@@ -1390,6 +1429,7 @@ TEST(mover, a_tree_killed_from_one_source_is_not_published_for_another) {
 // old mover walked everything before creating anything; the streaming walker creates the
 // temporary tree inside the directory it is listing and walks into it.
 TEST(mover, destination_inside_the_source_is_copied_once) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string buffer = make_buffer(tmp, "buffer");
     mkdir((buffer + "/data").c_str(), 0755);
@@ -1403,6 +1443,7 @@ TEST(mover, destination_inside_the_source_is_copied_once) {
 // times when its batch ended; the later entry's create then changes them. The old mover
 // applied every directory's times at the end: data/sub kept A/sub's mtime.
 TEST(mover, later_entry_inside_an_earlier_entry_keeps_the_directory_times) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     mkdir((tmp / "A").c_str(), 0755);
     mkdir((tmp / "A/sub").c_str(), 0755);
@@ -1426,6 +1467,7 @@ TEST(mover, later_entry_inside_an_earlier_entry_keeps_the_directory_times) {
 // Hard links past the memory bound in a stage-out into a new directory: the tree stays under
 // its temporary name until the links are made, so a kill never shows it with a link split.
 TEST(mover, a_new_destination_with_spilled_links_appears_only_with_its_links) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string buffer = make_buffer(tmp, "buffer");
     for (const char* d : {"/data", "/data/a", "/data/b"})
@@ -1457,6 +1499,7 @@ TEST(mover, a_new_destination_with_spilled_links_appears_only_with_its_links) {
 
 // Warnings are kept up to a bound, whatever the number of files that cause one.
 TEST(mover, warnings_stay_bounded_and_say_how_many_more) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string src = tmp / "src";
     mkdir(src.c_str(), 0755);
@@ -1477,6 +1520,7 @@ TEST(mover, warnings_stay_bounded_and_say_how_many_more) {
 // The measurement counts a hard-linked file once per name, the walks once: the final totals
 // are the walks' and equal what was done.
 TEST(mover, a_plan_over_two_roots_reports_its_counters_as_one) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string job_src = tmp / "job-src";
     const std::string shared_src = tmp / "shared-src";
@@ -1637,6 +1681,7 @@ void expect_sharded(const std::string& src, const std::vector<std::string>& dest
 }
 
 TEST(mover, sharded_stage_in_puts_each_file_in_exactly_one_shard) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_shard_tree(tmp / "src");
     const std::vector<std::string> all = non_directories(tmp / "src");
@@ -1694,6 +1739,7 @@ TEST(mover, sharded_stage_in_puts_each_file_in_exactly_one_shard) {
 }
 
 TEST(mover, sharded_stage_out_moves_each_file_from_exactly_one_shard) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string buffer = make_buffer(tmp, "buffer");
     make_shard_tree(buffer + "/data");
@@ -1720,6 +1766,7 @@ TEST(mover, sharded_stage_out_moves_each_file_from_exactly_one_shard) {
 // type=file: the source's base name decides, whatever its directory or its destination; a
 // file of another shard makes nothing on this one, not even the destination's parents.
 TEST(mover, a_sharded_file_entry_hashes_its_base_name) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_shard_tree(tmp / "src");
     const std::vector<std::string> sources = {"d0/f1", "d1/f1", "d2/f5", "f30"};
@@ -1749,6 +1796,7 @@ TEST(mover, a_sharded_file_entry_hashes_its_base_name) {
 
 // MovePlan::capacity holds what this shard receives, not the whole tree.
 TEST(mover, the_capacity_counts_only_the_shard) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_wide_tree(tmp / "src", 3, 200);  // 600 files of 6-9 bytes
     std::uint64_t mine = 0, all = 0;
@@ -1783,6 +1831,7 @@ TEST(mover, the_capacity_counts_only_the_shard) {
 }
 
 TEST(mover, invalid_shards_are_refused_before_anything_is_touched) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     make_wide_tree(tmp / "src", 1, 3);
     const std::string buffer = make_buffer(tmp, "buffer");
@@ -1833,6 +1882,7 @@ std::string refusal(const std::string& path) {
 }
 
 TEST(mover, keep_existing_refuses_another_writers_different_file) {
+    BBKIT_MOVES_AS_NOBODY();
     for (const bool durable : {true, false}) {
         TempDir tmp;
         const std::string buffer = make_buffer(tmp, "buffer");
@@ -1865,6 +1915,7 @@ TEST(mover, keep_existing_refuses_another_writers_different_file) {
 // Each kind of non-directory taken by another writer is refused; a non-directory where a
 // directory of the tree goes too.
 TEST(mover, keep_existing_refuses_every_kind_taken_by_another_writer) {
+    BBKIT_MOVES_AS_NOBODY();
     for (const bool durable : {true, false}) {
         for (const std::string name : {"link", "fifo", "h2", "shared"}) {
             TempDir tmp;
@@ -1885,6 +1936,7 @@ TEST(mover, keep_existing_refuses_every_kind_taken_by_another_writer) {
 // A complete copy (what a rerun skips) is left as it is, whoever wrote it: even other bytes of
 // the same size and mtime, which is all a rerun looks at.
 TEST(mover, keep_existing_skips_what_is_already_complete) {
+    BBKIT_MOVES_AS_NOBODY();
     for (const bool durable : {true, false}) {
         TempDir tmp;
         const std::string buffer = make_buffer(tmp, "buffer");
@@ -1914,6 +1966,7 @@ TEST(mover, keep_existing_skips_what_is_already_complete) {
 // Two nodes' results merge into one destination: directories merged, each node's files, the
 // files alike on both nodes once.
 TEST(mover, keep_existing_merges_two_nodes_into_one_tree) {
+    BBKIT_MOVES_AS_NOBODY();
     for (const bool durable : {true, false}) {
         TempDir tmp;
         const std::string n1 = make_buffer(tmp, "n1");
@@ -1941,6 +1994,7 @@ TEST(mover, keep_existing_merges_two_nodes_into_one_tree) {
 // Another writer's live temporaries in a shared destination look like a killed move's: a
 // keep_existing entry leaves them (only its own buffer's of this boot go).
 TEST(mover, keep_existing_leaves_other_writers_temporaries) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string buffer = make_buffer(tmp, "buffer");
     make_node_results(buffer, "n1");
@@ -2015,6 +2069,7 @@ Outcome move_stopped(const MovePlan& plan, const char* fault,
 // The check before the copy is not all: another writer's file that appears after it, before
 // the temporary is renamed, is not replaced (RENAME_NOREPLACE); an identical one is kept.
 TEST(mover, keep_existing_never_renames_over_a_file_that_appeared_meanwhile) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string buffer = make_buffer(tmp, "buffer");
     make_node_results(buffer, "n1");
@@ -2047,6 +2102,7 @@ TEST(mover, keep_existing_never_renames_over_a_file_that_appeared_meanwhile) {
 // A move that does not rename creates with O_EXCL: a file that appeared after the walk is not
 // replaced.
 TEST(mover, keep_existing_never_truncates_a_file_that_appeared_meanwhile) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string buffer = make_buffer(tmp, "buffer");
     make_node_results(buffer, "n1");
@@ -2065,6 +2121,7 @@ TEST(mover, keep_existing_never_truncates_a_file_that_appeared_meanwhile) {
 // Two nodes write into one new destination at once. A durable move builds no tree under a
 // temporary name there: the one published second would find the first in its place.
 TEST(mover, keep_existing_merges_with_a_node_writing_at_the_same_time) {
+    BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
     const std::string n1 = make_buffer(tmp, "n1");
     const std::string n2 = make_buffer(tmp, "n2");

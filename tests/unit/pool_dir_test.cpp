@@ -1,5 +1,7 @@
 // A pool's env/ (bbkit(7), FILES): the job environment files root writes for the job's user,
-// through descriptors, never following what a user could plant.
+// through descriptors, never following what a user could plant; removal from trash/ and the
+// measure of buffers. As root and as any user (job_user.hpp), whose pool it then is; what needs
+// another user's files skips without root.
 #include "bbkit/pool_dir.hpp"
 
 #include <gtest/gtest.h>
@@ -14,6 +16,7 @@
 
 #include "bbkit/error.hpp"
 #include "code_of.hpp"
+#include "job_user.hpp"
 
 namespace fs = std::filesystem;
 using namespace bbkit;
@@ -23,8 +26,6 @@ namespace {
 class PoolDirEnvTest : public ::testing::Test {
   protected:
     void SetUp() override {
-        if (geteuid() != 0)
-            GTEST_SKIP() << "needs root to hand files to users";
         char tmpl[] = "/tmp/bbkit-pooldir.XXXXXX";
         ASSERT_NE(mkdtemp(tmpl), nullptr);
         dir_ = tmpl;
@@ -32,6 +33,7 @@ class PoolDirEnvTest : public ::testing::Test {
         fs::create_directory(dir_ + "/p");
         pool_ = {"p", dir_ + "/p", 4096, 1};
         PoolDir::init(pool_);
+        user_ = unit::job_user();
     }
     void TearDown() override {
         if (!dir_.empty())
@@ -50,26 +52,38 @@ class PoolDirEnvTest : public ::testing::Test {
 
     std::string dir_;
     PoolConfig pool_;
+    User user_;  // whom env files and buffers are for
+};
+
+// What needs root: a directory of another user's.
+class PoolDirEnvRootTest : public PoolDirEnvTest {
+  protected:
+    void SetUp() override {
+        if (!unit::as_root())
+            GTEST_SKIP() << "needs root to give a directory to another user";
+        PoolDirEnvTest::SetUp();
+    }
 };
 
 }  // namespace
 
-TEST_F(PoolDirEnvTest, init_creates_a_root_owned_env_directory) {
+// Root's (for a process that is not root, its own: may_own_pools).
+TEST_F(PoolDirEnvTest, init_creates_an_env_directory_of_the_pools_owner) {
     struct stat st {};
     ASSERT_EQ(lstat(env().c_str(), &st), 0);
     EXPECT_TRUE(S_ISDIR(st.st_mode));
-    EXPECT_EQ(st.st_uid, 0u);
+    EXPECT_EQ(st.st_uid, geteuid());
     EXPECT_EQ(st.st_mode & 07777, 0711u);
 }
 
 TEST_F(PoolDirEnvTest, writes_the_file_for_the_user_mode_0400_and_replaces_it) {
     PoolDir dir = open();
-    dir.write_job_environment("main.7", "A=1\n", 65534, 65534);
-    dir.write_job_environment("main.7", "A=2\n", 65534, 65534);
+    dir.write_job_environment("main.7", "A=1\n", user_.uid, user_.gid);
+    dir.write_job_environment("main.7", "A=2\n", user_.uid, user_.gid);
     struct stat st {};
     ASSERT_EQ(lstat((env() + "/main.7").c_str(), &st), 0);
-    EXPECT_EQ(st.st_uid, 65534u);
-    EXPECT_EQ(st.st_gid, 65534u);
+    EXPECT_EQ(st.st_uid, user_.uid);
+    EXPECT_EQ(st.st_gid, user_.gid);
     EXPECT_EQ(st.st_mode & 07777, 0400u);
     EXPECT_EQ(content(env() + "/main.7"), "A=2\n");
     EXPECT_EQ(std::distance(fs::directory_iterator(env()), fs::directory_iterator()), 1);
@@ -77,7 +91,7 @@ TEST_F(PoolDirEnvTest, writes_the_file_for_the_user_mode_0400_and_replaces_it) {
 
 TEST_F(PoolDirEnvTest, a_stale_temporary_file_is_replaced) {
     std::ofstream(env() + "/.main.7.tmp") << "junk";
-    open().write_job_environment("main.7", "A=1\n", 65534, 65534);
+    open().write_job_environment("main.7", "A=1\n", user_.uid, user_.gid);
     EXPECT_EQ(content(env() + "/main.7"), "A=1\n");
     EXPECT_FALSE(fs::exists(env() + "/.main.7.tmp"));
 }
@@ -85,7 +99,7 @@ TEST_F(PoolDirEnvTest, a_stale_temporary_file_is_replaced) {
 TEST_F(PoolDirEnvTest, a_symlink_at_the_file_name_is_replaced_not_followed) {
     std::ofstream(dir_ + "/target") << "keep";
     fs::create_symlink(dir_ + "/target", env() + "/main.7");
-    open().write_job_environment("main.7", "A=1\n", 65534, 65534);
+    open().write_job_environment("main.7", "A=1\n", user_.uid, user_.gid);
     EXPECT_EQ(content(dir_ + "/target"), "keep");
     EXPECT_FALSE(fs::is_symlink(env() + "/main.7"));
     EXPECT_EQ(content(env() + "/main.7"), "A=1\n");
@@ -94,7 +108,7 @@ TEST_F(PoolDirEnvTest, a_symlink_at_the_file_name_is_replaced_not_followed) {
 TEST_F(PoolDirEnvTest, a_symlink_at_the_temporary_name_is_not_followed) {
     std::ofstream(dir_ + "/target") << "keep";
     fs::create_symlink(dir_ + "/target", env() + "/.main.7.tmp");
-    open().write_job_environment("main.7", "A=1\n", 65534, 65534);
+    open().write_job_environment("main.7", "A=1\n", user_.uid, user_.gid);
     EXPECT_EQ(content(dir_ + "/target"), "keep");
 }
 
@@ -103,19 +117,19 @@ TEST_F(PoolDirEnvTest, an_env_symlink_is_refused_and_nothing_is_written_where_it
     fs::create_directory(dir_ + "/elsewhere");
     fs::create_directory_symlink(dir_ + "/elsewhere", env());
     PoolDir dir = open();
-    EXPECT_EQ(code_of([&] { dir.write_job_environment("main.7", "A=1\n", 65534, 65534); }),
+    EXPECT_EQ(code_of([&] { dir.write_job_environment("main.7", "A=1\n", user_.uid, user_.gid); }),
               ExitCode::no_perm);
     EXPECT_TRUE(fs::is_empty(dir_ + "/elsewhere"));
     EXPECT_EQ(code_of([&] { dir.remove_job_environment("main.7"); }), ExitCode::no_perm);
 }
 
-TEST_F(PoolDirEnvTest, an_env_directory_not_owned_by_root_is_refused) {
+TEST_F(PoolDirEnvRootTest, an_env_directory_not_owned_by_root_is_refused) {
     ASSERT_EQ(chown(env().c_str(), 65534, 65534), 0);
     PoolDir dir = open();
     std::string message;
-    EXPECT_EQ(
-        code_of([&] { dir.write_job_environment("main.7", "A=1\n", 65534, 65534); }, &message),
-        ExitCode::no_perm);
+    EXPECT_EQ(code_of([&] { dir.write_job_environment("main.7", "A=1\n", user_.uid, user_.gid); },
+                      &message),
+              ExitCode::no_perm);
     EXPECT_NE(message.find("owned by uid 65534"), std::string::npos) << message;
     EXPECT_FALSE(fs::exists(env() + "/main.7"));
 }
@@ -123,7 +137,7 @@ TEST_F(PoolDirEnvTest, an_env_directory_not_owned_by_root_is_refused) {
 TEST_F(PoolDirEnvTest, an_env_directory_writable_by_others_is_refused) {
     fs::permissions(env(), fs::perms(0777));
     PoolDir dir = open();
-    EXPECT_EQ(code_of([&] { dir.write_job_environment("main.7", "A=1\n", 65534, 65534); }),
+    EXPECT_EQ(code_of([&] { dir.write_job_environment("main.7", "A=1\n", user_.uid, user_.gid); }),
               ExitCode::no_perm);
     EXPECT_FALSE(fs::exists(env() + "/main.7"));
 }
@@ -133,16 +147,16 @@ TEST_F(PoolDirEnvTest, env_is_created_on_demand_for_an_older_pool) {
     PoolDir dir = open();
     dir.remove_job_environment("main.7");  // nothing there: no error, nothing created
     EXPECT_FALSE(fs::exists(env()));
-    dir.write_job_environment("main.7", "A=1\n", 65534, 65534);
+    dir.write_job_environment("main.7", "A=1\n", user_.uid, user_.gid);
     struct stat st {};
     ASSERT_EQ(lstat(env().c_str(), &st), 0);
-    EXPECT_EQ(st.st_uid, 0u);
+    EXPECT_EQ(st.st_uid, geteuid());  // the pool owner's (root's, as root)
     EXPECT_EQ(st.st_mode & 07777, 0711u);
 }
 
 TEST_F(PoolDirEnvTest, remove_takes_the_file_and_a_missing_one_is_no_error) {
     PoolDir dir = open();
-    dir.write_job_environment("main.7", "A=1\n", 65534, 65534);
+    dir.write_job_environment("main.7", "A=1\n", user_.uid, user_.gid);
     dir.remove_job_environment("main.7");
     EXPECT_FALSE(fs::exists(env() + "/main.7"));
     EXPECT_NO_THROW(dir.remove_job_environment("main.7"));
@@ -154,8 +168,6 @@ namespace {
 // (drain_directory): memory bounded, deadlines honoured in the middle of a directory.
 class PoolDirRemovalTest : public PoolDirEnvTest {
   protected:
-    static constexpr uid_t other = 54321;
-
     std::string trash() const { return dir_ + "/p/trash"; }
 
     // `count` empty files in `directory`; returns `count`.
@@ -168,6 +180,18 @@ class PoolDirRemovalTest : public PoolDirEnvTest {
 
     static std::chrono::steady_clock::time_point in(std::chrono::seconds seconds) {
         return std::chrono::steady_clock::now() + seconds;
+    }
+};
+
+// What needs root: entries of two other users, a file made immutable (CAP_LINUX_IMMUTABLE).
+class PoolDirRemovalRootTest : public PoolDirRemovalTest {
+  protected:
+    static constexpr uid_t other = 54321;
+
+    void SetUp() override {
+        if (!unit::as_root())
+            GTEST_SKIP() << "needs root to give files to other users and make one immutable";
+        PoolDirRemovalTest::SetUp();
     }
 };
 
@@ -203,7 +227,7 @@ TEST_F(PoolDirRemovalTest, a_deadline_stops_it_inside_a_directory_and_the_next_c
 
 // Directories the owner could not delete are moved aside, not left to be read again and again;
 // an empty one of another user is removed as the owner could.
-TEST_F(PoolDirRemovalTest, entries_kept_aside_among_many_removable_ones_end_the_removal) {
+TEST_F(PoolDirRemovalRootTest, entries_kept_aside_among_many_removable_ones_end_the_removal) {
     const std::string top = trash() + "/t.1";
     std::uint64_t entries = fill(top + "/flat", 2 * directory_chunk + 1) + 2;
     for (const char* name : {"a", "m", "z"}) {
@@ -234,7 +258,7 @@ TEST_F(PoolDirRemovalTest, entries_kept_aside_among_many_removable_ones_end_the_
 
 // A file nobody may remove (immutable) fails the removal with its name rather than being read
 // again forever; the next call, once it can be removed, finishes.
-TEST_F(PoolDirRemovalTest, an_entry_that_cannot_be_removed_fails_instead_of_looping) {
+TEST_F(PoolDirRemovalRootTest, an_entry_that_cannot_be_removed_fails_instead_of_looping) {
     const std::string top = trash() + "/t.1";
     fill(top + "/flat", directory_chunk + 1);
     const std::string pinned = top + "/flat/checkpoint.rank7.h5";
@@ -292,7 +316,7 @@ MeasureBudget plenty() {
 
 TEST_F(PoolDirEnvTest, measure_counts_allocated_bytes_beneath_a_buffer) {
     PoolDir dir = open();
-    dir.create_buffer_dir("job/main.1.1", 0, 0, PoolDir::Creation::fresh).wait();
+    dir.create_buffer_dir("job/main.1.1", geteuid(), getegid(), PoolDir::Creation::fresh).wait();
     fs::create_directories(dir_ + "/p/job/main.1.1/a/b");
     write_bytes(dir_ + "/p/job/main.1.1/a/b/f", 64 << 10);
     write_bytes(dir_ + "/p/job/main.1.1/g", 64 << 10);
@@ -306,7 +330,7 @@ TEST_F(PoolDirEnvTest, measure_counts_allocated_bytes_beneath_a_buffer) {
 
 TEST_F(PoolDirEnvTest, measure_stops_once_over_the_limit) {
     PoolDir dir = open();
-    dir.create_buffer_dir("job/main.2.1", 0, 0, PoolDir::Creation::fresh).wait();
+    dir.create_buffer_dir("job/main.2.1", geteuid(), getegid(), PoolDir::Creation::fresh).wait();
     for (int i = 0; i < 50; ++i)
         write_bytes(dir_ + "/p/job/main.2.1/f" + std::to_string(i), 64 << 10);
     MeasureBudget budget = plenty();
@@ -319,7 +343,7 @@ TEST_F(PoolDirEnvTest, measure_stops_once_over_the_limit) {
 
 TEST_F(PoolDirEnvTest, measure_counts_a_file_with_two_names_once) {
     PoolDir dir = open();
-    dir.create_buffer_dir("job/main.3.1", 0, 0, PoolDir::Creation::fresh).wait();
+    dir.create_buffer_dir("job/main.3.1", geteuid(), getegid(), PoolDir::Creation::fresh).wait();
     write_bytes(dir_ + "/p/job/main.3.1/f", 64 << 10);
     fs::create_hard_link(dir_ + "/p/job/main.3.1/f", dir_ + "/p/job/main.3.1/g");
     MeasureBudget budget = plenty();
@@ -330,7 +354,7 @@ TEST_F(PoolDirEnvTest, measure_counts_a_file_with_two_names_once) {
 
 TEST_F(PoolDirEnvTest, measure_within_a_spent_budget_is_incomplete) {
     PoolDir dir = open();
-    dir.create_buffer_dir("job/main.4.1", 0, 0, PoolDir::Creation::fresh).wait();
+    dir.create_buffer_dir("job/main.4.1", geteuid(), getegid(), PoolDir::Creation::fresh).wait();
     for (int i = 0; i < 10; ++i)
         write_bytes(dir_ + "/p/job/main.4.1/f" + std::to_string(i), 4096);
     MeasureBudget budget{3, std::chrono::steady_clock::now() + std::chrono::seconds(60)};
@@ -349,7 +373,7 @@ TEST_F(PoolDirEnvTest, measure_of_a_missing_directory_is_empty) {
 
 TEST_F(PoolDirEnvTest, measure_never_follows_a_symlink) {
     PoolDir dir = open();
-    dir.create_buffer_dir("job/main.6.1", 0, 0, PoolDir::Creation::fresh).wait();
+    dir.create_buffer_dir("job/main.6.1", geteuid(), getegid(), PoolDir::Creation::fresh).wait();
     fs::create_directory(dir_ + "/outside");
     write_bytes(dir_ + "/outside/big", 256 << 10);
     fs::create_directory_symlink(dir_ + "/outside", dir_ + "/p/job/main.6.1/link");

@@ -1,5 +1,6 @@
 // Capacity accounting, the alloc crash protocol, teardown into trash, the reaper and recover,
-// on a real pool directory and state directory (root is needed to hand directories to users).
+// on a real pool directory and state directory, as root and as any user (job_user.hpp); what
+// needs another user's files (PoolRootTest) skips without root.
 #include "bbkit/pool.hpp"
 
 #include <gtest/gtest.h>
@@ -22,6 +23,7 @@
 #include "bbkit/teardown.hpp"
 #include "bbkit/views.hpp"
 #include "code_of.hpp"
+#include "job_user.hpp"
 
 namespace fs = std::filesystem;
 using namespace bbkit;
@@ -33,20 +35,19 @@ constexpr std::uint64_t KiB = 1024;
 class PoolTest : public ::testing::Test {
   protected:
     void SetUp() override {
-        if (geteuid() != 0)
-            GTEST_SKIP() << "needs root to give buffers to users";
         char tmpl[] = "/tmp/bbkit-pool.XXXXXX";
         ASSERT_NE(mkdtemp(tmpl), nullptr);
         dir_ = tmpl;
         chmod(dir_.c_str(), 0755);
         fs::create_directory(dir_ + "/small");
         config_.state_dir = dir_ + "/state";
+        config_.state_owner = unit::state_owner();
         config_.cluster = "t";
         config_.pools.push_back({"small", dir_ + "/small", 4 * KiB, KiB});
         config_.default_pool = "small";
         store_.emplace(config_);
         init_pool(*store_, config_, "small", "test");
-        nobody_ = lookup_user("nobody");
+        user_ = unit::job_user();
     }
     void TearDown() override {
         store_.reset();
@@ -57,13 +58,13 @@ class PoolTest : public ::testing::Test {
     AllocRequest job(std::uint64_t id, std::uint64_t bytes) const {
         AllocRequest r;
         r.job_id = id;
-        r.user = nobody_;
+        r.user = user_;
         r.pool = "small";
         r.capacity = bytes;
         return r;
     }
 
-    // Records an `allocating` job buffer of nobody's, as an allocator that died leaves it (its
+    // Records an `allocating` job buffer of the user's, as an allocator that died leaves it (its
     // recorded directory is `directory` when given).
     Buffer insert_allocating(std::uint64_t id, const std::string& directory = "") {
         Buffer b = Buffer::for_key(BufferKey::job("t", id, 1));
@@ -71,9 +72,9 @@ class PoolTest : public ::testing::Test {
             b.directory = directory;
         b.pool = "small";
         b.requested_bytes = b.allocated_bytes = KiB;
-        b.uid = nobody_.uid;
-        b.gid = nobody_.gid;
-        b.user = "nobody";
+        b.uid = user_.uid;
+        b.gid = user_.gid;
+        b.user = user_.name;
         b.state = BufferState::allocating;
         b.run_lock_holder = ProcessId{999999, 1};
         WriteTransaction txn(*store_, "test");
@@ -90,7 +91,18 @@ class PoolTest : public ::testing::Test {
     std::string dir_;
     Config config_;
     std::optional<StateStore> store_;
-    User nobody_;
+    User user_;
+};
+
+// What needs root: files of a third user in a buffer, a directory the buffer's user must not be
+// handed.
+class PoolRootTest : public PoolTest {
+  protected:
+    void SetUp() override {
+        if (!unit::as_root())
+            GTEST_SKIP() << "needs root to give files to another user";
+        PoolTest::SetUp();
+    }
 };
 
 }  // namespace
@@ -101,7 +113,7 @@ TEST_F(PoolTest, alloc_rounds_up_and_hands_the_directory_to_the_user) {
     EXPECT_EQ(r.buffer.state, BufferState::allocated);
     struct stat st {};
     ASSERT_EQ(stat(r.path.c_str(), &st), 0);
-    EXPECT_EQ(st.st_uid, nobody_.uid);
+    EXPECT_EQ(st.st_uid, user_.uid);
     EXPECT_EQ(st.st_mode & 07777, 0700u);
     EXPECT_EQ(status().used, 2 * KiB);
     EXPECT_EQ(status().free, 2 * KiB);
@@ -137,7 +149,7 @@ TEST_F(PoolTest, slurm_mode_never_refuses_for_capacity) {
 TEST_F(PoolTest, datawarp_mode_gives_a_job_without_space_a_session_of_zero_bytes) {
     AllocRequest persistent;
     persistent.persistent_name = "ps";
-    persistent.user = nobody_;
+    persistent.user = user_;
     persistent.pool = "small";
     persistent.capacity = KiB;
     config_.flags.enable_persistent = true;
@@ -145,7 +157,7 @@ TEST_F(PoolTest, datawarp_mode_gives_a_job_without_space_a_session_of_zero_bytes
 
     AllocCommand command;
     command.job_id = 7;
-    command.user = "nobody";
+    command.user = user_.name;
     command.text.bb = "#DW persistentdw name=ps";
     EXPECT_EQ(code_of([&] { build_alloc_request(config_, command); }), ExitCode::data);
 
@@ -240,14 +252,14 @@ TEST_F(PoolTest, teardown_within_budget_ends_and_releases_in_one_transaction) {
 
 // A user can move into their buffer a directory of theirs that holds another user's
 // directories (same file system): root removes only what the owner could have removed.
-TEST_F(PoolTest, teardown_keeps_aside_what_the_buffers_owner_could_not_delete) {
+TEST_F(PoolRootTest, teardown_keeps_aside_what_the_buffers_owner_could_not_delete) {
     constexpr uid_t other = 54321;
     const AllocResult r = allocate(*store_, config_, job(1, 2 * KiB), "test");
     fs::create_directories(r.path + "/proj/theirs/deeper");
     std::ofstream(r.path + "/proj/theirs/deeper/file") << "theirs";
     fs::create_directory(r.path + "/proj/empty-theirs");
     std::ofstream(r.path + "/proj/their-file") << "a name in the owner's directory";
-    ASSERT_EQ(chown((r.path + "/proj").c_str(), nobody_.uid, nobody_.gid), 0);
+    ASSERT_EQ(chown((r.path + "/proj").c_str(), user_.uid, user_.gid), 0);
     for (const char* name :
          {"theirs", "theirs/deeper", "theirs/deeper/file", "empty-theirs", "their-file"})
         ASSERT_EQ(chown((r.path + "/proj/" + name).c_str(), other, other), 0);
@@ -279,11 +291,11 @@ TEST_F(PoolTest, teardown_keeps_aside_what_the_buffers_owner_could_not_delete) {
 
 // A piece (a deep directory moved up into trash/ on the way) is judged against the buffer's
 // owner its name records: one that is someone else's was swapped in, and is kept aside.
-TEST_F(PoolTest, reap_keeps_a_piece_that_is_not_the_buffers_owners) {
+TEST_F(PoolRootTest, reap_keeps_a_piece_that_is_not_the_buffers_owners) {
     constexpr uid_t other = 54321;
     const AllocResult r = allocate(*store_, config_, job(1, 2 * KiB), "test");
     const std::string piece =
-        dir_ + "/small/trash/" + trash_name(r.buffer) + ".piece1.42." + std::to_string(nobody_.uid);
+        dir_ + "/small/trash/" + trash_name(r.buffer) + ".piece1.42." + std::to_string(user_.uid);
     fs::create_directories(piece + "/inner");
     std::ofstream(piece + "/inner/file") << "someone else's";
     for (const std::string& path : {piece, piece + "/inner", piece + "/inner/file"})
@@ -366,7 +378,7 @@ TEST_F(PoolTest, two_clusters_sharing_a_pool_never_share_a_buffer_directory) {
     const AllocResult mine = allocate(*store_, config_, job(4242, KiB), "test");
     std::ofstream(mine.path + "/data") << "cluster t's";
     AllocRequest theirs = job(4242, KiB);
-    theirs.user = lookup_user("root");
+    theirs.user = unit::root_or_caller();
     const AllocResult other_buffer = allocate(other_store, other, theirs, "test");
     EXPECT_EQ(mine.path.rfind(dir_ + "/small/job/t.4242.1.", 0), 0u) << mine.path;
     EXPECT_EQ(other_buffer.path.rfind(dir_ + "/small/job/u.4242.1.", 0), 0u) << other_buffer.path;
@@ -374,19 +386,20 @@ TEST_F(PoolTest, two_clusters_sharing_a_pool_never_share_a_buffer_directory) {
     struct stat st {};
     ASSERT_EQ(stat((mine.path + "/data").c_str(), &st), 0);
     ASSERT_EQ(stat(mine.path.c_str(), &st), 0);
-    EXPECT_EQ(st.st_uid, nobody_.uid);
+    EXPECT_EQ(st.st_uid, user_.uid);
 }
 
 TEST_F(PoolTest, check_repair_leaves_another_clusters_buffers_on_a_shared_pool_alone) {
     Config other = config_;
     other.cluster = "u";
     other.state_dir = dir_ + "/state-u";
+    other.flags.enable_persistent = true;  // root needs it not; a caller that is not root does
     StateStore other_store(other);
     init_pool(other_store, other, "small", "test");
     const AllocResult theirs = allocate(other_store, other, job(7, KiB), "test");
     AllocRequest persistent;
     persistent.persistent_name = "shared";
-    persistent.user = lookup_user("root");
+    persistent.user = unit::root_or_caller();
     persistent.pool = "small";
     persistent.capacity = KiB;
     const AllocResult shared = allocate(other_store, other, persistent, "test");
@@ -417,7 +430,7 @@ TEST_F(PoolTest, check_repair_leaves_another_clusters_buffers_on_a_shared_pool_a
     EXPECT_EQ(cluster_of_entry("persistent", "u.shared.0123456789abcdef", "t"), "u");
 }
 
-TEST_F(PoolTest, alloc_never_adopts_a_directory_that_is_already_there) {
+TEST_F(PoolRootTest, alloc_never_adopts_a_directory_that_is_already_there) {
     // As another state directory with the same cluster name (or anyone) could have left it,
     // under the name a buffer got before names had a random part: the new buffer's directory
     // is another, and the one that was there is left as it was, for check to report.
@@ -438,7 +451,7 @@ TEST_F(PoolTest, alloc_never_adopts_a_directory_that_is_already_there) {
     EXPECT_EQ(findings[0].subject, "job/t.9.1");
 }
 
-TEST_F(PoolTest, recover_rolls_back_an_allocation_whose_directory_is_not_its_own) {
+TEST_F(PoolRootTest, recover_rolls_back_an_allocation_whose_directory_is_not_its_own) {
     const Buffer half = insert_allocating(6);
     const std::string foreign = dir_ + "/small/" + half.directory;
     fs::create_directory(foreign);
@@ -462,7 +475,7 @@ TEST_F(PoolTest, a_buffer_recorded_with_the_old_directory_name_keeps_working) {
         txn.commit();
     }
     fs::create_directory(dir_ + "/small/job/5.1");
-    chown((dir_ + "/small/job/5.1").c_str(), nobody_.uid, nobody_.gid);
+    chown((dir_ + "/small/job/5.1").c_str(), user_.uid, user_.gid);
     EXPECT_TRUE(check(*store_, config_, false, "test").empty());
     teardown_job(*store_, config_, 5, {}, "test");
     EXPECT_FALSE(fs::exists(dir_ + "/small/job/5.1"));
@@ -480,7 +493,7 @@ TEST_F(PoolTest, recover_rolls_a_dead_allocation_forward_when_its_directory_exis
     EXPECT_EQ(snapshot.get_buffer(gone.key).state, BufferState::complete);
     struct stat st {};
     ASSERT_EQ(stat((dir_ + "/small/" + half.directory).c_str(), &st), 0);
-    EXPECT_EQ(st.st_uid, nobody_.uid);  // re-owned: the crash may have come before fchown
+    EXPECT_EQ(st.st_uid, user_.uid);  // re-owned: the crash may have come before fchown
     EXPECT_EQ(pool_status(snapshot, config_).at(0).used, KiB);
     EXPECT_GE(actions.size(), 2u);
 }

@@ -16,6 +16,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/pool.hpp"
 #include "code_of.hpp"
+#include "job_user.hpp"
 
 namespace fs = std::filesystem;
 using namespace bbkit;
@@ -27,8 +28,6 @@ constexpr std::uint64_t KiB = 1024;
 class ReconcileTest : public ::testing::Test {
   protected:
     void SetUp() override {
-        if (geteuid() != 0)
-            GTEST_SKIP() << "needs root to give buffers to users";
         char tmpl[] = "/tmp/bbkit-reconcile.XXXXXX";
         ASSERT_NE(mkdtemp(tmpl), nullptr);
         dir_ = tmpl;
@@ -36,13 +35,14 @@ class ReconcileTest : public ::testing::Test {
         fs::create_directories(dir_ + "/small");
         fs::create_directories(dir_ + "/bin");
         config_.state_dir = dir_ + "/state";
+        config_.state_owner = unit::state_owner();
         config_.cluster = "t";
         config_.mode = Mode::slurm;
         config_.pools.push_back({"small", dir_ + "/small", 16 * KiB, KiB});
         config_.default_pool = "small";
         store_.emplace(config_);
         init_pool(*store_, config_, "small", "test");
-        nobody_ = lookup_user("nobody");
+        user_ = unit::job_user();
         saved_path_ = std::getenv("PATH") ? std::getenv("PATH") : "";
         setenv("PATH", (dir_ + "/bin:" + saved_path_).c_str(), 1);
         // squeue prints squeue.out and exits with squeue.rc; scontrol prints scontrol.err on
@@ -98,7 +98,7 @@ class ReconcileTest : public ::testing::Test {
     Buffer job(std::uint64_t id) {
         AllocRequest r;
         r.job_id = id;
-        r.user = nobody_;
+        r.user = user_;
         r.pool = "small";
         r.capacity = KiB;
         return allocate(*store_, config_, r, "test").buffer;
@@ -118,7 +118,7 @@ class ReconcileTest : public ::testing::Test {
     std::string saved_path_;
     Config config_;
     std::optional<StateStore> store_;
-    User nobody_;
+    User user_;
 };
 
 }  // namespace
@@ -288,9 +288,9 @@ TEST_F(ReconcileTest, another_clusters_buffers_are_not_checked) {
     Buffer theirs = Buffer::for_key(BufferKey::job("other", 1, 1));
     theirs.pool = "small";
     theirs.requested_bytes = theirs.allocated_bytes = KiB;
-    theirs.uid = nobody_.uid;
-    theirs.gid = nobody_.gid;
-    theirs.user = "nobody";
+    theirs.uid = user_.uid;
+    theirs.gid = user_.gid;
+    theirs.user = user_.name;
     theirs.state = BufferState::allocating;
     {
         WriteTransaction txn(*store_, "test");

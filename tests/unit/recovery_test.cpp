@@ -1,5 +1,5 @@
-// check's findings, one kind at a time, on a real pool directory and state directory (root is
-// needed to hand directories to users); recover's own table is tested in pool_test.cpp.
+// check's findings, one kind at a time, on a real pool directory and state directory, as root
+// and as any user (job_user.hpp); recover's own table is tested in pool_test.cpp.
 #include "bbkit/recovery.hpp"
 
 #include <gtest/gtest.h>
@@ -13,6 +13,7 @@
 #include "bbkit/pool_dir.hpp"
 #include "bbkit/teardown.hpp"
 #include "bbkit/user.hpp"
+#include "job_user.hpp"
 
 namespace bbkit {
 namespace {
@@ -24,19 +25,18 @@ constexpr std::uint64_t KiB = 1024;
 class CheckTest : public ::testing::Test {
   protected:
     void SetUp() override {
-        if (geteuid() != 0)
-            GTEST_SKIP() << "needs root to give buffers to users";
         char tmpl[] = "/tmp/bbkit-check.XXXXXX";
         ASSERT_NE(mkdtemp(tmpl), nullptr);
         dir_ = tmpl;
         fs::create_directory(dir_ + "/small");
         config_.state_dir = dir_ + "/state";
+        config_.state_owner = unit::state_owner();
         config_.cluster = "t";
         config_.pools.push_back({"small", dir_ + "/small", 4 * KiB, KiB});
         config_.default_pool = "small";
         store_.emplace(config_);
         init_pool(*store_, config_, "small", "test");
-        nobody_ = lookup_user("nobody");
+        user_ = unit::job_user();
     }
     void TearDown() override {
         store_.reset();
@@ -47,7 +47,7 @@ class CheckTest : public ::testing::Test {
     AllocResult allocate_job(std::uint64_t id, std::uint64_t bytes = KiB) {
         AllocRequest r;
         r.job_id = id;
-        r.user = nobody_;
+        r.user = user_;
         r.pool = "small";
         r.capacity = bytes;
         return allocate(*store_, config_, r, "test");
@@ -65,7 +65,7 @@ class CheckTest : public ::testing::Test {
     std::string dir_;
     Config config_;
     std::optional<StateStore> store_;
-    User nobody_;
+    User user_;
 };
 
 TEST(FindingKind, prints_the_names_scripts_match) {
@@ -93,7 +93,7 @@ TEST_F(CheckTest, an_environment_file_without_a_live_buffer_is_stale_and_repair_
     PoolDir dir = PoolDir::open(config_.pools.at(0), std::nullopt);
     const std::string env = dir_ + "/small/env/";
     for (const char* name : {"t.1", "t.2", "t.3", "other.4"})
-        dir.write_job_environment(name, "BB_JOB_DIR=/x\n", nobody_.uid, nobody_.gid);
+        dir.write_job_environment(name, "BB_JOB_DIR=/x\n", user_.uid, user_.gid);
     std::vector<std::string> stale;
     for (const Finding& f : check(*store_, config_, false, "test")) {
         EXPECT_EQ(f.kind, FindingKind::stale_environment) << f.subject;
@@ -116,7 +116,7 @@ TEST_F(CheckTest, recover_removes_an_environment_file_a_killed_teardown_left) {
     teardown_job(*store_, config_, 2, TeardownOptions{}, "test");
     PoolDir dir = PoolDir::open(config_.pools.at(0), std::nullopt);
     for (const char* name : {"t.1", "t.2"})  // t.2: as if killed after its teardown's commit
-        dir.write_job_environment(name, "BB_JOB_DIR=/x\n", nobody_.uid, nobody_.gid);
+        dir.write_job_environment(name, "BB_JOB_DIR=/x\n", user_.uid, user_.gid);
     const std::vector<std::string> actions =
         recover(*store_, config_, std::chrono::seconds(1), "test");
     EXPECT_TRUE(std::any_of(actions.begin(), actions.end(), [](const std::string& a) {
@@ -181,9 +181,9 @@ TEST_F(CheckTest, an_allocation_whose_process_died_is_interrupted) {
     Buffer b = Buffer::for_key(BufferKey::job("t", 3, 1));
     b.pool = "small";
     b.requested_bytes = b.allocated_bytes = KiB;
-    b.uid = nobody_.uid;
-    b.gid = nobody_.gid;
-    b.user = "nobody";
+    b.uid = user_.uid;
+    b.gid = user_.gid;
+    b.user = user_.name;
     b.state = BufferState::allocating;
     b.run_lock_holder = ProcessId{999999, 1};
     {
@@ -204,9 +204,10 @@ TEST_F(CheckTest, more_held_than_the_capacity_is_an_over_commit) {
 }
 
 TEST_F(CheckTest, a_persistent_buffer_past_its_expiry_is_expired_persistent) {
+    config_.flags.enable_persistent = true;  // root needs it not; a caller that is not root does
     AllocRequest r;
     r.persistent_name = "old";
-    r.user = lookup_user("root");
+    r.user = unit::root_or_caller();
     r.pool = "small";
     r.capacity = KiB;
     const AllocResult a = allocate(*store_, config_, r, "test");
@@ -225,9 +226,9 @@ TEST_F(CheckTest, a_queued_request_whose_waiter_died_is_a_stale_queue) {
     Buffer b = Buffer::for_key(BufferKey::job("t", 4, 1));
     b.pool = "small";
     b.requested_bytes = b.allocated_bytes = KiB;
-    b.uid = nobody_.uid;
-    b.gid = nobody_.gid;
-    b.user = "nobody";
+    b.uid = user_.uid;
+    b.gid = user_.gid;
+    b.user = user_.name;
     b.state = BufferState::pending;
     {
         WriteTransaction txn(*store_, "test");

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "bbkit/error.hpp"
+#include "source_file.hpp"
 
 using bbkit::Error;
 using bbkit::ExitCode;
@@ -180,7 +181,7 @@ TEST(Size, printed_form_parses_back_to_the_same_bytes) {
 // The table burst_buffer.lua's size parser is tested against too (tests/slurm-lua/
 // size-cases.lua): both must give the same answer on every line.
 TEST(SizeCases, shared_table_with_the_slurm_lua_parser) {
-    std::ifstream in(std::string(BBKIT_SOURCE_DIR) + "/tests/data/size-cases.tsv");
+    std::ifstream in(bbkit::unit::source_file("tests/data/size-cases.tsv"));
     ASSERT_TRUE(in) << "tests/data/size-cases.tsv is missing";
     std::string line;
     int cases = 0;

@@ -15,6 +15,7 @@
 #include "bbkit/error.hpp"
 #include "bbkit/user.hpp"
 #include "code_of.hpp"
+#include "job_user.hpp"
 
 namespace bbkit::sqlite {
 namespace {
@@ -39,10 +40,11 @@ class SqliteTest : public ::testing::Test {
         return db;
     }
 
-    // The test's directory and database handed to nobody, as a state owner's: what a
-    // connection with a ForeignWriter opens as that account.
-    std::optional<ForeignWriter> nobody() {
-        const User user = lookup_user("nobody", UserGroups::skip);
+    // The test's directory and database handed to a state owner's account (nobody as root;
+    // else the caller, the only account it can hand them to): what a connection with a
+    // ForeignWriter opens as that account.
+    std::optional<ForeignWriter> state_owner() {
+        const User user = unit::job_user();
         EXPECT_EQ(::chmod(root_.c_str(), 0755), 0);
         EXPECT_EQ(::chown(root_.c_str(), user.uid, user.gid), 0);
         for (const char* suffix : {"", "-wal", "-shm"})
@@ -357,7 +359,8 @@ TEST_F(SqliteTest, runs_no_trigger_view_or_extension_the_file_brings) {
                   SQLITE_OK);
         sqlite3_close(raw);
     }
-    for (const std::optional<ForeignWriter> writer : {std::optional<ForeignWriter>(), nobody()}) {
+    for (const std::optional<ForeignWriter> writer :
+         {std::optional<ForeignWriter>(), state_owner()}) {
         Database db(path_, writer);
         db.query("INSERT INTO t (a) VALUES (1)").run();
         EXPECT_EQ(count(db, "log"), 0);  // the trigger did not fire
@@ -380,7 +383,7 @@ TEST_F(SqliteTest, a_foreign_file_is_not_memory_mapped) {
     Query mapped = own.query("PRAGMA mmap_size");
     ASSERT_TRUE(mapped.step());
     EXPECT_GT(mapped.integer(0), 0);
-    Database foreign(path_, nobody());
+    Database foreign(path_, state_owner());
     Query unmapped = foreign.query("PRAGMA mmap_size");
     ASSERT_TRUE(unmapped.step());
     EXPECT_EQ(unmapped.integer(0), 0);
@@ -396,7 +399,7 @@ TEST_F(SqliteTest, a_foreign_writers_link_to_a_file_it_cannot_write_is_not_writt
         Database db = create();
         db.exec("PRAGMA journal_mode = WAL", "WAL");
     }
-    const std::optional<ForeignWriter> writer = nobody();
+    const std::optional<ForeignWriter> writer = state_owner();
     const std::string precious = root_ + "/precious";
     { std::ofstream(precious) << "root's"; }
     ASSERT_EQ(::chmod(precious.c_str(), 0600), 0);
@@ -428,7 +431,7 @@ TEST_F(SqliteTest, an_open_connection_assigned_over_another_closes_the_old_one_f
         ASSERT_GE(fd, 0);
         ::close(fd);
     }
-    const std::optional<ForeignWriter> writer = nobody();
+    const std::optional<ForeignWriter> writer = state_owner();
     if (geteuid() == 0) {
         ASSERT_EQ(::chown(other.c_str(), writer->uid, writer->gid), 0);
     }

@@ -1,6 +1,6 @@
 // Pre-run's job environment on the pool in standalone mode (bbkit(7), STANDALONE MODE WITH
-// SLURM) and its removal at teardown, on a real pool and state directory (root is needed to
-// hand the file to the job's user); stage-in and stage-out with their move in this process
+// SLURM) and its removal at teardown, on a real pool and state directory, as root and as any
+// user (job_user.hpp); stage-in and stage-out with their move in this process, as any user
 // (mover_runner.hpp), and what bb-stage decides on a failed move's kind.
 #include "bbkit/stage.hpp"
 
@@ -21,6 +21,7 @@
 #include "bbkit/pool.hpp"
 #include "bbkit/teardown.hpp"
 #include "code_of.hpp"
+#include "job_user.hpp"
 
 namespace fs = std::filesystem;
 using namespace bbkit;
@@ -37,20 +38,19 @@ std::string content(const std::string& path) {
 class StageTest : public ::testing::Test {
   protected:
     void SetUp() override {
-        if (geteuid() != 0)
-            GTEST_SKIP() << "needs root to give buffers to users";
         char tmpl[] = "/tmp/bbkit-stage.XXXXXX";
         ASSERT_NE(mkdtemp(tmpl), nullptr);
         dir_ = tmpl;
         chmod(dir_.c_str(), 0755);
         fs::create_directory(dir_ + "/small");
         config_.state_dir = dir_ + "/state";
+        config_.state_owner = unit::state_owner();
         config_.cluster = "t";
         config_.pools.push_back({"small", dir_ + "/small", 4096, 1024});
         config_.default_pool = "small";
         store_.emplace(config_);
         init_pool(*store_, config_, "small", "test");
-        nobody_ = lookup_user("nobody");
+        user_ = unit::job_user();
     }
     void TearDown() override {
         store_.reset();
@@ -61,13 +61,14 @@ class StageTest : public ::testing::Test {
     AllocResult alloc(std::uint64_t id) {
         AllocRequest r;
         r.job_id = id;
-        r.user = nobody_;
+        r.user = user_;
         r.pool = "small";
         r.capacity = 1024;
         return allocate(*store_, config_, r, "test");
     }
 
-    // The job's file in env/: the name its user's key gives it (t.ID.TAG), as root finds it.
+    // The job's file in env/: the name its user's key gives it (t.ID.TAG), as the pool's owner
+    // (root) finds it.
     std::string env_file(std::uint64_t id) const {
         const std::string legacy = "t." + std::to_string(id);
         std::error_code error;
@@ -82,7 +83,7 @@ class StageTest : public ::testing::Test {
     std::string dir_;
     Config config_;
     std::optional<StateStore> store_;
-    User nobody_;
+    User user_;
 };
 
 }  // namespace
@@ -93,13 +94,13 @@ TEST_F(StageTest, pre_run_in_standalone_mode_leaves_the_job_paths_for_the_users_
     struct stat st {};
     ASSERT_EQ(lstat(env_file(7).c_str(), &st), 0);
     EXPECT_TRUE(S_ISREG(st.st_mode));
-    EXPECT_EQ(st.st_uid, nobody_.uid);
-    EXPECT_EQ(st.st_gid, nobody_.gid);
+    EXPECT_EQ(st.st_uid, user_.uid);
+    EXPECT_EQ(st.st_gid, user_.gid);
     EXPECT_EQ(st.st_mode & 07777, 0400u);
     EXPECT_EQ(content(env_file(7)), job_paths(*store_, config_, 7));
     EXPECT_NE(content(env_file(7)).find("BB_JOB_DIR=" + a.path + "\n"), std::string::npos);
     ASSERT_EQ(lstat((dir_ + "/small/env").c_str(), &st), 0);
-    EXPECT_EQ(st.st_uid, 0u);
+    EXPECT_EQ(st.st_uid, geteuid());  // the pool owner's (root's, as root)
     EXPECT_EQ(st.st_mode & 07777, 0711u);
 }
 
@@ -172,16 +173,15 @@ ProcessOutcome exited(int status) {
 class StageMoveTest : public ::testing::Test {
   protected:
     void SetUp() override {
-        // A pool must be root's (bbkit(7), SECURITY): the one reason these need root; the
-        // move itself runs in this process, no bb-mover installed.
-        if (geteuid() != 0)
-            GTEST_SKIP() << "a pool must be root's";
+        // As root and as any user (a pool of the caller's own: may_own_pools); the move runs
+        // in this process, no bb-mover installed.
         char tmpl[] = "/tmp/bbkit-stage-move.XXXXXX";
         ASSERT_NE(mkdtemp(tmpl), nullptr);
         dir_ = tmpl;
         fs::create_directory(dir_ + "/pool");
         fs::create_directory(dir_ + "/pfs");
         config_.state_dir = dir_ + "/state";
+        // The move runs as its caller, who must be the plan's user: root too, as root.
         config_.cluster = "t";
         config_.pools.push_back({"p", dir_ + "/pool", std::uint64_t{1} << 20, 1024});
         config_.default_pool = "p";

@@ -1,6 +1,7 @@
 // bb-stat env's reading of a job's environment from its pool (bbkit(7), STANDALONE MODE WITH
 // SLURM): only the caller's own regular file, never through a symlink, and only well-formed
-// NAME=value lines.
+// NAME=value lines. Read as root, as any user (job_user.hpp, whose pools they then are) and, in
+// TaskEnvironmentRootTest, as the user root becomes.
 #include "bbkit/task_environment.hpp"
 
 #include <fcntl.h>
@@ -12,12 +13,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "bbkit/error.hpp"
 #include "bbkit/job_environment.hpp"
 #include "bbkit/pool_dir.hpp"
 #include "bbkit/stat_render.hpp"
 #include "code_of.hpp"
+#include "job_user.hpp"
 
 namespace fs = std::filesystem;
 using namespace bbkit;
@@ -29,8 +32,6 @@ constexpr uid_t nobody = 65534;
 class TaskEnvironmentTest : public ::testing::Test {
   protected:
     void SetUp() override {
-        if (geteuid() != 0)
-            GTEST_SKIP() << "needs root to hand files to users";
         char tmpl[] = "/tmp/bbkit-taskenv.XXXXXX";
         ASSERT_NE(mkdtemp(tmpl), nullptr);
         dir_ = tmpl;
@@ -41,15 +42,19 @@ class TaskEnvironmentTest : public ::testing::Test {
             config_.pools.push_back({name, dir_ + "/" + name, 4096, 1});
             PoolDir::init(config_.pools.back());
         }
+        user_ = unit::job_user();
     }
     void TearDown() override {
         if (!dir_.empty())
             fs::remove_all(dir_);
     }
 
-    void write(const std::string& pool, const std::string& text, uid_t uid = nobody) {
+    // The job's file: the user's, or `uid`'s (group `uid` too) when given.
+    void write(const std::string& pool, const std::string& text,
+               std::optional<uid_t> uid = std::nullopt) {
+        const gid_t gid = uid ? static_cast<gid_t>(*uid) : user_.gid;
         PoolDir::open(*config_.find_pool(pool), std::nullopt)
-            .write_job_environment("t.7", text, uid, uid);
+            .write_job_environment("t.7", text, uid.value_or(user_.uid), gid);
     }
     std::string file(const std::string& pool) const { return dir_ + "/" + pool + "/env/t.7"; }
 
@@ -73,11 +78,22 @@ class TaskEnvironmentTest : public ::testing::Test {
 
     std::string dir_;
     Config config_;
+    User user_;
+};
+
+// Read as the job's user and as another, in a child that becomes them.
+class TaskEnvironmentRootTest : public TaskEnvironmentTest {
+  protected:
+    void SetUp() override {
+        if (!unit::as_root())
+            GTEST_SKIP() << "needs root to hand files to users and become them";
+        TaskEnvironmentTest::SetUp();
+    }
 };
 
 }  // namespace
 
-TEST_F(TaskEnvironmentTest, reads_the_users_own_file_as_that_user) {
+TEST_F(TaskEnvironmentRootTest, reads_the_users_own_file_as_that_user) {
     write("b", "BB_JOB_DIR=/x/job/t.7.1\nDW_PERSISTENT_STRIPED_my_data=/x/p\n");
     EXPECT_EQ(code_as(nobody), 0);
     const TaskEnvironment env = read_task_environment(config_, 7, 0);
@@ -98,7 +114,7 @@ TEST_F(TaskEnvironmentTest, no_file_on_any_pool_is_no_input) {
 
 // Another user's file answers as no file at all: nobody learns that another user's job has one
 // (bbkit(7), SECURITY).
-TEST_F(TaskEnvironmentTest, another_users_file_is_as_absent) {
+TEST_F(TaskEnvironmentRootTest, another_users_file_is_as_absent) {
     write("a", "BB_JOB_DIR=/x\n", 0);  // root's: nobody may not read it
     EXPECT_EQ(code_as(nobody), static_cast<int>(ExitCode::no_input));
     fs::permissions(file("a"), fs::perms(0444));  // readable, still not theirs
@@ -108,7 +124,7 @@ TEST_F(TaskEnvironmentTest, another_users_file_is_as_absent) {
 // What pre-run writes: env/t.7.<tag>, the tag from the user's key (env/<uid>.key, theirs,
 // 0400). The user finds it, root finds it (it lists env/), another user neither finds it nor
 // could name it; the key is made once and kept.
-TEST_F(TaskEnvironmentTest, a_tagged_file_is_found_by_its_user_and_root_only) {
+TEST_F(TaskEnvironmentRootTest, a_tagged_file_is_found_by_its_user_and_root_only) {
     PoolDir pool = PoolDir::open(*config_.find_pool("a"), std::nullopt);
     const std::string key = pool.job_environment_key(nobody, nobody);
     EXPECT_EQ(pool.job_environment_key(nobody, nobody), key);

@@ -1,8 +1,8 @@
 // Ending buffers (bbkit(7), BUFFER STATES and STANDALONE MODE): teardown of job and persistent
 // buffers, what it refuses and to whom, a teardown that fails and is finished later, a stager
 // stopped, a symlink planted by the user, and the reaper's budget. On a real pool and state
-// directory (root is needed to hand directories to users); the basic teardown and reap paths
-// are in pool_test.cpp, which allocates.
+// directory, as root and as any user (job_user.hpp); the basic teardown and reap paths are in
+// pool_test.cpp, which allocates.
 #include "bbkit/teardown.hpp"
 
 #include <gtest/gtest.h>
@@ -22,6 +22,7 @@
 #include "bbkit/stage_plan.hpp"
 #include "bbkit/views.hpp"
 #include "code_of.hpp"
+#include "job_user.hpp"
 
 namespace fs = std::filesystem;
 using namespace bbkit;
@@ -33,8 +34,6 @@ constexpr std::uint64_t KiB = 1024;
 class TeardownTest : public ::testing::Test {
   protected:
     void SetUp() override {
-        if (geteuid() != 0)
-            GTEST_SKIP() << "needs root to give buffers to users";
         unsetenv("SUDO_UID");
         char tmpl[] = "/tmp/bbkit-teardown.XXXXXX";
         ASSERT_NE(mkdtemp(tmpl), nullptr);
@@ -42,12 +41,13 @@ class TeardownTest : public ::testing::Test {
         chmod(dir_.c_str(), 0755);
         fs::create_directory(dir_ + "/small");
         config_.state_dir = dir_ + "/state";
+        config_.state_owner = unit::state_owner();
         config_.cluster = "t";
         config_.pools.push_back({"small", dir_ + "/small", 4 * KiB, KiB});
         config_.default_pool = "small";
         store_.emplace(config_);
         init_pool(*store_, config_, "small", "test");
-        nobody_ = lookup_user("nobody");
+        user_ = unit::job_user();
     }
     void TearDown() override {
         unsetenv("SUDO_UID");
@@ -59,16 +59,18 @@ class TeardownTest : public ::testing::Test {
     AllocResult job(std::uint64_t id, const std::string& staging = "{}") {
         AllocRequest r;
         r.job_id = id;
-        r.user = nobody_;
+        r.user = user_;
         r.pool = "small";
         r.capacity = KiB;
         r.staging = staging;
         return allocate(*store_, config_, r, "test");
     }
     AllocResult persistent(const std::string& name) {
+        config_.flags.enable_persistent =
+            true;  // root needs it not; a caller that is not root does
         AllocRequest r;
         r.persistent_name = name;
-        r.user = lookup_user("root");
+        r.user = unit::root_or_caller();
         r.pool = "small";
         r.capacity = KiB;
         return allocate(*store_, config_, r, "test");
@@ -98,7 +100,17 @@ class TeardownTest : public ::testing::Test {
     std::string dir_;
     Config config_;
     std::optional<StateStore> store_;
-    User nobody_;
+    User user_;
+};
+
+// Root's own: a caller through sudo is root's (less_privileged_caller).
+class TeardownRootTest : public TeardownTest {
+  protected:
+    void SetUp() override {
+        if (!unit::as_root())
+            GTEST_SKIP() << "needs root, run for a caller through sudo";
+        TeardownTest::SetUp();
+    }
 };
 
 // A job whose results (a stage_out line) are only in its buffer.
@@ -151,9 +163,9 @@ TEST_F(TeardownTest, a_queued_request_leaves_the_queue) {
     Buffer b = Buffer::for_key(BufferKey::job("t", 5, 1));
     b.pool = "small";
     b.requested_bytes = b.allocated_bytes = KiB;
-    b.uid = nobody_.uid;
-    b.gid = nobody_.gid;
-    b.user = "nobody";
+    b.uid = user_.uid;
+    b.gid = user_.gid;
+    b.user = user_.name;
     b.state = BufferState::pending;
     {
         WriteTransaction txn(*store_, "test");
@@ -194,7 +206,7 @@ TEST_F(TeardownTest, a_persistent_buffer_in_use_is_destroyed_only_with_force) {
 }
 
 // SlurmUser through sudo gets the teardown Slurm asks for, never --force.
-TEST_F(TeardownTest, force_is_refused_to_a_caller_through_sudo_and_changes_nothing) {
+TEST_F(TeardownRootTest, force_is_refused_to_a_caller_through_sudo_and_changes_nothing) {
     const AllocResult r = job(1);
     setenv("SUDO_UID", "65534", 1);
     TeardownOptions force;
@@ -245,7 +257,7 @@ TEST_F(TeardownTest, a_symlink_the_user_planted_is_removed_not_followed) {
     fs::create_directory(r.path + "/dir");
     fs::create_symlink(outside + "/sub/precious", r.path + "/dir/file-link");
     for (const char* name : {"escape", "dir", "dir/file-link"})
-        ASSERT_EQ(lchown((r.path + "/" + name).c_str(), nobody_.uid, nobody_.gid), 0);
+        ASSERT_EQ(lchown((r.path + "/" + name).c_str(), user_.uid, user_.gid), 0);
     const TeardownResult t = teardown_job(*store_, config_, 1, {}, "test");
     EXPECT_TRUE(t.reaped);
     EXPECT_FALSE(fs::exists(r.path));
