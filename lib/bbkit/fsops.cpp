@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 
 #include "bbkit/error.hpp"
 
@@ -205,6 +206,52 @@ void replace(int dir, const std::string& name, const std::string& data, mode_t m
 
 void write_file_atomically(const std::string& path, const std::string& data, mode_t mode) {
     replace(open_parent(path).get(), base_of(path), data, mode, path, FileOwner{}, true);
+}
+
+OutputTarget output_target(const std::string& path) {
+    OutputTarget target{open_parent(path), base_of(path), std::nullopt};
+    struct stat st {};
+    if (::fstatat(target.dir.get(), target.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno != ENOENT)
+            fail("stat", path, errno);
+        return target;
+    }
+    const char* why = S_ISLNK(st.st_mode)    ? "it is a symlink"
+                      : !S_ISREG(st.st_mode) ? "it is not a regular file"
+                      : st.st_nlink != 1     ? "it has other names (hard links)"
+                                             : nullptr;
+    if (why != nullptr)
+        refuse_output(path, why);
+    target.existing = st;
+    return target;
+}
+
+void refuse_output(const std::string& path, const std::string& why) {
+    throw Error(ExitCode::exists, "refusing to write " + printable(path) + ": " + why +
+                                      " (name a new file, or one this command wrote)");
+}
+
+void write_own_output(const std::string& path, const std::string& data, mode_t mode,
+                      std::string_view first_line) {
+    const OutputTarget target = output_target(path);
+    const int dir = target.dir.get();
+    const std::string& name = target.name;
+    if (const std::optional<struct stat>& st = target.existing) {
+        if (st->st_uid != ::geteuid())
+            refuse_output(path, "it belongs to uid " + std::to_string(st->st_uid));
+        // Opened and checked to be what was looked at, then read.
+        const Fd existing(
+            ::openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+        struct stat opened {};
+        if (!existing || ::fstat(existing.get(), &opened) != 0 || opened.st_dev != st->st_dev ||
+            opened.st_ino != st->st_ino)
+            refuse_output(path, "it changed while it was checked");
+        std::string head(first_line.size(), '\0');
+        const ssize_t n = ::pread(existing.get(), head.data(), head.size(), 0);
+        if (n != static_cast<ssize_t>(head.size()) || head != first_line)
+            refuse_output(path, "it is not a file this command wrote");
+    }
+    replace(dir, name, data, mode, path, FileOwner{}, true);
 }
 
 void replace_file(const std::string& path, const std::string& data, mode_t mode) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cstddef>
@@ -10,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -132,6 +134,30 @@ std::optional<std::string> read_file_at(int dir, const std::string& name, const 
 // new content, never a mix; after return the new content survives a power cut.
 // Throws Error(io) naming the path.
 void write_file_atomically(const std::string& path, const std::string& data, mode_t mode);
+
+// Writes `data` to `path`, a file a command line named, as write_file_atomically does, but
+// never in place of what the caller did not write: an existing `path` must be a regular file of
+// the caller's (its effective uid) with one name, whose first line begins with `first_line` (a
+// file of this kind written before). Anything else there, a symlink such as /dev/stdout, a
+// device, a FIFO, a directory, a second name of another file, someone else's file or a file of
+// other content (/etc/passwd), is refused with Error(exists, one line) and left as it is
+// (bbkit(7), SECURITY).
+void write_own_output(const std::string& path, const std::string& data, mode_t mode,
+                      std::string_view first_line);
+
+// An output file a command line names (`path`): its directory, open, its name there, and the
+// file when it exists, which must be a regular file with one name (looked at without following
+// a symlink or opening it); anything else is refused through refuse_output. What
+// write_own_output and every other output file of a tool start from.
+struct OutputTarget {
+    Fd dir;
+    std::string name;
+    std::optional<struct stat> existing;
+};
+OutputTarget output_target(const std::string& path);
+
+// Refuses to write the output file `path` (Error(exists), one line saying `why`).
+[[noreturn]] void refuse_output(const std::string& path, const std::string& why);
 
 // Replaces `path` with `data` like write_file_atomically, but without any fsync: readers see the
 // old or the new content, never a mix, yet a power cut may lose the change (or leave the file

@@ -672,8 +672,21 @@ std::string job_paths(StateStore& store, const Config& config, std::uint64_t job
 }
 
 void write_paths_file(const std::string& path, const std::string& lines) {
-    Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
+    // Written in place (Slurm may have made the file), but never into what is not a plain file
+    // (fsops.hpp, output_target): a symlink, a device, a FIFO, another file's second name.
+    const OutputTarget target = output_target(path);
+    const std::optional<struct stat>& before = target.existing;
+    Fd fd(openat(target.dir.get(), target.name.c_str(),
+                 O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0600));
     if (!fd)
+        throw system_error("cannot write " + path, errno);
+    struct stat opened {};
+    if (fstat(fd.get(), &opened) != 0)
+        throw system_error("cannot write " + path, errno);
+    if (!S_ISREG(opened.st_mode) || opened.st_nlink != 1 ||
+        (before && (before->st_dev != opened.st_dev || before->st_ino != opened.st_ino)))
+        refuse_output(path, "it changed while it was checked");
+    if (ftruncate(fd.get(), 0) != 0)
         throw system_error("cannot write " + path, errno);
     const ssize_t n = write(fd.get(), lines.data(), lines.size());
     if (n != static_cast<ssize_t>(lines.size()))  // short sets no errno: an I/O error

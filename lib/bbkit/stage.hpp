@@ -90,7 +90,9 @@ EndResult end_job(StateStore& store, const Config& config, std::uint64_t job_id,
 std::string job_paths(StateStore& store, const Config& config, std::uint64_t job_id);
 
 // Writes the lines into `path` (Slurm's path file exists, owned by SlurmUser: it is truncated
-// and written, never replaced or followed through a symlink; a missing file is created 0600).
+// and written, never replaced; a missing file is created 0600). Never into what is not a plain
+// file: a symlink, a device, a FIFO or a file with other names is refused (fsops.hpp,
+// output_target; exit 73).
 void write_paths_file(const std::string& path, const std::string& lines);
 
 }  // namespace bbkit

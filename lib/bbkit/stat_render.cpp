@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <iostream>
 #include <map>
 #include <sstream>
+#include <string_view>
 
 #include "bbkit/access.hpp"
 #include "bbkit/dws_render.hpp"
 #include "bbkit/error.hpp"
+#include "bbkit/fsops.hpp"
 #include "bbkit/render.hpp"
 #include "bbkit/size.hpp"
 #include "bbkit/slurm_release.hpp"
@@ -663,9 +666,12 @@ json job_json(const JobStatus& job, TimePoint now) {
 
 // ---- Prometheus ---------------------------------------------------------------------------
 
+// How every metrics file bb-stat writes begins, and how it knows one it wrote before.
+constexpr std::string_view prometheus_first_line = "# HELP bbkit_";
+
 std::string prometheus_text(const StatusSnapshot& snapshot, const Config& config) {
     std::ostringstream out;
-    out << "# HELP bbkit_pool_bytes Burst buffer pool space in bytes, by kind.\n"
+    out << prometheus_first_line << "pool_bytes Burst buffer pool space in bytes, by kind.\n"
         << "# TYPE bbkit_pool_bytes gauge\n";
     for (const PoolStatus& pool : snapshot.pools) {
         const std::string label = "{pool=\"" + escape_label(pool.name) + "\",kind=\"";
@@ -741,6 +747,14 @@ nlohmann::json task_environment_json(const TaskEnvironment& env) {
     for (const auto& [name, value] : env.variables)
         out[name] = value;
     return out;
+}
+
+void write_prometheus(const std::string& target, const std::string& text) {
+    if (target == "-") {
+        std::cout << text << std::flush;
+        return;
+    }
+    write_own_output(target, text, 0644, prometheus_first_line);
 }
 
 }  // namespace bbkit

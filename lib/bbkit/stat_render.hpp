@@ -67,4 +67,9 @@ nlohmann::json task_environment_json(const TaskEnvironment& env);
 // and, unless PrivateData, each buffer's allocated (and, where known, used) bytes.
 std::string prometheus_text(const StatusSnapshot& snapshot, const Config& config);
 
+// Where `bb-stat --prometheus TARGET` puts prometheus_text: standard output for "-", else the
+// file TARGET, atomically, and only a new file or one it wrote before (fsops.hpp,
+// write_own_output: its first line begins "# HELP bbkit_").
+void write_prometheus(const std::string& target, const std::string& text);
+
 }  // namespace bbkit

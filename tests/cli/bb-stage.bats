@@ -561,7 +561,35 @@ print("%08x" % ((h ^ (h >> 47)) & 0xffffffff))'
   # A failed call's code is its errno's, as in every tool (bbkit(7), EXIT STATUS).
   run bb-stage paths --job 32 --output "$TEST_DIR/no/such/pathfile"
   assert_failure 66
-  assert_output "bb-stage: cannot write $TEST_DIR/no/such/pathfile: No such file or directory"
+  assert_output --partial "bb-stage: cannot create $TEST_DIR/no/such/pathfile: No such file or directory"
+}
+
+@test "paths --output writes into no symlink, device, FIFO, directory or second name of a file" {
+  bb-pool alloc --job 32 --user "$U" --capacity 1G >/dev/null
+  mkdir "$TEST_DIR/t"
+  echo "the target's own" >"$TEST_DIR/t/target"
+  ln -s "$TEST_DIR/t/target" "$TEST_DIR/t/symlink"
+  ln -s /dev/stdout "$TEST_DIR/t/stdout"
+  mkfifo "$TEST_DIR/t/fifo"
+  mknod "$TEST_DIR/t/device" c 1 3
+  mkdir "$TEST_DIR/t/directory"
+  echo "two names" >"$TEST_DIR/t/linked"
+  ln "$TEST_DIR/t/linked" "$TEST_DIR/t/linked2"
+  before=$(cd "$TEST_DIR/t" && stat -c '%n %F %i %h %s %Y' -- * && cat target linked)
+  local name
+  for name in symlink stdout fifo device directory linked; do
+    run timeout 20 bb-stage paths --job 32 --output "$TEST_DIR/t/$name"
+    assert_failure 73
+    assert_output --regexp "^bb-stage: refusing to write $TEST_DIR/t/$name: it (is a symlink|is not a regular file|has other names \(hard links\))"
+  done
+  [ "$(cd "$TEST_DIR/t" && stat -c '%n %F %i %h %s %Y' -- * && cat target linked)" = "$before" ]
+  # Slurm's own file, made before the call, is written in place.
+  echo stale >"$TEST_DIR/t/pathfile"
+  inode=$(stat -c %i "$TEST_DIR/t/pathfile")
+  bb-stage paths --job 32 --output "$TEST_DIR/t/pathfile"
+  [ "$(stat -c %i "$TEST_DIR/t/pathfile")" = "$inode" ]
+  ! grep -q stale "$TEST_DIR/t/pathfile"
+  grep -q "^BB_JOB_DIR=" "$TEST_DIR/t/pathfile"
 }
 
 @test "a failing pre_run hook fails the phase with its last stderr line" {

@@ -190,6 +190,68 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
   assert_output --partial "bb-stat: "
 }
 
+@test "--prometheus - writes the metrics to standard output, no file named -, and takes no view" {
+  cd "$TEST_DIR"
+  run bb-stat --prometheus -
+  assert_success
+  assert_line '# TYPE bbkit_pool_bytes gauge'
+  [ ! -e "$TEST_DIR/-" ]
+  run bb-stat burst --prometheus -
+  assert_failure 64
+  assert_output "bb-stat: --prometheus - writes the metrics to standard output: name no view with it"
+  run bb-stat --prometheus ""
+  assert_failure 64
+  run bb-stat --prometheus "$TEST_DIR/"
+  assert_failure 64
+  assert_output "bb-stat: --prometheus needs a file name, or - for standard output"
+}
+
+# Every kind of thing a root tool could find at the path it is told to write, but did not write
+# itself (bbkit(7), SECURITY): each is refused with 73 and left exactly as it was.
+plant_output_targets() {
+  local d=$1
+  mkdir -p "$d"
+  echo "the target's own" >"$d/target"
+  ln -s "$d/target" "$d/symlink"
+  ln -s /dev/stdout "$d/stdout"
+  ln -s "$d/missing" "$d/dangling"
+  mkfifo "$d/fifo"
+  mknod "$d/device" c 1 3  # a second /dev/null
+  mkdir "$d/directory"
+  echo "two names" >"$d/linked"
+  ln "$d/linked" "$d/linked2"
+  echo "root:x:0:0:root:/root:/bin/bash" >"$d/passwd"
+  bb-stat --prometheus "$d/theirs"
+  chown nobody "$d/theirs"
+}
+output_target_state() {
+  local d=$1 f
+  ls -A "$d"
+  for f in "$d"/*; do
+    printf '%s %s\n' "$f" "$(stat -c '%F %i %h %U %s %Y' "$f")"
+    [ ! -f "$f" ] || [ -p "$f" ] || md5sum <"$f"
+  done
+}
+
+@test "--prometheus replaces no file it did not write: symlinks, devices, FIFOs, directories, hard links, another's file, other content" {
+  plant_output_targets "$TEST_DIR/t"
+  before=$(output_target_state "$TEST_DIR/t")
+  local name
+  for name in symlink stdout dangling fifo device directory linked passwd theirs; do
+    run timeout 20 bb-stat --prometheus "$TEST_DIR/t/$name"
+    assert_failure 73
+    assert_output --regexp "^bb-stat: refusing to write $TEST_DIR/t/$name: it (is a symlink|is not a regular file|has other names \(hard links\)|belongs to uid [0-9]+|is not a file this command wrote) \(name a new file, or one this command wrote\)$"
+  done
+  [ "$(output_target_state "$TEST_DIR/t")" = "$before" ]
+  # What it wrote itself, it replaces (a textfile collector's file, rewritten every minute).
+  bb-stat --prometheus "$TEST_DIR/t/mine"
+  inode=$(stat -c %i "$TEST_DIR/t/mine")
+  run bb-stat --prometheus "$TEST_DIR/t/mine"
+  assert_success
+  [ "$(stat -c %i "$TEST_DIR/t/mine")" != "$inode" ]  # renamed over, atomically
+  grep -qx '# TYPE bbkit_pool_bytes gauge' "$TEST_DIR/t/mine"
+}
+
 @test "--state-dir overrides the configuration" {
   bb-pool --state-dir "$TEST_DIR/other" recover >/dev/null
   run bb-stat --state-dir "$TEST_DIR/other"

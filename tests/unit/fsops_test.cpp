@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "bbkit/error.hpp"
+#include "code_of.hpp"
 
 namespace bbkit {
 namespace {
@@ -89,6 +90,41 @@ TEST_F(FsopsTest, rename_over_a_directory_fails_and_removes_the_temporary) {
 }
 
 // replace_file swaps names instead of renaming over the old file (see fsops.hpp).
+// An output file a command line names is written only where nothing is, or over what the
+// command wrote itself; every other kind of thing there is refused (73) and kept as it was.
+TEST_F(FsopsTest, write_own_output_replaces_only_a_file_it_wrote) {
+    const std::string mine = dir_ + "/mine";
+    write_own_output(mine, "# HELP bbkit_x 1\n", 0644, "# HELP bbkit_");
+    write_own_output(mine, "# HELP bbkit_x 2\n", 0644, "# HELP bbkit_");
+    EXPECT_EQ(read(mine), "# HELP bbkit_x 2\n");
+
+    std::ofstream(dir_ + "/other") << "root:x:0:0::/root:/bin/sh\n";
+    std::ofstream(dir_ + "/short") << "# HE";
+    std::ofstream(dir_ + "/linked") << "# HELP bbkit_x 1\n";
+    ASSERT_EQ(link((dir_ + "/linked").c_str(), (dir_ + "/linked2").c_str()), 0);
+    ASSERT_EQ(symlink(mine.c_str(), (dir_ + "/symlink").c_str()), 0);
+    ASSERT_EQ(symlink("/dev/stdout", (dir_ + "/stdout").c_str()), 0);
+    ASSERT_EQ(mkfifo((dir_ + "/fifo").c_str(), 0600), 0);
+    ASSERT_EQ(mkdir((dir_ + "/dir").c_str(), 0700), 0);
+    for (const char* name : {"other", "short", "linked", "symlink", "stdout", "fifo", "dir"}) {
+        const std::string path = dir_ + "/" + name;
+        struct stat before {
+        }, after{};
+        ASSERT_EQ(lstat(path.c_str(), &before), 0);
+        std::string message;
+        EXPECT_EQ(
+            code_of([&] { write_own_output(path, "new\n", 0644, "# HELP bbkit_"); }, &message),
+            ExitCode::exists)
+            << name;
+        EXPECT_EQ(message.rfind("refusing to write " + path + ": it ", 0), 0u) << message;
+        ASSERT_EQ(lstat(path.c_str(), &after), 0);
+        EXPECT_EQ(after.st_ino, before.st_ino) << name;
+        EXPECT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec) << name;
+    }
+    EXPECT_EQ(read(mine), "# HELP bbkit_x 2\n");
+    EXPECT_EQ(read(dir_ + "/other"), "root:x:0:0::/root:/bin/sh\n");
+}
+
 TEST_F(FsopsTest, replace_file_swaps_in_the_new_content_and_leaves_no_temporary) {
     replace_file(dir_ + "/pools.json", "one\n", 0644);
     EXPECT_EQ(read(dir_ + "/pools.json"), "one\n");

@@ -146,7 +146,7 @@ int run(const CommonOptions& common, const StatOptions& options) {
         return 0;
     }
     if (options.prometheus)
-        write_file_atomically(*options.prometheus, prometheus_text(answer.snapshot, config), 0644);
+        write_prometheus(*options.prometheus, prometheus_text(answer.snapshot, config));
     if (!request.print_view)
         return 0;
     if (options.dws)
@@ -204,8 +204,9 @@ int main(int argc, char** argv) {
                  "gres: print only the Gres= for scontrol update NodeName=NODE that makes "
                  "Slurm's counts bbkit's (nothing when they agree)");
     add_file_option(app, common, "--prometheus", options.prometheus,
-                    "Write metrics in Prometheus text format to FILE, atomically (prints the view "
-                    "only when one is named; refused through sudo)")
+                    "Write metrics in Prometheus text format to FILE, atomically, or to standard "
+                    "output for -; FILE must be new or a metrics file bb-stat wrote (prints the "
+                    "view only when one is named; refused through sudo)")
         ->type_name("FILE");
     app.footer(
         "Views:\n"
