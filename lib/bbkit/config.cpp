@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
 #include <regex>
@@ -23,7 +24,6 @@ namespace bbkit {
 namespace {
 
 constexpr const char* default_config_path = "/etc/bbkit/bbkit.toml";
-constexpr std::int64_t max_uid = 4294967294;  // (uid_t)-1 means "no uid" to the kernel
 constexpr unsigned max_stage_concurrency = 4096;
 constexpr unsigned max_mover_threads = 1024;
 // Names end up in file names with a job id and an incarnation: keep them well under NAME_MAX.
@@ -535,6 +535,8 @@ Flags flags_of(const Field& field) {
 
 std::string uid_of(const Field& field) {
     const std::int64_t uid = integer_of(field);
+    // The largest uid: (uid_t)-1 means "no uid" to the kernel (user.hpp's max_uid).
+    constexpr std::int64_t max_uid = std::numeric_limits<uid_t>::max() - 1;
     if (uid < 0 || uid > max_uid)
         field.fail("a uid must be between 0 and " + std::to_string(max_uid) + ", got " +
                    std::to_string(uid));

@@ -19,7 +19,7 @@ namespace bbkit {
 namespace {
 
 // One table: the driver (tests/fault/run) reads it through BBKIT_FAULT=list.
-const std::vector<FaultPointInfo> table = {
+const std::vector<FaultPointInfo> point_table = {
     {"txn.before-commit", "a write transaction is about to commit (any operation; :NTH)"},
     {"txn.committed", "a write transaction committed, the state lock still held (:NTH)"},
     {"alloc.queued", "alloc --wait: pending record and queue entry committed, waiting"},
@@ -122,7 +122,7 @@ const Armed* armed() {
 std::atomic<long> passes{0};
 
 bool known(const char* name) {
-    for (const FaultPointInfo& point : table)
+    for (const FaultPointInfo& point : point_table)
         if (std::strcmp(point.name, name) == 0)
             return true;
     return false;
@@ -156,7 +156,7 @@ void fault_point(const char* name) {
 }
 
 const std::vector<FaultPointInfo>& fault_points() {
-    return table;
+    return point_table;
 }
 
 void fault_rearm() {

@@ -26,7 +26,7 @@ struct KnownFileSystem {
 // The magics as <linux/magic.h> and statfs(2) list them, and for the file systems outside the
 // kernel tree (Lustre, GPFS, BeeGFS) as their clients report them. Shared: more than one host
 // may open the same file, so locks and caches cross the network (bbkit(7), STATE DIRECTORY).
-constexpr KnownFileSystem known[] = {
+constexpr KnownFileSystem known_file_systems[] = {
     {0x6969, "nfs", true},
     {0x517B, "smb", true},
     {0xFF534D42, "cifs", true},
@@ -122,7 +122,7 @@ std::string local_lock_option(std::istream& mountinfo, const std::string& device
 }
 
 FileSystemKind file_system_kind_of_magic(unsigned long magic) {
-    for (const KnownFileSystem& fs : known)
+    for (const KnownFileSystem& fs : known_file_systems)
         if (fs.magic == magic)
             return kind_named(fs.name, fs.shared);
     char hex[24];

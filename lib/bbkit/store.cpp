@@ -110,7 +110,7 @@ constexpr int row_id_column = 29;
 constexpr int seal_column = 30;
 
 // The columns of buffer_columns(), by name, up to the id.
-enum Column {
+enum RecordColumn {
     c_key,
     c_cluster,
     c_job_id,
@@ -1381,7 +1381,7 @@ void WriteTransaction::update_buffer(const Buffer& buffer) {
         " temp_token = ?21, seal = ?23 WHERE id = ?22");
     // The key, state and times stay as sealed; every other column takes what is bound.
     RowValues values = bound_values(buffer, row.id);
-    for (const Column kept :
+    for (const RecordColumn kept :
          {c_key, c_cluster, c_job_id, c_incarnation, c_name, c_state, c_entered, c_created, c_id})
         values[kept] = row.values[kept];
     bind_mutable(q, buffer);
