@@ -19,7 +19,8 @@ enum class ExitCode : int {
     unavailable = 69,  // pool draining or not mounted
     software = 70,     // internal error
     exists = 73,       // a different buffer already exists under that key; another node's
-                       // file in the way of a merging stage-out (mover.hpp, keep_existing)
+                       // file in the way of a merging stage-out (mover.hpp, keep_existing);
+                       // an output file the tool did not write (fsops.hpp, refuse_output)
     io = 74,           // I/O error while staging
     temp_fail = 75,    // short of capacity now; retry later
     no_perm = 77,      // permission denied

@@ -167,9 +167,49 @@ void swap_into_place(int dir, const TemporaryFile& temporary, const std::string&
         fail("rename " + temporary.what() + " to", what, errno);
 }
 
+// What replace may put its file in place of: anything (the state's own files), nothing (a new
+// output file), or only the file that was checked (its device and inode).
+struct Placement {
+    enum { anything, nothing, checked } over = anything;
+    dev_t dev = 0;
+    ino_t ino = 0;
+};
+
+// Puts the durable temporary in place as `placement` allows, else refuses and leaves the name
+// as it is: a link for a new name (it fails over anything there), an exchange checked
+// afterwards (swapped back when the name held another file by then) for a checked one.
+void place_checked(int dir, const TemporaryFile& temporary, const std::string& name,
+                   const std::string& what, Placement placement) {
+    const char* from = temporary.name().c_str();
+    if (placement.over == Placement::nothing) {
+        if (::linkat(dir, from, dir, name.c_str(), 0) != 0) {
+            if (errno == EEXIST)
+                refuse_output(what, "it appeared while it was checked");
+            fail("link " + temporary.what() + " to", what, errno);
+        }
+        ::unlinkat(dir, from, 0);
+        return;
+    }
+    if (::renameat2(dir, from, dir, name.c_str(), RENAME_EXCHANGE) != 0) {
+        if (errno != EINVAL && errno != ENOSYS)
+            fail("rename " + temporary.what() + " to", what, errno);
+        // No exchange on this file system: a plain rename, after the check just made.
+        if (::renameat(dir, from, dir, name.c_str()) != 0)
+            fail("rename " + temporary.what() + " to", what, errno);
+        return;
+    }
+    struct stat old {};
+    if (::fstatat(dir, from, &old, AT_SYMLINK_NOFOLLOW) != 0 || old.st_dev != placement.dev ||
+        old.st_ino != placement.ino) {
+        ::renameat2(dir, from, dir, name.c_str(), RENAME_EXCHANGE);
+        refuse_output(what, "it changed while it was checked");
+    }
+    ::unlinkat(dir, from, 0);
+}
+
 // `durable`: fsync the file before the rename and the directory after it.
 void replace(int dir, const std::string& name, const std::string& data, mode_t mode,
-             const std::string& what, FileOwner owner, bool durable) {
+             const std::string& what, FileOwner owner, bool durable, Placement placement = {}) {
     const std::string suffix = temporary_suffix();
     TemporaryFile temporary(dir, name + suffix, what + suffix);
     {
@@ -191,7 +231,9 @@ void replace(int dir, const std::string& name, const std::string& data, mode_t m
         if (durable && ::fsync(fd.get()) != 0)
             fail("fsync", temporary.what(), errno);
     }
-    if (durable) {
+    if (durable && placement.over != Placement::anything) {
+        place_checked(dir, temporary, name, what, placement);
+    } else if (durable) {
         if (::renameat(dir, temporary.name().c_str(), dir, name.c_str()) != 0)
             fail("rename " + temporary.what() + " to", what, errno);
     } else {
@@ -226,32 +268,56 @@ OutputTarget output_target(const std::string& path) {
     return target;
 }
 
+bool standard_output(const std::string& option, const std::string& target) {
+    if (target.empty() || target.back() == '/')
+        throw Error(ExitCode::usage, option + " needs a file name, or - for standard output");
+    return target == "-";
+}
+
 void refuse_output(const std::string& path, const std::string& why) {
     throw Error(ExitCode::exists, "refusing to write " + printable(path) + ": " + why +
                                       " (name a new file, or one this command wrote)");
 }
 
+Fd open_own_output(const OutputTarget& target, const std::string& path,
+                   const std::function<bool(std::string_view head)>& ours) {
+    const struct stat& st = *target.existing;
+    if (st.st_uid != ::geteuid())
+        refuse_output(path, "it belongs to uid " + std::to_string(st.st_uid));
+    // Opened as a path only (nothing a device does on open), checked to be what was looked at,
+    // and only then opened for reading and writing, through that very descriptor.
+    const Fd found(
+        ::openat(target.dir.get(), target.name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    struct stat now {};
+    if (!found || ::fstat(found.get(), &now) != 0 || !S_ISREG(now.st_mode) ||
+        now.st_dev != st.st_dev || now.st_ino != st.st_ino)
+        refuse_output(path, "it changed while it was checked");
+    Fd file(::open(("/proc/self/fd/" + std::to_string(found.get())).c_str(),
+                   O_RDWR | O_NOCTTY | O_CLOEXEC));
+    if (!file)
+        fail("open", path, errno);
+    std::string head(4096, '\0');
+    const ssize_t n = ::pread(file.get(), head.data(), head.size(), 0);
+    if (n < 0)
+        fail("read", path, errno);
+    head.resize(static_cast<std::size_t>(n));
+    if (!ours(head))
+        refuse_output(path, "it is not a file this command wrote");
+    return file;
+}
+
 void write_own_output(const std::string& path, const std::string& data, mode_t mode,
                       std::string_view first_line) {
     const OutputTarget target = output_target(path);
-    const int dir = target.dir.get();
-    const std::string& name = target.name;
-    if (const std::optional<struct stat>& st = target.existing) {
-        if (st->st_uid != ::geteuid())
-            refuse_output(path, "it belongs to uid " + std::to_string(st->st_uid));
-        // Opened and checked to be what was looked at, then read.
-        const Fd existing(
-            ::openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
-        struct stat opened {};
-        if (!existing || ::fstat(existing.get(), &opened) != 0 || opened.st_dev != st->st_dev ||
-            opened.st_ino != st->st_ino)
-            refuse_output(path, "it changed while it was checked");
-        std::string head(first_line.size(), '\0');
-        const ssize_t n = ::pread(existing.get(), head.data(), head.size(), 0);
-        if (n != static_cast<ssize_t>(head.size()) || head != first_line)
-            refuse_output(path, "it is not a file this command wrote");
+    Placement placement;
+    placement.over = Placement::nothing;
+    if (target.existing) {
+        open_own_output(target, path, [&](std::string_view head) {
+            return head.substr(0, first_line.size()) == first_line;
+        });
+        placement = {Placement::checked, target.existing->st_dev, target.existing->st_ino};
     }
-    replace(dir, name, data, mode, path, FileOwner{}, true);
+    replace(target.dir.get(), target.name, data, mode, path, FileOwner{}, true, placement);
 }
 
 void replace_file(const std::string& path, const std::string& data, mode_t mode) {

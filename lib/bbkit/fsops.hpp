@@ -156,6 +156,18 @@ struct OutputTarget {
 };
 OutputTarget output_target(const std::string& path);
 
+// The existing output file of `target` (which output_target found), opened for reading and
+// writing once it is checked: the caller's (effective uid), still the file that was looked at
+// (opened as a path first, so no device or FIFO is ever opened), and, by its first bytes
+// (`head`, up to 4 KiB), one this command wrote (`ours`). Anything else is refused
+// (refuse_output).
+Fd open_own_output(const OutputTarget& target, const std::string& path,
+                   const std::function<bool(std::string_view head)>& ours);
+
+// Whether an output file option's value names standard output ("-"); an empty name, or one
+// ending in '/', names no file and is a usage error (64) naming `option`.
+bool standard_output(const std::string& option, const std::string& target);
+
 // Refuses to write the output file `path` (Error(exists), one line saying `why`).
 [[noreturn]] void refuse_output(const std::string& path, const std::string& why);
 

@@ -24,6 +24,7 @@
 #include "bbkit/size.hpp"
 #include "bbkit/staging_progress.hpp"
 #include "bbkit/teardown.hpp"
+#include "bbkit/text.hpp"
 #include "bbkit/trust.hpp"
 
 namespace bbkit {
@@ -672,23 +673,25 @@ std::string job_paths(StateStore& store, const Config& config, std::uint64_t job
 }
 
 void write_paths_file(const std::string& path, const std::string& lines) {
-    // Written in place (Slurm may have made the file), but never into what is not a plain file
-    // (fsops.hpp, output_target): a symlink, a device, a FIFO, another file's second name.
+    // Written in place (Slurm may have made the file), but only a new file or one of the
+    // caller's that is empty or holds such lines (fsops.hpp, open_own_output).
     const OutputTarget target = output_target(path);
-    const std::optional<struct stat>& before = target.existing;
-    Fd fd(openat(target.dir.get(), target.name.c_str(),
-                 O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0600));
-    if (!fd)
-        throw system_error("cannot write " + path, errno);
-    struct stat opened {};
-    if (fstat(fd.get(), &opened) != 0)
-        throw system_error("cannot write " + path, errno);
-    if (!S_ISREG(opened.st_mode) || opened.st_nlink != 1 ||
-        (before && (before->st_dev != opened.st_dev || before->st_ino != opened.st_ino)))
-        refuse_output(path, "it changed while it was checked");
+    Fd fd;
+    if (target.existing) {
+        fd = open_own_output(target, path, [](std::string_view head) {
+            return head.empty() || starts_with(head, "BB_") || starts_with(head, "DW_");
+        });
+    } else {
+        fd = Fd(openat(target.dir.get(), target.name.c_str(),
+                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+        if (!fd && errno == EEXIST)
+            refuse_output(path, "it appeared while it was checked");
+        if (!fd)
+            throw system_error("cannot write " + path, errno);
+    }
     if (ftruncate(fd.get(), 0) != 0)
         throw system_error("cannot write " + path, errno);
-    const ssize_t n = write(fd.get(), lines.data(), lines.size());
+    const ssize_t n = pwrite(fd.get(), lines.data(), lines.size(), 0);
     if (n != static_cast<ssize_t>(lines.size()))  // short sets no errno: an I/O error
         throw system_error("cannot write " + path, n < 0 ? errno : EIO);
     if (fsync(fd.get()) != 0)

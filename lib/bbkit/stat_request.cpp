@@ -5,9 +5,9 @@
 
 #include "bbkit/buffer_key.hpp"
 #include "bbkit/error.hpp"
+#include "bbkit/fsops.hpp"
 #include "bbkit/slurm_gres.hpp"
 #include "bbkit/stat_render.hpp"
-#include "bbkit/text.hpp"
 
 namespace bbkit {
 namespace {
@@ -125,9 +125,8 @@ StatRequest parse_stat_request(const StatOptions& options) {
         throw Error(ExitCode::usage, "give --for-uid or --for-anyone, not both");
     check_dws(request, options);
     request = check_gres(request, options);
-    if (options.prometheus && (options.prometheus->empty() || ends_with(*options.prometheus, "/")))
-        throw Error(ExitCode::usage, "--prometheus needs a file name, or - for standard output");
-    if (options.prometheus && *options.prometheus == "-" && request.explicit_view)
+    if (options.prometheus && standard_output("--prometheus", *options.prometheus) &&
+        request.explicit_view)
         throw Error(ExitCode::usage,
                     "--prometheus - writes the metrics to standard output: name no view with it");
     request.print_view = request.explicit_view || !options.prometheus;

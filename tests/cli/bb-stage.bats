@@ -564,12 +564,16 @@ print("%08x" % ((h ^ (h >> 47)) & 0xffffffff))'
   assert_output --partial "bb-stage: cannot create $TEST_DIR/no/such/pathfile: No such file or directory"
 }
 
-@test "paths --output writes into no symlink, device, FIFO, directory or second name of a file" {
+@test "paths --output writes into no symlink, device, FIFO, directory, second name, another's file or other content" {
   bb-pool alloc --job 32 --user "$U" --capacity 1G >/dev/null
   mkdir "$TEST_DIR/t"
   echo "the target's own" >"$TEST_DIR/t/target"
   ln -s "$TEST_DIR/t/target" "$TEST_DIR/t/symlink"
   ln -s /dev/stdout "$TEST_DIR/t/stdout"
+  ln -s "$TEST_DIR/t/missing" "$TEST_DIR/t/dangling"
+  echo "root:x:0:0:root:/root:/bin/bash" >"$TEST_DIR/t/passwd"
+  echo "BB_JOB_DIR=/elsewhere" >"$TEST_DIR/t/theirs"
+  chown nobody "$TEST_DIR/t/theirs"
   mkfifo "$TEST_DIR/t/fifo"
   mknod "$TEST_DIR/t/device" c 1 3
   mkdir "$TEST_DIR/t/directory"
@@ -577,19 +581,31 @@ print("%08x" % ((h ^ (h >> 47)) & 0xffffffff))'
   ln "$TEST_DIR/t/linked" "$TEST_DIR/t/linked2"
   before=$(cd "$TEST_DIR/t" && stat -c '%n %F %i %h %s %Y' -- * && cat target linked)
   local name
-  for name in symlink stdout fifo device directory linked; do
+  for name in symlink stdout dangling fifo device directory linked passwd theirs; do
     run timeout 20 bb-stage paths --job 32 --output "$TEST_DIR/t/$name"
     assert_failure 73
-    assert_output --regexp "^bb-stage: refusing to write $TEST_DIR/t/$name: it (is a symlink|is not a regular file|has other names \(hard links\))"
+    assert_output --regexp "^bb-stage: refusing to write $TEST_DIR/t/$name: it (is a symlink|is not a regular file|has other names \(hard links\)|belongs to uid [0-9]+|is not a file this command wrote)"
   done
   [ "$(cd "$TEST_DIR/t" && stat -c '%n %F %i %h %s %Y' -- * && cat target linked)" = "$before" ]
-  # Slurm's own file, made before the call, is written in place.
-  echo stale >"$TEST_DIR/t/pathfile"
+  # - is standard output; no name, or a directory's, is a usage error.
+  cd "$TEST_DIR/t"
+  run bb-stage paths --job 32 --output -
+  assert_success
+  assert_line "BB_JOB_DIR=$(bbdir $TEST_DIR/nvme/job/main.32.1)"
+  [ ! -e "$TEST_DIR/t/-" ]
+  run -64 bb-stage paths --job 32 --output ""
+  run -64 bb-stage paths --job 32 --output "$TEST_DIR/t/"
+  assert_output "bb-stage: --output needs a file name, or - for standard output"
+  # A file made empty before the call (Slurm's), or written by an earlier call, is written in
+  # place; a new one is made 0600.
+  : >"$TEST_DIR/t/pathfile"
   inode=$(stat -c %i "$TEST_DIR/t/pathfile")
   bb-stage paths --job 32 --output "$TEST_DIR/t/pathfile"
+  bb-stage paths --job 32 --output "$TEST_DIR/t/pathfile"
   [ "$(stat -c %i "$TEST_DIR/t/pathfile")" = "$inode" ]
-  ! grep -q stale "$TEST_DIR/t/pathfile"
-  grep -q "^BB_JOB_DIR=" "$TEST_DIR/t/pathfile"
+  [ "$(grep -c "^BB_JOB_DIR=" "$TEST_DIR/t/pathfile")" = 1 ]
+  bb-stage paths --job 32 --output "$TEST_DIR/t/new"
+  [ "$(stat -c %a "$TEST_DIR/t/new")" = 600 ]
 }
 
 @test "a failing pre_run hook fails the phase with its last stderr line" {

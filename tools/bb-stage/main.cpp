@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bbkit/error.hpp"
+#include "bbkit/fsops.hpp"
 #include "bbkit/render.hpp"
 #include "bbkit/stage.hpp"
 #include "bbkit/store.hpp"
@@ -125,12 +126,13 @@ Subcommand paths_command(Options& o, CommonOptions& common) {
     command.add_options = [&o, &common](CLI::App& sub) {
         add_file_option(
             sub, common, "--output", o.output,
-            "Write the lines to FILE (Slurm's path file) instead; refused through sudo");
+            "Write the lines to FILE (Slurm's path file) instead, or - for standard output; "
+            "FILE must be new, empty or such lines of the caller's; refused through sudo");
     };
     command.reads = [] { return true; };
     command.run = [&o](StateStore& store, const Config& config, const std::string&) {
         const std::string lines = job_paths(store, config, o.job_id);
-        if (o.output)
+        if (o.output && !standard_output("--output", *o.output))
             write_paths_file(*o.output, lines);
         else if (o.json)
             print(paths_json(lines));
