@@ -464,8 +464,14 @@ class Parser {
         if (args.take("swap"))
             throw swap_refused();
         if (!capacity) {
+            // A misspelt key (capacty=) is what most likely left it out: named, not ignored.
+            const std::vector<std::string> others = args.unknown();
             if (!implicit)
-                throw invalid("jobdw needs capacity=");
+                throw invalid("jobdw needs capacity=" +
+                              (others.empty() ? std::string()
+                                              : " ('" + printable(others[0]) +
+                                                    "' is not one of its keys: capacity=, "
+                                                    "pool=, access=, type=)"));
             if (pool || access || type)
                 throw invalid("a job buffer needs capacity= (pool=, access= and type= need it)");
             return;  // a bare directive: Slurm runs the stages without space

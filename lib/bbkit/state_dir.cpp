@@ -21,7 +21,15 @@
 #include "bbkit/user.hpp"
 
 namespace bbkit {
+
 namespace {
+
+// Who may use the state directory: its owner or root (root alone when the owner is root).
+Error not_the_owner(const std::string& dir, const std::string& owner_name) {
+    return Error(ExitCode::no_perm,
+                 "state directory " + dir + " belongs to " + owner_name + " (run this as " +
+                     (owner_name == "root" ? std::string("root") : owner_name + " or root") + ")");
+}
 
 // Torn-down directories wait in each pool's own trash/ (a rename cannot cross file systems),
 // and quarantined ones in the pool's quarantine/, so neither is here.
@@ -168,10 +176,7 @@ void set_up_env_directory(const std::string& path, const struct stat& st,
 void set_up_directory(const std::string& dir, uid_t owner, const std::string& owner_name,
                       std::optional<gid_t> env_group) {
     if (geteuid() != owner && geteuid() != 0)
-        throw Error(ExitCode::no_perm,
-                    "state directory " + dir + " belongs to " + owner_name +
-                        (owner_name == "root" ? " (run this as root)"
-                                              : " (run this as " + owner_name + " or root)"));
+        throw not_the_owner(dir, owner_name);
     // 0711: others may reach public/ (and nothing else: every other entry is 0700 or 0600).
     const struct stat st = ensure_directory(dir, 0711, owner);
     check_owned(dir, st, owner, owner_name);
@@ -196,8 +201,7 @@ void set_up_directory(const std::string& dir, uid_t owner, const std::string& ow
 // DIRECTORY).
 void check_existing_directory(const std::string& dir, uid_t owner, const std::string& owner_name) {
     if (geteuid() != owner && geteuid() != 0)
-        throw Error(ExitCode::no_perm, "state directory " + dir + " belongs to " + owner_name +
-                                           " (run this as " + owner_name + " or root)");
+        throw not_the_owner(dir, owner_name);
     struct stat st {};
     if (::lstat(dir.c_str(), &st) != 0) {
         if (errno == ENOENT)

@@ -48,13 +48,21 @@ std::vector<StageDirective> check_results_safe(const Config& config, const Buffe
         data += " and " + std::to_string(at_risk.size() - 3) + " more";
     const std::string job = std::to_string(b.key.job_id);
     const bool failed = b.state == BufferState::staging_out && !b.message.empty();
-    throw Error(ExitCode::unavailable,
-                "buffer " + b.key.str() + " holds job " + job + "'s results for " + data +
-                    ", not staged out (" +
-                    (failed ? "stage-out failed: " + b.message
-                            : std::string("it is ") + to_string(b.state)) +
-                    "): deliver them with bb-stage out " + (failed ? "--retry " : "") + "--job " +
-                    job + ", or discard them with bb-teardown --force --job " + job);
+    // bb-stage out takes a buffer past post-run only (65 before): what delivers them now.
+    const bool after_the_job =
+        b.state == BufferState::post_run || b.state == BufferState::staging_out;
+    const std::string deliver = failed          ? "bb-stage out --retry --job " + job
+                                : after_the_job ? "bb-stage out --job " + job
+                                                : "bb-stage post-run --job " + job +
+                                                      " then bb-stage out --job " + job +
+                                                      " once the job has ended";
+    throw Error(ExitCode::unavailable, "buffer " + b.key.str() + " holds job " + job +
+                                           "'s results for " + data + ", not staged out (" +
+                                           (failed ? "stage-out failed: " + b.message
+                                                   : std::string("it is ") + to_string(b.state)) +
+                                           "): deliver them with " + deliver +
+                                           ", or discard them with bb-teardown --force --job " +
+                                           job);
 }
 
 bool holder_alive(const Buffer& b) {

@@ -9,12 +9,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "bbkit/buffer.hpp"
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/text.hpp"
 #include "bbkit/trust.hpp"
 
 namespace bbkit {
@@ -155,6 +159,32 @@ Config load_effective_config(const CommonOptions& options) {
     return config;
 }
 
+namespace {
+
+// A tool of subcommands given a word that is none of them ("bb-pool lst"): said so, with the
+// ones it has, instead of whatever else CLI11 found missing first ("A subcommand is required",
+// "--job is required").
+std::optional<std::string> unknown_subcommand(const CLI::App& app) {
+    const std::vector<const CLI::App*> all =
+        app.get_subcommands([](const CLI::App*) { return true; });
+    if (all.empty())
+        return std::nullopt;
+    for (const CLI::App* sub : all)
+        if (sub->parsed())
+            return std::nullopt;
+    for (const std::string& word : app.remaining()) {
+        if (word.empty() || word[0] == '-')
+            continue;
+        std::vector<std::string> names;
+        for (const CLI::App* sub : all)
+            names.push_back(sub->get_name());
+        return "unknown subcommand '" + printable(word) + "' (" + join(names, ", ") + ")";
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
 int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
              const CommonOptions& options, const std::function<int()>& body,
              const ErrorReport& report) {
@@ -176,7 +206,8 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
     } catch (const CLI::Success& e) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
-        return fail(ExitCode::usage, e.what(), " (see " + tool + " --help)");
+        return fail(ExitCode::usage, unknown_subcommand(app).value_or(e.what()),
+                    " (see " + tool + " --help)");
     }
     setup_logging(tool, options);
     try {

@@ -36,9 +36,15 @@ used_of() {  # used bytes of a pool, from bb-pool show --json
   done
 }
 
-@test "a subcommand is required" {
+@test "a subcommand is required, and a misspelt one is named with the ones there are" {
   run bb-pool
   assert_failure 64
+  run bb-pool lst
+  assert_failure 64
+  assert_output "bb-pool: unknown subcommand 'lst' (list, show, init, alloc, drain, resume, check, health, recover, reap, reconcile, migrate, takeover) (see bb-pool --help)"
+  run bb-pool --config "$BBKIT_CONFIG" $'l\x1bst' --json
+  assert_failure 64
+  assert_output --partial "unknown subcommand 'l\\x1bst'"
 }
 
 @test "list shows an uninitialised pool, init makes it ready and is idempotent" {

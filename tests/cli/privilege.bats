@@ -256,6 +256,13 @@ EOF
   assert_output "bb-stat: state_group 'no-such-group-here' is not a group on this host (groupadd it, or change state_group in the configuration)"
 }
 
+@test "a user other than the state's owner is told whom to run as, root once" {
+  bb-pool recover >/dev/null
+  chmod 0711 "$TEST_DIR/state"
+  run -77 runuser -u "$U" -- "$BIN/bb-pool" --config "$BBKIT_CONFIG" list
+  assert_output "bb-pool: state directory $TEST_DIR/state belongs to root (run this as root)"
+}
+
 @test "a pool root that is a symlink is reported as one, and receives nothing" {
   mkdir "$TEST_DIR/real"
   rmdir "$TEST_DIR/small" 2>/dev/null || rm -rf "$TEST_DIR/small"

@@ -887,6 +887,21 @@ TEST(config, example_file_optional_settings_parse) {
     EXPECT_EQ(config.hooks.size(), hook_phases().size());
 }
 
+// The example names every key bbkit.toml(5) documents (".BR key \" ("), as a setting or, where
+// one cannot be set there (a node-local pool's gres), in its comments.
+TEST(config, example_file_names_every_documented_key) {
+    const std::string page = file_text(unit::source_file("man/man5/bbkit.toml.5"));
+    const std::string example = file_text(example_path());
+    const std::regex documented(R"(^\.BR ([a-z_]+) " \()", std::regex::multiline);
+    std::size_t keys = 0;
+    for (auto it = std::sregex_iterator(page.begin(), page.end(), documented);
+         it != std::sregex_iterator(); ++it, ++keys) {
+        const std::regex setting("(^#?|\\s)" + (*it)[1].str() + " *=", std::regex::multiline);
+        EXPECT_TRUE(std::regex_search(example, setting)) << (*it)[1] << " is not in the example";
+    }
+    EXPECT_GT(keys, 30u);
+}
+
 // The man page's EXAMPLE is the text between ".ft CR" and ".ft"; readers copy it, so it must load.
 TEST(config, man_page_example_parses) {
     const std::string page = file_text(unit::source_file("man/man5/bbkit.toml.5"));

@@ -779,6 +779,10 @@ TEST(Directive, a_second_job_buffer_names_both_lines) {
 
 TEST(Directive, jobdw_needs_a_capacity) {
     expect_script_error("#DW jobdw pool=nvme\n", "script line 1: jobdw needs capacity=");
+    // A misspelt capacity= is named rather than left to a warning after the error.
+    expect_script_error("#DW jobdw capacty=1GiB pool=nvme\n",
+                        "script line 1: jobdw needs capacity= ('capacty' is not one of its keys: "
+                        "capacity=, pool=, access=, type=)");
     expect_script_error("#BB_LUA pool=nvme\n", "script line 1: a job buffer needs capacity=");
 }
 

@@ -220,6 +220,22 @@ TEST_F(TeardownRootTest, force_is_refused_to_a_caller_through_sudo_and_changes_n
     EXPECT_TRUE(teardown_job(*store_, config_, 1, {}, "test").found);  // without it: done
 }
 
+// The way on the refusal names must be one that works in the buffer's state: bb-stage out
+// refuses a buffer before post-run (65), so a running job's is told to run post-run first.
+TEST_F(TeardownTest, a_running_jobs_results_are_kept_with_a_way_on_that_works_now) {
+    config_.mode = Mode::standalone;
+    const AllocResult r = job(1, results_to("/pfs/results"));
+    move(r.buffer.key, {BufferState::staged_in, BufferState::pre_run, BufferState::running});
+    std::string message;
+    EXPECT_EQ(code_of([&] { teardown_job(*store_, config_, 1, {}, "test"); }, &message),
+              ExitCode::unavailable);
+    EXPECT_EQ(message,
+              "buffer t.1.1 holds job 1's results for /pfs/results, not staged out (it is "
+              "running): deliver them with bb-stage post-run --job 1 then bb-stage out --job 1 "
+              "once the job has ended, or discard them with bb-teardown --force --job 1");
+    EXPECT_EQ(buffer(r.buffer.key).state, BufferState::running);
+}
+
 TEST_F(TeardownTest, standalone_results_not_staged_out_are_kept_unless_forced) {
     config_.mode = Mode::standalone;
     const AllocResult r = job(1, results_to("/pfs/results"));
