@@ -89,10 +89,11 @@ EndResult end_job(StateStore& store, const Config& config, std::uint64_t job_id,
 // The KEY=VALUE lines of the job's environment (see job_environment).
 std::string job_paths(StateStore& store, const Config& config, std::uint64_t job_id);
 
-// Writes the lines into `path` (Slurm's path file exists, owned by SlurmUser: it is truncated
-// and written, never replaced; a missing file is created 0600). Never into what is not a plain
-// file: a symlink, a device, a FIFO or a file with other names is refused (fsops.hpp,
-// output_target; exit 73).
+// Writes the lines into `path`: a missing file is created 0600; an existing one (Slurm's path
+// file, made empty by the caller's slurmctld) is truncated and written in place, never
+// replaced, when it is the caller's, has one name and is empty or holds such lines; anything
+// else (a symlink, a device, a FIFO, another user's file, other content) is refused (fsops.hpp,
+// open_own_output; exit 73).
 void write_paths_file(const std::string& path, const std::string& lines);
 
 }  // namespace bbkit
