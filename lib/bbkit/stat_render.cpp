@@ -750,7 +750,7 @@ nlohmann::json task_environment_json(const TaskEnvironment& env) {
 }
 
 void write_prometheus(const std::string& target, const std::string& text) {
-    if (target == "-") {
+    if (standard_output("--prometheus", target)) {
         std::cout << text << std::flush;
         return;
     }

@@ -10,7 +10,6 @@
 
 #include "bbkit/config.hpp"
 #include "bbkit/dws_render.hpp"
-#include "bbkit/fsops.hpp"
 #include "bbkit/render.hpp"
 #include "bbkit/stat_render.hpp"
 #include "bbkit/stat_request.hpp"
