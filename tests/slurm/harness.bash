@@ -264,10 +264,13 @@ ensure_packages() {
   fi
 }
 
+# The test user; with SLURM_TEST_UID (tests/slurm-release gives each release's root its own), that
+# uid: the releases' suites run at once, and a scenario's `pkill -u` (nodelocal.bats i) must reach
+# no other suite's processes, as a uid two roots both chose would.
 ensure_test_user() {
   if ! id "$SLURM_TEST_USER" >/dev/null 2>&1; then
-    useradd --system --no-create-home --shell /usr/sbin/nologin "$SLURM_TEST_USER" 2>/dev/null ||
-      id "$SLURM_TEST_USER" >/dev/null
+    useradd --system ${SLURM_TEST_UID:+--uid "$SLURM_TEST_UID"} --no-create-home \
+      --shell /usr/sbin/nologin "$SLURM_TEST_USER" 2>/dev/null || id "$SLURM_TEST_USER" >/dev/null
   fi
   TEST_UID=$(id -u "$SLURM_TEST_USER")
   TEST_GID=$(id -g "$SLURM_TEST_USER")
