@@ -237,7 +237,11 @@ install_slurm() {
   write_config 'mode = "standalone"' '[timeouts]' 'queue = 600' 'stage_in = 1000' \
     'stage_out = 2000' 'other = 100'
   mkdir -p "$etc"
-  standalone() { install_slurm --standalone "$@"; }
+  # Slurm starts the controller scripts with no environment: they read /etc/bbkit/bbkit.toml.
+  standalone() {
+    "$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG" \
+      "$P/share/bbkit/slurm/install-slurm" --slurm-conf-dir "$etc" --standalone "$@"
+  }
   # Unset: no limit in any release.
   echo 'ClusterName=x' >"$etc/slurm.conf"
   run standalone --slurm-release 24.11

@@ -261,8 +261,16 @@ job_script() {
 @test "install-slurm --standalone prints the slurm.conf lines naming the installed scripts and writes nothing next to slurm.conf" {
   once_per_lua_set
   write_config 'mode = "standalone"'
+  # Slurm gives the controller scripts no environment: another configuration than
+  # /etc/bbkit/bbkit.toml is refused, as they would not read it.
   run "$SLURM_SHARE/install-slurm" --standalone --slurm-conf-dir "$CONF" --config "$BBKIT_CONFIG" \
     --bindir "$BBKIT_BIN"
+  assert_failure 78
+  assert_output "install-slurm: $(readlink -f "$BBKIT_CONFIG"): Slurm gives PrologSlurmctld and EpilogSlurmctld no environment, so bbkit there reads /etc/bbkit/bbkit.toml: install this file there (and run this without --config or BBKIT_CONFIG)"
+  run ls -A "$CONF"
+  assert_output ""
+  run "$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG" "$SLURM_SHARE/install-slurm" \
+    --standalone --slurm-conf-dir "$CONF" --bindir "$BBKIT_BIN"
   assert_success
   scripts=$(cd "$SLURM_SHARE/../standalone/slurm" && pwd)
   assert_line "PrologSlurmctld=$scripts/prolog-slurmctld"
@@ -279,8 +287,8 @@ job_script() {
   assert_output ""
   # A Slurm-mode configuration is refused with --standalone, and the reverse.
   write_config 'mode = "slurm"' 'directives = ["BB_LUA"]'
-  run "$SLURM_SHARE/install-slurm" --standalone --slurm-conf-dir "$CONF" --config "$BBKIT_CONFIG" \
-    --bindir "$BBKIT_BIN"
+  run "$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG" "$SLURM_SHARE/install-slurm" \
+    --standalone --slurm-conf-dir "$CONF" --bindir "$BBKIT_BIN"
   assert_failure 78
   assert_output --partial '--standalone needs mode = "standalone"'
 }
@@ -604,6 +612,159 @@ $user ALL = (root) NOPASSWD: $bin/bb-parse --script *, $bin/bb-pool alloc *, $bi
   # --sudo never: the tools run as SlurmUser itself, with whatever configuration it names.
   run install_scripts --slurm-user "$user" --sudo never
   assert_success
+}
+
+@test "install-slurm takes SlurmUser from slurm.conf when --slurm-user is not given" {
+  once_per_lua_set
+  user=$(test_user)
+  config_for_slurm_user "$user"
+  printf 'ClusterName=x\nSlurmUser=%s\n' "$user" >"$CONF/slurm.conf"
+  run "$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG" "$SLURM_SHARE/install-slurm" \
+    --slurm-conf-dir "$CONF" --bindir "$BBKIT_BIN" --slurm-api 22.05
+  assert_success
+  assert_line "install-slurm: SlurmUser $user (slurm.conf; --slurm-user to say otherwise)"
+  assert_line "install-slurm: wrote $CONF/bbkit.sudoers (SlurmUser $user may make exactly the hooks' bbkit calls as root)"
+  run grep -c "^$user ALL = (root) NOPASSWD:" "$CONF/bbkit.sudoers"
+  assert_output 1
+  # Another configuration than root's own is refused for it as for --slurm-user, before
+  # anything is written.
+  rm -f "$CONF/bbkit.sudoers" "$CONF"/*.lua "$CONF/burst_buffer.conf"
+  run install_scripts
+  assert_failure 78
+  assert_output --partial "SlurmUser $user runs the tools through sudo, which read only /etc/bbkit/bbkit.toml"
+  run ls -A "$CONF"
+  assert_output "slurm.conf"
+  # --slurm-user says otherwise; a SlurmUser that is not a plain name is refused.
+  run install_scripts --slurm-user root
+  assert_success
+  refute_output --partial "SlurmUser $user"
+  printf 'SlurmUser="a b"\n' >>"$CONF/slurm.conf"
+  run install_scripts
+  assert_failure 78
+  assert_output "install-slurm: $CONF/slurm.conf: SlurmUser=a b is not a plain user name"
+}
+
+# conf_dir_state: every file of $CONF with its mode and checksum, to tell whether a run wrote.
+conf_dir_state() {
+  (cd "$CONF" && find . -printf '%p %m %y\n' | sort && find . -type f -exec sha256sum {} + | sort)
+}
+
+@test "install-slurm writes nothing when any check fails: each refusal, in each mode, leaves the directory as it was" {
+  once_per_lua_set
+  user=$(test_user)
+  # A site's own scripts and slurm.conf: what a failed run must leave untouched.
+  printf -- '-- the site'"'"'s own\n' >"$CONF/burst_buffer.lua"
+  printf -- '-- the site'"'"'s own filter\n' >"$CONF/cli_filter.lua"
+  printf 'ClusterName=x\n' >"$CONF/slurm.conf"
+  # Each case: what makes it fail (a shell command run first), then install-slurm's arguments.
+  local cases=(
+    "printf 'StageInTimeout=60\n' >'$CONF/burst_buffer.conf'|--slurm-api 22.05"
+    "printf 'Directive=DW\n' >'$CONF/burst_buffer.conf'|--slurm-api 22.05"
+    "printf 'PollInterval=15\n' >'$CONF/burst_buffer.conf'|--slurm-api 22.05"
+    "printf 'AllowUsers=nosuchuser\n' >'$CONF/burst_buffer.conf'|--slurm-api 22.05"
+    "write_config 'mode = \"datawarp\"'; printf 'GetSysState=/bin/true\n' >'$CONF/burst_buffer.conf'|--plugin datawarp"
+    "write_config 'mode = \"slurm\"' 'directives = [\"BB_LUA\"]' '[timeouts]' 'stage_in = 3000000'|--slurm-api 22.05"
+    "config_for_slurm_user '$user'|--slurm-api 22.05 --slurm-user $user"
+    "printf 'SlurmUser=$user\n' >>'$CONF/slurm.conf'|--slurm-api 22.05"
+    "write_config 'mode = \"standalone\"'; printf 'PrologEpilogTimeout=10\n' >>'$CONF/slurm.conf'|--standalone"
+    "printf 'CliFilterParameters=cli_filter_lua_path=relative.lua\n' >>'$CONF/slurm.conf'|--slurm-release 25.11"
+    "write_config 'mode = \"slurm\"' 'directives = [\"BB_LUA\"]' 'state_dir = 1'|--slurm-api 22.05"
+  )
+  local c before after
+  for c in "${cases[@]}"; do
+    rm -f "$CONF/burst_buffer.conf"
+    printf 'ClusterName=x\n' >"$CONF/slurm.conf"
+    write_config 'mode = "slurm"' 'directives = ["BB_LUA"]' \
+      '[timeouts]' 'stage_in = 600' 'stage_out = 600' 'other = 120'
+    eval "${c%%|*}"
+    before=$(conf_dir_state)
+    # shellcheck disable=SC2086 # the case's arguments, split on purpose
+    run "$SLURM_SHARE/install-slurm" --slurm-conf-dir "$CONF" --config "$BBKIT_CONFIG" \
+      --bindir "$BBKIT_BIN" ${c#*|}
+    [ "$status" -ne 0 ] || fail "case '$c' passed: $output"
+    after=$(conf_dir_state)
+    [ "$before" = "$after" ] || fail "case '$c' ($status: $output) changed $CONF: $(diff <(echo "$before") <(echo "$after"))"
+  done
+}
+
+@test "install-slurm keeps what it replaces when it differs, as NAME.bbkit-saved-DATE, and leaves an unchanged file alone" {
+  once_per_lua_set
+  printf -- '-- the site'"'"'s own\n' >"$CONF/burst_buffer.lua"
+  printf -- '-- the site'"'"'s own filter\n' >"$CONF/cli_filter.lua"
+  run install_scripts
+  assert_success
+  assert_line --regexp "^install-slurm: kept the file it replaced as $CONF/burst_buffer\.lua\.bbkit-saved-[0-9]{8}-[0-9]{6}\$"
+  assert_line --regexp "^install-slurm: kept the file it replaced as $CONF/cli_filter\.lua\.bbkit-saved-[0-9]{8}-[0-9]{6}\$"
+  run cat "$CONF"/burst_buffer.lua.bbkit-saved-*
+  assert_output "-- the site's own"
+  run cat "$CONF"/cli_filter.lua.bbkit-saved-*
+  assert_output "-- the site's own filter"
+  run grep -c '^BBKIT_BINDIR = ' "$CONF/burst_buffer.lua"
+  assert_output 1
+  # A rerun with nothing changed writes nothing and keeps nothing more.
+  sleep 1
+  run install_scripts
+  assert_success
+  assert_line "install-slurm: $CONF/burst_buffer.lua unchanged"
+  assert_line "install-slurm: $CONF/cli_filter.lua unchanged"
+  refute_output --partial "kept the file"
+  run sh -c "ls '$CONF' | grep -c bbkit-saved"
+  assert_output 2
+  # A change of setting replaces bbkit's own file, keeping the earlier one.
+  run install_scripts --sudo always
+  assert_success
+  assert_line --regexp "^install-slurm: kept the file it replaced as $CONF/burst_buffer\.lua\.bbkit-saved-"
+  run sh -c "ls '$CONF' | grep -c bbkit-saved"
+  assert_output 3
+}
+
+@test "install-slurm --dry-run runs every check, says what it would write and replace, and changes nothing" {
+  once_per_lua_set
+  printf -- '-- the site'"'"'s own\n' >"$CONF/burst_buffer.lua"
+  printf 'ClusterName=x\nCliFilterPlugins=cli_filter/user_defaults\n' >"$CONF/slurm.conf"
+  before=$(conf_dir_state)
+  run install_scripts --dry-run
+  assert_success
+  assert_line --regexp "^install-slurm: would replace $CONF/burst_buffer\.lua \(kept as $CONF/burst_buffer\.lua\.bbkit-saved-[0-9-]+\):$"
+  assert_line --regexp "^-{3} the site's own\$"
+  assert_line "install-slurm: would write $CONF/cli_filter.lua"
+  assert_line "install-slurm: would write $CONF/burst_buffer.conf"
+  assert_line "install-slurm: dry run: nothing was changed; the lines below are what a run would print"
+  # The site's cli_filter plugins stay, bbkit's is added.
+  assert_line "CliFilterPlugins=cli_filter/user_defaults,cli_filter/lua"
+  [ "$(conf_dir_state)" = "$before" ]
+  # A check that fails fails the dry run too.
+  printf 'StageInTimeout=60\n' >"$CONF/burst_buffer.conf"
+  before=$(conf_dir_state)
+  run install_scripts --dry-run
+  assert_failure 78
+  assert_output --partial "StageInTimeout=60 is not above bbkit's timeouts.stage_in"
+  [ "$(conf_dir_state)" = "$before" ]
+  # The real run does what the dry run said.
+  rm "$CONF/burst_buffer.conf"
+  run install_scripts
+  assert_success
+  assert_line "install-slurm: wrote $CONF/cli_filter.lua"
+  assert_line "install-slurm: wrote $CONF/burst_buffer.conf"
+  assert_line "CliFilterPlugins=cli_filter/user_defaults,cli_filter/lua"
+}
+
+@test "install-slurm --standalone notes a site's own PrologSlurmctld; --plugin datawarp says how slurmctld gets BBKIT_CONFIG" {
+  once_per_lua_set
+  write_config 'mode = "standalone"'
+  printf 'ClusterName=x\nPrologSlurmctld=/etc/slurm/site-prolog\n' >"$CONF/slurm.conf"
+  run "$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG" "$SLURM_SHARE/install-slurm" \
+    --standalone --slurm-conf-dir "$CONF" --bindir "$BBKIT_BIN"
+  assert_success
+  assert_line "install-slurm: note: slurm.conf has PrologSlurmctld=/etc/slurm/site-prolog: bbkit's replaces it (call that one from yours, or the reverse)"
+  refute_output --partial "EpilogSlurmctld=/etc"
+  write_config 'mode = "datawarp"'
+  rm -f "$CONF/slurm.conf"
+  run "$SLURM_SHARE/install-slurm" --plugin datawarp --slurm-conf-dir "$CONF" \
+    --config "$BBKIT_CONFIG" --bindir "$BBKIT_BIN" --slurm-release 22.05
+  assert_success
+  assert_line "  printf '[Service]\nEnvironment=BBKIT_CONFIG=%s\n' '$(readlink -f "$BBKIT_CONFIG")' >/etc/systemd/system/slurmctld.service.d/bbkit.conf"
+  assert_line "  systemctl daemon-reload && systemctl restart slurmctld"
 }
 
 @test "hooks: a job's whole life through the real tools" {
@@ -1982,7 +2143,10 @@ EOF
   run install_node_local --nodes n1
   assert_success
   uid_written 0
-  rm -f "$CONF"/*.lua "$CONF/gres.conf"
+  # Each rerun that changed bbkit_job_submit.lua kept the one before it.
+  run sh -c "ls '$CONF' | grep -c '^bbkit_job_submit\.lua\.bbkit-saved-'"
+  assert_output 3
+  rm -f "$CONF"/*.lua "$CONF"/*.bbkit-saved-* "$CONF/gres.conf"
   printf 'ClusterName=bbkit\nSlurmUser=bbkit-no-such-user\n' >"$CONF/slurm.conf"
   run install_node_local --nodes n1
   assert_failure 78

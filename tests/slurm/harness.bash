@@ -599,7 +599,8 @@ start_guard() {
 
 # Installs bbkit's Slurm scripts next to slurm.conf, as a site would, for the suite's Slurm
 # release. With an unprivileged SlurmUser the tools run through sudo and read only
-# /etc/bbkit/bbkit.toml: install-slurm (and slurmctld, see start_slurmctld) then run where that
+# /etc/bbkit/bbkit.toml, and in standalone mode the controller scripts Slurm starts with no
+# environment read it too: install-slurm (and slurmctld, see start_slurmctld) then run where that
 # is $BBKIT_CONFIG (with-default-config). With HARNESS_INSTALL_BARE=1 (root only) neither
 # --config nor --bindir is given: install-slurm finds both as the tools would ($BBKIT_CONFIG,
 # the tools of its installation or of PATH).
@@ -614,10 +615,10 @@ install_bbkit_scripts() {
   elif [ "$HARNESS_MODE" = datawarp ]; then
     args=(--plugin datawarp "${args[@]}")
   fi
-  if [ "$user" = root ]; then
-    [ "${HARNESS_INSTALL_BARE:-0}" = 1 ] || args+=(--config "$BBKIT_CONFIG")
-  else
+  if [ "$user" != root ] || [ "$HARNESS_MODE" = standalone ]; then
     wrap=("$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG")
+  elif [ "${HARNESS_INSTALL_BARE:-0}" != 1 ]; then
+    args+=(--config "$BBKIT_CONFIG")
   fi
   "${wrap[@]}" "${BBKIT_INSTALL_SLURM:-$INSTALL_SLURM}" "${args[@]}" >"$SLURM_DIR/log/install-slurm.log" 2>&1 ||
     { cat "$SLURM_DIR/log/install-slurm.log" >&2; return 1; }

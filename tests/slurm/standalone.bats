@@ -383,15 +383,17 @@ resume_copy() {
   # PrologTimeout and EpilogTimeout fall back to (shown as one line when they are equal).
   slurm_run scontrol show config
   assert_line --regexp "^PrologEpilogTimeout += $limit\$"
-  run "${BBKIT_INSTALL_SLURM:-$INSTALL_SLURM}" --standalone --slurm-conf-dir "$SLURM_DIR/etc" \
-    --config "$BBKIT_CONFIG" --bindir "$BBKIT_BIN" --slurm-release "$(slurm_release)"
+  run "$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG" \
+    "${BBKIT_INSTALL_SLURM:-$INSTALL_SLURM}" --standalone --slurm-conf-dir "$SLURM_DIR/etc" \
+    --bindir "$BBKIT_BIN" --slurm-release "$(slurm_release)"
   assert_success
   assert_line --regexp "^install-slurm: PrologEpilogTimeout=$limit leaves (Prolog|Epilog)Slurmctld room \([0-9]+ s needed\)$"
   # A copy whose limit is shorter than the stage-in may take: refused, naming the key to set.
   mkdir -p "$SLURM_DIR/etc-short"
   sed 's/^PrologEpilogTimeout=.*/PrologEpilogTimeout=60/' "$SLURM_CONF" >"$SLURM_DIR/etc-short/slurm.conf"
-  run "${BBKIT_INSTALL_SLURM:-$INSTALL_SLURM}" --standalone --slurm-conf-dir "$SLURM_DIR/etc-short" \
-    --config "$BBKIT_CONFIG" --bindir "$BBKIT_BIN" --slurm-release "$(slurm_release)"
+  run "$BBKIT_SOURCE_DIR/tests/with-default-config" "$BBKIT_CONFIG" \
+    "${BBKIT_INSTALL_SLURM:-$INSTALL_SLURM}" --standalone --slurm-conf-dir "$SLURM_DIR/etc-short" \
+    --bindir "$BBKIT_BIN" --slurm-release "$(slurm_release)"
   assert_failure 78
   if release_at_least 25.05; then
     assert_line --index 0 --regexp "PrologEpilogTimeout=60 is shorter than PrologSlurmctld may take .*; set PrologTimeout=[0-9]+ or more"
