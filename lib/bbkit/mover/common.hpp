@@ -1,4 +1,4 @@
-// What every part of a move shares (the Mover's files walk and finish, copy_file.cpp copies a
+// What every part of a move shares (the walk, the copier, the finisher; copy_file.cpp copies a
 // file's bytes, copy_metadata.cpp its group, mode, times and xattrs): the wording of a failed
 // system call (error.hpp's, for the mover) and one rule for "the same modification time". Not
 // a contract: only files under lib/bbkit/mover/ include it (ARCHITECTURE.md).

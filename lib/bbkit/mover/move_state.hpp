@@ -1,9 +1,11 @@
-// What a move's walk and its copy share, named in one place with its locking rule. Set up before
-// either starts and read-only after (no lock): the plan, the buffer's root, the two sides.
-// Each part below guards itself: the queue (BatchQueue, its mutex), the counters (atomics),
-// the warnings and the temporaries' names (their own), the open trees and what to sync (their
-// own mutexes below). Nothing else is shared: the walk's state is the Walker's
-// (walker.hpp), the copy's the Mover's (mover_private.hpp).
+// What a move's parts share (the walk, the copier, the finisher), named in one place with its
+// locking rule. Set up before any starts and read-only after (no lock): the plan, the buffer's
+// root, the two sides. Each part below guards itself: the queue (BatchQueue, its mutex), the
+// counters (atomics), the warnings and the temporaries' names (their own), the open trees and
+// what to sync (their own mutexes below). Nothing else is shared: the walk's state is the
+// Walker's (walker.hpp), the copy's the Copier's, the finishing's the Finisher's, the worker
+// threads' the WorkerPool's, and the nodes of a batch belong to whichever step holds it
+// (mover_private.hpp).
 #pragma once
 
 #include <sys/stat.h>

@@ -33,7 +33,7 @@ constexpr auto progress_interval = std::chrono::milliseconds(100);
 // each chunk done on the destination (chunk_marks.hpp).
 constexpr off_t large_file = off_t{64} << 20;
 constexpr off_t chunk_bytes = off_t{32} << 20;
-// Small files up to this size are read ahead a run at a time (Mover::read_ahead).
+// Small files up to this size are read ahead a run at a time (Copier::read_ahead).
 constexpr off_t read_ahead_max = off_t{1} << 20;
 
 // "a/b" -> {"a", "b"}, "b" -> {"", "b"}, "/b" -> {"/", "b"}.
@@ -191,6 +191,11 @@ inline bool in_new_dir(const Node& node) {
 }
 inline bool in_temp_tree(const Node& node) {
     return node.parent && node.parent->tree;
+}
+// The destination directory a node is written in, reached where it is now (through its
+// temporary tree until that is in place).
+inline std::string parent_path(const Node& node) {
+    return node.parent ? node.parent->at : split_last(node.dst).first;
 }
 
 // A directory being walked: its source stream, and the stale temporaries of a killed move in

@@ -54,100 +54,74 @@ std::unique_ptr<MoveState> start_move(const MovePlan& plan) {
 
 Mover::Mover(const MovePlan& plan, const std::function<void(const MoveProgress&)>& progress)
     : plan_(plan),
-      progress_(progress),
       state_(start_move(plan)),
-      src_(state_->src.get()),
-      dst_(state_->dst.get()),
-      batches_(state_->batches),
-      counts_(state_->counts),
-      warnings_(state_->warnings),
-      temps_(state_->temps),
-      walker_(*state_) {
-    workers_.resize(std::max(1u, plan.threads));
-    umask_ = umask(077);  // reading it means setting it: put it back at once
-    umask(umask_);
-}
-
-void Mover::report(bool force) {
-    const Clock::time_point now = Clock::now();
-    if (!force && now - last_report_ < progress_interval)
-        return;
-    last_report_ = now;
-    if (!progress_)
-        return;
-    progress_(counts_.progress(syncing_));
-}
+      reporter_(progress, state_->counts),
+      walker_(*state_),
+      pool_(plan.threads, state_->batches, reporter_),
+      copier_(*state_, pool_),
+      finisher_(*state_, pool_, reporter_) {}
 
 MoveSummary Mover::run() {
     const Clock::time_point start = start_ = Clock::now();
     std::thread walker;
     Batch running;
+    BatchQueue& batches = state_->batches;
     auto stop_walker = [&] {
-        batches_.stop();
+        batches.stop();
         if (walker.joinable())
             walker.join();
     };
     try {
         walker = std::thread([this] { walker_.run(); });
         for (;;) {
-            std::optional<Batch> next = batches_.take(progress_interval, [&] { report(false); });
+            std::optional<Batch> next =
+                batches.take(progress_interval, [&] { reporter_.report(false); });
             if (!next)
                 break;
             running = std::move(*next);
             const Clock::time_point copying = Clock::now();
-            copy_batch(running);
+            copier_.copy(running);
             const Clock::time_point finishing = Clock::now();
             copy_time_ += finishing - copying;
-            const Clock::duration synced = sync_time_;
-            finish_batch(running);
-            finish_time_ += Clock::now() - finishing - (sync_time_ - synced);
+            const Clock::duration synced = finisher_.sync_time();
+            finisher_.finish(running);
+            finish_time_ += Clock::now() - finishing - (finisher_.sync_time() - synced);
             running = Batch{};
-            batches_.release();
+            batches.release();
         }
         walker.join();
-        if (std::exception_ptr walk_error = batches_.walk_error())
+        if (std::exception_ptr walk_error = batches.walk_error())
             std::rethrow_exception(walk_error);
         const Clock::time_point finishing = Clock::now();
-        const Clock::duration synced = sync_time_;
-        link_spilled();
-        if (!deferred_tops_.empty()) {
-            sync_file_systems();
-            for (const std::shared_ptr<Dir>& dir : deferred_tops_)
-                publish(*dir);
-        }
+        const Clock::duration synced = finisher_.sync_time();
+        finisher_.finish_move(walker_.link_spill());
         walker_.restore_reopened();
-        finish_time_ += Clock::now() - finishing - (sync_time_ - synced);
+        finish_time_ += Clock::now() - finishing - (finisher_.sync_time() - synced);
     } catch (...) {
         std::exception_ptr error = std::current_exception();
         stop_walker();
         try {
             std::rethrow_exception(error);
         } catch (const CopyStopped&) {
-            if (std::exception_ptr walk_error = batches_.walk_error())
+            if (std::exception_ptr walk_error = batches.walk_error())
                 error = walk_error;  // the walk failed first: that is the reason
         } catch (...) {
         }
-        remove_temps(&running);
+        finisher_.remove_temps(&running);
         std::rethrow_exception(error);
     }
     fault_point("mover.before-dir-fsync");
     // The parents of the entries' destinations: new names (and trees renamed) in them.
-    if (plan_.durable) {
-        const Clock::time_point began = Clock::now();
-        for (const std::string& dir : state_->syncs.dirs()) {
-            const Fd fd = dst_->open_dir(dir);
-            if (fsync(fd.get()) != 0)
-                fail("sync directory", dst_->display(dir), errno);
-        }
-        sync_time_ += Clock::now() - began;
-    }
-    report(true);
+    if (plan_.durable)
+        finisher_.sync_parents();
+    reporter_.report(true);
 
+    const MoveCounters& counts = state_->counts;
     MoveSummary summary;
-    summary.files = counts_.files_written.load();
-    summary.bytes = counts_.bytes_written.load();
-    summary.skipped = counts_.skipped.load();
-    summary.warnings = warnings_.list();
+    summary.files = counts.files_written.load();
+    summary.bytes = counts.bytes_written.load();
+    summary.skipped = counts.skipped.load();
+    summary.warnings = state_->warnings.list();
     const Clock::time_point end = Clock::now();
     summary.seconds = seconds(end - start);
     summary.phases = phases(end);
@@ -156,15 +130,16 @@ MoveSummary Mover::run() {
 
 MovePhases Mover::phases(Clock::time_point end) const {
     MovePhases p;
-    p.walk = seconds(batches_.walk_time());
-    p.wait = seconds(batches_.copy_waited());
+    const BatchQueue& batches = state_->batches;
+    p.walk = seconds(batches.walk_time());
+    p.wait = seconds(batches.copy_waited());
     p.copy = seconds(copy_time_);
     p.finish = seconds(finish_time_);
-    p.sync = seconds(sync_time_);
-    p.threads = static_cast<unsigned>(workers_.size());
+    p.sync = seconds(finisher_.sync_time());
+    p.threads = static_cast<unsigned>(pool_.workers().size());
     p.seconds = seconds(end - start_);
     Clock::time_point first = end, last = start_;
-    for (const Worker& worker : workers_) {
+    for (const Worker& worker : pool_.workers()) {
         p.busy += seconds(worker.busy);
         if (worker.first_copy != Clock::time_point{}) {
             first = std::min(first, worker.first_copy);

@@ -1,4 +1,4 @@
-#include "bbkit/mover/mover_private.hpp"
+#include "bbkit/mover/copier.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -6,118 +6,138 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
+#include <cstddef>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
 #include "bbkit/fsops.hpp"
+#include "bbkit/mover/keep_existing.hpp"
 #include "bbkit/text.hpp"
 
 namespace bbkit::mover_internal {
 
-// ---- keep_existing ------------------------------------------------------------------------
-
 namespace {
 
-// A symlink's target; "" when it cannot be read (never equal to a real one, which is never
-// empty).
-std::string link_target(int dir, const std::string& name) {
-    char target[PATH_MAX + 1];
-    const ssize_t n = readlinkat(dir, name.c_str(), target, sizeof target);
-    return n <= 0 || static_cast<std::size_t>(n) >= sizeof target
-               ? std::string()
-               : std::string(target, static_cast<std::size_t>(n));
-}
+// Small files are handed out in runs of this many from one directory (Copier::copy).
+constexpr std::size_t files_per_run = 16;
 
 }  // namespace
 
-// A keep_existing entry meets `name` in `dir` (its destination `dst`) taken by something that
-// is not a complete copy of its source: Error(exists), or, for a directory, the error replacing
-// it would give. Returns when nothing is there.
-void Mover::refuse_taken(int dir, const std::string& name, const std::string& dst) const {
-    struct stat st {};
-    if (fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-        if (errno == ENOENT)
-            return;
-        fail("stat", dst_->display(dst), errno);
-    }
-    if (S_ISDIR(st.st_mode))
-        fail("replace", dst_->display(dst), EISDIR);
-    throw taken_by_another(dst_->display(dst));
+Copier::Copier(MoveState& state, WorkerPool& pool)
+    : plan_(state.plan),
+      src_(*state.src),
+      dst_(*state.dst),
+      batches_(state.batches),
+      counts_(state.counts),
+      warnings_(state.warnings),
+      temps_(state.temps),
+      pool_(pool) {
+    umask_ = umask(077);  // reading it means setting it: put it back at once
+    umask(umask_);
 }
 
-// Whether `name` in `dir` is what a rerun would skip for this node: a regular file of the
-// source's size, a fifo of its mode, a symlink to the target of this move's own copy (`copy` in
-// `copy_dir`), each with the source's ns mtime.
-bool Mover::same_as_source(const Node& node, int dir, const std::string& name, int copy_dir,
-                           const std::string& copy) const {
-    struct stat st {};
-    if (fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !same_mtime(st, node.st))
-        return false;
-    switch (node.st.st_mode & S_IFMT) {
-        case S_IFREG:
-            return S_ISREG(st.st_mode) && st.st_size == node.st.st_size;
-        case S_IFIFO:
-            return st.st_mode == node.st.st_mode;
-        case S_IFLNK: {
-            if (!S_ISLNK(st.st_mode))
-                return false;
-            const std::string target = link_target(dir, name);
-            return !target.empty() && target == link_target(copy_dir, copy);
+// ---- batches ------------------------------------------------------------------------------
+
+// Chunks of large files first, in walk order (each large file is shared by all workers at
+// once, so only a few files are open at any time), then the small files in runs of one
+// directory, directories in turn: workers then create in different directories (a create
+// holds its directory's lock, and on a cold cache may wait for an inode table read while
+// holding it), and each keeps its cached directory descriptors for a whole run.
+void Copier::copy(Batch& batch) {
+    std::vector<Task> tasks;
+    std::vector<std::pair<std::size_t, std::size_t>> runs;  // [first, last) of tasks
+    std::map<const Dir*, std::vector<Node*>> by_dir;
+    std::vector<const Dir*> dir_order;
+    for (Node& node : batch.nodes) {
+        if (node.kind == Kind::hard_link)
+            continue;
+        if (node.kind != Kind::file || node.st.st_size < large_file) {
+            auto [it, first] = by_dir.try_emplace(node.parent.get());
+            if (first)
+                dir_order.push_back(node.parent.get());
+            it->second.push_back(&node);
+            continue;
         }
-        default:
-            return false;
+        auto shared = std::make_shared<SharedFile>();
+        const std::size_t chunks =
+            static_cast<std::size_t>((node.st.st_size + chunk_bytes - 1) / chunk_bytes);
+        shared->remaining = chunks;
+        for (std::size_t c = 0; c < chunks; ++c) {
+            const off_t offset = static_cast<off_t>(c) * chunk_bytes;
+            runs.emplace_back(tasks.size(), tasks.size() + 1);
+            tasks.push_back(
+                Task{&node, offset, std::min(chunk_bytes, node.st.st_size - offset), shared});
+        }
+    }
+    std::vector<std::pair<const std::vector<Node*>*, std::size_t>> active;
+    for (const Dir* dir : dir_order)
+        active.emplace_back(&by_dir[dir], 0);
+    while (!active.empty()) {
+        for (auto& [files, cursor] : active) {
+            const std::size_t end = std::min(files->size(), cursor + files_per_run);
+            const std::size_t first = tasks.size();
+            for (; cursor < end; ++cursor)
+                tasks.push_back(Task{(*files)[cursor], 0, 0, nullptr});
+            runs.emplace_back(first, tasks.size());
+        }
+        active.erase(std::remove_if(active.begin(), active.end(),
+                                    [](const auto& a) { return a.second >= a.first->size(); }),
+                     active.end());
+    }
+    pool_.run(runs.size(), [&](std::size_t r, Worker& worker) {
+        const Clock::time_point began = Clock::now();
+        if (worker.first_copy == Clock::time_point{})
+            worker.first_copy = began;
+        read_ahead(tasks, runs[r].first, runs[r].second, worker);
+        for (std::size_t t = runs[r].first; t < runs[r].second; ++t) {
+            batches_.check_stopped();
+            run_task(tasks[t], worker);
+        }
+        worker.last_copy = Clock::now();
+        worker.busy += worker.last_copy - began;
+    });
+}
+
+// The small files of a run (one source directory) have their data read ahead, all at once,
+// before the first is copied: on a cold cache each worker then waits for the disk once per run
+// rather than once per file. Best effort: a file that cannot be opened here is left to the
+// copy, which reports why. Never follows a symlink or blocks on a fifo put in a file's place.
+void Copier::read_ahead(const std::vector<Task>& tasks, std::size_t first, std::size_t last,
+                        Worker& worker) {
+    if (last - first < 2)
+        return;
+    for (std::size_t t = first; t < last; ++t) {
+        const Node& node = *tasks[t].node;
+        if (tasks[t].shared || node.kind != Kind::file || node.st.st_size <= 0 ||
+            node.st.st_size > read_ahead_max)
+            continue;
+        const auto [parent, name] = split_last(node.src);
+        const Fd fd(openat(worker.src_dir.get(src_, parent), name.c_str(),
+                           O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+        if (fd)
+            posix_fadvise(fd.get(), 0, node.st.st_size, POSIX_FADV_WILLNEED);
     }
 }
 
-// Gives a keep_existing entry's temporary its final name, never over anything: a name another
-// writer took meanwhile is refused (refuse_taken), or, when it is a complete copy of the same
-// source, kept and counted as skipped (this copy goes). The file systems that refuse
-// RENAME_NOREPLACE (NFS among them) get a hard link and an unlink, which refuse a taken name
-// just the same. The temporary is gone either way.
-void Mover::put_without_replacing(Node& node, int dir, const std::string& name) {
-    const std::string temp = node.temp;
-    int rc = renameat2(dir, temp.c_str(), dir, name.c_str(), RENAME_NOREPLACE);
-    if (rc != 0 && errno == EINVAL) {
-        rc = linkat(dir, temp.c_str(), dir, name.c_str(), 0);
-        if (rc == 0 && unlinkat(dir, temp.c_str(), 0) != 0)
-            fail("remove", dst_->display(dst_->join(parent_path(node), temp)), errno);
-    }
-    if (rc == 0) {
-        node.temp.clear();
-        return;
-    }
-    const int err = errno;
-    const bool complete = err == EEXIST && same_as_source(node, dir, name, dir, temp);
-    unlinkat(dir, temp.c_str(), 0);
-    node.temp.clear();
-    if (complete) {
-        counts_.files_written.fetch_sub(1);
-        if (node.kind == Kind::file)
-            counts_.bytes_written.fetch_sub(static_cast<std::uint64_t>(node.st.st_size));
-        counts_.skipped.fetch_add(1);
-        return;
-    }
-    if (err == EEXIST)
-        refuse_taken(dir, name, node.dst);
-    fail("rename into place", dst_->display(node.dst), err);
-}
-
-// ---- copying ----------------------------------------------------------------------------
+// ---- one entry ----------------------------------------------------------------------------
 
 // Creates the file that receives the copy: under a temporary name for durable moves (except in
 // a directory tree that is renamed into place whole), else under its final name after removing
 // what an earlier run left (which may be read-only). A keep_existing entry removes nothing:
 // what is there already is refused, and O_EXCL refuses a name another writer takes meanwhile.
-Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
-    const std::string shown = dst_->display(node.dst);
+Fd Copier::create_destination(Node& node, int dir, const std::string& name) {
+    const std::string shown = dst_.display(node.dst);
     std::string target = name;
     if (plan_.durable && !in_temp_tree(node)) {
         if (node.keep_existing)
-            refuse_taken(dir, name, node.dst);  // before copying (the rename checks again)
+            refuse_taken(dst_, dir, name, node.dst);  // before copying (the rename checks again)
         target = temps_.name(name);
     } else if (!node.keep_existing && !in_new_dir(node) && unlinkat(dir, name.c_str(), 0) != 0 &&
                errno != ENOENT) {
@@ -130,8 +150,8 @@ Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
     if (fd < 0) {
         const int err = errno;
         if (err == EEXIST && node.keep_existing && target == name)
-            refuse_taken(dir, name, node.dst);
-        const std::string parent = dst_->display(split_last(node.dst).first);
+            refuse_taken(dst_, dir, name, node.dst);
+        const std::string parent = dst_.display(split_last(node.dst).first);
         const Error error =
             mover_error(FailureKind::destination, "create", shown, err, " in directory " + parent);
         // Missing here is the move's own destination directory, gone under it: an I/O error
@@ -150,7 +170,7 @@ Fd Mover::create_destination(Node& node, int dir, const std::string& name) {
 // plain file of the source's size with one name, opened without following a symlink or
 // blocking on a fifo. Its mode, group and times are all set again at the end (nothing of them
 // is taken as set).
-Fd Mover::resumable_destination(Node& node, int dir, const std::string& name, ChunkMarks& marks) {
+Fd Copier::resumable_destination(Node& node, int dir, const std::string& name, ChunkMarks& marks) {
     Fd fd(openat(dir, name.c_str(), O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     struct stat st {};
     if (!fd || fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
@@ -168,15 +188,15 @@ Fd Mover::resumable_destination(Node& node, int dir, const std::string& name, Ch
 // complete (a rerun after success or a crash). With `marks` (a large file's stage-in), the
 // partial copy a killed run left is reopened instead when its marks allow (marks then says
 // which chunks are done).
-bool Mover::open_file(Node& node, const FileCopy& file, Worker& worker, FilePair& pair,
-                      ChunkMarks* marks) {
+bool Copier::open_file(Node& node, const FileCopy& file, Worker& worker, FilePair& pair,
+                       ChunkMarks* marks) {
     const auto [src_parent, src_name] = split_last(node.src);
     const std::string dst_name = split_last(node.dst).second;
-    const int dst_dir = worker.dst_dir.get(*dst_, parent_path(node));
+    const int dst_dir = worker.dst_dir.get(dst_, parent_path(node));
     // A directory this move created holds nothing yet: no earlier copy to look for.
     if (!in_new_dir(node) && is_complete_copy(dst_dir, dst_name, node.st))
         return false;
-    const int src_dir = worker.src_dir.get(*src_, src_parent);
+    const int src_dir = worker.src_dir.get(src_, src_parent);
     pair = open_pair(file, src_dir, src_name, plan_.direct_io, [&] {
         if (marks != nullptr && !in_new_dir(node))
             if (Fd resumed = resumable_destination(node, dst_dir, dst_name, *marks))
@@ -186,13 +206,13 @@ bool Mover::open_file(Node& node, const FileCopy& file, Worker& worker, FilePair
     return true;
 }
 
-void Mover::finish_file(const Node& node, const FileCopy& file, const FilePair& pair,
-                        bool truncate) {
+void Copier::finish_file(const Node& node, const FileCopy& file, const FilePair& pair,
+                         bool truncate) {
     bbkit::finish_file(file, pair.src.get(), pair.dst.get(), truncate, node.initial,
                        plan_.durable && !plan_.trust_syncfs, warnings_.callback());
 }
 
-void Mover::run_task(const Task& task, Worker& worker) {
+void Copier::run_task(const Task& task, Worker& worker) {
     Node& node = *task.node;
     switch (node.kind) {
         case Kind::file:
@@ -213,7 +233,7 @@ void Mover::run_task(const Task& task, Worker& worker) {
     counts_.files_done.fetch_add(1);
 }
 
-void Mover::copy_small_file(Node& node, Worker& worker) {
+void Copier::copy_small_file(Node& node, Worker& worker) {
     FilePair pair;
     const auto size = static_cast<std::uint64_t>(node.st.st_size);
     const FileCopy file = file_copy(node);
@@ -235,7 +255,7 @@ void Mover::copy_small_file(Node& node, Worker& worker) {
     counts_.files_done.fetch_add(1);
 }
 
-void Mover::copy_chunk(const Task& task, Worker& worker) {
+void Copier::copy_chunk(const Task& task, Worker& worker) {
     Node& node = *task.node;
     const FileCopy copy = file_copy(node);
     SharedFile& file = *task.shared;
@@ -291,35 +311,35 @@ void Mover::copy_chunk(const Task& task, Worker& worker) {
 
 // Puts a symlink or fifo made under a temporary name in place; durable moves rename later,
 // together with the files.
-void Mover::place(Node& node, int dir, const std::string& name) {
+void Copier::place(Node& node, int dir, const std::string& name) {
     if (plan_.durable || node.temp.empty())
         return;
     if (node.keep_existing)
-        return put_without_replacing(node, dir, name);
+        return put_without_replacing(dst_, counts_, node, dir, name);
     if (renameat(dir, node.temp.c_str(), dir, name.c_str()) != 0) {
         const int err = errno;
         unlinkat(dir, node.temp.c_str(), 0);
-        fail("replace", dst_->display(node.dst), err);
+        fail("replace", dst_.display(node.dst), err);
     }
     node.temp.clear();
 }
 
-void Mover::copy_symlink(Node& node, Worker& worker) {
+void Copier::copy_symlink(Node& node, Worker& worker) {
     const auto [src_parent, src_name] = split_last(node.src);
     const std::string dst_name = split_last(node.dst).second;
-    const int src_dir = worker.src_dir.get(*src_, src_parent);
+    const int src_dir = worker.src_dir.get(src_, src_parent);
     std::string target(static_cast<std::size_t>(std::max<off_t>(node.st.st_size, 255)) + 1, '\0');
     for (;;) {
         const ssize_t n = readlinkat(src_dir, src_name.c_str(), &target[0], target.size());
         if (n < 0)
-            fail_source("read symlink", src_->display(node.src), errno);
+            fail_source("read symlink", src_.display(node.src), errno);
         if (static_cast<std::size_t>(n) < target.size()) {
             target.resize(static_cast<std::size_t>(n));
             break;
         }
         target.resize(target.size() * 2);
     }
-    const int dst_dir = worker.dst_dir.get(*dst_, parent_path(node));
+    const int dst_dir = worker.dst_dir.get(dst_, parent_path(node));
     const bool fresh = in_new_dir(node);
     struct stat existing {};
     if (!fresh && fstatat(dst_dir, dst_name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0 &&
@@ -333,22 +353,23 @@ void Mover::copy_symlink(Node& node, Worker& worker) {
         }
     }
     if (node.keep_existing)
-        refuse_taken(dst_dir, dst_name, node.dst);  // before making it (the rename checks again)
+        refuse_taken(dst_, dst_dir, dst_name,
+                     node.dst);  // before making it (the rename checks again)
     // Under its final name at once where nothing can be replaced and no rename is batched.
     const bool direct_name = fresh && (!plan_.durable || in_temp_tree(node));
     const std::string temp = direct_name ? dst_name : temps_.name(dst_name);
     if (symlinkat(target.c_str(), dst_dir, temp.c_str()) != 0)
-        fail("create", dst_->display(node.dst), errno);
+        fail("create", dst_.display(node.dst), errno);
     if (!direct_name)
         node.temp = temp;
-    set_link_group_times(dst_dir, temp, node.st, dst_->display(node.dst));
+    set_link_group_times(dst_dir, temp, node.st, dst_.display(node.dst));
     counts_.files_written.fetch_add(1);  // put_without_replacing takes it back for a complete one
     place(node, dst_dir, dst_name);
 }
 
-void Mover::copy_fifo(Node& node, Worker& worker) {
+void Copier::copy_fifo(Node& node, Worker& worker) {
     const std::string dst_name = split_last(node.dst).second;
-    const int dst_dir = worker.dst_dir.get(*dst_, parent_path(node));
+    const int dst_dir = worker.dst_dir.get(dst_, parent_path(node));
     const bool fresh = in_new_dir(node);
     struct stat existing {};
     if (!fresh && fstatat(dst_dir, dst_name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0 &&
@@ -358,10 +379,10 @@ void Mover::copy_fifo(Node& node, Worker& worker) {
         return;
     }
     if (node.keep_existing)
-        refuse_taken(dst_dir, dst_name, node.dst);
+        refuse_taken(dst_, dst_dir, dst_name, node.dst);
     const bool direct_name = fresh && (!plan_.durable || in_temp_tree(node));
     const std::string temp = direct_name ? dst_name : temps_.name(dst_name);
-    const std::string shown = dst_->display(node.dst);
+    const std::string shown = dst_.display(node.dst);
     if (mkfifoat(dst_dir, temp.c_str(), 0600) != 0)
         fail("create", shown, errno);
     if (!direct_name)
