@@ -396,13 +396,18 @@ std::string group_name_of(const Field& field) {
     return account_name_of(field, "group");
 }
 
-std::uint64_t capacity_of(const Field& field) {
+// A size in bytes (parse_config_size): with `unit_required` a bare number is refused (a pool's
+// capacity of "100" is 100 bytes, surely not meant); a granularity of "1" (byte) is common.
+std::uint64_t size_of(const Field& field, bool unit_required) {
     const std::string text = string_of(field, "a string (a size such as \"100GiB\")");
     try {
-        return parse_capacity(text);
+        return parse_config_size(text, unit_required);
     } catch (const Error& error) {
         field.fail(error.what());
     }
+}
+std::uint64_t capacity_of(const Field& field) {
+    return size_of(field, true);
 }
 
 // A mover's memory bound: below 16 MiB its batches would hold too few files to keep the
@@ -692,7 +697,7 @@ PoolConfig pool_of(const Field& table, Mode mode) {
     if (find(table, "gres") && !pool.node_local)
         required(table, "gres").fail("applies to node-local pools only (node_local = true)");
     if (auto field = find(table, "granularity")) {
-        pool.granularity = capacity_of(*field);
+        pool.granularity = size_of(*field, false);
         if (pool.granularity > pool.capacity)
             field->fail(format_size(pool.granularity) + " exceeds the pool's capacity " +
                         format_size(pool.capacity));

@@ -112,6 +112,28 @@ std::uint64_t parse_capacity(std::string_view text) {
     return size.value;
 }
 
+std::uint64_t parse_config_size(std::string_view text, bool unit_required) {
+    const std::uint64_t bytes = parse_capacity(text);
+    std::size_t digits = 0;
+    while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits])))
+        ++digits;
+    const std::string_view unit = text.substr(digits);
+    const std::string number(text.substr(0, digits));
+    if (unit.empty() && unit_required)
+        throw Error(ExitCode::data,
+                    "invalid size '" + std::string(text) + "': no unit, which would mean " +
+                        number + " bytes (write " + number + "GiB, " + number + "TiB or the like)");
+    if (unit.size() == 2 && unit[1] == 'b') {
+        const std::string iec(1,
+                              static_cast<char>(std::toupper(static_cast<unsigned char>(unit[0]))));
+        throw Error(ExitCode::data, "invalid size '" + std::string(text) + "': '" +
+                                        std::string(unit) + "' reads as bits; write " + number +
+                                        iec + "B (powers of 1000) or " + number + iec +
+                                        "iB (powers of 1024)");
+    }
+    return bytes;
+}
+
 std::uint64_t round_up(std::uint64_t bytes, std::uint64_t granularity) {
     if (granularity <= 1 || bytes % granularity == 0)
         return bytes;

@@ -25,6 +25,12 @@ Size parse_size(std::string_view text);
 // A capacity in bytes: like parse_size, but a node count is an error.
 std::uint64_t parse_capacity(std::string_view text);
 
+// A size an administrator writes in bbkit.toml: like parse_capacity, and stricter where a
+// reading would surprise. A two-letter unit ending in a lower-case 'b' ("100Gb", "100kb") is
+// refused: in common use that is bits, so neither GB nor GiB is assumed. With `unit_required`, a
+// bare number ("100": 100 bytes) is refused too, naming the units to write.
+std::uint64_t parse_config_size(std::string_view text, bool unit_required);
+
 // ceil(bytes / granularity) * granularity; granularity 0 or 1 leaves bytes as they are.
 // Throws Error(data) when the result would exceed max_size.
 std::uint64_t round_up(std::uint64_t bytes, std::uint64_t granularity);

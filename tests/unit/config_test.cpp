@@ -350,6 +350,25 @@ TEST(config, rejects_capacity_given_as_a_number) {
               "integer");
 }
 
+// A pool's capacity without a unit is bytes, never what an administrator meant; a unit
+// ending in a lower-case 'b' is bits in common use. Both are refused, naming what to write;
+// a granularity of "1" (byte) stays allowed.
+TEST(config, rejects_a_capacity_without_a_unit_or_in_bits) {
+    const std::string pool = "[[pool]]\nname = \"a\"\npath = \"/bb/a\"\n";
+    EXPECT_EQ(config_error(pool + "capacity = \"100\"\n"),
+              "t.toml:4: pool[0].capacity: invalid size '100': no unit, which would mean 100 "
+              "bytes (write 100GiB, 100TiB or the like)");
+    EXPECT_EQ(config_error(pool + "capacity = \"100Gb\"\n"),
+              "t.toml:4: pool[0].capacity: invalid size '100Gb': 'Gb' reads as bits; write "
+              "100GB (powers of 1000) or 100GiB (powers of 1024)");
+    EXPECT_EQ(config_error("[limits]\nuser_capacity = \"5tb\"\n"),
+              "t.toml:2: limits.user_capacity: invalid size '5tb': 'tb' reads as bits; write "
+              "5TB (powers of 1000) or 5TiB (powers of 1024)");
+    const Config config =
+        parse_config(pool + "capacity = \"1TiB\"\ngranularity = \"1\"\n", "t.toml");
+    EXPECT_EQ(config.pools.at(0).granularity, 1U);
+}
+
 TEST(config, rejects_pool_written_as_a_single_table) {
     EXPECT_EQ(config_error("[pool]\nname = \"a\"\n"),
               "t.toml:1: pool: expected an array of tables ([[pool]]), got a table");
@@ -648,8 +667,10 @@ TEST(config, rejects_mover_threads_out_of_range) {
 TEST(config, script_size_is_a_size_between_1KiB_and_512MiB) {
     EXPECT_EQ(parse_config("[limits]\nscript_size = \"16MiB\"\n", "t.toml").limits.script_size,
               16u << 20);
-    EXPECT_EQ(config_error("[limits]\nscript_size = \"512\"\n"),
-              "t.toml:2: limits.script_size: must be between 1KiB and 512MiB, got 512");
+    EXPECT_EQ(config_error("[limits]\nscript_size = \"1KB\"\n"),
+              "t.toml:2: limits.script_size: must be between 1KiB and 512MiB, got 1KB");
+    EXPECT_EQ(parse_config("[limits]\nscript_size = \"512k\"\n", "t.toml").limits.script_size,
+              512u << 10);
     EXPECT_EQ(config_error("[limits]\nscript_size = \"1GiB\"\n"),
               "t.toml:2: limits.script_size: must be between 1KiB and 512MiB, got 1GiB");
 }

@@ -12,6 +12,7 @@ using bbkit::Error;
 using bbkit::ExitCode;
 using bbkit::format_size;
 using bbkit::parse_capacity;
+using bbkit::parse_config_size;
 using bbkit::parse_size;
 using bbkit::round_up;
 
@@ -206,4 +207,42 @@ TEST(SizeCases, shared_table_with_the_slurm_lua_parser) {
         }
     }
     EXPECT_GT(cases, 40);
+}
+
+// Every two-letter unit a configuration may hold: with an upper-case B, powers of 1000 (as
+// Slurm reads it); with a lower-case b, refused (bits in common use), naming both readings.
+TEST(size, config_sizes_refuse_bits_and_bare_numbers_where_a_unit_is_needed) {
+    const std::string prefixes = "kKmMgGtTpP";
+    std::uint64_t si = 1;
+    for (std::size_t i = 0; i < prefixes.size(); ++i) {
+        if (i % 2 == 0)
+            si *= 1000;
+        const std::string upper(1, prefixes[i | 1]);
+        EXPECT_EQ(parse_config_size("3" + std::string(1, prefixes[i]) + "B", true), 3 * si);
+        const std::string bits = "3" + std::string(1, prefixes[i]) + "b";
+        try {
+            parse_config_size(bits, true);
+            ADD_FAILURE() << "accepted " << bits;
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ExitCode::data);
+            EXPECT_EQ(std::string(e.what()), "invalid size '" + bits + "': '" + bits.substr(1) +
+                                                 "' reads as bits; write 3" + upper +
+                                                 "B (powers of 1000) or 3" + upper +
+                                                 "iB (powers of 1024)");
+        }
+    }
+    EXPECT_EQ(parse_config_size("100kib", true), 100 * KiB);
+    EXPECT_EQ(parse_config_size("100g", true), 100 * GiB);
+    EXPECT_EQ(parse_config_size("1", false), 1U);
+    try {
+        parse_config_size("100", true);
+        ADD_FAILURE() << "accepted a bare number";
+    } catch (const Error& e) {
+        EXPECT_EQ(std::string(e.what()),
+                  "invalid size '100': no unit, which would mean 100 bytes (write 100GiB, "
+                  "100TiB or the like)");
+    }
+    // What parse_capacity refuses stays refused, with its own words.
+    EXPECT_THROW(parse_config_size("4N", true), Error);
+    EXPECT_THROW(parse_config_size("1.5GiB", false), Error);
 }
