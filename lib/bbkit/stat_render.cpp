@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "bbkit/access.hpp"
 #include "bbkit/dws_render.hpp"
@@ -192,6 +196,114 @@ std::vector<Activation> activations(const std::vector<BufferStatus>& buffers) {
 }
 
 }  // namespace
+
+std::string age_text(std::chrono::seconds age) {
+    const long long s = std::max<long long>(0, age.count());
+    char text[32];
+    if (s < 60)
+        std::snprintf(text, sizeof text, "%llds", s);
+    else if (s < 3600)
+        std::snprintf(text, sizeof text, "%lldm%02llds", s / 60, s % 60);
+    else if (s < 86400)
+        std::snprintf(text, sizeof text, "%lldh%02lldm", s / 3600, s % 3600 / 60);
+    else
+        std::snprintf(text, sizeof text, "%lldd%02lldh", s / 86400, s % 86400 / 3600);
+    return text;
+}
+
+std::string buffer_reason(const BufferStatus& status) {
+    const Buffer& b = status.buffer;
+    if (const std::string stalled = stalled_stage_text(b); !stalled.empty())
+        return "stalled: " + stalled;
+    if (status.queue_position)
+        return "waiting for space in " + b.pool + ", " + std::to_string(*status.queue_position) +
+               (*status.queue_position == 1 ? " (next)" : "") + " in its queue";
+    if (!b.failure.empty())
+        return "failed: " + b.failure;
+    const std::string reason = slurm_reason(b);
+    return reason == "None" ? std::string() : reason;
+}
+
+namespace {
+
+std::chrono::seconds age_of(const Buffer& b, TimePoint now) {
+    return std::chrono::duration_cast<std::chrono::seconds>(now - b.created);
+}
+
+// Per pool with a queue, in configuration order: its waiting buffers' tokens in queue order.
+std::vector<std::pair<std::string, std::vector<std::string>>> waiting_by_pool(
+    const StatusSnapshot& snapshot) {
+    std::vector<std::pair<std::string, std::vector<std::string>>> out;
+    for (const PoolStatus& pool : snapshot.pools) {
+        std::vector<std::pair<std::size_t, std::string>> waiting;
+        for (const BufferStatus& status : snapshot.buffers)
+            if (status.queue_position && status.buffer.pool == pool.name)
+                waiting.emplace_back(*status.queue_position, token_of(status.buffer));
+        if (waiting.empty())
+            continue;
+        std::sort(waiting.begin(), waiting.end());
+        std::vector<std::string> tokens;
+        for (auto& entry : waiting)
+            tokens.push_back(std::move(entry.second));
+        out.emplace_back(pool.name, std::move(tokens));
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string buffers_table(const StatusSnapshot& snapshot, TimePoint now) {
+    std::vector<std::vector<std::string>> rows;
+    for (const BufferStatus& status : snapshot.buffers) {
+        const Buffer& b = status.buffer;
+        rows.push_back({token_of(b), user_of(b), b.pool, format_size(b.allocated_bytes),
+                        to_string(b.state), age_text(age_of(b, now)),
+                        printable(buffer_reason(status))});
+    }
+    std::vector<Column> columns{{"job"},   {"user"}, {"pool"},  {"size"},
+                                {"state"}, {"age"},  {"reason"}};
+    for (Column& column : columns)
+        column.left = column.header != "job" && column.header != "size" && column.header != "age";
+    for (std::size_t i = 1; i < columns.size(); ++i)
+        columns[i].gap = "  ";
+    // The reason, last and of any length, pads no line with blanks.
+    std::string out;
+    std::istringstream table(text_table(columns, rows));
+    for (std::string line; std::getline(table, line);)
+        out += line.erase(line.find_last_not_of(' ') + 1) + '\n';
+    for (const auto& [pool, tokens] : waiting_by_pool(snapshot)) {
+        out += "pool " + pool + ": " + std::to_string(tokens.size()) + " waiting:";
+        for (const std::string& token : tokens)
+            out += " " + printable(token);
+        out += '\n';
+    }
+    return out;
+}
+
+json buffers_json(const StatusSnapshot& snapshot, TimePoint now) {
+    json buffers = json::array();
+    for (const BufferStatus& status : snapshot.buffers) {
+        const Buffer& b = status.buffer;
+        const bool job = b.key.kind() == BufferKind::job;
+        buffers.push_back(
+            {{"job_id", job ? json(b.key.job_id) : json()},
+             {"name", job ? json() : json(b.key.name)},
+             {"user", b.user},
+             {"uid", b.uid},
+             {"pool", b.pool},
+             {"allocated", b.allocated_bytes},
+             {"state", to_string(b.state)},
+             {"created", slurm_time(b.created)},
+             {"age_seconds", age_of(b, now).count()},
+             {"reason", buffer_reason(status)},
+             {"stalled", stage_stalled(b)},
+             {"queue_position", status.queue_position ? json(*status.queue_position) : json()}});
+    }
+    json waiting = json::object();
+    for (const auto& [pool, tokens] : waiting_by_pool(snapshot))
+        waiting[pool] = tokens;
+    return {{"buffers", buffers}, {"waiting", waiting}};
+}
 
 std::string sessions_table(const std::vector<BufferStatus>& buffers) {
     std::vector<std::vector<std::string>> rows;
@@ -680,9 +792,13 @@ std::string prometheus_text(const StatusSnapshot& snapshot, const Config& config
             << "bbkit_pool_bytes" << label << "trash\"} " << pool.trash << '\n'
             << "bbkit_pool_bytes" << label << "free\"} " << pool.free << '\n';
     }
-    out << "# HELP bbkit_buffers Burst buffers by state.\n"
+    // Live states only: complete and deleted records are history, and a count of them would
+    // grow for as long as the state directory lives.
+    out << "# HELP bbkit_buffers Live burst buffers by state.\n"
         << "# TYPE bbkit_buffers gauge\n";
     for (BufferState state : all_buffer_states()) {
+        if (is_final(state))
+            continue;
         const auto it = snapshot.counts.find(state);
         out << "bbkit_buffers{state=\"" << to_string(state) << "\"} "
             << (it == snapshot.counts.end() ? 0 : it->second) << '\n';
@@ -706,6 +822,51 @@ std::string prometheus_text(const StatusSnapshot& snapshot, const Config& config
             out << "bbkit_pool_availability{pool=\"" << escape_label(pool.name)
                 << "\",availability=\"" << to_string(a) << "\"} "
                 << (pool.availability == a ? 1 : 0) << '\n';
+    // What an alert watches for: stages nobody runs any more, failures, and queues that do not
+    // move. Counts per pool, so that they name no buffer (the file is world-readable).
+    std::map<std::string, std::size_t> stalled_in, stalled_out, failed;
+    std::map<std::string, double> oldest_pending;
+    const TimePoint now = std::chrono::system_clock::now();
+    for (const BufferStatus& status : snapshot.buffers) {
+        const Buffer& b = status.buffer;
+        if (stage_stalled(b))
+            ++(b.state == BufferState::staging_out ? stalled_out : stalled_in)[b.pool];
+        if (!b.failure.empty())
+            ++failed[b.pool];
+        if (b.state == BufferState::pending) {
+            const double waited =
+                std::max(0.0, std::chrono::duration<double>(now - b.created).count());
+            oldest_pending[b.pool] = std::max(oldest_pending[b.pool], waited);
+        }
+    }
+    const auto count_of = [](const std::map<std::string, std::size_t>& counts,
+                             const std::string& pool) {
+        const auto it = counts.find(pool);
+        return it == counts.end() ? std::size_t{0} : it->second;
+    };
+    out << "# HELP bbkit_stages_stalled Stage-ins and stage-outs nobody runs any more (their "
+           "stager failed or died): bb-stage resumes one, bb-teardown ends it.\n"
+        << "# TYPE bbkit_stages_stalled gauge\n";
+    for (const PoolStatus& pool : snapshot.pools) {
+        const std::string label = "{pool=\"" + escape_label(pool.name) + "\",direction=\"";
+        out << "bbkit_stages_stalled" << label << "in\"} " << count_of(stalled_in, pool.name)
+            << '\n'
+            << "bbkit_stages_stalled" << label << "out\"} " << count_of(stalled_out, pool.name)
+            << '\n';
+    }
+    out << "# HELP bbkit_buffers_failed Live buffers whose last stage or teardown failed.\n"
+        << "# TYPE bbkit_buffers_failed gauge\n";
+    for (const PoolStatus& pool : snapshot.pools)
+        out << "bbkit_buffers_failed{pool=\"" << escape_label(pool.name) << "\"} "
+            << count_of(failed, pool.name) << '\n';
+    out << "# HELP bbkit_pool_queue_oldest_seconds How long the longest-waiting request of the "
+           "pool's queue has waited (0: none waits).\n"
+        << "# TYPE bbkit_pool_queue_oldest_seconds gauge\n";
+    for (const PoolStatus& pool : snapshot.pools) {
+        const auto it = oldest_pending.find(pool.name);
+        out << "bbkit_pool_queue_oldest_seconds{pool=\"" << escape_label(pool.name) << "\"} "
+            << static_cast<long long>(it == oldest_pending.end() ? 0 : it->second) << '\n';
+    }
     out << "# HELP bbkit_buffer_bytes Space of each buffer that holds some, in bytes: allocated, "
            "and used where its pool enforces project quotas and root reads them.\n"
         << "# TYPE bbkit_buffer_bytes gauge\n";

@@ -4,6 +4,7 @@
 // The JSON field names are documented in bb-stat(1); change them only with it.
 #pragma once
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -25,6 +26,17 @@ std::string pools_table(const std::vector<PoolStatus>& pools);
 // the node's GRES were not given, "*" after it when it differs from count).
 std::string gres_table(const std::vector<GresCount>& counts);
 nlohmann::json gres_json(const std::vector<GresCount>& counts);
+// `bb-stat buffers`: every live buffer, oldest first, with its job (or persistent name), user,
+// pool, size, state, age and why it is where it is (buffer_reason); then, for each pool with a
+// queue, the jobs waiting for its space in order. What an administrator reads first, as
+// squeue's REASON column.
+std::string buffers_table(const StatusSnapshot& snapshot, TimePoint now);
+nlohmann::json buffers_json(const StatusSnapshot& snapshot, TimePoint now);
+// Why a buffer is where it is, in one line: a stalled stage and the way on, a pending one's
+// place in its pool's queue, a failure, else Slurm's reason ("" for none).
+std::string buffer_reason(const BufferStatus& status);
+// A duration as people read it at a glance: "45s", "12m05s", "3h04m", "2d04h".
+std::string age_text(std::chrono::seconds age);
 std::string sessions_table(const std::vector<BufferStatus>& buffers);
 std::string instances_table(const std::vector<BufferStatus>& buffers);
 std::string configurations_table(const std::vector<BufferStatus>& buffers);

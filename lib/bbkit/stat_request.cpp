@@ -20,6 +20,7 @@ StatRequest parse_words(const std::vector<std::string>& words) {
     const std::string& word = words[0];
     const std::vector<std::pair<std::string, StatView>> views{
         {"pools", StatView::pools},
+        {"buffers", StatView::buffers},
         {"sessions", StatView::sessions},
         {"instances", StatView::instances},
         {"configurations", StatView::configurations},
@@ -32,8 +33,9 @@ StatRequest parse_words(const std::vector<std::string>& words) {
                                     [&](const auto& view) { return view.first == word; });
     if (known == views.end())
         throw Error(ExitCode::usage, "unknown view '" + word +
-                                         "' (pools, sessions, instances, configurations, "
-                                         "activations, burst, job ID, env ID or gres)");
+                                         "' (pools, buffers, sessions, instances, "
+                                         "configurations, activations, burst, job ID, env ID "
+                                         "or gres)");
     request.view = known->second;
     if (request.view != StatView::job && request.view != StatView::env) {
         if (words.size() > 1)
@@ -111,9 +113,32 @@ StatRequest check_gres(StatRequest request, const StatOptions& options) {
 
 }  // namespace
 
+namespace {
+
+// --watch refreshes a view for a person at a terminal, as watch(1) does squeue: one to 3600 s,
+// and neither for what programs read once (--dws, --dwstat, --prometheus) nor the env and gres
+// views, which answer a script.
+void check_watch(const StatRequest& request, const StatOptions& options) {
+    if (!options.watch)
+        return;
+    if (*options.watch < 1 || *options.watch > 3600)
+        throw Error(ExitCode::usage,
+                    "--watch takes 1 to 3600 seconds, got " + std::to_string(*options.watch));
+    if (options.dws || options.dwstat || options.prometheus || request.view == StatView::env ||
+        request.view == StatView::gres)
+        throw Error(ExitCode::usage,
+                    "--watch goes with neither --dws, --dwstat, --prometheus nor the env and "
+                    "gres views");
+}
+
+}  // namespace
+
 StatRequest parse_stat_request(const StatOptions& options) {
-    if (options.dwstat)
-        return parse_dwstat(options);
+    if (options.dwstat) {
+        const StatRequest request = parse_dwstat(options);
+        check_watch(request, options);
+        return request;
+    }
     StatRequest request = parse_words(options.words);
     if (options.shell && request.view != StatView::env)
         throw Error(ExitCode::usage, "--shell goes with the env view only");
@@ -130,6 +155,7 @@ StatRequest parse_stat_request(const StatOptions& options) {
         throw Error(ExitCode::usage,
                     "--prometheus - writes the metrics to standard output: name no view with it");
     request.print_view = request.explicit_view || !options.prometheus;
+    check_watch(request, options);
     return request;
 }
 

@@ -17,6 +17,7 @@ namespace bbkit {
 
 enum class StatView {
     pools,
+    buffers,
     sessions,
     instances,
     configurations,
@@ -42,6 +43,8 @@ struct StatOptions {
     std::optional<std::string> slurm_jobs;
     std::optional<std::string> slurm_node_gres;
     bool slurm_update = false;
+    // --watch: print the view again every this many seconds until interrupted.
+    std::optional<unsigned> watch;
 };
 
 struct StatRequest {

@@ -24,8 +24,8 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
 @test "help lists every view and option of the man page" {
   run bb-stat --help
   assert_success
-  for word in pools sessions instances configurations burst job env \
-              --json --shell --prometheus --config --state-dir --verbose --quiet --version; do
+  for word in pools buffers sessions instances configurations burst job env \
+              --json --watch --shell --prometheus --config --state-dir --verbose --quiet --version; do
     assert_output --partial -- "$word"
     grep -q -- "${word//-/\\\\-}" "$BBKIT_SOURCE_DIR/man/man1/bb-stat.1" || fail "man page lacks $word"
   done
@@ -40,7 +40,7 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
 @test "unknown word is a usage error with exit 64" {
   run bb-stat frobnicate
   assert_failure 64
-  assert_output "bb-stat: unknown view 'frobnicate' (pools, sessions, instances, configurations, activations, burst, job ID, env ID or gres)"
+  assert_output "bb-stat: unknown view 'frobnicate' (pools, buffers, sessions, instances, configurations, activations, burst, job ID, env ID or gres)"
 }
 
 @test "job without a numeric ID and extra words are usage errors" {
@@ -97,6 +97,51 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
   run bb-stat sessions --json
   assert_success
   assert_output "[]"
+}
+
+@test "buffers lists every live buffer with its reason, and each pool's waiting jobs in order" {
+  needs_bb_pool
+  run bb-stat buffers
+  assert_success
+  assert_output "job  user  pool  size  state  age  reason"
+  user=$(id -un)
+  bb-pool alloc --job 1 --user "$user" --pool small --capacity 3K >/dev/null
+  bb-pool alloc --job 2 --user "$user" --pool small --capacity 2K --wait 20 >/dev/null 2>&1 &
+  w2=$!
+  for _ in $(seq 100); do bb-stat buffers | grep -q '^pool small: 1 waiting: 2$' && break; sleep 0.1; done
+  # 1K would fit beside job 1, but waits behind the queue's head.
+  bb-pool alloc --job 3 --user "$user" --pool small --capacity 1K --wait 20 >/dev/null 2>&1 &
+  w3=$!
+  for _ in $(seq 100); do bb-stat buffers | grep -q '^pool small: 2 waiting: 2 3$' && break; sleep 0.1; done
+  run bb-stat buffers
+  assert_success
+  assert_line --index 0 --regexp '^job +user +pool +size +state +age +reason$'
+  assert_line --regexp "^  1  $user\($(id -u)\) +small +3KiB +allocated +[0-9]+s\$"
+  assert_line --regexp "^  2  $user\($(id -u)\) +small +2KiB +pending +[0-9]+s +waiting for space in small, 1 \(next\) in its queue\$"
+  assert_line --regexp "^  3  .* +pending +[0-9]+s +waiting for space in small, 2 in its queue\$"
+  assert_line "pool small: 2 waiting: 2 3"
+  run bb-stat buffers --json
+  assert_success
+  run jq -c '[.buffers[] | [.job_id, .state, .queue_position]], .waiting' <<<"$output"
+  assert_line --index 0 '[[1,"allocated",null],[2,"pending",1],[3,"pending",2]]'
+  assert_line --index 1 '{"small":["2","3"]}'
+  bb-teardown --job 1 >/dev/null
+  wait "$w2" "$w3"
+  run bb-stat buffers
+  refute_output --partial waiting
+  assert_line --regexp "^  2 .* +allocated +"
+}
+
+@test "--watch prints the view again every SECONDS after a line with its time, until interrupted" {
+  run timeout 2.5 bb-stat pools --watch 1
+  [ "$status" -eq 124 ] || fail "bb-stat --watch ended by itself ($status): $output"
+  [ "$(grep -c '^Every 1s: bb-stat pools  [0-9T:-]*$' <<<"$output")" -ge 2 ] || fail "$output"
+  [ "$(grep -cE '^ *pool +units +quantity +free +gran' <<<"$output")" -ge 2 ] || fail "$output"
+  for bad in "--watch 0" "--watch 3601" "--watch soon" "--watch 1 --dws" "--watch 1 --dwstat" \
+    "--watch 1 --prometheus -" "env 5 --watch 1" "gres --slurm-jobs '' --watch 1"; do
+    eval "run bb-stat $bad"
+    [ "$status" -eq 64 ] || fail "bb-stat $bad: $status $output"
+  done
 }
 
 @test "burst prints scontrol show burst's header lines, in the newest layout without slurm_release" {
@@ -175,6 +220,38 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
   grep -qx 'bbkit_pool_draining{pool="nvme"} 0' "$TEST_DIR/bbkit.prom"
   [ "$(stat -c %a "$TEST_DIR/bbkit.prom")" = 644 ]
   ! ls "$TEST_DIR" | grep -q 'bbkit.prom.tmp'
+}
+
+@test "the shipped alert rules and dashboard name only metrics and labels bb-stat writes" {
+  needs_bb_pool
+  run bb-stat --prometheus -
+  assert_success
+  metrics=$output
+  local dir=$BBKIT_SOURCE_DIR/share/bbkit/monitoring
+  [ -n "${BBKIT_BIN_DIR:-}" ] && dir=$BBKIT_BIN_DIR/../share/bbkit/monitoring
+  # Every selector bbkit_NAME{key=...} of the rules' expressions and the dashboard's targets.
+  run python3 - "$dir/bbkit.rules.yml" "$dir/bbkit-dashboard.json" <<'PY'
+import json, re, sys, yaml
+rules = yaml.safe_load(open(sys.argv[1]))
+exprs = [r["expr"] for g in rules["groups"] for r in g["rules"]]
+assert all("alert" in r and "annotations" in r for g in rules["groups"] for r in g["rules"])
+dash = json.load(open(sys.argv[2]))
+exprs += [t["expr"] for p in dash["panels"] for t in p["targets"]]
+for expr in exprs:
+    for name, labels in re.findall(r"\b(bbkit_[a-z_]+)(\{[^}]*\})?", expr):
+        keys = re.findall(r"([a-z_]+)\s*(?:=~|!=|!~|=)", labels)
+        print(name, " ".join(keys))
+PY
+  assert_success
+  [ "${#lines[@]}" -ge 10 ] || fail "too few selectors: $output"
+  local line name keys key
+  for line in "${lines[@]}"; do
+    read -r name keys <<<"$line"
+    grep -qx "# TYPE $name gauge" <<<"$metrics" || fail "$name is named but bb-stat writes no such metric"
+    for key in $keys; do
+      grep -q "^$name{\(.*,\)\?$key=" <<<"$metrics" || fail "$name has no label $key"
+    done
+  done
 }
 
 @test "--prometheus with a view also prints the view" {

@@ -56,7 +56,11 @@ complete_words() {  # complete_words WORD... : COMPREPLY for the last word, one 
 
 @test "bb-stat completes its views and bb-stage its subcommands" {
   run complete_words bb-stat b
-  assert_output "burst"
+  assert_output $'buffers\nburst'
+  run complete_words bb-stat bu
+  assert_output $'buffers\nburst'
+  run complete_words bb-stat buf
+  assert_output "buffers"
   run complete_words bb-stage --job 7 pa
   assert_output "paths"
   run complete_words bb-stat --pro

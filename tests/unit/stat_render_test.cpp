@@ -311,6 +311,52 @@ TEST_F(StatusTest, job_shows_queue_position_reason_and_directory) {
     }
 }
 
+TEST(BuffersView, ages_read_at_a_glance) {
+    using std::chrono::seconds;
+    EXPECT_EQ(age_text(seconds(0)), "0s");
+    EXPECT_EQ(age_text(seconds(59)), "59s");
+    EXPECT_EQ(age_text(seconds(60)), "1m00s");
+    EXPECT_EQ(age_text(seconds(3599)), "59m59s");
+    EXPECT_EQ(age_text(seconds(3600)), "1h00m");
+    EXPECT_EQ(age_text(seconds(86399)), "23h59m");
+    EXPECT_EQ(age_text(seconds(2 * 86400 + 4 * 3600 + 59)), "2d04h");
+    EXPECT_EQ(age_text(seconds(-5)), "0s");  // a clock set back: never negative
+}
+
+TEST_F(StatusTest, buffers_lists_reasons_and_each_pools_queue_in_order) {
+    config_.pools.resize(1);
+    auto store = open_store();
+    {
+        WriteTransaction txn(*store, "test");
+        allocate(txn, job(1, "pool1", 9000 * kib, 1017, "marshall", t_169502));
+        for (std::uint64_t id : {2, 3}) {
+            Buffer waiting = job(id, "pool1", 2000 * kib, 1017, "marshall", t_169504);
+            waiting.state = S::pending;
+            txn.insert_buffer(waiting);
+            txn.enqueue("pool1", waiting.key, waiting.requested_bytes, ProcessId::self());
+        }
+        txn.commit();
+    }
+    ReadSnapshot txn(*store);
+    const StatusSnapshot snapshot = read_status(txn, config_);
+    const std::string text = buffers_table(snapshot, at(t_169504 + 125));
+    EXPECT_EQ(text,
+              "job  user            pool      size  state        age  reason\n"
+              "  1  marshall(1017)  pool1  9000KiB  allocated  3m37s\n"
+              "  2  marshall(1017)  pool1  2000KiB  pending    2m05s  waiting for space in "
+              "pool1, 1 (next) in its queue\n"
+              "  3  marshall(1017)  pool1  2000KiB  pending    2m05s  waiting for space in "
+              "pool1, 2 in its queue\n"
+              "pool pool1: 2 waiting: 2 3\n")
+        << text;
+    const nlohmann::json json = buffers_json(snapshot, at(t_169504 + 125));
+    EXPECT_EQ(json["buffers"].size(), 3u);
+    EXPECT_EQ(json["buffers"][1]["queue_position"], 1);
+    EXPECT_EQ(json["buffers"][1]["age_seconds"], 125);
+    EXPECT_EQ(json["buffers"][0]["reason"], "");
+    EXPECT_EQ(json["waiting"]["pool1"], nlohmann::json({"2", "3"}));
+}
+
 TEST_F(StatusTest, job_reports_failures_and_staging_progress) {
     config_.pools.resize(1);
     auto store = open_store();
@@ -418,7 +464,7 @@ TEST(Prometheus, exposes_pool_bytes_buffers_queue_and_draining) {
               "bbkit_pool_bytes{pool=\"nvme\",kind=\"used\"} 1024\n"
               "bbkit_pool_bytes{pool=\"nvme\",kind=\"trash\"} 1024\n"
               "bbkit_pool_bytes{pool=\"nvme\",kind=\"free\"} 2048\n"
-              "# HELP bbkit_buffers Burst buffers by state.\n"
+              "# HELP bbkit_buffers Live burst buffers by state.\n"
               "# TYPE bbkit_buffers gauge\n");
     EXPECT_NE(text.find("bbkit_buffers{state=\"allocated\"} 3\n"), std::string::npos);
     EXPECT_NE(text.find("bbkit_buffers{state=\"teardown-fail\"} 0\n"), std::string::npos);
@@ -428,6 +474,48 @@ TEST(Prometheus, exposes_pool_bytes_buffers_queue_and_draining) {
     EXPECT_NE(text.find("# TYPE bbkit_pool_draining gauge\nbbkit_pool_draining{pool=\"nvme\"} 1\n"),
               std::string::npos);
     EXPECT_EQ(text.back(), '\n');
+}
+
+// What alerts watch: stalled stages by direction, failed buffers, the queue's longest wait;
+// and no count of finished records, which would grow as long as the state directory lives.
+TEST(Prometheus, exposes_stalled_and_failed_stages_and_the_queues_longest_wait) {
+    StatusSnapshot snapshot;
+    snapshot.pools.push_back(pool("nvme", 4 * kib, kib, 0, 0));
+    snapshot.pools.push_back(pool("idle", 4 * kib, 0, 0, 0));
+    snapshot.counts[S::complete] = 12345;
+    const auto add = [&](std::uint64_t id, S state, const std::string& failure, int age) {
+        BufferStatus status;
+        status.buffer.key = BufferKey::job("main", id, 1);
+        status.buffer.pool = "nvme";
+        status.buffer.state = state;
+        status.buffer.failure = failure;
+        status.buffer.created = std::chrono::system_clock::now() - std::chrono::seconds(age);
+        snapshot.buffers.push_back(status);
+    };
+    add(1, S::staging_in, "", 10);  // no stager: stalled
+    add(2, S::staging_out, "stage-out failed: EIO", 20);
+    add(3, S::staging_out, "", 20);
+    add(4, S::pending, "", 100);
+    add(5, S::pending, "", 40);
+    const std::string text = prometheus_text(snapshot, Config{});
+    EXPECT_EQ(text.find("state=\"complete\""), std::string::npos) << text;
+    EXPECT_EQ(text.find("state=\"deleted\""), std::string::npos) << text;
+    EXPECT_NE(text.find("bbkit_stages_stalled{pool=\"nvme\",direction=\"in\"} 1\n"
+                        "bbkit_stages_stalled{pool=\"nvme\",direction=\"out\"} 2\n"
+                        "bbkit_stages_stalled{pool=\"idle\",direction=\"in\"} 0\n"
+                        "bbkit_stages_stalled{pool=\"idle\",direction=\"out\"} 0\n"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(
+        text.find("bbkit_buffers_failed{pool=\"nvme\"} 1\nbbkit_buffers_failed{pool=\"idle\"} 0\n"),
+        std::string::npos)
+        << text;
+    const auto where = text.find("bbkit_pool_queue_oldest_seconds{pool=\"nvme\"} ");
+    ASSERT_NE(where, std::string::npos) << text;
+    const long waited = std::stol(text.substr(where + 45));
+    EXPECT_GE(waited, 100);
+    EXPECT_LT(waited, 160);
+    EXPECT_NE(text.find("bbkit_pool_queue_oldest_seconds{pool=\"idle\"} 0\n"), std::string::npos);
 }
 
 TEST(Prometheus, exposes_each_buffers_allocated_and_known_used_bytes_unless_private) {

@@ -57,8 +57,8 @@ TEST(StatRequest, UnknownViewNamesTheViews) {
     std::string message;
     EXPECT_EQ(refused(words({"frobnicate"}), &message), ExitCode::usage);
     EXPECT_EQ(message,
-              "unknown view 'frobnicate' (pools, sessions, instances, configurations, "
-              "activations, burst, job ID, env ID or gres)");
+              "unknown view 'frobnicate' (pools, buffers, sessions, instances, "
+              "configurations, activations, burst, job ID, env ID or gres)");
     EXPECT_EQ(refused(words({"POOLS"})), ExitCode::usage);  // names are exact
     EXPECT_EQ(refused(words({"most"})), ExitCode::usage);   // dwstat's, with --dwstat only
 }

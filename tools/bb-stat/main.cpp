@@ -14,6 +14,7 @@
 #include "bbkit/stat_render.hpp"
 #include "bbkit/stat_request.hpp"
 #include "bbkit/task_environment.hpp"
+#include "bbkit/text.hpp"
 #include "bbkit/tool.hpp"
 #include "bbkit/views.hpp"
 
@@ -34,6 +35,14 @@ void print_view(const StatRequest& request, const StatusSnapshot& snapshot, cons
             else
                 std::cout << pools_table(snapshot.pools);
             return;
+        case StatView::buffers: {
+            const auto now = std::chrono::system_clock::now();
+            if (json)
+                print_json(buffers_json(snapshot, now));
+            else
+                std::cout << buffers_table(snapshot, now);
+            return;
+        }
         case StatView::sessions:
             if (json)
                 print_json(sessions_json(snapshot.buffers));
@@ -132,11 +141,7 @@ int run_env(const Config& config, const StatRequest& request, const StatOptions&
     return 0;
 }
 
-int run(const CommonOptions& common, const StatOptions& options) {
-    const StatRequest request = parse_stat_request(options);
-    const Config config = load_effective_config(common);
-    if (request.view == StatView::env)
-        return run_env(config, request, options);
+int show(const Config& config, const StatRequest& request, const StatOptions& options) {
     const StatusAnswer answer = query_status(config, geteuid(), status_query(request, options));
     if (request.dwstat_view) {
         // DataWarp's dwstat, exactly: every table it is asked for from one snapshot read once
@@ -159,6 +164,32 @@ int run(const CommonOptions& common, const StatOptions& options) {
     return 0;
 }
 
+// --watch: the view again every N seconds, as watch(1) shows squeue, until interrupted; at a
+// terminal each replaces the last, elsewhere each follows the last after a line with its time.
+int watch(const Config& config, const StatRequest& request, const StatOptions& options) {
+    const bool terminal = isatty(STDOUT_FILENO) == 1;
+    for (;;) {
+        const std::string time = slurm_time(std::chrono::system_clock::now());
+        if (terminal)
+            std::cout << "\033[H\033[2J";
+        std::cout << "Every " << *options.watch << "s: bb-stat " << join(options.words, " ") << "  "
+                  << time << "\n\n";
+        show(config, request, options);
+        std::cout << (terminal ? "" : "\n") << std::flush;
+        sleep(*options.watch);
+    }
+}
+
+int run(const CommonOptions& common, const StatOptions& options) {
+    const StatRequest request = parse_stat_request(options);
+    const Config config = load_effective_config(common);
+    if (request.view == StatView::env)
+        return run_env(config, request, options);
+    if (options.watch)
+        return watch(config, request, options);
+    return show(config, request, options);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -170,9 +201,13 @@ int main(int argc, char** argv) {
 
     StatOptions options;
     app.add_option("VIEW", options.words,
-                   "pools (default), sessions, instances, configurations, burst, job ID, env "
-                   "ID, or gres");
+                   "pools (default), buffers, sessions, instances, configurations, burst, job "
+                   "ID, env ID, or gres");
     app.add_flag("--json", options.json, "Print the view as JSON");
+    app.add_option("--watch", options.watch,
+                   "Print the view again every SECONDS (1 to 3600) until interrupted, as watch(1) "
+                   "does: at a terminal each replaces the last")
+        ->type_name("SECONDS");
     app.add_flag("--dws", options.dws,
                  "Print the view as DataWarp's dw_wlm_cli answers Slurm's datawarp plugin: pools, "
                  "sessions, instances, configurations, or job ID (real_size)");
@@ -210,6 +245,9 @@ int main(int argc, char** argv) {
     app.footer(
         "Views:\n"
         "  pools           dwstat's pool table: pool units quantity free gran (the default)\n"
+        "  buffers         every live buffer: job, user, pool, size, state, age and the\n"
+        "                  reason it is there (its place in the pool's queue, a stalled\n"
+        "                  or failed stage, Slurm's reason); then each pool's waiting jobs\n"
         "  sessions        dwstat sessions: one per live buffer\n"
         "  instances       dwstat instances: one per live buffer with space\n"
         "  configurations  dwstat configurations: one per live buffer with space\n"
