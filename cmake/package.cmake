@@ -1,5 +1,5 @@
 # The systemd units and timers (installed with every install under PREFIX/share/bbkit/systemd,
-# naming this build's PREFIX/bin) and the Debian package: `scripts/package`, or by hand
+# naming the PREFIX/bin of the install) and the Debian package: `scripts/package`, or by hand
 #   cmake -S . -B build-package -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
 #         -DBBKIT_PACKAGE_FILES=ON && cmake --build build-package && cd build-package &&
 #   cpack -G DEB
@@ -21,7 +21,22 @@ endforeach()
 
 set(debian ${PROJECT_SOURCE_DIR}/share/bbkit/debian)
 if(NOT BBKIT_PACKAGE_FILES)
-  install(FILES ${BBKIT_UNITS} DESTINATION ${CMAKE_INSTALL_DATADIR}/bbkit/systemd)
+  # Filled in when installed, not when configured: `cmake --install --prefix P` gives units
+  # naming P's bin (the prefix configured may be another).
+  install(FILES ${BBKIT_TIMERS} DESTINATION ${CMAKE_INSTALL_DATADIR}/bbkit/systemd)
+  foreach(template ${BBKIT_UNIT_TEMPLATES})
+    get_filename_component(unit ${template} NAME)
+    string(REGEX REPLACE "\\.in$" "" unit ${unit})
+    install(CODE "
+      if(IS_ABSOLUTE \"${CMAKE_INSTALL_BINDIR}\")
+        set(BBKIT_BINDIR \"${CMAKE_INSTALL_BINDIR}\")
+      else()
+        set(BBKIT_BINDIR \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}\")
+      endif()
+      configure_file(\"${template}\" \"${PROJECT_BINARY_DIR}/systemd-installed/${unit}\" @ONLY)
+      file(INSTALL DESTINATION \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_DATADIR}/bbkit/systemd\"
+        TYPE FILE FILES \"${PROJECT_BINARY_DIR}/systemd-installed/${unit}\")")
+  endforeach()
 else()
   # Absolute destinations: CPack stages them under DESTDIR (CPACK_SET_DESTDIR below).
   install(FILES ${BBKIT_UNITS} DESTINATION /lib/systemd/system)

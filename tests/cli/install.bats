@@ -58,6 +58,14 @@ alloc_with_file() {
   [ "$(stat -c '%a %U' "$P/share/bbkit/standalone/bbkit-lib.sh")" = "644 root" ]
   assert_file_exists "$P/share/bbkit/bbkit.toml.example"
   assert_file_exists "$P/share/man/man7/bbkit.7"
+  # The units name the tools of this prefix, not of the one the build was configured with.
+  for unit in "$P"/share/bbkit/systemd/*.service; do
+    run grep -h '^ExecStart=/' "$unit"
+    assert_success
+    assert_output --regexp "^ExecStart=$P/bin/bb-(pool|stat) "
+  done
+  [ "$(ls "$P"/share/bbkit/systemd/*.service | wc -l)" -eq 5 ]
+  [ "$(ls "$P"/share/bbkit/systemd/*.timer | wc -l)" -eq 4 ]
 }
 
 @test "an installed bb-stage stages with the mover of its own prefix" {
