@@ -166,6 +166,10 @@ std::string stalled_stage_text(const Buffer& b) {
            ")";
 }
 
+std::string token_of(const Buffer& b) {
+    return b.key.kind() == BufferKind::job ? std::to_string(b.key.job_id) : b.key.name;
+}
+
 bool is_session_only(const Buffer& b) {
     return b.key.kind() == BufferKind::job && b.requested_bytes == 0;
 }

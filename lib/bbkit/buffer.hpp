@@ -102,6 +102,10 @@ struct Buffer {
     static Buffer for_key(const BufferKey& key);  // directory filled in, the rest default
 };
 
+// What Slurm and DataWarp show for a buffer: its job's id, or a persistent buffer's name
+// (JobID= or Name=, dwstat's token).
+std::string token_of(const Buffer& b);
+
 // A job buffer of 0 bytes: a session without space of its own, for a job that only uses or
 // creates persistent buffers (datawarp mode). It has a directory like every buffer, but no
 // BB_JOB_DIR or DW_JOB_* variables and no DataWarp instance.

@@ -272,7 +272,7 @@ Field required(const Field& table, const std::string& name) {
     table.fail_member(name, "missing (this key is required)");
 }
 
-std::vector<Field> items_of(const Field& field, const std::string& expected = "an array") {
+std::vector<Field> array_items(const Field& field, const std::string& expected = "an array") {
     expect_type(field, toml::value_t::array, expected);
     std::vector<Field> items;
     const auto& array = field.value().as_array();
@@ -500,7 +500,7 @@ void check_directive_word(const Field& field, const std::string& word) {
 
 std::vector<std::string> directives_of(const Field& field) {
     std::vector<std::string> words;
-    for (const Field& item : items_of(field)) {
+    for (const Field& item : array_items(field)) {
         const std::string word = string_of(item);
         check_directive_word(item, word);
         if (std::find(words.begin(), words.end(), word) != words.end())
@@ -526,7 +526,7 @@ std::string flag_of(const Field& field) {
 Flags flags_of(const Field& field) {
     Flags flags;
     bool disable_persistent = false;
-    for (const Field& item : items_of(field)) {
+    for (const Field& item : array_items(field)) {
         const std::string flag = flag_of(item);
         disable_persistent |= flag == "DisablePersistent";
         flags.enable_persistent |= flag == "EnablePersistent";
@@ -550,7 +550,7 @@ std::string uid_of(const Field& field) {
 
 std::vector<std::string> users_of(const Field& field) {
     std::vector<std::string> users;
-    for (const Field& item : items_of(field)) {
+    for (const Field& item : array_items(field)) {
         const toml::value_t type = item.value().type();
         if (type != toml::value_t::string && type != toml::value_t::integer)
             item.fail(std::string("expected a user name or a uid, got ") + type_name(item.value()));
@@ -709,7 +709,7 @@ std::vector<PoolConfig> pools_of(const Field& field, Mode mode) {
     std::vector<PoolConfig> pools;
     std::map<std::string, std::size_t> name_lines;
     std::map<std::string, std::string> gres_pools;  // node-local pools' GRES -> pool
-    for (const Field& item : items_of(field, "an array of tables ([[pool]])")) {
+    for (const Field& item : array_items(field, "an array of tables ([[pool]])")) {
         pools.push_back(pool_of(item, mode));
         if (pools.back().node_local) {
             const auto [other, fresh] = gres_pools.emplace(pools.back().gres, pools.back().name);

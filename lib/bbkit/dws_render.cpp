@@ -13,11 +13,6 @@ std::int64_t epoch_seconds(TimePoint time) {
     return std::chrono::duration_cast<std::chrono::seconds>(time.time_since_epoch()).count();
 }
 
-std::string token_of(const Buffer& buffer) {
-    return buffer.key.kind() == BufferKind::job ? std::to_string(buffer.key.job_id)
-                                                : buffer.key.name;
-}
-
 bool ending(BufferState s) {
     return s == BufferState::teardown || s == BufferState::teardown_fail ||
            s == BufferState::deleting;

@@ -54,7 +54,7 @@ std::optional<Buffer> live_buffer(Transaction& txn, const Config& config, const 
     return b;
 }
 
-std::string buffer_path(const PoolConfig& pool, const Buffer& b) {
+std::string buffer_dir_path(const PoolConfig& pool, const Buffer& b) {
     return pool.path + "/" + b.directory;
 }
 
@@ -706,7 +706,7 @@ AllocResult allocate(StateStore& store, const Config& config, const AllocRequest
     Buffer& b = reserved.buffer;
     fault_point("alloc.reserved");
     if (reserved.existed)
-        return AllocResult{b, buffer_path(pool, b), true};
+        return AllocResult{b, buffer_dir_path(pool, b), true};
 
     std::optional<PoolDir>& dir = reserved.dir;
     // Synced here; a failure is reported by wait(), before the second transaction commits.
@@ -735,7 +735,7 @@ AllocResult allocate(StateStore& store, const Config& config, const AllocRequest
             roll_back(store, config, b, e.what(), who);
         throw;
     }
-    return AllocResult{b, buffer_path(pool, b), false};
+    return AllocResult{b, buffer_dir_path(pool, b), false};
 }
 
 std::optional<BufferLimit> buffer_limit(const PoolConfig& pool, const PoolDir& dir,
@@ -797,7 +797,7 @@ Buffer complete_allocation(StateStore& store, const Config& config, const Buffer
     const PoolConfig& pool = configured_pool(config, b.pool);
     // Not fsync'd: recover rewrites env files from the records after a crash.
     if (key.kind() == BufferKind::job)
-        write_env_files(store, key, job_environment(b, buffer_path(pool, b), uses));
+        write_env_files(store, key, job_environment(b, buffer_dir_path(pool, b), uses));
     fault_point("alloc.env-written");
     publish(txn, store, config);
     try {

@@ -563,7 +563,7 @@ bool availability_changed(Transaction& txn, const PublicTree& tree, const Config
     return false;
 }
 
-void publish_all(WriteTransaction& txn, const PublicTree& tree, const Config& config) {
+void publish_all_to(WriteTransaction& txn, const PublicTree& tree, const Config& config) {
     publish_pools(txn, tree, config);
     UnsettledFile(tree).write(touched_buffers(txn));
     PublicBuffers out(tree, config);
@@ -586,14 +586,14 @@ void publish_all(WriteTransaction& txn, const PublicTree& tree, const Config& co
 }  // namespace
 
 void publish_all(WriteTransaction& txn, const StateStore& store, const Config& config) {
-    publish_all(txn, open_public_tree(store), config);
+    publish_all_to(txn, open_public_tree(store), config);
 }
 
 void publish(WriteTransaction& txn, const StateStore& store, const Config& config) {
     const PublicTree tree = open_public_tree(store);
     if (read_snapshot_at(tree.books.get(), settings_name, tree.books_path(settings_name)) !=
         public_settings(config)) {
-        publish_all(txn, tree, config);
+        publish_all_to(txn, tree, config);
         return;
     }
     if (txn.pools_touched() || availability_changed(txn, tree, config))

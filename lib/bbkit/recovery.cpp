@@ -961,8 +961,8 @@ void drop_stale_queue(const CheckRun& run, Findings& findings) {
 // The foreign-schema findings of a store opened with tolerate_foreign_schema and, with
 // `repair`, the rebuild that answers them: the pools root's configuration names (with the uuid
 // of the marker each has now), and every record that carries root's seal.
-std::vector<Finding> foreign_schema(StateStore& store, const Config& config, bool repair,
-                                    const std::string& who) {
+std::vector<Finding> foreign_schema_findings(StateStore& store, const Config& config, bool repair,
+                                             const std::string& who) {
     std::vector<Finding> findings;
     for (const std::string& line : store.foreign_schema())
         findings.push_back({FindingKind::foreign_schema, "", "state.db", line, false});
@@ -998,7 +998,7 @@ std::vector<Finding> foreign_schema(StateStore& store, const Config& config, boo
 std::vector<Finding> check(StateStore& store, const Config& config, bool repair,
                            const std::string& who) {
     if (!store.foreign_schema().empty()) {
-        std::vector<Finding> findings = foreign_schema(store, config, repair, who);
+        std::vector<Finding> findings = foreign_schema_findings(store, config, repair, who);
         if (!repair)
             return findings;
         StateStore rebuilt(config);

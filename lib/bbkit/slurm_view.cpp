@@ -114,7 +114,7 @@ void slurm_size(const std::string& text, SlurmBufferLine& line) {
                     : value * mult;
 }
 
-std::string quoted(const std::string& text) {
+std::string single_quoted(const std::string& text) {
     return "'" + text + "'";
 }
 
@@ -209,13 +209,13 @@ void check_slurm_view(const RequestText& text, const Request& request, const Con
     }
     const SlurmBufferLine& line = view.capacity_lines.front();
     if (!job)
-        throw differ("Slurm takes " + quoted("#" + directive + line.text) +
+        throw differ("Slurm takes " + single_quoted("#" + directive + line.text) +
                      " for a buffer request (capacity= inside another word or line)");
     if (!line.pool)
         throw differ("Slurm needs pool= on the line with capacity= (it applies no default pool)");
     if (*line.pool != job->pool)
-        throw differ("Slurm reads pool " + quoted(*line.pool) + ", bbkit pool " +
-                     quoted(job->pool) + " (write pool= once, as its own word)");
+        throw differ("Slurm reads pool " + single_quoted(*line.pool) + ", bbkit pool " +
+                     single_quoted(job->pool) + " (write pool= once, as its own word)");
     if (line.nodes || view.total != job->allocated)
         throw differ("Slurm reads capacity " +
                      (line.nodes ? std::to_string(line.size) + " nodes"

@@ -38,7 +38,7 @@ std::string job_name(std::uint64_t job_id) {
     return "job " + std::to_string(job_id);
 }
 
-Buffer live_buffer(StateStore& store, const Config& config, std::uint64_t job_id) {
+Buffer live_job_buffer(StateStore& store, const Config& config, std::uint64_t job_id) {
     ReadSnapshot snapshot(store);
     const std::optional<Buffer> b = snapshot.latest_job_buffer(config.cluster, job_id);
     if (!b || is_final(b->state))
@@ -376,7 +376,7 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
     const char* phase = in ? "stage-in" : "stage-out";
     std::optional<RunLock> lock = take_run_lock(store, b);
     fault_point("stage.locked");
-    b = live_buffer(store, config, b.key.job_id);  // again, under the run lock
+    b = live_job_buffer(store, config, b.key.job_id);  // again, under the run lock
     StageResult result;
     result.key = b.key.str();
     const std::vector<StageDirective> stages = recorded_stages(b.staging, direction);
@@ -489,7 +489,7 @@ struct StageStart {
 };
 
 StageStart start_in(StateStore& store, const Config& config, std::uint64_t job_id) {
-    const Buffer b = live_buffer(store, config, job_id);
+    const Buffer b = live_job_buffer(store, config, job_id);
     switch (b.state) {
         case BufferState::allocated:
         case BufferState::staging_in:
@@ -514,7 +514,7 @@ StageStart start_out(StateStore& store, const Config& config, std::uint64_t job_
         done.note = "staged out before it was torn down";
         return {done, *ended};
     }
-    const Buffer b = live_buffer(store, config, job_id);
+    const Buffer b = live_job_buffer(store, config, job_id);
     switch (b.state) {
         case BufferState::post_run:
             return {std::nullopt, b};
@@ -579,7 +579,7 @@ void pre_run(StateStore& store, const Config& config, std::uint64_t job_id,
                     job_name(job_id) + " already ran with burst buffer " + ended->key.str() +
                         ", which was torn down: it cannot run again without it (a scheduler "
                         "restarted from older state? bbkit(7), CRASHES)");
-    Buffer b = live_buffer(store, config, job_id);
+    Buffer b = live_job_buffer(store, config, job_id);
     if (b.state == BufferState::running)
         return;
     if (b.state == BufferState::allocated) {
@@ -611,7 +611,7 @@ std::string post_run(StateStore& store, const Config& config, std::uint64_t job_
     if (const std::optional<Buffer> ended =
             ended_after(store, config, job_id, BufferState::post_run))
         return ended->key.str() + " went through post-run before it was torn down";
-    const Buffer b = live_buffer(store, config, job_id);
+    const Buffer b = live_job_buffer(store, config, job_id);
     if (b.state == BufferState::post_run && b.reason.empty())
         return "";
     // A scheduler restarted during stage-out runs post-run again (Slurm's datawarp plugin
@@ -665,7 +665,7 @@ EndResult end_job(StateStore& store, const Config& config, std::uint64_t job_id,
 }
 
 std::string job_paths(StateStore& store, const Config& config, std::uint64_t job_id) {
-    const Buffer b = live_buffer(store, config, job_id);
+    const Buffer b = live_job_buffer(store, config, job_id);
     ReadSnapshot snapshot(store);
     return job_environment(
         b, pool_path_of(config, b),

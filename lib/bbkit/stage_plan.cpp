@@ -44,7 +44,7 @@ std::string unhex(const std::string& text) {
     return out;
 }
 
-json stage_json(const StageDirective& s) {
+json hex_stage_json(const StageDirective& s) {
     return {{"type", to_string(s.type)},
             {"source_hex", hex(s.source)},
             {"destination_hex", hex(s.destination)},
@@ -100,7 +100,7 @@ std::string text_field(const json& object, const char* name) {
 
 // One line of report: a word, then space-separated fields; messages are JSON strings so that
 // any byte of a file name survives.
-std::string quoted(const std::string& text) {
+std::string json_quoted(const std::string& text) {
     return json(text).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -113,7 +113,7 @@ const char* to_string(StageDirection direction) {
 std::string plan_to_json(const StagePlan& plan) {
     json stages = json::array();
     for (const StageDirective& s : plan.stages)
-        stages.push_back(stage_json(s));
+        stages.push_back(hex_stage_json(s));
     json roots = json::object();
     for (const auto& [name, path] : plan.persistent_roots)
         roots[name] = hex(path);
@@ -170,9 +170,9 @@ StagePlan plan_from_json(const std::string& text) {
 std::string staging_record(const Request& request, const std::optional<JobNodes>& nodes) {
     json in = json::array(), out = json::array(), uses = json::array();
     for (const StageDirective& s : request.stage_in)
-        in.push_back(stage_json(s));
+        in.push_back(hex_stage_json(s));
     for (const StageDirective& s : request.stage_out)
-        out.push_back(stage_json(s));
+        out.push_back(hex_stage_json(s));
     for (const PersistentUse& u : request.use)
         uses.push_back(u.name);
     json record{{"stage_in", in}, {"stage_out", out}, {"persistent_use", uses}};
@@ -346,7 +346,7 @@ std::string error_line(const Error& error) {
 }
 
 std::string warning_line(const std::string& message) {
-    return "warning " + quoted(message);
+    return "warning " + json_quoted(message);
 }
 
 MoverReport parse_report(const std::string& line) {

@@ -27,12 +27,6 @@ namespace {
 
 using nlohmann::json;
 
-// Job id, or the persistent buffer's name: what Slurm shows as JobID= or Name=.
-std::string token_of(const Buffer& buffer) {
-    return buffer.key.kind() == BufferKind::job ? std::to_string(buffer.key.job_id)
-                                                : buffer.key.name;
-}
-
 std::string user_of(const Buffer& buffer) {
     const std::string name = buffer.user.empty() ? std::to_string(buffer.uid) : buffer.user;
     return name + "(" + std::to_string(buffer.uid) + ")";

@@ -33,7 +33,7 @@ namespace {
 
 // The name a temporary of TempNames::name() was made for, with a suffix of `suffix` digits: "" when
 // `entry` is not shaped like one; a hash tag ("#" + tag) for the short form of long names.
-std::string temp_owner(const std::string& entry, std::size_t suffix) {
+std::string temp_owner_with(const std::string& entry, std::size_t suffix) {
     const std::string marker = ".bbkit-";
     if (entry.size() <= 1 + marker.size() + suffix || entry[0] != '.')
         return "";
@@ -59,8 +59,8 @@ std::string temp_owner(const std::string& entry, std::size_t suffix) {
 // Either suffix length: the digits before the suffix end in '-', which no suffix holds, so a
 // name has at most one reading.
 std::string temp_owner(const std::string& entry) {
-    std::string owner = temp_owner(entry, temp_suffix_digits);
-    return owner.empty() ? temp_owner(entry, old_temp_suffix_digits) : owner;
+    std::string owner = temp_owner_with(entry, temp_suffix_digits);
+    return owner.empty() ? temp_owner_with(entry, old_temp_suffix_digits) : owner;
 }
 
 // What opens the suffix of every temporary a move of this buffer makes in this boot: a keyed
