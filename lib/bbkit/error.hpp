@@ -76,7 +76,7 @@ ExitCode exit_code_for(int err);
 // system_error, the rule everywhere but in the two cases after it:
 // Error(exit_code_for(err), what + ": " + strerror(err) + hint), e.g. "cannot open /x:
 // Permission denied"; `hint`, when given, is the way on, with its leading blank
-// (" (check free space and permissions)"). Its Failure keeps the errno, kind internal (a move
+// (" (check free space and quotas)"). Its Failure keeps the errno, kind internal (a move
 // that knows better types it: mover/common.hpp's typed).
 Error system_error(const std::string& what, int err, const std::string& hint = {});
 

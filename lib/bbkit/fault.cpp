@@ -21,6 +21,9 @@ namespace {
 // One table: the driver (tests/fault/run) reads it through BBKIT_FAULT=list.
 const std::vector<FaultPointInfo> point_table = {
     {"txn.before-commit", "a write transaction is about to commit (any operation; :NTH)"},
+    {"output.checked",
+     "an output file's name checked (free, or the caller's own file of that "
+     "kind); nothing placed yet"},
     {"txn.committed", "a write transaction committed, the state lock still held (:NTH)"},
     {"alloc.queued", "alloc --wait: pending record and queue entry committed, waiting"},
     {"alloc.reserved", "record committed as allocating (or allocated reused); no directory"},

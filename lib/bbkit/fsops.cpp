@@ -16,14 +16,32 @@
 #include <optional>
 
 #include "bbkit/error.hpp"
+#include "bbkit/fault.hpp"
 
 namespace bbkit {
 namespace {
 
-// A failed step of a file write, through system_error with the way on that every such step
-// shares.
-[[noreturn]] void fail(const std::string& what, const std::string& path, int err) {
-    throw system_error("cannot " + what + " " + path, err, " (check free space and permissions)");
+// The way on after a failed step of a file write, for the errors it can name: a missing
+// directory is no matter of space or permissions.
+std::string write_hint(int err) {
+    switch (err) {
+        case ENOSPC:
+        case EDQUOT:
+            return " (check free space and quotas)";
+        case EACCES:
+        case EPERM:
+        case EROFS:
+            return " (check permissions and how the file system is mounted)";
+        case ENOENT:
+            return " (its directory is missing)";
+        default:
+            return {};
+    }
+}
+
+// A failed step of a file write, through system_error with the way on for its errno.
+[[noreturn]] void fail_write(const std::string& what, const std::string& path, int err) {
+    throw system_error("cannot " + what + " " + path, err, write_hint(err));
 }
 
 std::string parent_of(const std::string& path) {
@@ -44,7 +62,7 @@ Fd open_parent(const std::string& path) {
     const std::string parent = parent_of(path);
     Fd fd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!fd)
-        fail("create", path, errno);
+        fail_write("create", path, errno);
     return fd;
 }
 
@@ -72,7 +90,7 @@ void write_all(int fd, const std::string& data, const std::string& path) {
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
-            fail("write", path, errno);
+            fail_write("write", path, errno);
         done += static_cast<std::size_t>(n);
     }
 }
@@ -122,9 +140,9 @@ void Fd::reset(int fd) {
 void fsync_dir(const std::string& dir) {
     const Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!fd)
-        fail("open directory", dir, errno);
+        fail_write("open directory", dir, errno);
     if (::fsync(fd.get()) != 0)
-        fail("fsync directory", dir, errno);
+        fail_write("fsync directory", dir, errno);
 }
 
 PendingSync PendingSync::start(const std::vector<SyncTarget>& targets) {
@@ -159,20 +177,22 @@ void swap_into_place(int dir, const TemporaryFile& temporary, const std::string&
         // Not a file (a directory planted at `name`): swap back and fail as rename would.
         const int error = errno;
         ::renameat2(dir, from, dir, name.c_str(), RENAME_EXCHANGE);
-        fail("rename " + temporary.what() + " to", what, error);
+        fail_write("rename " + temporary.what() + " to", what, error);
     }
     if (errno != ENOENT && errno != EINVAL && errno != ENOSYS)
-        fail("rename " + temporary.what() + " to", what, errno);
+        fail_write("rename " + temporary.what() + " to", what, errno);
     if (::renameat(dir, from, dir, name.c_str()) != 0)
-        fail("rename " + temporary.what() + " to", what, errno);
+        fail_write("rename " + temporary.what() + " to", what, errno);
 }
 
 // What replace may put its file in place of: anything (the state's own files), nothing (a new
-// output file), or only the file that was checked (its device and inode).
+// output file), or only the file that was checked: its device, inode and modification time
+// (an inode number freed meanwhile may be given to whatever takes the name next).
 struct Placement {
     enum { anything, nothing, checked } over = anything;
     dev_t dev = 0;
     ino_t ino = 0;
+    struct timespec mtime {};
 };
 
 // Puts the durable temporary in place as `placement` allows, else refuses and leaves the name
@@ -185,22 +205,28 @@ void place_checked(int dir, const TemporaryFile& temporary, const std::string& n
         if (::linkat(dir, from, dir, name.c_str(), 0) != 0) {
             if (errno == EEXIST)
                 refuse_output(what, "it appeared while it was checked");
-            fail("link " + temporary.what() + " to", what, errno);
+            fail_write("link " + temporary.what() + " to", what, errno);
         }
         ::unlinkat(dir, from, 0);
         return;
     }
     if (::renameat2(dir, from, dir, name.c_str(), RENAME_EXCHANGE) != 0) {
         if (errno != EINVAL && errno != ENOSYS)
-            fail("rename " + temporary.what() + " to", what, errno);
+            fail_write("rename " + temporary.what() + " to", what, errno);
         // No exchange on this file system: a plain rename, after the check just made.
         if (::renameat(dir, from, dir, name.c_str()) != 0)
-            fail("rename " + temporary.what() + " to", what, errno);
+            fail_write("rename " + temporary.what() + " to", what, errno);
         return;
     }
+    // What the exchange took out of the name must be the checked file itself, still the
+    // caller's one-named regular file, unmodified: anything else goes back.
     struct stat old {};
-    if (::fstatat(dir, from, &old, AT_SYMLINK_NOFOLLOW) != 0 || old.st_dev != placement.dev ||
-        old.st_ino != placement.ino) {
+    const bool same = ::fstatat(dir, from, &old, AT_SYMLINK_NOFOLLOW) == 0 &&
+                      S_ISREG(old.st_mode) && old.st_nlink == 1 && old.st_uid == ::geteuid() &&
+                      old.st_dev == placement.dev && old.st_ino == placement.ino &&
+                      old.st_mtim.tv_sec == placement.mtime.tv_sec &&
+                      old.st_mtim.tv_nsec == placement.mtime.tv_nsec;
+    if (!same) {
         ::renameat2(dir, from, dir, name.c_str(), RENAME_EXCHANGE);
         refuse_output(what, "it changed while it was checked");
     }
@@ -216,32 +242,32 @@ void replace(int dir, const std::string& name, const std::string& data, mode_t m
         const Fd fd(::openat(dir, temporary.name().c_str(),
                              O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode));
         if (!fd)
-            fail("create", temporary.what(), errno);
+            fail_write("create", temporary.what(), errno);
         // Given away before it takes its name, so the name never shows another owner's file.
         if ((owner.uid != static_cast<uid_t>(-1) || owner.gid != static_cast<gid_t>(-1)) &&
             ::fchown(fd.get(), owner.uid, owner.gid) != 0)
-            fail("set the owner of", temporary.what(), errno);
+            fail_write("set the owner of", temporary.what(), errno);
         // The umask (or a default ACL) may have taken bits away: they are put back, since it
         // must not change what readers are allowed. Only then: a chmod dirties the inode.
         struct stat st {};
         if (::fstat(fd.get(), &st) != 0 ||
             ((st.st_mode & 07777) != mode && ::fchmod(fd.get(), mode) != 0))
-            fail("set the mode of", temporary.what(), errno);
+            fail_write("set the mode of", temporary.what(), errno);
         write_all(fd.get(), data, temporary.what());
         if (durable && ::fsync(fd.get()) != 0)
-            fail("fsync", temporary.what(), errno);
+            fail_write("fsync", temporary.what(), errno);
     }
     if (durable && placement.over != Placement::anything) {
         place_checked(dir, temporary, name, what, placement);
     } else if (durable) {
         if (::renameat(dir, temporary.name().c_str(), dir, name.c_str()) != 0)
-            fail("rename " + temporary.what() + " to", what, errno);
+            fail_write("rename " + temporary.what() + " to", what, errno);
     } else {
         swap_into_place(dir, temporary, name, what);
     }
     temporary.keep();
     if (durable && ::fsync(dir) != 0)
-        fail("fsync directory", parent_of(what), errno);
+        fail_write("fsync directory", parent_of(what), errno);
 }
 
 }  // namespace
@@ -255,7 +281,7 @@ OutputTarget output_target(const std::string& path) {
     struct stat st {};
     if (::fstatat(target.dir.get(), target.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
         if (errno != ENOENT)
-            fail("stat", path, errno);
+            fail_write("stat", path, errno);
         return target;
     }
     const char* why = S_ISLNK(st.st_mode)    ? "it is a symlink"
@@ -295,11 +321,11 @@ Fd open_own_output(const OutputTarget& target, const std::string& path,
     Fd file(::open(("/proc/self/fd/" + std::to_string(found.get())).c_str(),
                    O_RDWR | O_NOCTTY | O_CLOEXEC));
     if (!file)
-        fail("open", path, errno);
+        fail_write("open", path, errno);
     std::string head(4096, '\0');
     const ssize_t n = ::pread(file.get(), head.data(), head.size(), 0);
     if (n < 0)
-        fail("read", path, errno);
+        fail_write("read", path, errno);
     head.resize(static_cast<std::size_t>(n));
     if (!ours(head))
         refuse_output(path, "it is not a file this command wrote");
@@ -315,8 +341,11 @@ void write_own_output(const std::string& path, const std::string& data, mode_t m
         open_own_output(target, path, [&](std::string_view head) {
             return head.substr(0, first_line.size()) == first_line;
         });
-        placement = {Placement::checked, target.existing->st_dev, target.existing->st_ino};
+        placement = {Placement::checked, target.existing->st_dev, target.existing->st_ino,
+                     target.existing->st_mtim};
     }
+    // The name may change hands from here on: the placement checks again (bbkit(7), exit 73).
+    fault_point("output.checked");
     replace(target.dir.get(), target.name, data, mode, path, FileOwner{}, true, placement);
 }
 
@@ -334,7 +363,7 @@ void link_file(const std::string& existing, const std::string& path) {
     const std::string suffix = temporary_suffix();
     TemporaryFile temporary(dir.get(), base_of(path) + suffix, path + suffix);
     if (::linkat(AT_FDCWD, existing.c_str(), dir.get(), temporary.name().c_str(), 0) != 0)
-        fail("link " + existing + " to", temporary.what(), errno);
+        fail_write("link " + existing + " to", temporary.what(), errno);
     swap_into_place(dir.get(), temporary, base_of(path), path);
     temporary.keep();
 }

@@ -544,8 +544,9 @@ std::string stage_result_text(const StageResult& r, const std::string& phase) {
                (r.note.empty() ? "" : " (" + r.note + ")") + "\n";
     char line[256];
     std::snprintf(
-        line, sizeof line, "%s of %s: %s, %s in %.2f s (%.1f MB/s), %llu already complete\n",
-        phase.c_str(), r.key.c_str(), counted(r.files, "file", "files").c_str(),
+        line, sizeof line,
+        "%s of %s: %s written, %s in %.2f s (%.1f MB/s), %llu already complete\n", phase.c_str(),
+        r.key.c_str(), counted(r.files, "file", "files").c_str(),
         (format_size(r.bytes) == std::to_string(r.bytes) ? std::to_string(r.bytes) + " bytes"
                                                          : format_size(r.bytes))
             .c_str(),
@@ -599,9 +600,9 @@ std::string duration_text(std::uint64_t seconds) {
 
 std::string files_rate_text(double per_second) {
     if (per_second >= 10)
-        return grouped(static_cast<std::uint64_t>(per_second + 0.5)) + " files/s";
+        return grouped(static_cast<std::uint64_t>(per_second + 0.5)) + " entries/s";
     char text[32];
-    std::snprintf(text, sizeof text, "%.1f files/s", per_second);
+    std::snprintf(text, sizeof text, "%.1f entries/s", per_second);
     return text;
 }
 
@@ -620,8 +621,10 @@ std::string phases_text(const MovePhases& p) {
     return line;
 }
 
+// Entries, as bb-parse --check-sources counts them: files, directories, links and fifos
+// (bb-stage's result counts the files it wrote, which leaves directories out).
 std::string progress_text(const StagingProgress& p, bool live) {
-    std::string text = grouped(p.files_done) + "/" + grouped(p.files_total) + " files, " +
+    std::string text = grouped(p.files_done) + "/" + grouped(p.files_total) + " entries, " +
                        approximate_size(p.bytes_done) + "/" + approximate_size(p.bytes_total);
     if (!live)
         return text;

@@ -114,7 +114,7 @@ nlohmann::json stage_result_json(const StageResult& result);
 nlohmann::json end_result_json(const EndResult& result);
 std::string end_result_text(const EndResult& result);
 std::string stage_result_text(const StageResult& result, const std::string& phase);
-// "12,034/100,000 files, 1.2MiB/9.8MiB, 3,400 files/s, 2.1MiB/s, ETA 26 s (copying)": the
+// "12,034/100,000 entries, 1.2MiB/9.8MiB, 3,400 entries/s, 2.1MiB/s, ETA 26 s (copying)": the
 // counters, then each of the rates, the ETA and the phase that is known. Without `live` the
 // counters only: the last record of a stage that ended or whose stager is gone has no pace.
 std::string progress_text(const StagingProgress& progress, bool live = true);

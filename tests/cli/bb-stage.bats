@@ -163,7 +163,7 @@ PY
   run bb-stat job 23
   assert_success
   # The stage is over: the counters only, no pace.
-  assert_line --regexp '^progress:   [0-9,]+/[0-9,]+ files, [0-9.]+[KMG]?i?B/[0-9.]+[KMG]?i?B$'
+  assert_line --regexp '^progress:   [0-9,]+/[0-9,]+ entries, [0-9.]+[KMG]?i?B/[0-9.]+[KMG]?i?B$'
   run bb-stat job 23 --json
   assert_output --partial '"direction": "in"'
 }
@@ -670,7 +670,7 @@ print("%08x" % ((h ^ (h >> 47)) & 0xffffffff))'
   bb-pool alloc --job 35 --user "$U" --script "$TEST_DIR/job.sh" >/dev/null
   run bb-stage in --job 35
   assert_success
-  assert_output --partial ": 1 file,"
+  assert_output --partial ": 1 file written,"
 }
 
 # bb-mover's errors, as bb-stage reads them: an "error CODE {...}" line on standard output, the

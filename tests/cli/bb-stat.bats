@@ -329,6 +329,55 @@ output_target_state() {
   grep -qx '# TYPE bbkit_pool_bytes gauge' "$TEST_DIR/t/mine"
 }
 
+# The race the check cannot close by itself: the name changes hands after it was checked and
+# before the file takes it (BBKIT_FAULT=output.checked:stop holds bb-stat exactly there). Each
+# kind of thing put there, over a new name and over bb-stat's own earlier file, is left as it
+# became, the file it may point at untouched, with exit 73.
+@test "--prometheus: a name that changes hands between its check and the placement is left as it became, exit 73" {
+  [ -n "$(BBKIT_FAULT=list bb-stat 2>/dev/null)" ] || skip "built without fault injection"
+  local victim=$TEST_DIR/victim start kind t pid status
+  echo precious >"$victim"
+  for start in new existing; do
+    for kind in symlink fifo directory hardlink other-user other-content; do
+      t=$TEST_DIR/race-$start-$kind.prom
+      [ "$start" = new ] || bb-stat --prometheus "$t"
+      BBKIT_FAULT=output.checked:stop bb-stat --prometheus "$t" 2>"$TEST_DIR/err" &
+      pid=$!
+      for _ in $(seq 200); do
+        grep -q '^State:.*T' "/proc/$pid/status" 2>/dev/null && break
+        sleep 0.02
+      done
+      grep -q '^State:.*T' "/proc/$pid/status" || fail "$start/$kind: bb-stat did not stop at output.checked"
+      rm -f "$t"
+      case $kind in
+        symlink) ln -s "$victim" "$t" ;;
+        fifo) mkfifo "$t" ;;
+        directory) mkdir "$t" ;;
+        hardlink) ln "$victim" "$t" ;;
+        other-user) echo '# HELP bbkit_x planted' >"$t" && chown nobody "$t" ;;
+        other-content) echo 'not metrics' >"$t" ;;
+      esac
+      kill -CONT "$pid"
+      status=0
+      wait "$pid" || status=$?
+      [ "$status" -eq 73 ] || fail "$start/$kind: exit $status: $(cat "$TEST_DIR/err")"
+      grep -q "^bb-stat: refusing to write $t: it \(appeared\|changed\) while it was checked" "$TEST_DIR/err" ||
+        fail "$start/$kind: $(cat "$TEST_DIR/err")"
+      [ "$(cat "$victim")" = precious ] || fail "$start/$kind: the victim changed"
+      case $kind in
+        symlink) [ "$(readlink "$t")" = "$victim" ] ;;
+        fifo) [ -p "$t" ] ;;
+        directory) [ -d "$t" ] && [ -z "$(ls -A "$t")" ] ;;
+        hardlink) [ "$(stat -c %i "$t")" = "$(stat -c %i "$victim")" ] ;;
+        other-user) [ "$(stat -c %U "$t")" = nobody ] && [ "$(cat "$t")" = '# HELP bbkit_x planted' ] ;;
+        other-content) [ "$(cat "$t")" = 'not metrics' ] ;;
+      esac || fail "$start/$kind: what was put there did not stay"
+      [ -z "$(ls -A "$TEST_DIR" | grep -F "race-$start-$kind.prom." || true)" ] || fail "$start/$kind: a temporary was left"
+      rm -rf "$t"
+    done
+  done
+}
+
 @test "--state-dir overrides the configuration" {
   bb-pool --state-dir "$TEST_DIR/other" recover >/dev/null
   run bb-stat --state-dir "$TEST_DIR/other"
@@ -711,7 +760,7 @@ reachable_by() {
   run bb-stat job 8
   assert_success
   # Allocated, not staging: the record is a past stage's, shown without a pace.
-  assert_line "progress:   12,034/100,000 files, 1.2MiB/9.8MiB"
+  assert_line "progress:   12,034/100,000 entries, 1.2MiB/9.8MiB"
   run bb-stat job 8 --json
   assert_success
   python3 -c '
@@ -732,7 +781,7 @@ assert p["started"].startswith("2023-11-1") and "T" in p["updated"], p
   printf '{"files_done": 3, "files_total": 10, "bytes_done": 1024, "bytes_total": 4096}\n' >"$record"
   run bb-stat job 8
   assert_success
-  assert_line "progress:   3/10 files, 1.0KiB/4.0KiB"
+  assert_line "progress:   3/10 entries, 1.0KiB/4.0KiB"
   run bb-stat job 8 --json
   assert_output --partial '"phase": "copying"'
   assert_output --partial '"eta_seconds": null'
@@ -742,7 +791,7 @@ assert p["started"].startswith("2023-11-1") and "T" in p["updated"], p
     run bb-stat job 8
     assert_success
     if [[ $garbage == *bytes_total* ]]; then
-      assert_line "progress:   1/2 files, 3B/4B"
+      assert_line "progress:   1/2 entries, 3B/4B"
     else
       refute_output --partial "progress:"
     fi

@@ -86,7 +86,7 @@ ran_job() {
   ran_job 46 "$TEST_DIR/pfs/res"
   run bb-stage --job 46 end
   assert_success
-  assert_output --partial "stage-out of main.46.1: 1 file"
+  assert_output --partial "stage-out of main.46.1: 1 file written"
   assert_output --partial "torn down: main.46.1"
   [ "$(cat "$TEST_DIR/pfs/res/r")" = result ]
   run bb-stage --job 46 end

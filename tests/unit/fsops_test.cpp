@@ -79,6 +79,11 @@ TEST_F(FsopsTest, failure_names_the_path_and_leaves_nothing) {
         EXPECT_EQ(error.code(), ExitCode::no_input);  // ENOENT, as exit_code_for says
         EXPECT_NE(std::string(error.what()).find(dir_ + "/missing/pools.json"), std::string::npos)
             << error.what();
+        // The way on fits the error: a missing directory is no matter of space.
+        EXPECT_EQ(std::string(error.what()),
+                  "cannot create " + dir_ +
+                      "/missing/pools.json: No such file or directory (its "
+                      "directory is missing)");
     }
     EXPECT_TRUE(entries().empty());
 }

@@ -36,24 +36,25 @@ TEST(ProgressText, counters_then_rates_eta_and_phase) {
     p.files_per_second = 3400;
     p.bytes_per_second = 2202009;
     p.eta_seconds = 26;
-    EXPECT_EQ(progress_text(p),
-              "12,034/100,000 files, 1.2MiB/9.8MiB, 3,400 files/s, 2.1MiB/s, ETA 26 s (copying)");
-    EXPECT_EQ(progress_text(p, false), "12,034/100,000 files, 1.2MiB/9.8MiB");
+    EXPECT_EQ(
+        progress_text(p),
+        "12,034/100,000 entries, 1.2MiB/9.8MiB, 3,400 entries/s, 2.1MiB/s, ETA 26 s (copying)");
+    EXPECT_EQ(progress_text(p, false), "12,034/100,000 entries, 1.2MiB/9.8MiB");
 }
 
 TEST(ProgressText, shows_only_what_is_known) {
     StagingProgress p = progress(0, 1234567, 0, 5 * gib);
     p.phase = StagePhase::measuring;
-    EXPECT_EQ(progress_text(p), "0/1,234,567 files, 0B/5.0GiB (measuring)");
+    EXPECT_EQ(progress_text(p), "0/1,234,567 entries, 0B/5.0GiB (measuring)");
     p.phase.reset();  // a phase a newer stager wrote
-    EXPECT_EQ(progress_text(p), "0/1,234,567 files, 0B/5.0GiB");
+    EXPECT_EQ(progress_text(p), "0/1,234,567 entries, 0B/5.0GiB");
 }
 
 TEST(ProgressText, slow_rates_keep_a_decimal_and_long_etas_read_in_minutes_or_hours) {
     StagingProgress p = progress(1, 10, 0, 0);
     p.files_per_second = 0.3;
     p.eta_seconds = 250;
-    EXPECT_EQ(progress_text(p), "1/10 files, 0B/0B, 0.3 files/s, ETA 4 min 10 s (copying)");
+    EXPECT_EQ(progress_text(p), "1/10 entries, 0B/0B, 0.3 entries/s, ETA 4 min 10 s (copying)");
     p.eta_seconds = 3 * 3600 + 5 * 60 + 59;
     EXPECT_NE(progress_text(p).find("ETA 3 h 05 min"), std::string::npos);
 }
@@ -61,7 +62,7 @@ TEST(ProgressText, slow_rates_keep_a_decimal_and_long_etas_read_in_minutes_or_ho
 TEST(ProgressBar, fills_with_the_bytes_and_ends_with_the_text) {
     StagingProgress p = progress(1, 4, 50, 100);
     const std::string bar = progress_bar(p);
-    EXPECT_EQ(bar.rfind("\r[##########..........]  50%  1/4 files, 50B/100B (copying)", 0), 0u)
+    EXPECT_EQ(bar.rfind("\r[##########..........]  50%  1/4 entries, 50B/100B (copying)", 0), 0u)
         << bar;
     EXPECT_EQ(bar.substr(bar.size() - 3), "\033[K");
     p.bytes_done = 200;  // more than measured: never past the end of the bar

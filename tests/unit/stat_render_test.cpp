@@ -381,12 +381,12 @@ TEST_F(StatusTest, job_reports_failures_and_staging_progress) {
         ASSERT_TRUE(job.progress);
         EXPECT_EQ(job.progress->files_total, 10u);
         // Nobody runs the stage: its last record has no pace.
-        EXPECT_NE(job_text(job, at(t_169504)).find("progress:   3/10 files, 1.0KiB/4.0KiB\n"),
+        EXPECT_NE(job_text(job, at(t_169504)).find("progress:   3/10 entries, 1.0KiB/4.0KiB\n"),
                   std::string::npos)
             << job_text(job, at(t_169504));
         job.status.buffer.run_lock_holder = ProcessId::self();
         EXPECT_NE(
-            job_text(job, at(t_169504)).find("progress:   3/10 files, 1.0KiB/4.0KiB (copying)\n"),
+            job_text(job, at(t_169504)).find("progress:   3/10 entries, 1.0KiB/4.0KiB (copying)\n"),
             std::string::npos)
             << job_text(job, at(t_169504));
         const nlohmann::json json = job_json(job, at(t_169504));
@@ -416,7 +416,7 @@ TEST_F(StatusTest, job_reports_failures_and_staging_progress) {
         JobStatus job = job_status(txn, config_, 5);
         job.status.buffer.run_lock_holder = ProcessId::self();
         const std::string text = job_text(job, at(t_169504 + 12));
-        EXPECT_NE(text.find("progress:   12,034/100,000 files, 1.2MiB/9.8MiB, 3,400 files/s, "
+        EXPECT_NE(text.find("progress:   12,034/100,000 entries, 1.2MiB/9.8MiB, 3,400 entries/s, "
                             "2.1MiB/s, ETA 26 s (copying)\n"),
                   std::string::npos)
             << text;
