@@ -111,10 +111,6 @@ StatRequest check_gres(StatRequest request, const StatOptions& options) {
     return request;
 }
 
-}  // namespace
-
-namespace {
-
 // --watch refreshes a view for a person at a terminal, as watch(1) does squeue: one to 3600 s,
 // and neither for what programs read once (--dws, --dwstat, --prometheus) nor the env and gres
 // views, which answer a script.
