@@ -597,8 +597,10 @@ JOB
   local etc=$SLURM_DIR/etc-lua-path lua=$SLURM_DIR/lua
   mkdir -p "$etc" "$lua"
   { cat "$SLURM_CONF"; echo "CliFilterParameters=cli_filter_lua_path=$lua/bbkit-filter.lua"; } >"$etc/slurm.conf"
+  # Root's hooks (--slurm-user root, whatever SlurmUser this cluster runs as): the point is
+  # where cli_filter.lua goes, and it names this suite's configuration only outside sudo.
   run "${BBKIT_INSTALL_SLURM:-$INSTALL_SLURM}" --slurm-conf-dir "$etc" --config "$BBKIT_CONFIG" \
-    --bindir "$BBKIT_BIN" --slurm-release "$(slurm_release)"
+    --bindir "$BBKIT_BIN" --slurm-release "$(slurm_release)" --slurm-user root
   assert_success
   assert_file_exists "$lua/bbkit-filter.lua"
   assert_file_not_exists "$etc/cli_filter.lua"
