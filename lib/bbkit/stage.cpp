@@ -164,6 +164,7 @@ struct MoverRun {
     Failure failure;  // when !ok: the mover's, or what ended it
     MoverReport summary;
     std::vector<std::string> warnings;
+    StageRun record;  // what the accounting keeps of it (StateStore::record_stage_run)
 };
 
 MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
@@ -230,6 +231,11 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
         }
     };
     const ProcessOutcome outcome = mover.run(plan, std::chrono::seconds(timeout_seconds), on_line);
+    run.record.stage_in = plan.direction == StageDirection::in;
+    run.record.started = started;
+    run.record.ended = std::chrono::system_clock::now();
+    run.record.files = run.ok ? run.summary.files : last.files_done;
+    run.record.bytes = run.ok ? run.summary.bytes : last.bytes_done;
     if (outcome.timed_out) {
         run.ok = false;
         run.exit_code = static_cast<int>(ExitCode::temp_fail);
@@ -250,6 +256,7 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
                               ? "the mover was killed by signal " + std::to_string(outcome.signal)
                               : outcome.last_stderr_line;
     }
+    run.record.failed = !run.ok;
     return run;
 }
 
@@ -264,6 +271,7 @@ Error record_failure(StateStore& store, const Config& config, const Buffer& b, c
     now.failed = std::chrono::system_clock::now();
     now.run_lock_holder.reset();
     txn.update_buffer(now);
+    txn.record_stage_run(b.key, run.record);
     publish(txn, store, config);
     txn.commit();
     const ExitCode code = run.exit_code >= 64 && run.exit_code <= 78
@@ -356,12 +364,15 @@ Buffer enter(StateStore& store, const Config& config, const BufferKey& key, Buff
     return b;
 }
 
+// `run`: the stage that ended, kept in the same transaction for the accounting.
 Buffer leave(StateStore& store, const Config& config, const BufferKey& key, BufferState to,
-             const std::string& who) {
+             const std::string& who, const std::optional<StageRun>& run = std::nullopt) {
     WriteTransaction txn(store, who);
     Buffer b = txn.transition(key, to);
     b.run_lock_holder.reset();
     txn.set_run_lock_holder(key, std::nullopt);
+    if (run)
+        txn.record_stage_run(key, *run);
     publish(txn, store, config);
     txn.commit();
     return b;
@@ -420,7 +431,7 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
         throw error;
     }
     fault_point("stage.moved");
-    leave(store, config, b.key, done, who);
+    leave(store, config, b.key, done, who, run.record);
     result.files = run.summary.files;
     result.bytes = run.summary.bytes;
     result.skipped = run.summary.skipped;

@@ -8,6 +8,7 @@
 #include "bbkit/fsops.hpp"
 #include "bbkit/slurm_gres.hpp"
 #include "bbkit/stat_render.hpp"
+#include "bbkit/time_spec.hpp"
 
 namespace bbkit {
 namespace {
@@ -28,14 +29,15 @@ StatRequest parse_words(const std::vector<std::string>& words) {
         {"burst", StatView::burst},
         {"job", StatView::job},
         {"env", StatView::env},
-        {"gres", StatView::gres}};
+        {"gres", StatView::gres},
+        {"history", StatView::history}};
     const auto known = std::find_if(views.begin(), views.end(),
                                     [&](const auto& view) { return view.first == word; });
     if (known == views.end())
         throw Error(ExitCode::usage, "unknown view '" + word +
                                          "' (pools, buffers, sessions, instances, "
-                                         "configurations, activations, burst, job ID, env ID "
-                                         "or gres)");
+                                         "configurations, activations, burst, job ID, env ID, "
+                                         "gres or history)");
     request.view = known->second;
     if (request.view != StatView::job && request.view != StatView::env) {
         if (words.size() > 1)
@@ -52,10 +54,11 @@ StatRequest parse_words(const std::vector<std::string>& words) {
 // DataWarp's dwstat takes one of its own views: most and all, but no burst, job or env.
 StatRequest parse_dwstat(const StatOptions& options) {
     if (options.json || options.dws || options.shell || options.prometheus || options.slurm_jobs ||
-        options.slurm_node_gres || options.slurm_update)
+        options.slurm_node_gres || options.slurm_update || options.since || options.until ||
+        options.by || options.user || options.pool || options.plot)
         throw Error(ExitCode::usage,
                     "--dwstat goes with neither --json, --dws, --shell, --prometheus nor the "
-                    "gres view's options");
+                    "gres and history views' options");
     if (options.for_uid && options.for_anyone)
         throw Error(ExitCode::usage, "give --for-uid or --for-anyone, not both");
     if (options.words.size() > 1)
@@ -111,6 +114,42 @@ StatRequest check_gres(StatRequest request, const StatOptions& options) {
     return request;
 }
 
+// history (bbkit(7), HISTORY AND ACCOUNTING) reads state.db for its range: its options go with
+// no other view, and it goes with none of the options that answer Slurm or a user.
+StatRequest check_history(StatRequest request, const StatOptions& options, TimePoint now) {
+    const bool history_options = options.since || options.until || options.by || options.user ||
+                                 options.pool || options.plot;
+    if (request.view != StatView::history) {
+        if (history_options)
+            throw Error(ExitCode::usage,
+                        "--since, --until, --by, --user, --pool and --plot go with the history "
+                        "view only");
+        return request;
+    }
+    if (options.prometheus || options.for_uid || options.for_anyone || options.dws)
+        throw Error(ExitCode::usage,
+                    "history takes neither --prometheus, --for-uid, --for-anyone nor --dws");
+    AccountingQuery& query = request.accounting;
+    query.since = options.since ? parse_time_spec(*options.since, now) : start_of_day(now);
+    query.until = options.until ? parse_time_spec(*options.until, now) : now;
+    if (query.until <= query.since)
+        throw Error(ExitCode::usage, "the range ends (--until " + slurm_time(query.until) +
+                                         ") before it starts (--since " +
+                                         slurm_time(query.since) + ")");
+    if (options.by && *options.by != "user" && *options.by != "pool")
+        throw Error(ExitCode::usage,
+                    "--by takes user or pool, got '" + printable(*options.by) + "'");
+    query.by = options.by && *options.by == "pool" ? AccountingGroup::pool : AccountingGroup::user;
+    query.user = options.user;
+    query.pool = options.pool;
+    if (options.plot && options.watch)
+        throw Error(ExitCode::usage, "--plot writes one picture: it goes without --watch");
+    if (options.plot && standard_output("--plot", *options.plot) && options.json)
+        throw Error(ExitCode::usage,
+                    "--plot - writes the picture to standard output: it goes without --json");
+    return request;
+}
+
 // --watch refreshes a view for a person at a terminal, as watch(1) does squeue: one to 3600 s,
 // and neither for what programs read once (--dws, --dwstat, --prometheus) nor the env and gres
 // views, which answer a script.
@@ -129,7 +168,7 @@ void check_watch(const StatRequest& request, const StatOptions& options) {
 
 }  // namespace
 
-StatRequest parse_stat_request(const StatOptions& options) {
+StatRequest parse_stat_request(const StatOptions& options, TimePoint now) {
     if (options.dwstat) {
         const StatRequest request = parse_dwstat(options);
         check_watch(request, options);
@@ -146,6 +185,7 @@ StatRequest parse_stat_request(const StatOptions& options) {
         throw Error(ExitCode::usage, "give --for-uid or --for-anyone, not both");
     check_dws(request, options);
     request = check_gres(request, options);
+    request = check_history(request, options, now);
     if (options.prometheus && standard_output("--prometheus", *options.prometheus) &&
         request.explicit_view)
         throw Error(ExitCode::usage,

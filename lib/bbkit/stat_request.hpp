@@ -5,12 +5,14 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "bbkit/store.hpp"
 #include "bbkit/views.hpp"
 
 namespace bbkit {
@@ -25,7 +27,8 @@ enum class StatView {
     burst,
     job,
     env,
-    gres
+    gres,
+    history
 };
 
 // bb-stat's command line as given: the words and the options that change what is shown.
@@ -45,6 +48,15 @@ struct StatOptions {
     bool slurm_update = false;
     // --watch: print the view again every this many seconds until interrupted.
     std::optional<unsigned> watch;
+    // history: the range (sacct's time forms, parse_time_spec), the grouping (user or pool),
+    // only one user's or pool's buffers, and the file (or - for standard output) for an SVG of
+    // a pool's use.
+    std::optional<std::string> since;
+    std::optional<std::string> until;
+    std::optional<std::string> by;
+    std::optional<std::string> user;
+    std::optional<std::string> pool;
+    std::optional<std::string> plot;
 };
 
 struct StatRequest {
@@ -56,13 +68,17 @@ struct StatRequest {
     // With --dwstat: the one of dwstat_views() to print ("pools" without a word); `view` is
     // then unused.
     std::optional<std::string> dwstat_view;
+    // history: what to read (since: the start of today and until: now unless given), and for
+    // --plot the pool to draw (--pool, or the one pool configured: run_history decides).
+    AccountingQuery accounting;
 };
 
-// The request `options` make, or Error(usage) naming what is wrong: an unknown view, a view
-// with an argument it does not take or without the job ID it needs, or options that do not go
-// together (--dws with --json, --shell but for env, --for-uid with --for-anyone, gres without
-// --slurm-jobs, ...).
-StatRequest parse_stat_request(const StatOptions& options);
+// The request `options` make at `now`, or Error(usage) naming what is wrong: an unknown view,
+// a view with an argument it does not take or without the job ID it needs, or options that do
+// not go together (--dws with --json, --shell but for env, --for-uid with --for-anyone, gres
+// without --slurm-jobs, history's options with another view, ...).
+StatRequest parse_stat_request(const StatOptions& options,
+                               TimePoint now = std::chrono::system_clock::now());
 
 // What bb-stat reads for `request` (parse_stat_request's of `options`), for query_status: the
 // pools alone for the pools view (Slurm's datawarp plugin asks every 30 s) and dwstat's pools,

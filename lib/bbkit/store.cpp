@@ -713,6 +713,22 @@ void insert_sealed_row(sqlite::Database& db, const SealedRow& row) {
     }
     q.bind(seal_column + 1, row.seal);
     q.run("carrying a sealed record failed");
+    // The accounting's hold times are not sealed and not carried: they come again from the
+    // sealed times the record entered its states (allocating; its final state).
+    const std::map<BufferState, TimePoint> entered =
+        decode_entered(row.values[c_entered].value_or(""));
+    const BufferState state = parse_buffer_state(row.values[c_state].value_or(""));
+    Query times = db.query("UPDATE buffers SET held_since = ?1, ended = ?2 WHERE id = ?3");
+    if (const auto allocating = entered.find(BufferState::allocating); allocating != entered.end())
+        times.bind(1, to_nanos(allocating->second));
+    else
+        times.bind_null(1);
+    if (const auto end = entered.find(state); is_final(state) && end != entered.end())
+        times.bind(2, to_nanos(end->second));
+    else
+        times.bind_null(2);
+    times.bind(3, *parse_signed(row.values[row_id_column].value_or("0")));
+    times.run("carrying a sealed record failed");
 }
 
 // Renames `from` to `to` in the directory `dir_fd` (`dir`); a missing `from` is fine.
@@ -1172,6 +1188,88 @@ std::vector<HistoryEntry> Transaction::history(const BufferKey& key) {
     return entries;
 }
 
+namespace {
+
+// The accounting's optional filters, as SQL on the buffers' alias `b`, bound from ?10 on.
+std::string accounting_filter(const AccountingQuery& query) {
+    std::string where;
+    if (query.user)
+        where += " AND b.user = ?10";
+    if (query.pool)
+        where += " AND b.pool = ?11";
+    return where;
+}
+
+void bind_accounting_filter(Query& q, const AccountingQuery& query) {
+    if (query.user)
+        q.bind(10, *query.user);
+    if (query.pool)
+        q.bind(11, *query.pool);
+}
+
+}  // namespace
+
+std::vector<AccountingRow> Transaction::accounting(const AccountingQuery& query, TimePoint now) {
+    const std::string group = query.by == AccountingGroup::user ? "b.user" : "b.pool";
+    std::map<std::string, AccountingRow> rows;
+    // The holds that overlap the range: those not ended before it (index buffers_ended) that
+    // began before its end. Byte-seconds in floating point: bytes times nanoseconds overflow.
+    Query held = impl_.db.query(
+        "SELECT " + group +
+        ", COUNT(*), TOTAL(b.failure <> ''),"
+        " TOTAL(b.allocated_bytes * ((MIN(COALESCE(b.ended, ?3), ?2) - MAX(b.held_since, ?1))"
+        " / 1e9)) FROM buffers b WHERE (b.ended > ?1 OR b.ended IS NULL)"
+        " AND b.held_since < ?2" +
+        accounting_filter(query) + " GROUP BY 1");
+    held.bind(1, to_nanos(query.since)).bind(2, to_nanos(query.until)).bind(3, to_nanos(now));
+    bind_accounting_filter(held, query);
+    while (held.step()) {
+        AccountingRow& row = rows[held.text(0)];
+        row.name = held.text(0);
+        row.buffers = held.unsigned_integer(1);
+        row.failed_buffers = static_cast<std::uint64_t>(held.real(2));
+        row.byte_seconds = std::max(0.0, held.real(3));
+    }
+    // The stage runs that ended within the range (index stage_runs_ended), with their buffers'
+    // user and pool.
+    Query staged = impl_.db.query(
+        "SELECT " + group +
+        ", s.direction, COUNT(*), TOTAL(s.failed), TOTAL(s.files), TOTAL(s.bytes),"
+        " TOTAL(s.ended - s.started) / 1e9, MAX(s.ended - s.started) / 1e9"
+        " FROM stage_runs s JOIN buffers b ON b.id = s.record"
+        " WHERE s.ended >= ?1 AND s.ended < ?2" +
+        accounting_filter(query) + " GROUP BY 1, 2");
+    staged.bind(1, to_nanos(query.since)).bind(2, to_nanos(query.until));
+    bind_accounting_filter(staged, query);
+    while (staged.step()) {
+        AccountingRow& row = rows[staged.text(0)];
+        row.name = staged.text(0);
+        StageTotals& totals = staged.text(1) == "in" ? row.in : row.out;
+        totals.runs = staged.unsigned_integer(2);
+        totals.failed = static_cast<std::uint64_t>(staged.real(3));
+        totals.files = static_cast<std::uint64_t>(staged.real(4));
+        totals.bytes = static_cast<std::uint64_t>(staged.real(5));
+        totals.seconds = staged.real(6);
+        totals.max_seconds = staged.real(7);
+    }
+    std::vector<AccountingRow> result;
+    result.reserve(rows.size());
+    for (auto& [name, row] : rows)
+        result.push_back(std::move(row));
+    return result;
+}
+
+void Transaction::for_each_hold(const std::string& pool, TimePoint since, TimePoint until,
+                                TimePoint now,
+                                const std::function<void(TimePoint, TimePoint, std::uint64_t)>& fn) {
+    Query q = impl_.db.query(
+        "SELECT b.held_since, COALESCE(b.ended, ?3), b.allocated_bytes FROM buffers b"
+        " WHERE (b.ended > ?1 OR b.ended IS NULL) AND b.held_since < ?2 AND b.pool = ?4");
+    q.bind(1, to_nanos(since)).bind(2, to_nanos(until)).bind(3, to_nanos(now)).bind(4, pool);
+    while (q.step())
+        fn(from_nanos(q.integer(0)), from_nanos(q.integer(1)), q.unsigned_integer(2));
+}
+
 // ---- read-only queries added for status views (lib/bbkit/status.*) -------------------------
 
 std::uint64_t Transaction::persistent_used_bytes(const std::string& pool) {
@@ -1325,9 +1423,9 @@ void WriteTransaction::insert_buffer(Buffer& buffer) {
         "INSERT INTO buffers (pool, requested_bytes, allocated_bytes, uid, gid, user, reason,"
         " message, directory, access, type, staging, owner, expires, use_count, lock_pid,"
         " lock_start, reaped, failure, failed, temp_token, key, cluster, job_id, incarnation,"
-        " name, state, entered, created)"
+        " name, state, entered, created, held_since)"
         " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,"
-        " ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)");
+        " ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)");
     bind_mutable(q, buffer);
     q.bind(22, buffer.key.str()).bind(23, buffer.key.cluster);
     if (buffer.key.kind() == BufferKind::job)
@@ -1339,6 +1437,10 @@ void WriteTransaction::insert_buffer(Buffer& buffer) {
     q.bind(27, std::string(to_string(buffer.state)))
         .bind(28, encode_entered(buffer.entered))
         .bind(29, to_nanos(buffer.created));
+    if (holds_space(buffer.state))
+        q.bind(30, to_nanos(buffer.created));
+    else
+        q.bind_null(30);
     try {
         q.run();
     } catch (const Error& error) {
@@ -1415,15 +1517,25 @@ Buffer WriteTransaction::transition(const BufferKey& key, BufferState to, const 
     values[c_reason] = reason;
     values[c_message] = message;
     values[c_entered] = encode_entered(buffer.entered);
+    // The accounting's times (schema 8, not sealed): the hold begins when the buffer first
+    // leaves pending, and ends with a final state.
     Query q = impl_.db.query(
-        "UPDATE buffers SET state = ?1, reason = ?2, message = ?3, entered = ?4, seal = ?6"
-        " WHERE id = ?5");
+        "UPDATE buffers SET state = ?1, reason = ?2, message = ?3, entered = ?4, seal = ?6,"
+        " held_since = COALESCE(held_since, ?7), ended = ?8 WHERE id = ?5");
     q.bind(1, *values[c_state])
         .bind(2, reason)
         .bind(3, message)
         .bind(4, *values[c_entered])
         .bind(5, row.id)
         .bind(6, seal_of(impl_, values));
+    if (holds_space(to))
+        q.bind(7, to_nanos(now));
+    else
+        q.bind_null(7);
+    if (is_final(to))
+        q.bind(8, to_nanos(now));
+    else
+        q.bind_null(8);
     q.run();
     check_one_row(impl_, key.str());
     if (holds_space(from) != holds_space(to))
@@ -1474,6 +1586,21 @@ void WriteTransaction::mark_reaped(const BufferKey& key) {
     check_one_row(impl_, key.str());
     touched_keys_.insert(key.str());
     pools_touched_ = true;
+}
+
+void WriteTransaction::record_stage_run(const BufferKey& key, const StageRun& run) {
+    const Row row = get_row(impl_, key);
+    Query q = impl_.db.query(
+        "INSERT INTO stage_runs (record, direction, started, ended, files, bytes, failed)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+    q.bind(1, row.id)
+        .bind(2, std::string(run.stage_in ? "in" : "out"))
+        .bind(3, to_nanos(run.started))
+        .bind(4, to_nanos(run.ended))
+        .bind(5, run.files)
+        .bind(6, run.bytes)
+        .bind(7, static_cast<std::int64_t>(run.failed ? 1 : 0));
+    q.run();
 }
 
 void WriteTransaction::put_pool(const PoolRecord& pool) {

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -98,6 +99,44 @@ struct HistoryEntry {
     TimePoint time{};
     std::string who;  // the WriteTransaction's holder, e.g. "bb-pool alloc"
     std::string reason;
+};
+
+// One stage-in or stage-out as it ended, kept for the accounting (bbkit(7), HISTORY AND
+// ACCOUNTING): its files and bytes are what it moved, all of them or, failed, up to its last
+// progress.
+struct StageRun {
+    bool stage_in = true;
+    TimePoint started{};
+    TimePoint ended{};
+    std::uint64_t files = 0;
+    std::uint64_t bytes = 0;
+    bool failed = false;
+};
+
+// bb-stat history: what the buffers of each user or pool held and staged within [since, until).
+enum class AccountingGroup { user, pool };
+struct AccountingQuery {
+    TimePoint since{};
+    TimePoint until{};
+    AccountingGroup by = AccountingGroup::user;
+    std::optional<std::string> user;  // only this user's buffers
+    std::optional<std::string> pool;  // only this pool's
+};
+struct StageTotals {
+    std::uint64_t runs = 0;
+    std::uint64_t failed = 0;
+    std::uint64_t files = 0;
+    std::uint64_t bytes = 0;
+    double seconds = 0;      // all runs' time
+    double max_seconds = 0;  // the longest run's
+};
+struct AccountingRow {
+    std::string name;                  // the user's, or the pool's
+    std::uint64_t buffers = 0;         // held space at some time within the range
+    std::uint64_t failed_buffers = 0;  // of those, the ones with a failure recorded
+    double byte_seconds = 0;           // their bytes times the time held within the range
+    StageTotals in;                    // stage runs that ended within the range
+    StageTotals out;
 };
 
 // What rebuild_from_sealed_records() carried into the new state.db.
@@ -214,6 +253,18 @@ class Transaction {
 
     std::vector<HistoryEntry> history(const BufferKey& key);  // oldest first
 
+    // The accounting of `query` (bb-stat history), one row per user or pool with a buffer or
+    // a stage run within the range, by name; a buffer still held counts as held until `now`.
+    // Reads the records as the state owner keeps them (not the seals: root acts on none of it)
+    // in one pass over the buffers held and one over the stage runs within the range, each
+    // through its index, in memory bounded by the number of groups.
+    std::vector<AccountingRow> accounting(const AccountingQuery& query, TimePoint now);
+    // Each buffer of `pool` that held space within [since, until): from when to when (a buffer
+    // still held: until `now`) and its allocated bytes, in no particular order, one row at a
+    // time (bb-stat history --plot).
+    void for_each_hold(const std::string& pool, TimePoint since, TimePoint until, TimePoint now,
+                       const std::function<void(TimePoint, TimePoint, std::uint64_t)>& fn);
+
     // The claim of the controller that may write; none until a bb-pool takeover.
     std::optional<ControllerClaim> controller();
 
@@ -284,6 +335,9 @@ class WriteTransaction : public Transaction {
     void set_run_lock_holder(const BufferKey& key, const std::optional<ProcessId>& holder);
     // The buffer's directory has left trash/: its space stops counting. Only for final states.
     void mark_reaped(const BufferKey& key);
+    // Keeps `run`, a stage of the buffer's that ended, for the accounting. Error(no_input) for an
+    // unknown key.
+    void record_stage_run(const BufferKey& key, const StageRun& run);
 
     // Inserts or updates (path, uuid) a pool; the draining flag of an existing row is kept.
     void put_pool(const PoolRecord& pool);

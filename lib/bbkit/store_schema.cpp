@@ -162,6 +162,33 @@ CREATE TABLE controller (
     since   INTEGER NOT NULL
 );
 )sql",
+    // 8: the accounting (bbkit(7), HISTORY AND ACCOUNTING; bb-stat history): when a buffer's
+    // space began and stopped being held (first left pending; reached a final state), filled
+    // for the records already there from their history, and one row per stage run as it ended
+    // (from this schema on). Neither is in a row's seal: root acts on none of it.
+    R"sql(
+ALTER TABLE buffers ADD COLUMN held_since INTEGER;
+ALTER TABLE buffers ADD COLUMN ended INTEGER;
+UPDATE buffers SET
+    held_since = (SELECT MIN(h.time) FROM history h WHERE h.key = buffers.key
+                  AND h.to_state = 'allocating' AND h.time >= buffers.created),
+    ended = CASE WHEN state IN ('complete', 'deleted') THEN
+        COALESCE((SELECT MIN(h.time) FROM history h WHERE h.key = buffers.key
+                  AND h.to_state = buffers.state AND h.time >= buffers.created), created)
+        END;
+CREATE INDEX buffers_ended ON buffers(ended);
+CREATE TABLE stage_runs (
+    id          INTEGER PRIMARY KEY,
+    record      INTEGER NOT NULL,
+    direction   TEXT NOT NULL CHECK (direction IN ('in', 'out')),
+    started     INTEGER NOT NULL,
+    ended       INTEGER NOT NULL,
+    files       INTEGER NOT NULL,
+    bytes       INTEGER NOT NULL,
+    failed      INTEGER NOT NULL
+);
+CREATE INDEX stage_runs_ended ON stage_runs(ended);
+)sql",
 };
 #undef BBKIT_HOLDING_STATES
 
@@ -228,7 +255,7 @@ std::string digest_of(const std::map<std::string, SchemaObject>& objects) {
 }  // namespace
 
 const char* const current_schema_digest =
-    "227151ce0b0a197b86b36441f6cc9015ff7673df49750e94e8c1fc9c1dcea3e4";
+    "1397f0fdff753857da28cc31d479bf63f04bdc2d75403fa16d2e310bf36ddfa8";
 
 std::string schema_digest(sqlite::Database& db) {
     return digest_of(schema_objects(db));

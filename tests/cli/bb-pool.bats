@@ -726,6 +726,64 @@ wipe_pool() { find "$TEST_DIR/$1" -mindepth 1 -delete; }
   assert_output --partial "less than the pool's capacity 64MiB"
 }
 
+# bb-pool health --monitor (bbkit(7), HEALTH AND MONITORING): a monitoring plugin's answer.
+@test "health --monitor: OK with its perfdata, WARNING for a failed stage, CRITICAL for a pool not mounted" {
+  init_pools
+  run bb-pool health --monitor
+  assert_success
+  assert_line --index 0 "BBKIT OK - 2 pools in service, 0 live buffers | pools=2 buffers=0 stalled=0 teardown_failed=0 findings=0"
+  assert_line "timers: not checked: systemd is not running here"
+  [ -d /run/systemd/system ] && fail "this test expects no systemd (the timers are unit-tested)"
+  # A stage-in whose source is missing: the buffer keeps its failed stage, a warning.
+  U=$(test_user)
+  printf '#!/bin/sh\n#BB_LUA pool=nvme capacity=1G\n#BB_LUA stage_in source=%s destination=$BB_JOB_DIR/x type=file\n' \
+    "$TEST_DIR/missing" >"$TEST_DIR/job.sh"
+  bb-pool alloc --job 5 --user "$U" --script "$TEST_DIR/job.sh" --wait default >/dev/null
+  run bb-stage in --job 5
+  assert_failure
+  run bb-pool health --monitor
+  assert_failure 1
+  assert_line --index 0 --regexp '^BBKIT WARNING - stalled-stage main\.5\.1: .* \| pools=2 buffers=1 stalled=1 teardown_failed=0 findings=1$'
+  assert_line --regexp '^WARNING: stalled-stage main\.5\.1: '
+  # A pool whose file system is gone outranks it.
+  mv "$TEST_DIR/small/.bbkit-pool" "$TEST_DIR/marker"
+  run bb-pool health --monitor
+  assert_failure 2
+  assert_line --index 0 --regexp '^BBKIT CRITICAL - pool small: .*not mounted.* \(and [0-9]+ more\) \| '
+  run bb-pool health --monitor --json
+  assert_failure 2
+  run jq -r '.state, .items[0].state, .stalled_stages' <<<"$output"
+  assert_output "$(printf 'CRITICAL\nCRITICAL\n1')"
+  mv "$TEST_DIR/marker" "$TEST_DIR/small/.bbkit-pool"
+  # A draining pool is an OK item; --no-timers leaves the timers out.
+  bb-teardown --job 5 --hurry >/dev/null 2>&1 || bb-teardown --job 5 >/dev/null
+  bb-pool drain small >/dev/null
+  run bb-pool health --monitor --no-timers
+  assert_success
+  assert_line "OK: pool small: draining (bb-pool resume small ends it)"
+  assert_line "timers: not checked (--no-timers)"
+  # It writes nothing.
+  local before
+  before=$(stat -c %Y "$TEST_DIR/state/state.db")
+  bb-pool health --monitor >/dev/null || true
+  assert_equal "$(stat -c %Y "$TEST_DIR/state/state.db")" "$before"
+  for bad in "--slurm" "--no-timers"; do
+    run bb-pool health $bad
+    assert_failure 64
+    assert_output "bb-pool: --slurm and --no-timers go with --monitor"
+  done
+}
+
+@test "health --monitor --slurm: Slurm that cannot be asked is UNKNOWN (exit 3), nothing torn down" {
+  init_pools
+  command -v squeue >/dev/null || skip "needs Slurm's clients"
+  # Slurm's real clients, with a controller that does not answer (nothing listens there).
+  printf 'ClusterName=main\nSlurmctldHost=localhost\nSlurmctldPort=6999\n' >"$TEST_DIR/slurm.conf"
+  run env SLURM_CONF="$TEST_DIR/slurm.conf" bb-pool health --monitor --slurm --no-timers
+  assert_failure 3
+  assert_line --index 0 --regexp '^BBKIT UNKNOWN - slurm: .*\| pools=2 '
+}
+
 @test "health: a state directory others may write or a broken state.db fails it" {
   init_pools
   chmod 777 "$TEST_DIR/state"

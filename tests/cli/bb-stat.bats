@@ -24,8 +24,9 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
 @test "help lists every view and option of the man page" {
   run bb-stat --help
   assert_success
-  for word in pools buffers sessions instances configurations burst job env \
-              --json --watch --shell --prometheus --config --state-dir --verbose --quiet --version; do
+  for word in pools buffers sessions instances configurations burst job env history \
+              --json --watch --shell --prometheus --config --state-dir --verbose --quiet --version \
+              --since --until --by --user --pool --plot; do
     assert_output --partial -- "$word"
     grep -q -- "${word//-/\\\\-}" "$BBKIT_SOURCE_DIR/man/man1/bb-stat.1" || fail "man page lacks $word"
   done
@@ -40,7 +41,7 @@ open_state_dir() { chmod 0711 "$TEST_DIR/state"; }
 @test "unknown word is a usage error with exit 64" {
   run bb-stat frobnicate
   assert_failure 64
-  assert_output "bb-stat: unknown view 'frobnicate' (pools, buffers, sessions, instances, configurations, activations, burst, job ID, env ID or gres)"
+  assert_output "bb-stat: unknown view 'frobnicate' (pools, buffers, sessions, instances, configurations, activations, burst, job ID, env ID, gres or history)"
 }
 
 @test "job without a numeric ID and extra words are usage errors" {
@@ -923,4 +924,118 @@ envfile() {
   assert_failure 64
   run bb-stat pools --shell
   assert_failure 64
+}
+
+# --- history: the accounting (bbkit(7), HISTORY AND ACCOUNTING) -------------------------------
+
+# A job of the test user ($U) with a stage-in of a real file and a stage-out, then torn down.
+history_job() {
+  local id=$1
+  mkdir -p "$TEST_DIR/nvme" "$TEST_DIR/small" "$TEST_DIR/pfs$id"
+  bb-pool init nvme >/dev/null
+  chown "$U" "$TEST_DIR/pfs$id"
+  runuser -u "$U" -- sh -c "head -c 300000 /dev/zero >'$TEST_DIR/pfs$id/in.dat'"
+  cat >"$TEST_DIR/job$id.sh" <<SCRIPT
+#!/bin/sh
+#BB_LUA pool=nvme capacity=1G
+#BB_LUA stage_in source=$TEST_DIR/pfs$id/in.dat destination=\$BB_JOB_DIR/in.dat type=file
+#BB_LUA stage_out source=\$BB_JOB_DIR/in.dat destination=$TEST_DIR/pfs$id/out.dat type=file
+SCRIPT
+  bb-pool alloc --job "$id" --user "$U" --script "$TEST_DIR/job$id.sh" --wait default >/dev/null
+  bb-stage in --job "$id" >/dev/null
+  bb-stage pre-run --job "$id" >/dev/null
+  bb-stage post-run --job "$id" >/dev/null
+  bb-stage out --job "$id" >/dev/null
+  bb-teardown --job "$id" >/dev/null
+}
+
+@test "history sums what each user held and staged, as a table and as JSON" {
+  U=$(test_user)
+  history_job 41
+  history_job 42
+  run bb-stat history
+  assert_success
+  assert_line --index 0 --regexp "^history from [0-9-]{10}T00:00:00 to [0-9T:-]{19} by user\$"
+  assert_line --index 1 --regexp '^USER +BUFFERS +GIB-HOURS +IN +IN-SIZE +IN-FILES +IN-MEAN +IN-MAX +OUT +OUT-SIZE +OUT-FILES +OUT-MEAN +OUT-MAX +FAILED$'
+  assert_line --regexp "^$U +2 +0\.00 +2 +585\.9KiB +2 .* 2 +585\.9KiB +2 .* 0\$"
+  assert_line --regexp '^TOTAL +2 '
+  run bb-stat history --json --by pool
+  assert_success
+  run jq -c '[.by, (.rows[] | [.name, .buffers, .stage_in.runs, .stage_in.bytes, .stage_in.files, .stage_out.bytes, .stage_in.failed]), .total.buffers]' <<<"$output"
+  assert_output '["pool",["nvme",2,2,600000,2,600000,0],2]'
+  # A range before them holds nothing; one user's filter keeps only theirs.
+  run bb-stat history --since 2001-01-01 --until 2001-01-02
+  assert_success
+  assert_line --index 1 "no buffers in the range"
+  run bb-stat history --user nobody-at-all --since now-1hour
+  assert_line --index 1 "no buffers in the range"
+  run bb-stat history --user "$U" --since "@$(($(date +%s) - 3600))" --json
+  run jq -r '.rows[0].name' <<<"$output"
+  assert_output "$U"
+}
+
+@test "history counts a failed stage and the buffer that failed" {
+  U=$(test_user)
+  mkdir -p "$TEST_DIR/nvme"
+  bb-pool init nvme >/dev/null
+  printf '#!/bin/sh\n#BB_LUA pool=nvme capacity=1G\n#BB_LUA stage_in source=%s destination=$BB_JOB_DIR/x type=file\n' \
+    "$TEST_DIR/missing" >"$TEST_DIR/job.sh"
+  bb-pool alloc --job 5 --user "$U" --script "$TEST_DIR/job.sh" --wait default >/dev/null
+  run bb-stage in --job 5
+  assert_failure
+  run bb-stat history --json
+  run jq -c '[.rows[0].failed_buffers, .rows[0].stage_in.runs, .rows[0].stage_in.failed]' <<<"$output"
+  assert_output '[1,1,1]'
+}
+
+@test "history refuses bad times, ranges, groupings and options of other views, exit 64" {
+  for bad in "--since yesterday" "--since now-7fortnights" "--until 2026-02-30" \
+    "--since now --until now-1day" "--by job" "--plot" "pools --since today" \
+    "buffers --by user" "history --prometheus -" "history --for-uid 0" "history --dws" \
+    "--dwstat --since today" "history --plot - --json"; do
+    case $bad in --*) eval "run bb-stat history $bad" ;; *) eval "run bb-stat $bad" ;; esac
+    [ "$status" -eq 64 ] || fail "bb-stat $bad: $status $output"
+    [ "${#lines[@]}" -eq 1 ] || fail "bb-stat $bad: more than one line: $output"
+  done
+  run bb-stat history --since yesterday
+  assert_output "bb-stat: 'yesterday' is not a time: write YYYY-MM-DD[THH:MM[:SS]], now[-COUNT[seconds|minutes|hours|days|weeks]], today or @SECONDS"
+  run bb-stat history --since now --until now-1day
+  assert_output --regexp '^bb-stat: the range ends \(--until [0-9T:-]+\) before it starts \(--since [0-9T:-]+\)$'
+}
+
+@test "history is root's and the state owner's: anyone else gets 77 and no rows" {
+  U=$(test_user)
+  open_state_dir
+  run runuser -u "$U" -- bb-stat history
+  assert_failure 77
+  assert_output "bb-stat: the history is read from state.db: run this as root or as the state directory's owner (root)"
+}
+
+@test "history --plot draws a pool's use as SVG, replaces only its own picture, and - prints it" {
+  U=$(test_user)
+  history_job 43
+  run bb-stat history --plot - --pool nvme --since now-1hour
+  assert_success
+  assert_line --index 0 --regexp '^<!-- bbkit pool use: nvme from '
+  assert_output --partial '<svg xmlns="http://www.w3.org/2000/svg"'
+  assert_output --partial 'capacity 100GiB'
+  refute_output --partial 'USER'
+  # Two pools configured: which one must be said.
+  run bb-stat history --plot "$TEST_DIR/use.svg"
+  assert_failure 64
+  assert_output "bb-stat: --plot draws one pool: name it with --pool"
+  run bb-stat history --plot "$TEST_DIR/use.svg" --pool nope
+  assert_failure 66
+  bb-stat history --plot "$TEST_DIR/use.svg" --pool nvme >/dev/null
+  grep -q '</svg>' "$TEST_DIR/use.svg"
+  bb-stat history --plot "$TEST_DIR/use.svg" --pool nvme >/dev/null  # its own: replaced
+  # Anything else there is left as it is.
+  echo "precious" >"$TEST_DIR/other.txt"
+  ln -s "$TEST_DIR/other.txt" "$TEST_DIR/link.svg"
+  for target in other.txt link.svg; do
+    run bb-stat history --plot "$TEST_DIR/$target" --pool nvme
+    assert_failure 73
+  done
+  [ "$(cat "$TEST_DIR/other.txt")" = precious ]
+  [ -L "$TEST_DIR/link.svg" ]
 }

@@ -65,6 +65,16 @@ complete_words() {  # complete_words WORD... : COMPREPLY for the last word, one 
   assert_output "paths"
   run complete_words bb-stat --pro
   assert_output -- "--prometheus"
+  run complete_words bb-stat hi
+  assert_output "history"
+  run complete_words bb-stat history --by ""
+  assert_output $'user\npool'
+  run complete_words bb-stat history --since now-7
+  assert_output "now-7days"
+  run complete_words bb-stat history --pl
+  assert_output -- "--plot"
+  run complete_words bb-pool health --mon
+  assert_output -- "--monitor"
 }
 
 @test "no state directory completes no pool and prints nothing" {

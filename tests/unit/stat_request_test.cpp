@@ -2,10 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "bbkit/time_spec.hpp"
 #include "code_of.hpp"
 
 namespace bbkit {
@@ -53,12 +56,73 @@ TEST(StatRequest, JobAndEnvTakeOneJobId) {
     EXPECT_EQ(env.job_id, 7u);
 }
 
+TEST(StatRequest, HistoryDefaultsToTodayByUserAndReadsItsRange) {
+    const TimePoint now = std::chrono::system_clock::from_time_t(1764000000);
+    StatRequest r = parse_stat_request(words({"history"}), now);
+    EXPECT_EQ(r.view, StatView::history);
+    EXPECT_EQ(r.accounting.since, start_of_day(now));
+    EXPECT_EQ(r.accounting.until, now);
+    EXPECT_EQ(r.accounting.by, AccountingGroup::user);
+    StatOptions options = words({"history"});
+    options.since = "now-7days";
+    options.until = "@1763990000";
+    options.by = "pool";
+    options.user = "alice";
+    options.pool = "nvme";
+    r = parse_stat_request(options, now);
+    EXPECT_EQ(r.accounting.since, now - std::chrono::hours(24 * 7));
+    EXPECT_EQ(r.accounting.until, std::chrono::system_clock::from_time_t(1763990000));
+    EXPECT_EQ(r.accounting.by, AccountingGroup::pool);
+    EXPECT_EQ(r.accounting.user, "alice");
+    EXPECT_EQ(r.accounting.pool, "nvme");
+}
+
+// Every history option with every other view, and every option history does not take: 64.
+TEST(StatRequest, HistoryOptionsGoWithHistoryAlone) {
+    const std::vector<std::function<void(StatOptions&)>> history_options{
+        [](StatOptions& o) { o.since = "today"; }, [](StatOptions& o) { o.until = "now"; },
+        [](StatOptions& o) { o.by = "user"; },     [](StatOptions& o) { o.user = "alice"; },
+        [](StatOptions& o) { o.pool = "nvme"; },   [](StatOptions& o) { o.plot = "x.svg"; }};
+    for (const char* view : {"pools", "buffers", "sessions", "burst", "activations"})
+        for (const auto& set : history_options) {
+            StatOptions options = words({view});
+            set(options);
+            EXPECT_EQ(refused(options), ExitCode::usage) << view;
+            options.words.clear();
+            options.dwstat = true;
+            EXPECT_EQ(refused(options), ExitCode::usage) << view;
+        }
+    const std::vector<std::function<void(StatOptions&)>> other_options{
+        [](StatOptions& o) { o.prometheus = "-"; }, [](StatOptions& o) { o.for_uid = 0; },
+        [](StatOptions& o) { o.for_anyone = true; }, [](StatOptions& o) { o.dws = true; },
+        [](StatOptions& o) { o.shell = true; },      [](StatOptions& o) { o.slurm_jobs = ""; },
+        [](StatOptions& o) { o.by = "job"; },        [](StatOptions& o) { o.since = "soon"; },
+        [](StatOptions& o) {
+            o.plot = "-";
+            o.json = true;
+        },
+        [](StatOptions& o) {
+            o.plot = "x.svg";
+            o.watch = 5;
+        },
+        [](StatOptions& o) {
+            o.since = "now";
+            o.until = "now-1";
+        }};
+    for (const auto& set : other_options) {
+        StatOptions options = words({"history"});
+        set(options);
+        EXPECT_EQ(refused(options), ExitCode::usage);
+    }
+    EXPECT_EQ(refused(words({"history", "extra"})), ExitCode::usage);
+}
+
 TEST(StatRequest, UnknownViewNamesTheViews) {
     std::string message;
     EXPECT_EQ(refused(words({"frobnicate"}), &message), ExitCode::usage);
     EXPECT_EQ(message,
               "unknown view 'frobnicate' (pools, buffers, sessions, instances, "
-              "configurations, activations, burst, job ID, env ID or gres)");
+              "configurations, activations, burst, job ID, env ID, gres or history)");
     EXPECT_EQ(refused(words({"POOLS"})), ExitCode::usage);  // names are exact
     EXPECT_EQ(refused(words({"most"})), ExitCode::usage);   // dwstat's, with --dwstat only
 }

@@ -106,7 +106,7 @@ TEST_F(StoreSchemaTest, migrating_from_schema_1_keeps_the_rows_and_records_the_v
         "DROP INDEX buffers_persistent; DROP TABLE pool_usage; ALTER TABLE buffers DROP "
         "COLUMN failure; ALTER TABLE buffers DROP COLUMN failed; ALTER TABLE buffers DROP COLUMN "
         "seal;"
-        " ALTER TABLE buffers DROP COLUMN temp_token; DROP TABLE controller; PRAGMA user_version = "
+        " ALTER TABLE buffers DROP COLUMN temp_token; DROP TABLE controller; DROP INDEX buffers_ended; DROP TABLE stage_runs; ALTER TABLE buffers DROP COLUMN held_since; ALTER TABLE buffers DROP COLUMN ended; PRAGMA user_version = "
         "1",
         "going back to schema 1");
     ASSERT_EQ(schema_version(db_), 1);
@@ -129,11 +129,41 @@ TEST_F(StoreSchemaTest, migrating_from_schema_4_gives_existing_rows_no_failure) 
         "ALTER TABLE buffers DROP COLUMN failure; ALTER TABLE buffers DROP COLUMN failed; ALTER "
         "TABLE buffers DROP COLUMN seal;"
         " ALTER TABLE buffers DROP COLUMN temp_token;"
-        " DROP TABLE controller; PRAGMA user_version = 4",
+        " DROP TABLE controller; DROP INDEX buffers_ended; DROP TABLE stage_runs; ALTER TABLE buffers DROP COLUMN held_since; ALTER TABLE buffers DROP COLUMN ended; PRAGMA user_version = 4",
         "going back to schema 4");
     migrate_schema(db_);
     EXPECT_EQ(schema_version(db_), state_schema_version());
     EXPECT_EQ(number("SELECT COUNT(*) FROM buffers WHERE failure = '' AND failed IS NULL"), 3);
+}
+
+// Schema 8 adds the accounting's hold times, filled from each record's history: when it first
+// became allocating at or after its creation, and for a final record when it reached its state
+// (a record without that history: its creation time); live ones have not ended.
+TEST_F(StoreSchemaTest, migrating_from_schema_7_fills_the_hold_times_from_the_history) {
+    migrate_schema(db_);
+    add_rows();
+    db_.exec(
+        "DROP INDEX buffers_ended; DROP TABLE stage_runs; ALTER TABLE buffers DROP COLUMN "
+        "held_since; ALTER TABLE buffers DROP COLUMN ended; PRAGMA user_version = 7;"
+        // main.2.1: allocating at 5, complete at 9 (an older record of the same key's history
+        // at 0 and 1 is before its creation, 2, and is not its own).
+        "INSERT INTO history (key, from_state, to_state, time, who) VALUES"
+        " ('main.2.1', NULL, 'allocating', 0, 't'), ('main.2.1', 'allocated', 'complete', 1, "
+        "'t'), ('main.2.1', NULL, 'allocating', 5, 't'), ('main.2.1', 'teardown', "
+        "'complete', 9, 't'), ('main.1.1', NULL, 'allocating', 4, 't');",
+        "going back to schema 7");
+    migrate_schema(db_);
+    EXPECT_EQ(schema_version(db_), state_schema_version());
+    EXPECT_EQ(number("SELECT held_since FROM buffers WHERE key = 'main.2.1'"), 5);
+    EXPECT_EQ(number("SELECT ended FROM buffers WHERE key = 'main.2.1'"), 9);
+    EXPECT_EQ(number("SELECT held_since FROM buffers WHERE key = 'main.1.1'"), 4);
+    EXPECT_EQ(number("SELECT ended IS NULL FROM buffers WHERE key = 'main.1.1'"), 1);
+    // No history at all: not known to have held, not ended.
+    EXPECT_EQ(number("SELECT held_since IS NULL AND ended IS NULL FROM buffers WHERE key = "
+                     "'main.p'"),
+              1);
+    EXPECT_TRUE(has("stage_runs"));
+    EXPECT_TRUE(has("buffers_ended"));
 }
 
 TEST_F(StoreSchemaTest, refuses_a_newer_schema) {

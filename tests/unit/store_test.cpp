@@ -1155,7 +1155,7 @@ TEST_F(StateStoreTest, migrations_3_and_4_fill_pool_usage_and_writes_keep_it) {
                   db,
                   "DROP TABLE pool_usage; ALTER TABLE buffers DROP COLUMN failure;"
                   " ALTER TABLE buffers DROP COLUMN failed; ALTER TABLE buffers DROP COLUMN seal;"
-                  " ALTER TABLE buffers DROP COLUMN temp_token; DROP TABLE controller; PRAGMA "
+                  " ALTER TABLE buffers DROP COLUMN temp_token; DROP TABLE controller; DROP INDEX buffers_ended; DROP TABLE stage_runs; ALTER TABLE buffers DROP COLUMN held_since; ALTER TABLE buffers DROP COLUMN ended; PRAGMA "
                   "user_version = 2",
                   nullptr, nullptr, nullptr),
               SQLITE_OK);

@@ -10,6 +10,7 @@
 
 #include "bbkit/error.hpp"
 #include "bbkit/health.hpp"
+#include "bbkit/monitor.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/reconcile.hpp"
 #include "bbkit/recovery.hpp"
@@ -39,6 +40,8 @@ struct Options {
     bool apply = false;
     bool replace = false;
     HealthScope health;
+    bool monitor = false;  // health: bbkit(7), HEALTH AND MONITORING
+    bool no_timers = false;
     std::optional<std::string> slurm_jobs;       // check: bbkit(7), NODE-LOCAL POOLS, Counts agree
     std::optional<std::string> slurm_node_gres;  // check
     bool release = false;                        // takeover
@@ -262,10 +265,34 @@ Subcommand health_command(Options& o) {
         sub.add_option("--trust", o.health.trusted_files,
                        "A program or script that must be root's alone (repeatable)")
             ->allow_extra_args(false);
+        sub.add_flag("--monitor", o.monitor,
+                     "Everything a monitoring system watches (also bb-pool check's findings, "
+                     "failed teardowns, bbkit's systemd timers), as a monitoring plugin: first "
+                     "line BBKIT OK|WARNING|CRITICAL, exit 0, 1, 2 (3: unknown)");
+        sub.add_flag("--slurm", o.slurm,
+                     "With --monitor: also the job buffers Slurm no longer knows or lost "
+                     "(squeue, as bb-pool reconcile --slurm)");
+        sub.add_flag("--no-timers", o.no_timers, "With --monitor: leave systemd's timers out");
         sub.add_flag("--json", o.json, "Print JSON");
     };
     command.reads = always;
     command.run = [&o](StateStore& store, const Config& config, const std::string&) {
+        if ((o.slurm || o.no_timers) && !o.monitor)
+            throw Error(ExitCode::usage, "--slurm and --no-timers go with --monitor");
+        if (o.monitor) {
+            MonitorOptions options;
+            options.health = o.health;
+            options.timers = !o.no_timers;
+            std::optional<SlurmClients> slurm;
+            if (o.slurm)
+                options.slurm = &slurm.emplace();
+            const MonitorReport report = monitor(store, config, options);
+            if (o.json)
+                print(monitor_json(report));
+            else
+                std::cout << monitor_text(report);
+            return static_cast<int>(report.state());
+        }
         const HealthReport report = check_health(store, config, o.health);
         if (o.json)
             print(health_json(report));

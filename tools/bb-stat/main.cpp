@@ -8,8 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "bbkit/accounting.hpp"
 #include "bbkit/config.hpp"
 #include "bbkit/dws_render.hpp"
+#include "bbkit/fsops.hpp"
+#include "bbkit/history_render.hpp"
 #include "bbkit/render.hpp"
 #include "bbkit/stat_render.hpp"
 #include "bbkit/stat_request.hpp"
@@ -76,6 +79,7 @@ void print_view(const StatRequest& request, const StatusSnapshot& snapshot, cons
         case StatView::job:
         case StatView::env:
         case StatView::gres:
+        case StatView::history:
             return;  // printed by run()
     }
 }
@@ -141,7 +145,28 @@ int run_env(const Config& config, const StatRequest& request, const StatOptions&
     return 0;
 }
 
+// The accounting of the range, and with --plot the picture of a pool's use (--pool, or the
+// one pool configured).
+int show_history(const Config& config, const StatRequest& request, const StatOptions& options) {
+    const AccountingReport report = query_accounting(config, geteuid(), request.accounting);
+    if (options.plot) {
+        const std::string pool = plotted_pool(config, request.accounting);
+        const PoolUse use = query_pool_use(config, geteuid(), pool, request.accounting.since,
+                                           request.accounting.until, plot_slots);
+        write_plot(*options.plot, pool_use_svg(use));
+        if (standard_output("--plot", *options.plot))
+            return 0;
+    }
+    if (options.json)
+        print_json(history_json(report));
+    else
+        std::cout << history_text(report);
+    return 0;
+}
+
 int show(const Config& config, const StatRequest& request, const StatOptions& options) {
+    if (request.view == StatView::history)
+        return show_history(config, request, options);
     const StatusAnswer answer = query_status(config, geteuid(), status_query(request, options));
     if (request.dwstat_view) {
         // DataWarp's dwstat, exactly: every table it is asked for from one snapshot read once
@@ -202,7 +227,7 @@ int main(int argc, char** argv) {
     StatOptions options;
     app.add_option("VIEW", options.words,
                    "pools (default), buffers, sessions, instances, configurations, burst, job "
-                   "ID, env ID, or gres");
+                   "ID, env ID, gres, or history");
     app.add_flag("--json", options.json, "Print the view as JSON");
     app.add_option("--watch", options.watch,
                    "Print the view again every SECONDS (1 to 3600) until interrupted, as watch(1) "
@@ -237,6 +262,24 @@ int main(int argc, char** argv) {
     app.add_flag("--slurm-update", options.slurm_update,
                  "gres: print only the Gres= for scontrol update NodeName=NODE that makes "
                  "Slurm's counts bbkit's (nothing when they agree)");
+    app.add_option("--since", options.since,
+                   "history: from TIME (sacct's forms: YYYY-MM-DD[THH:MM[:SS]], "
+                   "now[-COUNT[seconds|minutes|hours|days|weeks]], today, @SECONDS; default "
+                   "today)")
+        ->type_name("TIME");
+    app.add_option("--until", options.until, "history: up to TIME (default now)")
+        ->type_name("TIME");
+    app.add_option("--by", options.by, "history: one row per user (the default) or per pool")
+        ->type_name("user|pool");
+    app.add_option("--user", options.user, "history: only this user's buffers")
+        ->type_name("NAME");
+    app.add_option("--pool", options.pool, "history: only this pool's buffers")
+        ->type_name("POOL");
+    add_file_option(app, common, "--plot", options.plot,
+                    "history: draw the pool's use over the range (--pool, or the one pool) as "
+                    "SVG to FILE, or to standard output for -; FILE must be new or a picture "
+                    "bb-stat drew (refused through sudo)")
+        ->type_name("FILE");
     add_file_option(app, common, "--prometheus", options.prometheus,
                     "Write metrics in Prometheus text format to FILE, atomically, or to standard "
                     "output for -; FILE must be new or a metrics file bb-stat wrote (prints the "
@@ -265,6 +308,10 @@ int main(int argc, char** argv) {
         "                  Slurm should hold (for a draining pool, only what its jobs hold)\n"
         "                  and with --slurm-node-gres Slurm's ('*': it differs);\n"
         "                  --slurm-update: only the Gres= that makes Slurm's count bbkit's\n"
+        "  history         what each user (--by pool: each pool) held and staged from\n"
+        "                  --since to --until: buffers, GiB-hours, stage-in and stage-out\n"
+        "                  runs with size, files, mean and longest time, failed buffers\n"
+        "                  (root and the state directory's owner; --plot: a pool's use)\n"
         "The state directory's owner and root read the database; other users read public/.\n");
 
     return run_tool("bb-stat", app, argc, argv, common,
