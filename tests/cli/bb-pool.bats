@@ -779,9 +779,14 @@ wipe_pool() { find "$TEST_DIR/$1" -mindepth 1 -delete; }
   command -v squeue >/dev/null || skip "needs Slurm's clients"
   # Slurm's real clients, with a controller that does not answer (nothing listens there).
   printf 'ClusterName=main\nSlurmctldHost=localhost\nSlurmctldPort=6999\n' >"$TEST_DIR/slurm.conf"
+  # Without a job buffer there is nothing to ask Slurm about.
+  run env SLURM_CONF="$TEST_DIR/slurm.conf" bb-pool health --monitor --slurm --no-timers
+  assert_success
+  bb-pool alloc --job 7 --user "$(id -un)" --capacity 1GiB >/dev/null
   run env SLURM_CONF="$TEST_DIR/slurm.conf" bb-pool health --monitor --slurm --no-timers
   assert_failure 3
-  assert_line --index 0 --regexp '^BBKIT UNKNOWN - slurm: .*\| pools=2 '
+  assert_line --index 0 --regexp '^BBKIT UNKNOWN - slurm: .*\| pools=2 buffers=1 '
+  [ "$(used_of nvme)" -eq $((1024 * 1024 * 1024)) ] || fail "the buffer is gone"
 }
 
 @test "health: a state directory others may write or a broken state.db fails it" {

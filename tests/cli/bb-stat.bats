@@ -957,7 +957,7 @@ SCRIPT
   assert_success
   assert_line --index 0 --regexp "^history from [0-9-]{10}T00:00:00 to [0-9T:-]{19} by user\$"
   assert_line --index 1 --regexp '^USER +BUFFERS +GIB-HOURS +IN +IN-SIZE +IN-FILES +IN-MEAN +IN-MAX +OUT +OUT-SIZE +OUT-FILES +OUT-MEAN +OUT-MAX +FAILED$'
-  assert_line --regexp "^$U +2 +0\.00 +2 +585\.9KiB +2 .* 2 +585\.9KiB +2 .* 0\$"
+  assert_line --regexp "^$U +2 +0\.00 +2 +586KiB +2 .* 2 +586KiB +2 .* 0\$"
   assert_line --regexp '^TOTAL +2 '
   run bb-stat history --json --by pool
   assert_success
