@@ -5,6 +5,7 @@
 
 #include "bbkit/access.hpp"
 #include "bbkit/error.hpp"
+#include "bbkit/time_spec.hpp"
 #include "bbkit/user.hpp"
 
 namespace bbkit {
@@ -18,11 +19,6 @@ void require_reader(const Config& config, uid_t caller) {
                     "the history is read from state.db: run this as root or as the state "
                     "directory's owner (" +
                         config.state_owner + ")");
-}
-
-void check_range(TimePoint since, TimePoint until) {
-    if (until <= since)
-        throw Error(ExitCode::usage, "the range ends (--until) before it starts (--since)");
 }
 
 void add(StageTotals& sum, const StageTotals& part) {
@@ -40,11 +36,18 @@ double seconds_between(TimePoint from, TimePoint to) {
 
 }  // namespace
 
+void check_range(TimePoint since, TimePoint until) {
+    if (until <= since)
+        throw Error(ExitCode::usage, "the range ends (--until " + slurm_time(until) +
+                                         ") before it starts (--since " + slurm_time(since) + ")");
+}
+
 double gib_hours(double byte_seconds) {
     return byte_seconds / (1024.0 * 1024.0 * 1024.0) / 3600.0;
 }
 
-AccountingReport query_accounting(const Config& config, uid_t caller, const AccountingQuery& query) {
+AccountingReport query_accounting(const Config& config, uid_t caller,
+                                  const AccountingQuery& query) {
     check_range(query.since, query.until);
     require_reader(config, caller);
     AccountingReport report;
@@ -52,6 +55,7 @@ AccountingReport query_accounting(const Config& config, uid_t caller, const Acco
     report.now = std::chrono::system_clock::now();
     StoreOptions read_only;
     read_only.read_only = true;
+    read_only.no_mmap = true;
     StateStore store(config, read_only);
     ReadSnapshot txn(store);
     report.rows = txn.accounting(query, report.now);
@@ -73,8 +77,8 @@ std::string plotted_pool(const Config& config, const AccountingQuery& query) {
     throw Error(ExitCode::usage, "--plot draws one pool: name it with --pool");
 }
 
-PoolUse query_pool_use(const Config& config, uid_t caller, const std::string& pool,
-                       TimePoint since, TimePoint until, std::size_t slots) {
+PoolUse query_pool_use(const Config& config, uid_t caller, const std::string& pool, TimePoint since,
+                       TimePoint until, std::size_t slots) {
     check_range(since, until);
     const PoolConfig* configured = config.find_pool(pool);
     if (configured == nullptr)
@@ -97,6 +101,7 @@ PoolUse query_pool_use(const Config& config, uid_t caller, const std::string& po
     };
     StoreOptions read_only;
     read_only.read_only = true;
+    read_only.no_mmap = true;
     StateStore store(config, read_only);
     ReadSnapshot txn(store);
     txn.for_each_hold(pool, since, until, std::chrono::system_clock::now(),

@@ -23,6 +23,10 @@ struct AccountingReport {
     AccountingRow total;              // every row's sums ("" as its name)
 };
 
+// Error(usage) naming both times when the range [since, until) is empty: it ends before it
+// starts.
+void check_range(TimePoint since, TimePoint until);
+
 // A GiB-hour: 2^30 bytes held for 3600 s.
 double gib_hours(double byte_seconds);
 
@@ -48,7 +52,7 @@ std::string plotted_pool(const Config& config, const AccountingQuery& query);
 
 // Error(no_input) for a pool not configured, Error(no_perm) as query_accounting. One pass over
 // the holds that overlap the range, memory of the slots alone.
-PoolUse query_pool_use(const Config& config, uid_t caller, const std::string& pool,
-                       TimePoint since, TimePoint until, std::size_t slots);
+PoolUse query_pool_use(const Config& config, uid_t caller, const std::string& pool, TimePoint since,
+                       TimePoint until, std::size_t slots);
 
 }  // namespace bbkit

@@ -80,11 +80,21 @@ std::string xml_text(const std::string& text) {
     std::string out;
     for (const char c : text) {
         switch (c) {
-            case '&': out += "&amp;"; break;
-            case '<': out += "&lt;"; break;
-            case '>': out += "&gt;"; break;
-            case '"': out += "&quot;"; break;
-            case '\'': out += "&apos;"; break;
+            case '&':
+                out += "&amp;";
+                break;
+            case '<':
+                out += "&lt;";
+                break;
+            case '>':
+                out += "&gt;";
+                break;
+            case '"':
+                out += "&quot;";
+                break;
+            case '\'':
+                out += "&apos;";
+                break;
             default:
                 if (static_cast<unsigned char>(c) >= 0x20 && c != 0x7f)
                     out += c;
@@ -166,14 +176,14 @@ std::string pool_use_svg(const PoolUse& use) {
     const std::size_t slots = use.mean_bytes.size();
     const auto y_of = [&](double bytes) { return top + h - h * bytes / ceiling; };
     const auto x_of = [&](std::size_t slot) {
-        return left + w * static_cast<double>(slot) / static_cast<double>(std::max<std::size_t>(
-                                                          slots, 1));
+        return left +
+               w * static_cast<double>(slot) / static_cast<double>(std::max<std::size_t>(slots, 1));
     };
     std::ostringstream svg;
-    svg << pool_use_first_line << ": " << xml_text(use.pool) << " from "
-        << slurm_time(use.since) << " to " << slurm_time(use.until) << " -->\n";
-    svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\""
-        << height << "\" viewBox=\"0 0 " << width << ' ' << height
+    svg << pool_use_first_line << ": " << xml_text(use.pool) << " from " << slurm_time(use.since)
+        << " to " << slurm_time(use.until) << " -->\n";
+    svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+        << "\" viewBox=\"0 0 " << width << ' ' << height
         << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
     svg << "<title>Pool " << xml_text(use.pool) << ": space held</title>\n";
     svg << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
@@ -191,13 +201,12 @@ std::string pool_use_svg(const PoolUse& use) {
     // The capacity, the axes and their labels.
     const double cap_y = y_of(static_cast<double>(use.capacity));
     svg << "<line x1=\"" << left << "\" y1=\"" << fixed(cap_y, 1) << "\" x2=\"" << left + w
-        << "\" y2=\"" << fixed(cap_y, 1)
-        << "\" stroke=\"#e15759\" stroke-dasharray=\"6 4\"/>\n";
+        << "\" y2=\"" << fixed(cap_y, 1) << "\" stroke=\"#e15759\" stroke-dasharray=\"6 4\"/>\n";
     svg << "<text x=\"" << left + w << "\" y=\"" << fixed(cap_y - 4, 1)
         << "\" text-anchor=\"end\" fill=\"#e15759\">capacity " << approximate_size(use.capacity)
         << "</text>\n";
-    svg << "<path fill=\"none\" stroke=\"black\" d=\"M" << left << ',' << top << " L" << left
-        << ',' << top + h << " L" << left + w << ',' << top + h << "\"/>\n";
+    svg << "<path fill=\"none\" stroke=\"black\" d=\"M" << left << ',' << top << " L" << left << ','
+        << top + h << " L" << left + w << ',' << top + h << "\"/>\n";
     for (int i = 0; i <= 4; ++i) {
         const double bytes = ceiling * i / 4;
         svg << "<text x=\"" << left - 6 << "\" y=\"" << fixed(y_of(bytes) + 4, 1)
@@ -208,8 +217,11 @@ std::string pool_use_svg(const PoolUse& use) {
     for (int i = 0; i <= 4; ++i) {
         const TimePoint at = use.since + (use.until - use.since) * i / 4;
         svg << "<text x=\"" << fixed(left + w * i / 4, 1) << "\" y=\"" << top + h + 18
-            << "\" text-anchor=\"" << (i == 0 ? "start" : i == 4 ? "end" : "middle") << "\">"
-            << axis_time(at, range) << "</text>\n";
+            << "\" text-anchor=\""
+            << (i == 0   ? "start"
+                : i == 4 ? "end"
+                         : "middle")
+            << "\">" << axis_time(at, range) << "</text>\n";
     }
     svg << "<text x=\"" << left << "\" y=\"" << height - 12 << "\">peak "
         << approximate_size(static_cast<std::uint64_t>(use.peak_bytes)) << " of "

@@ -63,8 +63,7 @@ void add_timers(MonitorReport& report) {
     report.items.insert(report.items.end(), items.begin(), items.end());
 }
 
-void add_slurm(MonitorReport& report, StateStore& store, const Config& config,
-               SlurmJobs& slurm) {
+void add_slurm(MonitorReport& report, StateStore& store, const Config& config, SlurmJobs& slurm) {
     try {
         const ReconcileResult result =
             reconcile_slurm(store, config, slurm, false, "bb-pool health");
@@ -157,9 +156,9 @@ std::vector<MonitorItem> timer_items(const std::vector<UnitState>& units) {
                              "loaded but " + unit.active_state +
                                  ": nothing runs it (systemctl enable --now " + unit.id + ")"});
         if (!timer && !unit.result.empty() && unit.result != "success")
-            items.push_back({MonitorState::warning, unit.id,
-                             "its last run failed (" + unit.result + "; journalctl -u " +
-                                 unit.id + ")"});
+            items.push_back(
+                {MonitorState::warning, unit.id,
+                 "its last run failed (" + unit.result + "; journalctl -u " + unit.id + ")"});
     }
     return items;
 }
@@ -194,8 +193,8 @@ MonitorReport monitor(StateStore& store, const Config& config, const MonitorOpti
     for (const HealthFault& fault : health.faults)
         report.items.push_back({MonitorState::critical, fault.subject, fault.problem});
     for (const std::string& pool : health.draining)
-        report.items.push_back({MonitorState::ok, "pool " + pool,
-                                "draining (bb-pool resume " + pool + " ends it)"});
+        report.items.push_back(
+            {MonitorState::ok, "pool " + pool, "draining (bb-pool resume " + pool + " ends it)"});
     const std::vector<Finding> findings = check(store, config, false, "bb-pool health");
     report.findings = findings.size();
     for (const Finding& finding : findings) {
@@ -259,8 +258,9 @@ std::string monitor_text(const MonitorReport& report) {
 nlohmann::json monitor_json(const MonitorReport& report) {
     nlohmann::json items = nlohmann::json::array();
     for (const MonitorItem& item : report.items)
-        items.push_back(
-            {{"state", to_string(item.state)}, {"subject", item.subject}, {"problem", item.problem}});
+        items.push_back({{"state", to_string(item.state)},
+                         {"subject", item.subject},
+                         {"problem", item.problem}});
     return {{"state", to_string(report.state())},
             {"items", items},
             {"pools", report.pools},

@@ -90,15 +90,6 @@ std::string dwstat_table(const std::vector<std::string>& headers,
 
 }  // namespace
 
-std::string slurm_time(TimePoint time) {
-    const std::time_t seconds = std::chrono::system_clock::to_time_t(time);
-    std::tm tm{};
-    localtime_r(&seconds, &tm);
-    char text[32];
-    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm);
-    return text;
-}
-
 // ---- dwstat -------------------------------------------------------------------------------
 
 std::string dwstat_state(const Buffer& buffer) {

@@ -12,12 +12,10 @@
 #include "bbkit/buffer.hpp"
 #include "bbkit/config.hpp"
 #include "bbkit/task_environment.hpp"
+#include "bbkit/time_spec.hpp"  // slurm_time
 #include "bbkit/views.hpp"
 
 namespace bbkit {
-
-// Slurm's time form in local time: 2021-08-11T10:13:38.
-std::string slurm_time(TimePoint time);
 
 // dwstat's tables: right-aligned columns, sizes in Slurm's printed form. Session, instance and
 // configuration ids are the buffers' record ids (the ones dw_wlm_cli gives Slurm).

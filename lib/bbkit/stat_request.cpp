@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "bbkit/accounting.hpp"
 #include "bbkit/buffer_key.hpp"
 #include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
@@ -132,10 +133,7 @@ StatRequest check_history(StatRequest request, const StatOptions& options, TimeP
     AccountingQuery& query = request.accounting;
     query.since = options.since ? parse_time_spec(*options.since, now) : start_of_day(now);
     query.until = options.until ? parse_time_spec(*options.until, now) : now;
-    if (query.until <= query.since)
-        throw Error(ExitCode::usage, "the range ends (--until " + slurm_time(query.until) +
-                                         ") before it starts (--since " +
-                                         slurm_time(query.since) + ")");
+    check_range(query.since, query.until);
     if (options.by && *options.by != "user" && *options.by != "pool")
         throw Error(ExitCode::usage,
                     "--by takes user or pool, got '" + printable(*options.by) + "'");

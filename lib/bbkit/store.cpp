@@ -13,6 +13,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
 #include "bbkit/error.hpp"
 #include "bbkit/fault.hpp"
@@ -526,6 +527,8 @@ void open_database(StateStore::Impl& impl, const std::string& db_path, sqlite::J
     const std::optional<bool> wal = sqlite::wal_header(db_path, impl.writer);
     if (!wal || *wal == want_wal) {
         impl.db = sqlite::Database(db_path, impl.writer, journal, impl.options.read_only);
+        if (impl.options.no_mmap)
+            impl.db.exec("PRAGMA mmap_size = 0", "setting mmap_size=0 failed");
         return;
     }
     const std::string why =
@@ -1190,13 +1193,16 @@ std::vector<HistoryEntry> Transaction::history(const BufferKey& key) {
 
 namespace {
 
-// The accounting's optional filters, as SQL on the buffers' alias `b`, bound from ?10 on.
-std::string accounting_filter(const AccountingQuery& query) {
+// The accounting's optional filters, as SQL on the table alias `t` (buffers' or stage_runs',
+// which carry the same user and pool), bound from ?10 on. The unary + keeps SQLite from
+// answering through another index (buffers_pool_state) and reading every wide row it names:
+// the range's index holds the user and the pool.
+std::string accounting_filter(const AccountingQuery& query, const std::string& t) {
     std::string where;
     if (query.user)
-        where += " AND b.user = ?10";
+        where += " AND +" + t + ".user = ?10";
     if (query.pool)
-        where += " AND b.pool = ?11";
+        where += " AND +" + t + ".pool = ?11";
     return where;
 }
 
@@ -1210,64 +1216,83 @@ void bind_accounting_filter(Query& q, const AccountingQuery& query) {
 }  // namespace
 
 std::vector<AccountingRow> Transaction::accounting(const AccountingQuery& query, TimePoint now) {
-    const std::string group = query.by == AccountingGroup::user ? "b.user" : "b.pool";
-    std::map<std::string, AccountingRow> rows;
-    // The holds that overlap the range: those not ended before it (index buffers_ended) that
-    // began before its end. Byte-seconds in floating point: bytes times nanoseconds overflow.
-    Query held = impl_.db.query(
-        "SELECT " + group +
-        ", COUNT(*), TOTAL(b.failure <> ''),"
-        " TOTAL(b.allocated_bytes * ((MIN(COALESCE(b.ended, ?3), ?2) - MAX(b.held_since, ?1))"
-        " / 1e9)) FROM buffers b WHERE (b.ended > ?1 OR b.ended IS NULL)"
-        " AND b.held_since < ?2" +
-        accounting_filter(query) + " GROUP BY 1");
-    held.bind(1, to_nanos(query.since)).bind(2, to_nanos(query.until)).bind(3, to_nanos(now));
-    bind_accounting_filter(held, query);
-    while (held.step()) {
-        AccountingRow& row = rows[held.text(0)];
-        row.name = held.text(0);
-        row.buffers = held.unsigned_integer(1);
-        row.failed_buffers = static_cast<std::uint64_t>(held.real(2));
-        row.byte_seconds = std::max(0.0, held.real(3));
+    const std::string group = query.by == AccountingGroup::user ? "user" : "pool";
+    // Summed here, one group per user or pool, rather than by SQL's GROUP BY, which sorts every
+    // row first: one pass over each range in memory of the groups alone.
+    std::unordered_map<std::string, AccountingRow> rows;
+    const auto row_of = [&rows](const std::string& name) -> AccountingRow& {
+        AccountingRow& row = rows[name];
+        if (row.name.empty())
+            row.name = name;
+        return row;
+    };
+    const std::int64_t since = to_nanos(query.since);
+    const std::int64_t until = to_nanos(query.until);
+    // The holds that overlap the range: those that ended after its start, then those not ended,
+    // each began before its end; from the index buffers_held alone. Two statements, not one
+    // with OR, which SQLite answers by keeping every row id it met to drop the duplicates.
+    for (const char* not_before_range : {"b.ended > ?1", "b.ended IS NULL"}) {
+        Query held = impl_.db.query("SELECT b." + group +
+                                    ", b.failed IS NOT NULL, b.allocated_bytes,"
+                                    " MAX(b.held_since, ?1), MIN(COALESCE(b.ended, ?3), ?2)"
+                                    " FROM buffers b WHERE " +
+                                    not_before_range + " AND b.held_since < ?2" +
+                                    accounting_filter(query, "b"));
+        held.bind(1, since).bind(2, until).bind(3, to_nanos(now));
+        bind_accounting_filter(held, query);
+        while (held.step()) {
+            AccountingRow& row = row_of(held.text(0));
+            ++row.buffers;
+            row.failed_buffers += held.integer(1) != 0 ? 1 : 0;
+            // Byte-seconds in floating point: bytes times nanoseconds overflow.
+            const std::int64_t nanos = held.integer(4) - held.integer(3);
+            if (nanos > 0)
+                row.byte_seconds += static_cast<double>(held.unsigned_integer(2)) *
+                                    (static_cast<double>(nanos) / 1e9);
+        }
     }
-    // The stage runs that ended within the range (index stage_runs_ended), with their buffers'
-    // user and pool.
-    Query staged = impl_.db.query(
-        "SELECT " + group +
-        ", s.direction, COUNT(*), TOTAL(s.failed), TOTAL(s.files), TOTAL(s.bytes),"
-        " TOTAL(s.ended - s.started) / 1e9, MAX(s.ended - s.started) / 1e9"
-        " FROM stage_runs s JOIN buffers b ON b.id = s.record"
-        " WHERE s.ended >= ?1 AND s.ended < ?2" +
-        accounting_filter(query) + " GROUP BY 1, 2");
-    staged.bind(1, to_nanos(query.since)).bind(2, to_nanos(query.until));
+    // The stage runs that ended within the range: a range of stage_runs, which is kept in that
+    // order; each carries its buffer's user and pool, so no page of buffers is read for them.
+    Query staged = impl_.db.query("SELECT s." + group +
+                                  ", s.direction = 'in', s.failed, s.files, s.bytes,"
+                                  " s.ended - s.started FROM stage_runs s"
+                                  " WHERE s.ended >= ?1 AND s.ended < ?2" +
+                                  accounting_filter(query, "s"));
+    staged.bind(1, since).bind(2, until);
     bind_accounting_filter(staged, query);
     while (staged.step()) {
-        AccountingRow& row = rows[staged.text(0)];
-        row.name = staged.text(0);
-        StageTotals& totals = staged.text(1) == "in" ? row.in : row.out;
-        totals.runs = staged.unsigned_integer(2);
-        totals.failed = static_cast<std::uint64_t>(staged.real(3));
-        totals.files = static_cast<std::uint64_t>(staged.real(4));
-        totals.bytes = static_cast<std::uint64_t>(staged.real(5));
-        totals.seconds = staged.real(6);
-        totals.max_seconds = staged.real(7);
+        AccountingRow& row = row_of(staged.text(0));
+        StageTotals& totals = staged.integer(1) != 0 ? row.in : row.out;
+        ++totals.runs;
+        totals.failed += staged.integer(2) != 0 ? 1 : 0;
+        totals.files += staged.unsigned_integer(3);
+        totals.bytes += staged.unsigned_integer(4);
+        const double seconds = static_cast<double>(staged.integer(5)) / 1e9;
+        totals.seconds += seconds;
+        totals.max_seconds = std::max(totals.max_seconds, seconds);
     }
     std::vector<AccountingRow> result;
     result.reserve(rows.size());
     for (auto& [name, row] : rows)
         result.push_back(std::move(row));
+    std::sort(result.begin(), result.end(),
+              [](const AccountingRow& a, const AccountingRow& b) { return a.name < b.name; });
     return result;
 }
 
-void Transaction::for_each_hold(const std::string& pool, TimePoint since, TimePoint until,
-                                TimePoint now,
-                                const std::function<void(TimePoint, TimePoint, std::uint64_t)>& fn) {
-    Query q = impl_.db.query(
-        "SELECT b.held_since, COALESCE(b.ended, ?3), b.allocated_bytes FROM buffers b"
-        " WHERE (b.ended > ?1 OR b.ended IS NULL) AND b.held_since < ?2 AND b.pool = ?4");
-    q.bind(1, to_nanos(since)).bind(2, to_nanos(until)).bind(3, to_nanos(now)).bind(4, pool);
-    while (q.step())
-        fn(from_nanos(q.integer(0)), from_nanos(q.integer(1)), q.unsigned_integer(2));
+void Transaction::for_each_hold(
+    const std::string& pool, TimePoint since, TimePoint until, TimePoint now,
+    const std::function<void(TimePoint, TimePoint, std::uint64_t)>& fn) {
+    // As accounting(): those that ended after `since`, then those not ended, without an OR.
+    for (const char* not_before_range : {"b.ended > ?1", "b.ended IS NULL"}) {
+        Query q = impl_.db.query(
+            std::string("SELECT b.held_since, COALESCE(b.ended, ?3), b.allocated_bytes FROM "
+                        "buffers b WHERE ") +
+            not_before_range + " AND b.held_since < ?2 AND +b.pool = ?4");
+        q.bind(1, to_nanos(since)).bind(2, to_nanos(until)).bind(3, to_nanos(now)).bind(4, pool);
+        while (q.step())
+            fn(from_nanos(q.integer(0)), from_nanos(q.integer(1)), q.unsigned_integer(2));
+    }
 }
 
 // ---- read-only queries added for status views (lib/bbkit/status.*) -------------------------
@@ -1517,26 +1542,29 @@ Buffer WriteTransaction::transition(const BufferKey& key, BufferState to, const 
     values[c_reason] = reason;
     values[c_message] = message;
     values[c_entered] = encode_entered(buffer.entered);
-    // The accounting's times (schema 8, not sealed): the hold begins when the buffer first
-    // leaves pending, and ends with a final state.
     Query q = impl_.db.query(
-        "UPDATE buffers SET state = ?1, reason = ?2, message = ?3, entered = ?4, seal = ?6,"
-        " held_since = COALESCE(held_since, ?7), ended = ?8 WHERE id = ?5");
+        "UPDATE buffers SET state = ?1, reason = ?2, message = ?3, entered = ?4, seal = ?6"
+        " WHERE id = ?5");
     q.bind(1, *values[c_state])
         .bind(2, reason)
         .bind(3, message)
         .bind(4, *values[c_entered])
         .bind(5, row.id)
         .bind(6, seal_of(impl_, values));
-    if (holds_space(to))
-        q.bind(7, to_nanos(now));
-    else
-        q.bind_null(7);
-    if (is_final(to))
-        q.bind(8, to_nanos(now));
-    else
-        q.bind_null(8);
     q.run();
+    // The accounting's times (schema 8, not sealed), each in a statement of its own that only
+    // the transition that sets it runs (the statement above leaves buffers_held alone): the
+    // hold begins when the buffer first leaves pending, and ends with a final state.
+    if (from == BufferState::pending && holds_space(to)) {
+        Query held = impl_.db.query("UPDATE buffers SET held_since = ?1 WHERE id = ?2");
+        held.bind(1, to_nanos(now)).bind(2, row.id);
+        held.run();
+    }
+    if (is_final(to)) {
+        Query ended = impl_.db.query("UPDATE buffers SET ended = ?1 WHERE id = ?2");
+        ended.bind(1, to_nanos(now)).bind(2, row.id);
+        ended.run();
+    }
     check_one_row(impl_, key.str());
     if (holds_space(from) != holds_space(to))
         add_used_bytes(impl_, buffer.pool,
@@ -1591,9 +1619,11 @@ void WriteTransaction::mark_reaped(const BufferKey& key) {
 void WriteTransaction::record_stage_run(const BufferKey& key, const StageRun& run) {
     const Row row = get_row(impl_, key);
     Query q = impl_.db.query(
-        "INSERT INTO stage_runs (record, direction, started, ended, files, bytes, failed)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+        "INSERT OR IGNORE INTO stage_runs (record, direction, started, ended, files, bytes, failed,"
+        " user, pool) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
     q.bind(1, row.id)
+        .bind(8, row.buffer.user)
+        .bind(9, row.buffer.pool)
         .bind(2, std::string(run.stage_in ? "in" : "out"))
         .bind(3, to_nanos(run.started))
         .bind(4, to_nanos(run.ended))

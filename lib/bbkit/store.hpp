@@ -46,6 +46,9 @@ struct StoreOptions {
     // a command of a host that does not hold the state directory changes nothing, in state.db
     // or in the pools. Only bb-pool takeover opens without (bbkit(7), STATE DIRECTORY).
     bool takes_over = false;
+    // For a pass over many rows (bb-stat history): state.db is read with read() only, not
+    // mapped, so that the process's memory is SQLite's page cache whatever the file's size.
+    bool no_mmap = false;
 };
 
 // Which host may write a state directory that controllers share (bbkit(7), STATE DIRECTORY,

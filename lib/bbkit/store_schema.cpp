@@ -165,7 +165,11 @@ CREATE TABLE controller (
     // 8: the accounting (bbkit(7), HISTORY AND ACCOUNTING; bb-stat history): when a buffer's
     // space began and stopped being held (first left pending; reached a final state), filled
     // for the records already there from their history, and one row per stage run as it ended
-    // (from this schema on). Neither is in a row's seal: root acts on none of it.
+    // (from this schema on) with its buffer's user and pool, kept in the order they ended, so
+    // that the accounting reads a range of them without a join or an index. buffers_held holds
+    // all the accounting reads of a buffer: its pass over a range reads the index alone, never
+    // the wide rows. Neither is in a row's seal: root acts on
+    // none of it.
     R"sql(
 ALTER TABLE buffers ADD COLUMN held_since INTEGER;
 ALTER TABLE buffers ADD COLUMN ended INTEGER;
@@ -176,18 +180,19 @@ UPDATE buffers SET
         COALESCE((SELECT MIN(h.time) FROM history h WHERE h.key = buffers.key
                   AND h.to_state = buffers.state AND h.time >= buffers.created), created)
         END;
-CREATE INDEX buffers_ended ON buffers(ended);
+CREATE INDEX buffers_held ON buffers(ended, held_since, user, pool, allocated_bytes, failed);
 CREATE TABLE stage_runs (
-    id          INTEGER PRIMARY KEY,
+    ended       INTEGER NOT NULL,
     record      INTEGER NOT NULL,
     direction   TEXT NOT NULL CHECK (direction IN ('in', 'out')),
+    user        TEXT NOT NULL,
+    pool        TEXT NOT NULL,
     started     INTEGER NOT NULL,
-    ended       INTEGER NOT NULL,
     files       INTEGER NOT NULL,
     bytes       INTEGER NOT NULL,
-    failed      INTEGER NOT NULL
-);
-CREATE INDEX stage_runs_ended ON stage_runs(ended);
+    failed      INTEGER NOT NULL,
+    PRIMARY KEY (ended, record, direction)
+) WITHOUT ROWID;
 )sql",
 };
 #undef BBKIT_HOLDING_STATES
@@ -255,7 +260,7 @@ std::string digest_of(const std::map<std::string, SchemaObject>& objects) {
 }  // namespace
 
 const char* const current_schema_digest =
-    "1397f0fdff753857da28cc31d479bf63f04bdc2d75403fa16d2e310bf36ddfa8";
+    "52df7474fa39e6693af568f54463c93288f1c3c84bb243bee2a94186cd06181f";
 
 std::string schema_digest(sqlite::Database& db) {
     return digest_of(schema_objects(db));

@@ -92,6 +92,15 @@ std::optional<std::int64_t> unit_seconds(std::string_view unit) {
 
 }  // namespace
 
+std::string slurm_time(Clock::time_point time) {
+    const std::time_t seconds = Clock::to_time_t(time);
+    std::tm tm{};
+    localtime_r(&seconds, &tm);
+    char text[32];
+    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm);
+    return text;
+}
+
 Clock::time_point start_of_day(Clock::time_point time) {
     const std::time_t seconds = Clock::to_time_t(time);
     std::tm tm{};

@@ -1,5 +1,6 @@
 // Points in time as an administrator writes them on a command line, in sacct's forms (its -S and
-// -E): bb-stat history's --since and --until (bbkit(7), HISTORY AND ACCOUNTING).
+// -E): bb-stat history's --since and --until (bbkit(7), HISTORY AND ACCOUNTING); and as Slurm
+// prints them.
 #pragma once
 
 #include <chrono>
@@ -18,6 +19,9 @@ namespace bbkit {
 // Error(usage) naming `text` and the forms.
 std::chrono::system_clock::time_point parse_time_spec(std::string_view text,
                                                       std::chrono::system_clock::time_point now);
+
+// Slurm's time form in local time: 2021-08-11T10:13:38.
+std::string slurm_time(std::chrono::system_clock::time_point time);
 
 // The start of the local day that holds `time`.
 std::chrono::system_clock::time_point start_of_day(std::chrono::system_clock::time_point time);

@@ -262,7 +262,7 @@ job_dir() {
   local version
   version=$(as_owner_sql "PRAGMA user_version")
   as_owner_sql "ALTER TABLE buffers DROP COLUMN seal; ALTER TABLE buffers DROP COLUMN temp_token;
-      DROP TABLE controller; DROP INDEX buffers_ended; DROP TABLE stage_runs; ALTER TABLE buffers DROP COLUMN held_since; ALTER TABLE buffers DROP COLUMN ended; PRAGMA user_version = 5"
+      DROP TABLE controller; DROP INDEX buffers_held; DROP TABLE stage_runs; ALTER TABLE buffers DROP COLUMN held_since; ALTER TABLE buffers DROP COLUMN ended; PRAGMA user_version = 5"
   # Root sealed this state directory: a rewound schema is refused, even to migrate.
   run -77 bb-stage --job 1 in
   assert_output "bb-stage: state.db has schema version 5, older than the version $version root sealed it at: it was replaced or rewound outside bbkit, and root migrates nothing on its owner's word (bbkit(7), SECURITY; bb-pool check --repair rebuilds it from its sealed records)"
@@ -368,7 +368,7 @@ forged_or_refused() {
   # look as it did before seals existed, for root to "migrate" and seal.
   forge_job_1
   as_owner_sql "ALTER TABLE buffers DROP COLUMN seal; ALTER TABLE buffers DROP COLUMN temp_token;
-      DROP TABLE controller; DROP INDEX buffers_ended; DROP TABLE stage_runs; ALTER TABLE buffers DROP COLUMN held_since; ALTER TABLE buffers DROP COLUMN ended; PRAGMA user_version = 5"
+      DROP TABLE controller; DROP INDEX buffers_held; DROP TABLE stage_runs; ALTER TABLE buffers DROP COLUMN held_since; ALTER TABLE buffers DROP COLUMN ended; PRAGMA user_version = 5"
   touch "$TEST_DIR/mark"
   run bb-stage --job 1 out
   out=("$status" "$output")

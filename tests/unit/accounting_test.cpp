@@ -81,8 +81,7 @@ class AccountingTest : public ::testing::Test {
             txn.commit();
         }
         sql("UPDATE buffers SET held_since = " + std::to_string(nanos(from)) + ", ended = " +
-            (to >= 0 ? std::to_string(nanos(to)) : "NULL") + " WHERE key = '" + b.key.str() +
-            "'");
+            (to >= 0 ? std::to_string(nanos(to)) : "NULL") + " WHERE key = '" + b.key.str() + "'");
         return b.key;
     }
 
@@ -313,9 +312,9 @@ TEST_F(AccountingTest, only_root_and_the_state_owner_read_the_history) {
 
 TEST_F(AccountingTest, the_plot_names_an_unknown_pool_and_needs_one) {
     std::string message;
-    EXPECT_EQ(code_of([&] { query_pool_use(config_, geteuid(), "nope", at(0), at(10), 5); },
-                      &message),
-              ExitCode::no_input);
+    EXPECT_EQ(
+        code_of([&] { query_pool_use(config_, geteuid(), "nope", at(0), at(10), 5); }, &message),
+        ExitCode::no_input);
     EXPECT_EQ(message, "unknown pool 'nope' (see bb-pool list)");
     AccountingQuery query;
     EXPECT_EQ(code_of([&] { plotted_pool(config_, query); }, &message), ExitCode::usage);
@@ -362,11 +361,26 @@ TEST(TimeSpec, takes_sacct_forms) {
 
 TEST(TimeSpec, refuses_anything_else_in_one_line) {
     const TimePoint now = at(1764000000);
-    for (const char* bad :
-         {"", "yesterday", "now-", "now-7 days", "now-7fortnights", "now*3", "now-99999999999",
-          "now-6000weeks", "2026-02-30", "2026-13-01", "2026-11-28T25:00", "2026-11-28 10:00",
-          "2026-11-28T10", "26-11-28", "@", "@-5", "@12x", "1969-12-31", "2026-11-28T10:00:60",
-          "2026-11-28T10:00:00Z"}) {
+    for (const char* bad : {"",
+                            "yesterday",
+                            "now-",
+                            "now-7 days",
+                            "now-7fortnights",
+                            "now*3",
+                            "now-99999999999",
+                            "now-6000weeks",
+                            "2026-02-30",
+                            "2026-13-01",
+                            "2026-11-28T25:00",
+                            "2026-11-28 10:00",
+                            "2026-11-28T10",
+                            "26-11-28",
+                            "@",
+                            "@-5",
+                            "@12x",
+                            "1969-12-31",
+                            "2026-11-28T10:00:60",
+                            "2026-11-28T10:00:00Z"}) {
         std::string message;
         EXPECT_EQ(code_of([&] { parse_time_spec(bad, now); }, &message), ExitCode::usage) << bad;
         EXPECT_NE(message.find("is not a time: write YYYY-MM-DD"), std::string::npos) << message;

@@ -145,7 +145,9 @@ TEST_F(RecordSealTest, a_schema_rewound_below_what_root_sealed_is_refused_never_
     insert_job(1);
     sql("UPDATE buffers SET uid = 0 WHERE job_id = 1;"
         " ALTER TABLE buffers DROP COLUMN seal; ALTER TABLE buffers DROP COLUMN temp_token;"
-        " DROP TABLE controller; DROP INDEX buffers_ended; DROP TABLE stage_runs; ALTER TABLE buffers DROP COLUMN held_since; ALTER TABLE buffers DROP COLUMN ended; PRAGMA user_version = 5");
+        " DROP TABLE controller; DROP INDEX buffers_held; DROP TABLE stage_runs; ALTER TABLE "
+        "buffers DROP COLUMN held_since; ALTER TABLE buffers DROP COLUMN ended; PRAGMA "
+        "user_version = 5");
     for (const bool migrate : {false, true}) {
         StoreOptions options;
         options.migrate_unsealed = migrate;
@@ -165,7 +167,9 @@ TEST_F(RecordSealTest, a_schema_rewound_below_what_root_sealed_is_refused_never_
 TEST_F(RecordSealTest, a_database_from_before_seals_is_sealed_only_by_bb_pool_migrate) {
     insert_job(1);
     sql("ALTER TABLE buffers DROP COLUMN seal; ALTER TABLE buffers DROP COLUMN temp_token;"
-        " DROP TABLE controller; DROP INDEX buffers_ended; DROP TABLE stage_runs; ALTER TABLE buffers DROP COLUMN held_since; ALTER TABLE buffers DROP COLUMN ended; PRAGMA user_version = 5");
+        " DROP TABLE controller; DROP INDEX buffers_held; DROP TABLE stage_runs; ALTER TABLE "
+        "buffers DROP COLUMN held_since; ALTER TABLE buffers DROP COLUMN ended; PRAGMA "
+        "user_version = 5");
     ASSERT_EQ(unlink((config_.record_key + ".sealed").c_str()), 0);
     std::string message;
     EXPECT_EQ(code_of([&] { StateStore store(config_); }, &message), ExitCode::no_perm);

@@ -93,10 +93,14 @@ TEST(StatRequest, HistoryOptionsGoWithHistoryAlone) {
             EXPECT_EQ(refused(options), ExitCode::usage) << view;
         }
     const std::vector<std::function<void(StatOptions&)>> other_options{
-        [](StatOptions& o) { o.prometheus = "-"; }, [](StatOptions& o) { o.for_uid = 0; },
-        [](StatOptions& o) { o.for_anyone = true; }, [](StatOptions& o) { o.dws = true; },
-        [](StatOptions& o) { o.shell = true; },      [](StatOptions& o) { o.slurm_jobs = ""; },
-        [](StatOptions& o) { o.by = "job"; },        [](StatOptions& o) { o.since = "soon"; },
+        [](StatOptions& o) { o.prometheus = "-"; },
+        [](StatOptions& o) { o.for_uid = 0; },
+        [](StatOptions& o) { o.for_anyone = true; },
+        [](StatOptions& o) { o.dws = true; },
+        [](StatOptions& o) { o.shell = true; },
+        [](StatOptions& o) { o.slurm_jobs = ""; },
+        [](StatOptions& o) { o.by = "job"; },
+        [](StatOptions& o) { o.since = "soon"; },
         [](StatOptions& o) {
             o.plot = "-";
             o.json = true;

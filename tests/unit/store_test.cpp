@@ -1153,9 +1153,12 @@ TEST_F(StateStoreTest, migrations_3_and_4_fill_pool_usage_and_writes_keep_it) {
     ASSERT_EQ(sqlite3_open((config_.state_dir + "/state.db").c_str(), &db), SQLITE_OK);
     ASSERT_EQ(sqlite3_exec(
                   db,
+                  "DROP INDEX buffers_held; DROP TABLE stage_runs; ALTER TABLE buffers DROP COLUMN "
+                  "held_since;"
+                  " ALTER TABLE buffers DROP COLUMN ended; "
                   "DROP TABLE pool_usage; ALTER TABLE buffers DROP COLUMN failure;"
                   " ALTER TABLE buffers DROP COLUMN failed; ALTER TABLE buffers DROP COLUMN seal;"
-                  " ALTER TABLE buffers DROP COLUMN temp_token; DROP TABLE controller; DROP INDEX buffers_ended; DROP TABLE stage_runs; ALTER TABLE buffers DROP COLUMN held_since; ALTER TABLE buffers DROP COLUMN ended; PRAGMA "
+                  " ALTER TABLE buffers DROP COLUMN temp_token; DROP TABLE controller; PRAGMA "
                   "user_version = 2",
                   nullptr, nullptr, nullptr),
               SQLITE_OK);

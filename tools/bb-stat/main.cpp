@@ -271,10 +271,8 @@ int main(int argc, char** argv) {
         ->type_name("TIME");
     app.add_option("--by", options.by, "history: one row per user (the default) or per pool")
         ->type_name("user|pool");
-    app.add_option("--user", options.user, "history: only this user's buffers")
-        ->type_name("NAME");
-    app.add_option("--pool", options.pool, "history: only this pool's buffers")
-        ->type_name("POOL");
+    app.add_option("--user", options.user, "history: only this user's buffers")->type_name("NAME");
+    app.add_option("--pool", options.pool, "history: only this pool's buffers")->type_name("POOL");
     add_file_option(app, common, "--plot", options.plot,
                     "history: draw the pool's use over the range (--pool, or the one pool) as "
                     "SVG to FILE, or to standard output for -; FILE must be new or a picture "
