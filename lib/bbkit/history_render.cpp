@@ -25,7 +25,7 @@ std::string fixed(double value, int decimals) {
     return text;
 }
 
-std::string duration_text(double seconds) {
+std::string run_time_text(double seconds) {
     if (seconds < 60)
         return fixed(seconds, 1) + "s";
     return age_text(std::chrono::seconds(static_cast<long long>(std::llround(seconds))));
@@ -40,8 +40,8 @@ std::vector<std::string> stage_cells(const StageTotals& totals) {
     if (totals.runs == 0)
         return {"0", "-", "-", "-", "-"};
     return {std::to_string(totals.runs), approximate_size(totals.bytes),
-            std::to_string(totals.files), duration_text(mean_seconds(totals)),
-            duration_text(totals.max_seconds)};
+            std::to_string(totals.files), run_time_text(mean_seconds(totals)),
+            run_time_text(totals.max_seconds)};
 }
 
 std::vector<std::string> row_cells(const std::string& name, const AccountingRow& row) {
@@ -55,7 +55,7 @@ std::vector<std::string> row_cells(const std::string& name, const AccountingRow&
     return cells;
 }
 
-json stage_json(const StageTotals& totals) {
+json stage_totals_json(const StageTotals& totals) {
     return {{"runs", totals.runs},       {"failed", totals.failed},
             {"files", totals.files},     {"bytes", totals.bytes},
             {"seconds", totals.seconds}, {"max_seconds", totals.max_seconds}};
@@ -66,8 +66,8 @@ json row_json(const AccountingRow& row) {
             {"buffers", row.buffers},
             {"failed_buffers", row.failed_buffers},
             {"gib_hours", gib_hours(row.byte_seconds)},
-            {"stage_in", stage_json(row.in)},
-            {"stage_out", stage_json(row.out)}};
+            {"stage_in", stage_totals_json(row.in)},
+            {"stage_out", stage_totals_json(row.out)}};
 }
 
 const char* group_word(AccountingGroup by) {
@@ -226,7 +226,7 @@ std::string pool_use_svg(const PoolUse& use) {
     svg << "<text x=\"" << left << "\" y=\"" << height - 12 << "\">peak "
         << approximate_size(static_cast<std::uint64_t>(use.peak_bytes)) << " of "
         << approximate_size(use.capacity) << " (mean per slot of "
-        << duration_text(range / static_cast<double>(std::max<std::size_t>(slots, 1)))
+        << run_time_text(range / static_cast<double>(std::max<std::size_t>(slots, 1)))
         << ")</text>\n";
     svg << "</svg>\n";
     return svg.str();

@@ -231,11 +231,6 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
         }
     };
     const ProcessOutcome outcome = mover.run(plan, std::chrono::seconds(timeout_seconds), on_line);
-    run.record.stage_in = plan.direction == StageDirection::in;
-    run.record.started = started;
-    run.record.ended = std::chrono::system_clock::now();
-    run.record.files = run.ok ? run.summary.files : last.files_done;
-    run.record.bytes = run.ok ? run.summary.bytes : last.bytes_done;
     if (outcome.timed_out) {
         run.ok = false;
         run.exit_code = static_cast<int>(ExitCode::temp_fail);
@@ -256,6 +251,12 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
                               ? "the mover was killed by signal " + std::to_string(outcome.signal)
                               : outcome.last_stderr_line;
     }
+    // What the accounting keeps: all it moved, or for a failed run up to its last progress.
+    run.record.stage_in = plan.direction == StageDirection::in;
+    run.record.started = started;
+    run.record.ended = std::chrono::system_clock::now();
+    run.record.files = run.ok ? run.summary.files : last.files_done;
+    run.record.bytes = run.ok ? run.summary.bytes : last.bytes_done;
     run.record.failed = !run.ok;
     return run;
 }

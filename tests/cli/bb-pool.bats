@@ -736,11 +736,7 @@ wipe_pool() { find "$TEST_DIR/$1" -mindepth 1 -delete; }
   [ -d /run/systemd/system ] && fail "this test expects no systemd (the timers are unit-tested)"
   # A stage-in whose source is missing: the buffer keeps its failed stage, a warning.
   U=$(test_user)
-  printf '#!/bin/sh\n#BB_LUA pool=nvme capacity=1G\n#BB_LUA stage_in source=%s destination=$BB_JOB_DIR/x type=file\n' \
-    "$TEST_DIR/missing" >"$TEST_DIR/job.sh"
-  bb-pool alloc --job 5 --user "$U" --script "$TEST_DIR/job.sh" --wait default >/dev/null
-  run bb-stage in --job 5
-  assert_failure
+  failed_stage_in 5
   run bb-pool health --monitor
   assert_failure 1
   assert_line --index 0 --regexp '^BBKIT WARNING - stalled-stage main\.5\.1: .* \| pools=2 buffers=1 stalled=1 teardown_failed=0 findings=1$'

@@ -978,11 +978,7 @@ SCRIPT
   U=$(test_user)
   mkdir -p "$TEST_DIR/nvme"
   bb-pool init nvme >/dev/null
-  printf '#!/bin/sh\n#BB_LUA pool=nvme capacity=1G\n#BB_LUA stage_in source=%s destination=$BB_JOB_DIR/x type=file\n' \
-    "$TEST_DIR/missing" >"$TEST_DIR/job.sh"
-  bb-pool alloc --job 5 --user "$U" --script "$TEST_DIR/job.sh" --wait default >/dev/null
-  run bb-stage in --job 5
-  assert_failure
+  failed_stage_in 5
   run bb-stat history --json
   run jq -c '[.rows[0].failed_buffers, .rows[0].stage_in.runs, .rows[0].stage_in.failed]' <<<"$output"
   assert_output '[1,1,1]'

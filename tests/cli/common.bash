@@ -67,6 +67,16 @@ sanitizer_check() {
   [ "$found" = 0 ]
 }
 
+# failed_stage_in JOB: job JOB of the test user ($U, set by the caller) in pool nvme (initialised
+# by the caller), whose stage-in fails (its source is missing): the buffer keeps its failed stage.
+failed_stage_in() {
+  # shellcheck disable=SC2016 # $BB_JOB_DIR is the job script's, expanded by bbkit
+  printf '#!/bin/sh\n#BB_LUA pool=nvme capacity=1G\n#BB_LUA stage_in source=%s destination=$BB_JOB_DIR/x type=file\n' \
+    "$TEST_DIR/missing" >"$TEST_DIR/job$1.sh"
+  bb-pool alloc --job "$1" --user "$U" --script "$TEST_DIR/job$1.sh" --wait default >/dev/null
+  ! bb-stage in --job "$1" >/dev/null 2>&1 || fail "the stage-in of job $1 did not fail"
+}
+
 # Creates (once) an unprivileged user for permission tests; prints its name. NAME (default
 # bbkit-test) gives a suite that runs alongside its own variants a user of its own.
 # shellcheck disable=SC2120 # NAME is optional: the suites pass one
