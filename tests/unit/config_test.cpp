@@ -1126,5 +1126,21 @@ TEST(config, names_and_accounts_refuse_control_characters) {
               std::string::npos);
 }
 
+// fuzz_config's crash: toml11 recursed once per part of a dotted key in a line of 30,000
+// parts and overflowed the stack. A line longer than 8192 bytes is refused before it parses.
+TEST(config, a_line_longer_than_8192_bytes_is_refused_before_toml_reads_it) {
+    std::string deep = "state_dir = \"/var/lib/bb[";
+    for (int i = 0; i < 30000; ++i)
+        deep += "a.";
+    std::string message;
+    try {
+        parse_config(deep + "\n", "t.toml");
+    } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ExitCode::config);
+        message = error.what();
+    }
+    EXPECT_EQ(message, "t.toml:1: invalid TOML: a line longer than 8192 bytes");
+}
+
 }  // namespace
 }  // namespace bbkit
