@@ -186,6 +186,11 @@ MonitorState MonitorReport::state() const {
     return worst;
 }
 
+void check_monitor_options(bool monitor, bool extras) {
+    if (extras && !monitor)
+        throw Error(ExitCode::usage, "--slurm and --no-timers go with --monitor");
+}
+
 MonitorReport monitor(StateStore& store, const Config& config, const MonitorOptions& options) {
     MonitorReport report;
     const HealthReport health = check_health(store, config, options.health);

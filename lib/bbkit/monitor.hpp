@@ -65,6 +65,10 @@ struct MonitorReport {
     MonitorState state() const;      // the worst item's (severity); ok with none
 };
 
+// bb-pool health's options: --slurm and --no-timers (`extras`) go with --monitor only, else
+// Error(usage).
+void check_monitor_options(bool monitor, bool extras);
+
 // Reads only (a snapshot and the directories bb-pool check reads); Slurm is asked when given
 // (an answer it cannot give is an UNKNOWN item, not an error).
 MonitorReport monitor(StateStore& store, const Config& config, const MonitorOptions& options);

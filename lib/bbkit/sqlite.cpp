@@ -282,10 +282,6 @@ std::uint64_t Query::unsigned_integer(int column) const {
     return static_cast<std::uint64_t>(integer(column));
 }
 
-double Query::real(int column) const {
-    return sqlite3_column_double(statement_, column);
-}
-
 std::string Query::text(int column) const {
     const auto* data = sqlite3_column_text(statement_, column);
     const int size = sqlite3_column_bytes(statement_, column);

@@ -78,7 +78,6 @@ class Query {
     bool is_null(int column) const;
     std::int64_t integer(int column) const;
     std::uint64_t unsigned_integer(int column) const;
-    double real(int column) const;       // an integer or a float, as a double
     std::string text(int column) const;  // "" for NULL
 
   private:

@@ -277,8 +277,7 @@ Subcommand health_command(Options& o) {
     };
     command.reads = always;
     command.run = [&o](StateStore& store, const Config& config, const std::string&) {
-        if ((o.slurm || o.no_timers) && !o.monitor)
-            throw Error(ExitCode::usage, "--slurm and --no-timers go with --monitor");
+        check_monitor_options(o.monitor, o.slurm || o.no_timers);
         if (o.monitor) {
             MonitorOptions options;
             options.health = o.health;
