@@ -698,10 +698,54 @@ std::string gres_name_of(const Field& field) {
     return name;
 }
 
+PoolStaging pool_staging_of(const Field& field) {
+    const std::string staging = string_of(field);
+    if (staging == "controller")
+        return PoolStaging::controller;
+    if (staging == "slurm")
+        return PoolStaging::slurm;
+    field.fail("'" + staging + "' is not a staging place (use \"controller\" or \"slurm\")");
+}
+
+// A Slurm partition's name as sbatch takes it: the names' alphabet, at most 64 characters.
+std::string partition_of(const Field& field) {
+    const std::string name = name_of(field);
+    if (!std::isalnum(static_cast<unsigned char>(name[0])))
+        field.fail("'" + name + "' must start with a letter or a digit");
+    return name;
+}
+
+// staging = "slurm" and its transfer_ keys (bbkit(7), STAGING ON TRANSFER NODES): a stage of
+// the pool's buffers is a Slurm job of the buffer's user, which only a controller's hooks start.
+void read_staging(const Field& table, Mode mode, PoolConfig& pool) {
+    read_if_present(table, "staging", pool.staging, pool_staging_of);
+    const bool slurm = pool.staging == PoolStaging::slurm;
+    if (slurm && mode == Mode::standalone)
+        required(table, "staging")
+            .fail(
+                "\"slurm\" needs mode = \"slurm\" or \"datawarp\" (the controller's hooks "
+                "start the transfer jobs)");
+    if (slurm && pool.node_local)
+        required(table, "staging")
+            .fail("\"slurm\" is for shared pools (a node-local pool's node stages its own data)");
+    for (const char* key : {"transfer_partition", "transfer_nodes"})
+        if (find(table, key) && !slurm)
+            required(table, key).fail("applies to staging = \"slurm\" only");
+    if (!slurm)
+        return;
+    if (!find(table, "transfer_partition"))
+        table.fail_member("transfer_partition",
+                          "is required with staging = \"slurm\" (the partition of the transfer "
+                          "nodes)");
+    pool.transfer_partition = partition_of(required(table, "transfer_partition"));
+    if (auto field = find(table, "transfer_nodes"))
+        pool.transfer_nodes = integer_between(*field, 1, max_transfer_nodes);
+}
+
 PoolConfig pool_of(const Field& table, Mode mode) {
-    reject_unknown_keys(table,
-                        {"name", "path", "capacity", "granularity", "direct_io", "syncfs", "quota",
-                         "quota_missing", "quota_project_base", "node_local", "gres"});
+    reject_unknown_keys(table, {"name", "path", "capacity", "granularity", "direct_io", "syncfs",
+                                "quota", "quota_missing", "quota_project_base", "node_local",
+                                "gres", "staging", "transfer_partition", "transfer_nodes"});
     PoolConfig pool;
     pool.name = name_of(required(table, "name"));
     pool.path = normalized_path_of(required(table, "path"));
@@ -718,6 +762,7 @@ PoolConfig pool_of(const Field& table, Mode mode) {
             .fail("node-local pools need mode = \"standalone\" (each node runs the tools itself)");
     if (find(table, "gres") && !pool.node_local)
         required(table, "gres").fail("applies to node-local pools only (node_local = true)");
+    read_staging(table, mode, pool);
     if (auto field = find(table, "granularity")) {
         pool.granularity = size_of(*field, false);
         if (pool.granularity > pool.capacity)

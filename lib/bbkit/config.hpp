@@ -21,6 +21,9 @@ namespace bbkit {
 // burst_buffer/datawarp plugin through bbkit's dw_wlm_cli.
 enum class Mode { standalone, slurm, datawarp };
 
+// A pool's `staging`: which host's mover a stage of its buffers runs (PoolConfig::staging).
+enum class PoolStaging { controller, slurm };
+
 // How state.db journals (bbkit(7), STATE DIRECTORY): by its file system (automatic: WAL on a
 // local disk, a rollback journal on a network or cluster one), or as the site says: rollback
 // for a shared file system bbkit does not recognise, wal refused where other hosts share it.
@@ -64,7 +67,16 @@ struct PoolConfig {
     // unit per granule (standalone mode only).
     bool node_local = false;
     std::string gres = "bbnvme";
+    // Where the stages of its buffers move the data (bbkit(7), STAGING ON TRANSFER NODES):
+    // controller, bb-stage's own bb-mover on the host that runs the hooks; slurm, a Slurm job
+    // of the buffer's user in `transfer_partition`, spread over up to `transfer_nodes` nodes.
+    PoolStaging staging = PoolStaging::controller;
+    std::string transfer_partition;
+    std::uint32_t transfer_nodes = 1;
 };
+
+// transfer_nodes' bound: one stage's parts (a Slurm job of that many nodes).
+constexpr std::uint32_t max_transfer_nodes = 64;
 
 // A node-local pool's GRES count on each node: whole granules of its capacity.
 std::uint64_t gres_count(const PoolConfig& pool);

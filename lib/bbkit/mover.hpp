@@ -59,6 +59,10 @@ struct MoveEntry {
     StageType type = StageType::file;
     std::uint32_t shard_index = 0;
     std::uint32_t shard_count = 1;  // 1: every file
+    // A transfer job's part (StagePlan::part): a non-directory's share is decided by its inode
+    // number as the listing gives it, not its name, so that every name of a hard-linked file
+    // is in the same part and stays one file with several names in the buffer.
+    bool shard_by_inode = false;
     bool keep_existing = false;
 };
 

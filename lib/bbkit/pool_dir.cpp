@@ -750,24 +750,80 @@ std::vector<std::string> PoolDir::list(const std::string& subdir) const {
 }
 
 Fd PoolDir::env_dir(bool create) const {
-    const std::string what = path_ + "/" + env_subdir;
+    return root_subdir(env_subdir, create);
+}
+
+Fd PoolDir::root_subdir(const char* subdir, bool create) const {
+    const std::string what = path_ + "/" + subdir;
     // Created beneath the open root, never by path; an existing entry is checked, not fixed:
     // whatever put it there is not bbkit.
     bool made = false;
     if (create) {
-        made = mkdirat(root_.get(), env_subdir, traversable) == 0;
+        made = mkdirat(root_.get(), subdir, traversable) == 0;
         if (!made && errno != EEXIST)
             throw system_error("cannot create " + what, errno);
     }
     struct stat st {};
-    if (!create && fstatat(root_.get(), env_subdir, &st, AT_SYMLINK_NOFOLLOW) != 0 &&
-        errno == ENOENT)
+    if (!create && fstatat(root_.get(), subdir, &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT)
         return Fd();
-    Fd fd = open_beneath(root_.get(), env_subdir, O_RDONLY | O_DIRECTORY, what);
+    Fd fd = open_beneath(root_.get(), subdir, O_RDONLY | O_DIRECTORY, what);
     if (made && fchmod(fd.get(), traversable) != 0)  // whatever the umask took away
         throw system_error("cannot set the mode of " + what, errno);
     check_pool_owned(fd.get(), what);
     return fd;
+}
+
+std::string PoolDir::make_transfer_dir(const std::string& name, const std::string& plan, uid_t uid,
+                                       gid_t gid) {
+    const Fd transfer = root_subdir(transfer_subdir, true);
+    const std::string what = path_ + "/" + transfer_subdir + "/" + name;
+    if (mkdirat(transfer.get(), name.c_str(), 0700) != 0)
+        throw system_error("cannot create " + what, errno);
+    // Root's until the plan is in it: the user gets the directory only once it is complete.
+    const Fd dir = open_beneath(transfer.get(), name, O_RDONLY | O_DIRECTORY, what);
+    const Fd fd(
+        openat(dir.get(), "plan", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
+    bool written = static_cast<bool>(fd);
+    for (std::size_t done = 0; written && done < plan.size();) {
+        const ssize_t n = write(fd.get(), plan.data() + done, plan.size() - done);
+        written = n > 0;
+        done += written ? static_cast<std::size_t>(n) : 0;
+    }
+    if (!written || fchown(fd.get(), uid, gid) != 0 || fchmod(fd.get(), 0400) != 0 ||
+        fsync(fd.get()) != 0 || fchown(dir.get(), uid, gid) != 0 || fchmod(dir.get(), 0700) != 0 ||
+        fsync(dir.get()) != 0)
+        throw system_error("cannot write " + what + "/plan", errno);
+    fsync_fd(transfer.get(), path_ + "/" + transfer_subdir);
+    return what;
+}
+
+Fd PoolDir::open_transfer_dir(const std::string& name, uid_t uid) const {
+    const Fd transfer = root_subdir(transfer_subdir, false);
+    const std::string what = path_ + "/" + transfer_subdir + "/" + name;
+    struct stat st {};
+    if (!transfer ||
+        (fstatat(transfer.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT))
+        return Fd();
+    Fd dir = open_beneath(transfer.get(), name, O_RDONLY | O_DIRECTORY, what);
+    if (fstat(dir.get(), &st) != 0)
+        throw system_error("cannot read " + what, errno);
+    if (st.st_uid != uid)
+        throw Error(ExitCode::no_perm, what + " is not the transfer job's user's (uid " +
+                                           std::to_string(st.st_uid) + ")");
+    return dir;
+}
+
+bool PoolDir::remove_transfer_dir(const std::string& name, const std::string& trash_name,
+                                  std::chrono::steady_clock::time_point deadline) {
+    const Fd transfer = root_subdir(transfer_subdir, false);
+    if (!transfer)
+        return true;
+    if (renameat2(transfer.get(), name.c_str(), trash_.get(), trash_name.c_str(),
+                  RENAME_NOREPLACE) != 0 &&
+        errno != ENOENT)
+        throw system_error(
+            "cannot move " + path_ + "/" + transfer_subdir + "/" + name + " to trash", errno);
+    return remove_from_trash(trash_name, deadline).complete;
 }
 
 void PoolDir::write_job_environment(const std::string& name, const std::string& text, uid_t uid,

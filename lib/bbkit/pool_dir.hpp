@@ -98,6 +98,7 @@ struct DirectoryUsage {
 class PoolDir {
   public:
     static constexpr const char* env_subdir = "env";
+    static constexpr const char* transfer_subdir = "transfer";
 
     static constexpr const char* marker_file = ".bbkit-pool";
 
@@ -219,8 +220,26 @@ class PoolDir {
     // The names in env/ (none when it is missing); env/ is checked as for writing.
     std::vector<std::string> list_job_environments() const;
 
+    // A transfer job's directory (bbkit(7), STAGING ON TRANSFER NODES): transfer/<name>, made
+    // by root with `plan` in it (mode 0400), then given to uid:gid (mode 0700), where the
+    // job's movers, as the user, write their reports. transfer/ is root's, made when missing
+    // and checked as env/ is. Returns the directory's absolute path; Error(exists) when there
+    // is one of that name.
+    std::string make_transfer_dir(const std::string& name, const std::string& plan, uid_t uid,
+                                  gid_t gid);
+    // transfer/<name>, opened without following a symlink: an empty Fd when it is missing,
+    // Error(no_perm) when it is not uid's.
+    Fd open_transfer_dir(const std::string& name, uid_t uid) const;
+    // Moves transfer/<name> to trash/<trash_name> and removes it there as remove_from_trash
+    // does (as its owner could). True when nothing of it is left.
+    bool remove_transfer_dir(const std::string& name, const std::string& trash_name,
+                             std::chrono::steady_clock::time_point deadline);
+
   private:
     PoolDir() = default;
+    // A root-owned subdirectory of the pool's root (env/, transfer/): opened and checked;
+    // created first when `create`. An empty Fd when it is missing.
+    Fd root_subdir(const char* subdir, bool create) const;
     int subdir_fd(const std::string& subdir) const;
     bool write_env_entry(const std::string& name, const std::string& text, uid_t uid, gid_t gid,
                          bool replace);

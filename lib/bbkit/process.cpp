@@ -1,5 +1,6 @@
 #include "bbkit/process.hpp"
 
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -12,9 +13,11 @@
 // <boost/process.hpp> only.
 #if __has_include(<boost/process/v1.hpp>)
 #include <boost/process/v1.hpp>
+#include <boost/process/v1/extend.hpp>
 #define BBKIT_BOOST_PROCESS_V1 boost::process::v1
 #else
 #include <boost/process.hpp>
+#include <boost/process/extend.hpp>
 #define BBKIT_BOOST_PROCESS_V1 boost::process
 #endif
 #include <cerrno>
@@ -52,6 +55,18 @@ bp::environment environment_for(const ProcessSpec& spec) {
     return env;
 }
 
+// Becomes ProcessSpec::identity in the forked child, before it executes the program; a child that
+// cannot exits 126 (the shell's "cannot execute") and never runs the program as the caller.
+struct AsIdentity : bp::extend::handler {
+    const std::optional<Identity>* identity;
+    explicit AsIdentity(const std::optional<Identity>& i) : identity(&i) {}
+    template <typename Executor>
+    void on_exec_setup(Executor&) const {
+        if (*identity && switch_identity(**identity) != nullptr)
+            _exit(126);
+    }
+};
+
 // Polls rather than trusting child::wait_for, which is unreliable in Boost 1.74.
 bool wait_until(bp::child& child, std::chrono::steady_clock::time_point deadline) {
     while (child.running()) {
@@ -63,6 +78,24 @@ bool wait_until(bp::child& child, std::chrono::steady_clock::time_point deadline
 }
 
 }  // namespace
+
+const char* switch_identity(const Identity& identity) noexcept {
+    if (getuid() == identity.uid && geteuid() == identity.uid && getgid() == identity.gid &&
+        getegid() == identity.gid && identity.uid != 0)
+        return nullptr;  // already that user (e.g. bb-parse run by the submitting user)
+    if (setgroups(identity.groups.size(), identity.groups.data()) != 0)
+        return "setgroups";
+    if (setresgid(identity.gid, identity.gid, identity.gid) != 0)
+        return "setresgid";
+    if (setresuid(identity.uid, identity.uid, identity.uid) != 0)
+        return "setresuid";
+    // A partial drop must never go unnoticed: regaining root has to fail now.
+    if (identity.uid != 0 && (setuid(0) == 0 || seteuid(0) == 0)) {
+        errno = EPERM;
+        return "root could be regained";
+    }
+    return nullptr;
+}
 
 // What the reader threads share with run_process. Held by shared_ptr: a grandchild that keeps a
 // pipe open must not keep us waiting, so readers may be left behind, and must then find it.
@@ -82,7 +115,8 @@ ProcessOutcome run_process(const ProcessSpec& spec) {
     bp::opstream in;
     std::error_code ec;
     bp::child child(bp::exe = spec.path, bp::args = spec.args, environment_for(spec),
-                    bp::std_in<in, bp::std_out> pipes->out, bp::std_err > pipes->err, ec);
+                    bp::std_in<in, bp::std_out> pipes->out, bp::std_err > pipes->err,
+                    AsIdentity(spec.identity), ec);
     if (ec && (ec.category() == std::system_category() || ec.category() == std::generic_category()))
         throw system_error("cannot start " + spec.path, ec.value());
     if (ec)

@@ -9,65 +9,26 @@
 
 #include "bbkit/error.hpp"
 #include "bbkit/process.hpp"
+#include "bbkit/slurm_client.hpp"
 #include "bbkit/teardown.hpp"
 #include "bbkit/text.hpp"
 
 namespace bbkit {
 namespace {
 
-// The absolute path of a program found on PATH; Error(unavailable) when there is none.
-std::string on_path(const std::string& program) {
-    const char* path = std::getenv("PATH");
-    std::istringstream dirs(path ? path : "");
-    for (std::string dir; std::getline(dirs, dir, ':');) {
-        if (dir.empty() || dir[0] != '/')
-            continue;
-        const std::string candidate = dir + "/" + program;
-        if (access(candidate.c_str(), X_OK) == 0)
-            return candidate;
-    }
-    throw Error(ExitCode::unavailable,
-                "cannot ask Slurm: " + program + " is not on PATH (install slurm-client)");
-}
-
-struct Output {
-    ProcessOutcome outcome;
-    std::vector<std::string> lines;
-};
-
-Output run_client(const std::string& program, const std::vector<std::string>& args,
-                  std::chrono::milliseconds timeout) {
-    ProcessSpec spec;
-    spec.path = on_path(program);
-    spec.args = args;
-    spec.clean_env = false;  // SLURM_CONF and friends
-    spec.timeout = timeout;
-    Output out;
-    spec.on_stdout_line = [&out](const std::string& line) { out.lines.push_back(line); };
-    out.outcome = run_process(spec);
-    return out;
+SlurmOutput run_client(const std::string& program, const std::vector<std::string>& args,
+                       std::chrono::milliseconds timeout) {
+    SlurmCall call;
+    call.args = args;
+    call.timeout = timeout;
+    return run_slurm(program, call);
 }
 
 std::string failure(const std::string& program, const ProcessOutcome& o) {
-    std::string why = o.timed_out ? "timed out"
-                      : o.signal  ? "killed by signal " + std::to_string(o.signal)
-                                  : "exit status " + std::to_string(o.exit_code);
-    if (!o.last_stderr_line.empty())
-        why += ": " + o.last_stderr_line;
-    return "cannot ask Slurm: " + program + " failed (" + why +
-           "); nothing was torn down (is slurmctld up?)";
+    return slurm_failure(program, o) + "; nothing was torn down (is slurmctld up?)";
 }
 
 }  // namespace
-
-bool slurm_job_ended(const std::string& state) {
-    // Slurm's final base states as squeue prints them; a job with a flag that still matters
-    // (COMPLETING, REQUEUED, SPECIAL_EXIT, STAGE_OUT, ...) is shown by the flag instead.
-    static const std::vector<std::string> ended = {"BOOT_FAIL", "CANCELLED",     "COMPLETED",
-                                                   "DEADLINE",  "FAILED",        "NODE_FAIL",
-                                                   "PREEMPTED", "OUT_OF_MEMORY", "TIMEOUT"};
-    return std::find(ended.begin(), ended.end(), state) != ended.end();
-}
 
 const char* to_string(OrphanReason reason) {
     switch (reason) {
@@ -84,7 +45,7 @@ const char* to_string(OrphanReason reason) {
 SlurmClients::SlurmClients(std::chrono::milliseconds timeout) : timeout_(timeout) {}
 
 std::map<std::uint64_t, SlurmJob> SlurmClients::known_jobs() {
-    const Output out = run_client(
+    const SlurmOutput out = run_client(
         "squeue",
         {"--noheader", "--all", "--states=all", "--Format=JobID:24,State:24,BurstBufferState:24"},
         timeout_);
@@ -109,7 +70,7 @@ std::map<std::uint64_t, SlurmJob> SlurmClients::known_jobs() {
 }
 
 bool SlurmClients::knows(std::uint64_t job_id) {
-    const Output out =
+    const SlurmOutput out =
         run_client("scontrol", {"--oneliner", "show", "job", std::to_string(job_id)}, timeout_);
     if (out.outcome.exit_code == 0)
         return true;

@@ -18,6 +18,7 @@
 #include "bbkit/buffer.hpp"
 #include "bbkit/config.hpp"
 #include "bbkit/error.hpp"
+#include "bbkit/slurm_client.hpp"  // slurm_job_ended
 #include "bbkit/store.hpp"
 
 namespace bbkit {
@@ -27,10 +28,6 @@ struct SlurmJob {
     std::string state;     // squeue's job state: "PENDING", "COMPLETING", "CANCELLED", ...
     std::string bb_state;  // its BurstBufferState ("pending", "staging-in", ...; empty if none)
 };
-
-// Whether squeue's job state is a final one (COMPLETED, CANCELLED, FAILED, TIMEOUT, ...): the
-// job will never run again and its epilog is over (COMPLETING is not final).
-bool slurm_job_ended(const std::string& state);
 
 // Which jobs Slurm knows, and whether it knows one job. The real one runs Slurm's clients.
 class SlurmJobs {

@@ -25,6 +25,7 @@
 #include "bbkit/staging_progress.hpp"
 #include "bbkit/teardown.hpp"
 #include "bbkit/text.hpp"
+#include "bbkit/transfer.hpp"
 #include "bbkit/trust.hpp"
 
 namespace bbkit {
@@ -398,23 +399,36 @@ StageResult run_stage(StateStore& store, const Config& config, Buffer b, StageDi
         return result;
     }
     // Before the buffer changes state: a missing or untrusted mover is an installation problem.
+    // A pool with staging = "slurm" moves the data on its transfer nodes (transfer.hpp): the
+    // stage takes a stage slot here, but none of this host's mover threads.
+    const bool on_transfer_nodes = configured_pool(config, b.pool).staging == PoolStaging::slurm;
     std::optional<MoverProcess> process;
-    if (!options.mover)
+    std::optional<TransferRunner> transfer;
+    if (!options.mover && on_transfer_nodes)
+        transfer.emplace(store, config, b, find_mover(), who);
+    else if (!options.mover)
         process.emplace(find_mover());
-    const MoverRunner& mover = options.mover ? *options.mover : *process;
+    const MoverRunner& mover = options.mover ? *options.mover
+                               : transfer    ? static_cast<const MoverRunner&>(*transfer)
+                                             : *process;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout);
     const RunLockScope scope = run_lock_scope(store);
     std::vector<Fd> slot =
         take_slots(config, scope, std::string("slot.") + (in ? "in" : "out"),
                    config.limits.stage_concurrency, 1, deadline, std::string(phase) + " slot");
-    std::vector<Fd> threads = take_slots(
-        config, scope, "thread", config.limits.mover_threads,
-        std::min(config.limits.mover_threads, max_threads_per_mover), deadline, "mover thread");
+    std::vector<Fd> threads;
+    if (!on_transfer_nodes)
+        threads = take_slots(config, scope, "thread", config.limits.mover_threads,
+                             std::min(config.limits.mover_threads, max_threads_per_mover), deadline,
+                             "mover thread");
     with_temp_token(store, b, who);
     b = enter(store, config, b.key, working, who);
     fault_point("stage.entered");
-    const StagePlan plan =
-        plan_for(store, config, b, direction, stages, static_cast<unsigned>(threads.size()));
+    // A transfer node's mover has the node to itself: the threads one mover may have.
+    const unsigned mover_threads =
+        on_transfer_nodes ? std::min(config.limits.mover_threads, max_threads_per_mover)
+                          : static_cast<unsigned>(threads.size());
+    const StagePlan plan = plan_for(store, config, b, direction, stages, mover_threads);
     const MoverRun run = run_mover(store, b, plan, options, mover, timeout, phase);
     threads.clear();
     slot.clear();

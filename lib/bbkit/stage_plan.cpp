@@ -1,12 +1,17 @@
 #include "bbkit/stage_plan.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <istream>
 #include <sstream>
 
 #include "bbkit/error.hpp"
+#include "bbkit/fsops.hpp"
 #include "bbkit/text.hpp"
 
 namespace bbkit {
@@ -133,7 +138,9 @@ std::string plan_to_json(const StagePlan& plan) {
                 {"trust_syncfs", plan.trust_syncfs},
                 {"memory_limit", plan.memory_limit},
                 {"temp_token", plan.temp_token},
-                {"nodes", nodes_json(plan.nodes)}}
+                {"nodes", nodes_json(plan.nodes)},
+                {"part", plan.part},
+                {"parts", plan.parts}}
         .dump();
 }
 
@@ -161,10 +168,43 @@ StagePlan plan_from_json(const std::string& text) {
         plan.temp_token = j.value("temp_token", std::string());
         if (j.contains("nodes"))
             plan.nodes = nodes_from(j.at("nodes"));
+        plan.part = j.value("part", std::uint32_t{0});
+        plan.parts = j.value("parts", std::uint32_t{1});
+        if (plan.parts == 0 || plan.parts > max_job_nodes || plan.part >= plan.parts)
+            throw Error(ExitCode::data, "malformed part in stage plan: part " +
+                                            std::to_string(plan.part) + " of " +
+                                            std::to_string(plan.parts));
         return plan;
     } catch (const json::exception& e) {
         throw Error(ExitCode::data, std::string("malformed stage plan: ") + e.what());
     }
+}
+
+std::string read_transfer_plan(const std::string& path) {
+    if (geteuid() == 0)
+        throw Error(ExitCode::no_perm,
+                    "--plan is for a transfer job's mover, run as the job's user; root's mover "
+                    "takes its plan from bb-stage on standard input");
+    const std::optional<std::string> text =
+        read_file(path, "plan " + path, std::size_t{64} << 20, O_NOFOLLOW | O_NONBLOCK);
+    if (!text)
+        throw Error(ExitCode::no_input, "plan " + path + " does not exist");
+    return *text;
+}
+
+void set_part_of_step(StagePlan& plan) {
+    const auto number = [](const char* name) -> std::optional<std::uint64_t> {
+        const char* value = std::getenv(name);
+        return value ? parse_decimal(value) : std::nullopt;
+    };
+    const std::optional<std::uint64_t> task = number("SLURM_PROCID");
+    const std::optional<std::uint64_t> tasks = number("SLURM_NTASKS");
+    if (!task || !tasks || *tasks == 0 || *tasks > max_job_nodes || *task >= *tasks)
+        throw Error(ExitCode::usage,
+                    "--part-of-step needs a Slurm step's SLURM_PROCID and SLURM_NTASKS (run it "
+                    "with srun)");
+    plan.part = static_cast<std::uint32_t>(*task);
+    plan.parts = static_cast<std::uint32_t>(*tasks);
 }
 
 std::string staging_record(const Request& request, const std::optional<JobNodes>& nodes) {
@@ -190,6 +230,40 @@ std::optional<JobNodes> recorded_nodes(const std::string& staging_json) {
     } catch (const json::exception& e) {
         throw Error(ExitCode::data, std::string("malformed recorded node place: ") + e.what());
     }
+}
+
+std::optional<TransferRecord> recorded_transfer(const std::string& staging_json) {
+    const json j = json::parse(staging_json, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("transfer"))
+        return std::nullopt;
+    try {
+        const json& t = j.at("transfer");
+        TransferRecord record;
+        record.direction = t.at("direction").get<std::string>() == "out" ? StageDirection::out
+                                                                         : StageDirection::in;
+        record.directory = t.at("directory").get<std::string>();
+        record.job_id = t.at("job_id").get<std::uint64_t>();
+        record.parts = t.at("parts").get<std::uint32_t>();
+        return record;
+    } catch (const json::exception& e) {
+        throw Error(ExitCode::data, std::string("malformed recorded transfer job: ") + e.what());
+    }
+}
+
+std::string with_transfer(const std::string& staging_json,
+                          const std::optional<TransferRecord>& transfer) {
+    json j = json::parse(staging_json, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+        j = json::object();
+    if (!transfer) {
+        j.erase("transfer");
+        return j.dump();
+    }
+    j["transfer"] = {{"direction", to_string(transfer->direction)},
+                     {"directory", transfer->directory},
+                     {"job_id", transfer->job_id},
+                     {"parts", transfer->parts}};
+    return j.dump();
 }
 
 std::vector<StageDirective> recorded_stages(const std::string& staging_json,

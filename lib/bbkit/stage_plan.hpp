@@ -40,10 +40,23 @@ struct StagePlan {
     // A node-local pool's buffer: this node among the job's (job_nodes.hpp), which decides
     // a distribute=shard line's share and a gather=nodes line's destination.
     JobNodes nodes;
+    // A stage spread over a transfer job's nodes (bbkit(7), STAGING ON TRANSFER NODES): this
+    // part among `parts`, each moving the share shard.hpp's rule gives it of every line (a line
+    // already sharded over a node-local job's nodes keeps that). 1 part: everything.
+    std::uint32_t part = 0;
+    std::uint32_t parts = 1;
 };
 
 std::string plan_to_json(const StagePlan& plan);
 StagePlan plan_from_json(const std::string& text);  // Error(data) when malformed
+
+// A transfer job's plan file (bbkit(7), STAGING ON TRANSFER NODES), read by its mover as the
+// job's user: never as root (Error(no_perm): root's mover takes its plan on standard input
+// from bb-stage), a regular file of at most 64 MiB, no symlink followed.
+std::string read_transfer_plan(const std::string& path);
+// Sets the plan's part from Slurm's step task (SLURM_PROCID of SLURM_NTASKS); Error(usage),
+// one line, outside a step or when they are not numbers in range.
+void set_part_of_step(StagePlan& plan);
 
 // What bb-pool alloc records with a job's buffer (Buffer::staging): its stage lines, byte for
 // byte, and the persistent buffers it uses.
@@ -55,6 +68,22 @@ std::optional<JobNodes> recorded_nodes(const std::string& staging_json);
 std::vector<StageDirective> recorded_stages(const std::string& staging_json,
                                             StageDirection direction);
 std::vector<std::string> recorded_persistent_uses(const std::string& staging_json);
+
+// A stage running as a Slurm job on transfer nodes (bbkit(7), STAGING ON TRANSFER NODES), as
+// the buffer's sealed staging record keeps it, so that a rerun of the stage (a restarted
+// slurmctld) finds the job instead of starting a second, and a teardown cancels it.
+struct TransferRecord {
+    StageDirection direction = StageDirection::in;
+    // Its directory under the pool's transfer/ ("KEY.in.HEX"), which also names the job
+    // ("bbkit.DIRECTORY") before its id is known.
+    std::string directory;
+    std::uint64_t job_id = 0;  // 0: being submitted (the id not yet recorded)
+    std::uint32_t parts = 1;
+};
+std::optional<TransferRecord> recorded_transfer(const std::string& staging_json);
+// The staging record with `transfer` in it, or without one when nullopt.
+std::string with_transfer(const std::string& staging_json,
+                          const std::optional<TransferRecord>& transfer);
 
 // The stage_out lines whose data only `b` holds now: its job ran (running, post-run or
 // staging-out) and its stage-out has not succeeded. Empty for a job that never ran (nothing of

@@ -15,6 +15,7 @@
 #include "bbkit/run_lock.hpp"
 #include "bbkit/size.hpp"
 #include "bbkit/stage_plan.hpp"
+#include "bbkit/transfer.hpp"
 #include "bbkit/trust.hpp"
 
 namespace bbkit {
@@ -177,6 +178,9 @@ TeardownResult finish_teardown(StateStore& store, const Config& config, const Bu
     try {
         if (unopened)
             throw *unopened;
+        // A stage on transfer nodes ends before its buffer does (bbkit(7), STAGING ON TRANSFER
+        // NODES): no mover of the job may still write into a directory being removed.
+        end_transfer_job(*dir, b, std::chrono::seconds(config.timeouts.other));
         if (!dir->move_to_trash(b.directory, trash_name(b), PoolDir::Sync::later))
             spdlog::info("buffer {}: directory {}/{} was already gone", key.str(), dir->path(),
                          b.directory);

@@ -9,6 +9,7 @@
 
 #include "bbkit/config.hpp"
 #include "bbkit/error.hpp"
+#include "bbkit/process.hpp"
 #include "bbkit/text.hpp"
 
 namespace bbkit {
@@ -56,24 +57,13 @@ bool user_matches(const User& user, const std::string& candidate) {
     return candidate == user.name;
 }
 
+Identity identity_of(const User& user) {
+    return Identity{user.uid, user.gid, user.groups};
+}
+
 void become_user(const User& user) {
-    auto fail = [&](const char* step) {
+    if (const char* step = switch_identity(identity_of(user)))
         throw system_error("cannot become user '" + user.name + "': " + step, errno);
-    };
-    if (getuid() == user.uid && geteuid() == user.uid && getgid() == user.gid &&
-        getegid() == user.gid && user.uid != 0)
-        return;  // already that user (e.g. bb-parse run by the submitting user)
-    if (setgroups(user.groups.size(), user.groups.data()) != 0)
-        fail("setgroups");
-    if (setresgid(user.gid, user.gid, user.gid) != 0)
-        fail("setresgid");
-    if (setresuid(user.uid, user.uid, user.uid) != 0)
-        fail("setresuid");
-    // A partial drop must never go unnoticed: regaining root has to fail now.
-    if (user.uid != 0 && (setuid(0) == 0 || seteuid(0) == 0)) {
-        errno = EPERM;
-        fail("root could be regained");
-    }
 }
 
 void act_as_user(const std::optional<std::string>& name, const std::string& what) {

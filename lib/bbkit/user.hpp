@@ -42,4 +42,8 @@ void act_as_user(const std::optional<std::string>& name, const std::string& what
 // only in a single-threaded process, before opening any user path.
 void become_user(const User& user);
 
+struct Identity;
+// What a child process becomes to run as `user` (process.hpp, ProcessSpec::identity).
+Identity identity_of(const User& user);
+
 }  // namespace bbkit

@@ -229,7 +229,7 @@ TEST(config, rejects_unknown_key_in_pool_with_line) {
     EXPECT_EQ(config_error(pool_a + "[[pool]]\nname = \"b\"\nsize = \"1G\"\n"),
               "t.toml:7: pool[1].size: unknown key 'size' (known: name, path, capacity, "
               "granularity, direct_io, syncfs, quota, quota_missing, quota_project_base, "
-              "node_local, gres)");
+              "node_local, gres, staging, transfer_partition, transfer_nodes)");
 }
 
 TEST(config, pool_quota_defaults_to_none_refuse_and_base_2000000000) {
@@ -309,6 +309,45 @@ node_local = true
             config_error(standalone + nvme + "gres = \"" + bad + "\"\n").find("is not a GRES name"),
             std::string::npos)
             << bad;
+}
+
+TEST(config, a_pool_stages_on_the_controller_unless_it_names_transfer_nodes) {
+    const Config config = parse_config(pool_a, "t.toml");
+    EXPECT_EQ(config.pools.at(0).staging, PoolStaging::controller);
+    const Config slurm =
+        parse_config("mode = \"slurm\"\n" + pool_a +
+                         "staging = \"slurm\"\ntransfer_partition = \"xfer\"\ntransfer_nodes = 3\n",
+                     "t.toml");
+    EXPECT_EQ(slurm.pools.at(0).staging, PoolStaging::slurm);
+    EXPECT_EQ(slurm.pools.at(0).transfer_partition, "xfer");
+    EXPECT_EQ(slurm.pools.at(0).transfer_nodes, 3u);
+    const Config one = parse_config(
+        "mode = \"datawarp\"\n" + pool_a + "staging = \"slurm\"\ntransfer_partition = \"dtn\"\n",
+        "t.toml");
+    EXPECT_EQ(one.pools.at(0).transfer_nodes, 1u);
+}
+
+TEST(config, transfer_staging_is_refused_where_it_cannot_work_naming_the_key) {
+    const std::string slurm = "mode = \"slurm\"\n";
+    const std::string on = "staging = \"slurm\"\n";
+    const std::string part = "transfer_partition = \"xfer\"\n";
+    const auto refused = [](const std::string& text, const std::string& expected) {
+        const std::string error = config_error(text);
+        EXPECT_NE(error.find(expected), std::string::npos) << error;
+        EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+    };
+    refused(slurm + pool_a + "staging = \"xfer\"\n",
+            "staging: 'xfer' is not a staging place (use \"controller\" or \"slurm\")");
+    refused(slurm + pool_a + on, "transfer_partition: is required with staging = \"slurm\"");
+    refused(standalone + pool_a + on + part, "staging: \"slurm\" needs mode = \"slurm\"");
+    refused(standalone + nvme + on + part, "staging: \"slurm\" needs mode");
+    refused(slurm + pool_a + part, "transfer_partition: applies to staging = \"slurm\" only");
+    refused(slurm + pool_a + "transfer_nodes = 2\n", "transfer_nodes: applies to staging");
+    for (const char* bad : {"", "-x", "x y", "x;rm", "x\\nb", ".."})
+        refused(slurm + pool_a + on + "transfer_partition = \"" + bad + "\"\n",
+                "transfer_partition:");
+    for (const char* bad : {"0", "65", "-1", "\"2\""})
+        refused(slurm + pool_a + on + part + "transfer_nodes = " + bad + "\n", "transfer_nodes:");
 }
 
 TEST(config, pool_io_options_default_to_buffered_and_syncfs) {

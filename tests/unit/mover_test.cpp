@@ -745,6 +745,59 @@ TEST(mover, entries_by_root_places_a_node_local_buffers_lines) {
     EXPECT_EQ(entries_by_root(plan)["/bb/job"][0].destination, "/lus/out");
 }
 
+// A transfer job's parts (bbkit(7), STAGING ON TRANSFER NODES) fill one buffer: for every
+// count of parts, each part copies only its share, the shares add up to the whole tree with
+// nothing copied twice, hard links stay whole (the share goes by inode), and the finishing
+// mover of the whole plan copies nothing and leaves a tree cp -a would have made.
+TEST(mover, a_transfer_jobs_parts_fill_one_buffer_with_the_whole_tree_once) {
+    BBKIT_MOVES_AS_NOBODY();
+    TempDir tmp;
+    make_tricky_tree(tmp / "src");
+    for (int i = 0; i < 40; ++i) {
+        const std::string f = tmp / ("src/sub/f" + std::to_string(i));
+        write_file(f, std::string(i * 100, 'x'));
+        lchown(f.c_str(), nobody, nogroup);
+    }
+    link((tmp / "src/sub/f7").c_str(), (tmp / "src/linked-f7").c_str());
+    for (std::uint32_t parts = 1; parts <= 5; ++parts) {
+        const std::string buffer = make_buffer(tmp, "buffer" + std::to_string(parts));
+        std::uint64_t files = 0, bytes = 0;
+        for (std::uint32_t part = 0; part < parts; ++part) {
+            StagePlan stage;
+            stage.direction = StageDirection::in;
+            stage.job_root = buffer;
+            stage.capacity = std::uint64_t{1} << 30;
+            stage.part = part;
+            stage.parts = parts;
+            StageDirective tree;
+            tree.type = StageType::directory;
+            tree.source = tmp / "src";
+            tree.destination = "data";
+            stage.stages = {tree};
+            MovePlan plan = plan_in(buffer, tmp / "src", "data");
+            plan.entries = entries_by_root(stage).at(buffer);
+            ASSERT_EQ(plan.entries.size(), 1u);
+            EXPECT_EQ(plan.entries[0].shard_by_inode, parts > 1);
+            const Outcome outcome = move_as_nobody(plan);
+            ASSERT_EQ(outcome.code, 0) << outcome.message;
+            EXPECT_EQ(outcome.skipped, 0u) << "part " << part << " of " << parts;
+            files += outcome.files;
+            bytes += outcome.bytes;
+        }
+        const Outcome whole = move_as_nobody(plan_in(buffer, tmp / "src", "data"));
+        ASSERT_EQ(whole.code, 0) << whole.message;
+        EXPECT_EQ(whole.files, 0u) << parts << " parts left something to the finishing mover";
+        EXPECT_EQ(whole.skipped, files) << parts << " parts";
+        expect_same_tree(tmp / "src", buffer + "/data", nobody);
+        struct stat a {
+        }, b{};
+        ASSERT_EQ(lstat((buffer + "/data/sub/f7").c_str(), &a), 0);
+        ASSERT_EQ(lstat((buffer + "/data/linked-f7").c_str(), &b), 0);
+        EXPECT_EQ(a.st_ino, b.st_ino) << parts << " parts split a hard link";
+        (void)bytes;
+    }
+}
+
 // Stage-out lines recorded before bb-parse refused type=list are refused the same way (65);
 // no path of a move may climb, outside the buffer either (directive.hpp's one '..' rule).
 TEST(mover, stage_out_lists_and_climbing_paths_are_refused_as_bb_parse_refuses_them) {

@@ -48,8 +48,10 @@ void lower_priority() {
     syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_PRIO_VALUE(IOPRIO_CLASS_BE, 7));
 }
 
-int run(const std::string& input) {
-    const StagePlan plan = plan_from_json(input);
+int run(const std::string& input, bool part_of_step) {
+    StagePlan plan = plan_from_json(input);
+    if (part_of_step)
+        set_part_of_step(plan);
     // Nothing below may open a user path as root.
     become_user(plan.user);
     // The credential change cleared any parent-death signal; a mover must not outlive bb-stage.
@@ -70,13 +72,24 @@ int main(int argc, char** argv) {
         "bb-mover: bbkit's data mover, run by bb-stage with a stage plan on standard "
         "input (bbkit(7), STAGING)"};
     const CommonOptions none;  // bb-stage gives it no option: everything is in the plan
+    // A transfer job's mover (bbkit(7), STAGING ON TRANSFER NODES) reads its plan from the file
+    // bb-stage wrote for it, as the job's user, and takes its step task's part.
+    std::string plan_file;
+    bool part_of_step = false;
+    app.add_option("--plan", plan_file,
+                   "read the plan from FILE (a transfer job's mover, run as the job's user)");
+    app.add_flag("--part-of-step", part_of_step,
+                 "move this Slurm step task's part (SLURM_PROCID of SLURM_NTASKS)");
     // Every error reaches bb-stage as an error line: the move's typed by run_and_report, any
     // other (an argument, the plan, the user) here.
     return run_tool(
         "bb-mover", app, argc, argv, none,
-        []() -> int {
+        [&]() -> int {
+            if (!plan_file.empty())
+                return run(read_transfer_plan(plan_file), part_of_step);
             return run(std::string{std::istreambuf_iterator<char>(std::cin),
-                                   std::istreambuf_iterator<char>()});
+                                   std::istreambuf_iterator<char>()},
+                       part_of_step);
         },
         [](int status, const std::string& message) {
             if (!error_reported)

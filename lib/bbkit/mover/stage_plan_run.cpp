@@ -54,6 +54,10 @@ std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& p
                 if (shard) {
                     entry.shard_index = plan.nodes.index;
                     entry.shard_count = plan.nodes.count;
+                } else if (plan.parts > 1) {  // a transfer job's part (StagePlan::part)
+                    entry.shard_index = plan.part;
+                    entry.shard_count = plan.parts;
+                    entry.shard_by_inode = true;
                 }
                 groups[root_of(plan, stage)].push_back(entry);
             }

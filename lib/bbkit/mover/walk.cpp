@@ -177,6 +177,11 @@ bool Walker::in_shard(std::string_view relative) const {
            shard_of(relative, entry_->shard_count) == entry_->shard_index;
 }
 
+bool Walker::in_shard(ino_t inode) const {
+    return entry_->shard_count <= 1 ||
+           shard_of(std::to_string(inode), entry_->shard_count) == entry_->shard_index;
+}
+
 void Walker::walk_entry(const MoveEntry& entry) {
     entry_ = &entry;
     const std::string src = normalize(entry.source, src_->in_buffer(), "source");
@@ -212,7 +217,8 @@ void Walker::walk_entry(const MoveEntry& entry) {
             throw Error(ExitCode::software, "type=list entries must be expanded before moving");
     }
     // Another shard's file: checked like every shard's source, then left to that shard.
-    if (entry.type == StageType::file && !in_shard(split_last(src).second))
+    if (entry.type == StageType::file &&
+        !(entry.shard_by_inode ? in_shard(st.st_ino) : in_shard(split_last(src).second)))
         return;
     overlapping_ = overlaps_earlier(dst);
     if (overlapping_) {
@@ -359,7 +365,9 @@ void Walker::walk_tree(const std::shared_ptr<Dir>& top) {
         // A sharded entry takes only its own share of the non-directories, and does not even
         // stat another shard's where the listing says what it is; directories are walked (and
         // made) in every shard.
-        const bool mine = in_shard(std::string_view(child_src).substr(shard_prefix_));
+        const bool mine = entry_->shard_by_inode
+                              ? in_shard(entry->d_ino)
+                              : in_shard(std::string_view(child_src).substr(shard_prefix_));
         if (!mine && entry->d_type != DT_UNKNOWN && entry->d_type != DT_DIR)
             continue;
         const std::string child_dst = dst_->join(frame.dir->dst, name);

@@ -59,6 +59,8 @@ class Walker {
     bool kept_lookalike(const std::string& path) const;
     void prune_adopted(Frame& frame);
     bool in_shard(std::string_view relative) const;
+    // The same for MoveEntry::shard_by_inode: by the inode the listing gives.
+    bool in_shard(ino_t inode) const;
     void check_stopped() const { state_.batches.check_stopped(); }
     // directories.cpp
     void make_parents(const std::string& path);

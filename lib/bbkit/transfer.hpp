@@ -1,0 +1,110 @@
+// Stages on transfer nodes (bbkit(7), STAGING ON TRANSFER NODES): the move of a pool with
+// staging = "slurm" runs as a Slurm job of the buffer's user in the pool's transfer partition,
+// spread over up to transfer_nodes nodes, never on the host that runs the hooks and never as
+// root. bb-stage keeps its run lock and every decision (stage.hpp): this runner only starts
+// the job, or finds the one its sealed record names, and turns the movers' reports, which they
+// write into the job's directory in the pool, back into report lines.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bbkit/buffer.hpp"
+#include "bbkit/config.hpp"
+#include "bbkit/mover_runner.hpp"
+#include "bbkit/pool_dir.hpp"
+#include "bbkit/stage_plan.hpp"
+#include "bbkit/store.hpp"
+
+namespace bbkit {
+
+// What Slurm says of a transfer job (scontrol show job): its state, its nodes, its exit code.
+struct TransferJobState {
+    bool known = false;       // Slurm knows the job
+    std::string state;        // JobState: PENDING, RUNNING, COMPLETED, ...
+    std::string nodes;        // NodeList ("(null)" while pending)
+    std::string exit_code;    // ExitCode: "0:0"
+    std::uint64_t uid = 0;    // UserId's number
+    std::string name;         // JobName
+};
+
+// Slurm's answer about a job, from `scontrol --oneliner show job` (`lines`, its output):
+// Error(data) for output that is not one.
+TransferJobState parse_transfer_job(const std::vector<std::string>& lines);
+
+// The job's name for a transfer directory: "bbkit." + directory (TransferRecord::directory).
+std::string transfer_job_name(const std::string& directory);
+
+// The batch script of a transfer job: `parts` movers in one step (srun, a task per node, each
+// its part of the plan, reports in report.<task>), then, over more than one part, one mover of
+// the whole plan (report.finish), which finds every file in place and gives the directories
+// their times and modes once every part has written into them.
+std::string transfer_script(const std::string& mover, std::uint32_t parts, StageDirection direction,
+                            const std::string& key);
+
+// The movers' reports as one mover's lines: each part's report file read from where it was
+// left (a file that shrank was started again by a requeued job: read from its start), summed.
+class TransferReports {
+  public:
+    explicit TransferReports(std::uint32_t parts);
+    // Reads what the files in `dir` (the transfer directory, open) gained since the last call,
+    // only regular files of `uid` with one name; a line longer than 64 KiB is dropped. Returns
+    // whether anything changed.
+    bool read(int dir, uid_t uid);
+    // One progress line summing the parts' last ones (progress_line's form).
+    std::string progress() const;
+    // Every part and the finishing mover (over more than one part) reported a summary: one
+    // summary line of them all (files, bytes and skips of the parts, `seconds` the wall time).
+    std::optional<std::string> summary(double seconds) const;
+    // The first error line a part or the finishing mover reported, as it reported it.
+    std::optional<std::string> error() const;
+    // Each part's last progress ("part 0: 12/40 files, 1.2 GiB ...") for bb-stat job.
+    std::vector<std::string> parts_text() const;
+
+  private:
+    struct Part {
+        std::uint64_t offset = 0;
+        std::string partial;  // a line not yet ended
+        bool overlong = false;
+        std::optional<MoverReport> progress, summary;
+        std::optional<std::string> error;
+    };
+    bool read_one(int dir, const std::string& name, uid_t uid, Part& part);
+    std::vector<Part> parts_;
+    Part finish_;
+};
+
+// Runs a stage's move as a transfer job (MoverRunner). `b` is the buffer as the stage entered
+// its working state, under the run lock the caller holds; `mover` the path of bb-mover on the
+// transfer nodes (the same installation as this host's).
+class TransferRunner : public MoverRunner {
+  public:
+    TransferRunner(StateStore& store, const Config& config, Buffer b, std::string mover,
+                   std::string who);
+    // A job the record names and Slurm still runs is waited for, not started again; one that
+    // ended is judged by its reports (a complete set is the stage's success); otherwise a new
+    // job is submitted as the user (sbatch run as them, the name recorded before, the id after
+    // it is known). Progress lines come every ~second; at `timeout` the job is cancelled.
+    ProcessOutcome run(const StagePlan& plan, std::chrono::seconds timeout,
+                       const std::function<void(const std::string&)>& on_line) const override;
+
+  private:
+    StateStore& store_;
+    const Config& config_;
+    Buffer buffer_;
+    std::string mover_;
+    std::string who_;
+};
+
+// A buffer's recorded transfer job at its end (bb-teardown): cancelled when Slurm still has it
+// (scancel; only a job of the recorded name and user), waited for up to `wait` to be gone from
+// its nodes, and its directory in `dir` (the buffer's pool) removed. Error(unavailable) when
+// Slurm cannot be asked or the job outlives `wait`: the buffer must not be removed under a
+// mover still writing into it.
+void end_transfer_job(PoolDir& dir, const Buffer& b, std::chrono::seconds wait);
+
+}  // namespace bbkit

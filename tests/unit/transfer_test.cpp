@@ -1,0 +1,174 @@
+#include "bbkit/transfer.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "bbkit/error.hpp"
+#include "bbkit/fsops.hpp"
+#include "bbkit/process.hpp"
+#include "bbkit/text.hpp"
+
+using namespace bbkit;
+
+namespace {
+
+constexpr uid_t nobody = 65534;
+
+class ReportDir {
+  public:
+    ReportDir() {
+        char pattern[] = "/tmp/bbkit-transfer-XXXXXX";
+        path_ = mkdtemp(pattern);
+        fd_ = Fd(open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    }
+    ~ReportDir() {
+        std::error_code ignored;
+        std::filesystem::remove_all(path_, ignored);
+    }
+    // Appends `text` to `name`, owned by `owner`.
+    void append(const std::string& name, const std::string& text, uid_t owner = getuid()) {
+        std::ofstream(path_ + "/" + name, std::ios::app) << text;
+        EXPECT_EQ(chown((path_ + "/" + name).c_str(), owner, static_cast<gid_t>(-1)), 0);
+    }
+    void truncate_to(const std::string& name, const std::string& text) {
+        std::ofstream(path_ + "/" + name, std::ios::trunc) << text;
+    }
+    int fd() const { return fd_.get(); }
+    std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+  private:
+    std::string path_;
+    Fd fd_;
+};
+
+std::string progress(std::uint64_t files, std::uint64_t total, std::uint64_t bytes) {
+    return progress_line(files, total, bytes, bytes * 2) + "\n";
+}
+
+std::string summary(std::uint64_t files, std::uint64_t bytes, std::uint64_t skipped) {
+    return summary_line(files, bytes, skipped, 1.5, MovePhases{}) + "\n";
+}
+
+}  // namespace
+
+TEST(Transfer, slurms_answer_gives_state_nodes_user_and_name) {
+    const TransferJobState job = parse_transfer_job(
+        {"JobId=17 JobName=bbkit.main.42.1.in.0a1b UserId=alice(1001) GroupId=alice(1001) "
+         "MCS_label=N/A Priority=1 JobState=RUNNING Reason=None Dependency=(null) ExitCode=0:0 "
+         "NodeList=x[1-3] BatchHost=x1"});
+    EXPECT_TRUE(job.known);
+    EXPECT_EQ(job.state, "RUNNING");
+    EXPECT_EQ(job.nodes, "x[1-3]");
+    EXPECT_EQ(job.uid, 1001u);
+    EXPECT_EQ(job.name, "bbkit.main.42.1.in.0a1b");
+    EXPECT_EQ(job.exit_code, "0:0");
+    try {
+        parse_transfer_job({"slurm_load_jobs error: Unable to contact slurm controller\x1b"});
+        ADD_FAILURE() << "an answer without a JobState was taken";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ExitCode::data);
+        EXPECT_EQ(std::string(e.what()).find('\x1b'), std::string::npos) << e.what();
+    }
+}
+
+TEST(Transfer, the_script_runs_a_mover_per_part_then_one_to_finish) {
+    const std::string one =
+        transfer_script("/usr/lib/bbkit/bb-mover", 1, StageDirection::in, "main.42.1");
+    EXPECT_TRUE(starts_with(one, "#!/bin/sh\n"));
+    EXPECT_NE(one.find("srun --ntasks=1 --ntasks-per-node=1 --kill-on-bad-exit=0 "
+                       "--output=report.%t '/usr/lib/bbkit/bb-mover' --plan plan --part-of-step"),
+              std::string::npos)
+        << one;
+    EXPECT_EQ(one.find("report.finish"), std::string::npos) << one;
+    const std::string three = transfer_script("/opt/it's/bb-mover", 3, StageDirection::in, "k");
+    EXPECT_NE(three.find("--ntasks=3 "), std::string::npos);
+    EXPECT_NE(three.find("exec '/opt/it'\\''s/bb-mover' --plan plan >report.finish"),
+              std::string::npos)
+        << three;
+}
+
+TEST(Transfer, reports_of_every_part_sum_to_one_progress_and_one_summary) {
+    ReportDir dir;
+    TransferReports reports(2);
+    EXPECT_FALSE(reports.read(dir.fd(), getuid()));  // nothing yet
+    dir.append("report.0", progress(1, 10, 100));
+    dir.append("report.1", progress(2, 20, 200) + "progress 3 2");  // a line not yet ended
+    EXPECT_TRUE(reports.read(dir.fd(), getuid()));
+    EXPECT_EQ(reports.progress(), progress_line(3, 30, 300, 600));
+    dir.append("report.1", "0 300 600 copying\n");
+    EXPECT_TRUE(reports.read(dir.fd(), getuid()));
+    EXPECT_EQ(reports.progress(), progress_line(4, 30, 400, 800));
+    dir.append("report.0", summary(10, 200, 0));
+    dir.append("report.1", summary(20, 600, 1));
+    reports.read(dir.fd(), getuid());
+    EXPECT_FALSE(reports.summary(3)) << "two parts, and the finishing mover has not reported";
+    dir.append("report.finish", summary(0, 0, 31));
+    reports.read(dir.fd(), getuid());
+    const auto done = reports.summary(3);
+    ASSERT_TRUE(done);
+    const MoverReport r = parse_report(*done);
+    EXPECT_EQ(r.kind, MoverReport::Kind::summary);
+    EXPECT_EQ(r.files, 30u);
+    EXPECT_EQ(r.bytes, 800u);
+    EXPECT_EQ(r.skipped, 1u);  // the parts' own: what the finishing mover found is theirs
+    EXPECT_FALSE(reports.error());
+    EXPECT_EQ(reports.parts_text().size(), 2u);
+}
+
+TEST(Transfer, a_parts_error_is_the_stages_and_a_requeued_job_starts_its_reports_again) {
+    ReportDir dir;
+    TransferReports reports(1);
+    dir.append("report.0", progress(5, 9, 50) + error_line(Error(ExitCode::io, "disk gone")) + "\n");
+    reports.read(dir.fd(), getuid());
+    ASSERT_TRUE(reports.error());
+    EXPECT_EQ(parse_report(*reports.error()).exit_code, 74);
+    // Requeued: Slurm truncated the report, and the new run's lines are all that count.
+    dir.truncate_to("report.0", progress(1, 9, 10));
+    reports.read(dir.fd(), getuid());
+    EXPECT_FALSE(reports.error());
+    EXPECT_EQ(reports.progress(), progress_line(1, 9, 10, 20));
+}
+
+// The reports are the user's files, read by root: only a regular file of the job's user with
+// one name is read; a symlink, a hard link to someone else's file, another owner's file or a
+// fifo is not, and a line past 64 KiB is dropped, not kept.
+TEST(Transfer, only_the_users_own_regular_reports_are_read_and_lines_are_bounded) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "plants files of other users: needs root";
+    ReportDir dir;
+    TransferReports reports(4);
+    // report.0: a symlink to root's report-like file; report.1: a hard link to it.
+    std::ofstream(dir / "roots") << summary(1, 1, 0);
+    ASSERT_EQ(symlink((dir / "roots").c_str(), (dir / "report.0").c_str()), 0);
+    ASSERT_EQ(link((dir / "roots").c_str(), (dir / "report.1").c_str()), 0);
+    dir.append("report.2", summary(1, 1, 0), 0);  // root's, not the user's
+    ASSERT_EQ(mkfifo((dir / "report.3").c_str(), 0600), 0);
+    ASSERT_EQ(chown((dir / "report.3").c_str(), nobody, static_cast<gid_t>(-1)), 0);
+    EXPECT_FALSE(reports.read(dir.fd(), nobody));
+    EXPECT_EQ(reports.progress(), progress_line(0, 0, 0, 0, StagePhase::measuring));
+
+    ReportDir own;
+    TransferReports bounded(1);
+    own.append("report.0", std::string(70000, 'x') + "\n" + progress(2, 4, 8), nobody);
+    bounded.read(own.fd(), nobody);
+    EXPECT_EQ(bounded.progress(), progress_line(2, 4, 8, 16));
+}
+
+TEST(Transfer, a_child_process_runs_as_the_identity_it_is_given) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "changes identity: needs root";
+    ProcessSpec spec;
+    spec.path = "/usr/bin/id";
+    spec.args = {"-u"};
+    spec.identity = Identity{nobody, 65534, {65534}};
+    std::string out;
+    spec.on_stdout_line = [&out](const std::string& line) { out += line; };
+    const ProcessOutcome outcome = run_process(spec);
+    EXPECT_EQ(outcome.exit_code, 0);
+    EXPECT_EQ(out, "65534");
+}
