@@ -123,7 +123,8 @@ TEST(Transfer, reports_of_every_part_sum_to_one_progress_and_one_summary) {
 TEST(Transfer, a_parts_error_is_the_stages_and_a_requeued_job_starts_its_reports_again) {
     ReportDir dir;
     TransferReports reports(1);
-    dir.append("report.0", progress(5, 9, 50) + error_line(Error(ExitCode::io, "disk gone")) + "\n");
+    dir.append("report.0",
+               progress(5, 9, 50) + error_line(Error(ExitCode::io, "disk gone")) + "\n");
     reports.read(dir.fd(), getuid());
     ASSERT_TRUE(reports.error());
     EXPECT_EQ(parse_report(*reports.error()).exit_code, 74);
