@@ -109,8 +109,7 @@ std::string minutes(std::chrono::seconds timeout) {
 
 std::uint64_t submit(const PoolConfig& pool, const Buffer& b, const User& user,
                      const std::string& directory_path, const std::string& name,
-                     std::uint32_t parts, const std::string& script,
-                     std::chrono::seconds timeout) {
+                     std::uint32_t parts, const std::string& script, std::chrono::seconds timeout) {
     SlurmCall call;
     call.identity = identity_of(user);
     call.stdin_data = script;
@@ -128,10 +127,10 @@ std::uint64_t submit(const PoolConfig& pool, const Buffer& b, const User& user,
                  "--comment=bbkit transfer of " + b.key.str()};
     const SlurmOutput out = run_slurm("sbatch", call);
     if (out.outcome.exit_code != 0)
-        throw Error(ExitCode::unavailable,
-                    "cannot submit the transfer job of " + b.key.str() + " as user '" + user.name +
-                        "' to partition '" + pool.transfer_partition +
-                        "': " + slurm_failure("sbatch", out.outcome));
+        throw Error(ExitCode::unavailable, "cannot submit the transfer job of " + b.key.str() +
+                                               " as user '" + user.name + "' to partition '" +
+                                               pool.transfer_partition +
+                                               "': " + slurm_failure("sbatch", out.outcome));
     // "ID" or "ID;CLUSTER"
     const std::string first = out.lines.empty() ? "" : out.lines.front();
     const std::optional<std::uint64_t> id = parse_decimal(first.substr(0, first.find(';')));
@@ -170,9 +169,10 @@ TransferJobState parse_transfer_job(const std::vector<std::string>& lines) {
         }
     }
     if (job.state.empty())
-        throw Error(ExitCode::data, "cannot read Slurm's answer about the transfer job: no "
-                                    "JobState in '" +
-                                        printable(text.substr(0, 200)) + "'");
+        throw Error(ExitCode::data,
+                    "cannot read Slurm's answer about the transfer job: no "
+                    "JobState in '" +
+                        printable(text.substr(0, 200)) + "'");
     job.known = true;
     return job;
 }
@@ -181,8 +181,8 @@ std::string transfer_job_name(const std::string& directory) {
     return "bbkit." + directory;
 }
 
-std::string transfer_script(const std::string& mover, std::uint32_t parts,
-                            StageDirection direction, const std::string& key) {
+std::string transfer_script(const std::string& mover, std::uint32_t parts, StageDirection direction,
+                            const std::string& key) {
     // Every word is bbkit's own: the key and the mover's path hold no shell character (buffer
     // keys are names, the mover's path is root's installation), and are quoted all the same.
     const auto quoted = [](const std::string& word) {
@@ -331,8 +331,8 @@ std::vector<std::string> TransferReports::parts_text() const {
     return lines;
 }
 
-TransferRunner::TransferRunner(StateStore& store, const Config& config, Buffer b,
-                               std::string mover, std::string who)
+TransferRunner::TransferRunner(StateStore& store, const Config& config, Buffer b, std::string mover,
+                               std::string who)
     : store_(store),
       config_(config),
       buffer_(std::move(b)),
@@ -382,19 +382,16 @@ ProcessOutcome TransferRunner::run(const StagePlan& plan, std::chrono::seconds t
         TransferRecord fresh;
         fresh.direction = plan.direction;
         fresh.parts = plan.direction == StageDirection::in ? pool.transfer_nodes : 1;
-        fresh.directory =
-            buffer_.key.str() + "." + to_string(plan.direction) + "." + random_hex(8);
+        fresh.directory = buffer_.key.str() + "." + to_string(plan.direction) + "." + random_hex(8);
         StagePlan job_plan = plan;
         job_plan.part = 0;
         job_plan.parts = 1;  // each mover takes its part from its step task (--part-of-step)
         const std::string path = dir.make_transfer_dir(fresh.directory, plan_to_json(job_plan),
                                                        plan.user.uid, plan.user.gid);
         record_transfer(store_, buffer_.key, fresh, who_);  // the name first: never two jobs
-        fresh.job_id = submit(pool, buffer_, plan.user, path, transfer_job_name(fresh.directory),
-                              fresh.parts,
-                              transfer_script(mover_, fresh.parts, plan.direction,
-                                              buffer_.key.str()),
-                              timeout);
+        fresh.job_id = submit(
+            pool, buffer_, plan.user, path, transfer_job_name(fresh.directory), fresh.parts,
+            transfer_script(mover_, fresh.parts, plan.direction, buffer_.key.str()), timeout);
         record_transfer(store_, buffer_.key, fresh, who_);
         record = fresh;
         job = TransferJobState{};
@@ -459,13 +456,12 @@ ProcessOutcome TransferRunner::run(const StagePlan& plan, std::chrono::seconds t
                     reports.read(d.get(), plan.user.uid);
                 if (reports.summary(0) || reports.error())
                     continue;
-                return failed_outcome(
-                    "transfer job " + std::to_string(record->job_id) +
-                    (job.known ? " ended " + job.state + " (exit " + job.exit_code + ") on " +
-                                     job.nodes
-                               : " is gone from Slurm") +
-                    " without its movers' reports (" + dir.path() + "/" +
-                    PoolDir::transfer_subdir + "/" + record->directory + ")");
+                return failed_outcome("transfer job " + std::to_string(record->job_id) +
+                                      (job.known ? " ended " + job.state + " (exit " +
+                                                       job.exit_code + ") on " + job.nodes
+                                                 : " is gone from Slurm") +
+                                      " without its movers' reports (" + dir.path() + "/" +
+                                      PoolDir::transfer_subdir + "/" + record->directory + ")");
             }
         }
         std::this_thread::sleep_for(report_poll);

@@ -24,12 +24,12 @@ namespace bbkit {
 
 // What Slurm says of a transfer job (scontrol show job): its state, its nodes, its exit code.
 struct TransferJobState {
-    bool known = false;       // Slurm knows the job
-    std::string state;        // JobState: PENDING, RUNNING, COMPLETED, ...
-    std::string nodes;        // NodeList ("(null)" while pending)
-    std::string exit_code;    // ExitCode: "0:0"
-    std::uint64_t uid = 0;    // UserId's number
-    std::string name;         // JobName
+    bool known = false;     // Slurm knows the job
+    std::string state;      // JobState: PENDING, RUNNING, COMPLETED, ...
+    std::string nodes;      // NodeList ("(null)" while pending)
+    std::string exit_code;  // ExitCode: "0:0"
+    std::uint64_t uid = 0;  // UserId's number
+    std::string name;       // JobName
 };
 
 // Slurm's answer about a job, from `scontrol --oneliner show job` (`lines`, its output):
