@@ -1,6 +1,5 @@
 #include "bbkit/process.hpp"
 
-#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -78,24 +77,6 @@ bool wait_until(bp::child& child, std::chrono::steady_clock::time_point deadline
 }
 
 }  // namespace
-
-const char* switch_identity(const Identity& identity) noexcept {
-    if (getuid() == identity.uid && geteuid() == identity.uid && getgid() == identity.gid &&
-        getegid() == identity.gid && identity.uid != 0)
-        return nullptr;  // already that user (e.g. bb-parse run by the submitting user)
-    if (setgroups(identity.groups.size(), identity.groups.data()) != 0)
-        return "setgroups";
-    if (setresgid(identity.gid, identity.gid, identity.gid) != 0)
-        return "setresgid";
-    if (setresuid(identity.uid, identity.uid, identity.uid) != 0)
-        return "setresuid";
-    // A partial drop must never go unnoticed: regaining root has to fail now.
-    if (identity.uid != 0 && (setuid(0) == 0 || seteuid(0) == 0)) {
-        errno = EPERM;
-        return "root could be regained";
-    }
-    return nullptr;
-}
 
 // What the reader threads share with run_process. Held by shared_ptr: a grandchild that keeps a
 // pipe open must not keep us waiting, so readers may be left behind, and must then find it.

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "bbkit/identity.hpp"
+
 namespace bbkit {
 
 // A process, named so that a reused pid is never mistaken for it.
@@ -41,20 +43,6 @@ bool stop_process(const ProcessId& process, std::chrono::milliseconds grace);
 
 // Waits up to `timeout` for `process` to exit on its own; true when it is gone.
 bool wait_for_exit(const ProcessId& process, std::chrono::milliseconds timeout);
-
-// A user's ids as the kernel takes them: uid, primary group, supplementary groups.
-struct Identity {
-    uid_t uid = 0;
-    gid_t gid = 0;
-    std::vector<gid_t> groups;
-};
-
-// The one way bbkit becomes a user (user.hpp's become_user, and a child of run_process with
-// ProcessSpec::identity): setgroups, setresgid, setresuid, then a check that root cannot be
-// regained. Nothing when the process already is that non-root user. No allocation and no
-// exception, so a forked child may call it: nullptr on success, else the step that failed
-// ("setgroups", ...), with errno set.
-const char* switch_identity(const Identity& identity) noexcept;
 
 struct ProcessSpec {
     std::string path;  // absolute; never looked up on PATH

@@ -174,7 +174,8 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
     MoverRun run;
     auto last_write = std::chrono::steady_clock::time_point{};
     std::optional<StagePhase> last_phase;
-    StagingProgress last;  // the last record written
+    StagingProgress last;                // the last record written
+    std::optional<TransferPlace> place;  // a stage on transfer nodes: where it runs
     StagingRate rate;
     const TimePoint started = std::chrono::system_clock::now();
     const auto on_line = [&](const std::string& line) {
@@ -196,6 +197,7 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
                 p.started = started;
                 p.updated = std::chrono::system_clock::now();
                 p.pid = getpid();
+                p.transfer = place;
                 if (options.on_progress)
                     options.on_progress(p);
                 // A new phase is written at once: a poller sees measuring end and syncing begin.
@@ -226,6 +228,9 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
                 break;
             case MoverReport::Kind::warning:
                 run.warnings.push_back(r.message);
+                break;
+            case MoverReport::Kind::transfer:
+                place = last.transfer = r.transfer;
                 break;
             default:
                 break;

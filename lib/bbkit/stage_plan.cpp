@@ -423,6 +423,36 @@ std::string warning_line(const std::string& message) {
     return "warning " + json_quoted(message);
 }
 
+json transfer_place_json(const TransferPlace& place) {
+    return {{"job", place.job_id}, {"nodes", place.nodes}, {"parts", place.parts}};
+}
+
+std::optional<TransferPlace> transfer_place_from_json(const json& value) {
+    if (!value.is_object())
+        return std::nullopt;
+    const auto job = value.find("job");
+    const auto nodes = value.find("nodes");
+    const auto parts = value.find("parts");
+    if (job == value.end() || !job->is_number_unsigned() || nodes == value.end() ||
+        !nodes->is_string() || nodes->get_ref<const std::string&>().size() > max_place_text ||
+        parts == value.end() || !parts->is_array() || parts->size() > max_place_parts)
+        return std::nullopt;
+    TransferPlace place;
+    place.job_id = job->get<std::uint64_t>();
+    place.nodes = nodes->get<std::string>();
+    for (const json& part : *parts) {
+        if (!part.is_string() || part.get_ref<const std::string&>().size() > max_place_text)
+            return std::nullopt;
+        place.parts.push_back(part.get<std::string>());
+    }
+    return place;
+}
+
+std::string transfer_line(const TransferPlace& place) {
+    return "transfer " +
+           transfer_place_json(place).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 MoverReport parse_report(const std::string& line) {
     MoverReport r;
     std::istringstream in(line);
@@ -463,6 +493,12 @@ MoverReport parse_report(const std::string& line) {
     } else if (word == "warning") {
         r.kind = MoverReport::Kind::warning;
         r.message = message_rest();
+    } else if (word == "transfer") {
+        std::string rest;
+        std::getline(in >> std::ws, rest);
+        const json j = json::parse(rest, nullptr, false);
+        if ((r.transfer = transfer_place_from_json(j)))
+            r.kind = MoverReport::Kind::transfer;
     }
     return r;
 }

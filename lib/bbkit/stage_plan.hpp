@@ -5,6 +5,8 @@
 
 #include <sys/types.h>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -118,9 +120,24 @@ struct MovePhases {
     void append(const MovePhases& later);
 };
 
+// Where a stage on transfer nodes runs (bbkit(7), STAGING ON TRANSFER NODES): its transfer
+// job, the job's nodes as Slurm lists them ("" while it pends), and each part's last progress
+// in words. What bb-stage's transfer runner reports and the progress record keeps.
+struct TransferPlace {
+    std::uint64_t job_id = 0;
+    std::string nodes;
+    std::vector<std::string> parts;
+};
+// At most this many parts, each of at most this many bytes, are read back (a record is a hint).
+constexpr std::size_t max_place_parts = 64;
+constexpr std::size_t max_place_text = 256;
+nlohmann::json transfer_place_json(const TransferPlace& place);
+// nullopt unless `value` is such an object within those bounds.
+std::optional<TransferPlace> transfer_place_from_json(const nlohmann::json& value);
+
 // bb-mover's report lines.
 struct MoverReport {
-    enum class Kind { progress, summary, error, warning, unknown } kind = Kind::unknown;
+    enum class Kind { progress, summary, error, warning, transfer, unknown } kind = Kind::unknown;
     StagePhase phase = StagePhase::copying;
     std::uint64_t files_done = 0, files_total = 0, bytes_done = 0, bytes_total = 0;
     std::uint64_t files = 0, bytes = 0, skipped = 0;
@@ -131,6 +148,7 @@ struct MoverReport {
     // error: why, typed (error.hpp's Failure: its kind, operation, path, errno; kind internal
     // for an error that came from no move); absent from an older mover's line.
     std::optional<Failure> failure;
+    std::optional<TransferPlace> transfer;  // transfer: where the stage runs
 };
 // "progress FILES_DONE FILES_TOTAL BYTES_DONE BYTES_TOTAL PHASE". A line without the phase (an
 // older mover, which only reported while copying) reads as copying; one with a phase this
@@ -149,6 +167,9 @@ std::string summary_line(std::uint64_t files, std::uint64_t bytes, std::uint64_t
 // reads with its message and no failure.
 std::string error_line(const Error& error);
 std::string warning_line(const std::string& message);
+// "transfer {"job":ID,"nodes":"n[1-3]","parts":["part 0: ...", ...]}": the transfer runner's
+// own line (transfer.hpp), never a mover's.
+std::string transfer_line(const TransferPlace& place);
 MoverReport parse_report(const std::string& line);
 
 }  // namespace bbkit

@@ -126,8 +126,9 @@ std::string progress_record(const StagingProgress& p) {
         {"started", unix_seconds(p.started)},
         {"updated", unix_seconds(p.updated)},
         {"pid", p.pid ? json(*p.pid) : json()},
-        {"phases", p.phases ? phases_json(*p.phases) : json()}};
-    return record.dump() + "\n";
+        {"phases", p.phases ? phases_json(*p.phases) : json()},
+        {"transfer", p.transfer ? transfer_place_json(*p.transfer) : json()}};
+    return record.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 std::optional<StagingProgress> parse_progress_record(const std::string& text) {
@@ -162,6 +163,8 @@ std::optional<StagingProgress> parse_progress_record(const std::string& text) {
         p.pid = static_cast<pid_t>(*pid);
     if (value.contains("phases"))
         p.phases = phases_from_json(value["phases"]);
+    if (value.contains("transfer"))
+        p.transfer = transfer_place_from_json(value["transfer"]);
     return p;
 }
 

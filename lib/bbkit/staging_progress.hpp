@@ -32,6 +32,7 @@ struct StagingProgress {
     std::optional<TimePoint> updated;          // when it wrote the record
     std::optional<pid_t> pid;                  // the stager's
     std::optional<MovePhases> phases;          // the finished stage's, from the mover's summary
+    std::optional<TransferPlace> transfer;     // a stage on transfer nodes: where it runs
 };
 
 // A move's phases as JSON (bb-stage --json, bb-stat job --json, the record's "phases"): each

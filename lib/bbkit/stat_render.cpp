@@ -676,7 +676,8 @@ json progress_json(const StagingProgress& p) {
             {"started", p.started ? json(slurm_time(*p.started)) : json()},
             {"updated", p.updated ? json(slurm_time(*p.updated)) : json()},
             {"pid", known(p.pid)},
-            {"phases", p.phases ? phases_json(*p.phases) : json()}};
+            {"phases", p.phases ? phases_json(*p.phases) : json()},
+            {"transfer", p.transfer ? transfer_place_json(*p.transfer) : json()}};
 }
 
 }  // namespace
@@ -720,6 +721,13 @@ std::string job_text(const JobStatus& job, TimePoint now) {
         field("progress", progress_text(*job.progress, staging && !stage_stalled(b)));
         if (job.progress->phases)
             field("mover", phases_text(*job.progress->phases));
+        if (const auto& place = job.progress->transfer) {  // STAGING ON TRANSFER NODES
+            field("transfer",
+                  "job " + std::to_string(place->job_id) +
+                      (place->nodes.empty() ? std::string(" (pending)") : " on " + place->nodes));
+            for (const std::string& part : place->parts)
+                out << "  " << printable(part) << '\n';
+        }
     }
     out << "phases:\n";
     for (const Phase& phase : phases_of(b, now)) {

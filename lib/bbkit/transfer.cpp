@@ -78,6 +78,16 @@ bool still_running(const TransferJobState& job) {
     return job.known && !slurm_job_ended(job.state);
 }
 
+// How many answers in a row (slurm_poll apart) must say a job ended before it is believed. A
+// job whose node failed (or that was preempted, or whose node did not boot) shows that state
+// until Slurm requeues it (--requeue), which may take a while: a minute of it. Any other end
+// twice, so that one answer caught between two states decides nothing.
+unsigned answers_to_believe(const TransferJobState& job) {
+    const bool requeued_from =
+        job.state == "NODE_FAIL" || job.state == "PREEMPTED" || job.state == "BOOT_FAIL";
+    return requeued_from ? 12 : 2;
+}
+
 // Slurm's answer about the recorded id, when it is about the recorded job: its name and user.
 // A controller that lost its state may have given the id to another job since, which bbkit
 // neither waits for nor cancels.
@@ -181,10 +191,10 @@ std::string transfer_job_name(const std::string& directory) {
     return "bbkit." + directory;
 }
 
-std::string transfer_script(const std::string& mover, std::uint32_t parts, StageDirection direction,
-                            const std::string& key) {
-    // Every word is bbkit's own: the key and the mover's path hold no shell character (buffer
-    // keys are names, the mover's path is root's installation), and are quoted all the same.
+std::string transfer_script(const std::string& mover, const std::string& srun, std::uint32_t parts,
+                            StageDirection direction, const std::string& key) {
+    // Every word is bbkit's own: the key and the programs' paths hold no shell character
+    // (buffer keys are names, the paths are root's installations), and are quoted all the same.
     const auto quoted = [](const std::string& word) {
         std::string q = "'";
         for (char c : word)
@@ -194,7 +204,7 @@ std::string transfer_script(const std::string& mover, std::uint32_t parts, Stage
     std::string script = "#!/bin/sh\n# bbkit: the stage-" + std::string(to_string(direction)) +
                          " of " + key +
                          " on transfer nodes (bbkit(7), STAGING ON TRANSFER NODES)\n";
-    script += "srun --ntasks=" + std::to_string(parts) +
+    script += quoted(srun) + " --ntasks=" + std::to_string(parts) +
               " --ntasks-per-node=1 --kill-on-bad-exit=0 --output=report.%t " + quoted(mover) +
               " --plan plan --part-of-step || exit $?\n";
     if (parts > 1)
@@ -362,18 +372,26 @@ ProcessOutcome TransferRunner::run(const StagePlan& plan, std::chrono::seconds t
         }
     if (record && record->job_id != 0)
         job = ask_about(*record, plan.user.uid);
+    // Done: nothing of the job is left to find or cancel, and its directory goes (a failed
+    // one's stays, with batch.out, for whoever looks into it, until the next run or teardown).
+    const auto succeed = [&](const TransferRecord& done, const std::string& summary) {
+        on_line(summary);
+        // The directory before the record: a stager killed between the two leaves a record of
+        // a job that ended and no directory, which the next run replaces, never an orphan.
+        dir.remove_transfer_dir(done.directory, done.directory + ".ended", deadline);
+        record_transfer(store_, buffer_.key, std::nullopt, who_);
+        ProcessOutcome outcome;
+        outcome.exit_code = 0;
+        return outcome;
+    };
     bool attach = record && still_running(job);
     if (record && !attach) {
         // Ended (or never started): its reports may already be the stage's whole answer.
         TransferReports reports(record->parts);
         if (const Fd d = dir.open_transfer_dir(record->directory, plan.user.uid)) {
             reports.read(d.get(), plan.user.uid);
-            if (const auto summary = reports.summary(0)) {
-                on_line(*summary);
-                ProcessOutcome done;
-                done.exit_code = 0;
-                return done;
-            }
+            if (const auto summary = reports.summary(0))
+                return succeed(*record, *summary);
         }
     }
     if (!attach) {
@@ -386,12 +404,16 @@ ProcessOutcome TransferRunner::run(const StagePlan& plan, std::chrono::seconds t
         StagePlan job_plan = plan;
         job_plan.part = 0;
         job_plan.parts = 1;  // each mover takes its part from its step task (--part-of-step)
+        // The name first: a stager that dies from here on leaves a record that finds its job
+        // (or its directory), never a second job or a directory nobody removes.
+        record_transfer(store_, buffer_.key, fresh, who_);
         const std::string path = dir.make_transfer_dir(fresh.directory, plan_to_json(job_plan),
                                                        plan.user.uid, plan.user.gid);
-        record_transfer(store_, buffer_.key, fresh, who_);  // the name first: never two jobs
-        fresh.job_id = submit(
-            pool, buffer_, plan.user, path, transfer_job_name(fresh.directory), fresh.parts,
-            transfer_script(mover_, fresh.parts, plan.direction, buffer_.key.str()), timeout);
+        fresh.job_id =
+            submit(pool, buffer_, plan.user, path, transfer_job_name(fresh.directory), fresh.parts,
+                   transfer_script(mover_, slurm_program("srun"), fresh.parts, plan.direction,
+                                   buffer_.key.str()),
+                   timeout);
         record_transfer(store_, buffer_.key, fresh, who_);
         record = fresh;
         job = TransferJobState{};
@@ -401,12 +423,23 @@ ProcessOutcome TransferRunner::run(const StagePlan& plan, std::chrono::seconds t
     TransferReports reports(record->parts);
     auto next_ask = std::chrono::steady_clock::now() + slurm_poll;
     std::string last_progress;
-    // A job whose node failed shows NODE_FAIL until Slurm requeues it (--requeue): an end is
-    // believed once two answers in a row say so.
-    unsigned ended_answers = 0;
+    unsigned ended_answers = 0;  // answers in a row that said the job ended
+    // Where it runs, said whenever the job's nodes or a part's progress change (bb-stat job).
+    TransferPlace place;
+    std::string last_place;
+    const auto tell_place = [&]() {
+        place.job_id = record->job_id;
+        place.nodes = job.nodes == "(null)" ? "" : job.nodes;
+        place.parts = reports.parts_text();
+        const std::string line = transfer_line(place);
+        if (line != last_place)
+            on_line(last_place = line);
+    };
+    tell_place();
     for (;;) {
         if (const Fd d = dir.open_transfer_dir(record->directory, plan.user.uid))
             if (reports.read(d.get(), plan.user.uid)) {
+                tell_place();
                 const std::string line = reports.progress();
                 if (line != last_progress)
                     on_line(last_progress = line);
@@ -414,22 +447,13 @@ ProcessOutcome TransferRunner::run(const StagePlan& plan, std::chrono::seconds t
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         if (const auto summary = reports.summary(seconds)) {
-            on_line(*summary);
-            // Done: nothing of the job is left to find or cancel, and its directory goes (a
-            // failed one's stays, with batch.out, for whoever looks into it).
-            record_transfer(store_, buffer_.key, std::nullopt, who_);
-            dir.remove_transfer_dir(record->directory, record->directory + ".ended", deadline);
-            ProcessOutcome done;
-            done.exit_code = 0;
-            return done;
-        }
-        if (const auto error = reports.error()) {
-            on_line(*error);
-            ProcessOutcome failed;
-            failed.exit_code = parse_report(*error).exit_code;
-            if (failed.exit_code == 0)
-                failed.exit_code = static_cast<int>(ExitCode::software);
-            return failed;
+            if (still_running(job))  // a requeue after its last mover finished: not run twice
+                try {
+                    cancel_job(record->job_id);
+                } catch (const Error&) {
+                    // it finds its directory gone and ends
+                }
+            return succeed(*record, *summary);
         }
         const auto now = std::chrono::steady_clock::now();
         if (now >= deadline) {
@@ -444,18 +468,32 @@ ProcessOutcome TransferRunner::run(const StagePlan& plan, std::chrono::seconds t
         }
         if (now >= next_ask) {
             next_ask = now + slurm_poll;
+            bool asked = true;
             try {
                 job = ask_about(*record, plan.user.uid);
             } catch (const Error&) {
-                continue;  // slurmctld restarting: ask again, within the timeout
+                asked = false;  // slurmctld restarting: ask again, within the timeout
             }
-            ended_answers = still_running(job) ? 0 : ended_answers + 1;
-            if (ended_answers >= 2) {
-                // One more read: the reports' last lines may have come with the job's end.
+            if (asked) {
+                ended_answers = still_running(job) ? 0 : ended_answers + 1;
+                if (job.known)
+                    tell_place();
+            }
+            // A part's error is the stage's once the job has ended: a job Slurm requeues (its
+            // node failed) starts its movers again, and their reports with them.
+            if (asked && ended_answers >= answers_to_believe(job)) {
                 if (const Fd d = dir.open_transfer_dir(record->directory, plan.user.uid))
                     reports.read(d.get(), plan.user.uid);
-                if (reports.summary(0) || reports.error())
-                    continue;
+                if (const auto summary = reports.summary(seconds))
+                    return succeed(*record, *summary);
+                if (const auto error = reports.error()) {
+                    on_line(*error);
+                    ProcessOutcome failed;
+                    failed.exit_code = parse_report(*error).exit_code;
+                    if (failed.exit_code == 0)
+                        failed.exit_code = static_cast<int>(ExitCode::software);
+                    return failed;
+                }
                 return failed_outcome("transfer job " + std::to_string(record->job_id) +
                                       (job.known ? " ended " + job.state + " (exit " +
                                                        job.exit_code + ") on " + job.nodes

@@ -39,12 +39,13 @@ TransferJobState parse_transfer_job(const std::vector<std::string>& lines);
 // The job's name for a transfer directory: "bbkit." + directory (TransferRecord::directory).
 std::string transfer_job_name(const std::string& directory);
 
-// The batch script of a transfer job: `parts` movers in one step (srun, a task per node, each
-// its part of the plan, reports in report.<task>), then, over more than one part, one mover of
-// the whole plan (report.finish), which finds every file in place and gives the directories
-// their times and modes once every part has written into them.
-std::string transfer_script(const std::string& mover, std::uint32_t parts, StageDirection direction,
-                            const std::string& key);
+// The batch script of a transfer job: `parts` movers in one step (`srun`, the controller's
+// srun: the job runs with --export=NONE, no PATH; a task per node, each its part of the plan,
+// reports in report.<task>), then, over more than one part, one mover of the whole plan
+// (report.finish), which finds every file in place and gives the directories their times and
+// modes once every part has written into them.
+std::string transfer_script(const std::string& mover, const std::string& srun, std::uint32_t parts,
+                            StageDirection direction, const std::string& key);
 
 // The movers' reports as one mover's lines: each part's report file read from where it was
 // left (a file that shrank was started again by a requeued job: read from its start), summed.
@@ -88,7 +89,11 @@ class TransferRunner : public MoverRunner {
     // A job the record names and Slurm still runs is waited for, not started again; one that
     // ended is judged by its reports (a complete set is the stage's success); otherwise a new
     // job is submitted as the user (sbatch run as them, the name recorded before, the id after
-    // it is known). Progress lines come every ~second; at `timeout` the job is cancelled.
+    // it is known). A complete set of reports is the stage's success at once; a part's error
+    // becomes the stage's once Slurm says the job ended (a requeued job, whose node failed,
+    // starts its movers and their reports again); a job that ended without either fails the
+    // stage with Slurm's state. Progress and place lines come as the reports grow; at
+    // `timeout` the job is cancelled.
     ProcessOutcome run(const StagePlan& plan, std::chrono::seconds timeout,
                        const std::function<void(const std::string&)>& on_line) const override;
 

@@ -9,7 +9,7 @@
 
 #include "bbkit/config.hpp"
 #include "bbkit/error.hpp"
-#include "bbkit/process.hpp"
+#include "bbkit/identity.hpp"
 #include "bbkit/text.hpp"
 
 namespace bbkit {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "bbkit/identity.hpp"
+
 namespace bbkit {
 
 // The largest valid uid: (uid_t)-1 means "no change" to the system calls, never a user.
@@ -42,8 +44,7 @@ void act_as_user(const std::optional<std::string>& name, const std::string& what
 // only in a single-threaded process, before opening any user path.
 void become_user(const User& user);
 
-struct Identity;
-// What a child process becomes to run as `user` (process.hpp, ProcessSpec::identity).
+// What a process becomes to run as `user` (identity.hpp; process.hpp, ProcessSpec::identity).
 Identity identity_of(const User& user);
 
 }  // namespace bbkit

@@ -20,6 +20,8 @@
 # - NODE_GRES="NAME:COUNT": every node has COUNT units of the GRES NAME (GresTypes, the nodes'
 #   Gres= and a gres.conf with a count only: Flags=CountOnly, no device file);
 # - NODE_SLURM_EXTRA: lines added to slurm.conf as they are;
+# - NODE_BEFORE_START: a function run once slurm.conf is written, before munged and slurmctld
+#   start (transfer.bats installs bbkit's burst_buffer/lua hooks with it);
 # - NODE_BBKIT=1: bbkit on the nodes (start_node_bbkit): bbkit installed where every node sees
 #   it, each node's own state directory at one common path ($NODE_STATE_DIR, bind-mounted per
 #   node like $NODE_LOCAL_DIR), one bbkit.toml for all (standalone mode, pool "nvme" on the
@@ -326,6 +328,8 @@ start_nodes() {
   fi
   if [ "${NODE_BBKIT:-0}" = 1 ] && [ "$NODE_POOL_LOCAL" = yes ]; then install_node_local || return 1; fi
   [ -z "${NODE_SLURM_EXTRA:-}" ] || printf '%s\n' "$NODE_SLURM_EXTRA" >>"$SLURM_CONF"
+  # A suite's own set-up of what slurmctld reads when it starts (transfer.bats: bbkit's hooks).
+  [ -z "${NODE_BEFORE_START:-}" ] || "$NODE_BEFORE_START" || return 1
   nodes_ctld_wrap
   start_munge
   start_slurmctld

@@ -284,3 +284,26 @@ TEST(StagePlan, an_unknown_kind_or_errno_reads_as_no_failure_or_no_errno) {
     ASSERT_TRUE(odd.failure);
     EXPECT_EQ(odd.failure->err, 0);
 }
+
+// The transfer runner's place line (bbkit(7), STAGING ON TRANSFER NODES) reads back whole;
+// one past its bounds, or malformed, is no place at all.
+TEST(StagePlan, a_transfer_place_line_reads_back_and_is_bounded) {
+    TransferPlace place{17, "n[1-3]", {"part 0: done, 3 files, 1.0KiB", "part 1: not started"}};
+    const MoverReport r = parse_report(transfer_line(place));
+    ASSERT_EQ(r.kind, MoverReport::Kind::transfer);
+    ASSERT_TRUE(r.transfer);
+    EXPECT_EQ(r.transfer->job_id, 17u);
+    EXPECT_EQ(r.transfer->nodes, "n[1-3]");
+    EXPECT_EQ(r.transfer->parts, place.parts);
+    TransferPlace many = place;
+    many.parts.assign(max_place_parts + 1, "part");
+    EXPECT_EQ(parse_report(transfer_line(many)).kind, MoverReport::Kind::unknown);
+    TransferPlace long_text = place;
+    long_text.nodes = std::string(max_place_text + 1, 'n');
+    EXPECT_EQ(parse_report(transfer_line(long_text)).kind, MoverReport::Kind::unknown);
+    for (const char* bad :
+         {"transfer", "transfer {}", "transfer {\"job\":-1,\"nodes\":\"\",\"parts\":[]}",
+          "transfer {\"job\":1,\"nodes\":2,\"parts\":[]}",
+          "transfer {\"job\":1,\"nodes\":\"\",\"parts\":[3]}", "transfer [1]"})
+        EXPECT_EQ(parse_report(bad).kind, MoverReport::Kind::unknown) << bad;
+}

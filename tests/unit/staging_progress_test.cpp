@@ -258,5 +258,23 @@ TEST(ProgressRecord, hostile_optional_fields_read_as_unknown) {
     EXPECT_FALSE(big->phase);
 }
 
+// A stage on transfer nodes keeps where it runs in its record; a record without it, or with a
+// malformed one, reads with none.
+TEST(ProgressRecord, keeps_where_a_transfer_stage_runs) {
+    StagingProgress p;
+    p.files_done = 1;
+    p.files_total = 2;
+    p.transfer = TransferPlace{42, "x1", {"part 0: 1/2 files, 10B of 20B"}};
+    const auto back = parse_progress_record(progress_record(p));
+    ASSERT_TRUE(back);
+    ASSERT_TRUE(back->transfer);
+    EXPECT_EQ(back->transfer->job_id, 42u);
+    EXPECT_EQ(back->transfer->parts, p.transfer->parts);
+    const auto broken = parse_progress_record(
+        R"({"files_done":1,"files_total":2,"bytes_done":0,"bytes_total":0,"transfer":{"job":"x"}})");
+    ASSERT_TRUE(broken);
+    EXPECT_FALSE(broken->transfer);
+}
+
 }  // namespace
 }  // namespace bbkit

@@ -77,15 +77,16 @@ TEST(Transfer, slurms_answer_gives_state_nodes_user_and_name) {
 }
 
 TEST(Transfer, the_script_runs_a_mover_per_part_then_one_to_finish) {
-    const std::string one =
-        transfer_script("/usr/lib/bbkit/bb-mover", 1, StageDirection::in, "main.42.1");
+    const std::string one = transfer_script("/usr/lib/bbkit/bb-mover", "/usr/bin/srun", 1,
+                                            StageDirection::in, "main.42.1");
     EXPECT_TRUE(starts_with(one, "#!/bin/sh\n"));
-    EXPECT_NE(one.find("srun --ntasks=1 --ntasks-per-node=1 --kill-on-bad-exit=0 "
+    EXPECT_NE(one.find("'/usr/bin/srun' --ntasks=1 --ntasks-per-node=1 --kill-on-bad-exit=0 "
                        "--output=report.%t '/usr/lib/bbkit/bb-mover' --plan plan --part-of-step"),
               std::string::npos)
         << one;
     EXPECT_EQ(one.find("report.finish"), std::string::npos) << one;
-    const std::string three = transfer_script("/opt/it's/bb-mover", 3, StageDirection::in, "k");
+    const std::string three =
+        transfer_script("/opt/it's/bb-mover", "/usr/bin/srun", 3, StageDirection::in, "k");
     EXPECT_NE(three.find("--ntasks=3 "), std::string::npos);
     EXPECT_NE(three.find("exec '/opt/it'\\''s/bb-mover' --plan plan >report.finish"),
               std::string::npos)

@@ -1,0 +1,212 @@
+#!/usr/bin/env bats
+# Staging on transfer nodes (bbkit(7), STAGING ON TRANSFER NODES) on a real multi-node Slurm
+# cluster (nodes.bash): slurmctld on the host runs burst_buffer/lua and bbkit's hooks, as
+# install-slurm installs them; the nodes n1..n3 form the partition "xfer" (and the default
+# partition the jobs run in). Pool "xfer" (staging = "slurm", transfer_nodes = 3) is a directory
+# of the host's that every node sees at the same path, as a site's shared file system. Each
+# scenario asserts on Slurm's own view of the transfer jobs (squeue) and on the files. Every
+# line seen is kept in build/tests/slurm/transcript-transfer.txt.
+
+BBKIT_SLURM_TRANSCRIPT=${BBKIT_SLURM_TRANSCRIPT:-$BBKIT_BUILD_DIR/tests/slurm/transcript-transfer.txt}
+# shellcheck disable=SC2034 # read by harness.bash and nodes.bash
+HARNESS_MODE=slurm
+# shellcheck disable=SC2034 # read by nodes.bash
+NODE_COUNT=3
+# shellcheck disable=SC2034 # read by nodes.bash
+# A node whose slurmd is gone is down after 10 s (scenario d), not Slurm's default 300.
+NODE_SLURM_EXTRA="PartitionName=xfer Nodes=n1,n2,n3 MaxTime=INFINITE State=UP
+SlurmdTimeout=10"
+# shellcheck disable=SC2034 # read by nodes.bash
+NODE_BEFORE_START=install_transfer_bbkit
+load nodes
+
+# bbkit.toml in Slurm mode with the one pool, initialised, and the hooks installed next to
+# slurm.conf (before slurmctld starts: start_nodes runs it).
+install_transfer_bbkit() {
+  mkdir -m 0755 "$SLURM_DIR/pools/xfer"
+  cat >"$BBKIT_CONFIG" <<EOF
+state_dir = "$SLURM_DIR/bbkit/state"
+mode = "slurm"
+directives = ["BB_LUA"]
+cluster = "e2e"
+state_group = "slurm"
+slurm_release = "$(slurm_release)"
+
+[timeouts]
+stage_in = 240
+stage_out = 240
+other = 100
+validate = 4
+
+[[pool]]
+name = "xfer"
+path = "$SLURM_DIR/pools/xfer"
+capacity = "256MiB"
+granularity = "1MiB"
+staging = "slurm"
+transfer_partition = "xfer"
+transfer_nodes = 3
+EOF
+  chmod 0644 "$BBKIT_CONFIG"
+  bb-pool init xfer >/dev/null || return 1
+  install_bbkit_scripts root
+}
+
+setup_file() {
+  mkdir -p "$(dirname "$TRANSCRIPT")"
+  : >"$TRANSCRIPT"
+  start_nodes
+}
+
+teardown_file() {
+  finish_nodes
+}
+
+setup() {
+  skip_without_nodes
+  scenario_setup
+}
+
+teardown() {
+  [ -z "${NODES_SKIP:-}" ] || return 0
+  unslow_node
+  scenario_teardown
+}
+
+# The transfer jobs Slurm knows of the buffer of job JOB ("ID|NAME|USER|PARTITION|STATE|NODES"
+# lines, in submission order).
+transfer_jobs() {
+  squeue -h --states=all -o '%i|%j|%u|%P|%T|%N' | grep -E "^[0-9]+\|bbkit\.e2e\.$1\." | sort -n
+}
+
+# A tree of NFILES files of a few KiB, some hard-linked, and one larger file, the test user's.
+make_input() {
+  local dir=$1 files=$2 i
+  mkdir -p "$dir/tree/a/b" "$dir/tree/c"
+  for ((i = 0; i < files; i++)); do
+    head -c $((1000 + i * 37)) /dev/urandom >"$dir/tree/$([ $((i % 3)) = 0 ] && echo a/b || echo c)/f$i"
+  done
+  ln "$dir/tree/c/f1" "$dir/tree/a/linked-f1"
+  head -c 5000000 /dev/urandom >"$dir/big.dat"
+  chown -R "$SLURM_TEST_USER:" "$dir"
+}
+
+# The pool has nothing allocated and no transfer directory is left.
+assert_pool_clean() {
+  local left
+  wait_until 60 "pool xfer to be free" sh -c "bb-pool list | awk '\$1 == \"xfer\" { exit \$3 != \"0\" }'"
+  left=$(find "$SLURM_DIR/pools/xfer/transfer" -mindepth 1 -maxdepth 1 2>/dev/null)
+  [ -z "$left" ] || fail "transfer directories left: $left"
+}
+
+# bats test_tags=smoke
+@test "a. a stage-in spread over three transfer nodes and a stage-out on one: each a job of the user in partition xfer; the job reads its input, the output lands, hard links stay" {
+  local script sum
+  make_input "$DATA_DIR/a" 60
+  sum=$(cd "$DATA_DIR/a/tree" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+  script=$(job_script a.sh "#SBATCH --job-name=transfer-a" \
+    '#BB_LUA pool=xfer capacity=32MiB' \
+    "#BB_LUA stage_in type=directory source=$DATA_DIR/a/tree destination=\$BB_JOB_DIR/tree" \
+    "#BB_LUA stage_in type=file source=$DATA_DIR/a/big.dat destination=\$BB_JOB_DIR/big.dat" \
+    "#BB_LUA stage_out type=directory source=\$BB_JOB_DIR/out destination=$DATA_DIR/a/out" <<'EOF2'
+cd "$BB_JOB_DIR/tree"
+mkdir "$BB_JOB_DIR/out"
+find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1 >"$BB_JOB_DIR/out/tree.sha256"
+stat -c %i c/f1 a/linked-f1 | uniq | wc -l >"$BB_JOB_DIR/out/inodes"
+sha256sum <"$BB_JOB_DIR/big.dat" | cut -d' ' -f1 >"$BB_JOB_DIR/out/big.sha256"
+cp -a "$BB_JOB_DIR/tree" "$BB_JOB_DIR/out/copy"
+EOF2
+)
+  submit "$script"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 240
+  assert_equal "$(cat "$DATA_DIR/a/out/tree.sha256")" "$sum"
+  assert_equal "$(cat "$DATA_DIR/a/out/inodes")" 1
+  assert_equal "$(cat "$DATA_DIR/a/out/big.sha256")" "$(sha256sum <"$DATA_DIR/a/big.dat" | cut -d' ' -f1)"
+  # The stage-out brought the tree back whole, its hard link a link still.
+  diff -r "$DATA_DIR/a/tree" "$DATA_DIR/a/out/copy" || fail "the staged-out tree differs"
+  assert_equal "$(stat -c %i "$DATA_DIR/a/out/copy/c/f1")" "$(stat -c %i "$DATA_DIR/a/out/copy/a/linked-f1")"
+  # Slurm's own record: two transfer jobs of the user in xfer, the stage-in on the three nodes.
+  slurm_run squeue -h --states=all -o '%i|%j|%u|%P|%T|%N'
+  mapfile -t jobs < <(transfer_jobs "$JOB")
+  assert_equal "${#jobs[@]}" 2
+  [[ ${jobs[0]} =~ \|bbkit\.e2e\.$JOB\.[0-9]+\.in\.[0-9a-f]+\|$SLURM_TEST_USER\|xfer\|COMPLETED\|n\[1-3\]$ ]] ||
+    fail "stage-in transfer job: ${jobs[0]}"
+  [[ ${jobs[1]} =~ \|bbkit\.e2e\.$JOB\.[0-9]+\.out\.[0-9a-f]+\|$SLURM_TEST_USER\|xfer\|COMPLETED\|n[1-3]$ ]] ||
+    fail "stage-out transfer job: ${jobs[1]}"
+  assert_pool_clean
+}
+
+@test "b. scancel during a slow stage-in on the transfer nodes: the transfer job is cancelled before the buffer goes, nothing is left" {
+  local script xfer
+  make_input "$DATA_DIR/b" 3000
+  slow_node n1 3 n2 n3
+  script=$(job_script b.sh "#SBATCH --job-name=transfer-b" \
+    '#BB_LUA pool=xfer capacity=64MiB' \
+    "#BB_LUA stage_in type=directory source=$DATA_DIR/b/tree destination=\$BB_JOB_DIR/tree" <<'EOF2'
+true
+EOF2
+)
+  submit "$script"
+  assert_equal "$status" 0
+  wait_until 60 "the transfer job to run" sh -c "squeue -h --states=RUNNING -o '%j' | grep -q '^bbkit\.e2e\.$JOB\.'"
+  xfer=$(transfer_jobs "$JOB" | head -n 1 | cut -d'|' -f1)
+  slurm_run -u scancel "$JOB"
+  wait_until 120 "the transfer job to be cancelled" sh -c "squeue -h --states=all -j $xfer -o '%T' | grep -qx CANCELLED"
+  wait_job "$JOB" 'JobState=CANCELLED ' 120
+  assert_pool_clean
+}
+
+@test "c. slurmctld killed and restarted during a stage-in on the transfer nodes: the replayed stage waits for the same transfer job, never a second" {
+  local script
+  make_input "$DATA_DIR/c" 1500
+  slow_node n1 10 n2 n3
+  script=$(job_script c.sh "#SBATCH --job-name=transfer-c" \
+    '#BB_LUA pool=xfer capacity=64MiB' \
+    "#BB_LUA stage_in type=directory source=$DATA_DIR/c/tree destination=\$BB_JOB_DIR/tree" <<'EOF2'
+test -f "$BB_JOB_DIR/tree/a/linked-f1"
+EOF2
+)
+  submit "$script"
+  assert_equal "$status" 0
+  wait_until 60 "the transfer job to run" sh -c "squeue -h --states=RUNNING -o '%j' | grep -q '^bbkit\.e2e\.$JOB\.'"
+  stop_slurmctld KILL
+  start_slurmctld
+  unslow_node
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 300
+  mapfile -t jobs < <(transfer_jobs "$JOB")
+  assert_equal "${#jobs[@]}" 1
+  assert_pool_clean
+}
+
+@test "d. a transfer node killed mid-copy: Slurm requeues the transfer job, which copies the rest once the node is back; the stage completes once, with the data whole" {
+  local script xfer p sum
+  make_input "$DATA_DIR/d" 2000
+  sum=$(cd "$DATA_DIR/d/tree" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+  slow_node n1 5 n2 n3
+  script=$(job_script d.sh "#SBATCH --job-name=transfer-d" \
+    '#BB_LUA pool=xfer capacity=64MiB' \
+    "#BB_LUA stage_in type=directory source=$DATA_DIR/d/tree destination=\$BB_JOB_DIR/tree" <<EOF2
+cd "\$BB_JOB_DIR/tree"
+test "\$(find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)" = $sum
+EOF2
+)
+  submit "$script"
+  assert_equal "$status" 0
+  wait_until 60 "the transfer job to run" sh -c "squeue -h --states=RUNNING -o '%j' | grep -q '^bbkit\.e2e\.$JOB\.'"
+  xfer=$(transfer_jobs "$JOB" | head -n 1 | cut -d'|' -f1)
+  sleep 2
+  # n2 dies: its slurmd and every process of its namespaces (its part's mover among them).
+  kill_node_slurmd n2
+  for p in $(ip netns pids "$(node_netns n2)"); do kill -KILL "$p" 2>/dev/null || true; done
+  transcript "root# (every process of n2 killed)"
+  wait_until 120 "Slurm to requeue transfer job $xfer" sh -c "squeue -h -j $xfer -o '%T' | grep -qx PENDING"
+  unslow_node
+  restart_node n2
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 600
+  slurm_run scontrol show job "$JOB"
+  assert_output --partial "ExitCode=0:0"
+  mapfile -t jobs < <(transfer_jobs "$JOB")
+  assert_equal "${#jobs[@]}" 1
+  assert_pool_clean
+}
