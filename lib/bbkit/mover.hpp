@@ -63,6 +63,12 @@ struct MoveEntry {
     // number as the listing gives it, not its name, so that every name of a hard-linked file
     // is in the same part and stays one file with several names in the buffer.
     bool shard_by_inode = false;
+    // Other writers (the other parts of a transfer job) make and fill the same directories at
+    // the same time: directories merge as for keep_existing (none is taken to be empty, none
+    // built under a temporary name), and their modes, times and xattrs are left to the one
+    // mover of the whole plan that runs after every part (StagePlan::part), so that a
+    // read-only directory is not closed to a part still writing into it.
+    bool shared_directories = false;
     bool keep_existing = false;
 };
 

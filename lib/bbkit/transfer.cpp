@@ -24,10 +24,20 @@ constexpr auto report_poll = std::chrono::milliseconds(500);
 constexpr auto slurm_poll = std::chrono::seconds(5);
 constexpr std::size_t max_report_line = 64 * 1024;
 constexpr std::size_t max_read_per_poll = 1 << 20;
-constexpr const char* finish_report = "report.finish";
+// A run's reports (TransferReports): report.RUN.PART and report.RUN.finish.
+std::string report_name(unsigned run, const std::string& part) {
+    return "report." + std::to_string(run) + "." + part;
+}
 
-std::string report_name(std::uint32_t part) {
-    return "report." + std::to_string(part);
+// The latest run whose reports are in `dir` (a job Slurm no longer knows): the first run with
+// no part 0 ends the search.
+unsigned latest_run(int dir) {
+    unsigned run = 0;
+    struct stat st {};
+    while (run < 10000 &&
+           fstatat(dir, report_name(run + 1, "0").c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+        ++run;
+    return run;
 }
 
 // A stage's progress lines from the reports, and what the job's end makes of them.
@@ -171,6 +181,8 @@ TransferJobState parse_transfer_job(const std::vector<std::string>& lines) {
             job.exit_code = value;
         else if (key == "JobName")
             job.name = value;
+        else if (key == "Restarts")
+            job.restarts = static_cast<unsigned>(parse_decimal(value).value_or(0));
         else if (key == "UserId") {  // name(uid)
             const auto open = value.find('(');
             const auto close = value.find(')', open == std::string::npos ? 0 : open);
@@ -203,16 +215,27 @@ std::string transfer_script(const std::string& mover, const std::string& srun, s
     };
     std::string script = "#!/bin/sh\n# bbkit: the stage-" + std::string(to_string(direction)) +
                          " of " + key +
-                         " on transfer nodes (bbkit(7), STAGING ON TRANSFER NODES)\n";
+                         " on transfer nodes (bbkit(7), STAGING ON TRANSFER NODES)\n"
+                         "PATH=/usr/sbin:/usr/bin:/sbin:/bin; export PATH  # --export=NONE: none\n"
+                         "# A requeued job's run writes reports of its own (TransferReports).\n"
+                         "run=${SLURM_RESTART_COUNT:-0}\n";
     script += quoted(srun) + " --ntasks=" + std::to_string(parts) +
-              " --ntasks-per-node=1 --kill-on-bad-exit=0 --output=report.%t " + quoted(mover) +
+              " --ntasks-per-node=1 --kill-on-bad-exit=0 --output=report.$run.%t " + quoted(mover) +
               " --plan plan --part-of-step || exit $?\n";
-    if (parts > 1)
-        script += "exec " + quoted(mover) + " --plan plan >" + finish_report + "\n";
+    if (parts > 1) {
+        // srun may end well although a node of the step failed: the finishing mover runs only
+        // once every part reported its summary (it would otherwise copy the rest alone).
+        std::string list;
+        for (std::uint32_t part = 0; part < parts; ++part)
+            list += " " + std::to_string(part);
+        script +=
+            "for part in" + list + "; do grep -q '^summary ' report.$run.$part || exit 75; done\n";
+        script += "exec " + quoted(mover) + " --plan plan >report.$run.finish\n";
+    }
     return script;
 }
 
-TransferReports::TransferReports(std::uint32_t parts) : parts_(parts) {}
+TransferReports::TransferReports(std::uint32_t parts, unsigned run) : run_(run), parts_(parts) {}
 
 bool TransferReports::read_one(int dir, const std::string& name, uid_t uid, Part& part) {
     const Fd fd(openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
@@ -259,9 +282,9 @@ bool TransferReports::read_one(int dir, const std::string& name, uid_t uid, Part
 bool TransferReports::read(int dir, uid_t uid) {
     bool changed = false;
     for (std::uint32_t i = 0; i < parts_.size(); ++i)
-        changed = read_one(dir, report_name(i), uid, parts_[i]) || changed;
+        changed = read_one(dir, report_name(run_, std::to_string(i)), uid, parts_[i]) || changed;
     if (parts_.size() > 1)
-        changed = read_one(dir, finish_report, uid, finish_) || changed;
+        changed = read_one(dir, report_name(run_, "finish"), uid, finish_) || changed;
     return changed;
 }
 
@@ -387,8 +410,8 @@ ProcessOutcome TransferRunner::run(const StagePlan& plan, std::chrono::seconds t
     bool attach = record && still_running(job);
     if (record && !attach) {
         // Ended (or never started): its reports may already be the stage's whole answer.
-        TransferReports reports(record->parts);
         if (const Fd d = dir.open_transfer_dir(record->directory, plan.user.uid)) {
+            TransferReports reports(record->parts, job.known ? job.restarts : latest_run(d.get()));
             reports.read(d.get(), plan.user.uid);
             if (const auto summary = reports.summary(0))
                 return succeed(*record, *summary);
@@ -420,7 +443,7 @@ ProcessOutcome TransferRunner::run(const StagePlan& plan, std::chrono::seconds t
         job.known = true;
         job.state = "PENDING";
     }
-    TransferReports reports(record->parts);
+    TransferReports reports(record->parts, job.restarts);
     auto next_ask = std::chrono::steady_clock::now() + slurm_poll;
     std::string last_progress;
     unsigned ended_answers = 0;  // answers in a row that said the job ended
@@ -474,6 +497,8 @@ ProcessOutcome TransferRunner::run(const StagePlan& plan, std::chrono::seconds t
             } catch (const Error&) {
                 asked = false;  // slurmctld restarting: ask again, within the timeout
             }
+            if (asked && job.known && job.restarts != reports.run())
+                reports = TransferReports(record->parts, job.restarts);  // requeued: a new run
             if (asked) {
                 ended_answers = still_running(job) ? 0 : ended_answers + 1;
                 if (job.known)

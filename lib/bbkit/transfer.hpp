@@ -30,6 +30,7 @@ struct TransferJobState {
     std::string exit_code;  // ExitCode: "0:0"
     std::uint64_t uid = 0;  // UserId's number
     std::string name;       // JobName
+    unsigned restarts = 0;  // Restarts: how often Slurm requeued it
 };
 
 // Slurm's answer about a job, from `scontrol --oneliner show job` (`lines`, its output):
@@ -40,18 +41,21 @@ TransferJobState parse_transfer_job(const std::vector<std::string>& lines);
 std::string transfer_job_name(const std::string& directory);
 
 // The batch script of a transfer job: `parts` movers in one step (`srun`, the controller's
-// srun: the job runs with --export=NONE, no PATH; a task per node, each its part of the plan,
-// reports in report.<task>), then, over more than one part, one mover of the whole plan
-// (report.finish), which finds every file in place and gives the directories their times and
-// modes once every part has written into them.
+// srun; a task per node, each its part of the plan, reports in report.RUN.TASK, RUN Slurm's
+// restart count), then, over more than one part and once each part reported its summary, one
+// mover of the whole plan (report.RUN.finish), which finds every file in place and gives the
+// directories their times and modes once every part has written into them. The job runs
+// with --export=NONE: the script sets its own PATH.
 std::string transfer_script(const std::string& mover, const std::string& srun, std::uint32_t parts,
                             StageDirection direction, const std::string& key);
 
-// The movers' reports as one mover's lines: each part's report file read from where it was
-// left (a file that shrank was started again by a requeued job: read from its start), summed.
+// The movers' reports of one run of the job (its Slurm restart count: a requeued job's movers
+// write report.RUN.PART and report.RUN.finish of their own) as one mover's lines: each file
+// read from where it was left (one that shrank is read again from its start), summed.
 class TransferReports {
   public:
-    explicit TransferReports(std::uint32_t parts);
+    TransferReports(std::uint32_t parts, unsigned run);
+    unsigned run() const { return run_; }
     // Reads what the files in `dir` (the transfer directory, open) gained since the last call,
     // only regular files of `uid` with one name; a line longer than 64 KiB is dropped. Returns
     // whether anything changed.
@@ -75,6 +79,7 @@ class TransferReports {
         std::optional<std::string> error;
     };
     bool read_one(int dir, const std::string& name, uid_t uid, Part& part);
+    unsigned run_;
     std::vector<Part> parts_;
     Part finish_;
 };

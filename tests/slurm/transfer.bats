@@ -84,11 +84,32 @@ make_input() {
   local dir=$1 files=$2 i
   mkdir -p "$dir/tree/a/b" "$dir/tree/c"
   for ((i = 0; i < files; i++)); do
-    head -c $((1000 + i * 37)) /dev/urandom >"$dir/tree/$([ $((i % 3)) = 0 ] && echo a/b || echo c)/f$i"
+    head -c $((1000 + i % 100 * 37)) /dev/urandom >"$dir/tree/$([ $((i % 3)) = 0 ] && echo a/b || echo c)/f$i"
   done
   ln "$dir/tree/c/f1" "$dir/tree/a/linked-f1"
   head -c 5000000 /dev/urandom >"$dir/big.dat"
   chown -R "$SLURM_TEST_USER:" "$dir"
+}
+
+# Stops the transfer job's three movers (seen from the host, in the nodes' namespaces) once
+# they all run: the stage then lasts as long as the scenario needs. The nodes are slowed first
+# so that the movers are caught mid-copy. scenario_teardown resumes whatever is left paused.
+pause_movers() {
+  local found
+  # The test user's bb-mover processes: no other suite's (each has a user of its own).
+  wait_until 60 "the three movers to run" sh -c "[ \"\$(pgrep -c -u $TEST_UID -x bb-mover)\" -ge 3 ]"
+  PAUSED_PIDS=$(pgrep -u "$TEST_UID" -x bb-mover | tr '\n' ' ')
+  # shellcheck disable=SC2086 # a list of pids
+  kill -STOP $PAUSED_PIDS
+  found=$(printf '%s' "$PAUSED_PIDS" | wc -w)
+  transcript "root# kill -STOP $PAUSED_PIDS   # the transfer job's $found movers"
+}
+
+resume_movers() {
+  # shellcheck disable=SC2086 # a list of pids
+  kill -CONT $PAUSED_PIDS 2>/dev/null || true
+  transcript "root# kill -CONT $PAUSED_PIDS"
+  PAUSED_PIDS=
 }
 
 # The pool has nothing allocated and no transfer directory is left.
@@ -137,10 +158,10 @@ EOF2
   assert_pool_clean
 }
 
-@test "b. scancel during a slow stage-in on the transfer nodes: the transfer job is cancelled before the buffer goes, nothing is left" {
+@test "b. scancel during a stage-in on the transfer nodes: the transfer job is cancelled before the buffer goes, nothing is left" {
   local script xfer
   make_input "$DATA_DIR/b" 3000
-  slow_node n1 3 n2 n3
+  slow_node n1 5 n2 n3
   script=$(job_script b.sh "#SBATCH --job-name=transfer-b" \
     '#BB_LUA pool=xfer capacity=64MiB' \
     "#BB_LUA stage_in type=directory source=$DATA_DIR/b/tree destination=\$BB_JOB_DIR/tree" <<'EOF2'
@@ -149,18 +170,20 @@ EOF2
 )
   submit "$script"
   assert_equal "$status" 0
-  wait_until 60 "the transfer job to run" sh -c "squeue -h --states=RUNNING -o '%j' | grep -q '^bbkit\.e2e\.$JOB\.'"
+  pause_movers
   xfer=$(transfer_jobs "$JOB" | head -n 1 | cut -d'|' -f1)
+  [ -n "$xfer" ] || fail "no transfer job for job $JOB"
   slurm_run -u scancel "$JOB"
-  wait_until 120 "the transfer job to be cancelled" sh -c "squeue -h --states=all -j $xfer -o '%T' | grep -qx CANCELLED"
+  wait_until 120 "transfer job $xfer to be cancelled" sh -c "squeue -h --states=all -j $xfer -o '%T' | grep -qx CANCELLED"
   wait_job "$JOB" 'JobState=CANCELLED ' 120
   assert_pool_clean
+  [ -z "$(pgrep -u "$TEST_UID" -x bb-mover)" ] || fail "movers still run after the teardown"
 }
 
-@test "c. slurmctld killed and restarted during a stage-in on the transfer nodes: the replayed stage waits for the same transfer job, never a second" {
-  local script
+@test "c. slurmctld killed and restarted during a stage-in on the transfer nodes: the buffer Slurm purges has its transfer job cancelled before it goes; one transfer job per buffer, the job completes" {
+  local script line inc state last=''
   make_input "$DATA_DIR/c" 1500
-  slow_node n1 10 n2 n3
+  slow_node n1 5 n2 n3
   script=$(job_script c.sh "#SBATCH --job-name=transfer-c" \
     '#BB_LUA pool=xfer capacity=64MiB' \
     "#BB_LUA stage_in type=directory source=$DATA_DIR/c/tree destination=\$BB_JOB_DIR/tree" <<'EOF2'
@@ -169,13 +192,35 @@ EOF2
 )
   submit "$script"
   assert_equal "$status" 0
-  wait_until 60 "the transfer job to run" sh -c "squeue -h --states=RUNNING -o '%j' | grep -q '^bbkit\.e2e\.$JOB\.'"
-  stop_slurmctld KILL
-  start_slurmctld
+  pause_movers
+  # Crash once Slurm's saved state has the job in staging-in and its buffer (slurm.bats g says
+  # why: a crash before that is one Slurm cannot recover a buffer from).
+  touch "$JOBS_DIR/c.saved"
+  slurm_run scontrol update JobId="$JOB" Comment=staging-in-saved
+  wait_until 20 "slurmctld to save the job" test "$SLURM_DIR/state/job_state" -nt "$JOBS_DIR/c.saved"
+  wait_until 40 "slurmctld to save its burst-buffer state" test "$SLURM_DIR/state/burst_buffer_lua_state" -nt "$JOBS_DIR/c.saved"
+  restart_slurmctld "SIGKILL during the stage-in of job $JOB on the transfer nodes" KILL
+  resume_movers
   unslow_node
   wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 300
+  # Slurm 22.05 purges a recovered pending job's buffer and stages a new one ("_recover_job_bb:
+  # Purging buffer for pending JobId"); a release that replays the stage instead finds its job.
+  # Either way: one transfer job per buffer incarnation, each earlier one cancelled by its
+  # buffer's teardown, the last one completed.
+  slurm_run squeue -h --states=all -o '%i|%j|%u|%P|%T|%N'
   mapfile -t jobs < <(transfer_jobs "$JOB")
-  assert_equal "${#jobs[@]}" 1
+  [ "${#jobs[@]}" -ge 1 ] || fail "no transfer job"
+  for line in "${jobs[@]}"; do
+    inc=$(cut -d'|' -f2 <<<"$line" | cut -d. -f4)
+    state=$(cut -d'|' -f5 <<<"$line")
+    [ "$inc" != "$last" ] || fail "two transfer jobs for buffer incarnation $inc: ${jobs[*]}"
+    last=$inc
+    if [ "$line" = "${jobs[-1]}" ]; then
+      assert_equal "$state" COMPLETED
+    else
+      assert_equal "$state" CANCELLED
+    fi
+  done
   assert_pool_clean
 }
 
@@ -193,19 +238,51 @@ EOF2
 )
   submit "$script"
   assert_equal "$status" 0
-  wait_until 60 "the transfer job to run" sh -c "squeue -h --states=RUNNING -o '%j' | grep -q '^bbkit\.e2e\.$JOB\.'"
+  pause_movers
   xfer=$(transfer_jobs "$JOB" | head -n 1 | cut -d'|' -f1)
-  sleep 2
   # n2 dies: its slurmd and every process of its namespaces (its part's mover among them).
   kill_node_slurmd n2
   for p in $(ip netns pids "$(node_netns n2)"); do kill -KILL "$p" 2>/dev/null || true; done
   transcript "root# (every process of n2 killed)"
+  resume_movers
   wait_until 120 "Slurm to requeue transfer job $xfer" sh -c "squeue -h -j $xfer -o '%T' | grep -qx PENDING"
   unslow_node
   restart_node n2
   wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 600
   slurm_run scontrol show job "$JOB"
   assert_output --partial "ExitCode=0:0"
+  mapfile -t jobs < <(transfer_jobs "$JOB")
+  assert_equal "${#jobs[@]}" 1
+  assert_pool_clean
+}
+
+@test "e. the stager killed while its transfer job runs: the job is held, bb-stage in again finds the transfer job and waits for it (never a second); released, the job runs" {
+  local script stager
+  make_input "$DATA_DIR/e" 1500
+  slow_node n1 5 n2 n3
+  script=$(job_script e.sh "#SBATCH --job-name=transfer-e" \
+    '#BB_LUA pool=xfer capacity=64MiB' \
+    "#BB_LUA stage_in type=directory source=$DATA_DIR/e/tree destination=\$BB_JOB_DIR/tree" <<'EOF2'
+test -f "$BB_JOB_DIR/tree/a/linked-f1"
+EOF2
+)
+  submit "$script"
+  assert_equal "$status" 0
+  pause_movers
+  stager=$(pgrep -f -- "bb-stage .*--job $JOB in\$" | head -n 1)
+  [ -n "$stager" ] || fail "no bb-stage in for job $JOB"
+  kill -KILL "$stager"
+  transcript "root# kill -KILL $stager   # bb-stage in of job $JOB"
+  wait_job "$JOB" 'JobState=PENDING Reason=burst_buffer/lua:.*slurm_bb_data_in' 60
+  resume_movers
+  unslow_node
+  slurm_run bb-stage --job "$JOB" in
+  assert_equal "$status" 0
+  mapfile -t jobs < <(transfer_jobs "$JOB")
+  assert_equal "${#jobs[@]}" 1
+  [[ ${jobs[0]} =~ \|COMPLETED\| ]] || fail "the transfer job: ${jobs[0]}"
+  slurm_run scontrol release "$JOB"
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 240
   mapfile -t jobs < <(transfer_jobs "$JOB")
   assert_equal "${#jobs[@]}" 1
   assert_pool_clean

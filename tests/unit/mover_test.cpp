@@ -784,6 +784,11 @@ TEST(mover, a_transfer_jobs_parts_fill_one_buffer_with_the_whole_tree_once) {
             files += outcome.files;
             bytes += outcome.bytes;
         }
+        if (parts > 1) {  // the directories' modes and times are the finishing mover's
+            struct stat ro {};
+            ASSERT_EQ(lstat((buffer + "/data/ro").c_str(), &ro), 0);
+            EXPECT_EQ(ro.st_mode & 07777, 0700u) << parts << " parts";
+        }
         const Outcome whole = move_as_nobody(plan_in(buffer, tmp / "src", "data"));
         ASSERT_EQ(whole.code, 0) << whole.message;
         EXPECT_EQ(whole.files, 0u) << parts << " parts left something to the finishing mover";

@@ -60,13 +60,14 @@ TEST(Transfer, slurms_answer_gives_state_nodes_user_and_name) {
     const TransferJobState job = parse_transfer_job(
         {"JobId=17 JobName=bbkit.main.42.1.in.0a1b UserId=alice(1001) GroupId=alice(1001) "
          "MCS_label=N/A Priority=1 JobState=RUNNING Reason=None Dependency=(null) ExitCode=0:0 "
-         "NodeList=x[1-3] BatchHost=x1"});
+         "Restarts=2 NodeList=x[1-3] BatchHost=x1"});
     EXPECT_TRUE(job.known);
     EXPECT_EQ(job.state, "RUNNING");
     EXPECT_EQ(job.nodes, "x[1-3]");
     EXPECT_EQ(job.uid, 1001u);
     EXPECT_EQ(job.name, "bbkit.main.42.1.in.0a1b");
     EXPECT_EQ(job.exit_code, "0:0");
+    EXPECT_EQ(job.restarts, 2u);
     try {
         parse_transfer_job({"slurm_load_jobs error: Unable to contact slurm controller\x1b"});
         ADD_FAILURE() << "an answer without a JobState was taken";
@@ -80,35 +81,40 @@ TEST(Transfer, the_script_runs_a_mover_per_part_then_one_to_finish) {
     const std::string one = transfer_script("/usr/lib/bbkit/bb-mover", "/usr/bin/srun", 1,
                                             StageDirection::in, "main.42.1");
     EXPECT_TRUE(starts_with(one, "#!/bin/sh\n"));
-    EXPECT_NE(one.find("'/usr/bin/srun' --ntasks=1 --ntasks-per-node=1 --kill-on-bad-exit=0 "
-                       "--output=report.%t '/usr/lib/bbkit/bb-mover' --plan plan --part-of-step"),
-              std::string::npos)
+    EXPECT_NE(
+        one.find("'/usr/bin/srun' --ntasks=1 --ntasks-per-node=1 --kill-on-bad-exit=0 "
+                 "--output=report.$run.%t '/usr/lib/bbkit/bb-mover' --plan plan --part-of-step"),
+        std::string::npos)
         << one;
-    EXPECT_EQ(one.find("report.finish"), std::string::npos) << one;
+    EXPECT_EQ(one.find("finish"), std::string::npos) << one;
     const std::string three =
         transfer_script("/opt/it's/bb-mover", "/usr/bin/srun", 3, StageDirection::in, "k");
     EXPECT_NE(three.find("--ntasks=3 "), std::string::npos);
-    EXPECT_NE(three.find("exec '/opt/it'\\''s/bb-mover' --plan plan >report.finish"),
+    EXPECT_NE(three.find(
+                  "for part in 0 1 2; do grep -q '^summary ' report.$run.$part || exit 75; done\n"),
+              std::string::npos)
+        << three;
+    EXPECT_NE(three.find("exec '/opt/it'\\''s/bb-mover' --plan plan >report.$run.finish"),
               std::string::npos)
         << three;
 }
 
 TEST(Transfer, reports_of_every_part_sum_to_one_progress_and_one_summary) {
     ReportDir dir;
-    TransferReports reports(2);
+    TransferReports reports(2, 0);
     EXPECT_FALSE(reports.read(dir.fd(), getuid()));  // nothing yet
-    dir.append("report.0", progress(1, 10, 100));
-    dir.append("report.1", progress(2, 20, 200) + "progress 3 2");  // a line not yet ended
+    dir.append("report.0.0", progress(1, 10, 100));
+    dir.append("report.0.1", progress(2, 20, 200) + "progress 3 2");  // a line not yet ended
     EXPECT_TRUE(reports.read(dir.fd(), getuid()));
     EXPECT_EQ(reports.progress(), progress_line(3, 30, 300, 600));
-    dir.append("report.1", "0 300 600 copying\n");
+    dir.append("report.0.1", "0 300 600 copying\n");
     EXPECT_TRUE(reports.read(dir.fd(), getuid()));
     EXPECT_EQ(reports.progress(), progress_line(4, 30, 400, 800));
-    dir.append("report.0", summary(10, 200, 0));
-    dir.append("report.1", summary(20, 600, 1));
+    dir.append("report.0.0", summary(10, 200, 0));
+    dir.append("report.0.1", summary(20, 600, 1));
     reports.read(dir.fd(), getuid());
     EXPECT_FALSE(reports.summary(3)) << "two parts, and the finishing mover has not reported";
-    dir.append("report.finish", summary(0, 0, 31));
+    dir.append("report.0.finish", summary(0, 0, 31));
     reports.read(dir.fd(), getuid());
     const auto done = reports.summary(3);
     ASSERT_TRUE(done);
@@ -121,19 +127,27 @@ TEST(Transfer, reports_of_every_part_sum_to_one_progress_and_one_summary) {
     EXPECT_EQ(reports.parts_text().size(), 2u);
 }
 
-TEST(Transfer, a_parts_error_is_the_stages_and_a_requeued_job_starts_its_reports_again) {
+TEST(Transfer, a_parts_error_is_read_and_a_requeued_jobs_run_has_reports_of_its_own) {
     ReportDir dir;
-    TransferReports reports(1);
-    dir.append("report.0",
+    TransferReports reports(1, 0);
+    dir.append("report.0.0",
                progress(5, 9, 50) + error_line(Error(ExitCode::io, "disk gone")) + "\n");
     reports.read(dir.fd(), getuid());
     ASSERT_TRUE(reports.error());
     EXPECT_EQ(parse_report(*reports.error()).exit_code, 74);
-    // Requeued: Slurm truncated the report, and the new run's lines are all that count.
-    dir.truncate_to("report.0", progress(1, 9, 10));
+    // A file that shrank is read again from its start.
+    dir.truncate_to("report.0.0", progress(1, 9, 10));
     reports.read(dir.fd(), getuid());
-    EXPECT_FALSE(reports.error());
     EXPECT_EQ(reports.progress(), progress_line(1, 9, 10, 20));
+    // Requeued (Slurm's Restarts=1): the new run's movers write files of their own, which are
+    // all that count, whatever the old run's say or however large they grew.
+    TransferReports requeued(1, 1);
+    EXPECT_EQ(requeued.run(), 1u);
+    EXPECT_FALSE(requeued.read(dir.fd(), getuid()));
+    dir.append("report.1.0", progress(2, 9, 20));
+    EXPECT_TRUE(requeued.read(dir.fd(), getuid()));
+    EXPECT_FALSE(requeued.error());
+    EXPECT_EQ(requeued.progress(), progress_line(2, 9, 20, 40));
 }
 
 // The reports are the user's files, read by root: only a regular file of the job's user with
@@ -143,20 +157,20 @@ TEST(Transfer, only_the_users_own_regular_reports_are_read_and_lines_are_bounded
     if (geteuid() != 0)
         GTEST_SKIP() << "plants files of other users: needs root";
     ReportDir dir;
-    TransferReports reports(4);
-    // report.0: a symlink to root's report-like file; report.1: a hard link to it.
+    TransferReports reports(4, 0);
+    // Part 0's report: a symlink to root's report-like file; part 1's: a hard link to it.
     std::ofstream(dir / "roots") << summary(1, 1, 0);
-    ASSERT_EQ(symlink((dir / "roots").c_str(), (dir / "report.0").c_str()), 0);
-    ASSERT_EQ(link((dir / "roots").c_str(), (dir / "report.1").c_str()), 0);
-    dir.append("report.2", summary(1, 1, 0), 0);  // root's, not the user's
-    ASSERT_EQ(mkfifo((dir / "report.3").c_str(), 0600), 0);
-    ASSERT_EQ(chown((dir / "report.3").c_str(), nobody, static_cast<gid_t>(-1)), 0);
+    ASSERT_EQ(symlink((dir / "roots").c_str(), (dir / "report.0.0").c_str()), 0);
+    ASSERT_EQ(link((dir / "roots").c_str(), (dir / "report.0.1").c_str()), 0);
+    dir.append("report.0.2", summary(1, 1, 0), 0);  // root's, not the user's
+    ASSERT_EQ(mkfifo((dir / "report.0.3").c_str(), 0600), 0);
+    ASSERT_EQ(chown((dir / "report.0.3").c_str(), nobody, static_cast<gid_t>(-1)), 0);
     EXPECT_FALSE(reports.read(dir.fd(), nobody));
     EXPECT_EQ(reports.progress(), progress_line(0, 0, 0, 0, StagePhase::measuring));
 
     ReportDir own;
-    TransferReports bounded(1);
-    own.append("report.0", std::string(70000, 'x') + "\n" + progress(2, 4, 8), nobody);
+    TransferReports bounded(1, 0);
+    own.append("report.0.0", std::string(70000, 'x') + "\n" + progress(2, 4, 8), nobody);
     bounded.read(own.fd(), nobody);
     EXPECT_EQ(bounded.progress(), progress_line(2, 4, 8, 16));
 }

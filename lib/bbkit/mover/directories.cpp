@@ -92,6 +92,7 @@ std::shared_ptr<Dir> Walker::make_dir(const std::string& src, const std::string&
     dir->keep_metadata = dst_->in_buffer() && dst.empty();
     if (dir->keep_metadata)
         return dir;
+    dir->metadata_left = entry_->shared_directories;
     const std::string parent_at = parent ? parent->at : split_last(dst).first;
     const std::string name = split_last(dst).second;
     const std::string shown = dst_->display(dst);
@@ -110,10 +111,11 @@ std::shared_ptr<Dir> Walker::make_dir(const std::string& src, const std::string&
     const bool absent =
         fstatat(pdir.get(), name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT;
     // Other writers may fill the directories of a keep_existing entry at the same time (nodes
-    // merging into one destination): a directory made here is not taken to be empty, and none
+    // merging into one destination), and of a transfer job's part (the other parts): a
+    // directory made here is not taken to be empty, and none
     // is built under a temporary name, whose rename into place would fail where another writer
     // made the directory first.
-    const bool shared = entry_->keep_existing;
+    const bool shared = entry_->keep_existing || entry_->shared_directories;
     // A durable move builds a directory that does not exist under a temporary name (or goes on
     // with the one a move killed in this boot was building) and renames it into place once
     // everything in it is durable. Not where a non-directory is replaced.

@@ -186,7 +186,9 @@ void Finisher::make_link(Node& node) {
 }
 
 void Finisher::apply_dir_metadata(const Dir& dir, bool sync) {
-    if (!dir.keep_metadata) {
+    if (dir.metadata_left) {
+        // Another part may still write into it: a read-only mode now would lock it out.
+    } else if (!dir.keep_metadata) {
         const Fd src = src_.open_dir(dir.src, true);
         const Fd dst = dst_.open_dir(dir.at, true);
         const std::string shown = dst_.display(dir.dst);

@@ -146,7 +146,10 @@ struct Dir {
     std::string src, dst;  // paths on their sides
     std::string at;        // where it is reached now (through its temporary tree, if any)
     struct stat st {};
-    bool keep_metadata = false;      // the buffer root: bbkit owns its mode
+    bool keep_metadata = false;  // the buffer root: bbkit owns its mode
+    // A transfer job's part (MoveEntry::shared_directories): the finishing mover's to give
+    // its mode, times and xattrs, once no part writes into it any more.
+    bool metadata_left = false;
     bool created = false;            // made by this move, so nothing is in it yet
     std::shared_ptr<TempTree> tree;  // the temporary tree it is in (or the top of)
     bool top = false;                // it is the top of `tree`

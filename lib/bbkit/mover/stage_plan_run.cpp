@@ -58,6 +58,7 @@ std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& p
                     entry.shard_index = plan.part;
                     entry.shard_count = plan.parts;
                     entry.shard_by_inode = true;
+                    entry.shared_directories = true;
                 }
                 groups[root_of(plan, stage)].push_back(entry);
             }
