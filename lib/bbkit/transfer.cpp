@@ -432,11 +432,19 @@ ProcessOutcome TransferRunner::run(const StagePlan& plan, std::chrono::seconds t
         record_transfer(store_, buffer_.key, fresh, who_);
         const std::string path = dir.make_transfer_dir(fresh.directory, plan_to_json(job_plan),
                                                        plan.user.uid, plan.user.gid);
-        fresh.job_id =
-            submit(pool, buffer_, plan.user, path, transfer_job_name(fresh.directory), fresh.parts,
-                   transfer_script(mover_, slurm_program("srun"), fresh.parts, plan.direction,
-                                   buffer_.key.str()),
-                   timeout);
+        try {
+            fresh.job_id = submit(pool, buffer_, plan.user, path,
+                                  transfer_job_name(fresh.directory), fresh.parts,
+                                  transfer_script(mover_, slurm_program("srun"), fresh.parts,
+                                                  plan.direction, buffer_.key.str()),
+                                  timeout);
+        } catch (const Error& e) {
+            // The stage's failure, recorded on the buffer as a mover's would be (a partition
+            // the user may not use, Slurm down): the record keeps the directory's name.
+            ProcessOutcome refused = failed_outcome(e.what());
+            refused.exit_code = static_cast<int>(e.code());
+            return refused;
+        }
         record_transfer(store_, buffer_.key, fresh, who_);
         record = fresh;
         job = TransferJobState{};
