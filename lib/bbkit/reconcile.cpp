@@ -1,10 +1,8 @@
 #include "bbkit/reconcile.hpp"
 
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <sstream>
 
 #include "bbkit/error.hpp"

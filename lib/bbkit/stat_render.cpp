@@ -877,18 +877,6 @@ std::string prometheus_text(const StatusSnapshot& snapshot, const Config& config
     return out.str();
 }
 
-namespace {
-
-// Single quotes keep everything literal in sh; a quote itself closes, escapes and reopens.
-std::string shell_quoted(const std::string& value) {
-    std::string out = "'";
-    for (const char c : value)
-        out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return out + "'";
-}
-
-}  // namespace
-
 std::string task_environment_text(const TaskEnvironment& env, bool shell) {
     std::string out;
     for (const auto& [name, value] : env.variables)

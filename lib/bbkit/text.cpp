@@ -83,4 +83,11 @@ std::string local_time(std::int64_t nanos) {
     return text;
 }
 
+std::string shell_quoted(const std::string& value) {
+    std::string out = "'";
+    for (const char c : value)
+        out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
 }  // namespace bbkit

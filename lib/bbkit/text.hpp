@@ -33,6 +33,10 @@ std::string lower(std::string_view text);
 bool starts_with(std::string_view text, std::string_view prefix);
 bool ends_with(std::string_view text, std::string_view suffix);
 
+// `value` as one word of sh: in single quotes, which keep everything literal; a quote itself
+// closes, escapes and reopens them.
+std::string shell_quoted(const std::string& value);
+
 // `text` without the blanks at either end: space, tab, CR, LF, vertical tab and form feed (the
 // C locale's isspace), never a byte past ASCII.
 std::string trim(std::string_view text);

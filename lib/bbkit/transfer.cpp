@@ -207,21 +207,15 @@ std::string transfer_script(const std::string& mover, const std::string& srun, s
                             StageDirection direction, const std::string& key) {
     // Every word is bbkit's own: the key and the programs' paths hold no shell character
     // (buffer keys are names, the paths are root's installations), and are quoted all the same.
-    const auto quoted = [](const std::string& word) {
-        std::string q = "'";
-        for (char c : word)
-            q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-        return q + "'";
-    };
     std::string script = "#!/bin/sh\n# bbkit: the stage-" + std::string(to_string(direction)) +
                          " of " + key +
                          " on transfer nodes (bbkit(7), STAGING ON TRANSFER NODES)\n"
                          "PATH=/usr/sbin:/usr/bin:/sbin:/bin; export PATH  # --export=NONE: none\n"
                          "# A requeued job's run writes reports of its own (TransferReports).\n"
                          "run=${SLURM_RESTART_COUNT:-0}\n";
-    script += quoted(srun) + " --ntasks=" + std::to_string(parts) +
-              " --ntasks-per-node=1 --kill-on-bad-exit=0 --output=report.$run.%t " + quoted(mover) +
-              " --plan plan --part-of-step || exit $?\n";
+    script += shell_quoted(srun) + " --ntasks=" + std::to_string(parts) +
+              " --ntasks-per-node=1 --kill-on-bad-exit=0 --output=report.$run.%t " +
+              shell_quoted(mover) + " --plan plan --part-of-step || exit $?\n";
     if (parts > 1) {
         // srun may end well although a node of the step failed: the finishing mover runs only
         // once every part reported its summary (it would otherwise copy the rest alone).
@@ -230,7 +224,7 @@ std::string transfer_script(const std::string& mover, const std::string& srun, s
             list += " " + std::to_string(part);
         script +=
             "for part in" + list + "; do grep -q '^summary ' report.$run.$part || exit 75; done\n";
-        script += "exec " + quoted(mover) + " --plan plan >report.$run.finish\n";
+        script += "exec " + shell_quoted(mover) + " --plan plan >report.$run.finish\n";
     }
     return script;
 }

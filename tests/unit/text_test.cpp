@@ -12,6 +12,7 @@ using bbkit::ends_with;
 using bbkit::join;
 using bbkit::lower;
 using bbkit::parse_decimal;
+using bbkit::shell_quoted;
 using bbkit::starts_with;
 using bbkit::trim;
 
@@ -75,4 +76,10 @@ TEST(Trim, removes_ascii_blanks_at_both_ends_only) {
     EXPECT_EQ(trim(""), "");
     const std::string no_break_space = "\xc2\xa0";  // a blank in UTF-8, kept
     EXPECT_EQ(trim(no_break_space + "a" + no_break_space), no_break_space + "a" + no_break_space);
+}
+
+TEST(ShellQuoted, is_one_literal_word) {
+    EXPECT_EQ(shell_quoted(""), "''");
+    EXPECT_EQ(shell_quoted("/usr/bin/srun"), "'/usr/bin/srun'");
+    EXPECT_EQ(shell_quoted("it's $HOME `x`"), "'it'\\''s $HOME `x`'");
 }
