@@ -71,7 +71,7 @@ struct PoolConfig {
     // controller, bb-stage's own bb-mover on the host that runs the hooks; slurm, a Slurm job
     // of the buffer's user in `transfer_partition`, spread over up to `transfer_nodes` nodes.
     PoolStaging staging = PoolStaging::controller;
-    std::string transfer_partition;
+    std::string transfer_partition{};
     std::uint32_t transfer_nodes = 1;
 };
 
