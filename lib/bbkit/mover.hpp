@@ -65,7 +65,8 @@ struct MoveEntry {
     bool shard_by_inode = false;
     // Other writers (the other parts of a transfer job) make and fill the same directories at
     // the same time: directories merge as for keep_existing (none is taken to be empty, none
-    // built under a temporary name), and their modes, times and xattrs are left to the one
+    // built under a temporary name), no temporary found there is removed (another part's live
+    // one looks like a killed move's), and their modes, times and xattrs are left to the one
     // mover of the whole plan that runs after every part (StagePlan::part), so that a
     // read-only directory is not closed to a part still writing into it.
     bool shared_directories = false;

@@ -791,8 +791,14 @@ std::string PoolDir::make_transfer_dir(const std::string& name, const std::strin
     }
     if (!written || fchown(fd.get(), uid, gid) != 0 || fchmod(fd.get(), 0400) != 0 ||
         fsync(fd.get()) != 0 || fchown(dir.get(), uid, gid) != 0 || fchmod(dir.get(), 0700) != 0 ||
-        fsync(dir.get()) != 0)
-        throw system_error("cannot write " + what + "/plan", errno);
+        fsync(dir.get()) != 0) {
+        const int err = errno;
+        // Not left half made: a rerun would find root's directory under the recorded name
+        // and refuse it as not the user's (open_transfer_dir). Best effort, nothing followed.
+        unlinkat(dir.get(), "plan", 0);
+        unlinkat(transfer.get(), name.c_str(), AT_REMOVEDIR);
+        throw system_error("cannot write " + what + "/plan", err);
+    }
     fsync_fd(transfer.get(), path_ + "/" + transfer_subdir);
     return what;
 }

@@ -416,7 +416,7 @@ ProcessOutcome TransferRunner::run(const StagePlan& plan, std::chrono::seconds t
             dir.remove_transfer_dir(stored->directory, stored->directory + ".ended", deadline);
         TransferRecord fresh;
         fresh.direction = plan.direction;
-        fresh.parts = plan.direction == StageDirection::in ? pool.transfer_nodes : 1;
+        fresh.parts = pool.transfer_nodes;
         fresh.directory = buffer_.key.str() + "." + to_string(plan.direction) + "." + random_hex(8);
         StagePlan job_plan = plan;
         job_plan.part = 0;

@@ -121,7 +121,7 @@ assert_pool_clean() {
 }
 
 # bats test_tags=smoke
-@test "a. a stage-in spread over three transfer nodes and a stage-out on one: each a job of the user in partition xfer; the job reads its input, the output lands, hard links stay" {
+@test "a. a stage-in and a stage-out each spread over three transfer nodes: each a job of the user in partition xfer; the job reads its input, the output lands, hard links stay" {
   local script sum
   make_input "$DATA_DIR/a" 60
   sum=$(cd "$DATA_DIR/a/tree" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
@@ -147,13 +147,13 @@ EOF2
   # The stage-out brought the tree back whole, its hard link a link still.
   diff -r "$DATA_DIR/a/tree" "$DATA_DIR/a/out/copy" || fail "the staged-out tree differs"
   assert_equal "$(stat -c %i "$DATA_DIR/a/out/copy/c/f1")" "$(stat -c %i "$DATA_DIR/a/out/copy/a/linked-f1")"
-  # Slurm's own record: two transfer jobs of the user in xfer, the stage-in on the three nodes.
+  # Slurm's own record: two transfer jobs of the user in xfer, each on the three nodes.
   slurm_run squeue -h --states=all -o '%i|%j|%u|%P|%T|%N'
   mapfile -t jobs < <(transfer_jobs "$JOB")
   assert_equal "${#jobs[@]}" 2
   [[ ${jobs[0]} =~ \|bbkit\.e2e\.$JOB\.[0-9]+\.in\.[0-9a-f]+\|$SLURM_TEST_USER\|xfer\|COMPLETED\|n\[1-3\]$ ]] ||
     fail "stage-in transfer job: ${jobs[0]}"
-  [[ ${jobs[1]} =~ \|bbkit\.e2e\.$JOB\.[0-9]+\.out\.[0-9a-f]+\|$SLURM_TEST_USER\|xfer\|COMPLETED\|n[1-3]$ ]] ||
+  [[ ${jobs[1]} =~ \|bbkit\.e2e\.$JOB\.[0-9]+\.out\.[0-9a-f]+\|$SLURM_TEST_USER\|xfer\|COMPLETED\|n\[1-3\]$ ]] ||
     fail "stage-out transfer job: ${jobs[1]}"
   assert_pool_clean
 }
@@ -287,6 +287,98 @@ EOF2
   assert_output --partial "staged-in"
   # Slurm 22.05 does not stage a held job again on release: the job is cancelled here.
   slurm_run -u scancel "$JOB"
+  wait_job "$JOB" 'JobState=CANCELLED ' 120
+  assert_pool_clean
+}
+
+# A job whose stage-in brings a tree of FILES files and whose stage-out takes it back to
+# DATA_DIR/NAME/out; the nodes are slowed once the job's script runs (its marker), so that the
+# stage-out's three movers are caught mid-copy (pause_movers).
+stage_out_job() {
+  local name=$1 files=$2 script
+  make_input "$DATA_DIR/$name" "$files"
+  script=$(job_script "$name.sh" "#SBATCH --job-name=transfer-$name" \
+    '#BB_LUA pool=xfer capacity=64MiB' \
+    "#BB_LUA stage_in type=directory source=$DATA_DIR/$name/tree destination=\$BB_JOB_DIR/tree" \
+    "#BB_LUA stage_out type=directory source=\$BB_JOB_DIR/tree destination=$DATA_DIR/$name/out" <<EOF2
+touch "$JOBS_DIR/$name.ran"
+sleep 4
+EOF2
+)
+  submit "$script"
+  assert_equal "$status" 0
+  wait_until 240 "job $JOB to run" test -e "$JOBS_DIR/$name.ran"
+  slow_node n1 5 n2 n3
+  pause_movers
+}
+
+# Every file the stage-out put at its final name under DATA_DIR/NAME/out is whole (the source's
+# bytes): a stopped stage-out leaves no torn file behind a real name.
+assert_no_torn_output() {
+  local name=$1 f
+  while IFS= read -r -d '' f; do
+    cmp -s "$DATA_DIR/$name/out/$f" "$DATA_DIR/$name/tree/$f" || fail "torn or foreign output: out/$f"
+  done < <(cd "$DATA_DIR/$name/out" && find . -type f ! -name '.*.bbkit-*' -print0)
+}
+
+@test "f. scancel --hurry during a stage-out on the transfer nodes: the transfer job is cancelled before the buffer goes; what landed is whole, nothing is left" {
+  local xfer
+  stage_out_job f 3000
+  xfer=$(transfer_jobs "$JOB" | grep -F '.out.' | cut -d'|' -f1)
+  [ -n "$xfer" ] || fail "no stage-out transfer job for job $JOB"
+  slurm_run -u scancel --hurry "$JOB"
+  wait_until 120 "transfer job $xfer to be cancelled" sh -c "squeue -h --states=all -j $xfer -o '%T' | grep -qx CANCELLED"
+  wait_job "$JOB" 'BurstBufferState=complete' 120
+  assert_pool_clean
+  [ -z "$(pgrep -u "$TEST_UID" -x bb-mover)" ] || fail "movers still run after the teardown"
+  assert_no_torn_output f
+}
+
+@test "g. slurmctld killed and restarted during a stage-out on the transfer nodes: the stage-out Slurm runs again finds the transfer job, never a second; the output is whole" {
+  stage_out_job g 3000
+  # Crash once Slurm's saved state has the job in stage-out (its state files newer than the
+  # job's start).
+  wait_until 40 "slurmctld to save the job" test "$SLURM_DIR/state/job_state" -nt "$JOBS_DIR/g.ran"
+  wait_until 40 "slurmctld to save its burst-buffer state" test "$SLURM_DIR/state/burst_buffer_lua_state" -nt "$JOBS_DIR/g.ran"
+  restart_slurmctld "SIGKILL during the stage-out of job $JOB on the transfer nodes" KILL
+  resume_movers
+  unslow_node
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 300
+  diff -r "$DATA_DIR/g/tree" "$DATA_DIR/g/out" || fail "the staged-out tree differs"
+  slurm_run squeue -h --states=all -o '%i|%j|%u|%P|%T|%N'
+  mapfile -t jobs < <(transfer_jobs "$JOB" | grep -F '.out.')
+  assert_equal "${#jobs[@]}" 1
+  [[ ${jobs[0]} =~ \|COMPLETED\|n\[1-3\]$ ]] || fail "the stage-out transfer job: ${jobs[0]}"
+  assert_pool_clean
+}
+
+@test "h. the user kills their own mover on a transfer node: the stage fails with Slurm's state of the transfer job and the job is held with bbkit's reason; no node is drained" {
+  local script xfer victim
+  make_input "$DATA_DIR/h" 3000
+  slow_node n1 5 n2 n3
+  script=$(job_script h.sh "#SBATCH --job-name=transfer-h" \
+    '#BB_LUA pool=xfer capacity=64MiB' \
+    "#BB_LUA stage_in type=directory source=$DATA_DIR/h/tree destination=\$BB_JOB_DIR/tree" <<'EOF2'
+true
+EOF2
+)
+  submit "$script"
+  assert_equal "$status" 0
+  pause_movers
+  xfer=$(transfer_jobs "$JOB" | head -n 1 | cut -d'|' -f1)
+  victim=${PAUSED_PIDS%% *}
+  # One part's mover, the user's own process, killed by the user.
+  slurm_run -u kill -KILL "$victim"
+  assert_equal "$status" 0
+  resume_movers
+  unslow_node
+  wait_job "$JOB" 'JobState=PENDING Reason=burst_buffer/lua:.*slurm_bb_data_in' 240
+  slurm_run squeue -h --states=all -j "$xfer" -o '%T'
+  assert_output FAILED
+  slurm_run sinfo -h -N -p xfer -o '%N %T'
+  refute_output --partial drain
+  refute_output --partial down
+  slurm_run -u scancel --hurry "$JOB"
   wait_job "$JOB" 'JobState=CANCELLED ' 120
   assert_pool_clean
 }

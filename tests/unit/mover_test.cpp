@@ -803,6 +803,85 @@ TEST(mover, a_transfer_jobs_parts_fill_one_buffer_with_the_whole_tree_once) {
     }
 }
 
+// The same in the other direction: a stage-out's parts write the one tree out of the buffer,
+// each its share (durable: every file under a temporary name, synced, renamed), into
+// directories made in place that the finishing mover gives their modes and times. A part removes
+// no temporary it finds (another part's, live, has the shape of a killed move's); the finishing
+// mover, alone after the parts, removes what a killed part left.
+TEST(mover, a_transfer_jobs_parts_stage_out_one_tree_whole_and_leave_each_others_temporaries) {
+    BBKIT_MOVES_AS_NOBODY();
+    TempDir tmp;
+    make_tricky_tree(tmp / "src");
+    for (int i = 0; i < 40; ++i) {
+        const std::string f = tmp / ("src/sub/f" + std::to_string(i));
+        write_file(f, std::string(i * 100, 'x'));
+        lchown(f.c_str(), nobody, nogroup);
+    }
+    link((tmp / "src/sub/f7").c_str(), (tmp / "src/linked-f7").c_str());
+    set_times(tmp / "src/sub", 1400000000, 7);
+    set_times(tmp / "src", 1400000000, 42);  // as make_tricky_tree left it
+    const std::string buffer = make_buffer(tmp, "buffer");
+    const Outcome in = move_as_nobody(plan_in(buffer, tmp / "src", "data"));
+    ASSERT_EQ(in.code, 0) << in.message;
+    mkdir((tmp / "out").c_str(), 0755);
+    chown((tmp / "out").c_str(), nobody, nogroup);
+    // Another part's temporary, live: its shape, the user's, for a name the tree has.
+    const std::string other = ".f3.bbkit-" + std::string(28, 'a');
+    for (std::uint32_t parts = 1; parts <= 5; ++parts) {
+        const std::string out = tmp / ("out/result" + std::to_string(parts));
+        if (parts > 1) {
+            for (const std::string& d : {out, out + "/sub"}) {
+                mkdir(d.c_str(), 0700);
+                chown(d.c_str(), nobody, nogroup);
+            }
+            write_file(out + "/sub/" + other, "half");
+            lchown((out + "/sub/" + other).c_str(), nobody, nogroup);
+        }
+        std::uint64_t files = 0;
+        for (std::uint32_t part = 0; part < parts; ++part) {
+            StagePlan stage;
+            stage.direction = StageDirection::out;
+            stage.job_root = buffer;
+            stage.part = part;
+            stage.parts = parts;
+            StageDirective tree;
+            tree.type = StageType::directory;
+            tree.source = "data";
+            tree.destination = out;
+            stage.stages = {tree};
+            MovePlan plan = plan_out(buffer, "data", out);
+            plan.entries = entries_by_root(stage).at(buffer);
+            ASSERT_EQ(plan.entries.size(), 1u);
+            EXPECT_EQ(plan.entries[0].shard_by_inode, parts > 1);
+            EXPECT_EQ(plan.entries[0].shared_directories, parts > 1);
+            const Outcome outcome = move_as_nobody(plan);
+            ASSERT_EQ(outcome.code, 0) << outcome.message;
+            EXPECT_EQ(outcome.skipped, 0u) << "part " << part << " of " << parts;
+            files += outcome.files;
+            if (parts > 1) {
+                EXPECT_EQ(access((out + "/sub/" + other).c_str(), F_OK), 0)
+                    << "part " << part << " of " << parts << " removed another part's temporary";
+            }
+        }
+        if (parts > 1) {
+            struct stat ro {};
+            ASSERT_EQ(lstat((out + "/ro").c_str(), &ro), 0);
+            EXPECT_EQ(ro.st_mode & 07777, 0700u) << parts << " parts";
+        }
+        const Outcome whole = move_as_nobody(plan_out(buffer, "data", out));
+        ASSERT_EQ(whole.code, 0) << whole.message;
+        EXPECT_EQ(whole.files, 0u) << parts << " parts left something to the finishing mover";
+        EXPECT_EQ(whole.skipped, files) << parts << " parts";
+        expect_same_tree(tmp / "src", out, nobody);
+        EXPECT_FALSE(has_temporaries(out)) << parts << " parts";
+        struct stat a {
+        }, b{};
+        ASSERT_EQ(lstat((out + "/sub/f7").c_str(), &a), 0);
+        ASSERT_EQ(lstat((out + "/linked-f7").c_str(), &b), 0);
+        EXPECT_EQ(a.st_ino, b.st_ino) << parts << " parts split a hard link";
+    }
+}
+
 // Stage-out lines recorded before bb-parse refused type=list are refused the same way (65);
 // no path of a move may climb, outside the buffer either (directive.hpp's one '..' rule).
 TEST(mover, stage_out_lists_and_climbing_paths_are_refused_as_bb_parse_refuses_them) {

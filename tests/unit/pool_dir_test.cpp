@@ -5,10 +5,12 @@
 #include "bbkit/pool_dir.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -313,6 +315,35 @@ MeasureBudget plenty() {
 }
 
 }  // namespace
+
+// A transfer job's directory whose plan cannot be written (here: the file size limit; a full
+// pool alike) is not left behind, root's, under the name the staging record holds: the rerun
+// makes it again, whole, the user's (bbkit(7), STAGING ON TRANSFER NODES).
+TEST_F(PoolDirEnvTest, a_transfer_directory_whose_plan_cannot_be_written_is_not_left_behind) {
+    PoolDir pool = open();
+    const auto previous = std::signal(SIGXFSZ, SIG_IGN);  // write(2) fails with EFBIG instead
+    rlimit limit{};
+    ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &limit), 0);
+    rlimit small = limit;
+    small.rlim_cur = 1000;
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+    bool refused = false;
+    try {
+        pool.make_transfer_dir("k.in.00", std::string(5000, 'x'), getuid(), getgid());
+    } catch (const Error& e) {
+        refused = true;
+        EXPECT_NE(std::string(e.what()).find("/transfer/k.in.00/plan"), std::string::npos)
+            << e.what();
+    }
+    setrlimit(RLIMIT_FSIZE, &limit);
+    std::signal(SIGXFSZ, previous);
+    EXPECT_TRUE(refused);
+    EXPECT_FALSE(fs::exists(dir_ + "/p/transfer/k.in.00"));
+    EXPECT_EQ(pool.make_transfer_dir("k.in.00", "{}", getuid(), getgid()),
+              dir_ + "/p/transfer/k.in.00");
+    EXPECT_TRUE(static_cast<bool>(pool.open_transfer_dir("k.in.00", getuid())));
+    EXPECT_EQ(content(dir_ + "/p/transfer/k.in.00/plan"), "{}");
+}
 
 TEST_F(PoolDirEnvTest, measure_counts_allocated_bytes_beneath_a_buffer) {
     PoolDir dir = open();

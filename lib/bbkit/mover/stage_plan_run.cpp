@@ -31,6 +31,15 @@ std::string root_of(const StagePlan& plan, const StageDirective& stage) {
     return root->second;
 }
 
+// A transfer job's part (StagePlan::part), in either direction: its share of the line's
+// files, by inode, into directories the other parts fill at the same time.
+void set_part(MoveEntry& entry, const StagePlan& plan) {
+    entry.shard_index = plan.part;
+    entry.shard_count = plan.parts;
+    entry.shard_by_inode = true;
+    entry.shared_directories = true;
+}
+
 }  // namespace
 
 std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& plan) {
@@ -54,11 +63,8 @@ std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& p
                 if (shard) {
                     entry.shard_index = plan.nodes.index;
                     entry.shard_count = plan.nodes.count;
-                } else if (plan.parts > 1) {  // a transfer job's part (StagePlan::part)
-                    entry.shard_index = plan.part;
-                    entry.shard_count = plan.parts;
-                    entry.shard_by_inode = true;
-                    entry.shared_directories = true;
+                } else if (plan.parts > 1) {
+                    set_part(entry, plan);
                 }
                 groups[root_of(plan, stage)].push_back(entry);
             }
@@ -75,6 +81,8 @@ std::map<std::string, std::vector<MoveEntry>> entries_by_root(const StagePlan& p
         else if (!plan.nodes.name.empty() && stage.buffer.empty())
             entry.destination =
                 gathered_destination(stage.destination, stage.type, plan.nodes.name);
+        if (plan.parts > 1)
+            set_part(entry, plan);
         groups[root_of(plan, stage)].push_back(entry);
     }
     return groups;

@@ -20,14 +20,16 @@ namespace bbkit::mover_internal {
 // Whether a temporary tree `temp` (its lstat `st`) of a killed move may be taken over for a
 // source directory (its stat `source`). Only where one syncfs makes everything in it durable:
 // a file a killed run completed but never fsync'd would otherwise be published as it is. And
-// only this buffer's own (its tag: see temp_tag), never for a keep_existing entry (which
-// builds no tree under a temporary name: see make_dir), a directory of the user's, no more open
+// only this buffer's own (its tag: see temp_tag), never for a keep_existing entry or a transfer
+// job's part (neither builds a tree under a temporary name: see make_dir), a directory of the
+// user's, no more open
 // than the mover makes one (the source's mode, the owner's rwx while it is built, a set-group-ID
 // bit inherited from the parent): anyone who could write in it may have put anything there
 // (bbkit(7), STAGING).
 bool Walker::can_adopt(const std::string& temp, const struct stat& st,
                        const struct stat& source) const {
-    if (!plan_.durable || !plan_.trust_syncfs || !temps_.tagged_ours(temp) || entry_->keep_existing)
+    if (!plan_.durable || !plan_.trust_syncfs || !temps_.tagged_ours(temp) ||
+        entry_->keep_existing || entry_->shared_directories)
         return false;
     const mode_t allowed = (source.st_mode & 07777) | S_IRWXU | S_ISGID;
     return S_ISDIR(st.st_mode) && st.st_uid == uid_ && (st.st_mode & 07777 & ~allowed) == 0;
@@ -40,10 +42,16 @@ bool Walker::owned(int dir, const std::string& name) const {
     return fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_uid == uid_;
 }
 
-// Whether a temporary of another move may be removed as stale. A keep_existing entry's
-// destination is shared with other writers (other nodes merging into it) whose live
-// temporaries look like a killed move's: only this buffer's own of this boot are.
+// Whether a temporary of another move may be removed as stale. The destination of a
+// keep_existing entry is shared with other writers (other nodes merging into it), and that of a
+// transfer job's part with the other parts: their live temporaries look like a killed move's.
+// Only this buffer's own of this boot are stale for a keep_existing entry (each node's buffer
+// has a token of its own); a part removes none, since the other parts are movers of the same
+// buffer, in the same boot where nodes share a host. What a killed part left is the finishing
+// mover's to remove: it runs after every part, alone (StagePlan::part).
 bool Walker::may_remove_stale(const std::string& temp) const {
+    if (entry_->shared_directories)
+        return false;
     return !entry_->keep_existing || temps_.tagged_ours(temp);
 }
 
