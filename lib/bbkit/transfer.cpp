@@ -521,12 +521,13 @@ ProcessOutcome TransferRunner::run(const StagePlan& plan, std::chrono::seconds t
                         failed.exit_code = static_cast<int>(ExitCode::software);
                     return failed;
                 }
-                return failed_outcome("transfer job " + std::to_string(record->job_id) +
-                                      (job.known ? " ended " + job.state + " (exit " +
-                                                       job.exit_code + ") on " + job.nodes
-                                                 : " is gone from Slurm") +
-                                      " without its movers' reports (" + dir.path() + "/" +
-                                      PoolDir::transfer_subdir + "/" + record->directory + ")");
+                return failed_outcome(
+                    "transfer job " + std::to_string(record->job_id) +
+                    (job.known
+                         ? " ended " + job.state + " (exit " + job.exit_code + ") on " + job.nodes
+                         : " is gone from Slurm") +
+                    " before every part reported its summary (" + dir.path() + "/" +
+                    PoolDir::transfer_subdir + "/" + record->directory + ")");
             }
         }
         std::this_thread::sleep_for(report_poll);
