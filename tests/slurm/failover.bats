@@ -187,10 +187,15 @@ assert_each_buffer_ended_once() {
 }
 
 # The pid (host's view) of the first process on controller C whose command (its name, or its
-# command line's first word: slurmscriptd names itself there) is NAME.
+# command line's first word: slurmscriptd names itself there) is NAME. The candidates come from
+# one pgrep, kept when they are in C's network namespace: reading every process of C on each
+# call made hold_on_c1's polls seconds apart on a loaded host, and a mover of a few seconds
+# went by unseen.
 ctl_process() {
-  local c=$1 name=$2 p
-  for p in $(ctl_pids "$c"); do
+  local c=$1 name=$2 p ns
+  ns=$(stat -L -c %i "/run/netns/$(node_netns "$c")" 2>/dev/null) || return 1
+  for p in $(pgrep -f -- "$name"); do
+    [ "$(stat -L -c %i "/proc/$p/ns/net" 2>/dev/null)" = "$ns" ] || continue
     # Not a zombie (an orphan's, which the namespace's init shell never reaps).
     { grep -q '^State:.*[ZX]' "/proc/$p/status"; } 2>/dev/null && continue
     if [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$name" ] ||
@@ -219,6 +224,12 @@ hold_on_c1() {
   done
   PAUSED_PIDS="${PAUSED_PIDS:-} $HELD"
   transcript "root# kill -STOP $HELD   # $name on c1, job $JOB: $what"
+  # The phase held is the one asked for: a mover missed would let the job go on to its next
+  # phase's, and the scenario test another crash than it says.
+  local expect=$what state
+  case $what in stage-in) expect=staging-in ;; stage-out) expect=staging-out ;; esac
+  state=$(job_field "$JOB" BurstBufferState)
+  [ "$state" = "$expect" ] || fail "held $name $HELD while job $JOB's buffer is $state, not $expect"
 }
 
 # Stages job JOB's input in on c1, slowed to 3% of a CPU, and holds the mover there (SIGSTOP)
