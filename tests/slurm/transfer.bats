@@ -97,7 +97,9 @@ make_input() {
 pause_movers() {
   local found
   # The test user's bb-mover processes: no other suite's (each has a user of its own).
-  wait_until 60 "the three movers to run" sh -c "[ \"\$(pgrep -c -u $TEST_UID -x bb-mover)\" -ge 3 ]"
+  # A bound, not a timing: at 5% of a CPU for three nodes, on a host that runs other suites,
+  # three slurmstepd and their movers take their time to start.
+  wait_until 180 "the three movers to run" sh -c "[ \"\$(pgrep -c -u $TEST_UID -x bb-mover)\" -ge 3 ]"
   PAUSED_PIDS=$(pgrep -u "$TEST_UID" -x bb-mover | tr '\n' ' ')
   # shellcheck disable=SC2086 # a list of pids
   kill -STOP $PAUSED_PIDS
@@ -118,6 +120,23 @@ assert_pool_clean() {
   wait_until 60 "pool xfer to be free" sh -c "bb-pool list | awk '\$1 == \"xfer\" { exit \$3 != \"0\" }'"
   left=$(find "$SLURM_DIR/pools/xfer/transfer" -mindepth 1 -maxdepth 1 2>/dev/null)
   [ -z "$left" ] || fail "transfer directories left: $left"
+}
+
+# A job that only stages in a tree of 3000 files (its script does nothing), submitted with the
+# nodes slowed to 5% of a CPU, its three movers caught and paused (pause_movers).
+stage_in_paused() {
+  local name=$1 script
+  make_input "$DATA_DIR/$name" 3000
+  slow_node n1 5 n2 n3
+  script=$(job_script "$name.sh" "#SBATCH --job-name=transfer-$name" \
+    '#BB_LUA pool=xfer capacity=64MiB' \
+    "#BB_LUA stage_in type=directory source=$DATA_DIR/$name/tree destination=\$BB_JOB_DIR/tree" <<'EOF2'
+true
+EOF2
+)
+  submit "$script"
+  assert_equal "$status" 0
+  pause_movers
 }
 
 # bats test_tags=smoke
@@ -159,18 +178,8 @@ EOF2
 }
 
 @test "b. scancel during a stage-in on the transfer nodes: the transfer job is cancelled before the buffer goes, nothing is left" {
-  local script xfer
-  make_input "$DATA_DIR/b" 3000
-  slow_node n1 5 n2 n3
-  script=$(job_script b.sh "#SBATCH --job-name=transfer-b" \
-    '#BB_LUA pool=xfer capacity=64MiB' \
-    "#BB_LUA stage_in type=directory source=$DATA_DIR/b/tree destination=\$BB_JOB_DIR/tree" <<'EOF2'
-true
-EOF2
-)
-  submit "$script"
-  assert_equal "$status" 0
-  pause_movers
+  local xfer
+  stage_in_paused b
   xfer=$(transfer_jobs "$JOB" | head -n 1 | cut -d'|' -f1)
   [ -n "$xfer" ] || fail "no transfer job for job $JOB"
   slurm_run -u scancel "$JOB"
@@ -257,18 +266,8 @@ EOF2
 }
 
 @test "e. the stager killed while its transfer job runs: the job is held; bb-stage in, run again, finds the transfer job and waits for it, never a second" {
-  local script stager
-  make_input "$DATA_DIR/e" 3000
-  slow_node n1 3 n2 n3
-  script=$(job_script e.sh "#SBATCH --job-name=transfer-e" \
-    '#BB_LUA pool=xfer capacity=64MiB' \
-    "#BB_LUA stage_in type=directory source=$DATA_DIR/e/tree destination=\$BB_JOB_DIR/tree" <<'EOF2'
-true
-EOF2
-)
-  submit "$script"
-  assert_equal "$status" 0
-  pause_movers
+  local stager
+  stage_in_paused e
   stager=$(pgrep -f -- "bb-stage .*--job $JOB in\$" | head -n 1)
   [ -n "$stager" ] || fail "no bb-stage in for job $JOB"
   kill -KILL "$stager"
@@ -353,18 +352,8 @@ assert_no_torn_output() {
 }
 
 @test "h. the user kills their own mover on a transfer node: the stage fails with Slurm's state of the transfer job and the job is held with bbkit's reason; no node is drained" {
-  local script xfer victim
-  make_input "$DATA_DIR/h" 3000
-  slow_node n1 5 n2 n3
-  script=$(job_script h.sh "#SBATCH --job-name=transfer-h" \
-    '#BB_LUA pool=xfer capacity=64MiB' \
-    "#BB_LUA stage_in type=directory source=$DATA_DIR/h/tree destination=\$BB_JOB_DIR/tree" <<'EOF2'
-true
-EOF2
-)
-  submit "$script"
-  assert_equal "$status" 0
-  pause_movers
+  local xfer victim
+  stage_in_paused h
   xfer=$(transfer_jobs "$JOB" | head -n 1 | cut -d'|' -f1)
   victim=${PAUSED_PIDS%% *}
   # One part's mover, the user's own process, killed by the user.

@@ -745,6 +745,18 @@ TEST(mover, entries_by_root_places_a_node_local_buffers_lines) {
     EXPECT_EQ(entries_by_root(plan)["/bb/job"][0].destination, "/lus/out");
 }
 
+// The tree the parts tests split: the tricky tree, 40 more files of sizes 0-3900 and a second
+// name of sub/f7, whose part must carry both names.
+void make_parts_tree(const std::string& src) {
+    make_tricky_tree(src);
+    for (int i = 0; i < 40; ++i) {
+        const std::string f = src + "/sub/f" + std::to_string(i);
+        write_file(f, std::string(i * 100, 'x'));
+        lchown(f.c_str(), nobody, nogroup);
+    }
+    link((src + "/sub/f7").c_str(), (src + "/linked-f7").c_str());
+}
+
 // A transfer job's parts (bbkit(7), STAGING ON TRANSFER NODES) fill one buffer: for every
 // count of parts, each part copies only its share, the shares add up to the whole tree with
 // nothing copied twice, hard links stay whole (the share goes by inode), and the finishing
@@ -752,13 +764,7 @@ TEST(mover, entries_by_root_places_a_node_local_buffers_lines) {
 TEST(mover, a_transfer_jobs_parts_fill_one_buffer_with_the_whole_tree_once) {
     BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
-    make_tricky_tree(tmp / "src");
-    for (int i = 0; i < 40; ++i) {
-        const std::string f = tmp / ("src/sub/f" + std::to_string(i));
-        write_file(f, std::string(i * 100, 'x'));
-        lchown(f.c_str(), nobody, nogroup);
-    }
-    link((tmp / "src/sub/f7").c_str(), (tmp / "src/linked-f7").c_str());
+    make_parts_tree(tmp / "src");
     for (std::uint32_t parts = 1; parts <= 5; ++parts) {
         const std::string buffer = make_buffer(tmp, "buffer" + std::to_string(parts));
         std::uint64_t files = 0, bytes = 0;
@@ -811,13 +817,7 @@ TEST(mover, a_transfer_jobs_parts_fill_one_buffer_with_the_whole_tree_once) {
 TEST(mover, a_transfer_jobs_parts_stage_out_one_tree_whole_and_leave_each_others_temporaries) {
     BBKIT_MOVES_AS_NOBODY();
     TempDir tmp;
-    make_tricky_tree(tmp / "src");
-    for (int i = 0; i < 40; ++i) {
-        const std::string f = tmp / ("src/sub/f" + std::to_string(i));
-        write_file(f, std::string(i * 100, 'x'));
-        lchown(f.c_str(), nobody, nogroup);
-    }
-    link((tmp / "src/sub/f7").c_str(), (tmp / "src/linked-f7").c_str());
+    make_parts_tree(tmp / "src");
     set_times(tmp / "src/sub", 1400000000, 7);
     set_times(tmp / "src", 1400000000, 42);  // as make_tricky_tree left it
     const std::string buffer = make_buffer(tmp, "buffer");

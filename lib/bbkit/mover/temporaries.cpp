@@ -22,10 +22,9 @@ namespace bbkit::mover_internal {
 // a file a killed run completed but never fsync'd would otherwise be published as it is. And
 // only this buffer's own (its tag: see temp_tag), never for a keep_existing entry or a transfer
 // job's part (neither builds a tree under a temporary name: see make_dir), a directory of the
-// user's, no more open
-// than the mover makes one (the source's mode, the owner's rwx while it is built, a set-group-ID
-// bit inherited from the parent): anyone who could write in it may have put anything there
-// (bbkit(7), STAGING).
+// user's, no more open than the mover makes one (the source's mode, the owner's rwx while it
+// is built, a set-group-ID bit inherited from the parent): anyone who could write in it may
+// have put anything there (bbkit(7), STAGING).
 bool Walker::can_adopt(const std::string& temp, const struct stat& st,
                        const struct stat& source) const {
     if (!plan_.durable || !plan_.trust_syncfs || !temps_.tagged_ours(temp) ||
