@@ -74,6 +74,11 @@ SlurmRelease parse_slurm_release(const std::string& text) {
     return release;
 }
 
+std::string empty_export(const std::optional<SlurmRelease>& release) {
+    const SlurmRelease r = release.value_or(known_slurm_releases().back());
+    return r < SlurmRelease{24, 11} ? "NONE" : "NIL";
+}
+
 BurstLayout burst_layout(const std::optional<SlurmRelease>& release) {
     const SlurmRelease r = release.value_or(known_slurm_releases().back());
     return {r < pool_name_since ? "AltPoolName" : "PoolName", !(r < poll_interval_since)};

@@ -39,4 +39,11 @@ struct BurstLayout {
 // The layout of `release`; without one, the newest release's.
 BurstLayout burst_layout(const std::optional<SlurmRelease>& release);
 
+// sbatch's --export for a job that starts with nothing of anyone's environment (a transfer job,
+// bbkit(7), STAGING ON TRANSFER NODES): "NIL" from 24.11, whose sbatch has it (there "NONE"
+// also loads the user's login environment on the node, as --get-user-env does, running their
+// shell's startup files, and Slurm holds the job when that fails or takes over 8 s); "NONE"
+// before, which 22.05 documents as ignoring --get-user-env. Without a release, the newest's.
+std::string empty_export(const std::optional<SlurmRelease>& release);
+
 }  // namespace bbkit

@@ -15,6 +15,7 @@
 #include "bbkit/seal.hpp"
 #include "bbkit/size.hpp"
 #include "bbkit/slurm_client.hpp"
+#include "bbkit/slurm_release.hpp"
 #include "bbkit/text.hpp"
 
 namespace bbkit {
@@ -127,9 +128,10 @@ std::string minutes(std::chrono::seconds timeout) {
     return std::to_string(std::max<std::int64_t>(1, (timeout.count() + 59) / 60));
 }
 
-std::uint64_t submit(const PoolConfig& pool, const Buffer& b, const User& user,
-                     const std::string& directory_path, const std::string& name,
-                     std::uint32_t parts, const std::string& script, std::chrono::seconds timeout) {
+std::uint64_t submit(const PoolConfig& pool, const std::optional<SlurmRelease>& release,
+                     const Buffer& b, const User& user, const std::string& directory_path,
+                     const std::string& name, std::uint32_t parts, const std::string& script,
+                     std::chrono::seconds timeout) {
     SlurmCall call;
     call.identity = identity_of(user);
     call.stdin_data = script;
@@ -142,7 +144,7 @@ std::uint64_t submit(const PoolConfig& pool, const Buffer& b, const User& user,
                  "--time=" + minutes(timeout),
                  "--chdir=" + directory_path,
                  "--output=" + directory_path + "/batch.out",
-                 "--export=NONE",
+                 "--export=" + empty_export(release),
                  "--requeue",
                  "--comment=bbkit transfer of " + b.key.str()};
     const SlurmOutput out = run_slurm("sbatch", call);
@@ -207,12 +209,12 @@ std::string transfer_script(const std::string& mover, const std::string& srun, s
                             StageDirection direction, const std::string& key) {
     // Every word is bbkit's own: the key and the programs' paths hold no shell character
     // (buffer keys are names, the paths are root's installations), and are quoted all the same.
-    std::string script = "#!/bin/sh\n# bbkit: the stage-" + std::string(to_string(direction)) +
-                         " of " + key +
-                         " on transfer nodes (bbkit(7), STAGING ON TRANSFER NODES)\n"
-                         "PATH=/usr/sbin:/usr/bin:/sbin:/bin; export PATH  # --export=NONE: none\n"
-                         "# A requeued job's run writes reports of its own (TransferReports).\n"
-                         "run=${SLURM_RESTART_COUNT:-0}\n";
+    std::string script =
+        "#!/bin/sh\n# bbkit: the stage-" + std::string(to_string(direction)) + " of " + key +
+        " on transfer nodes (bbkit(7), STAGING ON TRANSFER NODES)\n"
+        "PATH=/usr/sbin:/usr/bin:/sbin:/bin; export PATH  # --export=NIL (NONE): none\n"
+        "# A requeued job's run writes reports of its own (TransferReports).\n"
+        "run=${SLURM_RESTART_COUNT:-0}\n";
     script += shell_quoted(srun) + " --ntasks=" + std::to_string(parts) +
               " --ntasks-per-node=1 --kill-on-bad-exit=0 --output=report.$run.%t " +
               shell_quoted(mover) + " --plan plan --part-of-step || exit $?\n";
@@ -427,7 +429,7 @@ ProcessOutcome TransferRunner::run(const StagePlan& plan, std::chrono::seconds t
         const std::string path = dir.make_transfer_dir(fresh.directory, plan_to_json(job_plan),
                                                        plan.user.uid, plan.user.gid);
         try {
-            fresh.job_id = submit(pool, buffer_, plan.user, path,
+            fresh.job_id = submit(pool, config_.slurm_release, buffer_, plan.user, path,
                                   transfer_job_name(fresh.directory), fresh.parts,
                                   transfer_script(mover_, slurm_program("srun"), fresh.parts,
                                                   plan.direction, buffer_.key.str()),

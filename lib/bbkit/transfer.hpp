@@ -45,7 +45,7 @@ std::string transfer_job_name(const std::string& directory);
 // restart count), then, over more than one part and once each part reported its summary, one
 // mover of the whole plan (report.RUN.finish), which finds every file in place and gives the
 // directories their times and modes once every part has written into them. The job runs
-// with --export=NONE: the script sets its own PATH.
+// with nothing of anyone's environment (empty_export): the script sets its own PATH.
 std::string transfer_script(const std::string& mover, const std::string& srun, std::uint32_t parts,
                             StageDirection direction, const std::string& key);
 

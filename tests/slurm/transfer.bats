@@ -335,10 +335,11 @@ assert_no_torn_output() {
 
 @test "g. slurmctld killed and restarted during a stage-out on the transfer nodes: the stage-out Slurm runs again finds the transfer job, never a second; the output is whole" {
   stage_out_job g 3000
-  # Crash once Slurm's saved state has the job in stage-out (its state files newer than the
-  # job's start).
+  # Crash once Slurm's saved state has the job in stage-out (its job state newer than the
+  # job's start) and the buffer in its list (saved every 30 s when it changed: newer than the
+  # job script, made before the buffer).
   wait_until 40 "slurmctld to save the job" test "$SLURM_DIR/state/job_state" -nt "$JOBS_DIR/g.ran"
-  wait_until 40 "slurmctld to save its burst-buffer state" test "$SLURM_DIR/state/burst_buffer_lua_state" -nt "$JOBS_DIR/g.ran"
+  wait_until 60 "slurmctld to save its burst-buffer state" test "$SLURM_DIR/state/burst_buffer_lua_state" -nt "$JOBS_DIR/g.sh"
   restart_slurmctld "SIGKILL during the stage-out of job $JOB on the transfer nodes" KILL
   resume_movers
   unslow_node

@@ -85,5 +85,16 @@ TEST(SlurmRelease, slurms_default_poll_interval_is_15_seconds) {
     EXPECT_EQ(default_poll_interval, 15u);
 }
 
+// A transfer job's --export: NIL where sbatch has it (24.11 on; NONE there runs the user's
+// login shell on the node and holds the job when that is slow), NONE before; the newest's
+// without a release.
+TEST(SlurmRelease, a_job_without_environment_is_nil_from_24_11_and_none_before) {
+    EXPECT_EQ(empty_export(SlurmRelease{22, 5}), "NONE");
+    EXPECT_EQ(empty_export(SlurmRelease{24, 5}), "NONE");
+    EXPECT_EQ(empty_export(SlurmRelease{24, 11}), "NIL");
+    EXPECT_EQ(empty_export(SlurmRelease{26, 5}), "NIL");
+    EXPECT_EQ(empty_export(std::nullopt), "NIL");
+}
+
 }  // namespace
 }  // namespace bbkit
