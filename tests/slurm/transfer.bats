@@ -362,7 +362,7 @@ assert_no_torn_output() {
   assert_equal "$status" 0
   resume_movers
   unslow_node
-  wait_job "$JOB" "JobState=PENDING Reason=burst_buffer/lua:_slurm_bb_data_in:_bb-stage:_transfer_job_${xfer}_ended_FAILED_.*_before_every_part_reported_its_summary" 240
+  wait_job "$JOB" "JobState=PENDING Reason=burst_buffer/lua:.*slurm_bb_data_in.*:_bb-stage:_transfer_job_${xfer}_ended_FAILED_.*_before_every_part_reported_its_summary" 240
   slurm_run squeue -h --states=all -j "$xfer" -o '%T'
   assert_output FAILED
   slurm_run sinfo -h -N -p xfer -o '%N %T'
