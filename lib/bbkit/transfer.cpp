@@ -22,7 +22,10 @@ namespace bbkit {
 namespace {
 
 constexpr auto report_poll = std::chrono::milliseconds(500);
+// slurm_ask_interval's three paces.
 constexpr auto slurm_poll = std::chrono::seconds(5);
+constexpr auto pending_poll = std::chrono::seconds(30);
+constexpr auto reporting_poll = std::chrono::seconds(60);
 constexpr std::size_t max_report_line = 64 * 1024;
 constexpr std::size_t max_read_per_poll = 1 << 20;
 // A run's reports (TransferReports): report.RUN.PART and report.RUN.finish.
@@ -89,10 +92,10 @@ bool still_running(const TransferJobState& job) {
     return job.known && !slurm_job_ended(job.state);
 }
 
-// How many answers in a row (slurm_poll apart) must say a job ended before it is believed. A
-// job whose node failed (or that was preempted, or whose node did not boot) shows that state
-// until Slurm requeues it (--requeue), which may take a while: a minute of it. Any other end
-// twice, so that one answer caught between two states decides nothing.
+// How many answers in a row (slurm_poll apart: slurm_ask_interval) must say a job ended before
+// it is believed. A job whose node failed (or that was preempted, or whose node did not boot)
+// shows that state until Slurm requeues it (--requeue), which may take a while: a minute of
+// it. Any other end twice, so that one answer caught between two states decides nothing.
 unsigned answers_to_believe(const TransferJobState& job) {
     const bool requeued_from =
         job.state == "NODE_FAIL" || job.state == "PREEMPTED" || job.state == "BOOT_FAIL";
@@ -201,6 +204,24 @@ TransferJobState parse_transfer_job(const std::vector<std::string>& lines) {
     return job;
 }
 
+bool transfer_job_waits(const TransferJobState& job) {
+    // Queued, held, requeued or suspended: no mover of the job runs (squeue's names).
+    static const std::vector<std::string> waiting = {"PENDING",       "CONFIGURING", "REQUEUED",
+                                                     "REQUEUE_HOLD",  "REQUEUE_FED", "SPECIAL_EXIT",
+                                                     "RESV_DEL_HOLD", "SUSPENDED",   "STOPPED"};
+    return job.known && std::find(waiting.begin(), waiting.end(), job.state) != waiting.end();
+}
+
+std::chrono::seconds slurm_ask_interval(bool answered, const TransferJobState& job,
+                                        std::chrono::steady_clock::duration silence,
+                                        bool reported) {
+    if (!answered || !still_running(job))
+        return slurm_poll;
+    if (transfer_job_waits(job))
+        return reported ? slurm_poll : pending_poll;
+    return silence < slurm_poll ? reporting_poll : slurm_poll;
+}
+
 std::string transfer_job_name(const std::string& directory) {
     return "bbkit." + directory;
 }
@@ -231,9 +252,15 @@ std::string transfer_script(const std::string& mover, const std::string& srun, s
     return script;
 }
 
-TransferReports::TransferReports(std::uint32_t parts, unsigned run) : run_(run), parts_(parts) {}
+TransferReports::TransferReports(std::uint32_t parts, unsigned run, Clock::time_point since)
+    : run_(run), parts_(parts) {
+    for (Part& part : parts_)
+        part.grew = since;
+    finish_.grew = since;
+}
 
-bool TransferReports::read_one(int dir, const std::string& name, uid_t uid, Part& part) {
+bool TransferReports::read_one(int dir, const std::string& name, uid_t uid, Part& part,
+                               Clock::time_point now) {
     const Fd fd(openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     if (!fd)
         return false;  // not there yet (or not a file the user may plant: a symlink)
@@ -242,8 +269,10 @@ bool TransferReports::read_one(int dir, const std::string& name, uid_t uid, Part
     if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != uid || st.st_nlink != 1)
         return false;
     const auto size = static_cast<std::uint64_t>(st.st_size);
-    if (size < part.offset)  // a requeued job's movers started their reports again
+    if (size < part.offset) {  // a requeued job's movers started their reports again
         part = Part{};
+        part.grew = now;
+    }
     if (size == part.offset)
         return false;
     std::string chunk(std::min<std::uint64_t>(size - part.offset, max_read_per_poll), '\0');
@@ -252,6 +281,7 @@ bool TransferReports::read_one(int dir, const std::string& name, uid_t uid, Part
         return false;
     chunk.resize(static_cast<std::size_t>(n));
     part.offset += static_cast<std::uint64_t>(n);
+    part.grew = now;
     for (char c : chunk) {
         if (c != '\n') {
             if (part.partial.size() < max_report_line)
@@ -275,13 +305,29 @@ bool TransferReports::read_one(int dir, const std::string& name, uid_t uid, Part
     return true;
 }
 
-bool TransferReports::read(int dir, uid_t uid) {
+bool TransferReports::read(int dir, uid_t uid, Clock::time_point now) {
     bool changed = false;
     for (std::uint32_t i = 0; i < parts_.size(); ++i)
-        changed = read_one(dir, report_name(run_, std::to_string(i)), uid, parts_[i]) || changed;
+        changed =
+            read_one(dir, report_name(run_, std::to_string(i)), uid, parts_[i], now) || changed;
     if (parts_.size() > 1)
-        changed = read_one(dir, report_name(run_, "finish"), uid, finish_) || changed;
+        changed = read_one(dir, report_name(run_, "finish"), uid, finish_, now) || changed;
     return changed;
+}
+
+TransferReports::Clock::duration TransferReports::silence(Clock::time_point now) const {
+    Clock::time_point quietest = now, last_part = finish_.grew;
+    bool parts_done = true;
+    for (const Part& p : parts_) {
+        last_part = std::max(last_part, p.grew);
+        if (!p.summary) {
+            parts_done = false;
+            quietest = std::min(quietest, p.grew);
+        }
+    }
+    if (parts_done && parts_.size() > 1 && !finish_.summary)
+        quietest = std::min(quietest, std::max(finish_.grew, last_part));
+    return std::max(Clock::duration::zero(), now - quietest);
 }
 
 std::string TransferReports::progress() const {
@@ -448,7 +494,21 @@ ProcessOutcome TransferRunner::run(const StagePlan& plan, std::chrono::seconds t
         job.state = "PENDING";
     }
     TransferReports reports(record->parts, job.restarts);
-    auto next_ask = std::chrono::steady_clock::now() + slurm_poll;
+    // The last ask: its time, whether Slurm answered (`job` is its answer; a job just
+    // submitted is asked about 5 s on, as if not), and whether a report grew since, or, while
+    // the job waits, Slurm's batch.out changed: the job started (slurm_ask_interval).
+    auto last_ask = std::chrono::steady_clock::now();
+    bool answered = attach, reported = false;
+    // batch.out's size and mtime (-1, -1: none), at the last ask.
+    using Stamp = std::pair<std::int64_t, std::int64_t>;
+    const auto batch_out_now = [](int d) {
+        struct stat st {};
+        if (fstatat(d, "batch.out", &st, AT_SYMLINK_NOFOLLOW) != 0)
+            return Stamp{-1, -1};
+        return Stamp{st.st_size, static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 +
+                                     st.st_mtim.tv_nsec};
+    };
+    Stamp batch_out_then{-1, -1};
     std::string last_progress;
     unsigned ended_answers = 0;  // answers in a row that said the job ended
     // Where it runs, said whenever the job's nodes or a part's progress change (bb-stat job).
@@ -464,13 +524,17 @@ ProcessOutcome TransferRunner::run(const StagePlan& plan, std::chrono::seconds t
     };
     tell_place();
     for (;;) {
-        if (const Fd d = dir.open_transfer_dir(record->directory, plan.user.uid))
+        if (const Fd d = dir.open_transfer_dir(record->directory, plan.user.uid)) {
             if (reports.read(d.get(), plan.user.uid)) {
+                reported = true;
                 tell_place();
                 const std::string line = reports.progress();
                 if (line != last_progress)
                     on_line(last_progress = line);
             }
+            if (!reported && transfer_job_waits(job) && batch_out_now(d.get()) != batch_out_then)
+                reported = true;
+        }
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         if (const auto summary = reports.summary(seconds)) {
@@ -493,16 +557,20 @@ ProcessOutcome TransferRunner::run(const StagePlan& plan, std::chrono::seconds t
             out.timed_out = true;
             return out;
         }
-        if (now >= next_ask) {
-            next_ask = now + slurm_poll;
+        if (now - last_ask >= slurm_ask_interval(answered, job, reports.silence(now), reported)) {
+            last_ask = now;
+            reported = false;
+            if (const Fd d = dir.open_transfer_dir(record->directory, plan.user.uid))
+                batch_out_then = batch_out_now(d.get());
             bool asked = true;
             try {
                 job = ask_about(*record, plan.user.uid);
             } catch (const Error&) {
                 asked = false;  // slurmctld restarting: ask again, within the timeout
             }
+            answered = asked;
             if (asked && job.known && job.restarts != reports.run())
-                reports = TransferReports(record->parts, job.restarts);  // requeued: a new run
+                reports = TransferReports(record->parts, job.restarts, now);  // requeued: a new run
             if (asked) {
                 ended_answers = still_running(job) ? 0 : ended_answers + 1;
                 if (job.known)

@@ -54,12 +54,19 @@ std::string transfer_script(const std::string& mover, const std::string& srun, s
 // read from where it was left (one that shrank is read again from its start), summed.
 class TransferReports {
   public:
-    TransferReports(std::uint32_t parts, unsigned run);
+    using Clock = std::chrono::steady_clock;
+    // `since`: when this run's reports are first looked for (the start of every mover's silence).
+    TransferReports(std::uint32_t parts, unsigned run, Clock::time_point since = Clock::now());
     unsigned run() const { return run_; }
     // Reads what the files in `dir` (the transfer directory, open) gained since the last call,
     // only regular files of `uid` with one name; a line longer than 64 KiB is dropped. Returns
-    // whether anything changed.
-    bool read(int dir, uid_t uid);
+    // whether anything changed; `now` is when (a file that grew ends its mover's silence).
+    bool read(int dir, uid_t uid, Clock::time_point now = Clock::now());
+    // How long the quietest mover still due to report has written nothing, at `now`: each part
+    // without a summary, and the finishing mover (over more than one part) once every part has
+    // one, counted from its last report's growth, or from the last part's for the finishing
+    // mover; zero when none is due.
+    Clock::duration silence(Clock::time_point now) const;
     // One progress line summing the parts' last ones (progress_line's form).
     std::string progress() const;
     // Every part and the finishing mover (over more than one part) reported a summary: one
@@ -72,17 +79,33 @@ class TransferReports {
 
   private:
     struct Part {
+        Clock::time_point grew;  // when its report last grew (the run's start before it did)
         std::uint64_t offset = 0;
         std::string partial;  // a line not yet ended
         bool overlong = false;
         std::optional<MoverReport> progress, summary;
         std::optional<std::string> error;
     };
-    bool read_one(int dir, const std::string& name, uid_t uid, Part& part);
+    bool read_one(int dir, const std::string& name, uid_t uid, Part& part, Clock::time_point now);
     unsigned run_;
     std::vector<Part> parts_;
     Part finish_;
 };
+
+// Whether Slurm holds the job where none of its movers runs: pending, configuring, requeued,
+// held or suspended.
+bool transfer_job_waits(const TransferJobState& job);
+
+// How long bb-stage waits after asking Slurm about its transfer job before it asks again
+// (bbkit(7), STAGING ON TRANSFER NODES): Slurm is asked only what the reports cannot say, that
+// the job ended without them. 5 s while the answer is in doubt (no answer, one saying the job
+// ended, which must be confirmed, or a mover still due that has been silent for 5 s); 30 s
+// while the job waits (transfer_job_waits), 5 s once something says it started (to learn
+// where); 60 s while every mover still due reports (a mover killed goes silent). `answered`:
+// the last ask got an answer, `job`; `silence`: TransferReports::silence; `reported`: a report
+// grew since, or Slurm's batch.out changed.
+std::chrono::seconds slurm_ask_interval(bool answered, const TransferJobState& job,
+                                        std::chrono::steady_clock::duration silence, bool reported);
 
 // Runs a stage's move as a transfer job (MoverRunner). `b` is the buffer as the stage entered
 // its working state, under the run lock the caller holds; `mover` the path of bb-mover on the
@@ -97,8 +120,8 @@ class TransferRunner : public MoverRunner {
     // it is known). A complete set of reports is the stage's success at once; a part's error
     // becomes the stage's once Slurm says the job ended (a requeued job, whose node failed,
     // starts its movers and their reports again); a job that ended without either fails the
-    // stage with Slurm's state. Progress and place lines come as the reports grow; at
-    // `timeout` the job is cancelled.
+    // stage with Slurm's state. Progress and place lines come as the reports grow; Slurm is
+    // asked as slurm_ask_interval says; at `timeout` the job is cancelled.
     ProcessOutcome run(const StagePlan& plan, std::chrono::seconds timeout,
                        const std::function<void(const std::string&)>& on_line) const override;
 

@@ -5,7 +5,8 @@
 # what Slurm's own burst-buffer regression tests check: job buffers with real staging, job
 # arrays, persistent buffers created and destroyed by zero-node jobs and surviving a slurmctld
 # restart, EnablePersistent, afterburstbuffer, a reservation holding space, scontrol show
-# dwstat. Every line seen is kept in build/tests/slurm/transcript-datawarp.txt.
+# dwstat; and a pool staged by transfer jobs (staging = "slurm") under this plugin. Every line
+# seen is kept in build/tests/slurm/transcript-datawarp.txt.
 
 HARNESS_MODE=datawarp
 BBKIT_SLURM_TRANSCRIPT=${BBKIT_SLURM_TRANSCRIPT:-${BBKIT_BUILD_DIR:?}/tests/slurm/transcript-datawarp.txt}
@@ -445,4 +446,40 @@ EOF2
   [[ $filter_said == *"sbatch: error: lua: bb-parse: "* ]] || fail "sbatch said: $filter_said"
   slurm_run squeue -h -n dw-n -t pending,running -o '%i %T %r'
   assert_output ""
+}
+
+# After i, the tools run through sudo -n as SlurmUser slurm's (i's slurm.conf stays); alone
+# (bats --filter), as root's.
+@test "o. a pool with staging = \"slurm\" under the datawarp plugin: dw_wlm_cli's data_in and data_out each run as a transfer job of the user on the node, and the data lands" {
+  local i script jobs
+  mkdir -p "$DATA_DIR/o/tree/sub"
+  for i in $(seq 1 40); do head -c $((i * 997)) /dev/urandom >"$DATA_DIR/o/tree/sub/f$i"; done
+  ln "$DATA_DIR/o/tree/sub/f1" "$DATA_DIR/o/tree/linked-f1"
+  chown -R "$SLURM_TEST_USER:" "$DATA_DIR/o"
+  script=$(job_script o.sh '#SBATCH --job-name=dw-o' \
+    '#DW jobdw capacity=8MiB access_mode=striped type=scratch pool=xfer' \
+    "#DW stage_in type=directory source=$DATA_DIR/o/tree destination=\$DW_JOB_STRIPED/tree" \
+    "#DW stage_out type=directory source=\$DW_JOB_STRIPED/tree destination=$DATA_DIR/o/out" <<'EOF2'
+test -s "$DW_JOB_STRIPED/tree/sub/f40"
+echo "ran in $DW_JOB_STRIPED" >"$DW_JOB_STRIPED/tree/result"
+EOF2
+)
+  submit "$script"
+  assert_equal "$status" 0
+  wait_job "$JOB" 'JobState=COMPLETED .*BurstBufferState=complete' 240
+  grep -q "dw_wlm_cli --function data_in .*$JOB\|dw_wlm_cli --function data_in --job .*/job.$JOB/script" "$SLURM_DIR/log/slurmctld.log" ||
+    fail "slurmctld.log shows no data_in call for job $JOB"
+  # Slurm's own record: a stage-in and a stage-out job of the user, each COMPLETED on the node.
+  slurm_run squeue -h --states=all -o '%i|%j|%u|%P|%T|%N'
+  mapfile -t jobs < <(printf '%s\n' "$output" | grep -E "^[0-9]+\|bbkit\.e2e\.$JOB\." | sort -n)
+  assert_equal "${#jobs[@]}" 2
+  [[ ${jobs[0]} =~ \.in\.[0-9a-f]+\|$SLURM_TEST_USER\|e2e\|COMPLETED\|localhost$ ]] || fail "stage-in transfer job: ${jobs[0]}"
+  [[ ${jobs[1]} =~ \.out\.[0-9a-f]+\|$SLURM_TEST_USER\|e2e\|COMPLETED\|localhost$ ]] || fail "stage-out transfer job: ${jobs[1]}"
+  # What the job wrote came back with the tree, hard link and all, as the user's.
+  grep -q "^ran in $SLURM_DIR/pools/xfer/job/e2e.$JOB." "$DATA_DIR/o/out/result" || fail "result: $(cat "$DATA_DIR/o/out/result")"
+  diff -r --exclude=result "$DATA_DIR/o/tree" "$DATA_DIR/o/out" || fail "the staged-out tree differs"
+  assert_equal "$(stat -c %i "$DATA_DIR/o/out/linked-f1")" "$(stat -c %i "$DATA_DIR/o/out/sub/f1")"
+  assert_equal "$(stat -c %U "$DATA_DIR/o/out/result")" "$SLURM_TEST_USER"
+  assert_bbkit_pool_whole xfer
+  [ -z "$(find "$SLURM_DIR/pools/xfer/transfer" -mindepth 1 -maxdepth 1 2>/dev/null)" ] || fail "transfer directories left"
 }

@@ -449,6 +449,26 @@ capacity = "$SLOW_POOL_CAPACITY"
 granularity = "1MiB"
 direct_io = true
 EOF
+  # In datawarp mode also a pool staged by transfer jobs on the one node (datawarp.bats o).
+  if [ "$HARNESS_MODE" = datawarp ]; then
+    cat >>"$BBKIT_CONFIG" <<EOF
+
+[[pool]]
+name = "xfer"
+path = "$SLURM_DIR/pools/xfer"
+capacity = "32MiB"
+granularity = "1MiB"
+staging = "slurm"
+transfer_partition = "e2e"
+transfer_nodes = 1
+EOF
+  fi
+}
+
+# The pools write_bbkit_conf configures.
+harness_pools() {
+  echo pool1 small slow
+  [ "$HARNESS_MODE" != datawarp ] || echo xfer
 }
 
 start_munge() {
@@ -688,12 +708,12 @@ start_cluster() {
   ensure_packages
   ensure_test_user
   new_cluster_dir
-  mkdir -p "$SLURM_DIR"/pools/{pool1,small,slow}
+  local pool
+  for pool in $(harness_pools); do mkdir -p "$SLURM_DIR/pools/$pool"; done
   calibrate_slow_stage
   write_slurm_conf "$slurm_user"
   write_bbkit_conf
-  local pool
-  for pool in pool1 small slow; do bb-pool init "$pool" >/dev/null; done
+  for pool in $(harness_pools); do bb-pool init "$pool" >/dev/null; done
   install_bbkit_scripts "$slurm_user"
   start_guard "$$"
   start_munge

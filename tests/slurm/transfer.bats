@@ -94,17 +94,18 @@ make_input() {
 # Stops the transfer job's three movers (seen from the host, in the nodes' namespaces) once
 # they all run: the stage then lasts as long as the scenario needs. The nodes are slowed first
 # so that the movers are caught mid-copy. scenario_teardown resumes whatever is left paused.
+# With COUNT (3 by default: one transfer job's), waits for that many movers.
 pause_movers() {
-  local found
+  local found count=${1:-3}
   # The test user's bb-mover processes: no other suite's (each has a user of its own).
   # A bound, not a timing: at 5% of a CPU for three nodes, on a host that runs other suites,
   # three slurmstepd and their movers take their time to start.
-  wait_until 180 "the three movers to run" sh -c "[ \"\$(pgrep -c -u $TEST_UID -x bb-mover)\" -ge 3 ]"
+  wait_until 180 "$count movers to run" sh -c "[ \"\$(pgrep -c -u $TEST_UID -x bb-mover)\" -ge $count ]"
   PAUSED_PIDS=$(pgrep -u "$TEST_UID" -x bb-mover | tr '\n' ' ')
   # shellcheck disable=SC2086 # a list of pids
   kill -STOP $PAUSED_PIDS
   found=$(printf '%s' "$PAUSED_PIDS" | wc -w)
-  transcript "root# kill -STOP $PAUSED_PIDS   # the transfer job's $found movers"
+  transcript "root# kill -STOP $PAUSED_PIDS   # the transfer jobs' $found movers"
 }
 
 resume_movers() {
@@ -371,4 +372,88 @@ assert_no_torn_output() {
   slurm_run -u scancel --hurry "$JOB"
   wait_job "$JOB" 'JobState=CANCELLED ' 120
   assert_pool_clean
+}
+
+# Submits held jobs of root's named "filler" until Slurm has given out the id before ID (one
+# at a time: slurmctld gives ids in order), starting after LAST (the last id given out).
+fill_ids_before() {
+  local want=$1 last=$2
+  while [ "$last" -lt $((want - 1)) ]; do
+    last=$(sbatch --parsable --hold --job-name=filler --wrap true) || fail "sbatch of a filler failed"
+    last=${last%%;*}
+    [ "$last" -lt "$want" ] || fail "Slurm gave id $last, past $want"
+  done
+}
+
+@test "i. a controller that lost its state gives the recorded transfer jobs' ids to other jobs: bb-stage neither waits for one nor cancels one; a rerun stages with a job of its own, a teardown leaves the other job alone" {
+  local main=() x=() m n stager script id
+  # Two buffers, each with its transfer job running (a node has a core for each) and its
+  # movers paused: neither job can end, and send Slurm its end, on its own.
+  make_input "$DATA_DIR/i1" 3000
+  make_input "$DATA_DIR/i2" 3000
+  slow_node n1 5 n2 n3
+  for n in 1 2; do
+    script=$(job_script "i$n.sh" "#SBATCH --job-name=transfer-i$n" \
+      '#BB_LUA pool=xfer capacity=64MiB' \
+      "#BB_LUA stage_in type=directory source=$DATA_DIR/i$n/tree destination=\$BB_JOB_DIR/tree" <<'EOF2'
+true
+EOF2
+)
+    submit "$script"
+    assert_equal "$status" 0
+    main+=("$JOB")
+  done
+  pause_movers 6
+  for m in "${main[@]}"; do
+    id=$(transfer_jobs "$m" | head -n 1 | cut -d'|' -f1)
+    [ -n "$id" ] || fail "no transfer job for job $m"
+    x+=("$id")
+    # The id in the buffer's record (the stager records it once sbatch answered).
+    wait_until 60 "job $m's record to name transfer job $id" sh -c "bb-stat job $m | grep -q 'job $id '"
+    stager=$(pgrep -f -- "bb-stage .*--job $m in\$" | head -n 1)
+    [ -n "$stager" ] || fail "no bb-stage in for job $m"
+    kill -KILL "$stager"
+    transcript "root# kill -KILL $stager   # bb-stage in of job $m"
+  done
+  # The controller comes back without its StateSaveLocation: every job forgotten, ids given out
+  # again from the first.
+  stop_slurmctld KILL
+  rm -rf "${SLURM_DIR:?}/state/"*
+  transcript "root# rm -rf $SLURM_DIR/state/*   # slurmctld's whole saved state lost"
+  start_slurmctld
+  # The nodes, registering, are told to kill the jobs Slurm no longer knows (the movers stay
+  # paused until then: resumed, they could finish the copy and leave nothing to run again).
+  # Each job's slurmstepd ends once Slurm has its end: nothing of theirs reaches the new jobs.
+  unslow_node
+  wait_until 180 "the forgotten transfer jobs to be gone from the nodes" \
+    sh -c "! pgrep -u $TEST_UID -x bb-mover && ! pgrep -f 'slurmstepd: \[(${x[0]}|${x[1]})\.'"
+  PAUSED_PIDS=
+  # The transfer jobs' ids go to the user's own held jobs, "stranger".
+  fill_ids_before "${x[0]}" 0
+  slurm_run -u sbatch --parsable --hold --job-name=stranger --wrap true
+  assert_equal "$status" 0
+  assert_equal "${output%%;*}" "${x[0]}"
+  fill_ids_before "${x[1]}" "${x[0]}"
+  slurm_run -u sbatch --parsable --hold --job-name=stranger --wrap true
+  assert_equal "$status" 0
+  assert_equal "${output%%;*}" "${x[1]}"
+  # The first stage run again: the record's id is now a stranger's, which is not waited for;
+  # the stage gets a transfer job of its own.
+  slurm_run bb-stage --job "${main[0]}" in
+  assert_equal "$status" 0
+  assert_output --partial "stage-in of e2e.${main[0]}."
+  mapfile -t jobs < <(transfer_jobs "${main[0]}")
+  assert_equal "${#jobs[@]}" 1
+  [[ ${jobs[0]} =~ \|COMPLETED\|n\[1-3\]$ ]] || fail "the new transfer job: ${jobs[0]}"
+  # The second buffer's teardown, its record naming the other stranger's id, cancels nothing.
+  slurm_run bb-teardown --job "${main[1]}"
+  assert_equal "$status" 0
+  for id in "${x[@]}"; do
+    slurm_run squeue -h -j "$id" -o '%j|%T|%r'
+    assert_output 'stranger|PENDING|JobHeldUser'
+  done
+  slurm_run bb-teardown --job "${main[0]}"
+  assert_equal "$status" 0
+  assert_pool_clean
+  scancel --name=filler 2>/dev/null || true
 }

@@ -5,12 +5,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "bbkit/error.hpp"
 #include "bbkit/fsops.hpp"
 #include "bbkit/process.hpp"
+#include "bbkit/slurm_client.hpp"
 #include "bbkit/text.hpp"
 
 using namespace bbkit;
@@ -148,6 +152,94 @@ TEST(Transfer, a_parts_error_is_read_and_a_requeued_jobs_run_has_reports_of_its_
     EXPECT_TRUE(requeued.read(dir.fd(), getuid()));
     EXPECT_FALSE(requeued.error());
     EXPECT_EQ(requeued.progress(), progress_line(2, 9, 20, 40));
+}
+
+// A mover's silence is what makes bb-stage ask Slurm soon: the quietest mover still due counts
+// (a part with no summary; the finishing mover once every part has one, from the last part's
+// report), a mover done counts no more.
+TEST(Transfer, silence_is_the_quietest_due_movers) {
+    using Clock = TransferReports::Clock;
+    using std::chrono::seconds;
+    ReportDir dir;
+    const Clock::time_point t0 = Clock::now();
+    TransferReports reports(2, 0, t0);
+    EXPECT_EQ(reports.silence(t0 + seconds(7)), seconds(7));  // nobody has reported
+    dir.append("report.0.0", progress(1, 10, 100));
+    EXPECT_TRUE(reports.read(dir.fd(), getuid(), t0 + seconds(8)));
+    EXPECT_EQ(reports.silence(t0 + seconds(9)), seconds(9)) << "part 1 still silent";
+    dir.append("report.0.1", progress(1, 10, 100));
+    reports.read(dir.fd(), getuid(), t0 + seconds(10));
+    EXPECT_EQ(reports.silence(t0 + seconds(11)), seconds(3)) << "part 0's report, at 8 s";
+    dir.append("report.0.0", summary(10, 200, 0));
+    reports.read(dir.fd(), getuid(), t0 + seconds(12));
+    EXPECT_EQ(reports.silence(t0 + seconds(20)), seconds(10)) << "part 1, at 10 s; 0 is done";
+    dir.append("report.0.1", summary(10, 200, 0));
+    reports.read(dir.fd(), getuid(), t0 + seconds(21));
+    EXPECT_EQ(reports.silence(t0 + seconds(24)), seconds(3)) << "the finishing mover, since 21 s";
+    dir.append("report.0.finish", summary(0, 0, 20));
+    reports.read(dir.fd(), getuid(), t0 + seconds(25));
+    EXPECT_EQ(reports.silence(t0 + seconds(90)), Clock::duration::zero()) << "none is due";
+    // One part: no finishing mover.
+    TransferReports one(1, 0, t0);
+    ReportDir single;
+    single.append("report.0.0", summary(1, 1, 0));
+    one.read(single.fd(), getuid(), t0 + seconds(1));
+    EXPECT_EQ(one.silence(t0 + seconds(60)), Clock::duration::zero());
+    // A report that shrank (its mover started again) grew as far as silence goes.
+    TransferReports again(1, 0, t0);
+    ReportDir restarted;
+    restarted.append("report.0.0", progress(1, 10, 100) + progress(2, 10, 200));
+    again.read(restarted.fd(), getuid(), t0 + seconds(1));
+    restarted.truncate_to("report.0.0", progress(1, 10, 100));
+    EXPECT_TRUE(again.read(restarted.fd(), getuid(), t0 + seconds(30)));
+    EXPECT_EQ(again.silence(t0 + seconds(31)), seconds(1));
+}
+
+// Every state Slurm may answer, with every silence and report: bb-stage asks again within 5 s
+// whenever the answer is in doubt (no answer, an end to confirm, a due mover silent for 5 s, a
+// waiting job that something says started), every 30 s while the job waits (queued, held,
+// requeued, suspended) and every 60 s while it runs with every due mover reporting.
+TEST(Transfer, slurm_is_asked_soon_whenever_the_answer_is_in_doubt) {
+    using std::chrono::seconds;
+    const std::vector<std::string> states = {
+        "PENDING",      "CONFIGURING",   "RUNNING",      "COMPLETING",    "SUSPENDED",
+        "STOPPED",      "REQUEUED",      "RESIZING",     "SIGNALING",     "STAGE_OUT",
+        "COMPLETED",    "CANCELLED",     "FAILED",       "TIMEOUT",       "NODE_FAIL",
+        "PREEMPTED",    "BOOT_FAIL",     "DEADLINE",     "OUT_OF_MEMORY", "REVOKED",
+        "SPECIAL_EXIT", "RESV_DEL_HOLD", "REQUEUE_HOLD", "REQUEUE_FED"};
+    // Where none of the job's movers can run.
+    const std::vector<std::string> waiting = {"PENDING",       "CONFIGURING", "REQUEUED",
+                                              "REQUEUE_HOLD",  "REQUEUE_FED", "SPECIAL_EXIT",
+                                              "RESV_DEL_HOLD", "SUSPENDED",   "STOPPED"};
+    const std::vector<seconds> silences = {seconds(0), seconds(4), seconds(5), seconds(3600)};
+    for (const std::string& state : states)
+        for (const bool known : {false, true})
+            for (const bool answered : {false, true})
+                for (const seconds silence : silences)
+                    for (const bool reported : {false, true}) {
+                        TransferJobState job;
+                        job.known = known;
+                        job.state = state;
+                        const seconds pace = slurm_ask_interval(answered, job, silence, reported);
+                        const std::string what = state + (known ? "" : " (unknown)") +
+                                                 (answered ? "" : ", no answer") + ", silent " +
+                                                 std::to_string(silence.count()) + " s" +
+                                                 (reported ? ", reported" : "");
+                        EXPECT_GE(pace, seconds(5)) << what;
+                        EXPECT_LE(pace, seconds(60)) << what;
+                        const bool waits = known && std::find(waiting.begin(), waiting.end(),
+                                                              state) != waiting.end();
+                        EXPECT_EQ(transfer_job_waits(job), waits) << what;
+                        const bool in_doubt = !answered || !known || slurm_job_ended(state) ||
+                                              (!waits && silence >= seconds(5)) ||
+                                              (waits && reported);
+                        if (in_doubt)
+                            EXPECT_EQ(pace, seconds(5)) << what;
+                        else if (waits)
+                            EXPECT_EQ(pace, seconds(30)) << what;
+                        else
+                            EXPECT_EQ(pace, seconds(60)) << what;
+                    }
 }
 
 // The reports are the user's files, read by root: only a regular file of the job's user with
