@@ -346,6 +346,11 @@ resume_copy() {
   job=$JOB
   wait_job "$job" 'JobState=RUNNING .*BurstBufferState=running' 60
 
+  # FreeSpace is bbkit's answer to Slurm's last pools poll (slurm_bb_pools): one that came
+  # between Slurm's allocation and bbkit's (the setup hook) shows the space free until the next
+  # poll, PollInterval (15 s) on (seen on 26.05). UsedSpace is Slurm's own count.
+  wait_until 40 "Slurm's pools poll to see the buffer" \
+    sh -c "scontrol show burst | grep -qE 'PoolName\[[0-9]+\]=pool1 .*FreeSpace=60MiB UsedSpace=4MiB'"
   slurm_run -u scontrol show burst
   assert_equal "$status" 0
   assert_output --regexp "PoolName\[[0-9]+\]=pool1 Granularity=1MiB TotalSpace=64MiB FreeSpace=60MiB UsedSpace=4MiB"
