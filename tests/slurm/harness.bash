@@ -765,8 +765,17 @@ finish_cluster() {
   # It looks for guard.stop once a second; the directory may be gone by then.
   stop_daemon "$SLURM_DIR/run/guard.pid" bbkit-slurm-guard 2
   if [ -d "${BBKIT_BUILD_DIR}/tests/slurm" ]; then
-    cp "$SLURM_DIR/log/slurmctld.log" "$BBKIT_BUILD_DIR/tests/slurm/slurmctld.log" 2>/dev/null || true
-    cp "$SLURM_DIR"/log/slurmd*.log "$BBKIT_BUILD_DIR/tests/slurm/" 2>/dev/null || true
+    # Named after the suite's transcript (transcript-datawarp.txt: slurmctld-datawarp.log), so
+    # that the next suite's logs do not replace a failed one's.
+    local tag
+    tag=$(basename "${TRANSCRIPT:-transcript.txt}" .txt)
+    tag=${tag#transcript}
+    cp "$SLURM_DIR/log/slurmctld.log" "$BBKIT_BUILD_DIR/tests/slurm/slurmctld$tag.log" 2>/dev/null || true
+    local f
+    for f in "$SLURM_DIR"/log/slurmd*.log; do
+      [ -e "$f" ] || continue
+      cp "$f" "$BBKIT_BUILD_DIR/tests/slurm/$(basename "$f" .log)$tag.log" 2>/dev/null || true
+    done
   fi
   if [ "${BBKIT_SLURM_KEEP:-0}" != 1 ]; then
     rm -rf "$SLURM_DIR"
