@@ -229,9 +229,23 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
             case MoverReport::Kind::warning:
                 run.warnings.push_back(r.message);
                 break;
-            case MoverReport::Kind::transfer:
+            case MoverReport::Kind::transfer: {
+                // A new job or new nodes are written at once (bb-stat job): a transfer job may
+                // wait long in its partition's queue before any mover reports progress.
+                const bool moved = !place || !r.transfer || place->job_id != r.transfer->job_id ||
+                                   place->nodes != r.transfer->nodes;
                 place = last.transfer = r.transfer;
+                if (moved) {
+                    if (!last_phase)  // no mover has reported yet
+                        last.phase = StagePhase::measuring;
+                    last.direction = plan.direction;
+                    last.started = started;
+                    last.updated = std::chrono::system_clock::now();
+                    last.pid = getpid();
+                    write_progress(store, b, last);
+                }
                 break;
+            }
             default:
                 break;
         }

@@ -428,15 +428,16 @@ EOF2
   wait_until 180 "the forgotten transfer jobs to be gone from the nodes" \
     sh -c "! pgrep -u $TEST_UID -x bb-mover && ! pgrep -f 'slurmstepd: \[(${x[0]}|${x[1]})\.'"
   PAUSED_PIDS=
-  # The transfer jobs' ids go to the user's own held jobs, "stranger".
-  fill_ids_before "${x[0]}" 0
-  slurm_run -u sbatch --parsable --hold --job-name=stranger --wrap true
-  assert_equal "$status" 0
-  assert_equal "${output%%;*}" "${x[0]}"
-  fill_ids_before "${x[1]}" "${x[0]}"
-  slurm_run -u sbatch --parsable --hold --job-name=stranger --wrap true
-  assert_equal "$status" 0
-  assert_equal "${output%%;*}" "${x[1]}"
+  # The transfer jobs' ids go to the user's own held jobs, "stranger", in the order Slurm gives
+  # ids (either stager may have submitted first).
+  local last=0
+  for id in $(printf '%s\n' "${x[@]}" | sort -n); do
+    fill_ids_before "$id" "$last"
+    slurm_run -u sbatch --parsable --hold --job-name=stranger --wrap true
+    assert_equal "$status" 0
+    assert_equal "${output%%;*}" "$id"
+    last=$id
+  done
   # The first stage run again: the record's id is now a stranger's, which is not waited for;
   # the stage gets a transfer job of its own.
   slurm_run bb-stage --job "${main[0]}" in

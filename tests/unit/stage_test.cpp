@@ -20,6 +20,7 @@
 #include "bbkit/mover_runner.hpp"
 #include "bbkit/pool.hpp"
 #include "bbkit/teardown.hpp"
+#include "bbkit/views.hpp"
 #include "code_of.hpp"
 #include "job_user.hpp"
 
@@ -377,4 +378,55 @@ TEST_F(StageMoveTest, a_mover_ended_without_a_report_is_interrupted_or_internal)
     ASSERT_TRUE(e.failure());
     EXPECT_EQ(e.failure()->kind, FailureKind::internal);
     EXPECT_STREQ(e.what(), "something broke");
+}
+
+namespace {
+
+// A transfer job's runner as far as bb-stage sees it: where the job runs, and nothing else,
+// while it is pending; the record is read back before the move ends.
+class PlaceOnlyMover : public MoverRunner {
+  public:
+    explicit PlaceOnlyMover(std::function<void()> look) : look_(std::move(look)) {}
+    ProcessOutcome run(const StagePlan&, std::chrono::seconds,
+                       const std::function<void(const std::string&)>& on_line) const override {
+        TransferPlace place;
+        place.job_id = 1734;
+        place.parts = {"part 0: not started"};
+        on_line(transfer_line(place));
+        look_();  // pending: no progress yet
+        place.nodes = "x[1-3]";
+        place.parts = {"part 0: 1/2 files, 1.0KiB of 2.0KiB"};
+        on_line(transfer_line(place));
+        look_();
+        ProcessOutcome outcome;
+        outcome.exit_code = 3;
+        outcome.last_stderr_line = "ended here";
+        return outcome;
+    }
+
+  private:
+    std::function<void()> look_;
+};
+
+}  // namespace
+
+// bb-stat job shows the transfer job as soon as it is submitted, and its nodes once Slurm
+// places it, before any mover reports progress (a job may wait long in its partition's queue).
+TEST_F(StageMoveTest, a_transfer_jobs_place_is_recorded_before_any_progress) {
+    const std::string line = "#BB_LUA stage_in type=file source=" + dir_ + "/pfs/f destination=f\n";
+    write(dir_ + "/pfs/f", "data");
+    alloc(20, line, "64KiB");
+    std::vector<std::optional<TransferPlace>> seen;
+    const PlaceOnlyMover mover([&] {
+        const auto record = read_progress(config_.state_dir, buffer(20).key);
+        seen.push_back(record ? record->transfer : std::nullopt);
+    });
+    options_.mover = &mover;
+    failed([&] { stage_in(*store_, config_, 20, options_, "test"); });
+    ASSERT_EQ(seen.size(), 2u);
+    ASSERT_TRUE(seen[0]);
+    EXPECT_EQ(seen[0]->job_id, 1734u);
+    EXPECT_EQ(seen[0]->nodes, "");
+    ASSERT_TRUE(seen[1]);
+    EXPECT_EQ(seen[1]->nodes, "x[1-3]");
 }
