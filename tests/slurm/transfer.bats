@@ -94,18 +94,17 @@ make_input() {
 # Stops the transfer job's three movers (seen from the host, in the nodes' namespaces) once
 # they all run: the stage then lasts as long as the scenario needs. The nodes are slowed first
 # so that the movers are caught mid-copy. scenario_teardown resumes whatever is left paused.
-# With COUNT (3 by default: one transfer job's), waits for that many movers.
 pause_movers() {
-  local found count=${1:-3}
+  local found
   # The test user's bb-mover processes: no other suite's (each has a user of its own).
   # A bound, not a timing: at 5% of a CPU for three nodes, on a host that runs other suites,
   # three slurmstepd and their movers take their time to start.
-  wait_until 180 "$count movers to run" sh -c "[ \"\$(pgrep -c -u $TEST_UID -x bb-mover)\" -ge $count ]"
+  wait_until 180 "the three movers to run" sh -c "[ \"\$(pgrep -c -u $TEST_UID -x bb-mover)\" -ge 3 ]"
   PAUSED_PIDS=$(pgrep -u "$TEST_UID" -x bb-mover | tr '\n' ' ')
   # shellcheck disable=SC2086 # a list of pids
   kill -STOP $PAUSED_PIDS
   found=$(printf '%s' "$PAUSED_PIDS" | wc -w)
-  transcript "root# kill -STOP $PAUSED_PIDS   # the transfer jobs' $found movers"
+  transcript "root# kill -STOP $PAUSED_PIDS   # the transfer job's $found movers"
 }
 
 resume_movers() {
@@ -386,29 +385,38 @@ fill_ids_before() {
 }
 
 @test "i. a controller that lost its state gives the recorded transfer jobs' ids to other jobs: bb-stage neither waits for one nor cancels one; a rerun stages with a job of its own, a teardown leaves the other job alone" {
-  local main=() x=() m n stager script id
-  # Two buffers, each with its transfer job running (a node has a core for each) and its
-  # movers paused: neither job can end, and send Slurm its end, on its own.
-  make_input "$DATA_DIR/i1" 3000
+  local main=() x=() m stager script id more
+  # Two buffers, each with a transfer job on record that cannot end on its own: the first
+  # one's movers paused; the second waits for the nodes the first holds or, where a node has a
+  # core for each, runs with its movers paused too.
+  stage_in_paused i1
+  main+=("$JOB")
   make_input "$DATA_DIR/i2" 3000
-  slow_node n1 5 n2 n3
-  for n in 1 2; do
-    script=$(job_script "i$n.sh" "#SBATCH --job-name=transfer-i$n" \
-      '#BB_LUA pool=xfer capacity=64MiB' \
-      "#BB_LUA stage_in type=directory source=$DATA_DIR/i$n/tree destination=\$BB_JOB_DIR/tree" <<'EOF2'
+  script=$(job_script "i2.sh" "#SBATCH --job-name=transfer-i2" \
+    '#BB_LUA pool=xfer capacity=64MiB' \
+    "#BB_LUA stage_in type=directory source=$DATA_DIR/i2/tree destination=\$BB_JOB_DIR/tree" <<'EOF2'
 true
 EOF2
 )
-    submit "$script"
-    assert_equal "$status" 0
-    main+=("$JOB")
-  done
-  pause_movers 6
+  submit "$script"
+  assert_equal "$status" 0
+  main+=("$JOB")
+  wait_until 120 "job $JOB's transfer job" sh -c "squeue -h --states=all -o '%j' | grep -q '^bbkit\.e2e\.$JOB\.'"
+  id=$(transfer_jobs "$JOB" | head -n 1 | cut -d'|' -f1)
+  wait_until 180 "transfer job $id to wait for the nodes, or its movers to run" \
+    sh -c "squeue -h -j $id -o '%T %r' | grep -qE '^PENDING (Resources|Priority)\$' || [ \"\$(pgrep -c -u $TEST_UID -x bb-mover)\" -ge 6 ]"
+  more=$(pgrep -u "$TEST_UID" -x bb-mover | grep -vxF -f <(tr ' ' '\n' <<<"$PAUSED_PIDS" | sed '/^$/d') | tr '\n' ' ' || true)
+  if [ -n "${more// /}" ]; then
+    # shellcheck disable=SC2086 # a list of pids
+    kill -STOP $more
+    PAUSED_PIDS="$PAUSED_PIDS $more"
+    transcript "root# kill -STOP $more   # transfer job $id's movers"
+  fi
   for m in "${main[@]}"; do
     id=$(transfer_jobs "$m" | head -n 1 | cut -d'|' -f1)
     [ -n "$id" ] || fail "no transfer job for job $m"
     x+=("$id")
-    # The id in the buffer's record (the stager records it once sbatch answered).
+    # The id in the buffer's record (bb-stat job shows it once recorded).
     wait_until 60 "job $m's record to name transfer job $id" sh -c "bb-stat job $m | grep -q 'job $id '"
     stager=$(pgrep -f -- "bb-stage .*--job $m in\$" | head -n 1)
     [ -n "$stager" ] || fail "no bb-stage in for job $m"
