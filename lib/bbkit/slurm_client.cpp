@@ -61,4 +61,12 @@ bool slurm_job_ended(const std::string& state) {
     return std::find(ended.begin(), ended.end(), state) != ended.end();
 }
 
+bool slurm_job_waits(const std::string& state) {
+    // Queued, held, requeued or suspended, as squeue prints them: none of its tasks runs.
+    static const std::vector<std::string> waiting = {"PENDING",       "CONFIGURING", "REQUEUED",
+                                                     "REQUEUE_HOLD",  "REQUEUE_FED", "SPECIAL_EXIT",
+                                                     "RESV_DEL_HOLD", "SUSPENDED",   "STOPPED"};
+    return std::find(waiting.begin(), waiting.end(), state) != waiting.end();
+}
+
 }  // namespace bbkit

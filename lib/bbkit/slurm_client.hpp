@@ -36,6 +36,10 @@ SlurmOutput run_slurm(const std::string& program, const SlurmCall& call);
 // TIMEOUT, ...): the job will never run again and its epilog is over (COMPLETING is not final).
 bool slurm_job_ended(const std::string& state);
 
+// Whether squeue's (or scontrol's) job state is one where none of the job's tasks runs and the
+// job is not over: pending, configuring, requeued, held or suspended.
+bool slurm_job_waits(const std::string& state);
+
 // "cannot ask Slurm: PROGRAM failed (exit status 1: its last line of standard error)".
 std::string slurm_failure(const std::string& program, const ProcessOutcome& outcome);
 

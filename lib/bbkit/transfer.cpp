@@ -204,20 +204,12 @@ TransferJobState parse_transfer_job(const std::vector<std::string>& lines) {
     return job;
 }
 
-bool transfer_job_waits(const TransferJobState& job) {
-    // Queued, held, requeued or suspended: no mover of the job runs (squeue's names).
-    static const std::vector<std::string> waiting = {"PENDING",       "CONFIGURING", "REQUEUED",
-                                                     "REQUEUE_HOLD",  "REQUEUE_FED", "SPECIAL_EXIT",
-                                                     "RESV_DEL_HOLD", "SUSPENDED",   "STOPPED"};
-    return job.known && std::find(waiting.begin(), waiting.end(), job.state) != waiting.end();
-}
-
 std::chrono::seconds slurm_ask_interval(bool answered, const TransferJobState& job,
                                         std::chrono::steady_clock::duration silence,
                                         bool reported) {
     if (!answered || !still_running(job))
         return slurm_poll;
-    if (transfer_job_waits(job))
+    if (slurm_job_waits(job.state))
         return reported ? slurm_poll : pending_poll;
     return silence < slurm_poll ? reporting_poll : slurm_poll;
 }
@@ -532,7 +524,8 @@ ProcessOutcome TransferRunner::run(const StagePlan& plan, std::chrono::seconds t
                 if (line != last_progress)
                     on_line(last_progress = line);
             }
-            if (!reported && transfer_job_waits(job) && batch_out_now(d.get()) != batch_out_then)
+            if (!reported && still_running(job) && slurm_job_waits(job.state) &&
+                batch_out_now(d.get()) != batch_out_then)
                 reported = true;
         }
         const double seconds =

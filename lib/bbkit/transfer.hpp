@@ -92,15 +92,11 @@ class TransferReports {
     Part finish_;
 };
 
-// Whether Slurm holds the job where none of its movers runs: pending, configuring, requeued,
-// held or suspended.
-bool transfer_job_waits(const TransferJobState& job);
-
 // How long bb-stage waits after asking Slurm about its transfer job before it asks again
 // (bbkit(7), STAGING ON TRANSFER NODES): Slurm is asked only what the reports cannot say, that
 // the job ended without them. 5 s while the answer is in doubt (no answer, one saying the job
 // ended, which must be confirmed, or a mover still due that has been silent for 5 s); 30 s
-// while the job waits (transfer_job_waits), 5 s once something says it started (to learn
+// while the job waits (slurm_job_waits), 5 s once something says it started (to learn
 // where); 60 s while every mover still due reports (a mover killed goes silent). `answered`:
 // the last ask got an answer, `job`; `silence`: TransferReports::silence; `reported`: a report
 // grew since, or Slurm's batch.out changed.

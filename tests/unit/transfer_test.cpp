@@ -227,9 +227,10 @@ TEST(Transfer, slurm_is_asked_soon_whenever_the_answer_is_in_doubt) {
                                                  (reported ? ", reported" : "");
                         EXPECT_GE(pace, seconds(5)) << what;
                         EXPECT_LE(pace, seconds(60)) << what;
-                        const bool waits = known && std::find(waiting.begin(), waiting.end(),
-                                                              state) != waiting.end();
-                        EXPECT_EQ(transfer_job_waits(job), waits) << what;
+                        const bool listed =
+                            std::find(waiting.begin(), waiting.end(), state) != waiting.end();
+                        EXPECT_EQ(slurm_job_waits(state), listed) << what;
+                        const bool waits = known && listed;
                         const bool in_doubt = !answered || !known || slurm_job_ended(state) ||
                                               (!waits && silence >= seconds(5)) ||
                                               (waits && reported);
