@@ -125,9 +125,15 @@ assert_pool_clean() {
 # A job that only stages in a tree of 3000 files (its script does nothing), submitted with the
 # nodes slowed to 5% of a CPU, its three movers caught and paused (pause_movers).
 stage_in_paused() {
+  slow_node n1 5 n2 n3
+  submit_stage_in "$1"
+  pause_movers
+}
+
+# Submits a job that only stages in a tree of 3000 files (its script does nothing): JOB.
+submit_stage_in() {
   local name=$1 script
   make_input "$DATA_DIR/$name" 3000
-  slow_node n1 5 n2 n3
   script=$(job_script "$name.sh" "#SBATCH --job-name=transfer-$name" \
     '#BB_LUA pool=xfer capacity=64MiB' \
     "#BB_LUA stage_in type=directory source=$DATA_DIR/$name/tree destination=\$BB_JOB_DIR/tree" <<'EOF2'
@@ -136,7 +142,26 @@ EOF2
 )
   submit "$script"
   assert_equal "$status" 0
-  pause_movers
+}
+
+# Kills job JOB's bb-stage in (the stager under Slurm's hook).
+kill_stager() {
+  local stager
+  stager=$(pgrep -f -- "bb-stage .*--job $1 in\$" | head -n 1)
+  [ -n "$stager" ] || fail "no bb-stage in for job $1"
+  kill -KILL "$stager"
+  transcript "root# kill -KILL $stager   # bb-stage in of job $1"
+}
+
+# An administrator's bb-stage in of job JOB, run again: it succeeds through one transfer job,
+# COMPLETED on the three nodes.
+rerun_stage_in() {
+  slurm_run bb-stage --job "$1" in
+  assert_equal "$status" 0
+  assert_output --partial "stage-in of e2e.$1."
+  mapfile -t jobs < <(transfer_jobs "$1")
+  assert_equal "${#jobs[@]}" 1
+  [[ ${jobs[0]} =~ \|COMPLETED\|n\[1-3\]$ ]] || fail "the transfer job: ${jobs[0]}"
 }
 
 # bats test_tags=smoke
@@ -268,20 +293,12 @@ EOF2
 @test "e. the stager killed while its transfer job runs: the job is held; bb-stage in, run again, finds the transfer job and waits for it, never a second" {
   local stager
   stage_in_paused e
-  stager=$(pgrep -f -- "bb-stage .*--job $JOB in\$" | head -n 1)
-  [ -n "$stager" ] || fail "no bb-stage in for job $JOB"
-  kill -KILL "$stager"
-  transcript "root# kill -KILL $stager   # bb-stage in of job $JOB"
+  kill_stager "$JOB"
   wait_job "$JOB" 'JobState=PENDING Reason=burst_buffer/lua:.*slurm_bb_data_in' 60
   resume_movers
   unslow_node
   # An administrator resumes the stalled stage: the recorded transfer job is the one waited for.
-  slurm_run bb-stage --job "$JOB" in
-  assert_equal "$status" 0
-  assert_output --partial "stage-in of e2e.$JOB."
-  mapfile -t jobs < <(transfer_jobs "$JOB")
-  assert_equal "${#jobs[@]}" 1
-  [[ ${jobs[0]} =~ \|COMPLETED\| ]] || fail "the transfer job: ${jobs[0]}"
+  rerun_stage_in "$JOB"
   slurm_run bb-stat job "$JOB"
   assert_output --partial "staged-in"
   # Slurm 22.05 does not stage a held job again on release: the job is cancelled here.
@@ -385,21 +402,13 @@ fill_ids_before() {
 }
 
 @test "i. a controller that lost its state gives the recorded transfer jobs' ids to other jobs: bb-stage neither waits for one nor cancels one; a rerun stages with a job of its own, a teardown leaves the other job alone" {
-  local main=() x=() m stager script id more
+  local main=() x=() m id more
   # Two buffers, each with a transfer job on record that cannot end on its own: the first
   # one's movers paused; the second waits for the nodes the first holds or, where a node has a
   # core for each, runs with its movers paused too.
   stage_in_paused i1
   main+=("$JOB")
-  make_input "$DATA_DIR/i2" 3000
-  script=$(job_script "i2.sh" "#SBATCH --job-name=transfer-i2" \
-    '#BB_LUA pool=xfer capacity=64MiB' \
-    "#BB_LUA stage_in type=directory source=$DATA_DIR/i2/tree destination=\$BB_JOB_DIR/tree" <<'EOF2'
-true
-EOF2
-)
-  submit "$script"
-  assert_equal "$status" 0
+  submit_stage_in i2
   main+=("$JOB")
   wait_until 120 "job $JOB's transfer job" sh -c "squeue -h --states=all -o '%j' | grep -q '^bbkit\.e2e\.$JOB\.'"
   id=$(transfer_jobs "$JOB" | head -n 1 | cut -d'|' -f1)
@@ -418,10 +427,7 @@ EOF2
     x+=("$id")
     # The id in the buffer's record (bb-stat job shows it once recorded).
     wait_until 60 "job $m's record to name transfer job $id" sh -c "bb-stat job $m | grep -q 'job $id '"
-    stager=$(pgrep -f -- "bb-stage .*--job $m in\$" | head -n 1)
-    [ -n "$stager" ] || fail "no bb-stage in for job $m"
-    kill -KILL "$stager"
-    transcript "root# kill -KILL $stager   # bb-stage in of job $m"
+    kill_stager "$m"
   done
   # The controller comes back without its StateSaveLocation: every job forgotten, ids given out
   # again from the first.
@@ -448,12 +454,7 @@ EOF2
   done
   # The first stage run again: the record's id is now a stranger's, which is not waited for;
   # the stage gets a transfer job of its own.
-  slurm_run bb-stage --job "${main[0]}" in
-  assert_equal "$status" 0
-  assert_output --partial "stage-in of e2e.${main[0]}."
-  mapfile -t jobs < <(transfer_jobs "${main[0]}")
-  assert_equal "${#jobs[@]}" 1
-  [[ ${jobs[0]} =~ \|COMPLETED\|n\[1-3\]$ ]] || fail "the new transfer job: ${jobs[0]}"
+  rerun_stage_in "${main[0]}"
   # The second buffer's teardown, its record naming the other stranger's id, cancels nothing.
   slurm_run bb-teardown --job "${main[1]}"
   assert_equal "$status" 0
