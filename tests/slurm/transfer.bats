@@ -291,7 +291,6 @@ EOF2
 }
 
 @test "e. the stager killed while its transfer job runs: the job is held; bb-stage in, run again, finds the transfer job and waits for it, never a second" {
-  local stager
   stage_in_paused e
   kill_stager "$JOB"
   wait_job "$JOB" 'JobState=PENDING Reason=burst_buffer/lua:.*slurm_bb_data_in' 60
