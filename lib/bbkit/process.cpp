@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 // Boost.Process v1. Newer Boosts keep it in <boost/process/v1.hpp>, namespace
 // boost::process::v1, and make <boost/process.hpp> the different v2 (1.88 on); older ones have
 // <boost/process.hpp> only.
@@ -88,7 +90,17 @@ struct Pipes {
     std::function<void(const std::string&)> on_line;
     std::atomic<int> open_readers{2};
     std::atomic<bool> abandoned{false};
+    // While the caller handles a line, and when a reader last finished one (steady clock): the
+    // child's own output is read to its end however slow the caller is (drain below).
+    std::atomic<bool> handling{false};
+    std::atomic<std::chrono::steady_clock::rep> last_line{0};
+
+    void line_done() { last_line = std::chrono::steady_clock::now().time_since_epoch().count(); }
 };
+
+// After the child's exit, how long the pipes may stay open with no line read and none being
+// handled before their readers are left behind (a grandchild holds them).
+constexpr auto pipe_idle_limit = std::chrono::seconds(2);
 
 ProcessOutcome run_process(const ProcessSpec& spec) {
     auto pipes = std::make_shared<Pipes>();
@@ -106,18 +118,26 @@ ProcessOutcome run_process(const ProcessSpec& spec) {
     std::thread([pipes] {
         std::string line;
         while (std::getline(pipes->out, line)) {
-            std::lock_guard<std::mutex> lock(pipes->mutex);
-            if (!pipes->abandoned && pipes->on_line)
-                pipes->on_line(line);
+            pipes->handling = true;
+            {
+                std::lock_guard<std::mutex> lock(pipes->mutex);
+                if (!pipes->abandoned && pipes->on_line)
+                    pipes->on_line(line);
+            }
+            pipes->line_done();
+            pipes->handling = false;
         }
         --pipes->open_readers;
     }).detach();
     std::thread([pipes] {
         std::string line;
         while (std::getline(pipes->err, line)) {
-            std::lock_guard<std::mutex> lock(pipes->mutex);
-            if (!line.empty())
-                pipes->last_stderr_line = line;
+            {
+                std::lock_guard<std::mutex> lock(pipes->mutex);
+                if (!line.empty())
+                    pipes->last_stderr_line = line;
+            }
+            pipes->line_done();
         }
         --pipes->open_readers;
     }).detach();
@@ -136,9 +156,22 @@ ProcessOutcome run_process(const ProcessSpec& spec) {
             ::kill(child.id(), SIGKILL);
     }
     child.wait(ec);
-    const auto drain_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    while (pipes->open_readers > 0 && std::chrono::steady_clock::now() < drain_deadline)
+    // The child is gone; what it wrote is read to the end. A caller's line can take seconds (a
+    // mover's progress line is a state write, which waits on a disk busy flushing the data just
+    // copied), and the line after it may be the one saying the run succeeded: the readers are
+    // waited for while they handle lines or read them, until the run's own deadline. Only pipes
+    // that stay open and silent for pipe_idle_limit, held by a grandchild, are left behind.
+    const auto exited = std::chrono::steady_clock::now();
+    pipes->line_done();
+    const auto drain_until = std::max(deadline, exited + pipe_idle_limit);
+    while (pipes->open_readers > 0) {
+        const auto now = std::chrono::steady_clock::now();
+        const auto idle = now - std::chrono::steady_clock::time_point(
+                                    std::chrono::steady_clock::duration(pipes->last_line.load()));
+        if (now >= drain_until || (!pipes->handling && idle >= pipe_idle_limit))
+            break;
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     {
         std::lock_guard<std::mutex> lock(pipes->mutex);
         pipes->abandoned = true;

@@ -270,7 +270,14 @@ MoverRun run_mover(StateStore& store, const Buffer& b, const StagePlan& plan,
             run.message = outcome.signal
                               ? "the mover was killed by signal " + std::to_string(outcome.signal)
                               : outcome.last_stderr_line;
+    } else if (!run.ok && run.exit_code == 0) {  // it ended well but no summary was read
+        run.exit_code = static_cast<int>(ExitCode::software);
+        run.failure = Failure{FailureKind::internal, "", "", 0};
     }
+    // A failure always says what ended it: the tool's one error line is this message.
+    if (!run.ok && run.message.empty())
+        run.message = "the mover ended with exit status " + std::to_string(outcome.exit_code) +
+                      " but reported neither its summary nor an error";
     // What the accounting keeps: all it moved, or for a failed run up to its last progress.
     run.record.stage_in = plan.direction == StageDirection::in;
     run.record.started = started;

@@ -156,6 +156,9 @@ Config load_effective_config(const CommonOptions& options) {
     if (config.state_dir.empty() || config.state_dir[0] != '/')
         throw Error(ExitCode::usage,
                     "state directory '" + config.state_dir + "' is not an absolute path");
+    // The Slurm commands the tool runs read root's choice (run_slurm passes SLURM_CONF on).
+    if (!config.slurm_conf.empty())
+        setenv("SLURM_CONF", config.slurm_conf.c_str(), 1);
     return config;
 }
 
@@ -189,7 +192,12 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
              const CommonOptions& options, const std::function<int()>& body,
              const ErrorReport& report) {
     // `hint` follows the message whole: a long message is shortened, never what to do.
-    const auto fail = [&](ExitCode code, const std::string& message, const std::string& hint = "") {
+    // An error without words is a defect elsewhere; it still reaches the caller as a line.
+    const auto fail = [&](ExitCode code, const std::string& said, const std::string& hint = "") {
+        const std::string message =
+            said.empty() ? "failed (exit " + std::to_string(static_cast<int>(code)) +
+                               ") with an empty error message (an internal error: please report)"
+                         : said;
         if (report)
             report(static_cast<int>(code), message + hint);
         error_stream() << tool << ": " << bounded(message) << hint << '\n';

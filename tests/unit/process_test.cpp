@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "code_of.hpp"
 
@@ -65,6 +67,36 @@ TEST(Process, timeout_terms_then_kills) {
     EXPECT_TRUE(o.timed_out);
     EXPECT_EQ(o.signal, 9);
     EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
+// The child's last line can come after a line its caller takes seconds over (a mover's progress
+// line is a state write on a busy disk; its summary follows): every line is handled, however
+// long after the child's exit.
+TEST(Process, every_line_is_handled_however_slow_the_caller) {
+    ProcessSpec spec = shell("echo progress; echo summary; exit 0");
+    std::vector<std::string> lines;
+    spec.on_stdout_line = [&](const std::string& line) {
+        if (lines.empty())
+            std::this_thread::sleep_for(3500ms);  // past the silence after which pipes are left
+        lines.push_back(line);
+    };
+    EXPECT_EQ(run_process(spec).exit_code, 0);
+    EXPECT_EQ(lines, (std::vector<std::string>{"progress", "summary"}));
+}
+
+// ... and a grandchild that writes after a slow line still ends the wait once it falls silent.
+TEST(Process, a_slow_caller_and_a_grandchild_holding_the_pipe_do_not_hang_us) {
+    ProcessSpec spec = shell("echo one; (sleep 1; echo late; sleep 20) & exit 0");
+    std::vector<std::string> lines;
+    spec.on_stdout_line = [&](const std::string& line) {
+        if (lines.empty())
+            std::this_thread::sleep_for(2500ms);
+        lines.push_back(line);
+    };
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(run_process(spec).exit_code, 0);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 15s);
+    EXPECT_EQ(lines, (std::vector<std::string>{"one", "late"}));
 }
 
 TEST(Process, a_grandchild_holding_the_pipes_does_not_hang_us) {

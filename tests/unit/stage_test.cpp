@@ -378,6 +378,28 @@ TEST_F(StageMoveTest, a_mover_ended_without_a_report_is_interrupted_or_internal)
     ASSERT_TRUE(e.failure());
     EXPECT_EQ(e.failure()->kind, FailureKind::internal);
     EXPECT_STREQ(e.what(), "something broke");
+
+    // Ended well, yet no summary was read; ended badly with nothing said: a failure that says so,
+    // never an empty message (a user once saw "bb-stage: " and nothing more).
+    const ScriptedMover unsummed({progress_line(4, 4, 40, 40)}, exited(0));
+    alloc(12, line, "64KiB");
+    options_.mover = &unsummed;
+    e = failed([&] { stage_in(*store_, config_, 12, options_, "test"); });
+    EXPECT_EQ(e.code(), ExitCode::software);
+    ASSERT_TRUE(e.failure());
+    EXPECT_EQ(e.failure()->kind, FailureKind::internal);
+    EXPECT_STREQ(
+        e.what(),
+        "the mover ended with exit status 0 but reported neither its summary nor an error");
+    EXPECT_EQ(buffer(12).state, BufferState::staging_in);
+    const ScriptedMover silent({}, exited(75));
+    alloc(13, line, "64KiB");
+    options_.mover = &silent;
+    e = failed([&] { stage_in(*store_, config_, 13, options_, "test"); });
+    EXPECT_EQ(e.code(), ExitCode::temp_fail);
+    EXPECT_STREQ(
+        e.what(),
+        "the mover ended with exit status 75 but reported neither its summary nor an error");
 }
 
 namespace {
