@@ -822,14 +822,16 @@ std::string default_pool_of(const Field& field, const std::vector<PoolConfig>& p
 }
 
 Config config_of(const Field& root) {
-    reject_unknown_keys(root, {"state_dir", "state_owner", "state_group", "state_journal",
-                               "record_key", "mode", "cluster", "directives", "default_pool",
-                               "flags", "allow_users", "deny_users", "allow_root", "slurm_release",
-                               "poll_interval", "timeouts", "limits", "pool", "hooks"});
+    reject_unknown_keys(
+        root, {"state_dir",     "state_owner", "state_group", "state_journal", "record_key",
+               "mode",          "cluster",     "directives",  "default_pool",  "flags",
+               "allow_users",   "deny_users",  "allow_root",  "slurm_release", "slurm_conf",
+               "poll_interval", "timeouts",    "limits",      "pool",          "hooks"});
     Config config;
     read_identity(root, config);
     read_access(root, config);
     read_if_present(root, "slurm_release", config.slurm_release, slurm_release_of);
+    read_if_present(root, "slurm_conf", config.slurm_conf, normalized_path_of);
     read_if_present(root, "poll_interval", config.poll_interval, poll_interval_of);
     read_if_present(root, "timeouts", config.timeouts, timeouts_of);
     read_if_present(root, "limits", config.limits, limits_of);

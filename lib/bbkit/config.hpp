@@ -132,6 +132,9 @@ struct Config {
     // absent: the newest layout bbkit knows.
     std::optional<SlurmRelease> slurm_release;
     unsigned poll_interval = default_poll_interval;  // burst_buffer.conf's PollInterval, seconds
+    // Where the Slurm commands the tools run (sbatch, squeue, scontrol) read slurm.conf: root's
+    // choice, as SLURM_CONF; "" = a root caller's own SLURM_CONF, else Slurm's default place.
+    std::string slurm_conf;
 
     const PoolConfig* find_pool(const std::string& name) const;
 };

@@ -252,7 +252,10 @@ void refuse_caller_override(const std::string& option) {
 void drop_caller_environment() {
     if (!less_privileged_caller())
         return;
-    for (const char* name : {"BBKIT_CONFIG", "BBKIT_STATE_DIR", "BBKIT_FAULT", "BBKIT_FAULT_LOG"})
+    // SLURM_CONF: the Slurm commands root runs read root's slurm.conf, never one the caller names
+    // (sudo's env_reset drops it too, unless a site keeps it); root names it in slurm_conf.
+    for (const char* name :
+         {"BBKIT_CONFIG", "BBKIT_STATE_DIR", "BBKIT_FAULT", "BBKIT_FAULT_LOG", "SLURM_CONF"})
         unsetenv(name);
 }
 

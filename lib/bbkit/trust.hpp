@@ -36,8 +36,8 @@ void refuse_caller_override(const std::string& option);
 void refuse_caller_file_choice(const std::string& option);
 
 // Removes the environment variables that name files or change what root does (BBKIT_CONFIG,
-// BBKIT_STATE_DIR, BBKIT_FAULT, BBKIT_FAULT_LOG) when a less privileged caller runs the tool:
-// sudo's env_keep may pass them through.
+// BBKIT_STATE_DIR, BBKIT_FAULT, BBKIT_FAULT_LOG, SLURM_CONF) when a less privileged caller runs
+// the tool: sudo's env_keep may pass them through.
 void drop_caller_environment();
 
 // Checks, as root must before reading `path` as configuration or running it as a hook, that

@@ -448,8 +448,9 @@ EOF2
   assert_output ""
 }
 
-# After i, the tools run through sudo -n as SlurmUser slurm's (i's slurm.conf stays); alone
-# (bats --filter), as root's.
+# After i, the tools run through sudo -n as SlurmUser slurm's (i's slurm.conf stays), which
+# drops SLURM_CONF: bb-stage's sbatch finds the cluster's slurm.conf through bbkit.toml's
+# slurm_conf alone. Alone (bats --filter), as root's.
 @test "o. a pool with staging = \"slurm\" under the datawarp plugin: dw_wlm_cli's data_in and data_out each run as a transfer job of the user on the node, and the data lands" {
   local i script jobs
   mkdir -p "$DATA_DIR/o/tree/sub"

@@ -104,6 +104,7 @@ TEST(config, empty_text_gives_defaults) {
     EXPECT_TRUE(config.pools.empty());
     EXPECT_TRUE(config.hooks.empty());
     EXPECT_FALSE(config.slurm_release);
+    EXPECT_EQ(config.slurm_conf, "");
     EXPECT_EQ(config.poll_interval, 15u);
 }
 
@@ -119,6 +120,7 @@ flags = ["EnablePersistent", "PrivateData", "TeardownFailure"]
 allow_users = ["alice", 1001]
 allow_root = true
 slurm_release = "24.11"
+slurm_conf = "/opt/slurm/etc/slurm.conf"
 poll_interval = 30
 [timeouts]
 stage_in = 100
@@ -156,6 +158,7 @@ post_run = "/etc/bbkit/post_run.sh"
     EXPECT_EQ(config.allow_users, (std::vector<std::string>{"alice", "1001"}));
     EXPECT_TRUE(config.allow_root);
     EXPECT_EQ(config.slurm_release, (SlurmRelease{24, 11}));
+    EXPECT_EQ(config.slurm_conf, "/opt/slurm/etc/slurm.conf");
     EXPECT_EQ(config.poll_interval, 30u);
     EXPECT_EQ(config.timeouts.stage_in, 100u);
     EXPECT_EQ(config.timeouts.stage_out, 200u);
@@ -627,7 +630,18 @@ TEST(config, rejects_user_of_wrong_type) {
               "t.toml:1: deny_users[0]: a user name must not be empty");
 }
 
-// --- the Slurm release and its PollInterval ---
+// --- the Slurm release, its slurm.conf and its PollInterval ---
+
+// The Slurm commands root runs (through sudo, with no SLURM_CONF) read the slurm.conf named
+// here: one absolute spelling, as every path root is given.
+TEST(config, slurm_conf_is_an_absolute_normalized_path) {
+    EXPECT_NE(config_error("slurm_conf = \"etc/slurm.conf\"\n").find("t.toml:1: slurm_conf: "),
+              std::string::npos);
+    EXPECT_EQ(config_error("slurm_conf = \"/etc/slurm/../slurm.conf\"\n"),
+              "t.toml:1: slurm_conf: '/etc/slurm/../slurm.conf' is not normalized (no '//', '.' "
+              "or '..' components)");
+    EXPECT_NE(config_error("slurm_conf = 1\n").find("t.toml:1: slurm_conf: "), std::string::npos);
+}
 
 TEST(config, slurm_release_must_be_a_known_release_written_yy_mm) {
     EXPECT_EQ(config_error("slurm_release = \"24.5\"\n"),

@@ -154,8 +154,10 @@ TEST_F(TrustTest, a_callers_file_naming_variables_are_dropped_and_others_kept) {
     as_sudo_caller();
     setenv("BBKIT_FAULT", "alloc.env-written", 1);
     setenv("BBKIT_FAULT_LOG", "/tmp/evil.log", 1);
+    setenv("SLURM_CONF", "/tmp/evil/slurm.conf", 1);  // what root's squeue and scontrol would read
     drop_caller_environment();
-    for (const char* name : {"BBKIT_CONFIG", "BBKIT_STATE_DIR", "BBKIT_FAULT", "BBKIT_FAULT_LOG"})
+    for (const char* name :
+         {"BBKIT_CONFIG", "BBKIT_STATE_DIR", "BBKIT_FAULT", "BBKIT_FAULT_LOG", "SLURM_CONF"})
         EXPECT_EQ(std::getenv(name), nullptr) << name;
     EXPECT_NE(std::getenv("PATH"), nullptr);
     EXPECT_STREQ(std::getenv("SUDO_UID"), "65534");
