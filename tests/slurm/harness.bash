@@ -419,6 +419,7 @@ $mode_lines
 cluster = "e2e"
 state_group = "slurm"
 ${release:+slurm_release = \"$release\"}
+slurm_conf = "$SLURM_CONF"
 
 [timeouts]
 stage_in = 240
@@ -568,6 +569,26 @@ restart_slurmctld() {
   transcript "root# (restart slurmctld: ${1:-restart})"
   stop_slurmctld "${2:-TERM}"
   start_slurmctld
+}
+
+# Waits for a cancelled job's buffer to be torn down (BurstBufferState=complete), then for the
+# job to be CANCELLED with it. The 22.05 race (measured with Slurm 22.05 on this machine): the
+# kill meant for a cancelled stage-in also hits the teardown that follows, before the Lua runs,
+# and the buffer stays in `teardown` until slurmctld restarts. Only when slurmctld logged exactly
+# that is it restarted, as install-slurm tells a site to, which re-runs teardown; bbkit's own
+# state is asserted afterwards either way. SECONDS: how long the teardown may take (30).
+wait_teardown_after_cancel() {
+  local job=$1 deadline=$((SECONDS + ${2:-30}))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    [ "$(job_field "$job" BurstBufferState)" = complete ] && break
+    sleep 0.2
+  done
+  if [ "$(job_field "$job" BurstBufferState)" = teardown ] &&
+    grep -q "teardown for JobId=$job terminated by slurmctld" "$SLURM_DIR/log/slurmctld.log"; then
+    transcript "(Slurm 22.05 race: teardown of job $job was killed with its cancelled stage-in; restarting slurmctld re-runs it)"
+    restart_slurmctld "teardown for JobId=$job terminated by slurmctld"
+  fi
+  wait_job "$job" 'JobState=CANCELLED .*BurstBufferState=complete' 60
 }
 
 stop_cluster() {
@@ -776,6 +797,11 @@ finish_cluster() {
       [ -e "$f" ] || continue
       cp "$f" "$BBKIT_BUILD_DIR/tests/slurm/$(basename "$f" .log)$tag.log" 2>/dev/null || true
     done
+    # bbkit's own log (audit.log: which tool did what to which buffer, and when).
+    if [ -d "$SLURM_DIR/bbkit/state/log" ]; then
+      rm -rf "$BBKIT_BUILD_DIR/tests/slurm/bbkit-log$tag"
+      cp -r "$SLURM_DIR/bbkit/state/log" "$BBKIT_BUILD_DIR/tests/slurm/bbkit-log$tag" 2>/dev/null || true
+    fi
   fi
   if [ "${BBKIT_SLURM_KEEP:-0}" != 1 ]; then
     rm -rf "$SLURM_DIR"

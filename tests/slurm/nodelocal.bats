@@ -141,18 +141,19 @@ JOB
 @test "b. scancel during a two-node stage-in stops it on both nodes and frees both pools" {
   local script node movers=() p ns
   mkdir -p "$DATA_DIR/b"
-  head -c 256M /dev/zero >"$DATA_DIR/b/big.dat"
+  head -c 768M /dev/zero >"$DATA_DIR/b/big.dat"
   chown -R "$SLURM_TEST_USER:" "$DATA_DIR/b"
-  # Both nodes' slurmds, and so their Prologs and movers, slowed: the copy lasts long enough to
-  # be seen on this busy host (at full speed it can end between two looks).
+  # Both nodes' slurmds, and so their Prologs and movers, slowed, and the file large: the copy
+  # lasts long enough to be seen on this busy host (at full speed it can end between two looks;
+  # at 256 MiB one node's copy once ended unseen while three releases' suites ran at once).
   slow_node n1 10 n2
   script=$(job_script b.sh '#SBATCH --job-name=b' '#SBATCH --nodes=2' '#SBATCH --nodelist=n1,n2' \
-    '#BB pool=nvme capacity=300MiB' \
+    '#BB pool=nvme capacity=800MiB' \
     "#BB stage_in type=file source=$DATA_DIR/b/big.dat destination=\$BB_JOB_DIR/big.dat" <<<'echo "the job ran"')
   submit "$script"
   assert_equal "$status" 0
   # Each node's mover stopped (SIGSTOP) as soon as it shows: the stage-in holds there.
-  local deadline=$((SECONDS + 30)) found
+  local deadline=$((SECONDS + 45)) found
   while [ "${#movers[@]}" -lt 2 ] && [ "$SECONDS" -lt "$deadline" ]; do
     for node in n1 n2; do
       found=0
@@ -169,7 +170,7 @@ JOB
   [ "${#movers[@]}" -ge 2 ] || fail "the stage-in's movers did not show on both nodes (${movers[*]})"
   transcript "(bb-mover stopped on n1 and n2: ${movers[*]})"
   for node in n1 n2; do
-    assert_equal "$(pool_used "$node")" 300MiB
+    assert_equal "$(pool_used "$node")" 800MiB
   done
   assert_equal "$(job_field "$JOB" JobState) $(job_field "$JOB" Reason)" "RUNNING Prolog"
 

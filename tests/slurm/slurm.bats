@@ -251,24 +251,6 @@ open_files_under() {
   find /proc/[0-9]*/fd -lname "*$1/*" 2>/dev/null || true
 }
 
-# The 22.05 race (measured with Slurm 22.05 on this machine): the kill meant for a cancelled stage-in also hits the
-# teardown that follows, before the Lua runs, and the buffer stays in `teardown`. Only when
-# slurmctld logged exactly that is it restarted, which re-runs teardown; bbkit's own state is
-# asserted afterwards either way.
-wait_teardown_after_cancel() {
-  local job=$1 deadline=$((SECONDS + 30))
-  while [ "$SECONDS" -lt "$deadline" ]; do
-    [ "$(job_field "$job" BurstBufferState)" = complete ] && break
-    sleep 0.2
-  done
-  if [ "$(job_field "$job" BurstBufferState)" = teardown ] &&
-    grep -q "teardown for JobId=$job terminated by slurmctld" "$SLURM_DIR/log/slurmctld.log"; then
-    transcript "(Slurm 22.05 race: teardown of job $job was killed with its cancelled stage-in; restarting slurmctld re-runs it)"
-    restart_slurmctld "teardown for JobId=$job terminated by slurmctld"
-  fi
-  wait_job "$job" 'JobState=CANCELLED .*BurstBufferState=complete' 60
-}
-
 # A job staging in the slow file, waited for until its copy has visibly started.
 start_slow_job() {
   local name=$1 script

@@ -208,8 +208,8 @@ EOF2
   xfer=$(transfer_jobs "$JOB" | head -n 1 | cut -d'|' -f1)
   [ -n "$xfer" ] || fail "no transfer job for job $JOB"
   slurm_run -u scancel "$JOB"
+  wait_teardown_after_cancel "$JOB" 120
   wait_until 120 "transfer job $xfer to be cancelled" sh -c "squeue -h --states=all -j $xfer -o '%T' | grep -qx CANCELLED"
-  wait_job "$JOB" 'JobState=CANCELLED ' 120
   assert_pool_clean
   [ -z "$(pgrep -u "$TEST_UID" -x bb-mover)" ] || fail "movers still run after the teardown"
 }
@@ -302,7 +302,7 @@ EOF2
   assert_output --partial "staged-in"
   # Slurm 22.05 does not stage a held job again on release: the job is cancelled here.
   slurm_run -u scancel "$JOB"
-  wait_job "$JOB" 'JobState=CANCELLED ' 120
+  wait_teardown_after_cancel "$JOB" 120
   assert_pool_clean
 }
 
@@ -385,7 +385,7 @@ assert_no_torn_output() {
   refute_output --partial drain
   refute_output --partial down
   slurm_run -u scancel --hurry "$JOB"
-  wait_job "$JOB" 'JobState=CANCELLED ' 120
+  wait_teardown_after_cancel "$JOB" 120
   assert_pool_clean
 }
 
