@@ -91,20 +91,30 @@ make_input() {
   chown -R "$SLURM_TEST_USER:" "$dir"
 }
 
-# Stops the transfer job's three movers (seen from the host, in the nodes' namespaces) once
-# they all run: the stage then lasts as long as the scenario needs. The nodes are slowed first
-# so that the movers are caught mid-copy. scenario_teardown resumes whatever is left paused.
+# Stops the transfer job's three movers (seen from the host, in the nodes' namespaces), each as
+# soon as it shows: the stage then lasts as long as the scenario needs. The nodes are slowed
+# first so that the movers are caught mid-copy. Waiting for all three to run at once instead
+# once missed them: with three releases' suites on the host, one part ended before the last
+# started. scenario_teardown resumes whatever is left paused.
 pause_movers() {
-  local found
   # The test user's bb-mover processes: no other suite's (each has a user of its own).
   # A bound, not a timing: at 5% of a CPU for three nodes, on a host that runs other suites,
   # three slurmstepd and their movers take their time to start.
-  wait_until 180 "the three movers to run" sh -c "[ \"\$(pgrep -c -u $TEST_UID -x bb-mover)\" -ge 3 ]"
-  PAUSED_PIDS=$(pgrep -u "$TEST_UID" -x bb-mover | tr '\n' ' ')
-  # shellcheck disable=SC2086 # a list of pids
-  kill -STOP $PAUSED_PIDS
-  found=$(printf '%s' "$PAUSED_PIDS" | wc -w)
-  transcript "root# kill -STOP $PAUSED_PIDS   # the transfer job's $found movers"
+  local deadline=$((SECONDS + 180)) p
+  PAUSED_PIDS=
+  while [ "$(printf '%s' "$PAUSED_PIDS" | wc -w)" -lt 3 ]; do
+    [ "$SECONDS" -lt "$deadline" ] || {
+      fail "the transfer job's three movers did not all run within 180 s (paused: ${PAUSED_PIDS:-none})"
+      return 1
+    }
+    for p in $(pgrep -u "$TEST_UID" -x bb-mover); do
+      case " $PAUSED_PIDS" in *" $p "*) continue ;; esac
+      kill -STOP "$p" 2>/dev/null && PAUSED_PIDS="$PAUSED_PIDS$p "
+    done
+    sleep 0.05
+  done
+  PAUSED_PIDS=${PAUSED_PIDS% }
+  transcript "root# kill -STOP $PAUSED_PIDS   # the transfer job's 3 movers"
 }
 
 resume_movers() {
