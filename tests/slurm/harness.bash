@@ -613,11 +613,16 @@ stop_cluster() {
 # A guard that stops the cluster if the suite's process disappears without its teardown
 # (for example when ctest kills it at its timeout): the daemons are detached from the suite.
 # Last it runs run/guard-hook when there is one (nodes.bash's removes the nodes' network).
+# The guard is detached too (started from a subshell that exits at once, in a session of its
+# own): ctest's timeout kills the suite's whole process tree, which a child of the suite's
+# shell is part of, and a 26.05 transfer suite's cluster once outlived its killed guard.
 start_guard() {
-  local owner=$1
+  local owner=$1 i
+  rm -f "$SLURM_DIR/run/guard.pid"
   # shellcheck disable=SC2016 # the inner shell expands these
-  setsid bash -c '
+  (setsid bash -c '
     owner=$1 dir=$2 conf=$3
+    echo $$ >"$dir/run/guard.pid"
     start=$(awk "{print \$22}" /proc/$owner/stat)
     while [ "$(awk "{print \$22}" /proc/$owner/stat 2>/dev/null)" = "$start" ]; do
       [ -e "$dir/run/guard.stop" ] && exit 0
@@ -634,8 +639,12 @@ start_guard() {
       case "$f" in /etc/sudoers.d/bbkit-e2e-*) rm -f "$f" ;; esac
     fi
     [ ! -x "$dir/run/guard-hook" ] || "$dir/run/guard-hook"
-  ' bbkit-slurm-guard "$owner" "$SLURM_DIR" "$SLURM_CONF" </dev/null >/dev/null 2>&1 &
-  echo $! >"$SLURM_DIR/run/guard.pid"
+  ' bbkit-slurm-guard "$owner" "$SLURM_DIR" "$SLURM_CONF" </dev/null >/dev/null 2>&1 &)
+  for ((i = 0; i < 100; i++)); do
+    [ ! -s "$SLURM_DIR/run/guard.pid" ] || return 0
+    sleep 0.05
+  done
+  fail "the cluster's guard did not start"
 }
 
 # Installs bbkit's Slurm scripts next to slurm.conf, as a site would, for the suite's Slurm
