@@ -214,6 +214,10 @@ std::chrono::seconds slurm_ask_interval(bool answered, const TransferJobState& j
     return silence < slurm_poll ? reporting_poll : slurm_poll;
 }
 
+bool cancel_after_summary(const TransferJobState& job, std::chrono::steady_clock::duration waited) {
+    return still_running(job) && (slurm_job_waits(job.state) || waited >= transfer_end_grace);
+}
+
 std::string transfer_job_name(const std::string& directory) {
     return "bbkit." + directory;
 }
@@ -531,7 +535,23 @@ ProcessOutcome TransferRunner::run(const StagePlan& plan, std::chrono::seconds t
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         if (const auto summary = reports.summary(seconds)) {
-            if (still_running(job))  // a requeue after its last mover finished: not run twice
+            // The last answer may be a minute old: Slurm is asked again, once a second, until
+            // the job has ended or cancel_after_summary says to cancel it (a requeue after its
+            // last mover finished: not run twice).
+            const auto summed = std::chrono::steady_clock::now();
+            bool cancel = still_running(job);
+            try {
+                for (;;) {
+                    job = ask_about(*record, plan.user.uid);
+                    cancel = cancel_after_summary(job, std::chrono::steady_clock::now() - summed);
+                    if (cancel || !still_running(job))
+                        break;
+                    std::this_thread::sleep_for(std::chrono::seconds(1));
+                }
+            } catch (const Error&) {
+                // Slurm did not answer: as its last answer said
+            }
+            if (cancel)
                 try {
                     cancel_job(record->job_id);
                 } catch (const Error&) {

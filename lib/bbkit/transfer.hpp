@@ -103,6 +103,14 @@ class TransferReports {
 std::chrono::seconds slurm_ask_interval(bool answered, const TransferJobState& job,
                                         std::chrono::steady_clock::duration silence, bool reported);
 
+// Once every part has reported its summary: whether the transfer job is cancelled now. It ends
+// by itself when its last mover has finished (Slurm then records it COMPLETED), so a job still
+// running is given `transfer_end_grace` to; one waiting (requeued after its last mover finished)
+// would run again, and is cancelled at once, as is one that outstays the grace. `waited`: since
+// the summary.
+constexpr std::chrono::seconds transfer_end_grace{20};
+bool cancel_after_summary(const TransferJobState& job, std::chrono::steady_clock::duration waited);
+
 // Runs a stage's move as a transfer job (MoverRunner). `b` is the buffer as the stage entered
 // its working state, under the run lock the caller holds; `mover` the path of bb-mover on the
 // transfer nodes (the same installation as this host's).

@@ -246,6 +246,37 @@ TEST(Transfer, slurm_is_asked_soon_whenever_the_answer_is_in_doubt) {
 // The reports are the user's files, read by root: only a regular file of the job's user with
 // one name is read; a symlink, a hard link to someone else's file, another owner's file or a
 // fifo is not, and a line past 64 KiB is dropped, not kept.
+// Every part reported its summary: a running job is given the grace to end by itself (Slurm
+// then records it COMPLETED, not CANCELLED); a waiting one (requeued) would run again.
+TEST(Transfer, after_the_summary_only_a_requeued_or_lingering_job_is_cancelled) {
+    using namespace std::chrono_literals;
+    const std::vector<std::string> states = {
+        "PENDING",       "CONFIGURING", "REQUEUED",  "REQUEUE_HOLD", "REQUEUE_FED",  "SPECIAL_EXIT",
+        "RESV_DEL_HOLD", "SUSPENDED",   "STOPPED",   "RUNNING",      "COMPLETING",   "STAGE_OUT",
+        "SIGNALING",     "RESIZING",    "COMPLETED", "CANCELLED",    "FAILED",       "TIMEOUT",
+        "NODE_FAIL",     "PREEMPTED",   "BOOT_FAIL", "DEADLINE",     "OUT_OF_MEMORY"};
+    for (const std::string& state : states)
+        for (const bool known : {false, true})
+            for (const auto waited : {0s, 1s, transfer_end_grace - 1s, transfer_end_grace, 300s}) {
+                TransferJobState job;
+                job.known = known;
+                job.state = state;
+                const bool expected = known && !slurm_job_ended(state) &&
+                                      (slurm_job_waits(state) || waited >= transfer_end_grace);
+                EXPECT_EQ(cancel_after_summary(job, waited), expected)
+                    << state << " known=" << known << " waited=" << waited.count();
+            }
+    TransferJobState running;
+    running.known = true;
+    running.state = "RUNNING";
+    EXPECT_FALSE(cancel_after_summary(running, 19s));
+    EXPECT_TRUE(cancel_after_summary(running, 20s));
+    running.state = "REQUEUED";
+    EXPECT_TRUE(cancel_after_summary(running, 0s));
+    running.state = "COMPLETED";
+    EXPECT_FALSE(cancel_after_summary(running, 300s));
+}
+
 TEST(Transfer, only_the_users_own_regular_reports_are_read_and_lines_are_bounded) {
     if (geteuid() != 0)
         GTEST_SKIP() << "plants files of other users: needs root";
