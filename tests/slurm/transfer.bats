@@ -94,8 +94,9 @@ make_input() {
 # Stops the transfer job's three movers (seen from the host, in the nodes' namespaces), each as
 # soon as it shows: the stage then lasts as long as the scenario needs. The nodes are slowed
 # first so that the movers are caught mid-copy. Waiting for all three to run at once instead
-# once missed them: with three releases' suites on the host, one part ended before the last
-# started. scenario_teardown resumes whatever is left paused.
+# missed them (in the full matrix, and alone on 22.05): the parts' steps start one after
+# another at 5% of a CPU, and one part's mover can end before the last one starts.
+# scenario_teardown resumes whatever is left paused.
 pause_movers() {
   # The test user's bb-mover processes: no other suite's (each has a user of its own).
   # A bound, not a timing: at 5% of a CPU for three nodes, on a host that runs other suites,
