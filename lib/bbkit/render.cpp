@@ -235,6 +235,7 @@ json config_json(const Config& config, const FileSystemKind* fs) {
                 {"deny_users", config.deny_users},
                 {"allow_root", config.allow_root},
                 {"slurm_release", release},
+                {"slurm_conf", config.slurm_conf.empty() ? json() : json(config.slurm_conf)},
                 {"poll_interval", config.poll_interval},
                 {"timeouts",
                  {{"stage_in", config.timeouts.stage_in},
@@ -283,6 +284,8 @@ std::string config_text(const Config& config, const FileSystemKind* fs) {
         << "allow_root = " << (config.allow_root ? "true" : "false") << '\n';
     if (config.slurm_release)
         out << "slurm_release = " << toml_string(to_string(*config.slurm_release)) << '\n';
+    if (!config.slurm_conf.empty())
+        out << "slurm_conf = " << toml_string(config.slurm_conf) << '\n';
     out << "poll_interval = " << config.poll_interval << "\n\n"
         << "[timeouts]\n"
         << "stage_in = " << config.timeouts.stage_in << '\n'

@@ -178,21 +178,25 @@ script() {  # script NAME LINE... : writes a job script with a shebang
   done
 }
 
-@test "config prints slurm_release when set and poll_interval always, and reads them back" {
+@test "config prints slurm_release and slurm_conf when set and poll_interval always, and reads them back" {
   run bb-parse config
   assert_success
   refute_output --partial "slurm_release"
+  refute_output --partial "slurm_conf"
   assert_line "poll_interval = 15"
   run bb-parse config --json
   echo "$output" | grep -q '"slurm_release": null' || fail "no null slurm_release in $output"
-  write_config 'slurm_release = "23.02"' 'poll_interval = 40'
+  echo "$output" | grep -q '"slurm_conf": null' || fail "no null slurm_conf in $output"
+  write_config 'slurm_release = "23.02"' 'slurm_conf = "/opt/slurm/etc/slurm.conf"' 'poll_interval = 40'
   run bb-parse config
   assert_line 'slurm_release = "23.02"'
+  assert_line 'slurm_conf = "/opt/slurm/etc/slurm.conf"'
   assert_line "poll_interval = 40"
   echo "$output" >"$TEST_DIR/again.toml"
   run bb-parse --config "$TEST_DIR/again.toml" config --json
   assert_success
   echo "$output" | grep -q '"slurm_release": "23.02"' || fail "$output"
+  echo "$output" | grep -q '"slurm_conf": "/opt/slurm/etc/slurm.conf"' || fail "$output"
   echo "$output" | grep -q '"poll_interval": 40' || fail "$output"
 }
 
